@@ -1,0 +1,51 @@
+# The README's two commands are `make book` and `make test`. Each creates or reuses .venv.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_WORKERS ?= 2
+
+.PHONY: help setup book test test-fast lint format student solutions grade bench clean
+
+help:
+	@echo "make book       execute every chapter and render the HTML book into build/book/"
+	@echo "make test       unit tests + notebook checks (nbval), in .venv"
+	@echo "make lint       ruff"
+	@echo "make student    student copies of the chapters (solutions stubbed) into student/"
+	@echo "make solutions  executed solution copies into solutions/"
+	@echo "make grade      grade a student's adapter (STUDENT=path/to/adapter.py)"
+	@echo "make bench      speed benchmarks (print ratios, no pass/fail)"
+
+setup:
+	@bash scripts/bootstrap.sh
+
+book: setup
+	$(PY) -m pipemare_lite book --out build/book
+
+test: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope tests chapters \
+		--nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+		--nbval-cell-timeout 300
+
+test-fast: setup
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope tests -m "not slow"
+
+lint: setup
+	$(PY) -m ruff check .
+
+format: setup
+	$(PY) -m ruff format pipemare_lite tests
+
+student: setup
+	$(PY) -m pipemare_lite assign student --out student
+
+solutions: setup
+	$(PY) -m pipemare_lite assign solutions --out solutions
+
+grade: setup
+	$(PY) -m pytest tests/grading -p no:cacheprovider --student $(STUDENT) --junitxml reports/grades.xml
+
+bench: setup
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf build student solutions reports .pytest_cache

@@ -1,0 +1,148 @@
+"""The data every consumer reads: actions and schedules (introduced in chapter 02).
+
+A schedule is, for each rank (one device), an ordered list of actions. An action is
+
+    {stage}{kind}{index}      e.g. "2F0", "1B3", "0I5", "0W5", "3U1"
+
+- ``F`` forward of microbatch ``index`` on (virtual) stage ``stage``;
+- ``B`` full backward; or ``I`` (input gradient) then ``W`` (weight gradient) when the
+  backward is split (zero-bubble schedules);
+- ``U`` the ``index``-th optimizer update of that stage (0-based). Updates are explicit so
+  that asynchronous methods are visible: an update applies every gradient the stage has
+  accumulated since its previous update.
+
+Microbatch indices are global over the run: microbatch ``j`` of minibatch ``k`` is
+``k * num_microbatches + j``.
+
+With interleaving (``chunks = v > 1``) there are ``P * v`` virtual stages and virtual stage
+``s`` lives on rank ``s % P`` (the Megatron layout), so a microbatch visits every rank
+``v`` times. Without interleaving, stage and rank coincide.
+
+This module is torch-free.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+#: Kinds of action, in the notation of ``torch.distributed.pipelining``.
+FORWARD, BACKWARD, INPUT_GRAD, WEIGHT_GRAD, UPDATE = "F", "B", "I", "W", "U"
+KINDS = (FORWARD, BACKWARD, INPUT_GRAD, WEIGHT_GRAD, UPDATE)
+
+#: Which weights a backward reads, per weight mode (see the design's semantics table).
+#: ``sync``: flushed schedules (F and B see the same version, nothing in between);
+#: ``stash``: PipeDream, B uses the copy stashed at F; ``2bw``: PipeDream-2BW, every
+#: microbatch of minibatch k runs F and B on version max(k-1, 0); ``async``: no stash, B uses
+#: whatever is current at B (PipeMare's T2 correction acts on top of this mode).
+WEIGHT_MODES = ("sync", "stash", "2bw", "async")
+
+_ACTION_RE = re.compile(r"^\s*(\d+)\s*([FBIWU])\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True, order=True)
+class Action:
+    """One step of one stage: ``Action(2, "F", 0)`` prints as ``2F0``."""
+
+    stage: int
+    kind: str
+    index: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown action kind {self.kind!r}; allowed: {', '.join(KINDS)}")
+        if self.stage < 0 or self.index < 0:
+            raise ValueError(f"action {self.stage}{self.kind}{self.index}: negative stage or index")
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind}{self.index}"
+
+    @property
+    def microbatch(self) -> int | None:
+        """The microbatch this action works on, or None for an update."""
+        return None if self.kind == UPDATE else self.index
+
+    @classmethod
+    def parse(cls, text: str) -> Action:
+        """Parse ``"2F0"``-style notation; raises ValueError naming the bad text."""
+        match = _ACTION_RE.match(text)
+        if not match:
+            raise ValueError(
+                f"cannot parse action {text!r}: expected {{stage}}{{F|B|I|W|U}}{{index}}, e.g. '2F0'"
+            )
+        stage, kind, index = match.groups()
+        return cls(int(stage), kind, int(index))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An ordered list of actions per rank, plus what is needed to interpret it.
+
+    Attributes:
+        name: the builder that made it (``gpipe``, ``1f1b``, ``async`` ...).
+        num_stages: P, the number of ranks (devices).
+        num_microbatches: microbatches per minibatch (M, or N in PipeMare's notation).
+        num_minibatches: how many minibatches (optimizer steps per stage) the schedule runs.
+        chunks: v, model chunks (virtual stages) per rank; 1 unless interleaved.
+        weight_mode: one of :data:`WEIGHT_MODES`.
+        warmup_minibatches: the first W minibatches run synchronously (flushed).
+        ranks: ``ranks[r]`` is rank r's ordered tuple of actions.
+        notes: human-readable remarks from the builder (e.g. a clamp it applied).
+    """
+
+    name: str
+    num_stages: int
+    num_microbatches: int
+    ranks: tuple[tuple[Action, ...], ...]
+    num_minibatches: int = 1
+    chunks: int = 1
+    weight_mode: str = "sync"
+    warmup_minibatches: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.weight_mode not in WEIGHT_MODES:
+            raise ValueError(
+                f"unknown weight_mode {self.weight_mode!r}; allowed: {', '.join(WEIGHT_MODES)}"
+            )
+        if len(self.ranks) != self.num_stages:
+            raise ValueError(
+                f"schedule {self.name!r} has {len(self.ranks)} rank rows for {self.num_stages} stages"
+            )
+
+    @property
+    def num_virtual_stages(self) -> int:
+        """P * v: how many model pieces the network is split into."""
+        return self.num_stages * self.chunks
+
+    @property
+    def total_microbatches(self) -> int:
+        """Microbatches over the whole run (all minibatches)."""
+        return self.num_microbatches * self.num_minibatches
+
+    @property
+    def split_backward(self) -> bool:
+        """True when backwards are written as I + W (zero-bubble style)."""
+        return any(a.kind == INPUT_GRAD for row in self.ranks for a in row)
+
+    def rank_of(self, stage: int) -> int:
+        """The rank that holds (virtual) stage ``stage``."""
+        return stage % self.num_stages
+
+    def stages_of(self, rank: int) -> list[int]:
+        """The (virtual) stages held by ``rank``, in model order."""
+        return [rank + c * self.num_stages for c in range(self.chunks)]
+
+    def minibatch_of(self, microbatch: int) -> int:
+        """The minibatch a global microbatch index belongs to."""
+        return microbatch // self.num_microbatches
+
+    def actions(self):
+        """Yield ``(rank, position, action)`` for every action, rank by rank."""
+        for rank, row in enumerate(self.ranks):
+            for position, action in enumerate(row):
+                yield rank, position, action
+
+    def rows(self) -> list[list[str]]:
+        """One row of action strings per rank (the ``torch.distributed.pipelining`` form)."""
+        return [[str(a) for a in row] for row in self.ranks]

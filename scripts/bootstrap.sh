@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Create or reuse .venv and install pipemare-lite with its test extras. Safe to re-run.
+#
+# torch: a torch already importable in .venv is kept. Otherwise we ask for TORCH_SPEC
+# (default torch==2.13.0, the CPU build this project is tested with) *before* installing the
+# package, so that pip never resolves a bare "torch" to a multi-GB CUDA build by accident.
+# GPU users: TORCH_SPEC="torch==2.13.0" TORCH_INDEX=https://download.pytorch.org/whl/cu128 \
+#            bash scripts/bootstrap.sh   (or install torch into .venv yourself first).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+stamp="$VENV/.pipemare-installed"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[bootstrap] creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+VPY="$VENV/bin/python"
+
+if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
+  spec=${TORCH_SPEC:-torch==2.13.0}
+  echo "[bootstrap] installing $spec"
+  if [ -n "${TORCH_INDEX:-}" ]; then
+    "$VPY" -m pip install --quiet "$spec" --index-url "$TORCH_INDEX"
+  else
+    "$VPY" -m pip install --quiet "$spec"
+  fi
+fi
+
+# Reinstall only when pyproject.toml changed since the last successful install.
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "[bootstrap] installing pipemare-lite[test] (editable)"
+  "$VPY" -m pip install --quiet -e ".[test]"
+  "$VPY" -m ipykernel install --user --name python3 >/dev/null 2>&1 || true
+  touch "$stamp"
+fi
+echo "[bootstrap] torch $("$VPY" -c 'import torch; print(torch.__version__)') in $VENV"
