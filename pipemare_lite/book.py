@@ -1,0 +1,310 @@
+"""The book build: execute every chapter and render it to HTML that works offline.
+
+    python -m pipemare_lite book --out build/book [--chapters 00 03] [--timeout 300]
+
+Each chapter runs in a fresh ``python3`` kernel of *this* Python environment (never a
+kernelspec that happens to point elsewhere), with ``chapters/`` as the working directory and
+a per-cell timeout. Pages are rendered with nbconvert's ``lab`` template, minus everything
+that would reach the network: plotly.js is copied once from the installed ``plotly``
+package into the output folder and every page loads that copy; each plotly figure output
+(``application/vnd.plotly.v1+json``) becomes a ``<div>`` plus a ``Plotly.newPlot`` call.
+Widgets are not live in HTML: their output is replaced by a note, and chapters show a
+static fallback figure after each widget.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import nbformat
+
+from pipemare_lite.notebooks import TIMINGS_FILE, chapter_info, chapters_dir, list_chapters
+
+PLOTLY_MIMETYPE = "application/vnd.plotly.v1+json"
+WIDGET_MIMETYPE = "application/vnd.jupyter.widget-view+json"
+PLOTLY_JS = "plotly.min.js"
+
+# The lab template without its network scripts: require.js (which would also hide plotly.js's
+# global behind AMD), MathJax and mermaid from a CDN, and the widget manager from unpkg.
+_PAGE_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js_requirejs -%}
+<script src="__PLOTLY_JS__"></script>
+{%- endblock html_head_js_requirejs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block body_header -%}
+{{ super() }}
+<nav class="pml-nav"><a href="index.html">&larr; pipemare-lite: contents</a></nav>
+{%- endblock body_header -%}
+""".replace("__PLOTLY_JS__", PLOTLY_JS)
+
+_WIDGET_NOTE = (
+    '<div class="pml-widget-note"><em>Interactive widget: live when you run this chapter in '
+    "Jupyter. The static figure after it shows the same thing in the HTML book.</em></div>"
+)
+
+
+def plotly_js_source() -> Path:
+    """The ``plotly.min.js`` shipped inside the installed ``plotly`` package."""
+    path = Path(str(resources.files("plotly") / "package_data" / PLOTLY_JS))
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: is the plotly package installed completely?")
+    return path
+
+
+def figure_html(figure: dict, div_id: str) -> str:
+    """A ``<div>`` plus the script that draws a plotly figure JSON into it (local plotly.js)."""
+    # "</" inside a JSON string would close the <script> element early
+    as_js = json.dumps(
+        {
+            "data": figure.get("data", []),
+            "layout": figure.get("layout", {}),
+            "config": {"responsive": True, **figure.get("config", {})},
+        }
+    ).replace("</", "<\\/")
+    height = figure.get("layout", {}).get("height")
+    style = f"height:{int(height)}px;" if isinstance(height, int | float) else "height:450px;"
+    return (
+        f'<div id="{div_id}" class="plotly-graph-div" style="{style}width:100%;"></div>\n'
+        f"<script>(function(){{var f={as_js};"
+        f'Plotly.newPlot("{div_id}", f.data, f.layout, f.config);}})();</script>'
+    )
+
+
+def offline_outputs(nb, page_id: str):
+    """Rewrite outputs for the static page, in place: plotly JSON to HTML, widgets to a note."""
+    for c, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for o, output in enumerate(cell.get("outputs", [])):
+            data = output.get("data")
+            if not data:
+                continue
+            if PLOTLY_MIMETYPE in data:
+                output["data"] = {
+                    "text/html": figure_html(data[PLOTLY_MIMETYPE], f"{page_id}-fig-{c}-{o}")
+                }
+            elif WIDGET_MIMETYPE in data:
+                output["data"] = {"text/html": _WIDGET_NOTE}
+    nb.metadata.pop("widgets", None)
+    return nb
+
+
+def _kernel_manager():
+    """A kernel manager whose ``python3`` is this interpreter, as ``--nbval-current-env`` does."""
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    class CurrentEnvironmentSpecs(KernelSpecManager):
+        """Answers every kernel name with this interpreter's ipykernel."""
+
+        def get_kernel_spec(self, kernel_name):
+            return KernelSpec(
+                argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                display_name="Python 3 (pipemare-lite)",
+                language="python",
+                name=kernel_name,
+            )
+
+    return KernelManager(kernel_name="python3", kernel_spec_manager=CurrentEnvironmentSpecs())
+
+
+@dataclass
+class ChapterResult:
+    """One chapter of a build: where its page is, how long it ran, and its error if it failed."""
+
+    name: str
+    title: str
+    html: Path
+    seconds: float
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when every cell ran."""
+        return not self.error
+
+
+def execute_chapter(path: Path, timeout: int) -> tuple[object, float, str]:
+    """Run one chapter top to bottom; returns (executed notebook, seconds, error text or "")."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        km=_kernel_manager(),
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+        record_timing=False,
+    )
+    start = time.perf_counter()
+    error = ""
+    try:
+        client.execute()
+    except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
+        error = str(exc).strip() or type(exc).__name__
+    return nb, time.perf_counter() - start, error
+
+
+def render_page(nb, title: str, page_id: str) -> str:
+    """HTML for one executed chapter: lab styling, local plotly.js, no network."""
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(
+        template_name="lab",
+        extra_loaders=[DictLoader({"pipemare_book.html.j2": _PAGE_TEMPLATE})],
+        template_file="pipemare_book.html.j2",
+    )
+    nb = offline_outputs(nb, page_id)
+    nb.metadata["title"] = title
+    body, _ = exporter.from_notebook_node(nb)
+    return body
+
+
+def select_chapters(names: Sequence[str] | None, directory: Path) -> list[Path]:
+    """Chapters to build: all, or those named by number (``03``), stem or file name or path."""
+    every = list_chapters(directory)
+    if not names:
+        return every
+    chosen = []
+    for name in names:
+        as_path = Path(name)
+        if as_path.suffix == ".ipynb" and as_path.is_file():
+            chosen.append(as_path.resolve())
+            continue
+        key = as_path.name.removesuffix(".ipynb")
+        if key.isdigit():
+            hits = [p for p in every if p.name[:2] == key.zfill(2)]
+        else:
+            hits = [p for p in every if p.stem == key]
+        if not hits:
+            allowed = ", ".join(p.stem for p in every) or "(none: the folder has no chapters)"
+            raise ValueError(f"no chapter {name!r} in {directory}; allowed: {allowed}")
+        chosen += hits
+    return list(dict.fromkeys(chosen))
+
+
+def build_book(
+    out: str | Path = "build/book",
+    chapters: Sequence[str] | None = None,
+    timeout: int = 300,
+    keep_going: bool = False,
+    directory: str | Path | None = None,
+    log=None,
+) -> list[ChapterResult]:
+    """Execute chapters, render them, write ``index.html``; returns one result per chapter.
+
+    Stops at the first chapter that fails (its page is still written, showing the error)
+    unless ``keep_going``; the caller turns failures into a non-zero exit either way.
+    """
+    log = log or (lambda message: print(message, flush=True))
+    if timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds per cell, got {timeout}")
+    folder = Path(directory).resolve() if directory is not None else chapters_dir().resolve()
+    paths = select_chapters(chapters, folder)
+    if not paths:
+        raise ValueError(f"no chapter notebooks (NN_snake_case.ipynb) in {folder}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(plotly_js_source(), out / PLOTLY_JS)
+
+    # Figures as plain plotly JSON (what the page turns into a live plot), unless the user chose
+    os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype")
+    results: list[ChapterResult] = []
+    for path in paths:
+        title = chapter_info(path).title
+        log(f"[book] running {path.name} ...")
+        nb, seconds, error = execute_chapter(path, timeout)
+        page = out / f"{path.stem}.html"
+        page.write_text(render_page(nb, title, path.stem[:2]), encoding="utf-8")
+        results.append(ChapterResult(path.stem, title, page, seconds, error))
+        log(f"[book] {path.name}: {'ok' if not error else 'FAILED'} in {seconds:.1f} s")
+        if error:
+            log(f"[book] {path.name} failed:\n{error}")
+            if not keep_going:
+                break
+    write_index(out, results, folder)
+    return results
+
+
+def write_index(out: Path, results: Sequence[ChapterResult], folder: Path) -> Path:
+    """``index.html`` listing every page built now or earlier, and ``timings.json`` beside it.
+
+    Pages from earlier builds (``--chapters`` builds a few) stay listed while their chapter
+    still exists; chapters that failed now are listed as failed.
+    """
+    timings_path = out / TIMINGS_FILE
+    try:
+        timings = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
+    except ValueError:
+        timings = {}
+    for r in results:
+        timings.pop(f"{r.name}.ipynb", None)
+        if r.ok:
+            timings[f"{r.name}.ipynb"] = round(r.seconds, 1)
+    existing = {p.name for p in list_chapters(folder)}
+    timings = {
+        k: v
+        for k, v in sorted(timings.items())
+        if k in existing and (out / k.replace(".ipynb", ".html")).is_file()
+    }
+    timings_path.write_text(json.dumps(timings, indent=1) + "\n")
+
+    failed = {f"{r.name}.ipynb": r for r in results if not r.ok}
+    rows = []
+    for path in list_chapters(folder):
+        if path.name not in timings and path.name not in failed:
+            continue
+        title = html.escape(chapter_info(path).title)
+        number = path.name[:2]
+        if path.name in failed:
+            status = '<span class="failed">failed: see the page for the error</span>'
+        else:
+            status = f"ran in {timings[path.name]:.1f} s"
+        rows.append(
+            f'<li><a href="{path.stem}.html">{number} · {title}</a> '
+            f'<span class="time">{status}</span></li>'
+        )
+    index = out / "index.html"
+    index.write_text(_INDEX.replace("__ROWS__", "\n".join(rows)), encoding="utf-8")
+    return index
+
+
+_INDEX = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1.0">
+<title>pipemare-lite: pipeline-parallel training, from GPipe to PipeMare</title>
+<style>
+body { font-family: system-ui, sans-serif; max-width: 48rem; margin: 3rem auto; padding: 0 1rem;
+       line-height: 1.5; color: #222; }
+li { margin: 0.4rem 0; }
+.time { color: #666; font-size: 0.9em; margin-left: 0.5rem; }
+.failed { color: #b00020; }
+</style>
+</head>
+<body>
+<h1>pipemare-lite</h1>
+<p>Pipeline-parallel training, from GPipe to PipeMare: the chapters as executed by the last
+book build. Times are wall-clock run times measured by that build on this machine. Figures
+are live; widgets are live only in Jupyter (<code>.venv/bin/jupyter lab chapters/</code>).</p>
+<ol start="0" style="list-style: none; padding-left: 0">
+__ROWS__
+</ol>
+</body>
+</html>
+"""

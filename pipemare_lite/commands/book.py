@@ -1,0 +1,51 @@
+"""``pipemare-lite book``: execute every chapter and render the book to HTML (build/book/)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Options of the ``book`` subcommand."""
+    parser.add_argument("--out", default="build/book", help="output folder (default build/book)")
+    parser.add_argument(
+        "--chapters",
+        nargs="+",
+        metavar="CHAPTER",
+        help="only these chapters: numbers (03), names (03_one_f_one_b) or notebook paths",
+    )
+    parser.add_argument(
+        "--timeout", type=int, default=300, help="seconds allowed per cell (default 300)"
+    )
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="build the remaining chapters after one fails (the exit status is still 1)",
+    )
+    parser.add_argument(
+        "--chapters-dir", default=None, help="folder of the notebooks (default: chapters/)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build; 0 when every chosen chapter ran, 1 otherwise. Prints where to open the book."""
+    from pipemare_lite.book import build_book
+
+    results = build_book(
+        out=args.out,
+        chapters=args.chapters,
+        timeout=args.timeout,
+        keep_going=args.keep_going,
+        directory=args.chapters_dir,
+    )
+    index = (Path(args.out) / "index.html").resolve()
+    failed = [r for r in results if not r.ok]
+    total = sum(r.seconds for r in results)
+    print(f"[book] {len(results) - len(failed)} of {len(results)} chapters ran ({total:.1f} s)")
+    print(f"[book] open the book: {index.as_uri()}")
+    if failed:
+        names = ", ".join(r.name for r in failed)
+        print(f"[book] FAILED: {names} (the error is printed above and shown on the page)")
+        return 1
+    return 0
