@@ -1,0 +1,64 @@
+"""T2, discrepancy correction: extrapolate the backward's weights back towards the forward's
+(introduced in chapter 09).
+
+Without stashing, microbatch m's forward read version ``v_F`` and its backward reads the
+newer ``v_B``: the computed gradient belongs to no single model (the *discrepancy*).
+PipeMare keeps one weight-sized buffer per stage, an exponential moving average of recent
+weight changes::
+
+    delta <- gamma * delta + (1 - gamma) * (w_new - w_old)      after every update
+
+and lets the backward use ``w - d * delta`` with ``d = v_B - v_F`` (the number of updates
+between this microbatch's F and its B): a linear extrapolation back to roughly the weights
+the forward saw, at the cost of one buffer instead of ``d`` stashed copies. ``gamma`` is a
+hyperparameter (the book sweeps it in chapter 09); ``d == 0`` (warm-up, flushed minibatches)
+leaves the weights untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+class DiscrepancyCorrection:
+    """One stage's T2 state: the ``delta`` buffer and its update rule."""
+
+    def __init__(self, params: Sequence[torch.Tensor], gamma: float) -> None:
+        gamma = float(gamma)
+        if not 0.0 <= gamma < 1.0:
+            raise ValueError(f"T2 gamma must be in [0, 1), got {gamma!r}")
+        self.params = list(params)
+        self.gamma = gamma
+        self.delta = [torch.zeros_like(p, memory_format=torch.contiguous_format)
+                      for p in self.params]
+
+    def snapshot(self) -> list[torch.Tensor]:
+        """Copies of the weights before an update (``w_old``)."""
+        return [p.detach().clone() for p in self.params]
+
+    def after_update(self, old: Sequence[torch.Tensor]) -> None:
+        """``delta <- gamma * delta + (1 - gamma) * (w_new - w_old)``, out of place."""
+        g = self.gamma
+        self.delta = [g * d + (1.0 - g) * (p.detach() - o)
+                      for d, p, o in zip(self.delta, self.params, old)]
+
+    def backward_weights(self, distance: int) -> list[torch.Tensor]:
+        """``w - distance * delta``; the live weights themselves when ``distance == 0``."""
+        if distance == 0:
+            return [p.detach() for p in self.params]
+        return [p.detach() - distance * d for p, d in zip(self.params, self.delta)]
+
+    def buffer_bytes(self) -> int:
+        """Bytes of the ``delta`` buffer (one weight-sized copy)."""
+        return sum(d.nbytes for d in self.delta)
+
+    def state_dict(self) -> dict:
+        """``gamma`` and a copy of ``delta``."""
+        return {"gamma": self.gamma, "delta": [d.clone() for d in self.delta]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.gamma = float(state["gamma"])
+        self.delta = [d.to(p.device).clone() for d, p in zip(state["delta"], self.params)]

@@ -1,0 +1,133 @@
+"""T1, learning-rate rescheduling: divide a stale stage's step by its delay, then anneal
+(introduced in chapter 08).
+
+Delayed gradient descent with delay ``tau`` is stable only for step sizes below about
+``pi / (2 tau + 1)`` times the curvature limit (chapter 06), so PipeMare starts each stage
+with its step divided by its delay and anneals back to the normal schedule over ``K``
+updates. Stage i at update k uses::
+
+    lr_i(k) = lr(k) * tau_i ** (-p_k),      p_k = 1 - min(k / K, 1)
+
+where ``lr(k)`` is the base schedule (constant, or any other scheduler's value) and
+``tau_i >= 1`` is the stage's forward delay in updates, *measured* from the schedule
+(:func:`stage_forward_delays`), never taken from a formula.
+"""
+
+from __future__ import annotations
+
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+from pipemare_lite.schedules.actions import BACKWARD, FORWARD, UPDATE, WEIGHT_GRAD, Schedule
+
+
+def rescheduling_exponent(update: int, horizon: int) -> float:
+    """``p_k = 1 - min(k / K, 1)``; ``K == 0`` switches the rescheduling off (p = 0)."""
+    if horizon < 0 or update < 0:
+        raise ValueError(f"update ({update}) and horizon K ({horizon}) must be >= 0")
+    if horizon == 0:
+        return 0.0
+    return 1.0 - min(update / horizon, 1.0)
+
+
+def rescheduling_factor(update: int, tau: float, horizon: int) -> float:
+    """``tau ** (-p_k)``: the factor T1 multiplies the base learning rate by."""
+    if tau < 1:
+        raise ValueError(f"T1 needs a delay tau >= 1, got {tau!r}")
+    return float(tau) ** (-rescheduling_exponent(update, horizon))
+
+
+def stage_forward_delays(schedule: Schedule) -> list[int]:
+    """Each virtual stage's forward delay in updates, measured from the schedule, at least 1.
+
+    For microbatch m on stage s: ``applied - v_F`` where ``v_F`` is the number of the
+    stage's updates before F(m) in its rank's order and ``applied`` the number before the
+    update that applies m's gradient (the first U after B(m), or after W(m) when the
+    backward is split). The stage's delay is the largest over its microbatches (the
+    position inside a minibatch changes it by one), clamped to >= 1 as T1 requires.
+    """
+    delays = [0] * schedule.num_virtual_stages
+    for rank in range(schedule.num_stages):
+        row = schedule.ranks[rank]
+        count: dict[int, int] = {}
+        forward_version: dict[tuple[int, int], int] = {}
+        waiting: dict[int, list[int]] = {}
+        for action in row:
+            s = action.stage
+            v = count.get(s, 0)
+            if action.kind == FORWARD:
+                forward_version[(s, action.index)] = v
+            elif action.kind in (BACKWARD, WEIGHT_GRAD):
+                waiting.setdefault(s, []).append(action.index)
+            elif action.kind == UPDATE:
+                for m in waiting.pop(s, []):
+                    delays[s] = max(delays[s], v - forward_version[(s, m)])
+                count[s] = v + 1
+    return [max(d, 1) for d in delays]
+
+
+class LRRescheduling(LRScheduler):
+    """PipeMare's T1 as a ``torch.optim.lr_scheduler.LRScheduler`` for one stage.
+
+    Args:
+        optimizer: the stage's optimizer (any ``torch.optim`` optimizer).
+        tau: the stage's forward delay in updates (>= 1), e.g. from
+            :func:`stage_forward_delays`.
+        horizon: K, the number of updates over which the factor anneals to 1.
+        base: optional scheduler for the same optimizer giving ``lr(k)``; construct it
+            *before* this one. T1 multiplies on top of it and keeps the base's own values
+            apart, so the base never sees T1's factor (chainable schedulers stay exact).
+
+    ``step()`` after each ``optimizer.step()``, as with any scheduler; ``get_last_lr()``
+    is the learning rate the next update will use.
+    """
+
+    def __init__(self, optimizer: Optimizer, tau: float, horizon: int,
+                 base: LRScheduler | None = None) -> None:
+        if tau < 1:
+            raise ValueError(f"T1 needs a delay tau >= 1, got {tau!r}")
+        if horizon < 0:
+            raise ValueError(f"T1 horizon K must be >= 0, got {horizon!r}")
+        if base is not None and base.optimizer is not optimizer:
+            raise ValueError("the base scheduler must drive the same optimizer as T1")
+        self.tau, self.horizon, self.base = float(tau), int(horizon), base
+        self._base_values: list[float] = []
+        super().__init__(optimizer)
+
+    def get_lr(self) -> list[float]:
+        """Base values times ``tau ** (-p_k)`` for the current update ``k``."""
+        factor = rescheduling_factor(self.last_epoch, self.tau, self.horizon)
+        return [lr * factor for lr in self._base_values]
+
+    def step(self, epoch: None = None) -> None:  # noqa: D102 (documented on the class)
+        if epoch is not None:
+            raise ValueError("LRRescheduling.step() takes no epoch argument")
+        self.last_epoch += 1
+        groups = self.optimizer.param_groups
+        if self.base is None:
+            self._base_values = list(self.base_lrs)
+        else:
+            if self.last_epoch > 0:
+                for group, lr in zip(groups, self._base_values):
+                    group["lr"] = lr  # hand the base its own value, not T1's product
+                self.base.step()
+            self._base_values = [group["lr"] for group in groups]
+        values = self.get_lr()
+        for group, lr in zip(groups, values):
+            group["lr"] = lr
+        self._last_lr = values
+
+    def state_dict(self) -> dict:
+        """T1's counters plus the base scheduler's state."""
+        state = {key: value for key, value in self.__dict__.items()
+                 if key not in ("optimizer", "base")}
+        state["base"] = None if self.base is None else self.base.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore what :meth:`state_dict` returned (the base's state too)."""
+        state = dict(state_dict)
+        base_state = state.pop("base")
+        self.__dict__.update(state)
+        if self.base is not None and base_state is not None:
+            self.base.load_state_dict(base_state)

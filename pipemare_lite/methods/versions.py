@@ -1,0 +1,188 @@
+"""Weight versions: which copy of a stage's weights a forward or a backward sees (chapter 05).
+
+Every stage counts its optimizer updates: version ``v`` is the weights after ``v`` updates.
+An asynchronous pipeline updates a stage's weights *between* a microbatch's forward and its
+backward, so a method must say which version the backward's products use:
+
+==========  ==========================  =====================================================
+mode        forward of microbatch m     backward of microbatch m
+==========  ==========================  =====================================================
+sync        current (nothing between)   current (the same version)
+stash       current at F                the copy stashed at F (PipeDream)
+2bw         version max(k-1, 0)         the same version (k = m's minibatch; PipeDream-2BW)
+async       current at F                current at B (PipeMare's T2 corrects this one)
+==========  ==========================  =====================================================
+
+How the backward is handed a version. PyTorch's autograd keeps, for each operation, the
+tensors its backward needs ("saved tensors"). ``torch.autograd.graph.saved_tensors_hooks``
+lets us intercept them: the *pack* hook runs in the forward for every saved tensor and the
+*unpack* hook runs in the backward when the tensor is needed. Linear saves a transposed
+view whose ``_base`` is the weight; Conv2d and LayerNorm save the parameter itself. So::
+
+    forward:  pack(t)   t is a parameter (or a view of one)?  -> store ParamRef(index, view)
+                        otherwise (an activation)              -> store t itself
+    backward: unpack(r) ParamRef -> the version the method chose, re-viewed like the original
+                        tensor  -> t
+
+Because the backward never touches the live parameter tensor, updating the parameters in
+place between F and B is harmless (without the hooks it fails with "modified by an inplace
+operation"), and the version is chosen explicitly, never through ``.data`` tricks. Weight
+*gradients* still flow into ``param.grad`` through the graph: they are computed from saved
+activations (for Linear, ``grad_W = grad_out^T @ x``), not from the weights.
+
+Held copies (the memory cost of stashing): a copy of version ``u`` exists only while ``u``
+is not the current version and some microbatch still needs it; :class:`WeightVersions`
+counts references per version and frees a copy when its last backward is done. The memory
+model (:mod:`pipemare_lite.memory`) predicts exactly this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from pipemare_lite.schedules.actions import WEIGHT_MODES
+
+
+@dataclass(frozen=True)
+class ParamRef:
+    """What the pack hook stores instead of a saved parameter.
+
+    Attributes:
+        index: the parameter's position in the stage's parameter list.
+        view: ``(size, stride, storage_offset)`` when autograd saved a view of the parameter
+            (Linear saves ``weight.t()``), None when it saved the parameter itself.
+    """
+
+    index: int
+    view: tuple | None = None
+
+    def materialize(self, weights: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The saved tensor rebuilt from ``weights[index]`` (a chosen version)."""
+        tensor = weights[self.index]
+        if self.view is None:
+            return tensor
+        size, stride, offset = self.view
+        return tensor.as_strided(size, stride, offset)
+
+
+def param_ref(tensor: torch.Tensor, index_of: dict[int, int]) -> ParamRef | None:
+    """A :class:`ParamRef` when ``tensor`` is (a view of) a tracked weight, else None.
+
+    ``index_of`` maps ``id(weight tensor)`` to its parameter index. A view's ``_base`` is
+    the weight it was taken from; the view must be reproducible with ``as_strided`` from a
+    contiguous copy, which holds for the ``t()`` views autograd saves.
+    """
+    index = index_of.get(id(tensor))
+    if index is not None:
+        return ParamRef(index)
+    base = tensor._base
+    if base is not None:
+        index = index_of.get(id(base))
+        if index is not None:
+            return ParamRef(index, (tuple(tensor.size()), tuple(tensor.stride()),
+                                    tensor.storage_offset()))
+    return None
+
+
+class WeightVersions:
+    """One stage's version counter and the old weight copies its method keeps alive.
+
+    ``mode`` is one of :data:`pipemare_lite.schedules.WEIGHT_MODES`. Reference counts say
+    how many microbatches (forward done, backward not finished) need each version; a copy
+    of version ``u`` is taken at the update that would overwrite it, and only if something
+    still needs it (stash), or because minibatch ``u + 1`` will read it (2bw).
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], mode: str, *,
+                 num_microbatches: int, num_minibatches: int) -> None:
+        if mode not in WEIGHT_MODES:
+            raise ValueError(f"unknown weight mode {mode!r}; allowed: {', '.join(WEIGHT_MODES)}")
+        self.params = list(params)
+        self.mode = mode
+        self.num_microbatches = num_microbatches
+        self.num_minibatches = num_minibatches
+        self.version = 0
+        self.held: dict[int, list[torch.Tensor]] = {}
+        self.refcount: dict[int, int] = {}
+
+    # -- which version -------------------------------------------------------------------
+    def forward_version(self, microbatch: int) -> int:
+        """The version a forward of ``microbatch`` must read (2bw: max(k-1, 0))."""
+        if self.mode == "2bw":
+            return max(microbatch // self.num_microbatches - 1, 0)
+        return self.version
+
+    def weights(self, version: int) -> list[torch.Tensor]:
+        """Detached tensors holding ``version`` (the live parameters when it is current)."""
+        if version == self.version:
+            return [p.detach() for p in self.params]
+        if version not in self.held:
+            raise RuntimeError(
+                f"weight version {version} is not held (current {self.version}, held "
+                f"{sorted(self.held)}): the schedule needs a copy that mode {self.mode!r} drops"
+            )
+        return self.held[version]
+
+    # -- reference counting --------------------------------------------------------------
+    def acquire(self, version: int) -> None:
+        """A microbatch's forward read ``version``; keep it until :meth:`release`."""
+        self.refcount[version] = self.refcount.get(version, 0) + 1
+
+    def release(self, version: int) -> None:
+        """That microbatch's backward is finished; free the copy if nobody else needs it."""
+        count = self.refcount[version] - 1
+        if count:
+            self.refcount[version] = count
+            return
+        del self.refcount[version]
+        if self.mode == "stash":
+            self.held.pop(version, None)
+
+    def in_flight(self) -> int:
+        """How many microbatches hold a version (forward done, backward not finished)."""
+        return sum(self.refcount.values())
+
+    # -- around an optimizer step ----------------------------------------------------------
+    def before_update(self) -> None:
+        """Keep a copy of the current version if it will still be read after the update."""
+        v = self.version
+        if self.mode == "sync" and self.refcount:
+            raise RuntimeError(
+                f"weight_mode 'sync' but an update (version {v} -> {v + 1}) comes while "
+                f"{self.in_flight()} microbatch(es) are between forward and backward; use an "
+                "asynchronous weight mode (stash, 2bw, async) for unflushed schedules"
+            )
+        if self.mode == "stash" and self.refcount.get(v):
+            self.held[v] = [p.detach().clone() for p in self.params]
+        if self.mode == "2bw":
+            # minibatch k reads version k-1: the copy of v serves minibatch v + 1; older
+            # copies are unreferenced once their minibatch has been applied.
+            for old in [u for u in self.held if not self.refcount.get(u)]:
+                del self.held[old]
+            if self.refcount.get(v) or v + 1 < self.num_minibatches:
+                self.held[v] = [p.detach().clone() for p in self.params]
+
+    def after_update(self) -> None:
+        """The optimizer stepped: the live parameters are version ``v + 1``."""
+        self.version += 1
+
+    def held_bytes(self) -> int:
+        """Bytes of the old copies currently kept."""
+        return sum(t.nbytes for copy in self.held.values() for t in copy)
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Version counter, held copies and reference counts."""
+        return {"version": self.version,
+                "held": {u: [t.clone() for t in ts] for u, ts in self.held.items()},
+                "refcount": dict(self.refcount)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.version = state["version"]
+        self.held = {u: [t.to(p.device).clone() for t, p in zip(ts, self.params)]
+                     for u, ts in state["held"].items()}
+        self.refcount = dict(state["refcount"])
