@@ -1,0 +1,317 @@
+"""Faults in a multi-process pipeline: who failed, where everyone was (introduced in chapter 11).
+
+A pipeline is a chain of blocking waits: if one rank dies, its neighbours wait for a tensor
+that never comes, their neighbours wait for them, and the whole job hangs. This module makes
+every failure end the job quickly and say what happened:
+
+- each rank keeps a :class:`StatusBoard`: the main thread notes where it is in its schedule
+  (action index, action string, what it waits for) in a plain Python attribute, and a
+  daemon thread publishes that note to a side channel (a ``torch.distributed`` key-value
+  store) about twice a second;
+- a rank that raises writes ``failed/<rank>`` and claims the ``abort`` key; the launcher
+  claims ``abort`` when a child dies without a word (e.g. SIGKILL) or the run times out;
+- the same thread polls ``abort``; every wait on a message (:func:`wait_work`) checks the
+  flag and its own per-operation deadline, so the other ranks raise :class:`PeerFailedError`
+  or :class:`OpTimeoutError` instead of hanging;
+- a backstop: when the main thread does not stop within ``exit_grace`` seconds of an
+  abort (stuck in compute or in a blocking collective), the thread ends the process.
+
+::
+
+    rank 0 ──wait(act 1F3)──────────X PeerFailedError("rank 1 failed ...")
+    rank 1 ──1F2──boom! ── failed/1, abort ──▶ store ◀── polled by every rank
+    rank 2 ──wait(act 2F2)──────────X PeerFailedError("rank 1 failed ...")
+
+Keys live under the prefix ``pml/`` of the store that the process group was built on, so
+they never collide with torch's own keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+#: Prefix of every key this module writes.
+KEY_PREFIX = "pml/"
+#: Seconds between two publications of a rank's status (and two polls of ``abort``).
+PUBLISH_INTERVAL = 0.25
+
+
+class PipelineFault(RuntimeError):
+    """Base class: a pipeline rank could not finish its schedule."""
+
+
+class PeerFailedError(PipelineFault):
+    """Another rank (or the launcher) aborted the run; the message says who and why."""
+
+
+class OpTimeoutError(PipelineFault):
+    """A wait on a message took longer than the per-operation timeout."""
+
+
+@dataclass
+class Position:
+    """Where a rank is in its schedule, as published on the side channel.
+
+    Attributes:
+        rank: the rank.
+        index: position of the current action in the rank's action list (-1 before the first).
+        total: number of actions in the rank's list (0 when not known yet).
+        action: the current action as a string (``"1F3"``), or "" before the first.
+        state: what the rank is doing: ``setup``, ``compute``, ``wait <what>``, ``done``,
+            ``failed: <error>``.
+    """
+
+    rank: int
+    index: int = -1
+    total: int = 0
+    action: str = ""
+    state: str = "setup"
+
+    def describe(self) -> str:
+        """One line for an error message: ``rank 1: action 5/20 (1F2) failed: ...``."""
+        if self.index < 0:
+            return f"rank {self.rank}: before its first action ({self.state})"
+        return f"rank {self.rank}: action {self.index}/{self.total} ({self.action}) {self.state}"
+
+    def to_json(self) -> str:
+        """Serialize for the store."""
+        return json.dumps(self.__dict__)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Position:
+        """Inverse of :meth:`to_json`."""
+        if isinstance(text, bytes):
+            text = text.decode()
+        return cls(**json.loads(text))
+
+
+def _key(name: str) -> str:
+    return KEY_PREFIX + name
+
+
+def read_positions(store, world_size: int) -> dict[int, Position]:
+    """The last published position of every rank (a rank that published nothing is left out)."""
+    positions = {}
+    for rank in range(world_size):
+        key = _key(f"status/{rank}")
+        if store.check([key]):
+            positions[rank] = Position.from_json(store.get(key))
+    return positions
+
+
+def read_failures(store, world_size: int) -> dict[int, str]:
+    """``rank -> error text`` for every rank that reported a failure."""
+    failures = {}
+    for rank in range(world_size):
+        key = _key(f"failed/{rank}")
+        if store.check([key]):
+            failures[rank] = store.get(key).decode()
+    return failures
+
+
+def read_abort(store) -> str | None:
+    """The reason of the run's abort, or None when nobody aborted."""
+    key = _key("abort")
+    return store.get(key).decode() if store.check([key]) else None
+
+
+def claim_abort(store, reason: str) -> str:
+    """Set the run's abort reason unless one is set already; returns the reason that holds."""
+    key = _key("abort")
+    # compare_set with expected "" sets the key only when it is absent.
+    return store.compare_set(key, "", reason).decode()
+
+
+def format_positions(positions: dict[int, Position], world_size: int) -> str:
+    """Every rank's position on its own line (ranks with no report say so)."""
+    lines = []
+    for rank in range(world_size):
+        pos = positions.get(rank)
+        lines.append(f"  {pos.describe()}" if pos else f"  rank {rank}: no status reported")
+    return "\n".join(lines)
+
+
+def is_communication_error(exc: BaseException) -> bool:
+    """True for errors that are a consequence of another rank's failure, not a cause."""
+    if isinstance(exc, PeerFailedError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        marker in text
+        for marker in ("Connection closed by peer", "Connection reset", "pair closure", "NCCL")
+    )
+
+
+class StatusBoard:
+    """One rank's link to the side channel: its position, the abort flag, a watchdog.
+
+    Introduced in chapter 11. ``store`` is a ``torch.distributed.Store`` (the main thread and
+    the watchdog thread each use their own client: ``store_factory`` makes the thread's).
+    Without a store (``store=None``) the board still records the position locally and
+    :func:`wait_work` still enforces per-operation timeouts.
+
+    Args:
+        rank, world_size: this rank and the number of ranks.
+        store: the store for the main thread's writes (failure reports), or None.
+        store_factory: makes a second client for the watchdog thread; defaults to ``store``.
+        launcher_pid: when set, the watchdog ends this process if that process disappears
+            (so a killed notebook kernel leaves no orphan workers).
+        exit_grace: seconds the main thread gets to stop on its own after an abort.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        store=None,
+        *,
+        store_factory: Callable[[], object] | None = None,
+        launcher_pid: int | None = None,
+        exit_grace: float = 10.0,
+    ) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.store = store
+        self._store_factory = store_factory or (lambda: store)
+        self.launcher_pid = launcher_pid
+        self.exit_grace = exit_grace
+        self.position = Position(rank)
+        self.abort_reason: str | None = None
+        self._finished = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- main thread ------------------------------------------------------------------
+    def at(self, index: int, total: int, action: str, state: str = "compute") -> None:
+        """Note the current action (cheap: no I/O; the watchdog thread publishes it)."""
+        self.position = Position(self.rank, index, total, action, state)
+
+    def note(self, state: str) -> None:
+        """Change only the state of the current position (``wait act 1F3 from rank 0``)."""
+        p = self.position
+        self.position = Position(p.rank, p.index, p.total, p.action, state)
+
+    def check(self) -> None:
+        """Raise :class:`PeerFailedError` when the run was aborted."""
+        if self.abort_reason is not None:
+            raise PeerFailedError(f"rank {self.rank} stops: {self.abort_reason}")
+
+    def fail(self, exc: BaseException) -> None:
+        """Report this rank's failure: ``failed/<rank>``, the position, and ``abort``."""
+        where = self.position.describe()
+        text = f"{type(exc).__name__}: {exc}"
+        self.note(f"failed: {text}")
+        if self.store is None:
+            return
+        try:
+            self.store.set(_key(f"status/{self.rank}"), self.position.to_json())
+            detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            self.store.set(_key(f"failed/{self.rank}"), f"{text}\n{detail}")
+            if not is_communication_error(exc):
+                claim_abort(self.store, f"rank {self.rank} failed at {where}: {text}")
+        except Exception:  # the store may be gone too; the launcher still sees the exit code
+            pass
+
+    def finish(self) -> None:
+        """Mark this rank done and stop the watchdog thread."""
+        self._finished = True
+        self.note("done")
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * PUBLISH_INTERVAL + 1.0)
+        if self.store is not None:
+            try:
+                self.store.set(_key(f"status/{self.rank}"), self.position.to_json())
+            except Exception:
+                pass
+
+    # -- watchdog thread --------------------------------------------------------------
+    def start(self) -> StatusBoard:
+        """Start the daemon thread that publishes the position and polls ``abort``."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._watch, name=f"pml-watchdog-{self.rank}", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        store = None
+        if self.store is not None:
+            try:
+                store = self._store_factory()
+            except Exception:
+                store = None
+        published = None
+        abort_seen_at = None
+        while not self._stop.wait(PUBLISH_INTERVAL):
+            if self.launcher_pid is not None and not _pid_alive(self.launcher_pid):
+                os._exit(3)  # the launcher is gone: nobody will collect our result
+            if store is None:
+                continue
+            try:
+                if self.position != published:
+                    published = self.position
+                    store.set(_key(f"status/{self.rank}"), published.to_json())
+                if self.abort_reason is None:
+                    reason = read_abort(store)
+                    if reason is not None:
+                        self.abort_reason = reason
+                        abort_seen_at = time.monotonic()
+            except Exception:
+                # The store's host died (the launcher or torchrun's agent): stop waiting.
+                self.abort_reason = self.abort_reason or "the side-channel store is unreachable"
+                abort_seen_at = abort_seen_at or time.monotonic()
+            if (
+                abort_seen_at is not None
+                and not self._finished
+                and time.monotonic() - abort_seen_at > self.exit_grace
+            ):
+                os._exit(4)  # backstop: the main thread is stuck outside any wait
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_work(work, board: StatusBoard | None, what: str, timeout: float) -> None:
+    """Wait for a ``torch.distributed`` Work, checking the abort flag and a deadline.
+
+    A blocking ``work.wait()`` cannot be interrupted, and gloo's timed wait closes the
+    connection when it expires, so we poll ``is_completed()`` with a sleep that grows from
+    20 us to 1 ms: short waits stay short, long waits cost little CPU.
+
+    Raises:
+        PeerFailedError: the run was aborted while waiting.
+        OpTimeoutError: ``timeout`` seconds passed; the message names ``what``.
+    """
+    if work.is_completed():
+        work.wait()  # raises the communication error, if any
+        return
+    if board is not None:
+        board.note(f"wait {what}")
+    deadline = time.monotonic() + timeout
+    pause = 2e-5
+    while not work.is_completed():
+        if board is not None:
+            board.check()
+        if time.monotonic() > deadline:
+            where = board.position.describe() if board is not None else ""
+            raise OpTimeoutError(f"waited more than {timeout:g} s for {what} ({where})")
+        time.sleep(pause)
+        pause = min(pause * 2, 1e-3)
+    work.wait()
+    if board is not None:
+        board.note("compute")

@@ -1,0 +1,447 @@
+"""Start one process per rank, from Python or a notebook, or join a ``torchrun`` job (chapter 11).
+
+From Python (a notebook included)::
+
+    from pipemare_lite.launch import launch
+    results = launch(my_worker, world_size=4, args=(config,), timeout=120)
+
+``my_worker(info, *args)`` runs in every process with the process group already initialized
+(``info`` is a :class:`RankInfo`); its return values come back as a list indexed by rank.
+The worker must live in an importable module (not in the notebook itself): children are
+started with ``forkserver`` (``spawn`` where that is missing), which pickles the function by
+name. ``torch`` and this package are preloaded into the fork server once, so a launch costs
+a fork, not a fresh ``import torch`` per rank.
+
+What :func:`launch` guarantees:
+
+- loopback only by default (``master_addr="127.0.0.1"``); the rendezvous port is chosen by
+  the operating system at run time (the launcher hosts a ``TCPStore`` on port 0), so
+  concurrent launches never collide;
+- gloo on CPU, NCCL when CUDA has a device per rank (``backend=None``); rank r uses
+  ``cuda:r`` with NCCL;
+- the launcher hosts the side-channel store (:mod:`pipemare_lite.executor.faults`), so it
+  can still read where every rank was after one of them died;
+- it always cleans up: on an error, a dead child or the timeout it sets the ``abort`` key,
+  gives the ranks a few seconds to stop and report, then terminates and finally kills every
+  child that is still alive. No orphans: a child also exits when the launcher disappears.
+
+From a shell, the same training runs under ``torchrun`` (one process per rank; the
+``--executor dist`` option of ``pipemare_lite.train`` calls :func:`init_from_env`)::
+
+    # one machine, 4 ranks
+    torchrun --standalone --nproc-per-node 4 -m pipemare_lite.train --executor dist ...
+
+    # two machines with 4 ranks each: run on both, with the first machine's address
+    torchrun --nnodes 2 --nproc-per-node 4 --node-rank 0 \\
+        --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29500 --rdzv-id job42 \\
+        -m pipemare_lite.train --executor dist ...
+    # (--node-rank 1 on the second machine; --max-restarts 0 keeps failures visible)
+
+``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
+``MASTER_PORT``; :func:`init_from_env` reads them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipemare_lite.executor import faults
+
+#: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
+ABORT_GRACE = 5.0
+#: Modules imported once into the fork server.
+PRELOAD = ("torch", "torch.distributed", "pipemare_lite.executor.dist")
+
+
+@dataclass
+class RankInfo:
+    """What a worker function knows about its place in the job.
+
+    Attributes:
+        rank, world_size, local_rank: as in ``torch.distributed`` / ``torchrun``.
+        backend: "gloo" or "nccl".
+        device: ``torch.device("cpu")`` with gloo, ``cuda:<local_rank>`` with NCCL.
+        board: this rank's :class:`~pipemare_lite.executor.faults.StatusBoard`.
+        op_timeout: seconds any single wait on a message may take.
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: Any
+    board: faults.StatusBoard
+    op_timeout: float
+
+
+class LaunchError(RuntimeError):
+    """A launched job failed: names the failed rank(s) and where every rank was.
+
+    Attributes:
+        failed_ranks: ranks that raised, died or timed out (the cause first when known).
+        positions: ``rank -> Position`` as last published.
+        errors: ``rank -> error text`` (traceback) for ranks that reported one.
+        exit_codes: ``rank -> exit code`` (negative: killed by that signal).
+    """
+
+    def __init__(self, message, *, failed_ranks, positions, errors, exit_codes):
+        super().__init__(message)
+        self.failed_ranks = failed_ranks
+        self.positions = positions
+        self.errors = errors
+        self.exit_codes = exit_codes
+
+
+def choose_backend(world_size: int, backend: str | None = None) -> str:
+    """``backend`` if given; else NCCL when CUDA has at least one device per rank, else gloo."""
+    if backend is not None:
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend {backend!r} is not supported; allowed: 'gloo', 'nccl', None")
+        return backend
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+        return "nccl"
+    return "gloo"
+
+
+def _device_for(backend: str, local_rank: int):
+    import torch
+
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def _init_group(backend, store, rank, world_size, device, op_timeout):
+    import torch.distributed as dist
+
+    # gloo's own timeout is a second line of defence behind wait_work's deadline.
+    timeout = datetime.timedelta(seconds=op_timeout + 30.0)
+    kwargs = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore("pg/", store),
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
+        **kwargs,
+    )
+
+
+def _child_main(
+    rank: int,
+    world_size: int,
+    addr: str,
+    port: int,
+    backend: str,
+    worker_fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    result_dir: str,
+    launcher_pid: int,
+    op_timeout: float,
+    num_threads: int | None,
+) -> None:
+    """Body of one child process: init, run the worker, write the result, exit."""
+    import torch
+    import torch.distributed as dist
+
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR=addr,
+        MASTER_PORT=str(port),
+    )
+    store_timeout = datetime.timedelta(seconds=60)
+
+    def connect():
+        return dist.TCPStore(addr, port, is_master=False, timeout=store_timeout)
+
+    store = connect()
+    board = faults.StatusBoard(
+        rank, world_size, store, store_factory=connect, launcher_pid=launcher_pid
+    ).start()
+    code = 0
+    try:
+        device = _device_for(backend, rank)
+        _init_group(backend, store, rank, world_size, device, op_timeout)
+        info = RankInfo(rank, world_size, rank, backend, device, board, op_timeout)
+        result = worker_fn(info, *args, **kwargs)
+        _write(Path(result_dir) / f"rank{rank}.pkl", ("ok", result))
+        board.finish()
+        dist.destroy_process_group()
+    except BaseException as exc:  # report everything, KeyboardInterrupt included
+        code = 1
+        board.fail(exc)
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            _write(Path(result_dir) / f"rank{rank}.pkl", ("error", text))
+        except Exception:
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit: no atexit hooks, no joins on communication threads that may hang after a
+    # failure; everything worth keeping is already in the result file and the store.
+    os._exit(code)
+
+
+def _write(path: Path, payload) -> None:
+    tmp = path.with_suffix(".tmp")
+    try:
+        data = pickle.dumps(payload)
+    except Exception as exc:  # an unpicklable result is the worker's bug: say so
+        data = pickle.dumps(("error", f"result of rank could not be pickled: {exc!r}"))
+    tmp.write_bytes(data)
+    tmp.rename(path)
+
+
+def _context(start_method: str | None):
+    methods = mp.get_all_start_methods()
+    method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
+    if method not in methods:
+        raise ValueError(f"start_method {method!r} not available here; allowed: {methods}")
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
+def launch(
+    worker_fn: Callable,
+    world_size: int,
+    *,
+    args: tuple = (),
+    kwargs: dict | None = None,
+    timeout: float = 600.0,
+    op_timeout: float = 120.0,
+    backend: str | None = None,
+    master_addr: str = "127.0.0.1",
+    start_method: str | None = None,
+    num_threads: int | None = 1,
+) -> list:
+    """Run ``worker_fn(info, *args, **kwargs)`` in ``world_size`` processes; return the results.
+
+    Introduced in chapter 11.
+
+    Args:
+        worker_fn: a module-level function (picklable by name).
+        world_size: number of processes (ranks), >= 1.
+        timeout: seconds for the whole job; then every rank is stopped.
+        op_timeout: seconds any single wait on a message may take (see
+            :func:`pipemare_lite.executor.faults.wait_work`).
+        backend: "gloo", "nccl" or None (NCCL when CUDA has a device per rank).
+        master_addr: address the rendezvous store binds to (loopback by default).
+        start_method: multiprocessing start method; default forkserver (spawn if missing).
+        num_threads: ``torch.set_num_threads`` in each child (1: bitwise-reproducible CPU
+            math, and no oversubscription); None leaves torch's default.
+
+    Returns:
+        ``[result of rank 0, result of rank 1, ...]``.
+
+    Raises:
+        LaunchError: a rank raised, died or timed out; the message names it and lists every
+            rank's last position in its schedule. No child is alive when it is raised.
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if timeout <= 0 or op_timeout <= 0:
+        raise ValueError(f"timeouts must be > 0, got timeout={timeout}, op_timeout={op_timeout}")
+    import torch.distributed as dist
+
+    backend = choose_backend(world_size, backend)
+    ctx = _context(start_method)
+    store = dist.TCPStore(
+        master_addr, 0, is_master=True, wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    result_dir = tempfile.mkdtemp(prefix="pipemare-launch-")
+    procs = []
+    try:
+        for rank in range(world_size):
+            proc = ctx.Process(
+                target=_child_main,
+                args=(rank, world_size, master_addr, store.port, backend, worker_fn, args,
+                      kwargs or {}, result_dir, os.getpid(), op_timeout, num_threads),
+                name=f"pipemare-rank{rank}",
+                daemon=True,
+            )
+            proc.start()
+            procs.append(proc)
+        exit_codes, reason = _supervise(procs, store, timeout)
+        return _collect(procs, store, result_dir, exit_codes, reason, world_size)
+    finally:
+        _stop_all(procs)
+        shutil.rmtree(result_dir, ignore_errors=True)
+
+
+def _supervise(procs, store, timeout: float) -> tuple[dict[int, int], str | None]:
+    """Wait for every child; on a failure or the timeout, abort and reap. Returns exit codes."""
+    deadline = time.monotonic() + timeout
+    abort_deadline = None
+    reason = None
+    exit_codes: dict[int, int] = {}
+    while len(exit_codes) < len(procs):
+        for rank, proc in enumerate(procs):
+            if rank in exit_codes or proc.exitcode is None:
+                continue
+            exit_codes[rank] = proc.exitcode
+            if proc.exitcode != 0 and abort_deadline is None:
+                why = (
+                    f"rank {rank} was killed by signal {-proc.exitcode}"
+                    if proc.exitcode < 0 else f"rank {rank} exited with code {proc.exitcode}"
+                )
+                reason = faults.claim_abort(store, why)
+                abort_deadline = time.monotonic() + ABORT_GRACE
+        now = time.monotonic()
+        if abort_deadline is None and now > deadline:
+            reason = faults.claim_abort(store, f"the launch timed out after {timeout:g} s")
+            abort_deadline = now + ABORT_GRACE
+        if abort_deadline is not None and now > abort_deadline:
+            break
+        time.sleep(0.02)
+    return exit_codes, reason
+
+
+def _stop_all(procs) -> None:
+    """Terminate, then kill, every child still alive; join them all."""
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        p.terminate()
+    end = time.monotonic() + 2.0
+    for p in alive:
+        p.join(timeout=max(0.0, end - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(timeout=5.0)
+
+
+def _collect(procs, store, result_dir, exit_codes, reason, world_size) -> list:
+    _stop_all(procs)
+    for rank, proc in enumerate(procs):
+        exit_codes.setdefault(rank, proc.exitcode)
+    results, errors = {}, {}
+    for rank in range(world_size):
+        path = Path(result_dir) / f"rank{rank}.pkl"
+        if path.exists():
+            status, payload = pickle.loads(path.read_bytes())
+            (results if status == "ok" else errors)[rank] = payload
+    if len(results) == world_size and all(c == 0 for c in exit_codes.values()):
+        return [results[r] for r in range(world_size)]
+    positions = faults.read_positions(store, world_size)
+    reported = faults.read_failures(store, world_size)
+    for rank, text in reported.items():
+        errors.setdefault(rank, text)
+    failed = _blame(exit_codes, errors, reported, reason, world_size)
+    lines = [f"distributed run failed: {reason or 'a rank did not return a result'}"]
+    lines.append("failed rank(s): " + ", ".join(str(r) for r in failed))
+    lines.append("where each rank was:")
+    lines.append(faults.format_positions(positions, world_size))
+    for rank in failed:
+        if rank in errors:
+            first = errors[rank].strip().splitlines()[-1]
+            lines.append(f"rank {rank} error: {first}")
+        else:
+            lines.append(f"rank {rank}: no error report (exit code {exit_codes.get(rank)})")
+    raise LaunchError(
+        "\n".join(lines), failed_ranks=failed, positions=positions, errors=errors,
+        exit_codes=exit_codes,
+    )
+
+
+def _blame(exit_codes, errors, reported, reason, world_size) -> list[int]:
+    """Order the failed ranks: the cause first (named in the abort reason), then the rest."""
+    failed = [r for r in range(world_size) if exit_codes.get(r) != 0 or r in errors]
+    cause = None
+    if reason:
+        for r in failed:
+            if reason.startswith(f"rank {r} "):
+                cause = r
+                break
+    if cause is None:  # a rank that died without a report, else one that timed out
+        silent = [r for r in failed if r not in errors]
+        timed = [r for r in failed if "OpTimeoutError" in errors.get(r, "")]
+        cause = (silent or timed or failed or [None])[0]
+    return ([cause] if cause is not None else []) + [r for r in failed if r != cause]
+
+
+def init_from_env(*, backend: str | None = None, op_timeout: float = 120.0) -> RankInfo:
+    """Join a job started by ``torchrun``: read its environment, init the process group.
+
+    Introduced in chapter 11. Connects a second client to torchrun's store
+    (``MASTER_ADDR``/``MASTER_PORT``) for the side channel; returns this rank's
+    :class:`RankInfo`. Call :func:`finish` at the end.
+    """
+    import torch.distributed as dist
+
+    needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    missing = [k for k in needed if k not in os.environ]
+    if missing:
+        raise ValueError(f"not started by torchrun: environment variables {missing} are not set")
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    backend = choose_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)), backend)
+    device = _device_for(backend, local_rank)
+    kwargs = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(
+        backend, timeout=datetime.timedelta(seconds=op_timeout + 30.0), **kwargs
+    )
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+
+    def connect():
+        return dist.TCPStore(addr, port, is_master=False, timeout=datetime.timedelta(seconds=30))
+
+    try:
+        store = connect()
+    except Exception:  # no side channel: per-operation timeouts still apply
+        store = None
+    board = faults.StatusBoard(rank, world_size, store, store_factory=connect).start()
+    return RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout)
+
+
+def finish(info: RankInfo) -> None:
+    """Mark the rank done and tear down the process group (end of a torchrun worker)."""
+    import torch.distributed as dist
+
+    info.board.finish()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def ping(info: RankInfo, payload: Any = None) -> dict:
+    """A worker that checks the job works: all-reduces the ranks and returns what it saw.
+
+    ``launch(ping, 4)`` returns, per rank, ``{"rank", "world_size", "backend", "rank_sum",
+    "pid", "payload"}`` with ``rank_sum == 0 + 1 + ... + (world_size - 1)``.
+    """
+    import torch
+    import torch.distributed as dist
+
+    value = torch.tensor([float(info.rank)], device=info.device)
+    dist.all_reduce(value)
+    return {
+        "rank": info.rank,
+        "world_size": info.world_size,
+        "backend": info.backend,
+        "rank_sum": int(value.item()),
+        "pid": os.getpid(),
+        "payload": payload,
+    }
