@@ -1,0 +1,53 @@
+"""Exercises of chapter 01, naive model parallelism: one batch in flight.
+
+- ``ex01_1`` ``naive_utilization(P) -> float``: the fraction of time a device computes when
+  one batch passes through P equal stages (the engine's simulator measures it).
+- ``ex01_2`` ``naive_order(P) -> list[list[str]]``: the F/B actions of each rank for one
+  microbatch, e.g. rank 0: ``["0F0", "0B0"]`` (the engine's ``"naive"`` schedule without
+  its ``U`` actions).
+"""
+
+from __future__ import annotations
+
+import random
+
+from pipemare_lite.exercises import references
+from pipemare_lite.exercises.compare import compare_float, compare_rows
+from pipemare_lite.exercises.exercise import Exercise
+
+
+def _stage_counts(seed: int, fixed: list[int]) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"P": P} for P in fixed] + [{"P": rng.randint(2, 16)} for _ in range(2)]
+
+
+EXERCISES = [
+    Exercise(
+        id="ex01_1",
+        chapter=1,
+        title="Utilization of naive model parallelism",
+        function_name="naive_utilization",
+        signature="naive_utilization(P) -> float",
+        hint=(
+            "With one batch in flight only one device computes at any moment; "
+            "what share of the whole run is each device's own work?"
+        ),
+        cases=lambda: _stage_counts(101, [1, 2, 3, 4, 8]),
+        reference=lambda P: references.simulated_metrics("naive", P, 1).utilization,
+        compare=compare_float,
+    ),
+    Exercise(
+        id="ex01_2",
+        chapter=1,
+        title="The order of work in naive model parallelism",
+        function_name="naive_order",
+        signature="naive_order(P) -> list[list[str]]",
+        hint=(
+            "One row per rank; rank r holds stage r; one microbatch (index 0). Write each "
+            "action as '{stage}{F|B}{microbatch}', forwards before backwards, no updates."
+        ),
+        cases=lambda: _stage_counts(102, [1, 2, 3, 4]),
+        reference=lambda P: references.schedule_rows("naive", P, 1),
+        compare=compare_rows,
+    ),
+]

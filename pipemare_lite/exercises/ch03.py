@@ -1,0 +1,56 @@
+"""Exercises of chapter 03, 1F1B and activation memory.
+
+- ``ex03_1`` ``one_f_one_b_order(P, M) -> list[list[str]]``: each rank's F/B actions in
+  1F1B (warm-up forwards, one-forward-one-backward, cool-down backwards), equal to the
+  engine's ``"1f1b"`` rows without ``U``. With M < P the warm-up is clamped to M.
+- ``ex03_2`` ``peak_activations_1f1b(P, M) -> list[int]``: per stage, the most microbatches
+  whose forward is done and whose backward is not (the simulator's ``peak_inflight``).
+"""
+
+from __future__ import annotations
+
+import random
+
+from pipemare_lite.exercises import references
+from pipemare_lite.exercises.compare import compare_int_list, compare_rows
+from pipemare_lite.exercises.exercise import Exercise
+
+
+def _stage_and_microbatch_counts(seed: int) -> list[dict]:
+    # (4, 2) and (3, 1): fewer microbatches than stages, where the warm-up is clamped
+    fixed = [(1, 1), (1, 4), (2, 2), (4, 2), (3, 1), (3, 5), (4, 8)]
+    rng = random.Random(seed)
+    drawn = [(rng.randint(2, 6), rng.randint(1, 10)) for _ in range(3)]
+    return [{"P": P, "M": M} for P, M in fixed + drawn]
+
+
+EXERCISES = [
+    Exercise(
+        id="ex03_1",
+        chapter=3,
+        title="The 1F1B order",
+        function_name="one_f_one_b_order",
+        signature="one_f_one_b_order(P, M) -> list[list[str]]",
+        hint=(
+            "Rank r starts with a warm-up of forwards (how many, for rank r? and if M is "
+            "small?), then alternates one forward and one backward, then drains the rest."
+        ),
+        cases=lambda: _stage_and_microbatch_counts(301),
+        reference=lambda P, M: references.schedule_rows("1f1b", P, M),
+        compare=compare_rows,
+    ),
+    Exercise(
+        id="ex03_2",
+        chapter=3,
+        title="Peak activations per stage under 1F1B",
+        function_name="peak_activations_1f1b",
+        signature="peak_activations_1f1b(P, M) -> list[int]",
+        hint=(
+            "Count, on each stage, the microbatches whose forward ran and whose backward has "
+            "not: the warm-up decides the peak. Remember M may be smaller than P."
+        ),
+        cases=lambda: _stage_and_microbatch_counts(302),
+        reference=lambda P, M: list(references.simulated_metrics("1f1b", P, M).peak_inflight),
+        compare=compare_int_list,
+    ),
+]

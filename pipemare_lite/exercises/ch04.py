@@ -1,0 +1,71 @@
+"""Exercises of chapter 04, interleaving and zero-bubble.
+
+- ``ex04_1`` ``interleaved_idle_fraction(P, M, v) -> float``: the idle fraction of the
+  interleaved 1F1B schedule with P ranks, M microbatches and v chunks per rank, as the
+  engine's simulator measures it (M a multiple of P, as the engine requires).
+- ``ex04_2`` ``p2p_messages_per_microbatch(P, v) -> int``: point-to-point messages between
+  ranks (forward activations plus backward gradients) for one microbatch with v chunks per
+  rank, P >= 2; derive it (it is 2 * (v * P - 1)) and the check counts the hops in the
+  engine's interleaved schedule.
+"""
+
+from __future__ import annotations
+
+import random
+
+from pipemare_lite.exercises import references
+from pipemare_lite.exercises.compare import compare_float, compare_int
+from pipemare_lite.exercises.exercise import Exercise
+
+
+def _interleaved_cases(seed: int) -> list[dict]:
+    # v = 1 is plain 1F1B; M = P is the smallest M the interleaved builder takes
+    fixed = [(2, 2, 1), (2, 2, 2), (4, 4, 2), (4, 8, 3), (2, 6, 4)]
+    rng = random.Random(seed)
+    drawn = []
+    for _ in range(3):
+        P = rng.randint(2, 4)
+        drawn.append((P, P * rng.randint(1, 3), rng.randint(1, 3)))
+    return [{"P": P, "M": M, "v": v} for P, M, v in fixed + drawn]
+
+
+def _p2p_cases(seed: int) -> list[dict]:
+    fixed = [(2, 1), (2, 2), (4, 1), (4, 3), (8, 2)]
+    rng = random.Random(seed)
+    drawn = [(rng.randint(2, 8), rng.randint(1, 4)) for _ in range(3)]
+    return [{"P": P, "v": v} for P, v in fixed + drawn]
+
+
+EXERCISES = [
+    Exercise(
+        id="ex04_1",
+        chapter=4,
+        title="Idle fraction of interleaved 1F1B",
+        function_name="interleaved_idle_fraction",
+        signature="interleaved_idle_fraction(P, M, v) -> float",
+        hint=(
+            "With v chunks per rank each forward and backward is v times shorter, but the "
+            "pipeline still has to fill and drain through the P ranks. Start from GPipe's "
+            "idle fraction and ask what v changes."
+        ),
+        cases=lambda: _interleaved_cases(401),
+        reference=lambda P, M, v: references.simulated_metrics(
+            "interleaved", P, M, chunks=v
+        ).idle_fraction,
+        compare=compare_float,
+    ),
+    Exercise(
+        id="ex04_2",
+        chapter=4,
+        title="Messages between ranks per microbatch with interleaving",
+        function_name="p2p_messages_per_microbatch",
+        signature="p2p_messages_per_microbatch(P, v) -> int",
+        hint=(
+            "A microbatch passes through v*P virtual stages and virtual stage s lives on rank "
+            "s % P. Count the hops that change rank on the way forward, then on the way back."
+        ),
+        cases=lambda: _p2p_cases(402),
+        reference=references.p2p_messages_counted,
+        compare=compare_int,
+    ),
+]

@@ -1,0 +1,139 @@
+"""Load a student's exercise answers from their notebook, without running the notebook.
+
+Grading (``tests/grading``) needs the student's functions, not their plots. So
+:func:`load_from_notebook` reads the ``.ipynb`` and executes, in order, in one fresh
+namespace:
+
+1. every top-level ``import`` of every code cell (functions need the names they use);
+2. every cell that is pure definitions (only imports, ``def``, ``class`` and assignments of
+   literal constants): helpers a solution may call;
+3. every cell that defines one of the requested names at top level.
+
+Bare expressions at the top level of those cells (``check(...)``, ``print(...)``, a value
+to display) are skipped: they bind nothing. IPython magics (``%time``, ``!pip``) are
+skipped too. A cell that raises is reported with :func:`warnings.warn` and loading goes on,
+so one broken exercise costs one exercise. Introduced in chapter 00 ("For instructors").
+Torch-free (the student's own imports may import torch).
+"""
+
+from __future__ import annotations
+
+import ast
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+import nbformat
+
+
+class NotebookLoadWarning(UserWarning):
+    """A cell of a student's notebook failed while loading their definitions."""
+
+
+def _python_source(cell_source: str) -> str:
+    """The cell without IPython magics and shell escapes (line numbers kept)."""
+    if cell_source.lstrip().startswith("%%"):
+        return ""  # a cell magic: the whole cell is not Python
+    lines = []
+    for line in cell_source.splitlines():
+        stripped = line.lstrip()
+        is_magic = stripped.startswith(("%", "!"))
+        lines.append(line[: len(line) - len(stripped)] + "pass" if is_magic else line)
+    return "\n".join(lines)
+
+
+def _bound_names(statement: ast.stmt) -> set[str]:
+    """Names a top-level statement binds (def, class, assignment targets)."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {statement.name}
+    targets: list[ast.expr] = []
+    if isinstance(statement, ast.Assign):
+        targets = statement.targets
+    elif isinstance(statement, (ast.AnnAssign, ast.AugAssign)):
+        targets = [statement.target]
+    names = set()
+    for target in targets:
+        names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def _is_literal(node: ast.expr | None) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, RecursionError):
+        return False
+    return True
+
+
+def _is_pure_definition(statement: ast.stmt) -> bool:
+    if isinstance(
+        statement,
+        (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Pass),
+    ):
+        return True
+    if isinstance(statement, ast.Assign):
+        return _is_literal(statement.value)
+    if isinstance(statement, ast.AnnAssign):
+        return statement.value is None or _is_literal(statement.value)
+    # a docstring-like string constant binds nothing and runs nothing
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+
+
+def _run(statements: list[ast.stmt], namespace: dict, label: str) -> None:
+    module = ast.Module(body=statements, type_ignores=[])
+    try:
+        exec(compile(module, label, "exec"), namespace)  # noqa: S102 - the student's own code
+    except Exception as exc:  # one broken cell must not hide the other exercises
+        warnings.warn(
+            f"{label}: {type(exc).__name__}: {exc}", NotebookLoadWarning, stacklevel=3
+        )
+
+
+def load_from_notebook(path: str | Path, names: str | Iterable[str]) -> dict:
+    """The objects called ``names`` that the notebook at ``path`` defines.
+
+    Returns a dict name -> object holding only the names the notebook defines (a name the
+    notebook never defines, or whose cell raised, is absent: the caller decides whether that
+    is a failure).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: a name is not a Python identifier.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no notebook at {path}")
+    wanted = {names} if isinstance(names, str) else set(names)
+    bad = sorted(n for n in wanted if not isinstance(n, str) or not n.isidentifier())
+    if bad:
+        raise ValueError(f"names must be Python identifiers, got {bad!r}")
+
+    notebook = nbformat.read(path, as_version=4)
+    parsed: list[tuple[int, list[ast.stmt]]] = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code":
+            continue
+        try:
+            parsed.append((index, ast.parse(_python_source(cell.source)).body))
+        except SyntaxError as exc:
+            warnings.warn(
+                f"{path.name} cell {index}: SyntaxError: {exc.msg} (line {exc.lineno})",
+                NotebookLoadWarning,
+                stacklevel=2,
+            )
+
+    namespace: dict = {"__name__": "__student_notebook__"}
+    imports = [
+        statement
+        for _, body in parsed
+        for statement in body
+        if isinstance(statement, (ast.Import, ast.ImportFrom))
+    ]
+    for statement in imports:
+        _run([statement], namespace, f"{path.name} (imports)")
+    for index, body in parsed:
+        defines_wanted = any(_bound_names(s) & wanted for s in body)
+        if defines_wanted or (body and all(_is_pure_definition(s) for s in body)):
+            kept = [s for s in body if not isinstance(s, ast.Expr)]
+            _run(kept, namespace, f"{path.name} cell {index}")
+    return {name: namespace[name] for name in wanted if name in namespace}

@@ -1,0 +1,55 @@
+"""The engine's answers to the exercises: builders, simulator and closed forms, never a copy.
+
+Each function asks the engine (imported lazily, so importing the exercises stays cheap and
+torch-free) and reshapes its answer into the form an exercise asks for, e.g. one row of
+``"2F0"``-style strings per rank without the ``U`` (update) actions. Chapters 00-04.
+"""
+
+from __future__ import annotations
+
+
+def schedule_rows(name: str, P: int, M: int, *, chunks: int = 1) -> list[list[str]]:
+    """The engine's schedule ``name`` as one row per rank of F/B actions (updates dropped)."""
+    from pipemare_lite.schedules import build_schedule
+
+    schedule = build_schedule(name, P, M, chunks=chunks)
+    return [[str(a) for a in row if a.kind != "U"] for row in schedule.ranks]
+
+
+def simulated_metrics(name: str, P: int, M: int, *, chunks: int = 1):
+    """``metrics(simulate(schedule))`` with the simulator's default op costs."""
+    from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.simulate import OpCosts, metrics, simulate
+
+    return metrics(simulate(build_schedule(name, P, M, chunks=chunks), OpCosts()))
+
+
+def p2p_messages_counted(P: int, v: int) -> int:
+    """Messages one microbatch sends between ranks in the engine's interleaved schedule.
+
+    Walks microbatch 0's forwards in virtual-stage order and counts the hops whose two
+    virtual stages sit on different ranks (``Schedule.rank_of``); its backward makes the
+    same hops in reverse, so the count doubles. Introduced in chapter 04.
+    """
+    from pipemare_lite.schedules import build_schedule
+
+    schedule = build_schedule("interleaved", P, P, chunks=v)
+    forward_stages = sorted(
+        a.stage for row in schedule.ranks for a in row if a.kind == "F" and a.index == 0
+    )
+    backward_stages = sorted(
+        a.stage
+        for row in schedule.ranks
+        for a in row
+        if a.kind in ("B", "I") and a.index == 0
+    )
+    expected = list(range(schedule.num_virtual_stages))
+    if forward_stages != expected or backward_stages != expected:
+        raise RuntimeError(
+            f"interleaved schedule P={P}, v={v}: microbatch 0 does not visit every virtual "
+            "stage exactly once"
+        )
+    hops = sum(
+        schedule.rank_of(s) != schedule.rank_of(s + 1) for s in range(len(expected) - 1)
+    )
+    return 2 * hops

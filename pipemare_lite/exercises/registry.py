@@ -1,0 +1,76 @@
+"""Every exercise of the book, by id (introduced in chapter 00).
+
+The chapter notebooks use exactly these ids and names; each chapter's cases and hints live
+in ``pipemare_lite/exercises/chNN.py``. Expected signatures:
+
+=========  ====================================================  =============================
+id         the student defines                                    compared with (engine)
+=========  ====================================================  =============================
+ex00_1     ``gpipe_action_count(P, M) -> int``                    F+B actions of ``"gpipe"``
+ex01_1     ``naive_utilization(P) -> float``                      simulated utilization, naive
+ex01_2     ``naive_order(P) -> list[list[str]]``                  ``"naive"`` rows minus U
+ex02_1     ``gpipe_order(P, M) -> list[list[str]]``               ``"gpipe"`` rows minus U
+ex02_2     ``idle_fraction(P, M) -> float``                       simulated idle fraction, gpipe
+ex02_3     constant ``M_FOR_10_PERCENT: int``                     hash of the right value
+ex03_1     ``one_f_one_b_order(P, M) -> list[list[str]]``         ``"1f1b"`` rows minus U
+ex03_2     ``peak_activations_1f1b(P, M) -> list[int]``           simulated peak_inflight, 1f1b
+ex04_1     ``interleaved_idle_fraction(P, M, v) -> float``        simulated idle, interleaved
+ex04_2     ``p2p_messages_per_microbatch(P, v) -> int``           hops counted in interleaved
+=========  ====================================================  =============================
+
+Rows are one list per rank of action strings ``{stage}{F|B}{microbatch}`` (``"2F0"``,
+``"1B3"``) in execution order, updates (``U``) left out. Torch-free: the chapter modules
+import the engine only when a check runs.
+"""
+
+from __future__ import annotations
+
+from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04
+from pipemare_lite.exercises.exercise import Exercise
+
+#: exercise id -> :class:`Exercise`, in book order.
+EXERCISES: dict[str, Exercise] = {
+    exercise.id: exercise
+    for module in (ch00, ch01, ch02, ch03, ch04)
+    for exercise in module.EXERCISES
+}
+
+
+class UnknownExerciseError(LookupError):
+    """An exercise id that is not in :data:`EXERCISES`; the message lists the known ids."""
+
+
+def get_exercise(exercise_id: str) -> Exercise:
+    """The exercise called ``exercise_id``.
+
+    Raises:
+        UnknownExerciseError: naming the bad id and listing every known id.
+    """
+    try:
+        return EXERCISES[exercise_id]
+    except (KeyError, TypeError):
+        known = ", ".join(EXERCISES)
+        raise UnknownExerciseError(
+            f"unknown exercise id {exercise_id!r}; known ids: {known}"
+        ) from None
+
+
+def list_exercises(chapter: int | None = None) -> list[Exercise]:
+    """All exercises in book order, or those of one chapter (an int, e.g. 2).
+
+    Raises:
+        ValueError: ``chapter`` is not an int in 0..99.
+    """
+    if chapter is None:
+        return list(EXERCISES.values())
+    if isinstance(chapter, bool) or not isinstance(chapter, int) or not 0 <= chapter <= 99:
+        raise ValueError(f"chapter must be an int in 0..99 or None, got {chapter!r}")
+    return [exercise for exercise in EXERCISES.values() if exercise.chapter == chapter]
+
+
+def find_by_name(function_name: str) -> Exercise | None:
+    """The exercise whose answer is called ``function_name``, or None."""
+    for exercise in EXERCISES.values():
+        if exercise.function_name == function_name:
+            return exercise
+    return None
