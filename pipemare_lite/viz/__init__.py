@@ -1,0 +1,26 @@
+"""Figures of the book: pure functions that return ``plotly.graph_objects.Figure``.
+
+Every figure shares one colour scheme (:mod:`pipemare_lite.viz.colors`): one colour per
+microbatch, one pattern per op kind, one colour per memory kind and per method. Nothing
+here imports torch, and nothing keeps state: call a function, get a figure.
+
+- :func:`gantt`, :func:`gantt_pair` (chapters 01-04, 11): who computes what, when;
+- :func:`staleness_heatmap`, :func:`delay_bars`, :func:`path_figure` (chapter 05);
+- :func:`loss_curves` (chapters 07-10).
+"""
+
+from pipemare_lite.viz.curves import divergence_step, loss_curves
+from pipemare_lite.viz.gantt import gantt, gantt_pair, gantt_traces, idle_intervals
+from pipemare_lite.viz.staleness import delay_bars, path_figure, staleness_heatmap
+
+__all__ = [
+    "gantt",
+    "gantt_pair",
+    "gantt_traces",
+    "idle_intervals",
+    "staleness_heatmap",
+    "delay_bars",
+    "path_figure",
+    "loss_curves",
+    "divergence_step",
+]
