@@ -1,0 +1,119 @@
+"""Checkpoints that survive a crash and load without running code (introduced in chapter 11).
+
+A training checkpoint is one dict of tensors and plain values (numbers, strings, None,
+lists, dicts): model and optimizer state, the executor's state (including microbatches
+still in flight in an asynchronous pipeline), the random states (torch, numpy, Python,
+and the generator that orders the data), and the history so far. Two rules make it safe:
+
+- **Atomic writes.** The file is written to a temporary file in the same directory,
+  flushed and ``fsync``-ed, then moved over the old one with ``os.replace`` (atomic on
+  POSIX and Windows), and the directory is ``fsync``-ed. A crash at any moment leaves
+  either the old checkpoint or the new one, never half of one.
+- **No pickled objects.** :func:`save_checkpoint` refuses anything but tensors and plain
+  values, and :func:`load_checkpoint` reads with ``torch.load(..., weights_only=True)``,
+  which cannot execute code hidden in a file.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def check_plain(value, where: str = "checkpoint") -> None:
+    """Raise TypeError naming the first value that is not a tensor, plain value, list or dict."""
+    if isinstance(value, torch.Tensor) or isinstance(value, _PLAIN):
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, _PLAIN):
+                raise TypeError(f"{where} has a key of type {type(key).__name__}: {key!r}")
+            check_plain(item, f"{where}[{key!r}]")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            check_plain(item, f"{where}[{i}]")
+        return
+    raise TypeError(
+        f"{where} is a {type(value).__name__}; checkpoints hold only tensors, numbers, "
+        "strings, None, lists and dicts (so they load with weights_only=True)"
+    )
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open a directory; os.replace is still atomic
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
+    """Write ``state`` to ``path`` atomically (temp file + fsync + ``os.replace``)."""
+    check_plain(state)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """Read a checkpoint written by :func:`save_checkpoint` (``weights_only=True``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def rng_state() -> dict:
+    """The global random states of torch, numpy and Python, as plain values."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what :func:`rng_state` returned."""
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(
+        (
+            n["kind"],
+            n["keys"].numpy().astype(np.uint32),
+            n["pos"],
+            n["has_gauss"],
+            n["cached_gaussian"],
+        )
+    )
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["internal"]), p["gauss_next"]))
