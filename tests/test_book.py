@@ -1,0 +1,140 @@
+"""The book build: executes chapters, renders offline HTML with live plotly figures, indexes them.
+
+Builds tiny fixture chapters (a plotly figure, a failing cell) in a temporary folder, so the
+test does not depend on how long the real chapters take.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from pipemare_lite import book, cli
+
+FIGURE_CELL = """import plotly.graph_objects as go
+fig = go.Figure(go.Bar(x=["F", "B"], y=[3, 5]))
+fig.update_layout(title="</script> must not end the page's script")
+fig"""
+
+
+def _chapter(folder: Path, name: str, *code: str) -> Path:
+    number = name[:2]
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell(f"# {number} · Fixture {name}\n\nA promise."),
+            *(new_code_cell(c) for c in code),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    )
+    path = folder / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One build of a one-chapter book with a plotly figure (one kernel start)."""
+    chapters = tmp_path_factory.mktemp("chapters")
+    _chapter(chapters, "07_figure_fixture", FIGURE_CELL, "import os\nprint(os.getcwd())")
+    out = tmp_path_factory.mktemp("book")
+    results = book.build_book(out=out, directory=chapters, timeout=120, log=lambda m: None)
+    return chapters, out, results
+
+
+def test_index_links_every_executed_chapter(built):
+    chapters, out, results = built
+    assert [r.name for r in results] == ["07_figure_fixture"] and results[0].ok
+    index = (out / "index.html").read_text()
+    assert 'href="07_figure_fixture.html"' in index
+    assert "Fixture 07_figure_fixture" in index  # title read from the first heading
+    assert (out / "07_figure_fixture.html").is_file()
+    timings = json.loads((out / "timings.json").read_text())
+    assert set(timings) == {"07_figure_fixture.ipynb"} and timings["07_figure_fixture.ipynb"] > 0
+
+
+def test_pages_load_no_script_from_the_network(built):
+    _, out, _ = built
+    for page in (out / "index.html", out / "07_figure_fixture.html"):
+        sources = re.findall(r"<script[^>]*\bsrc=[\"']([^\"']+)", page.read_text())
+        assert all("cdn." not in s and "://" not in s for s in sources), sources
+    page = (out / "07_figure_fixture.html").read_text()
+    assert re.findall(r"<script[^>]*\bsrc=[\"']([^\"']+)", page) == [book.PLOTLY_JS]
+
+
+def test_plotly_js_is_the_installed_copy(built):
+    _, out, _ = built
+    shipped = Path(str(resources.files("plotly") / "package_data" / "plotly.min.js"))
+    assert (out / "plotly.min.js").read_bytes() == shipped.read_bytes()
+
+
+def test_figure_becomes_a_div_drawn_by_newplot(built):
+    _, out, _ = built
+    page = (out / "07_figure_fixture.html").read_text()
+    divs = re.findall(r'<div[^>]*class="plotly-graph-div"[^>]*>', page)
+    div_ids = [re.search(r'id="([^"]+)"', d).group(1) for d in divs]
+    assert len(div_ids) == 1
+    assert f'Plotly.newPlot("{div_ids[0]}"' in page
+    assert "<\\/script> must not end" in page  # the title survived, escaped
+    assert "application/vnd.plotly.v1+json" not in page
+
+
+def test_chapters_run_with_the_chapters_folder_as_working_directory(built):
+    chapters, out, _ = built
+    assert str(chapters) in (out / "07_figure_fixture.html").read_text()
+
+
+def test_failing_chapter_fails_the_build_with_its_name_and_error(tmp_path, capsys):
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    _chapter(chapters, "01_broken", "raise ValueError('the planted error')")
+    _chapter(chapters, "02_fine", "print('fine')")
+    out = tmp_path / "book"
+    argv = ["book", "--out", str(out), "--chapters-dir", str(chapters), "--timeout", "60"]
+
+    assert cli.main(argv) == 1
+    printed = capsys.readouterr().out
+    assert "01_broken" in printed and "the planted error" in printed
+    assert not (out / "02_fine.html").exists()  # stopped at the first failure
+
+    assert cli.main(argv + ["--keep-going"]) == 1  # failures still fail, the rest is built
+    index = (out / "index.html").read_text()
+    assert (out / "02_fine.html").is_file() and 'href="02_fine.html"' in index
+    assert "failed" in index.split('href="01_broken.html"')[1].split("</li>")[0]
+
+
+def test_offline_outputs_rewrites_figures_and_widgets():
+    figure = {"data": [{"type": "bar", "y": [1, 2]}], "layout": {"height": 300}}
+    widget = {"model_id": "abc", "version_major": 2, "version_minor": 0}
+    cell = new_code_cell("x")
+    cell.outputs = [
+        nbformat.v4.new_output("display_data", {book.PLOTLY_MIMETYPE: figure, "text/html": "x"}),
+        nbformat.v4.new_output("display_data", {book.WIDGET_MIMETYPE: widget, "text/plain": "w"}),
+    ]
+    nb = new_notebook(cells=[cell], metadata={"widgets": {"state": {}}})
+    book.offline_outputs(nb, "p")
+    first, second = (o["data"] for o in nb.cells[0].outputs)
+    assert list(first) == ["text/html"] and 'id="p-fig-0-0"' in first["text/html"]
+    assert "height:300px" in first["text/html"]
+    assert list(second) == ["text/html"] and "widget" in second["text/html"].lower()
+    assert "widgets" not in nb.metadata
+
+
+def test_select_chapters_by_number_name_or_path(tmp_path):
+    a = _chapter(tmp_path, "00_intro")
+    b = _chapter(tmp_path, "03_more")
+    assert book.select_chapters(None, tmp_path) == [a, b]
+    assert book.select_chapters(["3"], tmp_path) == [b]
+    assert book.select_chapters(["00_intro", "03_more.ipynb"], tmp_path) == [a, b]
+    with pytest.raises(ValueError, match="no chapter '05'.*allowed: 00_intro, 03_more"):
+        book.select_chapters(["05"], tmp_path)
+
+
+def test_bad_timeout_is_rejected_early(tmp_path):
+    with pytest.raises(ValueError, match="timeout must be a positive"):
+        book.build_book(out=tmp_path, directory=tmp_path, timeout=0)
