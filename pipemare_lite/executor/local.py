@@ -1,0 +1,287 @@
+"""The local executor: run a schedule with real tensors in one process (chapters 02-10).
+
+Usage (the API ``fit()`` and the chapters build on)::
+
+    schedule = build_schedule("async", P, N, num_minibatches=K)      # one schedule, K steps
+    executor = LocalExecutor(schedule, stage_modules, loss_fn=F.cross_entropy,
+                             optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
+                             method_options=MethodOptions(...))
+    result = executor.run(microbatches)       # microbatches[m] = (input, target), global m
+
+``microbatches`` is any sequence indexed by the *global* microbatch index (microbatch j of
+minibatch k is ``k * N + j``) with at least ``schedule.total_microbatches`` entries; it may be
+lazy (only ``__getitem__`` and ``__len__`` are used, each index read once, when its first
+forward runs). An epoch of K minibatches is therefore ONE schedule with K minibatches: an
+asynchronous pipeline never flushes between them.
+
+Stopping and resuming. ``run(microbatches, stop_after_updates=k)`` returns as soon as every
+stage has made k updates (the pipeline may hold in-flight microbatches: their saved tensors
+are part of the state). ``state_dict()`` then captures weights, optimizer and scheduler
+states, versions, stashed copies, T2 buffers, the position of every rank in the schedule,
+messages in transit and the pending microbatches; a fresh executor built the same way,
+after ``load_state_dict(state)``, continues with ``run(microbatches)`` and produces the same
+trajectory bitwise as an uninterrupted run. The state holds Python objects (use
+``torch.save``/``torch.load(weights_only=False)``).
+
+Execution order. Each rank runs its own actions in schedule order; the executor interleaves
+ranks greedily (an action runs once its input has arrived). The numbers depend only on each
+rank's own order, so any dependency-respecting interleaving gives the same result: the
+distributed executor relies on exactly this. The trace records the wall-clock time of every
+action, the weight version each F and B used, and the bytes each stage held.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from pipemare_lite.executor.stage import BYTE_KINDS, StageWorker
+from pipemare_lite.methods.lr_rescheduling import LRRescheduling, stage_forward_delays
+from pipemare_lite.methods.registry import MethodOptions
+from pipemare_lite.schedules.actions import (
+    BACKWARD,
+    FORWARD,
+    INPUT_GRAD,
+    UPDATE,
+    WEIGHT_GRAD,
+    Action,
+    Schedule,
+)
+from pipemare_lite.timeline import TimedAction, Timeline
+
+
+@dataclass
+class RunResult:
+    """What one :meth:`LocalExecutor.run` call did.
+
+    Attributes:
+        losses: unscaled loss per microbatch whose last-stage forward ran in this call, in
+            microbatch order (``loss_by_microbatch`` gives the indices).
+        trace: measured :class:`~pipemare_lite.timeline.Timeline` (unit "s"); ``extra`` holds
+            ``versions``: ``{"2F5": 1, "2B5": 3, ...}`` the weight version each F/B/I/W used
+            (for T2 runs the B entry is the current version; ``distances`` gives d).
+        forward_versions / backward_versions / distances: ``{(stage, microbatch): int}``.
+        learning_rates: ``learning_rates[stage][k]`` the lr (first param group) of update k.
+        peak_bytes: ``peak_bytes[stage][kind]``, the largest value seen after any action.
+        bytes_over_time: ``(seconds, stage, {kind: bytes})`` after each of that stage's actions.
+    """
+
+    losses: list[float]
+    loss_by_microbatch: dict[int, float]
+    trace: Timeline
+    forward_versions: dict[tuple[int, int], int]
+    backward_versions: dict[tuple[int, int], int]
+    distances: dict[tuple[int, int], int]
+    learning_rates: list[list[float]]
+    peak_bytes: list[dict[str, int]]
+    bytes_over_time: list[tuple[float, int, dict[str, int]]] = field(default_factory=list)
+
+
+class LocalExecutor:
+    """Run a :class:`~pipemare_lite.schedules.Schedule` on ``stage_modules`` in one process.
+
+    Args:
+        schedule: which actions each rank runs (its ``weight_mode`` picks the versions).
+        stage_modules: one module per virtual stage (``schedule.num_virtual_stages``).
+        loss_fn: ``loss_fn(output, target)``, mean over the microbatch's samples.
+        optimizer_factory: ``optimizer_factory(params) -> torch.optim.Optimizer``, per stage.
+        method_options: T1/T2 switches (:class:`~pipemare_lite.methods.MethodOptions`).
+        devices: one ``torch.device`` per virtual stage (default: where each module is).
+        lr_scheduler_factory: ``factory(optimizer) -> scheduler`` per stage; with T1 on, T1
+            multiplies on top of it.
+    """
+
+    def __init__(self, schedule: Schedule, stage_modules: Sequence[nn.Module], *,
+                 loss_fn: Callable, optimizer_factory: Callable,
+                 method_options: MethodOptions | None = None,
+                 devices: Sequence[torch.device | str] | None = None,
+                 lr_scheduler_factory: Callable | None = None) -> None:
+        stages = schedule.num_virtual_stages
+        if len(stage_modules) != stages:
+            raise ValueError(f"schedule {schedule.name!r} has {stages} virtual stages, got "
+                             f"{len(stage_modules)} stage modules")
+        if devices is not None and len(devices) != stages:
+            raise ValueError(f"devices: need one per virtual stage ({stages}), got {len(devices)}")
+        options = method_options or MethodOptions()
+        if options.discrepancy_correction and schedule.weight_mode != "async":
+            raise ValueError(f"T2 needs an async schedule; {schedule.name!r} has weight_mode "
+                             f"{schedule.weight_mode!r}")
+        self.schedule, self.options = schedule, options
+        delays = stage_forward_delays(schedule) if options.lr_rescheduling else None
+        horizon = options.rescheduling_horizon
+        horizon = schedule.num_minibatches if horizon is None else horizon
+        self.workers: list[StageWorker] = []
+        for s, module in enumerate(stage_modules):
+            device = torch.device(devices[s]) if devices is not None else None
+            if device is not None:
+                module.to(device)
+            optimizer = optimizer_factory([p for p in module.parameters() if p.requires_grad])
+            scheduler = lr_scheduler_factory(optimizer) if lr_scheduler_factory else None
+            if delays is not None:
+                scheduler = LRRescheduling(optimizer, delays[s], horizon, base=scheduler)
+            self.workers.append(StageWorker(
+                s, module, optimizer, weight_mode=schedule.weight_mode,
+                is_last=s == stages - 1, num_microbatches=schedule.num_microbatches,
+                num_minibatches=schedule.num_minibatches, loss_fn=loss_fn, device=device,
+                lr_scheduler=scheduler,
+                discrepancy_gamma=(options.gamma_for(s) if options.discrepancy_correction
+                                   else None)))
+        self.forward_delays = delays
+        self.positions = [0] * schedule.num_stages
+        self.activations: dict[tuple[int, int], torch.Tensor] = {}  # input of (stage, mb)
+        self.gradients: dict[tuple[int, int], torch.Tensor] = {}    # grad of output of (s, mb)
+        self.targets: dict[int, object] = {}  # read at stage 0's F, used at the last stage
+
+    @property
+    def finished(self) -> bool:
+        """True once every rank has run all its actions."""
+        return all(p == len(row) for p, row in zip(self.positions, self.schedule.ranks))
+
+    # ------------------------------------------------------------------ running
+    def _ready(self, action: Action) -> bool:
+        s, m, last = action.stage, action.index, self.schedule.num_virtual_stages - 1
+        if action.kind == FORWARD:
+            return s == 0 or (s, m) in self.activations
+        if action.kind in (BACKWARD, INPUT_GRAD):
+            return m in self.workers[s].pending and (s == last or (s, m) in self.gradients)
+        if action.kind == WEIGHT_GRAD:
+            record = self.workers[s].pending.get(m)
+            return record is not None and record.input_grad_done
+        return True
+
+    def _execute(self, action: Action, microbatches: Sequence) -> None:
+        s, m, last = action.stage, action.index, self.schedule.num_virtual_stages - 1
+        worker = self.workers[s]
+        if action.kind == FORWARD:
+            if s == 0:
+                if m >= len(microbatches):
+                    raise IndexError(f"action {action} needs microbatch {m}; only "
+                                     f"{len(microbatches)} were given")
+                x, self.targets[m] = microbatches[m]
+            else:
+                x = self.activations.pop((s, m))
+            out = worker.forward(m, x, self.targets.pop(m) if s == last else None)
+            if s < last:
+                self.activations[(s + 1, m)] = out.to(self.workers[s + 1].device)
+        elif action.kind in (BACKWARD, INPUT_GRAD):
+            grad_y = None if s == last else self.gradients.pop((s, m))
+            run = worker.backward if action.kind == BACKWARD else worker.input_grad
+            grad_x = run(m, grad_y)
+            if s > 0:
+                self.gradients[(s - 1, m)] = grad_x.to(self.workers[s - 1].device)
+        elif action.kind == WEIGHT_GRAD:
+            worker.weight_grad(m)
+        else:
+            worker.update()
+
+    def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None) -> RunResult:
+        """Execute the schedule (from where it stands) and return the losses and the trace.
+
+        ``stop_after_updates=k`` stops as soon as every stage has made ``k`` updates;
+        call ``run`` again (or save ``state_dict()``) to continue.
+        """
+        marks = [(len(w.learning_rates), set(w.forward_versions), set(w.backward_versions))
+                 for w in self.workers]
+        losses_before = set(self.workers[-1].losses)
+        entries: list[TimedAction] = []
+        versions: dict[str, int] = {}
+        peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in self.workers]
+        over_time: list[tuple[float, int, dict[str, int]]] = []
+        cuda = [w.device for w in self.workers if w.device.type == "cuda"]
+        origin = time.perf_counter()
+
+        def done() -> bool:
+            if stop_after_updates is None:
+                return self.finished
+            return all(w.versions.version >= stop_after_updates for w in self.workers)
+
+        while not done():
+            progressed = False
+            for rank, row in enumerate(self.schedule.ranks):
+                while self.positions[rank] < len(row) and not done():
+                    action = row[self.positions[rank]]
+                    if not self._ready(action):
+                        break
+                    start = time.perf_counter()
+                    self._execute(action, microbatches)
+                    for device in cuda:  # timings are meaningless without a sync on GPUs
+                        torch.cuda.synchronize(device)
+                    end = time.perf_counter()
+                    self.positions[rank] += 1
+                    progressed = True
+                    entries.append(TimedAction(rank, action, start - origin, end - origin))
+                    versions[str(action)] = self._version_of(action)
+                    held = self.workers[action.stage].bytes_held()
+                    over_time.append((end - origin, action.stage, held))
+                    peak = peaks[action.stage]
+                    for kind, value in held.items():
+                        peak[kind] = max(peak[kind], value)
+            if not progressed:
+                stuck = [str(row[p]) for p, row in zip(self.positions, self.schedule.ranks)
+                         if p < len(row)]
+                raise RuntimeError(f"schedule {self.schedule.name!r} is stuck: no rank can run "
+                                   f"its next action ({', '.join(stuck)}); a dependency is "
+                                   "missing or ordered after its consumer")
+        return self._result(marks, losses_before, entries, versions, peaks, over_time)
+
+    def _version_of(self, action: Action) -> int:
+        worker = self.workers[action.stage]
+        if action.kind == FORWARD:
+            return worker.forward_versions[action.index]
+        if action.kind == UPDATE:
+            return worker.versions.version - 1  # the version the update read
+        return worker.backward_versions[action.index]
+
+    def _result(self, marks, losses_before, entries, versions, peaks, over_time) -> RunResult:
+        forward, backward, distances, rates = {}, {}, {}, []
+        for s, (worker, (n_rates, f_seen, b_seen)) in enumerate(zip(self.workers, marks)):
+            forward.update({(s, m): v for m, v in worker.forward_versions.items()
+                            if m not in f_seen})
+            backward.update({(s, m): v for m, v in worker.backward_versions.items()
+                             if m not in b_seen})
+            distances.update({(s, m): worker.distances[m] for m in worker.backward_versions
+                              if m not in b_seen})
+            rates.append(worker.learning_rates[n_rates:])
+        last = self.workers[-1].losses
+        by_mb = {m: last[m] for m in sorted(last) if m not in losses_before}
+        trace = Timeline(self.schedule, tuple(entries), unit="s", source="measured",
+                         extra={"versions": versions, "distances": dict(distances)})
+        return RunResult(list(by_mb.values()), by_mb, trace, forward, backward, distances,
+                         rates, peaks, over_time)
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """Everything needed to continue bitwise (see the module docstring)."""
+        rng = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available() and any(w.device.type == "cuda" for w in self.workers):
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {
+            "schedule": (self.schedule.name, self.schedule.rows()),
+            "positions": list(self.positions),
+            "activations": dict(self.activations),
+            "gradients": dict(self.gradients),
+            "targets": dict(self.targets),
+            "stages": [w.state_dict() for w in self.workers],
+            "rng": rng,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a fresh executor (same schedule, modules, factories) to ``state``."""
+        if state["schedule"] != (self.schedule.name, self.schedule.rows()):
+            raise ValueError(f"state was saved for schedule {state['schedule'][0]!r} with other "
+                             f"actions; this executor runs {self.schedule.name!r}")
+        if any(self.positions):
+            raise RuntimeError("load_state_dict needs an executor that has not run yet")
+        self.positions = list(state["positions"])
+        self.activations = dict(state["activations"])
+        self.gradients = dict(state["gradients"])
+        self.targets = dict(state["targets"])
+        for worker, stage_state in zip(self.workers, state["stages"]):
+            worker.load_state_dict(stage_state)
+        torch.set_rng_state(state["rng"]["cpu"])
+        if "cuda" in state["rng"]:
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])

@@ -1,0 +1,362 @@
+"""One pipeline stage's worker: forward, backward, update, versions, bytes (chapters 03-11).
+
+Contract for executors (the local one in :mod:`pipemare_lite.executor.local` and the
+distributed one drive the *same* :class:`StageWorker`, so their numbers agree bitwise)::
+
+    worker = StageWorker(stage, module, optimizer, weight_mode=..., is_last=...,
+                         num_microbatches=N, num_minibatches=K, loss_fn=..., ...)
+    F(m):  y = worker.forward(m, x, target)   # x: this stage's input (any device; moved to
+                                              # worker.device); target only on the last
+                                              # stage; returns the detached output, or on
+                                              # the last stage the detached, unscaled loss
+    B(m):  gx = worker.backward(m, grad_y)    # grad_y: gradient of y (None on the last
+                                              # stage); returns gradient of x, None on stage 0
+    I(m):  gx = worker.input_grad(m, grad_y)  # split backward: input gradient only ...
+    W(m):  worker.weight_grad(m)              # ... then the weight gradients
+    U:     worker.update()                    # optimizer step on everything accumulated
+
+The worker never sends or receives anything: moving ``y`` and ``gx`` between stages is the
+executor's job (a dict in one process, ``torch.distributed`` send/recv across processes).
+Call the methods in the rank's schedule order; that order alone fixes the numerics.
+
+Numerics (chapter 02): the last stage's loss for microbatch m is ``loss_fn(y, target)`` (a
+mean over the microbatch's samples) and the backward starts from ``loss / N``; weight
+gradients accumulate by summation into ``param.grad`` in the order the backwards run;
+``update()`` steps the optimizer and zeroes the gradients (set to None). A flushed minibatch
+therefore equals one-device gradient accumulation ``for mb in mbs: (loss(mb) / N).backward()``
+followed by ``optimizer.step(); optimizer.zero_grad()``, bitwise in float32.
+
+Weight versions (chapter 05, :mod:`pipemare_lite.methods.versions`): the forward runs under
+saved-tensor hooks that replace every saved parameter by a :class:`ParamRef`; the backward
+is handed the version the weight mode asks for (current, stashed, 2BW's held one, or T2's
+``w - d * delta``). With a split backward the version is chosen at I and reused at W.
+
+Checkpoints: :meth:`StageWorker.state_dict` holds weights, accumulated gradients, optimizer
+and scheduler state, versions and held copies, T2's buffer and every pending (forwarded, not
+yet backwarded) microbatch as its input and the tensors its forward saved; on
+:meth:`load_state_dict` the forward is re-run while the pack hook hands back the stored
+tensors in order, so the rebuilt graph's backward is bitwise the original one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from pipemare_lite.methods.discrepancy import DiscrepancyCorrection
+from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
+
+#: Byte kinds reported per stage, as the memory model (:mod:`pipemare_lite.memory`) names them.
+BYTE_KINDS = ("weights", "stash", "t2_buffer", "optimizer", "activations")
+
+
+class _HeldVersion(torch.autograd.Function):
+    """Forward with a held copy's values; the gradient flows to the live parameter.
+
+    Used only when a forward must read a version that is not the current one (2BW).
+    """
+
+    @staticmethod
+    def forward(ctx, param, value):  # noqa: D102
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        return grad, None
+
+
+@dataclass
+class _Pending:
+    """A microbatch between its forward and the end of its backward on this stage."""
+
+    microbatch: int
+    version: int
+    input: torch.Tensor
+    target: object = None
+    saved: list = field(default_factory=list)
+    root: torch.Tensor | None = None
+    weights: list | None = None
+    grad_output: torch.Tensor | None = None
+    input_grad_done: bool = False
+    replay: list | None = None
+
+
+class StageWorker:
+    """One (virtual) stage: its module, optimizer, weight versions and pending microbatches.
+
+    Args:
+        stage: virtual stage index (0 = first).
+        module: the stage's layers; its parameters are this stage's weights.
+        optimizer: a ``torch.optim`` optimizer over ``module``'s parameters.
+        weight_mode: ``sync``, ``stash``, ``2bw`` or ``async`` (the schedule's).
+        is_last: the last stage computes the loss.
+        num_microbatches: N, microbatches per minibatch (the loss is scaled by 1/N).
+        num_minibatches: K, minibatches in the schedule (2BW keeps a copy only if needed).
+        loss_fn: ``loss_fn(output, target)``, a mean over samples (last stage only).
+        device: where the module lives; inputs are moved here.
+        lr_scheduler: optional scheduler stepped after every update.
+        discrepancy_gamma: T2's gamma; None switches T2 off (needs weight mode ``async``).
+    """
+
+    def __init__(self, stage: int, module: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 weight_mode: str, is_last: bool, num_microbatches: int,
+                 num_minibatches: int = 1, loss_fn: Callable | None = None,
+                 device: torch.device | str | None = None, lr_scheduler=None,
+                 discrepancy_gamma: float | None = None) -> None:
+        if is_last and loss_fn is None:
+            raise ValueError("the last stage needs a loss_fn(output, target)")
+        if discrepancy_gamma is not None and weight_mode != "async":
+            raise ValueError(f"T2 corrects the async discrepancy; weight mode {weight_mode!r} "
+                             "has none (use weight_mode 'async')")
+        self.stage, self.module, self.optimizer = stage, module, optimizer
+        self.is_last, self.loss_fn = is_last, loss_fn
+        self.num_microbatches = num_microbatches
+        self.device = torch.device(device) if device is not None else _module_device(module)
+        self.lr_scheduler = lr_scheduler
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self._names = [n for n, p in module.named_parameters() if p.requires_grad]
+        self._index_of = {id(p): i for i, p in enumerate(self.params)}
+        self.versions = WeightVersions(self.params, weight_mode,
+                                       num_microbatches=num_microbatches,
+                                       num_minibatches=num_minibatches)
+        self.t2 = (None if discrepancy_gamma is None
+                   else DiscrepancyCorrection(self.params, discrepancy_gamma))
+        self.pending: dict[int, _Pending] = {}
+        # What happened, for traces and tests (not needed to continue training).
+        self.losses: dict[int, float] = {}
+        self.forward_versions: dict[int, int] = {}
+        self.backward_versions: dict[int, int] = {}
+        self.distances: dict[int, int] = {}
+        self.learning_rates: list[float] = []
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, microbatch: int, x: torch.Tensor, target=None) -> torch.Tensor:
+        """F(m): run the module on ``x``; returns the detached output (last stage: loss)."""
+        if microbatch in self.pending:
+            raise RuntimeError(f"stage {self.stage}: F{microbatch} twice without its backward")
+        if self.is_last and target is None:
+            raise ValueError(f"stage {self.stage} is last: F{microbatch} needs a target")
+        version = self.versions.forward_version(microbatch)
+        x = x.detach().to(self.device)
+        if self.stage > 0:
+            if not x.is_floating_point():
+                raise TypeError(f"stage {self.stage} got a {x.dtype} input; stages after the "
+                                "first need floating-point inputs to send gradients back")
+            x.requires_grad_(True)
+        if target is not None and isinstance(target, torch.Tensor):
+            target = target.to(self.device)
+        record = _Pending(microbatch, version, x, target)
+        self.versions.acquire(version)
+        self.pending[microbatch] = record
+        self.forward_versions[microbatch] = version
+        out = self._build_graph(record)
+        if self.is_last:
+            self.losses[microbatch] = out.item()
+        return out
+
+    def _build_graph(self, record: _Pending) -> torch.Tensor:
+        """Run the forward under the hooks; sets ``record.root``; returns the detached output."""
+        weights, index_of = None, self._index_of
+        versions = self.versions
+        older = record.version != versions.version
+        if older and (versions.mode == "2bw" or record.version in versions.held):
+            # 2BW (or a replayed stash forward): read the held copy, not the live weights.
+            # A replayed async forward reads the live weights: its saved tensors are stored.
+            copies = self.versions.weights(record.version)
+            weights = {name: _HeldVersion.apply(p, c)
+                       for name, p, c in zip(self._names, self.params, copies)}
+            index_of = {id(t): i for i, t in enumerate(weights.values())}
+        with torch.autograd.graph.saved_tensors_hooks(self._packer(record, index_of),
+                                                      self._unpacker(record)):
+            if weights is None:
+                y = self.module(record.input)
+            else:
+                y = torch.func.functional_call(self.module, weights, (record.input,))
+            if self.is_last:
+                loss = self.loss_fn(y, record.target)
+                record.root = loss / self.num_microbatches
+                return loss.detach()
+        record.root = y
+        return y.detach()
+
+    @staticmethod
+    def _packer(record: _Pending, index_of: dict[int, int]):
+        def pack(tensor: torch.Tensor):
+            if record.replay is not None:  # rebuilding after a checkpoint: stored, in order
+                stored = record.replay.pop(0)
+                record.saved.append(stored)
+                return stored
+            ref = param_ref(tensor, index_of)
+            record.saved.append(tensor if ref is None else ref)
+            return tensor if ref is None else ref
+        return pack
+
+    @staticmethod
+    def _unpacker(record: _Pending):
+        def unpack(packed):
+            if isinstance(packed, ParamRef):
+                if record.weights is None:
+                    raise RuntimeError(f"microbatch {record.microbatch}: backward weights unset")
+                return packed.materialize(record.weights)
+            return packed
+        return unpack
+
+    # ------------------------------------------------------------------ backward
+    def _choose_backward_weights(self, record: _Pending) -> None:
+        m, current = record.microbatch, self.versions.version
+        mode = self.versions.mode
+        if mode in ("stash", "2bw"):
+            record.weights, used = self.versions.weights(record.version), record.version
+        elif self.t2 is not None:
+            record.weights, used = self.t2.backward_weights(current - record.version), current
+        else:
+            record.weights, used = self.versions.weights(current), current
+        self.backward_versions[m] = used
+        self.distances[m] = current - record.version
+
+    def _take(self, microbatch: int, kind: str) -> _Pending:
+        record = self.pending.get(microbatch)
+        if record is None:
+            raise RuntimeError(f"stage {self.stage}: {kind}{microbatch} before F{microbatch}")
+        return record
+
+    def _grad_output(self, microbatch: int, grad_y):
+        if self.is_last:
+            return None
+        if grad_y is None:
+            raise ValueError(f"stage {self.stage}: backward of {microbatch} needs grad_y")
+        return grad_y.to(self.device)
+
+    def backward(self, microbatch: int, grad_y: torch.Tensor | None = None):
+        """B(m): gradients of weights (accumulated) and of the input (returned; None on stage 0)."""
+        record = self._take(microbatch, "B")
+        self._choose_backward_weights(record)
+        torch.autograd.backward(record.root, self._grad_output(microbatch, grad_y))
+        grad_x = record.input.grad if self.stage > 0 else None
+        self._finish(record)
+        return grad_x
+
+    def input_grad(self, microbatch: int, grad_y: torch.Tensor | None = None):
+        """I(m): only the input gradient (None on stage 0); the graph is kept for W(m)."""
+        record = self._take(microbatch, "I")
+        self._choose_backward_weights(record)
+        record.grad_output = self._grad_output(microbatch, grad_y)
+        record.input_grad_done = True
+        if self.stage == 0:
+            return None
+        (grad_x,) = torch.autograd.grad(record.root, record.input, record.grad_output,
+                                        retain_graph=True)
+        return grad_x
+
+    def weight_grad(self, microbatch: int) -> None:
+        """W(m): the weight gradients, with the weights chosen at I(m)."""
+        record = self._take(microbatch, "W")
+        if not record.input_grad_done:
+            raise RuntimeError(f"stage {self.stage}: W{microbatch} before I{microbatch}")
+        torch.autograd.backward(record.root, record.grad_output, inputs=self.params)
+        self._finish(record)
+
+    def _finish(self, record: _Pending) -> None:
+        del self.pending[record.microbatch]
+        self.versions.release(record.version)
+
+    # ------------------------------------------------------------------ update
+    def update(self) -> None:
+        """U: one optimizer step on the accumulated gradients, then zero them (to None)."""
+        self.versions.before_update()
+        old = self.t2.snapshot() if self.t2 is not None else None
+        self.learning_rates.append(self.optimizer.param_groups[0]["lr"])
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.t2 is not None:
+            self.t2.after_update(old)
+        self.versions.after_update()
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+
+    # ------------------------------------------------------------------ bytes
+    def bytes_held(self) -> dict[str, int]:
+        """Real bytes this stage holds now, by kind (see :data:`BYTE_KINDS`).
+
+        ``activations`` counts the distinct storages behind the tensors the pack hook kept
+        for pending microbatches (parameters excluded: they are weights or stash).
+        """
+        storages: dict[int, int] = {}
+        for record in self.pending.values():
+            for item in record.saved:
+                if isinstance(item, torch.Tensor):
+                    storage = item.untyped_storage()
+                    storages[storage.data_ptr()] = storage.nbytes()
+        optimizer_bytes = sum(t.nbytes for state in self.optimizer.state.values()
+                              for t in state.values() if isinstance(t, torch.Tensor))
+        return {
+            "weights": sum(p.nbytes for p in self.params),
+            "stash": self.versions.held_bytes(),
+            "t2_buffer": 0 if self.t2 is None else self.t2.buffer_bytes(),
+            "optimizer": optimizer_bytes,
+            "activations": sum(storages.values()),
+        }
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """Everything needed to continue bitwise: see the module docstring."""
+        pending = {}
+        for m, r in self.pending.items():
+            pending[m] = {"version": r.version, "input": r.input.detach(), "target": r.target,
+                          "saved": list(r.saved), "weights": r.weights,
+                          "grad_output": r.grad_output, "input_grad_done": r.input_grad_done}
+        return {
+            "module": {k: v.detach().clone() for k, v in self.module.state_dict().items()},
+            "grads": [None if p.grad is None else p.grad.clone() for p in self.params],
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "lr_scheduler": (None if self.lr_scheduler is None
+                             else copy.deepcopy(self.lr_scheduler.state_dict())),
+            "versions": self.versions.state_dict(),
+            "t2": None if self.t2 is None else self.t2.state_dict(),
+            "pending": pending,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output and rebuild the pending microbatches' graphs."""
+        if self.pending:
+            raise RuntimeError(f"stage {self.stage}: load_state_dict needs a fresh worker")
+        self.module.load_state_dict(state["module"])
+        for p, g in zip(self.params, state["grads"]):
+            p.grad = None if g is None else g.to(p.device).clone()
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+        if self.lr_scheduler is not None and state["lr_scheduler"] is not None:
+            self.lr_scheduler.load_state_dict(copy.deepcopy(state["lr_scheduler"]))
+        self.versions.load_state_dict(state["versions"])
+        if self.t2 is not None and state["t2"] is not None:
+            self.t2.load_state_dict(state["t2"])
+        for m in sorted(state["pending"]):
+            self._replay(m, state["pending"][m])
+
+    def _replay(self, microbatch: int, stored: dict) -> None:
+        """Rebuild one pending microbatch's graph from its stored saved tensors."""
+        x = stored["input"].to(self.device)
+        if self.stage > 0:
+            x.requires_grad_(True)
+        record = _Pending(microbatch, stored["version"], x, stored["target"],
+                          replay=list(stored["saved"]))
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # a replay must not consume randomness
+            self._build_graph(record)
+        if record.replay:
+            raise RuntimeError(f"stage {self.stage}: replay of microbatch {microbatch} used "
+                               f"{len(record.saved)} of {len(stored['saved'])} saved tensors")
+        record.replay = None
+        record.weights = stored["weights"]
+        record.grad_output = stored["grad_output"]
+        record.input_grad_done = stored["input_grad_done"]
+        self.pending[microbatch] = record
+
+
+def _module_device(module: nn.Module) -> torch.device:
+    for tensor in module.parameters():
+        return tensor.device
+    return torch.device("cpu")
