@@ -7,6 +7,7 @@ its own order is all that matters) gives, for every (stage, microbatch):
 - ``version_at_forward``: the version current when its ``F`` runs. Exception, weight mode
   ``"2bw"``: every microbatch of minibatch k runs on version ``max(k - 1, 0)`` (PipeDream-2BW);
   we check that this version is still one of the two the stage holds (current or previous).
+  The rule holds in the flushed warm-up minibatches too (as in the executor).
 - ``version_at_backward``: the version whose values the backward's products use.
   ``"sync"`` and ``"async"``: the version current at ``B``; ``"stash"`` and ``"2bw"``: the
   forward's version (the stashed copy).
@@ -193,15 +194,9 @@ def _versions_on_rank(schedule: Schedule, actions) -> list[VersionRow]:
     ]
 
 
-def _uses_two_versions(schedule: Schedule, microbatch: int) -> bool:
-    """2bw outside the flushed warm-up minibatches (those run synchronously)."""
-    minibatch = schedule.minibatch_of(microbatch)
-    return schedule.weight_mode == "2bw" and minibatch >= schedule.warmup_minibatches
-
-
 def _forward_version(schedule: Schedule, microbatch: int, current: int, stage: int) -> int:
     """The version F reads: the current one, or 2bw's ``max(k - 1, 0)`` for minibatch k."""
-    if not _uses_two_versions(schedule, microbatch):
+    if schedule.weight_mode != "2bw":
         return current
     wanted = max(schedule.minibatch_of(microbatch) - 1, 0)
     _check_held(wanted, current, stage, microbatch, "forward")
@@ -212,7 +207,7 @@ def _backward_version(schedule: Schedule, forward: int, current: int, stage: int
     """The version B (or I) reads: current for sync/async, the forward's copy for stash/2bw."""
     if schedule.weight_mode in ("sync", "async"):
         return current
-    if _uses_two_versions(schedule, action.index):
+    if schedule.weight_mode == "2bw":
         _check_held(forward, current, stage, action.index, "backward")
     return forward
 
@@ -366,8 +361,8 @@ def exact_forward_delay(
 
     - Lock-step ``async``: F(m) runs at tick m + s and B(m) at tick m + D + s with
       D = 2(P - s) - 1 (= 2(P - i) + 1 for 1-indexed i). Update j follows B((j+1)N - 1) in its
-      tick. Inside a tick our builder runs the forward before the backward (TODO: confirm
-      against the builder: see ``_ASYNC_BACKWARD_FIRST``), so update j precedes F(m) iff
+      tick. Inside a tick our builder (``schedules/async_pipeline.py``) runs F, then B, then
+      U (``_ASYNC_BACKWARD_FIRST = False`` below), so update j precedes F(m) iff
       (j+1)N - 1 + D < m, giving v = floor((m - D) / N) and delay
       ``ceil((D - j) / N)``: the recalled ``ceil(D / N)`` at j = 0, and one less for the
       later positions once j passes D mod N (never more than one less since j < N).
