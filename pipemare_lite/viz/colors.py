@@ -144,3 +144,9 @@ def microbatch_colorscale(amount: float = 0.0) -> list[list]:
         scale.append([k / n, c])
         scale.append([(k + 1) / n, c])
     return scale
+
+
+#: Stability maps (chapter 06): stable and unstable regions, and the closed-form bound line.
+STABLE_COLOR = "#A6D96A"
+UNSTABLE_COLOR = "#F4A582"
+BOUND_COLOR = "#000000"
