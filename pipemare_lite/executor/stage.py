@@ -282,15 +282,14 @@ class StageWorker:
     def bytes_held(self) -> dict[str, int]:
         """Real bytes this stage holds now, by kind (see :data:`BYTE_KINDS`).
 
-        ``activations`` counts the distinct storages behind the tensors the pack hook kept
-        for pending microbatches (parameters excluded: they are weights or stash).
+        ``activations`` counts the distinct tensors the pack hook kept for pending
+        microbatches (by address and size; parameters excluded: they are weights or stash).
         """
-        storages: dict[int, int] = {}
+        saved: dict[tuple[int, int], int] = {}
         for record in self.pending.values():
             for item in record.saved:
-                if isinstance(item, torch.Tensor):
-                    storage = item.untyped_storage()
-                    storages[storage.data_ptr()] = storage.nbytes()
+                if isinstance(item, torch.Tensor):  # one tensor saved twice counts once
+                    saved[(item.data_ptr(), item.nbytes)] = item.nbytes
         optimizer_bytes = sum(t.nbytes for state in self.optimizer.state.values()
                               for t in state.values() if isinstance(t, torch.Tensor))
         return {
@@ -298,7 +297,7 @@ class StageWorker:
             "stash": self.versions.held_bytes(),
             "t2_buffer": 0 if self.t2 is None else self.t2.buffer_bytes(),
             "optimizer": optimizer_bytes,
-            "activations": sum(storages.values()),
+            "activations": sum(saved.values()),
         }
 
     # ------------------------------------------------------------------ checkpoints

@@ -18,7 +18,7 @@ from __future__ import annotations
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from pipemare_lite.schedules.actions import BACKWARD, FORWARD, UPDATE, WEIGHT_GRAD, Schedule
+from pipemare_lite.schedules.actions import Schedule
 
 
 def rescheduling_exponent(update: int, horizon: int) -> float:
@@ -40,29 +40,17 @@ def rescheduling_factor(update: int, tau: float, horizon: int) -> float:
 def stage_forward_delays(schedule: Schedule) -> list[int]:
     """Each virtual stage's forward delay in updates, measured from the schedule, at least 1.
 
-    For microbatch m on stage s: ``applied - v_F`` where ``v_F`` is the number of the
-    stage's updates before F(m) in its rank's order and ``applied`` the number before the
-    update that applies m's gradient (the first U after B(m), or after W(m) when the
-    backward is split). The stage's delay is the largest over its microbatches (the
-    position inside a minibatch changes it by one), clamped to >= 1 as T1 requires.
+    Read from the staleness analysis (:func:`pipemare_lite.staleness.weight_versions`):
+    for microbatch m on stage s, ``version_applied - version_at_forward``. The stage's delay
+    is the largest over its microbatches (the position inside a minibatch changes it by
+    one; flushed warm-up minibatches have 0), clamped to >= 1 as T1 requires.
     """
+    from pipemare_lite.staleness import weight_versions
+
     delays = [0] * schedule.num_virtual_stages
-    for rank in range(schedule.num_stages):
-        row = schedule.ranks[rank]
-        count: dict[int, int] = {}
-        forward_version: dict[tuple[int, int], int] = {}
-        waiting: dict[int, list[int]] = {}
-        for action in row:
-            s = action.stage
-            v = count.get(s, 0)
-            if action.kind == FORWARD:
-                forward_version[(s, action.index)] = v
-            elif action.kind in (BACKWARD, WEIGHT_GRAD):
-                waiting.setdefault(s, []).append(action.index)
-            elif action.kind == UPDATE:
-                for m in waiting.pop(s, []):
-                    delays[s] = max(delays[s], v - forward_version[(s, m)])
-                count[s] = v + 1
+    for row in weight_versions(schedule).rows:
+        if row.forward_delay is not None:
+            delays[row.stage] = max(delays[row.stage], row.forward_delay)
     return [max(d, 1) for d in delays]
 
 

@@ -91,9 +91,10 @@ class WeightVersions:
     """One stage's version counter and the old weight copies its method keeps alive.
 
     ``mode`` is one of :data:`pipemare_lite.schedules.WEIGHT_MODES`. Reference counts say
-    how many microbatches (forward done, backward not finished) need each version; a copy
-    of version ``u`` is taken at the update that would overwrite it, and only if something
-    still needs it (stash), or because minibatch ``u + 1`` will read it (2bw).
+    how many microbatches whose backward is not finished read each version (stash: those
+    whose forward ran; 2bw: all of minibatch ``u + 1``, registered up front). A copy of
+    version ``u`` is taken at the update that would overwrite it, only if something still
+    reads it, and freed after its last reader's backward.
     """
 
     def __init__(self, params: Sequence[torch.Tensor], mode: str, *,
@@ -107,6 +108,12 @@ class WeightVersions:
         self.version = 0
         self.held: dict[int, list[torch.Tensor]] = {}
         self.refcount: dict[int, int] = {}
+        if mode == "2bw":
+            # every reader is known up front: minibatch k reads version max(k-1, 0), and a
+            # copy cannot come back once dropped, so forwards not yet run count as readers
+            for minibatch in range(num_minibatches):
+                version = max(minibatch - 1, 0)
+                self.refcount[version] = self.refcount.get(version, 0) + num_microbatches
 
     # -- which version -------------------------------------------------------------------
     def forward_version(self, microbatch: int) -> int:
@@ -128,8 +135,12 @@ class WeightVersions:
 
     # -- reference counting --------------------------------------------------------------
     def acquire(self, version: int) -> None:
-        """A microbatch's forward read ``version``; keep it until :meth:`release`."""
-        self.refcount[version] = self.refcount.get(version, 0) + 1
+        """A microbatch's forward read ``version``; keep it until :meth:`release`.
+
+        (2bw registered all its readers at construction, so nothing changes here.)
+        """
+        if self.mode != "2bw":
+            self.refcount[version] = self.refcount.get(version, 0) + 1
 
     def release(self, version: int) -> None:
         """That microbatch's backward is finished; free the copy if nobody else needs it."""
@@ -138,11 +149,10 @@ class WeightVersions:
             self.refcount[version] = count
             return
         del self.refcount[version]
-        if self.mode == "stash":
-            self.held.pop(version, None)
+        self.held.pop(version, None)
 
     def in_flight(self) -> int:
-        """How many microbatches hold a version (forward done, backward not finished)."""
+        """How many backwards still read a held or current version."""
         return sum(self.refcount.values())
 
     # -- around an optimizer step ----------------------------------------------------------
@@ -155,15 +165,8 @@ class WeightVersions:
                 f"{self.in_flight()} microbatch(es) are between forward and backward; use an "
                 "asynchronous weight mode (stash, 2bw, async) for unflushed schedules"
             )
-        if self.mode == "stash" and self.refcount.get(v):
+        if self.mode in ("stash", "2bw") and self.refcount.get(v):
             self.held[v] = [p.detach().clone() for p in self.params]
-        if self.mode == "2bw":
-            # minibatch k reads version k-1: the copy of v serves minibatch v + 1; older
-            # copies are unreferenced once their minibatch has been applied.
-            for old in [u for u in self.held if not self.refcount.get(u)]:
-                del self.held[old]
-            if self.refcount.get(v) or v + 1 < self.num_minibatches:
-                self.held[v] = [p.detach().clone() for p in self.params]
 
     def after_update(self) -> None:
         """The optimizer stepped: the live parameters are version ``v + 1``."""
