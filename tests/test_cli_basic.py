@@ -1,0 +1,62 @@
+"""The command line entry points: ``python -m pipemare_lite`` and the ``pipemare-lite`` script."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from pipemare_lite import cli
+
+INSTALLED_VERSION = version("pipemare-lite")  # what pip recorded, independent of the code
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
+def test_module_version_matches_the_installed_distribution():
+    done = _run(sys.executable, "-m", "pipemare_lite", "--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"pipemare-lite {INSTALLED_VERSION}"
+
+
+def test_console_script_is_installed_and_reports_the_version():
+    script = Path(sys.executable).with_name("pipemare-lite")
+    assert script.is_file(), f"{script} missing: reinstall with `bash scripts/bootstrap.sh`"
+    done = _run(str(script), "--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"pipemare-lite {INSTALLED_VERSION}"
+
+
+def test_help_lists_every_subcommand(capsys):
+    assert cli.main([]) == 0
+    printed = capsys.readouterr().out
+    for name in cli.SUBCOMMANDS:
+        assert name in printed
+
+
+def test_unknown_subcommand_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["no-such-command"])
+    assert exit_info.value.code == 2
+    assert "no-such-command" in capsys.readouterr().err
+
+
+def test_book_subcommand_documents_its_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["book", "--help"])
+    assert exit_info.value.code == 0
+    printed = capsys.readouterr().out
+    for option in ("--out", "--chapters", "--timeout", "--keep-going"):
+        assert option in printed
+
+
+def test_book_with_an_unknown_chapter_names_the_allowed_ones(tmp_path, capsys):
+    (tmp_path / "00_only.ipynb").write_text("{}")
+    argv = ["book", "--out", str(tmp_path / "out"), "--chapters-dir", str(tmp_path)]
+    assert cli.main(argv + ["--chapters", "09"]) == 2
+    assert "allowed: 00_only" in capsys.readouterr().err
