@@ -158,3 +158,42 @@ def test_loss_curves_distinct_colours_and_errors():
         loss_curves({"x": {"step": [0], "loss": [1.0]}}, metric="accuracy")
     with pytest.raises(ValueError, match="2 steps but 1"):
         loss_curves({"x": {"step": [0, 1], "loss": [1.0]}})
+
+
+def test_memory_bars_stack_kinds_in_one_unit_with_kind_colours():
+    from pipemare_lite.viz import memory_bars
+    from pipemare_lite.viz.colors import memory_kind_color
+
+    ranks = [
+        {"weights": 2048, "stash": 4096, "t2_buffer": 0, "optimizer": 2048, "activations": 1024,
+         "total": 9216, "peak_total": 8192},
+        {"weights": 2048, "stash": 0, "t2_buffer": 0, "optimizer": 2048, "activations": 512,
+         "total": 4608, "peak_total": 4608},
+    ]
+    fig = memory_bars(ranks, ["first", "last"])
+    assert fig.layout.barmode == "stack"
+    assert fig.layout.yaxis.title.text == "memory (KiB)"
+    bars = {t.name: t for t in fig.data if t.type == "bar"}
+    assert list(bars["stashed weight versions"].y) == [4.0, 0.0]
+    assert bars["weights"].marker.color == memory_kind_color("weights")
+    assert [t.name for t in fig.data if t.type == "bar"][0] == "weights"  # bottom of the stack
+    stacked = [sum(t.y[i] for t in bars.values()) for i in range(2)]
+    assert stacked == pytest.approx([9.0, 4.5])  # equals "total" / 1024
+    (peak,) = [t for t in fig.data if t.type == "scatter"]
+    assert list(peak.y) == [8.0, 4.5]
+    with pytest.raises(ValueError, match="3 labels for 2 bars"):
+        memory_bars(ranks, ["a", "b", "c"])
+
+
+def test_memory_bars_of_a_real_memory_model():
+    from pipemare_lite.memory import MemoryProfile, memory_by_kind
+    from pipemare_lite.schedules.registry import build_schedule
+    from pipemare_lite.viz import memory_bars
+
+    schedule = build_schedule("pipedream", 3, 2, num_minibatches=4)
+    result = memory_by_kind(schedule, MemoryProfile([2**20] * 3, [2**19] * 3, "adam"))
+    fig = memory_bars(result)
+    assert fig.layout.yaxis.title.text == "memory (MiB)"
+    opt = next(t for t in fig.data if t.name == "optimizer state")
+    assert list(opt.y) == [2.0, 2.0, 2.0]  # adam: two states of a 1 MiB stage
+    go.Figure(fig.to_dict())

@@ -64,6 +64,7 @@ MEMORY_KIND_COLORS: dict[str, str] = {
     "stashed_weights": "#E15759",
     "weight_versions": "#E15759",
     "delta": "#B07AA1",
+    "t2_buffer": "#B07AA1",
     "activations": "#59A14F",
     "inflight_activations": "#59A14F",
 }
