@@ -1,6 +1,9 @@
 """Pipeline schedules as data (chapters 01-05, 07): builders, validation, import/export.
 
-Torch-free. See :mod:`pipemare_lite.schedules.actions` for the data model.
+Torch-free. See :mod:`pipemare_lite.schedules.actions` for the data model and
+:func:`build_schedule` for the one entry point; each family has its own file
+(``gpipe.py``, ``one_f_one_b.py``, ``interleaved.py``, ``zero_bubble.py``, ``pipedream.py``,
+``async_pipeline.py``) with one short builder a chapter can show.
 """
 
 from pipemare_lite.schedules.actions import (
@@ -14,6 +17,15 @@ from pipemare_lite.schedules.actions import (
     Action,
     Schedule,
 )
+from pipemare_lite.schedules.async_pipeline import async_pipeline
+from pipemare_lite.schedules.gpipe import gpipe
+from pipemare_lite.schedules.interleaved import interleaved
+from pipemare_lite.schedules.naive import naive
+from pipemare_lite.schedules.one_f_one_b import one_f_one_b
+from pipemare_lite.schedules.pipedream import pipedream, two_bw
+from pipemare_lite.schedules.registry import ALIASES, ASYNC_NAMES, SCHEDULE_NAMES, build_schedule
+from pipemare_lite.schedules.validate import ScheduleError, execution_order, validate
+from pipemare_lite.schedules.zero_bubble import zb_h1
 
 __all__ = [
     "Action",
@@ -25,4 +37,19 @@ __all__ = [
     "INPUT_GRAD",
     "WEIGHT_GRAD",
     "UPDATE",
+    "SCHEDULE_NAMES",
+    "ALIASES",
+    "ASYNC_NAMES",
+    "build_schedule",
+    "naive",
+    "gpipe",
+    "one_f_one_b",
+    "interleaved",
+    "zb_h1",
+    "pipedream",
+    "two_bw",
+    "async_pipeline",
+    "validate",
+    "execution_order",
+    "ScheduleError",
 ]

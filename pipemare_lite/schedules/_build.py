@@ -1,0 +1,76 @@
+"""Small helpers shared by the schedule builders (introduced in chapter 02).
+
+Builders describe a rank's order as plain ``(kind, stage, index)`` triples, which read like
+the schedule itself; :func:`make_schedule` turns them into :class:`Action` objects, checks the
+sizes and validates the result. Torch-free.
+"""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+
+from pipemare_lite.schedules.actions import Action, Schedule
+from pipemare_lite.schedules.validate import check_sizes, validate
+
+
+def make_schedule(
+    name: str,
+    num_stages: int,
+    num_microbatches: int,
+    orders: list[list[tuple[str, int, int]]],
+    *,
+    num_minibatches: int = 1,
+    chunks: int = 1,
+    weight_mode: str = "sync",
+    warmup_minibatches: int = 0,
+    notes: tuple[str, ...] = (),
+) -> Schedule:
+    """Build and validate a :class:`Schedule` from per-rank lists of ``(kind, stage, index)``."""
+    with gc_paused():  # hundreds of thousands of small acyclic objects: skip the GC passes
+        ranks = tuple(
+            tuple(Action(stage, kind, index) for kind, stage, index in order) for order in orders
+        )
+    schedule = Schedule(
+        name=name,
+        num_stages=num_stages,
+        num_microbatches=num_microbatches,
+        ranks=ranks,
+        num_minibatches=num_minibatches,
+        chunks=chunks,
+        weight_mode=weight_mode,
+        warmup_minibatches=warmup_minibatches,
+        notes=tuple(notes),
+    )
+    with gc_paused():
+        return validate(schedule)
+
+
+@contextmanager
+def gc_paused():
+    """Pause the cyclic garbage collector (it would rescan every new Action many times)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def check_builder_args(name, num_stages, num_microbatches, num_minibatches=1, chunks=1, warmup=0):
+    """Raise :class:`ScheduleError` early, naming the bad value and the allowed range."""
+    check_sizes(
+        name=name,
+        num_stages=num_stages,
+        num_microbatches=num_microbatches,
+        num_minibatches=num_minibatches,
+        chunks=chunks,
+        warmup_minibatches=warmup,
+    )
+
+
+def microbatches_of(minibatch: int, num_microbatches: int) -> list[int]:
+    """Global indices of the microbatches of ``minibatch``: ``k*M .. k*M + M-1``."""
+    start = minibatch * num_microbatches
+    return list(range(start, start + num_microbatches))

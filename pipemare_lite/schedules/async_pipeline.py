@@ -1,0 +1,52 @@
+"""The asynchronous lock-step pipeline of PipeMare (introduced in chapter 05, used to chapter 09).
+
+No flush and no stash. At tick t, stage i (0-indexed) runs the forward of microbatch t-i and
+the backward of microbatch t-(2P-1-i), when they exist:
+
+    tick:     0    1    2    3      4      5      6        P = 3
+    stage 0:  F0   F1   F2   F3     F4     F5 B0  F6 B1
+    stage 1:       F0   F1   F2     F3 B0  F4 B1  F5 B2
+    stage 2:            F0   F1 B0  F2 B1  F3 B2  F4 B3
+
+The last stage runs B(m) one tick after F(m); stage i's B(m) comes 2(P-1-i)+1 ticks after its
+F(m) (2(P-i)+1 with 1-indexed i). Inside a tick the order is F, then B, then U: the forward of
+a tick sees the weights as they were when the tick began.
+"""
+
+from __future__ import annotations
+
+from pipemare_lite.schedules._build import check_builder_args, make_schedule
+from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.pipedream import flushed_warmup_order
+
+
+def async_order(stage: int, num_stages: int, N: int, K: int, warmup: int = 0) -> list:
+    """Stage ``stage``'s lock-step order over minibatches ``warmup .. K-1`` (N per update)."""
+    first, end = warmup * N, K * N  # microbatches first .. end-1 run asynchronously
+    order = []
+    for tick in range(end - first + 2 * num_stages - 1):
+        forward = first + tick - stage
+        backward = first + tick - (2 * num_stages - 1 - stage)
+        if first <= forward < end:
+            order.append(("F", stage, forward))
+        if first <= backward < end:
+            order.append(("B", stage, backward))
+            if backward % N == N - 1:  # this backward completes a group of N: update
+                order.append(("U", stage, backward // N))
+    return order
+
+
+def async_pipeline(
+    num_stages: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0
+) -> Schedule:
+    """PipeMare's asynchronous pipeline (``weight_mode="async"``), one update per N microbatches.
+
+    ``num_microbatches`` is N, microbatches per update. The first ``warmup_minibatches``
+    minibatches run as flushed 1F1B (PipeMare-W); T1/T2 are executor options, not order.
+    """
+    P, N, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
+    check_builder_args("async", P, N, K, warmup=W)
+    orders = [flushed_warmup_order(s, P, N, W) + async_order(s, P, N, K, W) for s in range(P)]
+    return make_schedule(
+        "async", P, N, orders, num_minibatches=K, weight_mode="async", warmup_minibatches=W
+    )

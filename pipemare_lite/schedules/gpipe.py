@@ -1,0 +1,28 @@
+"""GPipe: all forwards, then all backwards, then a flush (introduced in chapter 02)."""
+
+from __future__ import annotations
+
+from pipemare_lite.schedules._build import check_builder_args, make_schedule, microbatches_of
+from pipemare_lite.schedules.actions import Schedule
+
+
+def gpipe(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
+    """All-forward-all-backward (AFAB) with one update per minibatch.
+
+    Stage s runs F(0..M-1), then B(0..M-1), then U. The pipeline fills and drains once per
+    minibatch: the idle "bubble" is (P-1)/(M+P-1) of the time, and every stage holds the
+    activations of all M microbatches at the peak.
+    """
+    check_builder_args("gpipe", num_stages, num_microbatches, num_minibatches)
+    orders = []
+    for stage in range(num_stages):
+        order = []
+        for k in range(num_minibatches):
+            mbs = microbatches_of(k, num_microbatches)
+            order += [("F", stage, m) for m in mbs]
+            order += [("B", stage, m) for m in mbs]
+            order.append(("U", stage, k))
+        orders.append(order)
+    return make_schedule(
+        "gpipe", num_stages, num_microbatches, orders, num_minibatches=num_minibatches
+    )

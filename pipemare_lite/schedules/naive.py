@@ -1,0 +1,30 @@
+"""Naive model parallelism: one microbatch in flight at a time (introduced in chapter 01).
+
+The model is split across P devices, but a microbatch must come all the way back before the
+next one starts, so at every moment exactly one device works.
+"""
+
+from __future__ import annotations
+
+from pipemare_lite.schedules._build import check_builder_args, make_schedule, microbatches_of
+from pipemare_lite.schedules.actions import Schedule
+
+
+def naive(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
+    """Each stage runs F(m) then B(m) for one microbatch before it touches the next.
+
+    Because stage s's B(m) waits for the backward of every later stage, and stage 0's F(m+1)
+    comes after its B(m), only one microbatch is ever in the pipeline.
+    """
+    check_builder_args("naive", num_stages, num_microbatches, num_minibatches)
+    orders = []
+    for stage in range(num_stages):
+        order = []
+        for k in range(num_minibatches):
+            for m in microbatches_of(k, num_microbatches):
+                order += [("F", stage, m), ("B", stage, m)]
+            order.append(("U", stage, k))  # flush: update once the minibatch is done
+        orders.append(order)
+    return make_schedule(
+        "naive", num_stages, num_microbatches, orders, num_minibatches=num_minibatches
+    )

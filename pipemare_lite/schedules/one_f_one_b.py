@@ -1,0 +1,51 @@
+"""1F1B (PipeDream-Flush): warm-up, one-forward-one-backward, cool-down (chapter 03).
+
+Introduced in chapter 03: the same bubble as GPipe with far fewer activations in flight.
+"""
+
+from __future__ import annotations
+
+from pipemare_lite.schedules._build import check_builder_args, make_schedule, microbatches_of
+from pipemare_lite.schedules.actions import Schedule
+
+
+def one_f_one_b_order(microbatches: list[int], warmup: int) -> list[tuple[str, int]]:
+    """The 1F1B order of one stage over ``microbatches`` as ``(kind, microbatch)`` pairs.
+
+    warm-up: ``warmup`` forwards; steady state: F of the next microbatch, then B of the oldest
+    one in flight; cool-down: the backwards still owed.
+    """
+    warmup = min(warmup, len(microbatches))
+    order = [("F", m) for m in microbatches[:warmup]]
+    for i, m in enumerate(microbatches[warmup:]):
+        order += [("F", m), ("B", microbatches[i])]
+    order += [("B", m) for m in microbatches[len(microbatches) - warmup :]]
+    return order
+
+
+def one_f_one_b(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
+    """1F1B with a flush after every minibatch (Megatron's default schedule).
+
+    Stage s runs min(P-1-s, M) warm-up forwards, then alternates F and B, then drains.
+    Same bubble as GPipe, but stage s holds at most min(P-s, M) microbatches' activations.
+    """
+    check_builder_args("1f1b", num_stages, num_microbatches, num_minibatches)
+    notes = []
+    if num_microbatches < num_stages - 1:
+        notes.append(
+            f"M={num_microbatches} < P-1={num_stages - 1}: warm-up clamped to "
+            "min(P-1-s, M) forwards (as Megatron does), so early stages run all forwards first"
+        )
+    orders = []
+    for stage in range(num_stages):
+        order = []
+        for k in range(num_minibatches):
+            mbs = microbatches_of(k, num_microbatches)
+            order += [
+                (kind, stage, m) for kind, m in one_f_one_b_order(mbs, num_stages - 1 - stage)
+            ]
+            order.append(("U", stage, k))
+        orders.append(order)
+    return make_schedule(
+        "1f1b", num_stages, num_microbatches, orders, num_minibatches=num_minibatches, notes=notes
+    )

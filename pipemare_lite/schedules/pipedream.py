@@ -1,0 +1,80 @@
+"""PipeDream (weight stashing) and PipeDream-2BW: 1F1B without a flush (introduced in chapter 05).
+
+Both run the 1F1B order across minibatch boundaries, so the pipeline never drains; they differ
+only in which weights a backward reads (the executor's ``weight_mode``): PipeDream stashes
+the version each forward used, 2BW keeps two versions and runs all of minibatch k on
+version max(k-1, 0).
+"""
+
+from __future__ import annotations
+
+from pipemare_lite.schedules._build import check_builder_args, make_schedule, microbatches_of
+from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.one_f_one_b import one_f_one_b_order
+from pipemare_lite.schedules.validate import ScheduleError
+
+
+def flushed_warmup_order(stage: int, num_stages: int, M: int, warmup: int) -> list:
+    """The first ``warmup`` minibatches as flushed 1F1B (synchronous warm-up, PipeMare-W)."""
+    order = []
+    for k in range(warmup):
+        order += [
+            (kind, stage, m)
+            for kind, m in one_f_one_b_order(microbatches_of(k, M), num_stages - 1 - stage)
+        ]
+        order.append(("U", stage, k))
+    return order
+
+
+def no_flush_order(stage: int, num_stages: int, M: int, K: int, warmup: int = 0) -> list:
+    """1F1B over minibatches ``warmup .. K-1`` with no flush; U after each minibatch's last B.
+
+    Stage s warms up with P-1-s forwards once, then alternates F and B forever; the update of
+    minibatch k follows the B that completes it on this stage.
+    """
+    microbatches = list(range(warmup * M, K * M))
+    order = []
+    for kind, m in one_f_one_b_order(microbatches, num_stages - 1 - stage):
+        order.append((kind, stage, m))
+        if kind == "B" and m % M == M - 1:
+            order.append(("U", stage, m // M))
+    return order
+
+
+def pipedream(
+    num_stages: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0
+) -> Schedule:
+    """PipeDream: no flush, weight stashing (``weight_mode="stash"``).
+
+    With ``num_microbatches=1`` this is PipeDream with an update per microbatch; stage s
+    (0-indexed) then runs each forward on weights P-1-s updates older than its update.
+    """
+    P, M, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
+    check_builder_args("pipedream", P, M, K, warmup=W)
+    orders = [flushed_warmup_order(s, P, M, W) + no_flush_order(s, P, M, K, W) for s in range(P)]
+    return make_schedule(
+        "pipedream", P, M, orders, num_minibatches=K, weight_mode="stash", warmup_minibatches=W
+    )
+
+
+def two_bw(
+    num_stages: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0
+) -> Schedule:
+    """PipeDream-2BW: the PipeDream order, two weight versions (``weight_mode="2bw"``).
+
+    Every microbatch of minibatch k runs F and B on version max(k-1, 0), the version made by
+    update k-2. Stage 0 starts minibatch k's forwards after P-1 warm-up forwards into it, i.e.
+    after the B that closes minibatch k-1 only if M >= P-1; so 2BW needs M >= P-1 (the paper
+    asks M >= P). The validator checks the version is there on every stage.
+    """
+    P, M, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
+    check_builder_args("2bw", P, M, K, warmup=W)
+    if M < P - 1:
+        raise ScheduleError(
+            f"2bw: num_microbatches={M} is too small for num_stages={P}: 2BW keeps only two "
+            f"weight versions, which needs num_microbatches >= P-1 = {P - 1} (allowed: {P - 1}..)"
+        )
+    orders = [flushed_warmup_order(s, P, M, W) + no_flush_order(s, P, M, K, W) for s in range(P)]
+    return make_schedule(
+        "2bw", P, M, orders, num_minibatches=K, weight_mode="2bw", warmup_minibatches=W
+    )

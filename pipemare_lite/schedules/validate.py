@@ -1,0 +1,360 @@
+"""Checking a schedule: sizes, completeness, update placement, and that it can run
+(introduced in chapter 02).
+
+A schedule is a promise that each rank can run its actions in order. :func:`validate` checks
+that promise without running anything: every action is there exactly once, each update
+applies exactly one minibatch of gradients, flushed minibatches really flush, and the
+dependencies
+
+    F(s, m) after F(s-1, m)         B(s, m) / I(s, m) after B or I (s+1, m) and F(s, m)
+    W(s, m) after I(s, m)           U(s, k) after every gradient of minibatch k on stage s
+
+can be met: a rank only waits for actions that some other rank will eventually run. If they
+cannot, the error is a deadlock report naming, per blocked rank, the action that waits forever
+and what it waits for. Torch-free.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+
+from pipemare_lite.schedules.actions import Schedule
+
+#: Builder names validate() accepts; "custom" is for hand-written or imported schedules.
+KNOWN_NAMES = (
+    "naive",
+    "gpipe",
+    "1f1b",
+    "interleaved",
+    "zb-h1",
+    "pipedream",
+    "2bw",
+    "async",
+    "custom",
+)
+
+#: The weight mode each builder produces (a custom schedule may use any).
+WEIGHT_MODE_OF = {
+    "naive": "sync", "gpipe": "sync", "1f1b": "sync", "interleaved": "sync", "zb-h1": "sync",
+    "pipedream": "stash", "2bw": "2bw", "async": "async",
+}  # fmt: skip
+
+#: Inclusive allowed ranges of the sizes (large enough for any book figure or benchmark).
+LIMITS = {
+    "num_stages": (1, 1024),
+    "num_microbatches": (1, 65536),
+    "num_minibatches": (1, 100000),
+    "chunks": (1, 64),
+}
+
+
+class ScheduleError(ValueError):
+    """A schedule (or a request for one) that is malformed or cannot run."""
+
+
+def check_sizes(
+    *,
+    name: str,
+    num_stages: int,
+    num_microbatches: int,
+    num_minibatches: int = 1,
+    chunks: int = 1,
+    warmup_minibatches: int = 0,
+) -> None:
+    """Raise :class:`ScheduleError` naming any size outside :data:`LIMITS` or an unknown name."""
+    if name not in KNOWN_NAMES:
+        raise ScheduleError(f"unknown schedule name {name!r}; allowed: {', '.join(KNOWN_NAMES)}")
+    values = {
+        "num_stages": num_stages,
+        "num_microbatches": num_microbatches,
+        "num_minibatches": num_minibatches,
+        "chunks": chunks,
+    }
+    for key, value in values.items():
+        low, high = LIMITS[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ScheduleError(
+                f"{name}: {key}={value!r} is out of range; allowed: integers {low}..{high}"
+            )
+    if chunks > 1 and name not in ("interleaved", "custom"):
+        raise ScheduleError(
+            f"{name}: chunks={chunks} is only allowed for 'interleaved' (allowed here: 1)"
+        )
+    w = warmup_minibatches
+    if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= num_minibatches:
+        raise ScheduleError(
+            f"{name}: warmup_minibatches={w!r} is out of range; "
+            f"allowed: integers 0..{num_minibatches}"
+            " (num_minibatches)"
+        )
+    if w and WEIGHT_MODE_OF.get(name) == "sync":
+        raise ScheduleError(
+            f"{name}: warmup_minibatches={w} only applies to asynchronous schedules "
+            "(async, pipedream, 2bw); allowed here: 0"
+        )
+
+
+def validate(schedule: Schedule) -> Schedule:
+    """Check ``schedule`` completely; return it unchanged or raise :class:`ScheduleError`."""
+    s = schedule
+    check_sizes(
+        name=s.name,
+        num_stages=s.num_stages,
+        num_microbatches=s.num_microbatches,
+        num_minibatches=s.num_minibatches,
+        chunks=s.chunks,
+        warmup_minibatches=s.warmup_minibatches,
+    )
+    expected_mode = WEIGHT_MODE_OF.get(s.name)
+    if expected_mode and s.weight_mode != expected_mode:
+        raise ScheduleError(
+            f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
+            f"allowed: {expected_mode!r}"
+        )
+    codes = encode(s)
+    _check_complete(s, codes)
+    _check_updates(s)
+    order = execution_order(s, codes)  # raises a deadlock report if dependencies cannot be met
+    _remember(s, codes, order)
+    return s
+
+
+# Validated schedules (by id, dropped when the schedule is garbage-collected) with their codes
+# and execution order, so that the simulator does not redo the work the builder just did.
+_VALIDATED: dict[int, tuple[list[list[int]], list[tuple[int, int]]]] = {}
+
+
+def _remember(s: Schedule, codes, order) -> None:
+    if id(s) not in _VALIDATED:
+        _VALIDATED[id(s)] = (codes, order)
+        weakref.finalize(s, _VALIDATED.pop, id(s), None)
+
+
+def validated_order(s: Schedule) -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """``(codes, execution order)`` of a schedule, validating it first if not done yet."""
+    if id(s) not in _VALIDATED:
+        validate(s)
+    return _VALIDATED[id(s)]
+
+
+#: Action kinds in code order: code = KIND_CODE[kind] * S * T + stage * T + microbatch for
+#: F/B/I/W (S virtual stages, T microbatches) and 4 * S * T + stage * K + k for U.
+KIND_CODE = {"F": 0, "B": 1, "I": 2, "W": 3, "U": 4}
+
+
+def encode(s: Schedule) -> list[list[int]]:
+    """Each rank's actions as integer codes (see :data:`KIND_CODE`), checking that every
+    action is on its stage's rank and its index is in range."""
+    S, T, K, P = s.num_virtual_stages, s.total_microbatches, s.num_minibatches, s.num_stages
+    n = S * T
+    rows = []
+    for rank, row in enumerate(s.ranks):
+        codes = []
+        for position, a in enumerate(row):
+            stage, kind, index = a.stage, a.kind, a.index
+            if stage >= S or stage % P != rank:
+                raise ScheduleError(_misplaced(s, rank, position, a))
+            if kind == "U":
+                if index >= K:
+                    raise ScheduleError(
+                        f"{_at(rank, position, a)} is update {index}; allowed: 0..{K - 1} "
+                        f"(num_minibatches={K})"
+                    )
+                codes.append(4 * n + stage * K + index)
+            else:
+                if index >= T:
+                    raise ScheduleError(
+                        f"{_at(rank, position, a)} names microbatch {index}; allowed: 0..{T - 1} "
+                        f"(num_microbatches * num_minibatches = {T})"
+                    )
+                codes.append(KIND_CODE[kind] * n + stage * T + index)
+        rows.append(codes)
+    return rows
+
+
+def _misplaced(s: Schedule, rank: int, position: int, a) -> str:
+    if a.stage >= s.num_virtual_stages:
+        allowed = f"0..{s.num_virtual_stages - 1}"
+        return f"{_at(rank, position, a)} names stage {a.stage}; allowed: {allowed}"
+    return (
+        f"{_at(rank, position, a)} belongs on rank {a.stage % s.num_stages} "
+        f"(virtual stage s lives on rank s % {s.num_stages})"
+    )
+
+
+def _check_complete(s: Schedule, codes: list[list[int]]) -> None:
+    """Every action exactly once; nothing missing; backwards either all B or all I+W."""
+    S, T, K = s.num_virtual_stages, s.total_microbatches, s.num_minibatches
+    n = S * T
+    count = bytearray(4 * n + S * K)
+    for rank, row in enumerate(codes):
+        for position, code in enumerate(row):
+            if count[code]:
+                raise ScheduleError(f"{_at(rank, position, s.ranks[rank][position])} appears twice")
+            count[code] = 1
+    has_b, has_i = any(count[n : 2 * n]), any(count[2 * n : 3 * n])
+    if has_b and has_i:
+        raise ScheduleError("backwards must be all B or all I+W (split), not a mix")
+    kinds = ("F", "I", "W") if has_i else ("F", "B")
+    for kind in kinds:
+        block = count[KIND_CODE[kind] * n : (KIND_CODE[kind] + 1) * n]
+        if block.count(1) != n:
+            code = block.index(0)
+            stage, m = divmod(code, T)
+            hint = " (the schedule splits backwards: it needs I and W)" if has_i else ""
+            raise ScheduleError(f"missing {stage}{kind}{m} on rank {stage % s.num_stages}{hint}")
+    updates = count[4 * n :]
+    if updates.count(1) != S * K:
+        stage, k = divmod(updates.index(0), K)
+        raise ScheduleError(f"missing {stage}U{k}: every stage needs one update per minibatch")
+
+
+def _check_updates(s: Schedule) -> None:
+    """U(s,k) applies exactly minibatch k's gradients; flushes flush; 2BW's version exists.
+
+    Walking each rank's order once: a gradient (B, or W when split) of microbatch m must come
+    after U(k-1) and before U(k) of its stage, k = m // M. In a flushed minibatch k (all of a
+    sync schedule, or k < warmup_minibatches), no F of minibatch k+1 may precede U(k) of any
+    stage on that rank. In 2BW, F of minibatch k >= 2 needs update k-2 done on its stage.
+    """
+    M, grad = s.num_microbatches, "W" if s.split_backward else "B"
+    flushed = s.num_minibatches if s.weight_mode == "sync" else s.warmup_minibatches
+    for rank, row in enumerate(s.ranks):
+        updates = {stage: 0 for stage in s.stages_of(rank)}  # updates done per stage
+        grads = dict.fromkeys(updates, 0)  # gradients of the current minibatch seen
+        for position, a in enumerate(row):
+            if a.kind == grad:
+                k = a.index // M
+                if k != updates[a.stage]:
+                    raise ScheduleError(
+                        f"{_at(rank, position, a)} is a gradient of minibatch {k} but stage "
+                        f"{a.stage} has done {updates[a.stage]} updates: U{k} must apply exactly "
+                        f"minibatch {k}'s gradients"
+                    )
+                grads[a.stage] += 1
+            elif a.kind == "U":
+                if a.index != updates[a.stage] or grads[a.stage] != M:
+                    raise ScheduleError(
+                        f"{_at(rank, position, a)} comes after {grads[a.stage]} of the {M} "
+                        f"gradients of minibatch {a.index} on stage {a.stage} (updates must follow "
+                        "in order, each after all gradients of its minibatch)"
+                    )
+                updates[a.stage] += 1
+                grads[a.stage] = 0
+            elif a.kind == "F":
+                k = a.index // M
+                if 0 < k <= flushed and min(updates.values()) < k:
+                    raise ScheduleError(
+                        f"{_at(rank, position, a)} starts minibatch {k} before rank {rank} applied "
+                        f"update {k - 1} (a flushed minibatch must update before the next starts)"
+                    )
+                if s.weight_mode == "2bw" and k >= 2 and updates[a.stage] < k - 1:
+                    raise ScheduleError(
+                        f"{_at(rank, position, a)}: 2BW runs minibatch {k} on version {k - 1}, "
+                        f"made by update {k - 2} of stage {a.stage}, which comes later on this "
+                        "rank; use more microbatches"
+                    )
+
+
+def _at(rank: int, position: int, action) -> str:
+    return f"rank {rank} position {position}: {action}"
+
+
+def dependency_codes(code: int, n: int, T: int) -> tuple[int, ...]:
+    """The codes an action (by code) must wait for; U has none here, because its gradients
+    sit before it on the same rank (which :func:`validate` checks).
+
+    F(s,m) needs F(s-1,m); B(s,m) needs F(s,m) and B(s+1,m); I likewise with I(s+1,m);
+    W(s,m) needs I(s,m). With codes kind * n + stage * T + m, "stage - 1" is ``code - T``.
+    """
+    kind, offset = divmod(code, n)
+    if kind == 0:
+        return (code - T,) if offset >= T else ()
+    if kind in (1, 2):
+        own_forward = code - kind * n
+        return (own_forward,) if offset >= n - T else (own_forward, code + T)
+    if kind == 3:
+        return (code - n,)
+    return ()
+
+
+def execution_order(s: Schedule, codes: list[list[int]] | None = None) -> list[tuple[int, int]]:
+    """A dependency-respecting order of ``(rank, position)`` pairs, or a deadlock report.
+
+    Each rank runs its actions in order as far as their dependencies allow; a rank that must
+    wait is parked on the action it waits for and woken when that action is done.
+    O(number of actions).
+    """
+    rows = encode(s) if codes is None else codes
+    n, T = s.num_virtual_stages * s.total_microbatches, s.total_microbatches
+    done = bytearray(4 * n + s.num_virtual_stages * s.num_minibatches)
+    position = [0] * s.num_stages
+    waiting: dict[int, list[int]] = {}
+    ready = deque(range(s.num_stages))
+    order: list[tuple[int, int]] = []
+    append = order.append
+    n2, n3, n4 = 2 * n, 3 * n, 4 * n
+    while ready:
+        rank = ready.popleft()
+        row, p = rows[rank], position[rank]
+        end = len(row)
+        while p < end:
+            code = row[p]
+            # the dependency checks of dependency_codes(), inlined: this loop is the hot path
+            if code < n:
+                missing = code - T if code >= T and not done[code - T] else -1
+            elif code < n3:
+                own = code - n if code < n2 else code - n2
+                if not done[own]:
+                    missing = own
+                elif (code < n2 - T or n2 <= code < n3 - T) and not done[code + T]:
+                    missing = code + T
+                else:
+                    missing = -1
+            elif code < n4:
+                missing = code - n if not done[code - n] else -1
+            else:
+                missing = -1
+            if missing >= 0:
+                waiting.setdefault(missing, []).append(rank)
+                break
+            done[code] = 1
+            append((rank, p))
+            p += 1
+            woken = waiting.pop(code, None)
+            if woken:
+                ready.extend(woken)
+        position[rank] = p
+    if len(order) != sum(len(row) for row in rows):
+        raise ScheduleError(_deadlock_report(s, rows, position, done))
+    return order
+
+
+def _deadlock_report(s: Schedule, rows, position, done) -> str:
+    """Per blocked rank: the action that waits forever and what it waits for."""
+    n, T = s.num_virtual_stages * s.total_microbatches, s.total_microbatches
+    where = {code: (rank, p) for rank, row in enumerate(rows) for p, code in enumerate(row)}
+    lines = [f"schedule {s.name!r} deadlocks: these ranks wait forever"]
+    for rank, row in enumerate(rows):
+        p = position[rank]
+        if p >= len(row):
+            continue
+        missing = next(d for d in dependency_codes(row[p], n, T) if not done[d])
+        if missing not in where:
+            action = s.ranks[rank][p]
+            lines.append(
+                f"  rank {rank} at {action} (position {p}) waits for an action no rank runs"
+            )
+            continue
+        r2, p2 = where[missing]
+        waited = s.ranks[r2][p2]
+        if r2 == rank:
+            detail = f"which comes later on the same rank (position {p2})"
+        else:
+            blocker = s.ranks[r2][position[r2]]
+            detail = f"on rank {r2} (position {p2}), which is itself stuck at {blocker}"
+        lines.append(
+            f"  rank {rank} at {s.ranks[rank][p]} (position {p}) waits for {waited} {detail}"
+        )
+    return "\n".join(lines)
