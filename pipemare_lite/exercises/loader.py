@@ -23,8 +23,6 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
-import nbformat
-
 
 class NotebookLoadWarning(UserWarning):
     """A cell of a student's notebook failed while loading their definitions."""
@@ -107,6 +105,8 @@ def load_from_notebook(path: str | Path, names: str | Iterable[str]) -> dict:
     bad = sorted(n for n in wanted if not isinstance(n, str) or not n.isidentifier())
     if bad:
         raise ValueError(f"names must be Python identifiers, got {bad!r}")
+
+    import nbformat  # imported here: it is slow to import and check() never needs it
 
     notebook = nbformat.read(path, as_version=4)
     parsed: list[tuple[int, list[ast.stmt]]] = []

@@ -1,0 +1,70 @@
+"""The grading tests: one test and one marker per exercise. Graders never change this file.
+
+Each test takes the student's answer from the adapter (``--student``; see conftest.py) and
+checks it exactly as ``check()`` does in the notebook, on the same cases; a failure shows
+the same message the student saw. Run one exercise with ``-m ex02_1``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.ex00_1
+def test_ex00_1_gpipe_action_count(grade):
+    """Exercise 0.1: gpipe_action_count(P, M) -> int."""
+    grade("ex00_1")
+
+
+@pytest.mark.ex01_1
+def test_ex01_1_naive_utilization(grade):
+    """Exercise 1.1: naive_utilization(P) -> float."""
+    grade("ex01_1")
+
+
+@pytest.mark.ex01_2
+def test_ex01_2_naive_order(grade):
+    """Exercise 1.2: naive_order(P) -> list[list[str]]."""
+    grade("ex01_2")
+
+
+@pytest.mark.ex02_1
+def test_ex02_1_gpipe_order(grade):
+    """Exercise 2.1: gpipe_order(P, M) -> list[list[str]]."""
+    grade("ex02_1")
+
+
+@pytest.mark.ex02_2
+def test_ex02_2_idle_fraction(grade):
+    """Exercise 2.2: idle_fraction(P, M) -> float."""
+    grade("ex02_2")
+
+
+@pytest.mark.ex02_3
+def test_ex02_3_m_for_10_percent(grade):
+    """Exercise 2.3: M_FOR_10_PERCENT: int."""
+    grade("ex02_3")
+
+
+@pytest.mark.ex03_1
+def test_ex03_1_one_f_one_b_order(grade):
+    """Exercise 3.1: one_f_one_b_order(P, M) -> list[list[str]]."""
+    grade("ex03_1")
+
+
+@pytest.mark.ex03_2
+def test_ex03_2_peak_activations_1f1b(grade):
+    """Exercise 3.2: peak_activations_1f1b(P, M) -> list[int]."""
+    grade("ex03_2")
+
+
+@pytest.mark.ex04_1
+def test_ex04_1_interleaved_idle_fraction(grade):
+    """Exercise 4.1: interleaved_idle_fraction(P, M, v) -> float."""
+    grade("ex04_1")
+
+
+@pytest.mark.ex04_2
+def test_ex04_2_p2p_messages_per_microbatch(grade):
+    """Exercise 4.2: p2p_messages_per_microbatch(P, v) -> int."""
+    grade("ex04_2")
