@@ -142,8 +142,9 @@ def discrepancy_matrix(alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None) -> n
 
     What it shows (lam = 1, tau_b = 0, largest stable alpha; tests/test_theory.py): the sign
     of ``sensitivity`` decides everything. With ``sensitivity = -lam`` the discrepancy takes
-    away more than half of the stable step and T2 with gamma = 0.5 gives it back (tau_f 2, 4,
-    8: 0.274 -> 0.470, 0.144 -> 0.351, 0.185 bound -> 0.074 -> 0.198). With
+    away more than half of the stable step and T2 with gamma = 0.5 gives it back (no T2 -> T2,
+    no-discrepancy bound in brackets: tau_f 2: 0.274 -> 0.470 [0.618]; 4: 0.144 -> 0.351
+    [0.347]; 8: 0.074 -> 0.198 [0.185]). With
     ``0 < sensitivity <= lam`` reading the current weights makes the gradient LESS stale, the
     discrepancy helps, and T2 hurts. For ``sensitivity = 2 lam`` it is mixed (T2 helps at
     tau_f 1 and 2, hurts at 4 and 8). The toy model does not tell which sign a network has.
@@ -210,6 +211,16 @@ def discrepancy_stability_map(alphas, gammas, tau_f, sensitivity, lam=1.0, tau_b
         ],
         dtype=float,
     )
+
+
+def t2_stable_steps(gammas, tau_f, sensitivity, lam=1.0, tau_b=0) -> list[float]:
+    """Largest stable ``alpha`` of the toy model for each gamma (None: without T2)."""
+    return [
+        largest_stable_step(
+            lambda a, g=g: discrepancy_radius(a, lam, tau_f, sensitivity, tau_b, g), high=4.0 / lam
+        )
+        for g in gammas
+    ]
 
 
 def _check_delay(tau) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from pipemare_lite.theory import (
     stability_bound,
     stability_map,
     t1_step_limit,
+    t2_stable_steps,
 )
 
 
@@ -210,3 +213,23 @@ def test_bad_inputs_are_rejected():
         spectral_radius(0.1, 1.0, -1)
     with pytest.raises(ValueError, match="non-negative integer, got 1.5"):
         stability_bound(1.5)
+
+
+@pytest.mark.parametrize("tau_f", [2, 4, 8])
+def test_best_gamma_is_moderate(tau_f):
+    """Finding (sensitivity = -lam): gamma = 0 (raw last step) and gamma = 0.9 (slow average)
+    both do worse than a moderate gamma; every gamma tried beats no correction here."""
+    gammas = [0.0, 0.3, 0.5, 0.7, 0.9]
+    no_t2, *with_t2 = t2_stable_steps([None, *gammas], tau_f, -1.0)
+    assert with_t2[1] == pytest.approx(_stable_limit(tau_f, -1.0, 0.3))
+    best = max(range(len(gammas)), key=lambda i: with_t2[i])
+    assert 0 < best < len(gammas) - 1
+    assert min(with_t2) > no_t2
+
+
+def test_torch_free_modules_import_without_torch():
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import pipemare_lite.staleness, pipemare_lite.memory, pipemare_lite.theory\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
