@@ -1,0 +1,247 @@
+"""Simulating a schedule: when each action runs, given what each op costs (introduced in chapter 02).
+
+The rule is the one a real pipeline follows: every rank runs its actions in its schedule's
+order, and an action starts as soon as its rank is free *and* the actions it depends on are
+done (plus a communication latency when the dependency ran on another rank):
+
+    start(a) = max(end of the rank's previous action,  max over deps d of end(d) + comm(d, a))
+
+From the resulting :class:`~pipemare_lite.timeline.Timeline`, :func:`metrics` measures the
+makespan, utilization, the bubble and the activations each rank holds. The same
+:func:`metrics` reads a trace measured by an executor. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from pipemare_lite.schedules._build import gc_paused
+from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.validate import ScheduleError, validated_order
+from pipemare_lite.timeline import TimedAction, Timeline
+
+
+@dataclass(frozen=True)
+class OpCosts:
+    """What each op costs, in arbitrary time units (introduced in chapter 02).
+
+    Attributes:
+        forward: one F of one microbatch on one (virtual) stage.
+        backward: one full B (used when the schedule does not split backwards).
+        input_grad, weight_grad: the I and W halves of a split backward (zero-bubble).
+        update: one U (optimizer step) of one stage.
+        comm: latency added when an action waits for one that ran on another rank.
+        stage_multipliers: optional per-stage factors on every cost (imbalanced stages):
+            one per virtual stage, or one per rank (applied to all its chunks).
+    """
+
+    forward: float = 1.0
+    backward: float = 2.0
+    input_grad: float = 1.0
+    weight_grad: float = 1.0
+    update: float = 0.0
+    comm: float = 0.0
+    stage_multipliers: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("forward", "backward", "input_grad", "weight_grad", "update", "comm"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"OpCosts.{name}={value!r}: allowed: a number >= 0")
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"OpCosts.{name}={value!r}: allowed: a finite number >= 0")
+        if self.stage_multipliers is not None:
+            multipliers = tuple(float(x) for x in self.stage_multipliers)
+            bad = [x for x in multipliers if not (math.isfinite(x) and x > 0)]
+            if bad or not multipliers:
+                raise ValueError(
+                    f"OpCosts.stage_multipliers={self.stage_multipliers!r}: allowed: a non-empty "
+                    "sequence of finite numbers > 0"
+                )
+            object.__setattr__(self, "stage_multipliers", multipliers)
+
+    def per_stage(self, schedule: Schedule) -> list[float]:
+        """The multiplier of every virtual stage of ``schedule`` (all 1.0 by default)."""
+        S, P = schedule.num_virtual_stages, schedule.num_stages
+        m = self.stage_multipliers
+        if m is None:
+            return [1.0] * S
+        if len(m) == S:
+            return list(m)
+        if len(m) == P:
+            return [m[stage % P] for stage in range(S)]
+        allowed = f"{S} (one per virtual stage)" + (f" or {P} (one per rank)" if S != P else "")
+        raise ValueError(f"OpCosts.stage_multipliers has {len(m)} entries; allowed: {allowed}")
+
+
+def simulate(schedule: Schedule, costs: OpCosts | None = None) -> Timeline:
+    """The timeline of ``schedule`` under ``costs`` (introduced in chapter 02).
+
+    Validates the schedule first (once: builders already did), then visits the actions in a
+    dependency-respecting order, so each start time is known when it is needed. O(actions).
+    """
+    costs = OpCosts() if costs is None else costs
+    codes, order = validated_order(schedule)
+    S, T, P = schedule.num_virtual_stages, schedule.total_microbatches, schedule.num_stages
+    n = S * T
+    multiplier = costs.per_stage(schedule)
+    base = (costs.forward, costs.backward, costs.input_grad, costs.weight_grad, costs.update)
+    comm = costs.comm if P > 1 else 0.0  # F(s-1) and B/I(s+1) always run on another rank
+    K = schedule.num_minibatches
+    end = [0.0] * (4 * n + S * K)
+    start_of = [0.0] * len(end)
+    rank_free = [0.0] * P
+    n2, n3, n4 = 2 * n, 3 * n, 4 * n
+    for rank, p in order:
+        code = codes[rank][p]
+        ready = rank_free[rank]
+        if code < n:  # F: after F of the previous stage
+            stage = code // T
+            if code >= T:
+                ready = max(ready, end[code - T] + comm)
+        elif code < n3:  # B or I: after own F and the next stage's B or I
+            own = code - n if code < n2 else code - n2
+            stage = own // T
+            ready = max(ready, end[own])
+            if stage < S - 1:
+                ready = max(ready, end[code + T] + comm)
+        elif code < n4:  # W: after its own I
+            stage = (code - n3) // T
+            ready = max(ready, end[code - n])
+        else:  # U: its gradients ran earlier on this rank
+            stage = (code - n4) // K
+        kind = code // n if code < n4 else 4
+        start_of[code] = ready
+        end[code] = rank_free[rank] = ready + base[kind] * multiplier[stage]
+    with gc_paused():
+        entries = tuple(
+            TimedAction(rank, action, start_of[c], end[c])
+            for rank, (row, row_codes) in enumerate(zip(schedule.ranks, codes))
+            for action, c in zip(row, row_codes)
+        )
+    return Timeline(schedule=schedule, entries=entries, extra={"costs": asdict(costs)})
+
+
+@dataclass(frozen=True)
+class ScheduleMetrics:
+    """What a timeline tells about a schedule (introduced in chapter 02).
+
+    Attributes:
+        makespan: first start to last end.
+        busy_per_rank: summed action durations of each rank.
+        utilization_per_rank: busy / makespan, per rank.
+        utilization: all busy time / (ranks * makespan).
+        idle_fraction: 1 - utilization, the "bubble fraction" (P-1)/(M+P-1) of GPipe.
+        bubble_ratio: idle time / busy time, the other convention, (P-1)/M for GPipe.
+        peak_inflight: per rank, the most microbatches whose F is done and whose B (or W,
+            when backwards are split) is not: the activations the rank must hold. With
+            interleaving each (chunk, microbatch) pair counts once.
+        steady_state_window: ``(t0, t1)``: from the moment the last rank starts its first
+            backward (B or I) to the moment the first rank ends its last forward; in between
+            every rank has both forwards and backwards to run. None if that window is empty
+            (e.g. one flushed minibatch).
+        steady_state_utilization: utilization inside that window (None without a window).
+    """
+
+    makespan: float
+    busy_per_rank: tuple[float, ...]
+    utilization_per_rank: tuple[float, ...]
+    utilization: float
+    idle_fraction: float
+    bubble_ratio: float
+    peak_inflight: tuple[int, ...]
+    steady_state_window: tuple[float, float] | None
+    steady_state_utilization: float | None
+
+    def as_dict(self) -> dict:
+        """Plain JSON-ready values (lists instead of tuples)."""
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, tuple):
+                out[key] = list(value)
+        return out
+
+
+def metrics(timeline: Timeline) -> ScheduleMetrics:
+    """Measure ``timeline`` (simulated or recorded by an executor); see :class:`ScheduleMetrics`."""
+    P = timeline.schedule.num_stages
+    release = "W" if timeline.schedule.split_backward else "B"
+    busy = [0.0] * P
+    forward_ends: list[list[float]] = [[] for _ in range(P)]
+    release_ends: list[list[float]] = [[] for _ in range(P)]
+    first_backward = [math.inf] * P
+    for e in timeline.entries:  # one pass: this runs over every action of large schedules
+        rank, start, end, kind = e.rank, e.start, e.end, e.action.kind
+        busy[rank] += end - start
+        if kind == "F":
+            forward_ends[rank].append(end)
+        else:
+            if kind == release:
+                release_ends[rank].append(end)
+            if kind in ("B", "I") and start < first_backward[rank]:
+                first_backward[rank] = start
+    makespan = timeline.makespan
+    total_busy = sum(busy)
+    if makespan > 0:
+        utilization_per_rank = tuple(b / makespan for b in busy)
+        utilization = total_busy / (P * makespan)
+    else:
+        utilization_per_rank, utilization = tuple(0.0 for _ in busy), 0.0
+    window = None
+    if all(forward_ends) and all(math.isfinite(t) for t in first_backward):
+        t0, t1 = max(first_backward), min(max(ends) for ends in forward_ends)
+        window = (t0, t1) if t1 > t0 else None
+    steady = None
+    if window is not None:
+        t0, t1 = window
+        inside = sum(max(0.0, min(e.end, t1) - max(e.start, t0)) for e in timeline.entries)
+        steady = inside / (P * (t1 - t0))
+    return ScheduleMetrics(
+        makespan=makespan,
+        busy_per_rank=tuple(busy),
+        utilization_per_rank=utilization_per_rank,
+        utilization=utilization,
+        idle_fraction=1.0 - utilization if makespan > 0 else 0.0,
+        bubble_ratio=(P * makespan - total_busy) / total_busy if total_busy > 0 else 0.0,
+        peak_inflight=tuple(_peak_held(f, r) for f, r in zip(forward_ends, release_ends)),
+        steady_state_window=window,
+        steady_state_utilization=steady,
+    )
+
+
+def _peak_held(forward_ends: list[float], release_ends: list[float]) -> int:
+    """Most activations held at once: +1 when an F ends, -1 when its B (or W) ends.
+
+    At equal times the release counts first: a rank frees memory before its next F ends.
+    """
+    forward_ends.sort()
+    release_ends.sort()
+    held = peak = 0
+    j, n_release = 0, len(release_ends)
+    for t in forward_ends:
+        while j < n_release and release_ends[j] <= t:
+            held -= 1
+            j += 1
+        held += 1
+        if held > peak:
+            peak = held
+    return peak
+
+
+def simulate_and_measure(
+    schedule: Schedule, costs: OpCosts | None = None
+) -> tuple[Timeline, ScheduleMetrics]:
+    """``simulate`` then ``metrics``, for the common case of wanting both."""
+    timeline = simulate(schedule, costs)
+    return timeline, metrics(timeline)
+
+
+__all__ = [
+    "OpCosts",
+    "ScheduleMetrics",
+    "ScheduleError",
+    "simulate",
+    "metrics",
+    "simulate_and_measure",
+]
