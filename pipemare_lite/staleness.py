@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from pipemare_lite.schedules.actions import (
     BACKWARD,
@@ -99,6 +99,10 @@ class VersionTable:
 
     schedule: Schedule
     rows: tuple[VersionRow, ...]
+    _index: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", {(r.stage, r.microbatch): r for r in self.rows})
 
     @property
     def num_stages(self) -> int:
@@ -112,13 +116,9 @@ class VersionTable:
 
     def row(self, stage: int, microbatch: int) -> VersionRow:
         """The row for (stage, microbatch); KeyError naming both if the schedule has none."""
-        index = getattr(self, "_index", None)
-        if index is None:
-            index = {(r.stage, r.microbatch): r for r in self.rows}
-            object.__setattr__(self, "_index", index)
-        if (stage, microbatch) not in index:
+        if (stage, microbatch) not in self._index:
             raise KeyError(f"no forward of microbatch {microbatch} on stage {stage}")
-        return index[(stage, microbatch)]
+        return self._index[(stage, microbatch)]
 
     def matrix(self, quantity: str = "forward_delay") -> list[list[int | None]]:
         """``matrix[stage][microbatch]`` of one quantity (None where undefined): a heatmap."""
