@@ -72,11 +72,14 @@ def test_activation_peaks_match_closed_forms(P, M):
 
 def test_activations_agree_with_simulator_peak_inflight():
     simulate = pytest.importorskip("pipemare_lite.simulate")
-    for name in ("gpipe", "1f1b", "zb-h1", "pipedream", "async"):
-        schedule = build_schedule(name, 4, 4, num_minibatches=3)
+    cases = [(n, {}) for n in ("naive", "gpipe", "1f1b", "zb-h1", "pipedream", "2bw", "async")]
+    cases += [("interleaved", {"chunks": 2}), ("async", {"warmup_minibatches": 1})]
+    for name, options in cases:
+        schedule = build_schedule(name, 4, 8, num_minibatches=3, **options)
         inflight = simulate.metrics(simulate.simulate(schedule)).peak_inflight
-        ours = [d["activations"] for d in memory_by_kind(schedule, _uniform(4, activations=1))]
-        assert ours == list(inflight), name
+        ones = MemoryProfile([0] * schedule.num_virtual_stages, [1] * schedule.num_virtual_stages)
+        ours = [d["activations"] for d in memory_by_kind(schedule, ones)]
+        assert ours == list(inflight), (name, options)
 
 
 def test_hand_checked_two_stage_profile():
