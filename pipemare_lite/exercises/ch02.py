@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 
 from pipemare_lite.exercises import references
 from pipemare_lite.exercises.compare import compare_float, compare_rows
@@ -30,9 +31,12 @@ def _diagnose_m_for_10_percent(value) -> str | None:
         return f"M_FOR_10_PERCENT should be a positive int (got {value!r})."
     if value > 10_000:
         return f"M={value} is far more than needed."
-    idle = references.simulated_metrics("gpipe", 8, value).idle_fraction
-    if idle >= 0.1:
-        return f"With P=8 and M={value} the simulator measures an idle fraction of {idle:.1%}."
+    idle = references.exact_idle_fraction("gpipe", 8, value)
+    if idle >= Fraction(1, 10):
+        return (
+            f"With P=8 and M={value} the simulator measures an idle fraction of "
+            f"{float(idle):.1%}: not below 10%."
+        )
     return f"With M={value} the idle fraction is below 10%, but is it the smallest such M?"
 
 

@@ -7,6 +7,8 @@ torch-free) and reshapes its answer into the form an exercise asks for, e.g. one
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 
 def schedule_rows(name: str, P: int, M: int, *, chunks: int = 1) -> list[list[str]]:
     """The engine's schedule ``name`` as one row per rank of F/B actions (updates dropped)."""
@@ -22,6 +24,18 @@ def simulated_metrics(name: str, P: int, M: int, *, chunks: int = 1):
     from pipemare_lite.simulate import OpCosts, metrics, simulate
 
     return metrics(simulate(build_schedule(name, P, M, chunks=chunks), OpCosts()))
+
+
+def exact_idle_fraction(name: str, P: int, M: int, *, chunks: int = 1) -> Fraction:
+    """The simulated idle fraction as an exact fraction: 1 - busy / (P x makespan).
+
+    The simulator's times are sums of the default integer costs, so its busy times and
+    makespan are exact; only ``1 - utilization`` in floats rounds (for P=8, M=63 it gives
+    0.09999999999999998 where the exact value is 1/10). "Below 10%" needs the exact value.
+    """
+    measured = simulated_metrics(name, P, M, chunks=chunks)
+    busy = sum(Fraction(b) for b in measured.busy_per_rank)
+    return 1 - busy / (P * Fraction(measured.makespan))
 
 
 def p2p_messages_counted(P: int, v: int) -> int:

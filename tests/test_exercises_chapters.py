@@ -1,0 +1,201 @@
+"""The exercises of chapters 00-04, checked against the engine.
+
+Plain solutions written here from the definitions (the order rules, the closed forms) must
+pass every exercise; stubs must be "not attempted yet"; typical wrong answers must fail
+with a hint and without showing the expected value.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import subprocess
+import sys
+import textwrap
+from fractions import Fraction
+
+import pytest
+
+pytest.importorskip("pipemare_lite.simulate", reason="the engine's simulator")
+
+from pipemare_lite.exercises import EXERCISES, check, run_checks  # noqa: E402
+
+# --- plain solutions, written from the definitions ----------------------------------------
+
+
+def gpipe_action_count(P, M):
+    return 2 * P * M
+
+
+def naive_utilization(P):
+    return 1 / P
+
+
+def naive_order(P):
+    return [[f"{r}F0", f"{r}B0"] for r in range(P)]
+
+
+def gpipe_order(P, M):
+    return [[f"{r}F{m}" for m in range(M)] + [f"{r}B{m}" for m in range(M)] for r in range(P)]
+
+
+def idle_fraction(P, M):
+    return (P - 1) / (M + P - 1)
+
+
+def one_f_one_b_order(P, M):
+    rows = []
+    for r in range(P):
+        warmup = min(P - 1 - r, M)  # clamped when M is small
+        row = [f"{r}F{m}" for m in range(warmup)]
+        for m in range(M - warmup):  # steady state: the next forward, the oldest backward
+            row += [f"{r}F{warmup + m}", f"{r}B{m}"]
+        row += [f"{r}B{m}" for m in range(M - warmup, M)]
+        rows.append(row)
+    return rows
+
+
+def peak_activations_1f1b(P, M):
+    return [min(P - s, M) for s in range(P)]
+
+
+def interleaved_idle_fraction(P, M, v):
+    return (P - 1) / (v * M + P - 1)
+
+
+def p2p_messages_per_microbatch(P, v):
+    return 2 * (v * P - 1)
+
+
+M_FOR_10_PERCENT = next(M for M in itertools.count(1) if idle_fraction(8, M) < 0.1)
+
+SOLUTIONS = {
+    "ex00_1": gpipe_action_count,
+    "ex01_1": naive_utilization,
+    "ex01_2": naive_order,
+    "ex02_1": gpipe_order,
+    "ex02_2": idle_fraction,
+    "ex02_3": M_FOR_10_PERCENT,
+    "ex03_1": one_f_one_b_order,
+    "ex03_2": peak_activations_1f1b,
+    "ex04_1": interleaved_idle_fraction,
+    "ex04_2": p2p_messages_per_microbatch,
+}
+
+# --- typical mistakes ---------------------------------------------------------------------
+
+WRONG = {
+    "ex00_1": lambda P, M: P * M,  # forgot the backwards
+    "ex01_1": lambda P: 1 / (P + 1),
+    "ex01_2": lambda P: [[f"{r}B0", f"{r}F0"] for r in range(P)],
+    "ex02_1": lambda P, M: [  # backwards in reverse order
+        [f"{r}F{m}" for m in range(M)] + [f"{r}B{m}" for m in reversed(range(M))]
+        for r in range(P)
+    ],
+    "ex02_2": lambda P, M: (P - 1) / M,  # the bubble ratio, not the idle fraction
+    "ex02_3": M_FOR_10_PERCENT - 1,
+    "ex03_1": gpipe_order,
+    "ex03_2": lambda P, M: [P - s for s in range(P)],  # forgot that M may be < P
+    "ex04_1": lambda P, M, v: (P - 1) / (M + P - 1),  # ignored v
+    "ex04_2": lambda P, v: v * P - 1,  # forgot the backward
+}
+
+
+def test_solutions_cover_every_exercise():
+    assert set(SOLUTIONS) == set(EXERCISES) == set(WRONG)
+
+
+@pytest.mark.parametrize("exercise_id", sorted(SOLUTIONS))
+def test_plain_solution_passes(exercise_id, capsys):
+    assert check(exercise_id, SOLUTIONS[exercise_id]) is True
+    out = capsys.readouterr().out
+    assert out.startswith("✅"), out
+    if EXERCISES[exercise_id].kind == "function":
+        assert f"passed {len(EXERCISES[exercise_id].cases())} cases" in out
+
+
+@pytest.mark.parametrize("exercise_id", sorted(SOLUTIONS))
+def test_stub_is_not_attempted_yet(exercise_id):
+    exercise = EXERCISES[exercise_id]
+
+    def stub(*args):
+        raise NotImplementedError(exercise.label)
+
+    answer = NotImplemented if exercise.kind == "constant" else stub
+    result = run_checks(exercise_id, answer)
+    assert result.status == "not attempted" and "not attempted yet" in result.message
+
+
+def _texts_of(expected) -> set[str]:
+    """Ways the expected value could be printed."""
+    if isinstance(expected, float):
+        return {repr(expected), f"{expected:.6g}", f"{expected:.4f}", f"{expected:.3f}",
+                f"{expected:.1%}"}
+    if isinstance(expected, list) and expected and isinstance(expected[0], list):
+        return {repr(expected)} | {repr(row) for row in expected}
+    return {repr(expected), str(expected)}
+
+
+@pytest.mark.parametrize("exercise_id", sorted(WRONG))
+def test_wrong_answer_fails_with_hint_and_hides_the_expected_value(exercise_id):
+    exercise = EXERCISES[exercise_id]
+    answer = WRONG[exercise_id]
+    result = run_checks(exercise_id, answer)
+    assert result.status == "failed" and "Hint:" in result.message, result.message
+    # what the message says besides the exercise id, the failing call and the hint
+    said = result.message.split("Hint:")[0].replace(exercise_id, "")
+    if exercise.kind == "constant":
+        assert not re.search(rf"(?<!\d){M_FOR_10_PERCENT}(?!\d)", said), said
+        return
+    failing = exercise.cases()[result.cases_passed]
+    call = f"{exercise.function_name}(" + ", ".join(f"{k}={v!r}" for k, v in failing.items())
+    assert call in said
+    said = said.replace(call, "")
+    expected = exercise.reference(*failing.values())
+    for text in _texts_of(expected):
+        assert not re.search(rf"(?<![\w.]){re.escape(text)}(?![\w])", said), (text, said)
+    if isinstance(expected, list) and expected and isinstance(expected[0], list):
+        # every action it names is one the student wrote
+        written = {a for row in answer(*failing.values()) for a in row}
+        assert set(re.findall(r"\d+[FBIWU]\d+", said)) <= written, said
+
+
+def test_hashed_constant_is_the_engines_smallest_m():
+    from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.simulate import OpCosts, metrics, simulate
+
+    def measured(M):  # exact: the simulated times are sums of integer costs
+        run = metrics(simulate(build_schedule("gpipe", 8, M), OpCosts()))
+        return 1 - Fraction(sum(run.busy_per_rank)) / (8 * Fraction(run.makespan))
+
+    smallest = next(M for M in itertools.count(1) if measured(M) < Fraction(1, 10))
+    assert run_checks("ex02_3", smallest).passed
+    assert not run_checks("ex02_3", smallest - 1).passed
+    assert not run_checks("ex02_3", smallest + 1).passed
+
+
+def test_constant_diagnosis_points_the_way_without_the_answer():
+    too_small = run_checks("ex02_3", 10).message
+    assert "idle fraction of" in too_small and "%" in too_small
+    boundary = run_checks("ex02_3", M_FOR_10_PERCENT - 1).message  # exactly 10%
+    assert "10.0%: not below 10%" in boundary
+    too_large = run_checks("ex02_3", 100).message
+    assert "is it the smallest such M" in too_large
+    assert "positive int" in run_checks("ex02_3", "sixty").message
+
+
+def test_checks_import_no_torch():
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["torch"] = None  # any import of torch now fails
+        from pipemare_lite.exercises import list_exercises, run_checks
+        for exercise in list_exercises():
+            answer = exercise.reference if exercise.kind == "function" else 1
+            result = run_checks(exercise.id, answer)
+            assert result.status in ("passed", "failed"), result.message
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
