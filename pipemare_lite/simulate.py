@@ -1,4 +1,4 @@
-"""Simulating a schedule: when each action runs, given what each op costs (introduced in chapter 02).
+"""Simulating a schedule: when each action runs, given what each op costs (chapter 02).
 
 The rule is the one a real pipeline follows: every rank runs its actions in its schedule's
 order, and an action starts as soon as its rank is free *and* the actions it depends on are
