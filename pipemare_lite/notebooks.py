@@ -227,9 +227,11 @@ def is_checked(cell) -> bool:
 def clean_notebook(nb):
     """Strip what must not be committed, in place, and return ``nb``.
 
-    Outputs go except in checked cells; execution counts go everywhere; notebook-level
-    widget state and per-cell execution timings go; checked cells lose live-only outputs
-    (widget views). The kernelspec becomes ``python3``.
+    Outputs and execution counts go except in checked cells; notebook-level widget state
+    and per-cell execution timings go; checked cells lose live-only outputs (widget views)
+    and get a fixed execution count, their position among the code cells: nbval refuses to
+    compare a cell without one ("Unrun reference cell has outputs"), and a fixed number keeps
+    re-runs out of the diff. The kernelspec becomes ``python3``.
     """
     nb.metadata.pop("widgets", None)
     nb.metadata["kernelspec"] = {
@@ -239,6 +241,7 @@ def clean_notebook(nb):
     }
     # language_info carries the author's Python version: noise in every diff
     nb.metadata["language_info"] = {"name": "python"}
+    code_cells = 0
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         cell.metadata.pop("widgets", None)
@@ -246,14 +249,16 @@ def clean_notebook(nb):
             cell.pop("outputs", None)
             cell.pop("execution_count", None)
             continue
-        cell.execution_count = None
+        code_cells += 1
         if not is_checked(cell):
+            cell.execution_count = None
             cell.outputs = []
             continue
+        cell.execution_count = code_cells
         kept = []
         for output in cell.outputs:
             if "execution_count" in output:
-                output["execution_count"] = None
+                output["execution_count"] = code_cells
             data = output.get("data")
             if data is not None:
                 for mimetype in _LIVE_ONLY_MIMETYPES:
@@ -364,12 +369,18 @@ def notebook_problems(path: str | Path, check_imports: bool = True) -> list[str]
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        if cell.get("execution_count") is not None:
-            problems.append(f"cell {index}: execution_count is set; run clean")
-        if cell.outputs and not is_checked(cell):
-            problems.append(f"cell {index}: has outputs but is not tagged {CHECK_TAG}; run clean")
-        if is_checked(cell) and not cell.outputs:
+        if not is_checked(cell):
+            if cell.get("execution_count") is not None:
+                problems.append(f"cell {index}: execution_count is set; run clean")
+            if cell.outputs:
+                problems.append(f"cell {index}: outputs, but no tag {CHECK_TAG}; run clean")
+        elif not cell.outputs:
             problems.append(f"cell {index}: tagged {CHECK_TAG} but has no stored output to compare")
+        elif cell.get("execution_count") is None:
+            problems.append(
+                f"cell {index}: checked cell without execution_count (nbval calls it unrun); "
+                "run it, then clean"
+            )
 
     first = nb.cells[0] if nb.cells else None
     first_line = first.source.strip().splitlines()[0] if first and first.source.strip() else ""

@@ -1,0 +1,241 @@
+"""Committed chapters are clean, runnable-looking notebooks; the tooling that keeps them so works.
+
+1. Every ``chapters/*.ipynb`` passes :func:`pipemare_lite.notebooks.notebook_problems`
+   (valid nbformat, kernel python3, no widget state, outputs only in checked cells, size cap,
+   name, title, "Before you start", summary, a check() exercise, imports that resolve).
+2. Each rule fires on a notebook planted with exactly that problem, and ``clean`` removes
+   what it should and keeps checked outputs.
+3. The test command's machinery: nbval's lax mode compares exactly the cells tagged
+   ``nbval-check-output``, under xdist, and the root conftest prints each notebook's time.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from pipemare_lite import notebooks
+from pipemare_lite.notebooks import CHECK_TAG
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER_FILES = sorted((ROOT / "chapters").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", CHAPTER_FILES, ids=lambda p: p.name)
+def test_committed_chapter_follows_the_authoring_rules(path):
+    problems = notebooks.notebook_problems(path)
+    assert not problems, f"{path.name} (see chapters/README.md):\n  " + "\n  ".join(problems)
+
+
+def test_every_chapter_is_listed_in_the_chapter_table():
+    table = notebooks.chapter_table(ROOT / "chapters")
+    assert {r.file for r in table.written} == {p.name for p in CHAPTER_FILES}
+    assert [r.number for r in table.rows] == sorted({r.number for r in table.rows})
+    assert set(notebooks.PLANNED_CHAPTERS) <= {r.number for r in table.rows}
+
+
+# --------------------------------------------------------------------------- planted problems
+
+
+def _good_chapter(number: str = "05") -> nbformat.NotebookNode:
+    checked = new_code_cell("print(2 + 2)", metadata={"tags": [CHECK_TAG]}, execution_count=2)
+    checked.outputs = [new_output("stream", name="stdout", text="4\n")]
+    return new_notebook(
+        cells=[
+            new_markdown_cell(f"# {number} · A planted chapter\n\nYou will count to four."),
+            new_markdown_cell("## Before you start\n\nRuns in a second."),
+            new_code_cell("from pipemare_lite.notebooks import chapter_table"),
+            checked,
+            new_code_cell("from pipemare_lite.exercises import check\ncheck('ex00_1', f)"),
+            new_markdown_cell("## Summary\n\n- four"),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    )
+
+
+def _problems(tmp_path, nb, name: str = "05_planted_chapter.ipynb") -> list[str]:
+    path = tmp_path / name
+    nbformat.write(nb, path)
+    return notebooks.notebook_problems(path)
+
+
+def test_a_good_chapter_has_no_problems(tmp_path):
+    assert _problems(tmp_path, _good_chapter()) == []
+
+
+def _with_output_in_unchecked_cell(nb):
+    nb.cells[2].outputs = [new_output("stream", name="stdout", text="x\n")]
+
+
+def _with_execution_count(nb):
+    nb.cells[2].execution_count = 3
+
+
+def _with_widget_state(nb):
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+
+
+def _with_other_kernel(nb):
+    nb.metadata["kernelspec"]["name"] = "my-env"
+
+
+def _without_title(nb):
+    nb.cells[0].source = "Chapter five\n\nno heading"
+
+
+def _with_wrong_title_number(nb):
+    nb.cells[0].source = "# 06 · Wrong number"
+
+
+def _without_before_you_start(nb):
+    del nb.cells[1]
+
+
+def _without_summary(nb):
+    del nb.cells[-1]
+
+
+def _without_exercise(nb):
+    del nb.cells[4]
+
+
+def _with_missing_import(nb):
+    nb.cells[2].source = "from pipemare_lite.notebooks import no_such_function"
+
+
+def _with_missing_module(nb):
+    nb.cells[2].source = "%matplotlib inline\nimport pipemare_lite.no_such_module"
+
+
+def _with_checked_cell_without_output(nb):
+    nb.cells[3].outputs = []
+
+
+def _with_checked_cell_without_execution_count(nb):
+    nb.cells[3].execution_count = None
+
+
+@pytest.mark.parametrize(
+    "plant, expected",
+    [
+        (_with_output_in_unchecked_cell, "outputs, but no tag"),
+        (_with_execution_count, "execution_count is set"),
+        (_with_widget_state, "widget state"),
+        (_with_other_kernel, "kernelspec name is 'my-env'"),
+        (_without_title, "first cell must be a markdown title"),
+        (_with_wrong_title_number, "title number 06 differs from file number 05"),
+        (_without_before_you_start, "Before you start"),
+        (_without_summary, "no summary"),
+        (_without_exercise, "check()"),
+        (_with_missing_import, "pipemare_lite.notebooks.no_such_function"),
+        (_with_missing_module, "pipemare_lite.no_such_module"),
+        (_with_checked_cell_without_output, "no stored output"),
+        (_with_checked_cell_without_execution_count, "nbval calls it unrun"),
+    ],
+    ids=lambda v: v.__name__.lstrip("_") if callable(v) else "",
+)
+def test_each_rule_catches_its_planted_problem(tmp_path, plant, expected):
+    nb = _good_chapter()
+    plant(nb)
+    problems = _problems(tmp_path, nb)
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_bad_name_invalid_json_and_size_are_reported(tmp_path):
+    assert any("NN_snake_case" in p for p in _problems(tmp_path, _good_chapter(), "5-Bad.ipynb"))
+    broken = tmp_path / "05_broken.ipynb"
+    broken.write_text('{"cells": 3}')
+    assert any("not a valid notebook" in p for p in notebooks.notebook_problems(broken))
+    big = _good_chapter()
+    big.cells[0].source += "\n\n" + "x" * (notebooks.MAX_NOTEBOOK_BYTES + 1)
+    assert any("the cap is" in p for p in _problems(tmp_path, big))
+
+
+def test_chapter_00_needs_no_exercise(tmp_path):
+    nb = _good_chapter("00")
+    _without_exercise(nb)
+    assert _problems(tmp_path, nb, "00_intro.ipynb") == []
+
+
+# --------------------------------------------------------------------------- cleaning
+
+
+def _dirty(nb):
+    nb = copy.deepcopy(nb)
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    nb.metadata["language_info"] = {"name": "python", "version": "3.11.7"}
+    nb.cells[2].execution_count = 7
+    nb.cells[2].outputs = [new_output("execute_result", {"text/plain": "x"}, execution_count=7)]
+    nb.cells[2].metadata["execution"] = {"iopub.status.idle": "2026-01-01T00:00:00Z"}
+    nb.cells[3].execution_count = 8
+    nb.cells[3].outputs.append(
+        new_output("display_data", {"application/vnd.jupyter.widget-view+json": {"model_id": "m"}})
+    )
+    return nb
+
+
+def test_clean_keeps_checked_outputs_and_strips_the_rest():
+    good = _good_chapter()
+    cleaned = notebooks.clean_notebook(_dirty(good))
+    assert "widgets" not in cleaned.metadata
+    assert cleaned.metadata["language_info"] == {"name": "python"}
+    assert cleaned.metadata["kernelspec"]["name"] == "python3"
+    assert [c.get("execution_count") for c in cleaned.cells] == [None, None, None, 2, None, None]
+    assert cleaned.cells[2].outputs == [] and "execution" not in cleaned.cells[2].metadata
+    assert cleaned.cells[3].outputs == good.cells[3].outputs  # the widget view is gone
+    nbformat.validate(cleaned)
+
+
+def test_clean_file_is_idempotent_and_the_cli_reports(tmp_path, capsys):
+    path = tmp_path / "05_planted_chapter.ipynb"
+    nbformat.write(_dirty(_good_chapter()), path)
+    assert notebooks.main(["check", str(path)]) == 1
+    assert notebooks.main(["clean", str(path)]) == 0
+    assert "cleaned" in capsys.readouterr().out
+    assert notebooks.clean_file(path) is False  # a second clean changes nothing
+    assert notebooks.main(["check", str(path)]) == 0
+
+
+# --------------------------------------------------------------------------- test command
+
+
+@pytest.mark.slow
+def test_nbval_lax_compares_only_tagged_cells_under_xdist_and_reports_times(tmp_path):
+    """The flags of `make test` on two fixture notebooks: one with a wrong checked output.
+
+    An untagged cell whose stored output is stale must pass (lax), a tagged one must fail;
+    the root conftest must print a wall time for each notebook although xdist ran them.
+    """
+    wrong_but_unchecked = new_code_cell("print(1)", execution_count=1)
+    wrong_but_unchecked.outputs = [new_output("stream", name="stdout", text="not one\n")]
+    right = new_code_cell("print(6 * 7)", metadata={"tags": [CHECK_TAG]}, execution_count=2)
+    right.outputs = [new_output("stream", name="stdout", text="42\n")]
+    wrong = copy.deepcopy(right)
+    wrong.outputs = [new_output("stream", name="stdout", text="41\n")]
+    meta = {"kernelspec": {"name": "python3", "display_name": "Python 3"}}
+    nbformat.write(new_notebook(cells=[wrong_but_unchecked, right], metadata=meta),
+                   tmp_path / "01_passes.ipynb")  # fmt: skip
+    nbformat.write(new_notebook(cells=[wrong], metadata=meta), tmp_path / "02_fails.ipynb")
+    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
+    shutil.copy(ROOT / "tests" / "nbval_sanitize.cfg", tmp_path / "sanitize.cfg")
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2",
+         "--dist", "loadscope", "--nbval-lax", "--nbval-current-env",
+         "--nbval-sanitize-with", "sanitize.cfg", "--nbval-cell-timeout", "60",
+         "01_passes.ipynb", "02_fails.ipynb"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "2 passed" in out and "1 failed" in out, out
+    assert "02_fails.ipynb::Cell 0" in out.split("short test summary")[-1]
+    times = out.split("chapter wall times")[-1]
+    assert "01_passes.ipynb" in times and "02_fails.ipynb" in times, out
