@@ -216,7 +216,7 @@ class StageWorker:
         else:
             record.weights, used = self.versions.weights(current), current
         self.backward_versions[m] = used
-        self.distances[m] = current - record.version
+        self.distances[m] = used - record.version  # the discrepancy (T2's d when T2 is on)
 
     def _take(self, microbatch: int, kind: str) -> _Pending:
         record = self.pending.get(microbatch)

@@ -1,0 +1,323 @@
+"""The local executor against independent references (chapters 02-10).
+
+- synchronous schedules == one-device gradient accumulation, bitwise (float32);
+- pipedream / 2bw / async / T2 / T1 / warm-up == a hand-written Linear/ReLU pipeline that
+  keeps every weight version (float64, tight tolerance);
+- versions and delays recorded in the executed trace == the staleness analysis;
+- bytes the executor holds == the memory model's prediction;
+- stop, save, load into a fresh executor, continue == an uninterrupted run, bitwise.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+from torch import nn
+
+from pipemare_lite.executor import LocalExecutor
+from pipemare_lite.memory import MemoryProfile, memory_by_kind
+from pipemare_lite.methods import MethodOptions
+from pipemare_lite.schedules import Action, Schedule, build_schedule
+from pipemare_lite.staleness import weight_versions
+from tests.references import gradient_accumulation, hand_pipeline
+
+WIDTH, SAMPLES = 8, 4
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def blocks(num_blocks: int, dtype=torch.float32, seed: int = 0) -> list[nn.Sequential]:
+    """Linear+ReLU blocks, the last one a plain Linear (the logits)."""
+    torch.manual_seed(seed)
+    out = []
+    for i in range(num_blocks):
+        layer = nn.Linear(WIDTH, WIDTH).to(dtype)
+        out.append(nn.Sequential(layer) if i == num_blocks - 1 else nn.Sequential(layer, nn.ReLU()))
+    return out
+
+
+def data(count: int, dtype=torch.float32, classes: bool = True, seed: int = 1):
+    """``count`` microbatches of (x, target); targets are classes or regression values."""
+    g = torch.Generator().manual_seed(seed)
+    xs = torch.randn(count, SAMPLES, WIDTH, generator=g, dtype=dtype)
+    if classes:
+        ts = torch.randint(0, WIDTH, (count, SAMPLES), generator=g)
+    else:
+        ts = torch.randn(count, SAMPLES, WIDTH, generator=g, dtype=dtype)
+    return [(xs[i], ts[i]) for i in range(count)]
+
+
+def optimizer_factory(kind: str, lr: float = 0.05):
+    if kind == "momentum":
+        return lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return lambda params: torch.optim.Adam(params, lr=lr / 10)
+
+
+def executor_for(schedule, stage_modules, *, loss_fn=nn.functional.cross_entropy,
+                 optimizer="momentum", options=None, lr=0.05):
+    return LocalExecutor(schedule, stage_modules, loss_fn=loss_fn,
+                         optimizer_factory=optimizer_factory(optimizer, lr),
+                         method_options=options)
+
+
+def flat_params(modules):
+    return [p.detach() for m in modules for p in m.parameters()]
+
+
+# ---------------------------------------------------------------- sync == accumulation
+@pytest.mark.parametrize("name,chunks", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2),
+                                         ("zb-h1", 1)])
+@pytest.mark.parametrize("optimizer", ["momentum", "adam"])
+def test_sync_schedule_equals_gradient_accumulation_bitwise(name, chunks, optimizer):
+    P, N, K = 2, 4, 3
+    schedule = build_schedule(name, P, N, chunks=chunks, num_minibatches=K)
+    initial = blocks(P * chunks)
+    mbs = data(N * K)
+    model = nn.Sequential(*copy.deepcopy(initial))
+    ref_losses = gradient_accumulation(model, optimizer_factory(optimizer)(model.parameters()),
+                                       nn.functional.cross_entropy, mbs, N, K)
+    stages = copy.deepcopy(initial)
+    result = executor_for(schedule, stages, optimizer=optimizer).run(mbs)
+    assert result.losses == ref_losses
+    for got, want in zip(flat_params(stages), flat_params(model)):
+        assert torch.equal(got, want)
+
+
+# ---------------------------------------------------------------- hand references
+def hand_layers(stage_modules):
+    return [[(m[0].weight.detach().clone(), m[0].bias.detach().clone(), len(m) > 1)]
+            for m in stage_modules]
+
+
+CASES = {  # name: (schedule builder, options, warm-up minibatches)
+    "1f1b": ("1f1b", MethodOptions(), 0),
+    "pipedream": ("pipedream", MethodOptions(), 0),
+    "2bw": ("2bw", MethodOptions(), 0),
+    "async": ("async", MethodOptions(), 0),
+    "async+T2": ("async", MethodOptions(discrepancy_correction=True, gamma=0.6), 0),
+    "pipemare-W": ("async", MethodOptions(lr_rescheduling=True, rescheduling_horizon=3,
+                                          discrepancy_correction=True,
+                                          gamma=(0.5, 0.7, 0.9)), 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_methods_equal_hand_written_pipeline(case):
+    builder, options, warmup = CASES[case]
+    P, N, K, lr = 3, 2, 5, 0.05
+    schedule = build_schedule(builder, P, N, num_minibatches=K, warmup_minibatches=warmup)
+    initial = blocks(P, torch.float64)
+    mbs = data(N * K, torch.float64, classes=False)
+    lr_of = None
+    if options.lr_rescheduling:
+        delays = [0] * P
+        for r in weight_versions(schedule).rows:
+            delays[r.stage] = max(delays[r.stage], r.forward_delay)
+        taus = [max(d, 1) for d in delays]
+        lr_of = lambda s, k: lr * taus[s] ** -(1 - min(k / options.rescheduling_horizon, 1))  # noqa: E731
+    gammas = options.gamma if options.discrepancy_correction else None
+    ref_losses, ref_weights = hand_pipeline(schedule, hand_layers(initial), mbs, lr=lr,
+                                            momentum=0.9, gamma=gammas, lr_of=lr_of)
+    stages = copy.deepcopy(initial)
+    result = executor_for(schedule, stages, loss_fn=nn.functional.mse_loss, options=options,
+                          lr=lr).run(mbs)
+    torch.testing.assert_close(torch.tensor(result.losses, dtype=torch.float64),
+                               torch.tensor(ref_losses, dtype=torch.float64), rtol=1e-12, atol=0)
+    for module, [(w, b)] in zip(stages, ref_weights):
+        torch.testing.assert_close(module[0].weight.detach(), w, rtol=1e-10, atol=1e-13)
+        torch.testing.assert_close(module[0].bias.detach(), b, rtol=1e-10, atol=1e-13)
+
+
+# ---------------------------------------------------------------- trace == staleness
+@pytest.mark.parametrize("name,chunks,warmup", [
+    ("gpipe", 1, 0), ("interleaved", 2, 0), ("zb-h1", 1, 0), ("pipedream", 1, 0),
+    ("2bw", 1, 0), ("async", 1, 0), ("async", 1, 2)])
+def test_versions_in_trace_equal_staleness_analysis(name, chunks, warmup):
+    P, N, K = 3, 3, 4
+    schedule = build_schedule(name, P, N, chunks=chunks, num_minibatches=K,
+                              warmup_minibatches=warmup)
+    options = MethodOptions(discrepancy_correction=schedule.weight_mode == "async")
+    result = executor_for(schedule, blocks(P * chunks), options=options).run(data(N * K))
+    table = weight_versions(schedule)
+    assert len(result.trace.entries) == sum(len(row) for row in schedule.ranks)
+    versions = result.trace.extra["versions"]
+    for row in table.rows:
+        key = (row.stage, row.microbatch)
+        assert result.forward_versions[key] == row.version_at_forward
+        assert result.backward_versions[key] == row.version_at_backward
+        assert result.distances[key] == row.discrepancy
+        assert versions[f"{row.stage}F{row.microbatch}"] == row.version_at_forward
+    for rank, row in enumerate(schedule.ranks):  # each rank ran its own actions in order
+        assert [e.action for e in result.trace.for_rank(rank)] == list(row)
+    assert result.trace.source == "measured" and result.trace.unit == "s"
+
+
+# ---------------------------------------------------------------- bytes == memory model
+def saved_bytes_of_one_microbatch(module, x, target=None, loss_fn=None, first=False):
+    """Independent count: distinct non-parameter tensors a plain forward saves."""
+    params = {id(p) for p in module.parameters()}
+    seen = {}
+
+    def pack(t):
+        if id(t) not in params and (t._base is None or id(t._base) not in params):
+            seen[(t.data_ptr(), t.nbytes)] = t.nbytes
+        return t
+
+    x = x.detach().clone().requires_grad_(not first)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = module(x)
+        if loss_fn is not None:
+            loss_fn(y, target)
+    return sum(seen.values()), y.detach()
+
+
+@pytest.mark.parametrize("name,t2,optimizer", [
+    ("gpipe", False, "momentum"), ("1f1b", False, "momentum"), ("zb-h1", False, "momentum"),
+    ("pipedream", False, "momentum"), ("2bw", False, "momentum"), ("async", True, "momentum"),
+    ("async", False, "sgd")])
+def test_bytes_held_equal_memory_model(name, t2, optimizer):
+    P, N, K = 3, 3, 3
+    schedule = build_schedule(name, P, N, num_minibatches=K)
+    stages = blocks(P)
+    mbs = data(N * K)
+    activation_bytes, h = [], mbs[0][0]
+    for s, module in enumerate(stages):
+        last = s == P - 1
+        count, h = saved_bytes_of_one_microbatch(
+            module, h, mbs[0][1], nn.functional.cross_entropy if last else None, first=s == 0)
+        activation_bytes.append(count)
+    profile = MemoryProfile(param_bytes=[sum(p.nbytes for p in m.parameters()) for m in stages],
+                            activation_bytes=activation_bytes, optimizer=optimizer)
+    factory = (optimizer_factory("momentum") if optimizer == "momentum"
+               else (lambda params: torch.optim.SGD(params, lr=0.05)))
+    executor = LocalExecutor(schedule, stages, loss_fn=nn.functional.cross_entropy,
+                             optimizer_factory=factory,
+                             method_options=MethodOptions(discrepancy_correction=t2))
+    result = executor.run(mbs)
+    predicted = memory_by_kind(schedule, profile, t2=t2)
+    for s in range(P):
+        for kind in ("weights", "stash", "t2_buffer", "optimizer", "activations"):
+            assert result.peak_bytes[s][kind] == predicted[s][kind], (s, kind)
+
+
+# ---------------------------------------------------------------- checkpoint / resume
+RESUME_CASES = {
+    "pipemare+adam": ("async", MethodOptions(lr_rescheduling=True, rescheduling_horizon=4,
+                                             discrepancy_correction=True, gamma=0.7), "adam", 1),
+    "pipedream": ("pipedream", MethodOptions(), "momentum", 0),
+    "2bw": ("2bw", MethodOptions(), "momentum", 0),
+    "zb-h1": ("zb-h1", MethodOptions(), "adam", 0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESUME_CASES))
+def test_stop_save_load_continue_is_bitwise(case):
+    builder, options, optimizer, warmup = RESUME_CASES[case]
+    P, N, K, stop = 3, 2, 5, 3
+    schedule = build_schedule(builder, P, N, num_minibatches=K, warmup_minibatches=warmup)
+    initial = blocks(P)
+    mbs = data(N * K)
+
+    straight_stages = copy.deepcopy(initial)
+    straight = executor_for(schedule, straight_stages, optimizer=optimizer,
+                            options=options).run(mbs)
+
+    first = executor_for(schedule, copy.deepcopy(initial), optimizer=optimizer, options=options)
+    part1 = first.run(mbs, stop_after_updates=stop)
+    assert not first.finished
+    in_flight = sum(len(w.pending) for w in first.workers)
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    del first
+    buffer.seek(0)
+    resumed_stages = copy.deepcopy(initial)
+    second = executor_for(schedule, resumed_stages, optimizer=optimizer, options=options)
+    second.load_state_dict(torch.load(buffer, weights_only=False))
+    part2 = second.run(mbs)
+
+    assert part1.losses + part2.losses == straight.losses
+    for got, want in zip(flat_params(resumed_stages), flat_params(straight_stages)):
+        assert torch.equal(got, want)
+    rates = [a + b for a, b in zip(part1.learning_rates, part2.learning_rates)]
+    assert rates == straight.learning_rates
+    if builder in ("async", "pipedream", "2bw"):
+        assert in_flight > 0  # the case really restores microbatches mid-flight
+
+
+# ---------------------------------------------------------------- T1 inside the executor
+def test_t1_learning_rates_follow_the_formula_per_stage_and_update():
+    P, N, K, horizon, lr = 4, 2, 6, 4, 0.05
+    schedule = build_schedule("async", P, N, num_minibatches=K)
+    options = MethodOptions(lr_rescheduling=True, rescheduling_horizon=horizon)
+    result = executor_for(schedule, blocks(P), options=options, lr=lr).run(data(N * K))
+    for s in range(P):
+        measured = max(r.forward_delay for r in weight_versions(schedule).rows
+                       if r.stage == s and r.forward_delay is not None)
+        tau = max(measured, 1)
+        expected = [lr * tau ** -(1 - min(k / horizon, 1)) for k in range(K)]
+        assert result.learning_rates[s] == pytest.approx(expected, rel=1e-15)
+    assert result.learning_rates[0][0] < result.learning_rates[P - 1][0]  # stage 0 is stalest
+
+
+def test_t1_composes_with_a_base_scheduler_in_the_executor():
+    P, N, K, horizon, lr = 2, 2, 5, 3, 0.1
+    schedule = build_schedule("async", P, N, num_minibatches=K)
+    executor = LocalExecutor(
+        schedule, blocks(P), loss_fn=nn.functional.cross_entropy,
+        optimizer_factory=lambda params: torch.optim.SGD(params, lr=lr),
+        lr_scheduler_factory=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 2, 0.5),
+        method_options=MethodOptions(lr_rescheduling=True, rescheduling_horizon=horizon))
+    result = executor.run(data(N * K))
+    for s, tau in enumerate(executor.forward_delays):
+        expected = [lr * 0.5 ** (k // 2) * tau ** -(1 - min(k / horizon, 1)) for k in range(K)]
+        assert result.learning_rates[s] == pytest.approx(expected, rel=1e-15)
+
+
+# ---------------------------------------------------------------- errors and devices
+def test_wrong_number_of_stage_modules_is_an_early_error():
+    schedule = build_schedule("gpipe", 3, 2)
+    with pytest.raises(ValueError, match="3 virtual stages, got 2"):
+        executor_for(schedule, blocks(2))
+
+
+def test_t2_on_a_stashing_schedule_is_rejected():
+    schedule = build_schedule("pipedream", 2, 2)
+    with pytest.raises(ValueError, match="T2 needs an async schedule"):
+        executor_for(schedule, blocks(2), options=MethodOptions(discrepancy_correction=True))
+
+
+def test_sync_mode_with_an_update_between_f_and_b_is_rejected():
+    rows = ((Action.parse("0F0"), Action.parse("0U0"), Action.parse("0B0")),
+            (Action.parse("1F0"), Action.parse("1B0"), Action.parse("1U0")))
+    schedule = Schedule("bad", 2, 1, rows)
+    with pytest.raises(RuntimeError, match="weight_mode 'sync'"):
+        executor_for(schedule, blocks(2)).run(data(1))
+
+
+def test_a_schedule_that_cannot_progress_names_the_stuck_actions():
+    rows = ((Action.parse("0F0"), Action.parse("0B0")),
+            (Action.parse("1B0"), Action.parse("1F0")))
+    schedule = Schedule("stuck", 2, 1, rows)
+    with pytest.raises(RuntimeError, match="stuck.*0B0, 1B0"):
+        executor_for(schedule, blocks(2)).run(data(1))
+
+
+def test_explicit_devices_give_the_same_numbers():
+    schedule = build_schedule("1f1b", 2, 2, num_minibatches=2)
+    initial, mbs = blocks(2), data(4)
+    default = executor_for(schedule, copy.deepcopy(initial)).run(mbs)
+    devices = ["cpu", "cuda:0" if torch.cuda.is_available() else "cpu"]
+    explicit = LocalExecutor(schedule, copy.deepcopy(initial),
+                             loss_fn=nn.functional.cross_entropy,
+                             optimizer_factory=optimizer_factory("momentum"),
+                             devices=devices).run(mbs)
+    torch.testing.assert_close(torch.tensor(explicit.losses), torch.tensor(default.losses))
