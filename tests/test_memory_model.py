@@ -40,6 +40,30 @@ def _brute_force_stash_copies(schedule):
     return peaks
 
 
+def _brute_force_2bw_copies(schedule):
+    """Per stage, the largest number of distinct versions other than the current one that a
+    microbatch not yet through its B still reads (minibatch k reads max(k-1, 0))."""
+    N = schedule.num_microbatches
+    peaks = []
+    for row in schedule.ranks:
+        microbatches = {a.index for a in row if a.kind == "F"}
+        peak = 0
+        for end in range(1, len(row) + 1):
+            prefix = row[:end]
+            current = sum(1 for a in prefix if a.kind == "U")
+            done = {a.index for a in prefix if a.kind == "B"}
+            reads = {max(m // N - 1, 0) for m in microbatches - done}
+            peak = max(peak, len({v for v in reads if v < current}))
+        peaks.append(peak)
+    return peaks
+
+
+@pytest.mark.parametrize("P, N, K, W", [(2, 2, 4, 0), (3, 2, 5, 1), (4, 3, 4, 0), (4, 5, 3, 2)])
+def test_2bw_matches_brute_force_walk(P, N, K, W):
+    schedule = build_schedule("2bw", P, N, num_minibatches=K, warmup_minibatches=W)
+    assert peak_stash_copies(schedule) == _brute_force_2bw_copies(schedule)
+
+
 @pytest.mark.parametrize("P, N, K", [(2, 1, 4), (3, 1, 6), (4, 1, 8), (4, 2, 5), (3, 3, 4)])
 def test_stash_matches_brute_force_walk(P, N, K):
     schedule = build_schedule("pipedream", P, N, num_minibatches=K)

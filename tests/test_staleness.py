@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipemare_lite.schedules import Action, Schedule
 from pipemare_lite.staleness import (
@@ -235,3 +237,28 @@ def test_closed_forms_reject_bad_input():
         exact_forward_delay("async", 4, 2, 0, 2)
     with pytest.raises(TypeError, match="got int"):
         stage_delays(3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(["naive", "gpipe", "1f1b", "zb-h1", "pipedream", "2bw", "async"]),
+    P=st.integers(1, 5),
+    M=st.integers(1, 6),
+    K=st.integers(1, 5),
+    W=st.integers(0, 2),
+)
+def test_any_builder_gives_sane_versions(name, P, M, K, W):
+    """Every gradient is applied, to a version no older than the ones it read."""
+    if name == "2bw" and M < P - 1:
+        M = P - 1 or 1  # the builder requires it (two versions only)
+    warmup = min(W, K) if name in ("pipedream", "2bw", "async") else 0
+    schedule = build_schedule(name, P, M, num_minibatches=K, warmup_minibatches=warmup)
+    table = weight_versions(schedule)
+    assert len(table.rows) == P * M * K
+    for r in table.rows:
+        assert r.version_applied == r.minibatch  # one update per minibatch, in order
+        assert r.forward_delay >= 0 and r.backward_delay >= 0 and r.discrepancy >= 0
+        if schedule.weight_mode != "async":
+            assert r.discrepancy == 0
+        if r.minibatch < warmup and name != "2bw":
+            assert r.forward_delay == 0
