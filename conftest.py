@@ -1,8 +1,20 @@
-"""Root pytest hooks: print the wall time of each chapter notebook at the end of a run."""
+"""Root pytest hooks for `make test` (pytest over tests/ and nbval over chapters/).
+
+- Notebook kernels inherit ``PLOTLY_RENDERER=plotly_mimetype``: figures become plain JSON
+  outputs instead of a 4 MB inline copy of plotly.js per notebook.
+- At the end, the wall time of each chapter notebook (the number chapter 00 tells readers
+  to look at), summed from its cells' reports; this works under xdist because workers send
+  every report to the controller.
+- A run that collected no test is a failure (exit 1, not pytest's 5): CI must never pass
+  without testing anything.
+"""
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
+
+os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype")
 
 _chapter_seconds: dict[str, float] = defaultdict(float)
 
@@ -14,10 +26,17 @@ def pytest_runtest_logreport(report):
         _chapter_seconds[path] += report.duration
 
 
-def pytest_terminal_summary(terminalreporter):
-    """One line per chapter: how long its cells took."""
-    if not _chapter_seconds:
-        return
-    terminalreporter.section("chapter wall times (sum of cell times)")
-    for path in sorted(_chapter_seconds):
-        terminalreporter.write_line(f"{_chapter_seconds[path]:7.1f} s  {path}")
+def pytest_sessionfinish(session, exitstatus):
+    """Turn "no tests collected" (exit 5) into a failure."""
+    if exitstatus == 5:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus):
+    """One line per chapter: how long its cells took (kernel start included)."""
+    if _chapter_seconds:
+        terminalreporter.section("chapter wall times (sum of cell times)")
+        for path in sorted(_chapter_seconds):
+            terminalreporter.write_line(f"{_chapter_seconds[path]:7.1f} s  {path}")
+    if exitstatus == 5:
+        terminalreporter.write_line("no test was collected: this run fails on purpose (exit 1)")
