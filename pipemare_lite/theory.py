@@ -22,12 +22,16 @@ import numpy as np
 
 
 def simulate_delayed_gd(alpha, lam, tau, steps, w0=1.0, momentum=0.0) -> np.ndarray:
-    """Iterates ``w[0..steps]`` of delayed (heavy-ball) GD; the past before t=0 is ``w0``."""
+    """Iterates ``w[0..steps]`` of delayed (heavy-ball) GD; the past before t=0 is ``w0``.
+
+    ``alpha`` is one step size, or one per step (e.g. :func:`t1_step_sizes`).
+    """
     _check_delay(tau)
+    alphas = np.broadcast_to(np.asarray(alpha, dtype=float), (steps,))
     history = max(tau, 1)  # w[t - tau] and w[t - 1] must exist at t = 0
     w = np.full(history + steps + 1, float(w0))
-    for t in range(history, history + steps):
-        w[t + 1] = w[t] - alpha * lam * w[t - tau] + momentum * (w[t] - w[t - 1])
+    for k, t in enumerate(range(history, history + steps)):
+        w[t + 1] = w[t] - alphas[k] * lam * w[t - tau] + momentum * (w[t] - w[t - 1])
     return w[history:]
 
 
@@ -114,6 +118,16 @@ def t1_step_limit(tau, p=1.0) -> float:
     if tau < 1:
         raise ValueError(f"T1 needs a delay tau >= 1, got {tau}")
     return tau**p * stability_bound(tau)
+
+
+def t1_step_sizes(alpha, tau, horizon, steps) -> np.ndarray:
+    """T1's step at update k: ``alpha * tau**(-p_k)`` with ``p_k = 1 - min(k / horizon, 1)``."""
+    if tau < 1:
+        raise ValueError(f"T1 needs a delay tau >= 1, got {tau}")
+    if horizon <= 0:
+        raise ValueError(f"the T1 horizon must be a positive number of updates, got {horizon}")
+    p = 1.0 - np.minimum(np.arange(steps) / horizon, 1.0)
+    return alpha * float(tau) ** (-p)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from pipemare_lite.theory import (
     stability_bound,
     stability_map,
     t1_step_limit,
+    t1_step_sizes,
     t2_stable_steps,
 )
 
@@ -233,3 +234,21 @@ def test_torch_free_modules_import_without_torch():
         "import pipemare_lite.staleness, pipemare_lite.memory, pipemare_lite.theory\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_t1_schedule_in_a_simulation():
+    """alpha lam = 0.9 and tau = 4 (bound 0.347): constant steps diverge; T1 holding p = 1
+    (horizon far away) converges; once p has annealed to 0 the instability is back, as
+    t1_step_limit says (the base learning rate must have decayed by then)."""
+    tau, steps = 4, 600
+    assert t1_step_sizes(0.9, tau, 100, 3).tolist() == pytest.approx(
+        [0.9 / 4, 0.9 * 4 ** (-0.99), 0.9 * 4 ** (-0.98)]
+    )
+    constant = simulate_delayed_gd(0.9, 1.0, tau, steps)
+    held = simulate_delayed_gd(t1_step_sizes(0.9, tau, 10**9, steps), 1.0, tau, steps)
+    annealed = simulate_delayed_gd(t1_step_sizes(0.9, tau, 100, steps), 1.0, tau, steps)
+    assert abs(constant[-1]) > 1e6
+    assert abs(held[-1]) < 1e-6
+    assert abs(annealed[-1]) > 1e6
+    with pytest.raises(ValueError, match="horizon"):
+        t1_step_sizes(0.9, tau, 0, 10)
