@@ -1,0 +1,61 @@
+"""The grading suite end to end: a student's adapter in, junit XML with one test per exercise."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pipemare_lite.exercises import EXERCISES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+STUDENT_ADAPTER = '''
+import itertools
+
+def naive_utilization(P):                      # right
+    return 1 / P
+
+def naive_order(P):                            # wrong: backward before forward
+    return [[f"{r}B0", f"{r}F0"] for r in range(P)]
+
+def gpipe_order(P, M):                         # not attempted
+    raise NotImplementedError("Exercise 2.1")
+
+M_FOR_10_PERCENT = next(M for M in itertools.count(1) if 7 / (M + 7) < 0.1)   # right
+'''
+
+
+def _run_grading(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "pytest", "tests/grading", "-p", "no:cacheprovider", *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_grading_a_student_writes_one_verdict_per_exercise(tmp_path):
+    pytest.importorskip("pipemare_lite.simulate", reason="the engine's simulator")
+    adapter = tmp_path / "adapter.py"
+    adapter.write_text(textwrap.dedent(STUDENT_ADAPTER))
+    report = tmp_path / "reports" / "grades.xml"
+    done = _run_grading("--student", str(adapter), "--junitxml", str(report), "-q")
+    assert done.returncode == 1, done.stdout + done.stderr  # some exercises fail
+
+    verdicts, messages = {}, {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        exercise_id = case.get("name").split("_", 1)[1][:6]  # test_ex02_1_gpipe_order
+        problem = case.find("failure")
+        verdicts[exercise_id] = "failed" if problem is not None else (
+            "skipped" if case.find("skipped") is not None else "passed"
+        )
+        if problem is not None:
+            messages[exercise_id] = problem.get("message", "") + (problem.text or "")
+    assert set(verdicts) == set(EXERCISES)
+    assert verdicts["ex01_1"] == verdicts["ex02_3"] == "passed"
+    assert verdicts["ex01_2"] == "failed" and "Hint:" in messages["ex01_2"]
+    assert verdicts["ex02_1"] == "failed" and "not attempted yet" in messages["ex02_1"]
+    assert verdicts["ex02_2"] == "failed" and "not defined by the adapter" in messages["ex02_2"]
+    assert "skipped" not in verdicts.values()  # a student's missing answer is a failure
