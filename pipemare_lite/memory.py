@@ -20,8 +20,9 @@ tensor bytes against these, so they are precise):
   (F done, B/W not done) count; ``"2bw"``: version ``max(k - 1, 0)`` for minibatch k, read by
   its forward and backward, so at most one extra version (the previous one), held from the
   update that retires it until the last backward that reads it (a copy cannot be brought back
-  once dropped, so a forward that has not run yet also keeps it); ``"async"`` and ``"sync"``:
-  the backward reads the current weights, so nothing is stashed.
+  once dropped, so a forward that has not run yet also keeps it; an implementation that frees
+  it only at the next update holds it a little longer with the same peak); ``"async"`` and
+  ``"sync"``: the backward reads the current weights, so nothing is stashed.
 - ``activations``: the activations of in-flight microbatches (F done, B/W not done),
   ``activation_bytes[s]`` each; the count is the simulator's ``peak_inflight``.
 
@@ -127,10 +128,13 @@ def memory_by_kind(
 
 
 def _versions_read(schedule: Schedule) -> dict[tuple[int, int], int]:
-    """(stage, microbatch) -> the version its backward reads, for modes that stash."""
+    """(stage, microbatch) -> the version its backward reads, for modes that stash.
+
+    In those modes that is the forward's version (also when the schedule has no backward).
+    """
     if schedule.weight_mode not in ("stash", "2bw"):
         return {}
-    return {(r.stage, r.microbatch): r.version_at_backward for r in weight_versions(schedule).rows}
+    return {(r.stage, r.microbatch): r.version_at_forward for r in weight_versions(schedule).rows}
 
 
 def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:

@@ -198,3 +198,10 @@ def test_bad_calls_are_rejected():
         stash_over_pipemare_ratio(
             _uniform(2), build_schedule("1f1b", 2, 2), build_schedule("async", 2, 2)
         )
+
+
+def test_a_microbatch_without_backward_keeps_its_stash():
+    rows = (tuple(Action.parse(a) for a in "0F0 0U0 0F1 0B1 0U1".split()),)
+    schedule = Schedule("custom", 1, 1, ranks=rows, num_minibatches=2, weight_mode="stash")
+    d = memory_by_kind(schedule, MemoryProfile([100], [10]))[0]
+    assert (d["stash"], d["activations"]) == (100, 20)  # version 0 for microbatch 0, forever
