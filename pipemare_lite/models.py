@@ -63,7 +63,14 @@ def mlp(
             width = hidden
         head = nn.Linear(width, out_features)
         layers.append(nn.Sequential(nn.Flatten(), head) if depth == 1 else head)
-        return nn.Sequential(*layers)
+        model = nn.Sequential(*layers)
+        # He initialisation for the ReLU layers: PyTorch's default shrinks the signal by
+        # about 1/sqrt(3) per layer, so a deep MLP would barely train at first.
+        for layer in model.modules():
+            if isinstance(layer, nn.Linear) and layer is not head:
+                nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+                nn.init.zeros_(layer.bias)
+        return model
 
     return _seeded(build, seed)
 
