@@ -83,6 +83,13 @@ class _Pending:
     grad_output: torch.Tensor | None = None
     input_grad_done: bool = False
     replay: list | None = None
+    saved_bytes: int = 0
+
+    def count_saved_bytes(self) -> None:
+        """Bytes of the distinct tensors in ``saved`` (one tensor saved twice counts once)."""
+        distinct = {(t.data_ptr(), t.nbytes): t.nbytes
+                    for t in self.saved if isinstance(t, torch.Tensor)}
+        self.saved_bytes = sum(distinct.values())
 
 
 class StageWorker:
@@ -179,8 +186,10 @@ class StageWorker:
             if self.is_last:
                 loss = self.loss_fn(y, record.target)
                 record.root = loss / self.num_microbatches
+                record.count_saved_bytes()
                 return loss.detach()
         record.root = y
+        record.count_saved_bytes()
         return y.detach()
 
     @staticmethod
@@ -282,14 +291,9 @@ class StageWorker:
     def bytes_held(self) -> dict[str, int]:
         """Real bytes this stage holds now, by kind (see :data:`BYTE_KINDS`).
 
-        ``activations`` counts the distinct tensors the pack hook kept for pending
-        microbatches (by address and size; parameters excluded: they are weights or stash).
+        ``activations`` counts, per pending microbatch, the distinct tensors the pack hook
+        kept (by address and size; parameters excluded: they are weights or stash).
         """
-        saved: dict[tuple[int, int], int] = {}
-        for record in self.pending.values():
-            for item in record.saved:
-                if isinstance(item, torch.Tensor):  # one tensor saved twice counts once
-                    saved[(item.data_ptr(), item.nbytes)] = item.nbytes
         optimizer_bytes = sum(t.nbytes for state in self.optimizer.state.values()
                               for t in state.values() if isinstance(t, torch.Tensor))
         return {
@@ -297,7 +301,7 @@ class StageWorker:
             "stash": self.versions.held_bytes(),
             "t2_buffer": 0 if self.t2 is None else self.t2.buffer_bytes(),
             "optimizer": optimizer_bytes,
-            "activations": sum(saved.values()),
+            "activations": sum(record.saved_bytes for record in self.pending.values()),
         }
 
     # ------------------------------------------------------------------ checkpoints

@@ -1,0 +1,87 @@
+"""Speed of the local executor (chapter 10): prints ratios, asserts nothing.
+
+1. Synchronous 1F1B on the local executor vs plain single-device training of the same
+   model on the same microbatches (gradient accumulation): time per epoch and the ratio
+   (goal <= 1.5x).
+2. Asynchronous, fine-grained (one MLP layer per stage, P = 16): microbatches per second.
+
+Run: ``.venv/bin/python benchmarks/bench_executor.py`` (CPU, one thread, fixed seeds).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+from torch import nn
+
+from pipemare_lite.executor import LocalExecutor
+from pipemare_lite.methods import MethodOptions
+from pipemare_lite.models import mlp
+from pipemare_lite.partition import partition
+from pipemare_lite.schedules import build_schedule
+
+
+def microbatches(count: int, samples: int, features: int, classes: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(samples, features, generator=g),
+             torch.randint(0, classes, (samples,), generator=g)) for _ in range(count)]
+
+
+def plain_epoch(model, mbs, N, K, lr):
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    start = time.perf_counter()
+    for k in range(K):
+        for x, t in mbs[k * N:(k + 1) * N]:
+            (nn.functional.cross_entropy(model(x), t) / N).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
+
+
+def executor_epoch(schedule, stages, mbs, lr, options=None):
+    executor = LocalExecutor(schedule, stages, loss_fn=nn.functional.cross_entropy,
+                             optimizer_factory=lambda ps: torch.optim.SGD(ps, lr=lr,
+                                                                          momentum=0.9),
+                             method_options=options)
+    start = time.perf_counter()
+    executor.run(mbs)
+    return time.perf_counter() - start
+
+
+def best_of(repeats, fn):
+    return min(fn() for _ in range(repeats))
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    features, hidden, classes = 64, 256, 10
+
+    P, N, K, samples = 4, 8, 10, 32
+    model = mlp(features, hidden, 8, classes, seed=0)
+    mbs = microbatches(N * K, samples, features, classes)
+    schedule = build_schedule("1f1b", P, N, num_minibatches=K)
+    plain_epoch(copy.deepcopy(model), mbs, N, K, 0.01)  # warm-up (lazy init)
+    plain = best_of(3, lambda: plain_epoch(copy.deepcopy(model), mbs, N, K, 0.01))
+    piped = best_of(3, lambda: executor_epoch(
+        schedule, partition(copy.deepcopy(model), P), mbs, 0.01))
+    print(f"sync 1F1B, P={P}, N={N}, K={K}, MLP 8x{hidden}, {samples} samples/microbatch")
+    print(f"  plain single-device epoch : {plain * 1e3:8.1f} ms")
+    print(f"  local executor epoch      : {piped * 1e3:8.1f} ms")
+    print(f"  ratio executor / plain    : {piped / plain:8.2f}x   (goal <= 1.5x)")
+
+    P, N, K, samples = 16, 4, 10, 16
+    model = mlp(features, 64, P, classes, seed=1)
+    mbs = microbatches(N * K, samples, features, classes, seed=1)
+    schedule = build_schedule("async", P, N, num_minibatches=K)
+    pipemare = MethodOptions(lr_rescheduling=True, discrepancy_correction=True)
+    for label, options in [("async", None), ("pipemare T1+T2", pipemare)]:
+        seconds = best_of(3, lambda options=options: executor_epoch(
+            schedule, partition(copy.deepcopy(model), P), mbs, 0.01, options))
+        print(f"{label}, P={P} (one layer per stage), N={N}, K={K}: "
+              f"{N * K / seconds:8.1f} microbatches/s")
+
+
+if __name__ == "__main__":
+    main()
