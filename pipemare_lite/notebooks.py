@@ -2,6 +2,7 @@
 
 Chapter 00 ("how to use this book") shows :func:`chapter_table`; authors run
 
+    python -m pipemare_lite.notebooks run chapters/NN_x.ipynb  # execute, keep checked outputs
     python -m pipemare_lite.notebooks clean chapters/*.ipynb   # before every commit
     python -m pipemare_lite.notebooks check chapters/*.ipynb   # what the hygiene test checks
 
@@ -416,7 +417,7 @@ def notebook_problems(path: str | Path, check_imports: bool = True) -> list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipemare_lite.notebooks {clean,check,list} [paths]``."""
+    """``python -m pipemare_lite.notebooks {clean,check,run,list} [paths]``."""
     parser = argparse.ArgumentParser(
         prog="python -m pipemare_lite.notebooks",
         description="Clean chapter notebooks before committing, check them, list them.",
@@ -425,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     for action, help_text in (
         ("clean", "strip outputs (except checked cells), widget state, execution counts"),
         ("check", "report every authoring-rule problem; exit 1 if any"),
+        ("run", "execute in this environment, then clean: refreshes the checked outputs"),
         ("list", "print the chapter table"),
     ):
         p = sub.add_parser(action, help=help_text)
@@ -438,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     for p in paths:
         if not p.is_file():
             raise SystemExit(f"no such notebook: {p}")
+    if args.action == "run":
+        return _run_and_clean(paths)
     if args.action == "clean":
         for p in paths:
             print(f"{'cleaned  ' if clean_file(p) else 'unchanged'} {p}")
@@ -450,6 +454,22 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(f"     - {problem}")
     return 1 if bad else 0
+
+
+def _run_and_clean(paths: Sequence[Path], timeout: int = 300) -> int:
+    """Execute each notebook top to bottom (as the book build does) and save it cleaned."""
+    from pipemare_lite.book import execute_chapter  # nbclient: only needed here
+
+    failed = 0
+    for path in paths:
+        nb, seconds, error = execute_chapter(path, timeout)
+        if error:
+            failed += 1
+            print(f"FAIL {path} ({seconds:.1f} s): not saved\n{error}")
+            continue
+        nbformat.write(clean_notebook(nb), path)
+        print(f"ran  {path} ({seconds:.1f} s), saved with checked outputs only")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
