@@ -1,0 +1,88 @@
+"""Import/export: rows, JSON and CSV round-trip; bad input is refused with a clear message."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipemare_lite.schedules import SCHEDULE_NAMES, ScheduleError, build_schedule
+from pipemare_lite.schedules.io import from_csv, from_json, from_rows, to_csv, to_json, to_rows
+
+
+def every_schedule():
+    for name in SCHEDULE_NAMES:
+        chunks = 2 if name == "interleaved" else 1
+        warmup = 1 if name in ("pipedream", "2bw", "async") else 0
+        yield build_schedule(
+            name, 3, 6, chunks=chunks, num_minibatches=2, warmup_minibatches=warmup
+        )
+
+
+@pytest.mark.parametrize("schedule", list(every_schedule()), ids=lambda s: s.name)
+def test_json_round_trip_is_exact(schedule):
+    text = to_json(schedule)
+    assert json.loads(text)["ranks"] == to_rows(schedule)  # plain JSON
+    assert from_json(text) == schedule
+
+
+@pytest.mark.parametrize("schedule", list(every_schedule()), ids=lambda s: s.name)
+def test_csv_round_trip_is_exact(schedule):
+    text = to_csv(schedule)
+    assert len(text.splitlines()) == schedule.num_stages  # one line per rank
+    back = from_csv(
+        text,
+        name=schedule.name,
+        num_microbatches=schedule.num_microbatches,
+        chunks=schedule.chunks,
+        weight_mode=schedule.weight_mode,
+        warmup_minibatches=schedule.warmup_minibatches,
+    )
+    assert back.ranks == schedule.ranks and back.num_minibatches == schedule.num_minibatches
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1", "naive"])
+def test_rows_without_updates_get_them_after_the_last_gradient(name):
+    schedule = build_schedule(name, 3, 4, num_minibatches=3)
+    rows = [[a for a in row if "U" not in a] for row in to_rows(schedule)]
+    back = from_rows(rows, name=name, num_microbatches=4)
+    assert back.num_minibatches == 3  # inferred from 12 microbatches, 4 per minibatch
+    assert back.ranks == schedule.ranks
+
+
+def test_blank_cells_are_idle_slots():
+    rows = [["0F0", None, "", "0B0"], [" ", "1F0", "1B0"]]
+    schedule = from_rows(rows, name="custom", num_microbatches=1)
+    assert to_rows(schedule) == [["0F0", "0B0", "0U0"], ["1F0", "1B0", "1U0"]]
+
+
+HEADER = {"format": "pipemare-lite-schedule", "version": 1}
+
+
+def rows_call(rows, M=1):
+    return lambda: from_rows(rows, name="custom", num_microbatches=M)
+
+
+@pytest.mark.parametrize(
+    "call,pattern",
+    [
+        (rows_call([["0F0", "0X0"]]), r"row 0: cannot parse action '0X0'"),
+        (rows_call([["0F0", "0B0", "0F1", "0B1"]], M=3), r"2 microbatches, not a multiple of"),
+        (rows_call([]), r"no rows"),
+        (lambda: from_json("{not json"), r"not valid JSON"),
+        (lambda: from_json(json.dumps({"format": "other"})), r"not a schedule"),
+        (lambda: from_json(json.dumps({**HEADER, "version": 9})), r"version 9; allowed: 1"),
+        (
+            lambda: from_json(json.dumps({**HEADER, "name": "custom"})),
+            r"lacks num_stages, num_microbatches, ranks",
+        ),
+    ],
+)
+def test_bad_input_is_refused(call, pattern):
+    with pytest.raises(ScheduleError, match=pattern):
+        call()
+
+
+def test_imported_rows_are_validated():
+    with pytest.raises(ScheduleError, match="deadlocks"):
+        from_rows([["0F0", "0B0"], ["1B0", "1F0"]], name="custom", num_microbatches=1)
