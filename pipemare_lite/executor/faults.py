@@ -287,31 +287,133 @@ def _pid_alive(pid: int) -> bool:
 
 
 def wait_work(work, board: StatusBoard | None, what: str, timeout: float) -> None:
-    """Wait for a ``torch.distributed`` Work, checking the abort flag and a deadline.
+    """Wait for a Work by polling ``is_completed()``, checking the abort flag and a deadline.
 
-    A blocking ``work.wait()`` cannot be interrupted, and gloo's timed wait closes the
-    connection when it expires, so we poll ``is_completed()`` with a sleep that grows from
-    20 us to 1 ms: short waits stay short, long waits cost little CPU.
+    For backends whose ``is_completed()`` tells the truth (NCCL). Gloo's point-to-point
+    works only report completion once someone called ``wait()``: use :class:`Waiter`.
+    The poll sleeps from 20 us up to 1 ms, so short waits stay short and long ones cost
+    little CPU.
 
     Raises:
         PeerFailedError: the run was aborted while waiting.
         OpTimeoutError: ``timeout`` seconds passed; the message names ``what``.
     """
-    if work.is_completed():
-        work.wait()  # raises the communication error, if any
-        return
-    if board is not None:
-        board.note(f"wait {what}")
-    deadline = time.monotonic() + timeout
-    pause = 2e-5
-    while not work.is_completed():
+    if not work.is_completed():
         if board is not None:
-            board.check()
-        if time.monotonic() > deadline:
-            where = board.position.describe() if board is not None else ""
-            raise OpTimeoutError(f"waited more than {timeout:g} s for {what} ({where})")
-        time.sleep(pause)
-        pause = min(pause * 2, 1e-3)
-    work.wait()
+            board.note(f"wait {what}")
+        deadline = time.monotonic() + timeout
+        pause = 2e-5
+        while not work.is_completed():
+            _check(board, deadline, what, timeout)
+            time.sleep(pause)
+            pause = min(pause * 2, 1e-3)
+        if board is not None:
+            board.note("compute")
+    work.wait()  # raises the communication error, if any
+
+
+def _check(board: StatusBoard | None, deadline: float, what: str, timeout: float) -> None:
     if board is not None:
-        board.note("compute")
+        board.check()
+    if time.monotonic() > deadline:
+        where = board.position.describe() if board is not None else ""
+        raise OpTimeoutError(f"waited more than {timeout:g} s for {what} ({where})")
+
+
+class Waiter:
+    """Abortable waits on ``torch.distributed`` Works, for gloo and NCCL (chapter 11).
+
+    A blocking ``work.wait()`` cannot be interrupted, gloo's timed wait closes the connection
+    when it expires, and gloo's ``is_completed()`` stays False until someone waits. So with
+    gloo a helper thread does the blocking ``wait()`` and the main thread waits on an event
+    in slices of 50 ms, checking the abort flag and the deadline in between. Sends are
+    handed to a second thread that waits for them in the background, so their buffers are
+    freed as they complete (two threads: a send can only complete after its peer posted the
+    matching receive, which may depend on a receive of ours). With NCCL, whose
+    ``is_completed()`` is truthful, the main thread polls (:func:`wait_work`).
+
+    Args:
+        board: the rank's status board (abort flag, position), or None.
+        timeout: seconds any single wait may take.
+        polling: True for NCCL (poll ``is_completed``), False for gloo (helper threads).
+    """
+
+    SLICE = 0.05
+
+    def __init__(self, board: StatusBoard | None, timeout: float, *, polling: bool) -> None:
+        self.board = board
+        self.timeout = timeout
+        self.polling = polling
+        self._sends: list = []
+        self._send_errors: list = []
+        self._recv_queue = None
+        self._send_queue = None
+
+    def _thread(self, name: str):
+        import queue
+
+        jobs: queue.SimpleQueue = queue.SimpleQueue()
+
+        def serve():
+            while True:
+                work, done, box = jobs.get()
+                try:
+                    work.wait()
+                except BaseException as exc:  # handed to the main thread
+                    box["error"] = exc
+                done.set()
+
+        threading.Thread(target=serve, name=name, daemon=True).start()
+        return jobs
+
+    def wait(self, work, what: str) -> None:
+        """Block until ``work`` is done; raise on abort, timeout or a communication error."""
+        if self.polling:
+            wait_work(work, self.board, what, self.timeout)
+            return
+        if self._recv_queue is None:
+            self._recv_queue = self._thread("pml-recv-waiter")
+        done, box = threading.Event(), {}
+        self._recv_queue.put((work, done, box))
+        if not done.wait(self.SLICE):
+            if self.board is not None:
+                self.board.note(f"wait {what}")
+            deadline = time.monotonic() + self.timeout
+            while not done.wait(self.SLICE):
+                _check(self.board, deadline, what, self.timeout)
+            if self.board is not None:
+                self.board.note("compute")
+        if "error" in box:
+            raise box["error"]
+
+    def reap(self, work, keep_alive, what: str) -> None:
+        """Let a send complete in the background; ``keep_alive`` (its tensor) lives until then."""
+        if self.polling:
+            self._sends = [s for s in self._sends if not s[0].is_completed()]
+            self._sends.append((work, keep_alive, what, None, None))
+            return
+        if self._send_queue is None:
+            self._send_queue = self._thread("pml-send-waiter")
+        done, box = threading.Event(), {}
+        self._send_queue.put((work, done, box))
+        self._sends = [s for s in self._sends if not s[3].is_set()]
+        self._sends.append((work, keep_alive, what, done, box))
+
+    def pending_sends(self) -> int:
+        """Sends handed to :meth:`reap` and not known to be complete."""
+        if self.polling:
+            return sum(not s[0].is_completed() for s in self._sends)
+        return sum(not s[3].is_set() for s in self._sends)
+
+    def drain(self) -> None:
+        """Wait until every reaped send is complete (the end of a run)."""
+        for work, _tensor, what, done, box in self._sends:
+            if self.polling:
+                wait_work(work, self.board, f"{what} to be received", self.timeout)
+                continue
+            deadline = time.monotonic() + self.timeout
+            while not done.wait(self.SLICE):
+                _check(self.board, deadline, f"{what} to be received", self.timeout)
+            if "error" in box:
+                raise box["error"]
+        self._sends = []

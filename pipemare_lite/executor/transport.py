@@ -237,9 +237,9 @@ class P2PTransport:
         rank: this rank.
         meta: ``message -> (shape, dtype)`` of its tensor (from the shape probe).
         device: where receive buffers live (``cuda:<local rank>`` with NCCL).
-        wait: ``wait(work, what)`` blocks until a Work is done; the distributed executor
-            passes :func:`pipemare_lite.executor.faults.wait_work` with the abort flag and
-            the per-operation timeout.
+        waiter: waits on Works; the distributed executor passes a
+            :class:`pipemare_lite.executor.faults.Waiter` (abort flag, per-operation
+            timeout, gloo and NCCL); default: plain blocking waits.
         use_tags: gloo matches messages by tag (we pass ``seq``); NCCL ignores tags.
     """
 
@@ -250,7 +250,7 @@ class P2PTransport:
         meta: Callable[[Message], tuple],
         *,
         device=None,
-        wait: Callable | None = None,
+        waiter=None,
         use_tags: bool = True,
     ) -> None:
         import torch
@@ -261,9 +261,8 @@ class P2PTransport:
         self.device = device if device is not None else torch.device("cpu")
         self.order = PostingOrder(plan, rank)
         self.use_tags = use_tags
-        self._wait = wait or (lambda work, what: work.wait())
+        self.waiter = waiter or _BlockingWaiter()
         self._recv_work: dict = {}  # key -> (work, buffer)
-        self._send_work: list = []  # (work, tensor, message): keep tensors alive until sent
         self._local: dict = {}  # same-rank hand-over
 
     def _post(self, op: Message, tensor=None) -> None:
@@ -272,8 +271,7 @@ class P2PTransport:
 
         tag = op.seq if self.use_tags else 0
         if op.src == self.rank:
-            work = dist.isend(tensor, dst=op.dst, tag=tag)
-            self._send_work.append((work, tensor, op))
+            self.waiter.reap(dist.isend(tensor, dst=op.dst, tag=tag), tensor, str(op))
         else:
             shape, dtype = self.meta(op)
             buffer = torch.empty(shape, dtype=dtype, device=self.device)
@@ -294,7 +292,6 @@ class P2PTransport:
         tensor = tensor.contiguous()
         for op in self.order.to_post_for(message):
             self._post(op, tensor if op is message else None)
-        self._reap_sends()
 
     def recv(self, message: Message):
         """Return the tensor of ``message``, waiting for it if needed."""
@@ -303,22 +300,30 @@ class P2PTransport:
         for op in self.order.to_post_for(message):
             self._post(op)
         work, buffer = self._recv_work.pop(message.key)
-        self._wait(work, f"{message}")
+        self.waiter.wait(work, str(message))
         return buffer
-
-    def _reap_sends(self) -> None:
-        self._send_work = [item for item in self._send_work if not item[0].is_completed()]
-
-    def pending_sends(self) -> int:
-        """Sends posted but not yet completed."""
-        self._reap_sends()
-        return len(self._send_work)
 
     def close(self) -> None:
         """Wait until every send has completed (call at the end of the run)."""
-        for work, _tensor, message in self._send_work:
-            self._wait(work, f"{message} to be received")
-        self._send_work = []
+        self.waiter.drain()
         if self._recv_work:
             left = ", ".join(str(k) for k in self._recv_work)
             raise RuntimeError(f"rank {self.rank}: receives posted but never used: {left}")
+
+
+class _BlockingWaiter:
+    """Plain blocking waits (no abort, no timeout): the default outside the executor."""
+
+    def __init__(self) -> None:
+        self._sends: list = []
+
+    def wait(self, work, what: str) -> None:
+        work.wait()
+
+    def reap(self, work, keep_alive, what: str) -> None:
+        self._sends.append((work, keep_alive))
+
+    def drain(self) -> None:
+        for work, _ in self._sends:
+            work.wait()
+        self._sends = []

@@ -1,0 +1,654 @@
+"""The distributed executor: the same schedule, one process per rank (introduced in chapter 11).
+
+Each rank builds a :class:`~pipemare_lite.executor.stage.StageWorker` for each of its
+(virtual) stages, exactly as the local executor does, and runs its own row of the schedule
+in order. Only the transport differs: where the local executor moves a tensor through a
+dict, a rank here sends it with ``torch.distributed`` (:mod:`.transport`). A stage's numbers
+depend only on its own action order, so both executors agree bitwise (fp32, CPU, one thread
+per process); ``tests/test_dist_executor.py`` checks it for every method.
+
+One rank's loop::
+
+    for i, action in enumerate(schedule.ranks[rank]):
+        board.at(i, action)                       # the watchdog publishes where we are
+        F(s, m):  x = data (s = 0) or recv(activation of s-1, m)
+                  y = worker.forward(m, x, target)   -> send(activation of s, m)
+        B/I(s,m): g = recv(gradient of s+1, m) (not on the last stage)
+                  gx = worker.backward(m, g)         -> send(gradient of s, m)  (s > 0)
+        W(s, m):  worker.weight_grad(m)
+        U(s, k):  worker.update()
+        trace.append(rank, action, start, end)    # start = after its inputs arrived
+
+Before the loop, a *shape probe* tells every rank the shape and dtype of every message (a
+receiver allocates its buffer before the data arrives): stage by stage, the owner runs its
+module on meta tensors (no compute, no randomness consumed) and broadcasts the shapes.
+Then a barrier gives every rank a common time origin for the trace.
+
+Devices: gloo on CPU; with NCCL rank r uses ``cuda:<local rank>``; every ``torch.cuda``
+call is guarded so the CPU path never touches CUDA. Randomness: each rank has its own
+generator, so a model with dropout gives other masks than in one process (the book's models
+have no dropout).
+
+Entry points: :class:`DistributedExecutor` (inside a process group: ``torchrun`` or your
+own), :func:`run_distributed` / :func:`run_distributed_jobs` (from Python or a notebook:
+start the processes with :func:`pipemare_lite.launch.launch` and gather one
+:class:`DistRunResult`). Measured utilization: :func:`utilization_report`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from pipemare_lite.executor import faults
+from pipemare_lite.executor.local import RunResult
+from pipemare_lite.executor.stage import BYTE_KINDS, StageWorker
+from pipemare_lite.executor.transport import (
+    ACTIVATION,
+    GRADIENT,
+    Message,
+    P2PTransport,
+    plan_communication,
+)
+from pipemare_lite.methods.lr_rescheduling import LRRescheduling, stage_forward_delays
+from pipemare_lite.methods.registry import MethodOptions
+from pipemare_lite.schedules.actions import (
+    BACKWARD,
+    FORWARD,
+    INPUT_GRAD,
+    UPDATE,
+    WEIGHT_GRAD,
+    Schedule,
+)
+from pipemare_lite.timeline import TimedAction, Timeline
+
+#: Kinds of :class:`Fault`.
+FAULT_KINDS = ("raise", "kill", "hang")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A deliberate failure, to see what the job does (chapter 11 and the tests).
+
+    Attributes:
+        rank: the rank that fails.
+        position: index of the action in that rank's list before which it fails.
+        kind: ``raise`` (an exception), ``kill`` (SIGKILL to itself: no goodbye) or
+            ``hang`` (sleeps forever without sending anything).
+    """
+
+    rank: int
+    position: int
+    kind: str = "raise"
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            allowed = ", ".join(FAULT_KINDS)
+            raise ValueError(f"unknown fault kind {self.kind!r}; allowed: {allowed}")
+        if self.position < 0 or self.rank < 0:
+            raise ValueError(
+                f"fault rank and position must be >= 0, got {self.rank}, {self.position}"
+            )
+
+    def trigger(self, action) -> None:
+        """Fail in the chosen way (called just before the action at ``position``)."""
+        if self.kind == "raise":
+            raise RuntimeError(
+                f"injected fault on rank {self.rank} before action {self.position} ({action})"
+            )
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        while True:  # hang: like a rank stuck in a kernel; only a kill ends it
+            time.sleep(1.0)
+
+
+@dataclass
+class RankResult:
+    """What one rank returns (plain CPU tensors and Python values; picklable).
+
+    Attributes:
+        rank: the rank.
+        entries: ``(position, action string, start, end)`` in seconds from the common origin.
+        loss_by_microbatch: unscaled losses (only on the rank holding the last stage).
+        versions: ``{"1F3": 0, "1B3": 1, ...}`` weight version each F/B/I/W/U used.
+        forward_versions, backward_versions, distances: ``{(stage, microbatch): int}``.
+        learning_rates: ``{stage: [lr of update 0, 1, ...]}``.
+        state_dicts: ``{stage: module state dict}`` at the end of the run.
+        gradients: ``{stage: [[grad of each parameter] per update]}`` when recorded.
+        peak_bytes: ``{stage: {kind: bytes}}`` when tracked.
+        wait_seconds: total time this rank spent waiting for messages.
+    """
+
+    rank: int
+    entries: list
+    loss_by_microbatch: dict
+    versions: dict
+    forward_versions: dict
+    backward_versions: dict
+    distances: dict
+    learning_rates: dict
+    state_dicts: dict
+    gradients: dict = field(default_factory=dict)
+    peak_bytes: dict = field(default_factory=dict)
+    wait_seconds: float = 0.0
+
+
+@dataclass
+class DistRunResult(RunResult):
+    """A :class:`~pipemare_lite.executor.local.RunResult` gathered from every rank, plus:
+
+    Attributes:
+        state_dicts: ``state_dicts[stage]`` the stage module's state at the end.
+        gradients: ``gradients[stage][k]`` the parameter gradients applied by update k
+            (when ``record_gradients=True``).
+        rank_results: the raw :class:`RankResult` of each rank.
+    """
+
+    state_dicts: list = field(default_factory=list)
+    gradients: list = field(default_factory=list)
+    rank_results: list = field(default_factory=list)
+
+
+def make_stage_worker(
+    schedule: Schedule,
+    stage: int,
+    module: nn.Module,
+    *,
+    loss_fn: Callable,
+    optimizer_factory: Callable,
+    options: MethodOptions,
+    delays: Sequence[int] | None,
+    device: torch.device | None = None,
+    lr_scheduler_factory: Callable | None = None,
+) -> StageWorker:
+    """One stage's worker, built exactly as :class:`~pipemare_lite.executor.LocalExecutor`
+    builds it (optimizer, optional scheduler, T1 on top, T2 gamma). Chapter 11."""
+    if device is not None:
+        module.to(device)
+    optimizer = optimizer_factory([p for p in module.parameters() if p.requires_grad])
+    scheduler = lr_scheduler_factory(optimizer) if lr_scheduler_factory else None
+    if delays is not None:
+        horizon = options.rescheduling_horizon
+        horizon = schedule.num_minibatches if horizon is None else horizon
+        scheduler = LRRescheduling(optimizer, delays[stage], horizon, base=scheduler)
+    return StageWorker(
+        stage, module, optimizer, weight_mode=schedule.weight_mode,
+        is_last=stage == schedule.num_virtual_stages - 1,
+        num_microbatches=schedule.num_microbatches, num_minibatches=schedule.num_minibatches,
+        loss_fn=loss_fn, device=device, lr_scheduler=scheduler,
+        discrepancy_gamma=options.gamma_for(stage) if options.discrepancy_correction else None,
+    )
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work so that timings mean something (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype) -> tuple:
+    """``(shape, dtype)`` of ``module``'s output for an input of ``shape``/``dtype``.
+
+    Runs a copy on meta tensors (no compute, no randomness, the real module untouched); a
+    module that cannot run on meta is run as a copy on zeros with the random state restored.
+    """
+    try:
+        ghost = copy.deepcopy(module).to("meta")
+        with torch.no_grad():
+            out = ghost(torch.empty(shape, dtype=dtype, device="meta"))
+    except Exception:
+        ghost = copy.deepcopy(module).cpu()
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            out = ghost(torch.zeros(shape, dtype=dtype))
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(
+            f"a stage returned {type(out).__name__}; the distributed executor sends one tensor "
+            "per stage boundary"
+        )
+    return tuple(out.shape), out.dtype
+
+
+class DistributedExecutor:
+    """Run this rank's row of ``schedule`` inside an initialized process group (chapter 11).
+
+    Args:
+        schedule: the whole schedule (every rank must pass the same one); world size must
+            equal ``schedule.num_stages``.
+        stage_modules: all ``schedule.num_virtual_stages`` modules (each rank keeps its own)
+            or a mapping ``{stage: module}`` with at least this rank's stages.
+        loss_fn, optimizer_factory, method_options, lr_scheduler_factory: as for
+            :class:`~pipemare_lite.executor.LocalExecutor`.
+        rank: default ``dist.get_rank()``.
+        device: where this rank computes (default CPU with gloo, ``cuda:<current>`` with NCCL).
+        board: a :class:`~pipemare_lite.executor.faults.StatusBoard` (the launcher's); a
+            local one (no side channel) otherwise.
+        op_timeout: seconds one wait on a message may take.
+        record_gradients: keep a copy of the gradients each update applies.
+        track_bytes: record each stage's peak bytes by kind (costs time per action).
+        fault: a :class:`Fault` to inject (tests, chapter 11).
+    """
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        stage_modules: Sequence[nn.Module] | Mapping[int, nn.Module],
+        *,
+        loss_fn: Callable,
+        optimizer_factory: Callable,
+        method_options: MethodOptions | None = None,
+        lr_scheduler_factory: Callable | None = None,
+        rank: int | None = None,
+        device: torch.device | str | None = None,
+        board: faults.StatusBoard | None = None,
+        op_timeout: float = 120.0,
+        record_gradients: bool = False,
+        track_bytes: bool = False,
+        fault: Fault | None = None,
+    ) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("DistributedExecutor needs an initialized process group "
+                               "(use pipemare_lite.launch.launch or torchrun)")
+        world = dist.get_world_size()
+        if world != schedule.num_stages:
+            raise ValueError(f"schedule {schedule.name!r} has {schedule.num_stages} ranks but the "
+                             f"process group has {world} processes; they must be equal")
+        self.schedule = schedule
+        self.rank = dist.get_rank() if rank is None else rank
+        self.backend = dist.get_backend()
+        if device is None:
+            device = (torch.device("cuda", torch.cuda.current_device())
+                      if self.backend == "nccl" else torch.device("cpu"))
+        self.device = torch.device(device)
+        options = method_options or MethodOptions()
+        if options.discrepancy_correction and schedule.weight_mode != "async":
+            raise ValueError(f"T2 needs an async schedule; {schedule.name!r} has weight_mode "
+                             f"{schedule.weight_mode!r}")
+        self.options = options
+        self.stages = schedule.stages_of(self.rank)
+        modules = self._own_modules(stage_modules)
+        delays = stage_forward_delays(schedule) if options.lr_rescheduling else None
+        self.forward_delays = delays
+        self.workers = {
+            s: make_stage_worker(
+                schedule, s, modules[s], loss_fn=loss_fn, optimizer_factory=optimizer_factory,
+                options=options, delays=delays, device=self.device,
+                lr_scheduler_factory=lr_scheduler_factory)
+            for s in self.stages
+        }
+        self.board = board or faults.StatusBoard(self.rank, world)
+        self.op_timeout = op_timeout
+        self.record_gradients = record_gradients
+        self.track_bytes = track_bytes
+        self.fault = fault if fault is not None and fault.rank == self.rank else None
+        self.plan = plan_communication(schedule)
+        self.wait_seconds = 0.0
+
+    def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
+        S = self.schedule.num_virtual_stages
+        if isinstance(stage_modules, Mapping):
+            modules = dict(stage_modules)
+        else:
+            modules = list(stage_modules)
+            if len(modules) != S:
+                raise ValueError(f"schedule {self.schedule.name!r} has {S} virtual stages, got "
+                                 f"{len(modules)} stage modules")
+            modules = dict(enumerate(modules))
+        missing = [s for s in self.stages if s not in modules]
+        if missing:
+            raise ValueError(
+                f"rank {self.rank} holds stages {self.stages}; no module for {missing}"
+            )
+        return {s: modules[s] for s in self.stages}
+
+    # ------------------------------------------------------------------ shapes
+    def probe_shapes(self, microbatches: Sequence) -> dict:
+        """``{(stage, input meta): output meta}`` for every stage but the last, on every rank.
+
+        Stage by stage, the owner probes its module (:func:`probe_output_meta`) for every
+        distinct microbatch input shape and broadcasts the result (``S - 1`` broadcasts).
+        """
+        S = self.schedule.num_virtual_stages
+        inputs = sorted({self._input_meta(microbatches, m)
+                         for m in range(self.schedule.total_microbatches)}, key=str)
+        current = {meta: meta for meta in inputs}  # first-stage input meta -> stage input meta
+        table = {}
+        for s in range(S - 1):
+            owner = self.schedule.rank_of(s)
+            box = [None]
+            if owner == self.rank:
+                module = self.workers[s].module
+                box[0] = {key: probe_output_meta(module, *meta) for key, meta in current.items()}
+            dist.broadcast_object_list(box, src=owner,
+                                       device=self.device if self.backend == "nccl" else None)
+            current = box[0]
+            for key, meta in current.items():
+                table[(s, key)] = meta
+        return table
+
+    @staticmethod
+    def _input_meta(microbatches: Sequence, m: int) -> tuple:
+        x = microbatches[m][0]
+        return (tuple(x.shape), x.dtype)
+
+    def _message_meta(self, table: dict, microbatches: Sequence, message: Message) -> tuple:
+        key = self._input_meta(microbatches, message.microbatch)
+        # an activation has the shape of its stage's output; a gradient the shape of its
+        # stage's input, i.e. of the previous stage's output
+        stage = message.stage if message.kind == ACTIVATION else message.stage - 1
+        return table[(stage, key)]
+
+    # ------------------------------------------------------------------ running
+    def run(self, microbatches: Sequence) -> RankResult:
+        """Run this rank's actions; returns its :class:`RankResult` (collect with
+        :func:`merge_rank_results`)."""
+        schedule, rank = self.schedule, self.rank
+        if len(microbatches) < schedule.total_microbatches:
+            raise ValueError(f"schedule {schedule.name!r} needs {schedule.total_microbatches} "
+                             f"microbatches, got {len(microbatches)}")
+        row = schedule.ranks[rank]
+        self.board.at(-1, len(row), "", "shape probe")
+        table = self.probe_shapes(microbatches)
+        transport = P2PTransport(
+            self.plan, rank, partial(self._message_meta, table, microbatches),
+            device=self.device, waiter=_TimedWaiter(self, polling=self.backend != "gloo"),
+            use_tags=self.backend == "gloo",
+        )
+        last = schedule.num_virtual_stages - 1
+        entries, versions = [], {}
+        grads = {s: [] for s in self.stages}
+        peaks = {s: dict.fromkeys(BYTE_KINDS, 0) for s in self.stages}
+        self.board.at(-1, len(row), "", "barrier")
+        dist.barrier()
+        origin = time.perf_counter()  # common time origin: everyone just left the barrier
+        for position, action in enumerate(row):
+            self.board.at(position, len(row), str(action))
+            if self.fault is not None and self.fault.position == position:
+                self.fault.trigger(action)
+            s, m, kind = action.stage, action.index, action.kind
+            worker = self.workers[s]
+            if kind == FORWARD:
+                x = (microbatches[m][0] if s == 0
+                     else transport.recv(self.plan.messages[(ACTIVATION, s - 1, m)]))
+                target = microbatches[m][1] if s == last else None
+                start = time.perf_counter()
+                out = worker.forward(m, x, target)
+                if s < last:
+                    transport.send(self.plan.messages[(ACTIVATION, s, m)], out)
+            elif kind in (BACKWARD, INPUT_GRAD):
+                grad_y = (None if s == last
+                          else transport.recv(self.plan.messages[(GRADIENT, s + 1, m)]))
+                start = time.perf_counter()
+                run = worker.backward if kind == BACKWARD else worker.input_grad
+                grad_x = run(m, grad_y)
+                if s > 0:
+                    message = self.plan.messages[(GRADIENT, s, m)]
+                    if grad_x is None:  # the stage's output does not depend on its input
+                        shape, dtype = transport.meta(message)
+                        grad_x = torch.zeros(shape, dtype=dtype, device=self.device)
+                    transport.send(message, grad_x)
+            elif kind == WEIGHT_GRAD:
+                start = time.perf_counter()
+                worker.weight_grad(m)
+            else:
+                start = time.perf_counter()
+                if self.record_gradients:
+                    grads[s].append([None if p.grad is None else p.grad.detach().cpu().clone()
+                                     for p in worker.params])
+                worker.update()
+            _synchronize(self.device)
+            end = time.perf_counter()
+            entries.append((position, str(action), start - origin, end - origin))
+            versions[str(action)] = self._version_of(worker, action)
+            if self.track_bytes:
+                for k, value in worker.bytes_held().items():
+                    peaks[s][k] = max(peaks[s][k], value)
+        self.board.at(len(row), len(row), "", "draining sends")
+        transport.close()
+        return self._result(entries, versions, grads, peaks)
+
+    @staticmethod
+    def _version_of(worker: StageWorker, action) -> int:
+        if action.kind == FORWARD:
+            return worker.forward_versions[action.index]
+        if action.kind == UPDATE:
+            return worker.versions.version - 1
+        return worker.backward_versions[action.index]
+
+    def _result(self, entries, versions, grads, peaks) -> RankResult:
+        fwd, bwd, dis, rates, states = {}, {}, {}, {}, {}
+        losses = {}
+        for s, w in self.workers.items():
+            fwd.update({(s, m): v for m, v in w.forward_versions.items()})
+            bwd.update({(s, m): v for m, v in w.backward_versions.items()})
+            dis.update({(s, m): d for m, d in w.distances.items()})
+            rates[s] = list(w.learning_rates)
+            states[s] = {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
+            if w.is_last:
+                losses = dict(sorted(w.losses.items()))
+        return RankResult(
+            self.rank, entries, losses, versions, fwd, bwd, dis, rates, states,
+            gradients=grads if self.record_gradients else {},
+            peak_bytes=peaks if self.track_bytes else {}, wait_seconds=self.wait_seconds,
+        )
+
+
+class _TimedWaiter(faults.Waiter):
+    """A :class:`~pipemare_lite.executor.faults.Waiter` that adds its waits to the executor's
+    ``wait_seconds``."""
+
+    def __init__(self, executor: DistributedExecutor, *, polling: bool) -> None:
+        super().__init__(executor.board, executor.op_timeout, polling=polling)
+        self.executor = executor
+
+    def wait(self, work, what: str) -> None:
+        start = time.perf_counter()
+        try:
+            super().wait(work, what)
+        finally:
+            self.executor.wait_seconds += time.perf_counter() - start
+
+
+def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> DistRunResult:
+    """Gather every rank's :class:`RankResult` into one :class:`DistRunResult` (chapter 11).
+
+    The trace is a :class:`~pipemare_lite.timeline.Timeline` with ``source="measured"`` and
+    ``unit="s"``: the Gantt figure and :func:`pipemare_lite.simulate.metrics` read it like
+    a simulated one.
+    """
+    by_rank = sorted(results, key=lambda r: r.rank)
+    entries, versions = [], {}
+    fwd, bwd, dis = {}, {}, {}
+    S = schedule.num_virtual_stages
+    rates, states, grads = [None] * S, [None] * S, [[] for _ in range(S)]
+    peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in range(S)]
+    losses = {}
+    for r in by_rank:
+        row = schedule.ranks[r.rank]
+        for position, _text, start, end in r.entries:
+            entries.append(TimedAction(r.rank, row[position], start, end))
+        versions.update(r.versions)
+        fwd.update(r.forward_versions)
+        bwd.update(r.backward_versions)
+        dis.update(r.distances)
+        losses.update(r.loss_by_microbatch)
+        for s, value in r.learning_rates.items():
+            rates[s] = value
+        for s, value in r.state_dicts.items():
+            states[s] = value
+        for s, value in r.gradients.items():
+            grads[s] = value
+        for s, value in r.peak_bytes.items():
+            peaks[s] = value
+    trace = Timeline(schedule, tuple(entries), unit="s", source="measured",
+                     extra={"versions": versions, "distances": dict(dis),
+                            "wait_seconds": [r.wait_seconds for r in by_rank]})
+    by_mb = dict(sorted(losses.items()))
+    return DistRunResult(
+        list(by_mb.values()), by_mb, trace, fwd, bwd, dis, rates, peaks,
+        state_dicts=states, gradients=grads, rank_results=list(by_rank),
+    )
+
+
+# ---------------------------------------------------------------------- from Python
+
+
+@dataclass
+class DistJob:
+    """One distributed run, described so that it can be pickled to every process.
+
+    ``stages`` is a picklable callable returning all ``num_virtual_stages`` modules (each
+    rank calls it and keeps its own), e.g. :class:`PartitionedModel`. ``loss_fn``,
+    ``optimizer_factory`` and ``lr_scheduler_factory`` must be picklable too: module-level
+    functions or ``functools.partial`` objects (``partial(torch.optim.SGD, lr=0.1)``),
+    not lambdas.
+    """
+
+    schedule: Schedule
+    stages: Callable[[], Sequence[nn.Module]]
+    microbatches: Sequence
+    loss_fn: Callable
+    optimizer_factory: Callable
+    method_options: MethodOptions | None = None
+    lr_scheduler_factory: Callable | None = None
+    record_gradients: bool = False
+    track_bytes: bool = False
+    fault: Fault | None = None
+
+
+@dataclass(frozen=True)
+class PartitionedModel:
+    """A picklable recipe for stage modules: ``partition(model_fn(**kwargs), num_stages)``.
+
+    Introduced in chapter 11. ``model_fn`` is a module-level builder such as
+    :func:`pipemare_lite.models.mlp`; it must be deterministic (seeded) so every rank builds
+    the same weights.
+    """
+
+    model_fn: Callable
+    num_stages: int
+    kwargs: tuple = ()
+    balance: object = None
+
+    def __call__(self) -> list[nn.Module]:
+        """Build the model and split it."""
+        from pipemare_lite.partition import partition
+
+        return partition(self.model_fn(**dict(self.kwargs)), self.num_stages,
+                         balance=self.balance)
+
+
+def dist_worker(info, jobs: Sequence[DistJob]) -> list[RankResult]:
+    """Process body used by :func:`run_distributed_jobs`: run each job in turn (chapter 11)."""
+    results = []
+    for job in jobs:
+        executor = DistributedExecutor(
+            job.schedule, job.stages(), loss_fn=job.loss_fn,
+            optimizer_factory=job.optimizer_factory, method_options=job.method_options,
+            lr_scheduler_factory=job.lr_scheduler_factory, rank=info.rank, device=info.device,
+            board=info.board, op_timeout=info.op_timeout,
+            record_gradients=job.record_gradients, track_bytes=job.track_bytes, fault=job.fault,
+        )
+        results.append(executor.run(job.microbatches))
+    return results
+
+
+def run_distributed_jobs(jobs: Sequence[DistJob], **launch_kwargs) -> list[DistRunResult]:
+    """Run several jobs with the same number of ranks in ONE launch (chapter 11).
+
+    Starting processes costs far more than a small run; tests and sweeps share a launch.
+    ``launch_kwargs`` go to :func:`pipemare_lite.launch.launch` (``timeout``,
+    ``op_timeout``, ``backend``, ``start_method``, ``master_addr``).
+    """
+    from pipemare_lite.launch import launch
+
+    jobs = list(jobs)
+    if not jobs:
+        return []
+    sizes = {job.schedule.num_stages for job in jobs}
+    if len(sizes) != 1:
+        raise ValueError(f"jobs in one launch need the same number of ranks, got {sorted(sizes)}")
+    per_rank = launch(dist_worker, sizes.pop(), args=(jobs,), **launch_kwargs)
+    return [merge_rank_results(job.schedule, [rank_results[i] for rank_results in per_rank])
+            for i, job in enumerate(jobs)]
+
+
+def run_distributed(schedule: Schedule, stages: Callable[[], Sequence[nn.Module]],
+                    microbatches: Sequence, *, loss_fn: Callable, optimizer_factory: Callable,
+                    method_options: MethodOptions | None = None,
+                    lr_scheduler_factory: Callable | None = None,
+                    record_gradients: bool = False, track_bytes: bool = False,
+                    fault: Fault | None = None, **launch_kwargs) -> DistRunResult:
+    """Run ``schedule`` with one process per rank and return the gathered result (chapter 11).
+
+    The distributed twin of ``LocalExecutor(schedule, stages(), ...).run(microbatches)``:
+    same losses, versions and final weights, bitwise on CPU. See :class:`DistJob` for what
+    must be picklable.
+    """
+    job = DistJob(schedule, stages, microbatches, loss_fn, optimizer_factory, method_options,
+                  lr_scheduler_factory, record_gradients, track_bytes, fault)
+    return run_distributed_jobs([job], **launch_kwargs)[0]
+
+
+# ---------------------------------------------------------------------- utilization
+
+
+def measured_costs(trace: Timeline):
+    """:class:`~pipemare_lite.simulate.OpCosts` read off a measured trace (chapter 11).
+
+    Per kind, the median duration over all stages; ``stage_multipliers`` from each
+    stage's median forward relative to the overall median (imbalanced stages).
+    """
+    from statistics import median
+
+    from pipemare_lite.simulate import OpCosts
+
+    by_kind: dict[str, list[float]] = {}
+    forwards: dict[int, list[float]] = {}
+    for e in trace.entries:
+        by_kind.setdefault(e.action.kind, []).append(e.duration)
+        if e.action.kind == FORWARD:
+            forwards.setdefault(e.action.stage, []).append(e.duration)
+
+    def cost(kind):
+        return float(median(by_kind[kind])) if kind in by_kind else 0.0
+
+    forward = cost(FORWARD)
+    multipliers = None
+    if forward > 0 and forwards:
+        S = trace.schedule.num_virtual_stages
+        multipliers = tuple(max(median(forwards.get(s, [forward])) / forward, 1e-6)
+                            for s in range(S))
+    return OpCosts(forward=forward, backward=cost(BACKWARD), input_grad=cost(INPUT_GRAD),
+                   weight_grad=cost(WEIGHT_GRAD), update=cost(UPDATE),
+                   stage_multipliers=multipliers)
+
+
+def utilization_report(trace: Timeline) -> dict:
+    """Measured utilization next to the simulator's, for the same op costs (chapter 11).
+
+    Returns ``{"measured": u, "simulated": u_sim, "measured_per_rank": [...],
+    "simulated_per_rank": [...], "costs": OpCosts}``: the simulator is fed the median
+    durations measured in ``trace`` (:func:`measured_costs`), so the gap between the two
+    numbers is what the real run loses to communication, waiting and noise.
+    """
+    from pipemare_lite.simulate import metrics, simulate
+
+    costs = measured_costs(trace)
+    measured = metrics(trace)
+    simulated = metrics(simulate(trace.schedule, costs))
+    return {
+        "measured": measured.utilization,
+        "simulated": simulated.utilization,
+        "measured_per_rank": list(measured.utilization_per_rank),
+        "simulated_per_rank": list(simulated.utilization_per_rank),
+        "costs": costs,
+    }
