@@ -152,30 +152,31 @@ def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
         for (s, _), v in needed.items():
             if s in readers:
                 readers[s][v] += 1
-    in_flight_bytes = 0
-    peaks = dict.fromkeys(KINDS, 0)
-    peak_total = 0
+    activations = stash = peak_activations = peak_stash = peak_varying = 0
     for action in schedule.ranks[rank]:
         s = action.stage
         if action.kind == UPDATE:
             current[s] += 1
         elif action.kind == FORWARD:
-            in_flight_bytes += profile.activation_bytes[s]
+            activations += profile.activation_bytes[s]
             if schedule.weight_mode == "stash":
                 readers[s][needed[(s, action.index)]] += 1
         elif action.kind in (BACKWARD, WEIGHT_GRAD):  # the microbatch's last backward action
-            in_flight_bytes -= profile.activation_bytes[s]
+            activations -= profile.activation_bytes[s]
             if (s, action.index) in needed:
                 _release(readers[s], needed[(s, action.index)])
-        now = dict(fixed, activations=in_flight_bytes)
-        now["stash"] = sum(
-            profile.param_bytes[s] * sum(1 for v in readers[s] if v < current[s]) for s in stages
-        )
-        for kind in KINDS:
-            peaks[kind] = max(peaks[kind], now[kind])
-        peak_total = max(peak_total, sum(now.values()))
-    peaks.update(fixed)  # a rank with no actions still holds its weights and state
-    return dict(peaks, total=sum(peaks.values()), peak_total=max(peak_total, sum(fixed.values())))
+        if needed:  # only stashing modes hold old versions
+            stash = sum(
+                profile.param_bytes[s] * sum(1 for v in readers[s] if v < current[s])
+                for s in stages
+            )
+        peak_activations = max(peak_activations, activations)
+        peak_stash = max(peak_stash, stash)
+        peak_varying = max(peak_varying, activations + stash)
+    peaks = dict(fixed, stash=peak_stash, activations=peak_activations)
+    peaks = {kind: peaks[kind] for kind in KINDS}
+    fixed_total = sum(fixed.values())
+    return dict(peaks, total=sum(peaks.values()), peak_total=fixed_total + peak_varying)
 
 
 def _release(counter: Counter, version: int) -> None:

@@ -185,7 +185,7 @@ def _versions_on_rank(schedule: Schedule, actions) -> list[VersionRow]:
         VersionRow(
             stage=s,
             microbatch=m,
-            minibatch=schedule.minibatch_of(m),
+            minibatch=m // schedule.num_microbatches,
             version_at_forward=v,
             version_at_backward=at_backward.get((s, m)),
             version_applied=applied.get((s, m)),
@@ -267,17 +267,11 @@ def stage_delays(
     """
     table = _as_table(table_or_schedule)
     chosen = None if minibatches is None else set(minibatches)
-    result = []
-    for stage in range(table.num_stages):
-        rows = [
-            r
-            for r in table.rows
-            if r.stage == stage
-            and r.forward_delay is not None
-            and (chosen is None or r.minibatch in chosen)
-        ]
-        result.append(_summarize(stage, rows))
-    return result
+    by_stage: list[list[VersionRow]] = [[] for _ in range(table.num_stages)]
+    for r in table.rows:
+        if r.forward_delay is not None and (chosen is None or r.minibatch in chosen):
+            by_stage[r.stage].append(r)
+    return [_summarize(stage, rows) for stage, rows in enumerate(by_stage)]
 
 
 def _summarize(stage: int, rows: list[VersionRow]) -> StageDelay:
