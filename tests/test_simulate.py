@@ -1,0 +1,127 @@
+"""The simulator and metrics: hand-computed timelines, costs, and the metric definitions."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from pipemare_lite.schedules import Action, Schedule, ScheduleError, build_schedule, gpipe
+from pipemare_lite.simulate import OpCosts, metrics, simulate, simulate_and_measure
+from pipemare_lite.timeline import TimedAction, Timeline
+
+
+def times(timeline):
+    return {str(e.action): (e.start, e.end) for e in timeline.entries}
+
+
+def test_gpipe_two_stages_by_hand():
+    t = times(simulate(gpipe(2, 2)))  # F = 1, B = 2
+    assert t["0F0"] == (0, 1) and t["0F1"] == (1, 2)
+    assert t["1F0"] == (1, 2) and t["1F1"] == (2, 3)
+    assert t["1B0"] == (3, 5) and t["1B1"] == (5, 7)
+    assert t["0B0"] == (5, 7) and t["0B1"] == (7, 9)
+    assert t["0U0"] == (9, 9)
+
+
+def test_slow_stage_multiplier_by_hand():
+    # stage 1 twice as slow: rank 1 runs F 1-3, 3-5 and B 5-9, 9-13; rank 0's B follow
+    t = times(simulate(gpipe(2, 2), OpCosts(stage_multipliers=(1, 2))))
+    assert t["1B1"] == (9, 13) and t["0B0"] == (9, 11) and t["0B1"] == (13, 15)
+
+
+def test_comm_latency_between_ranks_only():
+    t = times(simulate(gpipe(2, 1), OpCosts(comm=0.5)))
+    assert t["1F0"] == (1.5, 2.5)  # waits for 0F0 plus the latency
+    assert t["1B0"] == (2.5, 4.5)  # its own F ran on the same rank: no latency
+    assert t["0B0"] == (5.0, 7.0)
+
+
+def test_update_cost_is_charged():
+    timeline = simulate(gpipe(1, 2), OpCosts(update=0.5))
+    assert times(timeline)["0U0"] == (6.0, 6.5) and timeline.makespan == 6.5
+
+
+def test_per_rank_multipliers_apply_to_every_chunk():
+    schedule = build_schedule("interleaved", 2, 4, chunks=2)
+    per_rank = simulate(schedule, OpCosts(stage_multipliers=(1.0, 3.0)))
+    per_stage = simulate(schedule, OpCosts(stage_multipliers=(1.0, 3.0, 1.0, 3.0)))
+    assert times(per_rank) == times(per_stage)
+
+
+@pytest.mark.parametrize(
+    "kwargs,pattern",
+    [
+        ({"forward": -1}, r"OpCosts.forward=-1: allowed: a finite number >= 0"),
+        ({"backward": math.nan}, r"OpCosts.backward=nan"),
+        ({"comm": True}, r"OpCosts.comm=True: allowed: a number >= 0"),
+        ({"stage_multipliers": (1, 0)}, r"stage_multipliers=\(1, 0\): allowed: a non-empty"),
+    ],
+)
+def test_bad_costs_are_refused(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        OpCosts(**kwargs)
+
+
+def test_multiplier_count_must_match():
+    with pytest.raises(ValueError, match=r"has 3 entries; allowed: 2 \(one per virtual stage\)"):
+        simulate(gpipe(2, 2), OpCosts(stage_multipliers=(1, 1, 1)))
+
+
+def test_simulate_validates_hand_made_schedules():
+    rows = (("0F0", "0B0", "0U0"), ("1B0", "1F0", "1U0"))
+    ranks = tuple(tuple(Action.parse(a) for a in row) for row in rows)
+    bad = Schedule(name="custom", num_stages=2, num_microbatches=1, ranks=ranks)
+    with pytest.raises(ScheduleError, match="deadlocks"):
+        simulate(bad)
+
+
+def hand_timeline():
+    """A measured-style trace with 2 ranks, numbers chosen by hand."""
+    schedule = gpipe(2, 2)
+    at = {str(a): a for row in schedule.ranks for a in row}
+    spans = {
+        "0F0": (0, 1), "0F1": (1, 2), "0B0": (6, 8), "0B1": (8, 10), "0U0": (10, 10),
+        "1F0": (1, 2), "1F1": (2, 3), "1B0": (3, 5), "1B1": (5, 7), "1U0": (7, 7),
+    }  # fmt: skip
+    entries = tuple(TimedAction(int(k[0]), at[k], s, e) for k, (s, e) in spans.items())
+    return Timeline(schedule=schedule, entries=entries, unit="s", source="measured")
+
+
+def test_metrics_definitions_on_a_hand_timeline():
+    m = metrics(hand_timeline())
+    assert m.makespan == 10
+    assert m.busy_per_rank == (6, 6)
+    assert m.utilization_per_rank == (0.6, 0.6)
+    assert m.utilization == pytest.approx(0.6)
+    assert m.idle_fraction == pytest.approx(0.4)
+    assert m.bubble_ratio == pytest.approx(8 / 12)  # idle 8 over busy 12
+    assert m.peak_inflight == (2, 2)
+    assert m.steady_state_window is None  # rank 0's first B starts after every last F
+    json.dumps(m.as_dict())
+
+
+def test_peak_inflight_releases_at_weight_gradient_when_split():
+    schedule = build_schedule("zb-h1", 2, 2)
+    # rank 1: F0 I0 F1 I1 W0 W1 (it defers one W): both activations held until the Ws
+    assert [str(a) for a in schedule.ranks[1]] == ["1F0", "1I0", "1F1", "1I1", "1W0", "1W1", "1U0"]
+    assert metrics(simulate(schedule)).peak_inflight == (2, 2)
+
+
+@pytest.mark.parametrize("name", ["async", "pipedream", "2bw"])
+def test_no_flush_schedules_are_fully_busy_in_steady_state(name):
+    m = metrics(simulate(build_schedule(name, 4, 4, num_minibatches=6)))
+    assert m.steady_state_window is not None
+    assert m.steady_state_utilization == pytest.approx(1.0)
+    assert m.utilization < 1.0  # the single fill and drain still cost something
+
+
+def test_flushed_schedules_pay_the_bubble_in_steady_state():
+    m = metrics(simulate(build_schedule("gpipe", 4, 4, num_minibatches=6)))
+    assert m.steady_state_utilization < 0.8
+
+
+def test_simulate_and_measure_returns_both():
+    timeline, m = simulate_and_measure(gpipe(3, 3))
+    assert m == metrics(timeline) and timeline.source == "simulated"
