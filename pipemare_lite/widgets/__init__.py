@@ -1,0 +1,22 @@
+"""Interactive explorers for the chapters: thin ipywidgets factories over :mod:`pipemare_lite.viz`.
+
+- :func:`schedule_explorer` (chapters 02-05): schedule, P, M, v and F:B:W costs -> Gantt
+  chart plus measured numbers beside their closed forms;
+- :func:`staleness_explorer` (chapter 05): method, P, N, warm-up -> delay heatmap and one
+  microbatch's path through the weight versions.
+
+Each returns an ``ipywidgets.VBox`` with ``controls`` (name -> control widget) and
+``update()``. The HTML book has no kernel, so each explorer has a static twin,
+:func:`schedule_explorer_static` and :func:`staleness_explorer_static`: one plotly figure
+whose slider steps were computed in advance. Nothing here imports torch.
+"""
+
+from pipemare_lite.widgets.schedule_explorer import ScheduleExplorer, schedule_explorer
+from pipemare_lite.widgets.staleness_explorer import StalenessExplorer, staleness_explorer
+
+__all__ = [
+    "schedule_explorer",
+    "staleness_explorer",
+    "ScheduleExplorer",
+    "StalenessExplorer",
+]
