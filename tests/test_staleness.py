@@ -156,6 +156,7 @@ def test_async_matches_lock_step_formula(P, N, warmup):
         assert recalled - 1 <= r.forward_delay <= recalled  # the recalled +-1 band
         j = r.microbatch % N
         assert r.forward_delay == exact_forward_delay("async", P, N, r.stage, j)
+        assert r.forward_delay == expected_forward_delay("pipemare", P, N, r.stage, position=j)
         assert r.forward_delay == math.ceil((2 * (P - r.stage) - 1 - j) / N)  # derivation
         assert r.backward_delay == 0  # no stash: the backward reads the current weights
         assert r.discrepancy == r.forward_delay
