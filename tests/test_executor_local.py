@@ -253,6 +253,32 @@ def test_stop_save_load_continue_is_bitwise(case):
         assert in_flight > 0  # the case really restores microbatches mid-flight
 
 
+def test_streaming_one_minibatch_at_a_time_equals_one_run():
+    P, N, K = 3, 2, 4
+    schedule = build_schedule("async", P, N, num_minibatches=K)
+    options = MethodOptions(discrepancy_correction=True, lr_rescheduling=True)
+    initial, mbs = blocks(P), data(N * K)
+    whole_stages = copy.deepcopy(initial)
+    whole = executor_for(schedule, whole_stages, options=options).run(mbs)
+    stream_stages = copy.deepcopy(initial)
+    executor = executor_for(schedule, stream_stages, options=options)
+    losses, entries = [], 0
+    for k in range(1, K + 1):
+        piece = executor.run(mbs, stop_after_updates=k)
+        losses += piece.losses
+        entries += len(piece.trace.entries)
+    assert executor.finished and losses == whole.losses
+    assert entries == len(whole.trace.entries)
+    for got, want in zip(flat_params(stream_stages), flat_params(whole_stages)):
+        assert torch.equal(got, want)
+
+
+def test_too_few_microbatches_is_an_early_error():
+    schedule = build_schedule("gpipe", 2, 2, num_minibatches=2)
+    with pytest.raises(ValueError, match="runs 4 microbatches .2 x 2., got 3"):
+        executor_for(schedule, blocks(2)).run(data(3))
+
+
 # ---------------------------------------------------------------- T1 inside the executor
 def test_t1_learning_rates_follow_the_formula_per_stage_and_update():
     P, N, K, horizon, lr = 4, 2, 6, 4, 0.05

@@ -182,8 +182,15 @@ class LocalExecutor:
         """Execute the schedule (from where it stands) and return the losses and the trace.
 
         ``stop_after_updates=k`` stops as soon as every stage has made ``k`` updates;
-        call ``run`` again (or save ``state_dict()``) to continue.
+        call ``run`` again (or save ``state_dict()``) to continue. Streaming a long run
+        minibatch by minibatch is ``for k in range(1, K + 1): run(mbs, stop_after_updates=k)``;
+        each call returns what it ran, and the pieces add up to one uninterrupted run.
         """
+        if len(microbatches) < self.schedule.total_microbatches:
+            raise ValueError(f"schedule {self.schedule.name!r} runs "
+                             f"{self.schedule.total_microbatches} microbatches "
+                             f"({self.schedule.num_minibatches} x {self.schedule.num_microbatches}"
+                             f"), got {len(microbatches)}")
         marks = [(len(w.learning_rates), set(w.forward_versions), set(w.backward_versions))
                  for w in self.workers]
         losses_before = set(self.workers[-1].losses)
