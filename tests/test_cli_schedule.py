@@ -1,0 +1,103 @@
+"""``pipemare-lite schedule``: output formats and error messages (mostly in-process)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pipemare_lite import formulas
+from pipemare_lite.cli import main
+from pipemare_lite.schedules import build_schedule
+from pipemare_lite.schedules.io import from_csv
+
+
+def run_json(capsys, *args):
+    assert main(["schedule", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_has_the_documented_keys(capsys):
+    out = run_json(capsys, "1f1b", "--stages", "4", "--microbatches", "6")
+    for key in ("schedule", "stages", "microbatches", "makespan", "utilization",
+                "bubble_fraction", "peak_inflight", "actions"):  # fmt: skip
+        assert key in out
+    assert out["schedule"] == "1f1b" and out["stages"] == 4 and out["microbatches"] == 6
+    assert out["bubble_fraction"] == pytest.approx(formulas.idle_fraction_1f1b(4, 6))
+    assert out["peak_inflight"] == [formulas.peak_inflight_1f1b(4, 6, s) for s in range(4)]
+    assert out["actions"] == build_schedule("1f1b", 4, 6).rows()
+    assert out["makespan"] == formulas.makespan_gpipe(4, 6)
+
+
+def test_json_delays_are_zero_for_sync_and_positive_for_async(capsys):
+    pytest.importorskip("pipemare_lite.staleness")
+    sync = run_json(capsys, "gpipe", "--stages", "3", "--microbatches", "2", "--minibatches", "3")
+    assert sync["forward_delay"] == [0, 0, 0] and sync["backward_delay"] == [0, 0, 0]
+    out = run_json(capsys, "async", "--stages", "3", "--update-every", "1", "--minibatches", "8")
+    assert out["microbatches"] == 1 and len(out["forward_delay"]) == 3
+    assert out["forward_delay"][0] > out["forward_delay"][2] > 0  # the first stage is stalest
+    assert out["backward_delay"] == [0, 0, 0]
+
+
+def test_interleaved_defaults_to_two_chunks_and_costs_apply(capsys):
+    out = run_json(capsys, "interleaved", "-P", "2", "-M", "4")
+    assert out["chunks"] == 2
+    assert out["bubble_fraction"] == pytest.approx(formulas.idle_fraction_interleaved(2, 4, 2))
+    zb = run_json(capsys, "zb-h1", "-P", "3", "-M", "6", "--costs", "1,3,1")
+    assert zb["costs"]["input_grad"] == 2 and zb["costs"]["weight_grad"] == 1
+    assert zb["makespan"] == formulas.makespan_zb_h1(3, 6, 1, 2, 1)
+
+
+def test_text_output_has_a_grid_and_metrics(capsys):
+    assert main(["schedule", "gpipe", "--stages", "3", "--microbatches", "2"]) == 0
+    text = capsys.readouterr().out
+    grid = [line for line in text.splitlines() if line.startswith("rank ")]
+    assert len(grid) == 3
+    assert grid[0].split("| ")[1].split()[:2] == ["F0", "F1"]
+    assert "bubble fraction     0.5000" in text  # (P-1)/(M+P-1) = 2/4
+
+
+def test_csv_round_trips(capsys):
+    assert main(["schedule", "pipedream", "-P", "3", "-M", "2", "-K", "3", "--csv"]) == 0
+    text = capsys.readouterr().out
+    back = from_csv(text, name="pipedream", num_microbatches=2, weight_mode="stash")
+    assert back == build_schedule("pipedream", 3, 2, num_minibatches=3)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["gpipes", "-P", "2", "-M", "2"], "unknown schedule 'gpipes'; allowed: naive, gpipe"),
+        (["gpipe", "-P", "two", "-M", "2"], "--stages='two': allowed: an integer >= 1"),
+        (["gpipe", "-P", "2000", "-M", "2"], "allowed: integers 1..1024"),
+        (["gpipe", "-M", "2"], "--stages is required"),
+        (["gpipe", "-P", "2"], "--microbatches (or --update-every) is required"),
+        (["gpipe", "-P", "2", "-M", "4", "--update-every", "2"], "gpipe updates once"),
+        (["async", "-P", "2", "-M", "4", "--update-every", "2"], "disagree"),
+        (["gpipe", "-P", "2", "-M", "2", "--costs", "1"], "--costs='1': allowed: F,B or F,B,W"),
+        (["zb-h1", "-P", "2", "-M", "2", "--costs", "1,1,2"], "W=2.0 > B=1.0"),
+        (["interleaved", "-P", "4", "-M", "6"], "must be a multiple of num_stages=4"),
+        (["gpipe", "-P", "2", "-M", "2", "--warmup", "1"], "warmup_minibatches=1 only applies to"),
+    ],
+)  # fmt: skip
+def test_errors_name_the_value_and_exit_2(capsys, args, message):
+    assert main(["schedule", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pipemare-lite schedule: error: ") and message in err
+
+
+def test_subprocess_json_and_error_exit():
+    ok = subprocess.run(
+        [sys.executable, "-m", "pipemare_lite", "schedule", "pipemare", "--stages", "2",
+         "--update-every", "2", "--minibatches", "2", "--warmup", "1", "--json"],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    out = json.loads(ok.stdout)
+    assert out["schedule"] == "async" and out["warmup_minibatches"] == 1
+    bad = subprocess.run(
+        [sys.executable, "-m", "pipemare_lite", "schedule", "nope", "-P", "2", "-M", "2"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode != 0 and "unknown schedule 'nope'" in bad.stderr
