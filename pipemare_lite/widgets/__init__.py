@@ -13,10 +13,13 @@ whose slider steps were computed in advance. Nothing here imports torch.
 
 from pipemare_lite.widgets.schedule_explorer import ScheduleExplorer, schedule_explorer
 from pipemare_lite.widgets.staleness_explorer import StalenessExplorer, staleness_explorer
+from pipemare_lite.widgets.static import schedule_explorer_static, staleness_explorer_static
 
 __all__ = [
     "schedule_explorer",
     "staleness_explorer",
+    "schedule_explorer_static",
+    "staleness_explorer_static",
     "ScheduleExplorer",
     "StalenessExplorer",
 ]

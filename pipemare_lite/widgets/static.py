@@ -1,0 +1,150 @@
+"""Static twins of the explorers, for the HTML book where no kernel runs (chapters 02-05).
+
+Each returns ONE plotly figure with a slider whose steps were computed in advance: every
+step's traces are in the figure, hidden but one, and a step shows its own and retitles the
+figure with that step's measured numbers beside the closed form. So the rendered page stays
+interactive without Python. Keep the steps few: the figure carries all of them (the
+functions refuse more than :data:`MAX_STEPS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import plotly.graph_objects as go
+
+from pipemare_lite.schedules.registry import SCHEDULE_NAMES, build_schedule
+from pipemare_lite.simulate import metrics, simulate
+from pipemare_lite.staleness import (
+    expected_forward_delay,
+    stage_delays,
+    steady_state_minibatches,
+    weight_versions,
+)
+from pipemare_lite.viz.gantt import gantt_layout, gantt_trace_specs
+from pipemare_lite.viz.staleness import staleness_heatmap
+from pipemare_lite.widgets.schedule_explorer import closed_forms, explorer_costs
+
+#: More steps than this make the page heavy (every step's boxes are in the figure).
+MAX_STEPS = 24
+
+
+def _check_steps(name: str, values) -> list[int]:
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} is empty; give at least one value")
+    if len(values) > MAX_STEPS:
+        raise ValueError(f"{name} has {len(values)} values; allowed: at most {MAX_STEPS}")
+    return values
+
+
+def _slider(steps: list[dict], prefix: str) -> dict:
+    return {
+        "active": 0,
+        "currentvalue": {"prefix": prefix},
+        "pad": {"t": 40},
+        "steps": steps,
+    }
+
+
+def schedule_explorer_static(
+    schedule: str = "1f1b",
+    stages: int = 4,
+    microbatches: Iterable[int] = range(1, 17),
+    chunks: int = 2,
+    *,
+    minibatches: int = 1,
+    forward: float = 1.0,
+    backward: float = 1.0,
+    weight: float = 1.0,
+) -> go.Figure:
+    """Gantt charts of ``schedule`` for every M in ``microbatches``, one slider step each.
+
+    A step's title gives the measured idle fraction beside its closed form. M values the
+    engine refuses (e.g. interleaved needs M a multiple of P) are left out of the slider;
+    if none is left, the engine's error is raised. Costs as in :func:`schedule_explorer`.
+    """
+    if schedule not in SCHEDULE_NAMES:
+        raise ValueError(f"unknown schedule {schedule!r}; allowed: {', '.join(SCHEDULE_NAMES)}")
+    values = _check_steps("microbatches", microbatches)
+    data: list[dict] = []
+    steps, spans, last_error = [], [], None
+    first_layout = None
+    for M in values:
+        try:
+            built = build_schedule(schedule, stages, M, num_minibatches=minibatches,
+                                   chunks=chunks if schedule == "interleaved" else 1)
+        except ValueError as error:
+            last_error = error
+            continue
+        costs = explorer_costs(built.split_backward, forward, backward, weight)
+        timeline = simulate(built, costs)
+        measured = metrics(timeline)
+        forms = closed_forms(built, costs)
+        formula = ("" if forms.idle is None
+                   else f" (closed form {forms.idle_text} = {forms.idle:.3f})")
+        title = (f"{schedule}, P={stages}, M={M}: idle fraction {measured.idle_fraction:.3f}"
+                 f"{formula}")
+        traces = gantt_trace_specs(timeline)
+        first_layout = first_layout or gantt_layout(timeline, title=title)
+        spans.append((len(data), len(data) + len(traces)))
+        data += traces
+        steps.append({"label": str(M), "method": "update",
+                      "args": [None, {"title.text": title,
+                                      "xaxis.range": [0, 1.02 * measured.makespan]}]})
+    if not steps:
+        raise last_error
+    for step, (a, b) in zip(steps, spans):
+        step["args"][0] = {"visible": [a <= i < b for i in range(len(data))]}
+    for i, trace in enumerate(data):
+        trace["visible"] = i < spans[0][1]
+    fig = go.Figure(data=data, layout=first_layout)
+    fig.update_layout(sliders=[_slider(steps, "M = ")],
+                      xaxis_range=steps[0]["args"][1]["xaxis.range"])
+    fig.update_layout(height=fig.layout.height + 80, margin_b=120)
+    return fig
+
+
+def staleness_explorer_static(
+    method: str = "async",
+    stages: Iterable[int] = range(2, 9),
+    microbatches: int = 4,
+    *,
+    minibatches: int = 6,
+    warmup: int = 0,
+    quantity: str = "forward_delay",
+) -> go.Figure:
+    """Staleness heatmaps of ``method`` for every P in ``stages``, one slider step each.
+
+    A step's title gives stage 0's measured steady-state forward delay beside the closed
+    form (stage 0 is the stalest). Arguments as in :func:`staleness_explorer`.
+    """
+    values = _check_steps("stages", stages)
+    figures, titles = [], []
+    for P in values:
+        built = build_schedule(method, P, microbatches, num_minibatches=minibatches,
+                               warmup_minibatches=warmup)
+        table = weight_versions(built)
+        steady = steady_state_minibatches(built)
+        first = stage_delays(table, minibatches=steady if len(steady) else None)[0]
+        try:
+            formula = f", closed form {expected_forward_delay(built.name, P, microbatches, 0)}"
+        except ValueError:
+            formula = ""
+        titles.append(f"{method}, P={P}, N={microbatches}: stage 0 forward delay "
+                      f"{first.mean_forward_delay:.2f} updates (measured mean){formula}")
+        figures.append(staleness_heatmap(table, quantity, title=titles[-1]))
+    heats = [fig.data[0] for fig in figures]
+    for k, heat in enumerate(heats):
+        heat.visible = k == 0
+    steps = [
+        {"label": str(P), "method": "update",
+         "args": [{"visible": [k == j for j in range(len(values))]},
+                  {"title.text": title, "yaxis.range": [P - 0.5, -0.5]}]}
+        for k, (P, title) in enumerate(zip(values, titles))
+    ]
+    tallest = max(fig.layout.height for fig in figures)
+    out = go.Figure(data=heats, layout=figures[0].layout)  # same columns, so same lines
+    out.update_yaxes(autorange=None, range=[values[0] - 0.5, -0.5])
+    out.update_layout(sliders=[_slider(steps, "P = ")], height=tallest + 80)
+    return out

@@ -1,0 +1,133 @@
+"""Explorer widgets, driven headless: move controls, check the figures and numbers change right.
+
+Expected values come from the textbook closed forms written out here, not from the engine.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from pipemare_lite.widgets import schedule_explorer, staleness_explorer
+
+
+def boxes(fig, kind: str) -> int:
+    """How many boxes of op kind ``kind`` (F, B, I, W, U) the Gantt shows."""
+    return sum(len(t.x) for t in fig.data if t.name and t.name.split()[0] == kind)
+
+
+def cells(html: str) -> list[list[str]]:
+    rows = re.findall(r"<tr>(.*?)</tr>", html)
+    return [[re.sub("<[^>]+>", "", c) for c in re.findall(r"<t[dh]>(.*?)</t[dh]>", r)]
+            for r in rows]
+
+
+def test_schedule_explorer_redraws_when_sliders_move():
+    w = schedule_explorer("1f1b", stages=4, microbatches=8)
+    assert set(w.controls) >= {"schedule", "stages", "microbatches", "chunks", "forward",
+                               "backward", "weight"}
+    assert boxes(w.figure, "F") == 4 * 8 and boxes(w.figure, "B") == 4 * 8
+    w.controls["stages"].value = 6  # the control's observer redraws
+    w.controls["microbatches"].value = 12
+    assert boxes(w.figure, "F") == 6 * 12 and boxes(w.figure, "B") == 6 * 12
+    assert list(w.figure.layout.yaxis.range) == [5.5, -0.5]
+    w.update()  # calling the handler directly gives the same picture
+    assert boxes(w.figure, "F") == 72
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+def test_measured_idle_fraction_matches_the_bubble_formula(name):
+    P, M = 5, 7
+    w = schedule_explorer(name, stages=P, microbatches=M)
+    idle = (P - 1) / (M + P - 1)
+    assert w.metrics.idle_fraction == pytest.approx(idle)
+    (row,) = [r for r in cells(w.table.value) if r[0] == "idle fraction"]
+    measured, _, closed = row[1:]
+    assert float(measured) == pytest.approx(idle, rel=1e-3)
+    assert float(closed) == pytest.approx(idle, rel=1e-3)
+
+
+def test_costs_change_the_makespan_as_the_formula_says():
+    P, M = 3, 4
+    w = schedule_explorer("gpipe", stages=P, microbatches=M)
+    w.controls["forward"].value = 2.0
+    w.controls["backward"].value = 1.5
+    w.controls["weight"].value = 0.5
+    # unsplit backward costs B + W; GPipe makespan (M+P-1)(F+B)
+    assert w.metrics.makespan == pytest.approx((M + P - 1) * (2.0 + 1.5 + 0.5))
+
+
+def test_zero_bubble_shows_split_backwards():
+    w = schedule_explorer("zb-h1", stages=4, microbatches=8)
+    assert boxes(w.figure, "I") == 32 and boxes(w.figure, "W") == 32
+    assert boxes(w.figure, "B") == 0
+
+
+def test_impossible_combination_shows_the_engine_error_and_recovers():
+    w = schedule_explorer("interleaved", stages=4, microbatches=8, chunks=2)
+    assert w.error is None and not w.controls["chunks"].disabled
+    before = boxes(w.figure, "F")
+    assert before == 4 * 8 * 2  # every rank runs v=2 chunks of every microbatch
+    w.controls["microbatches"].value = 7  # interleaving needs M to be a multiple of P
+    assert w.error is not None and "multiple" in w.error
+    assert "multiple" in w.message.value
+    assert boxes(w.figure, "F") == before  # last good picture stays
+    w.controls["microbatches"].value = 12
+    assert w.error is None and w.message.value == ""
+    assert boxes(w.figure, "F") == 4 * 12 * 2
+    w.controls["schedule"].value = "gpipe"
+    assert w.controls["chunks"].disabled  # v means nothing outside interleaving
+
+
+def test_async_schedules_report_zero_steady_state_idle():
+    w = schedule_explorer("pipedream", stages=4, microbatches=4, minibatches=4)
+    (row,) = [r for r in cells(w.table.value) if r[0] == "steady-state idle fraction"]
+    assert float(row[1]) == pytest.approx(0.0, abs=1e-9)
+    T, P = 16, 4
+    assert w.metrics.idle_fraction == pytest.approx((P - 1) / (T + P - 1))  # one fill+drain
+
+
+def test_staleness_explorer_heatmap_follows_the_lock_step_formula():
+    P, N = 4, 4
+    w = staleness_explorer("async", stages=P, microbatches=N, minibatches=8)
+    z = w.figure.data[0].z
+    assert len(z) == P and len(z[0]) == N * 8
+    for stage in range(P):
+        i = stage + 1  # the notes' 1-indexed stage
+        recalled = math.ceil((2 * (P - i) + 1) / N)
+        steady = [z[stage][m] for m in range(3 * N, 7 * N)]  # away from fill and drain
+        assert max(steady) == recalled  # the formula is the worst case...
+        assert min(steady) >= recalled - 1  # ...give or take one by position
+    assert "ceil" in w.summary.value
+
+
+def test_staleness_explorer_path_and_picker():
+    w = staleness_explorer("pipedream", stages=3, microbatches=1, minibatches=6)
+    w.controls["microbatch"].value = 4
+    (box,) = [s for s in w.figure.layout.shapes if s.type == "rect"]
+    assert (box.x0, box.x1) == (3.5, 4.5)
+    assert "microbatch 4" in w.path.layout.title.text
+    # PipeDream with per-microbatch updates: delay P-1-s (0-indexed s), read off the path
+    at_f = next(t for t in w.path.data if t.name == "version at F").y
+    applied = next(t for t in w.path.data if t.name == "version applied to").y
+    assert [a - f for a, f in zip(applied, at_f)] == [2, 1, 0]
+    w.controls["minibatches"].value = 2  # only microbatches 0..1 remain: the picker clamps
+    assert w.controls["microbatch"].max == 1 and w.controls["microbatch"].value == 1
+    assert w.error is None
+
+
+def test_staleness_explorer_shows_warmup_refusal():
+    w = staleness_explorer("gpipe", stages=3, microbatches=2)
+    w.controls["warmup"].value = 1
+    assert w.error is not None and "warmup" in w.error
+    w.controls["method"].value = "async"
+    assert w.error is None
+
+
+def test_unknown_names_raise_early():
+    with pytest.raises(ValueError, match="unknown schedule 'gpipe2'"):
+        schedule_explorer("gpipe2")
+    with pytest.raises(ValueError, match="unknown method"):
+        staleness_explorer("stale")
