@@ -22,7 +22,7 @@ from pipemare_lite.memory import MemoryProfile, memory_by_kind
 from pipemare_lite.methods import MethodOptions
 from pipemare_lite.schedules import Action, Schedule, build_schedule
 from pipemare_lite.staleness import weight_versions
-from tests.references import gradient_accumulation, hand_pipeline
+from tests.references import gradient_accumulation, hand_pipeline, stashed_weights_sgd
 
 WIDTH, SAMPLES = 8, 4
 
@@ -347,3 +347,59 @@ def test_explicit_devices_give_the_same_numbers():
                              optimizer_factory=optimizer_factory("momentum"),
                              devices=devices).run(mbs)
     torch.testing.assert_close(torch.tensor(explicit.losses), torch.tensor(default.losses))
+
+
+# ---------------------------------------------------------------- other layer types
+def _resnet():
+    from pipemare_lite.models import small_resnet
+
+    model = small_resnet(channels=4, blocks=1, num_classes=3, image_size=4, seed=0)
+    g = torch.Generator().manual_seed(3)
+    mbs = [(torch.randn(2, 1, 4, 4, generator=g), torch.randint(0, 3, (2,), generator=g))
+           for _ in range(8)]
+    return model, mbs, nn.functional.cross_entropy
+
+
+def _transformer():
+    from pipemare_lite.models import tiny_transformer
+
+    vocab = 5
+    model = tiny_transformer(vocab=vocab, d_model=8, heads=2, layers=1, seq_len=4, seed=0)
+    g = torch.Generator().manual_seed(4)
+    mbs = [(torch.randint(0, vocab, (2, 4), generator=g), torch.randint(0, vocab, (2, 4),
+                                                                         generator=g))
+           for _ in range(8)]
+
+    def loss_fn(y, t):
+        return nn.functional.cross_entropy(y.reshape(-1, vocab), t.reshape(-1))
+    return model, mbs, loss_fn
+
+
+@pytest.mark.parametrize("make", [_resnet, _transformer], ids=["resnet", "transformer"])
+def test_conv_norm_attention_models_sync_bitwise_and_pipedream_stashed(make):
+    from pipemare_lite.partition import partition
+
+    model, mbs, loss_fn = make()
+    P, N, K = 3, 2, 4
+    factory = optimizer_factory("momentum")
+    # sync 1F1B == gradient accumulation, bitwise
+    reference = copy.deepcopy(model)
+    ref_losses = gradient_accumulation(reference, factory(reference.parameters()), loss_fn,
+                                       mbs, N, K)
+    stages = partition(copy.deepcopy(model), P)
+    result = LocalExecutor(build_schedule("1f1b", P, N, num_minibatches=K), stages,
+                           loss_fn=loss_fn, optimizer_factory=factory).run(mbs)
+    assert result.losses == ref_losses
+    for got, want in zip(flat_params(stages), reference.parameters()):
+        assert torch.equal(got, want.detach())
+    # pipedream == delayed SGD at the stashed weights (Conv2d/GroupNorm/LayerNorm save the
+    # parameter itself, Linear a view, Embedding nothing: all go through the same hooks)
+    schedule = build_schedule("pipedream", P, N, num_minibatches=K)
+    ref_losses, ref_states = stashed_weights_sgd(schedule, partition(copy.deepcopy(model), P),
+                                                 mbs, loss_fn, factory)
+    stages = partition(copy.deepcopy(model), P)
+    result = LocalExecutor(schedule, stages, loss_fn=loss_fn, optimizer_factory=factory).run(mbs)
+    assert result.losses == ref_losses
+    for module, state in zip(stages, ref_states):
+        for name, p in module.named_parameters():
+            assert torch.equal(p.detach(), state[name]), name
