@@ -5,15 +5,17 @@
 Each chapter runs in a fresh ``python3`` kernel of *this* Python environment (never a
 kernelspec that happens to point elsewhere), with ``chapters/`` as the working directory and
 a per-cell timeout. Pages are rendered with nbconvert's ``lab`` template, minus everything
-that would reach the network: plotly.js is copied once from the installed ``plotly``
-package into the output folder and every page loads that copy; each plotly figure output
+that would reach the network: plotly.js is copied from the installed ``plotly`` package
+into the output folder and every page loads that copy; each plotly figure output
 (``application/vnd.plotly.v1+json``) becomes a ``<div>`` plus a ``Plotly.newPlot`` call.
+Formulas are typeset by a local copy of MathJax 2 (from ``jupyter-server-mathjax``).
 Widgets are not live in HTML: their output is replaced by a note, and chapters show a
 static fallback figure after each widget.
 """
 
 from __future__ import annotations
 
+import filecmp
 import html
 import json
 import os
@@ -32,15 +34,21 @@ from pipemare_lite.notebooks import TIMINGS_FILE, chapter_info, chapters_dir, li
 PLOTLY_MIMETYPE = "application/vnd.plotly.v1+json"
 WIDGET_MIMETYPE = "application/vnd.jupyter.widget-view+json"
 PLOTLY_JS = "plotly.min.js"
+MATHJAX_DIR = "mathjax"
+#: MathJax 2 entry point inside MATHJAX_DIR, with the one configuration the package ships
+MATHJAX_URL = f"{MATHJAX_DIR}/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
 
 # The lab template without its network scripts: require.js (which would also hide plotly.js's
 # global behind AMD), MathJax and mermaid from a CDN, and the widget manager from unpkg.
+# MathJax comes from the local copy when there is one.
 _PAGE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- block html_head_js_requirejs -%}
 <script src="__PLOTLY_JS__"></script>
 {%- endblock html_head_js_requirejs -%}
 {%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
-{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mathjax -%}
+{%- if resources.local_mathjax -%}{{ mathjax(resources.local_mathjax) }}{%- endif -%}
+{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {%- block body_header -%}
 {{ super() }}
@@ -60,6 +68,34 @@ def plotly_js_source() -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: is the plotly package installed completely?")
     return path
+
+
+def mathjax_source() -> Path | None:
+    """MathJax 2's folder from the installed ``jupyter_server_mathjax`` package, if present."""
+    try:
+        folder = Path(str(resources.files("jupyter_server_mathjax") / "static"))
+    except ModuleNotFoundError:
+        return None
+    return folder if (folder / "MathJax.js").is_file() else None
+
+
+def copy_assets(out: Path) -> bool:
+    """Copy plotly.js (required) and MathJax (if installed) into ``out``; True with MathJax.
+
+    MathJax is about 10 MB in 600 files: copied once, then reused while its version matches.
+    """
+    shutil.copyfile(plotly_js_source(), out / PLOTLY_JS)
+    source = mathjax_source()
+    if source is None:
+        return False
+    target = out / MATHJAX_DIR
+    if (target / "MathJax.js").is_file() and filecmp.cmp(
+        source / "MathJax.js", target / "MathJax.js", shallow=False
+    ):
+        return True
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target)
+    return True
 
 
 def figure_html(figure: dict, div_id: str) -> str:
@@ -158,8 +194,8 @@ def execute_chapter(path: Path, timeout: int) -> tuple[object, float, str]:
     return nb, time.perf_counter() - start, error
 
 
-def render_page(nb, title: str, page_id: str) -> str:
-    """HTML for one executed chapter: lab styling, local plotly.js, no network."""
+def render_page(nb, title: str, page_id: str, mathjax: bool = False) -> str:
+    """HTML for one executed chapter: lab styling, local plotly.js (and MathJax), no network."""
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
@@ -170,7 +206,8 @@ def render_page(nb, title: str, page_id: str) -> str:
     )
     nb = offline_outputs(nb, page_id)
     nb.metadata["title"] = title
-    body, _ = exporter.from_notebook_node(nb)
+    extra = {"local_mathjax": MATHJAX_URL if mathjax else ""}
+    body, _ = exporter.from_notebook_node(nb, resources=extra)
     return body
 
 
@@ -219,7 +256,9 @@ def build_book(
         raise ValueError(f"no chapter notebooks (NN_snake_case.ipynb) in {folder}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(plotly_js_source(), out / PLOTLY_JS)
+    mathjax = copy_assets(out)
+    if not mathjax:
+        log("[book] jupyter-server-mathjax not installed: formulas stay as LaTeX source")
 
     # Figures as plain plotly JSON (what the page turns into a live plot), unless the user chose
     os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype")
@@ -229,7 +268,7 @@ def build_book(
         log(f"[book] running {path.name} ...")
         nb, seconds, error = execute_chapter(path, timeout)
         page = out / f"{path.stem}.html"
-        page.write_text(render_page(nb, title, path.stem[:2]), encoding="utf-8")
+        page.write_text(render_page(nb, title, path.stem[:2], mathjax), encoding="utf-8")
         results.append(ChapterResult(path.stem, title, page, seconds, error))
         log(f"[book] {path.name}: {'ok' if not error else 'FAILED'} in {seconds:.1f} s")
         if error:

@@ -47,6 +47,7 @@ def built(tmp_path_factory):
     return chapters, out, results
 
 
+@pytest.mark.slow  # starts a kernel: a few seconds
 def test_index_links_every_executed_chapter(built):
     chapters, out, results = built
     assert [r.name for r in results] == ["07_figure_fixture"] and results[0].ok
@@ -58,21 +59,37 @@ def test_index_links_every_executed_chapter(built):
     assert set(timings) == {"07_figure_fixture.ipynb"} and timings["07_figure_fixture.ipynb"] > 0
 
 
+@pytest.mark.slow  # starts a kernel: a few seconds
 def test_pages_load_no_script_from_the_network(built):
     _, out, _ = built
     for page in (out / "index.html", out / "07_figure_fixture.html"):
         sources = re.findall(r"<script[^>]*\bsrc=[\"']([^\"']+)", page.read_text())
         assert all("cdn." not in s and "://" not in s for s in sources), sources
     page = (out / "07_figure_fixture.html").read_text()
-    assert re.findall(r"<script[^>]*\bsrc=[\"']([^\"']+)", page) == [book.PLOTLY_JS]
+    sources = re.findall(r"<script[^>]*\bsrc=[\"']([^\"']+)", page)
+    assert sources[0] == book.PLOTLY_JS
+    for source in sources:  # every script the page loads was copied beside it
+        assert (out / source.split("?")[0]).is_file(), source
 
 
+@pytest.mark.slow  # starts a kernel: a few seconds
+def test_formulas_use_the_local_mathjax_copy(built):
+    _, out, _ = built
+    if book.mathjax_source() is None:
+        pytest.skip("jupyter-server-mathjax is not installed")
+    page = (out / "07_figure_fixture.html").read_text()
+    assert f'src="{book.MATHJAX_URL}"' in page
+    assert (out / "mathjax" / "MathJax.js").is_file()
+
+
+@pytest.mark.slow  # starts a kernel: a few seconds
 def test_plotly_js_is_the_installed_copy(built):
     _, out, _ = built
     shipped = Path(str(resources.files("plotly") / "package_data" / "plotly.min.js"))
     assert (out / "plotly.min.js").read_bytes() == shipped.read_bytes()
 
 
+@pytest.mark.slow  # starts a kernel: a few seconds
 def test_figure_becomes_a_div_drawn_by_newplot(built):
     _, out, _ = built
     page = (out / "07_figure_fixture.html").read_text()
@@ -84,11 +101,13 @@ def test_figure_becomes_a_div_drawn_by_newplot(built):
     assert "application/vnd.plotly.v1+json" not in page
 
 
+@pytest.mark.slow  # starts a kernel: a few seconds
 def test_chapters_run_with_the_chapters_folder_as_working_directory(built):
     chapters, out, _ = built
     assert str(chapters) in (out / "07_figure_fixture.html").read_text()
 
 
+@pytest.mark.slow  # starts a kernel: a few seconds
 def test_failing_chapter_fails_the_build_with_its_name_and_error(tmp_path, capsys):
     chapters = tmp_path / "chapters"
     chapters.mkdir()
