@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipemare_lite.exercises import EXERCISES
+from pipemare_lite.exercises import EXERCISES, run_checks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,3 +61,21 @@ def test_grading_a_student_writes_one_verdict_per_exercise(tmp_path):
     assert verdicts["ex02_1"] == "failed" and "not attempted yet" in messages["ex02_1"]
     assert verdicts["ex02_2"] == "failed" and "not defined by the adapter" in messages["ex02_2"]
     assert "skipped" not in verdicts.values()  # a student's missing answer is a failure
+
+
+def _import(path: Path):
+    spec = importlib.util.spec_from_file_location(f"adapter_under_test_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_template_adapter_reads_the_notebooks_next_to_it(tmp_path):
+    template = ROOT / "tests" / "grading" / "adapter.py"
+    assert _import(template).NOTEBOOK_DIR == ROOT / "chapters"  # in place: a self-test
+    shutil.copy(template, tmp_path / "adapter.py")
+    shutil.copy(ROOT / "tests" / "fixtures" / "assign" / "02_exercise_fixture.ipynb", tmp_path)
+    adapter = _import(tmp_path / "adapter.py")
+    assert adapter.NOTEBOOK_DIR == tmp_path
+    assert run_checks("ex02_2", adapter.idle_fraction).passed
+    assert not hasattr(adapter, "naive_order")  # no chapter 01 notebook there
