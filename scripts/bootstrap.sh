@@ -32,7 +32,9 @@ fi
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "[bootstrap] installing pipemare-lite[test] (editable)"
   "$VPY" -m pip install --quiet -e ".[test]"
-  "$VPY" -m ipykernel install --user --name python3 >/dev/null 2>&1 || true
+  # The kernel "python3" inside .venv (not --user: that would repoint every other Jupyter of
+  # this user to this checkout). `make test` and `make book` start .venv's Python directly.
+  "$VPY" -m ipykernel install --sys-prefix --name python3 >/dev/null 2>&1 || true
   touch "$stamp"
 fi
 echo "[bootstrap] torch $("$VPY" -c 'import torch; print(torch.__version__)') in $VENV"
