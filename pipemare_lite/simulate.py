@@ -98,20 +98,25 @@ def simulate(schedule: Schedule, costs: OpCosts | None = None) -> Timeline:
         ready = rank_free[rank]
         if code < n:  # F: after F of the previous stage
             stage = code // T
-            if code >= T:
-                ready = max(ready, end[code - T] + comm)
+            if code >= T and end[code - T] + comm > ready:
+                ready = end[code - T] + comm
+            kind = 0
         elif code < n3:  # B or I: after own F and the next stage's B or I
-            own = code - n if code < n2 else code - n2
+            kind = 1 if code < n2 else 2
+            own = code - kind * n
             stage = own // T
-            ready = max(ready, end[own])
-            if stage < S - 1:
-                ready = max(ready, end[code + T] + comm)
+            if end[own] > ready:
+                ready = end[own]
+            if stage < S - 1 and end[code + T] + comm > ready:
+                ready = end[code + T] + comm
         elif code < n4:  # W: after its own I
             stage = (code - n3) // T
-            ready = max(ready, end[code - n])
+            if end[code - n] > ready:
+                ready = end[code - n]
+            kind = 3
         else:  # U: its gradients ran earlier on this rank
             stage = (code - n4) // K
-        kind = code // n if code < n4 else 4
+            kind = 4
         start_of[code] = ready
         end[code] = rank_free[rank] = ready + base[kind] * multiplier[stage]
     with gc_paused():
