@@ -131,3 +131,14 @@ def test_unknown_names_raise_early():
         schedule_explorer("gpipe2")
     with pytest.raises(ValueError, match="unknown method"):
         staleness_explorer("stale")
+
+
+def test_set_changes_several_controls_with_one_redraw():
+    w = schedule_explorer("gpipe", stages=2, microbatches=2)
+    redraws = []
+    original = w._redraw
+    w._redraw = lambda **values: (redraws.append(values), original(**values))
+    w.set(stages=3, microbatches=5)
+    assert len(redraws) == 1 and boxes(w.figure, "F") == 15
+    with pytest.raises(ValueError, match="unknown control"):
+        w.set(colour="red")

@@ -103,6 +103,21 @@ class Explorer(widgets.VBox):
         if not self._updating:
             self.update()
 
+    def set(self, **values) -> None:
+        """Set several controls at once, then redraw once: ``w.set(stages=8, microbatches=16)``."""
+        unknown = sorted(set(values) - set(self.controls))
+        if unknown:
+            raise ValueError(
+                f"unknown control(s) {', '.join(unknown)}; allowed: {', '.join(self.controls)}"
+            )
+        self._updating = True  # silence the per-control redraws
+        try:
+            for name, value in values.items():
+                self.controls[name].value = value
+        finally:
+            self._updating = False
+        self.update()
+
     def values(self) -> dict:
         """The current value of every control, by name."""
         return {name: control.value for name, control in self.controls.items()}
