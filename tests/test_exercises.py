@@ -252,3 +252,7 @@ def test_compare_numbers_and_lists():
     assert "stage 1: you have 3" in compare_int_list([3, 3, 1], [3, 2, 1])
     assert "one per stage (3)" in compare_int_list([3, 2], [3, 2, 1])
     assert "is not an int" in compare_int_list([3, "2", 1], [3, 2, 1])
+    numpy = pytest.importorskip("numpy")
+    assert compare_int_list(numpy.array([3, 2, 1]), [3, 2, 1]) is None
+    assert compare_float(numpy.float64(0.5), 0.5) is None
+    assert compare_rows(numpy.array([["0F0", "0B0"]]), [["0F0", "0B0"]]) is None

@@ -28,6 +28,10 @@ def naive_order(P):                            # wrong: backward before forward
 def gpipe_order(P, M):                         # not attempted
     raise NotImplementedError("Exercise 2.1")
 
+def idle_fraction(P, M):                       # never returns
+    while True:
+        pass
+
 M_FOR_10_PERCENT = next(M for M in itertools.count(1) if 7 / (M + 7) < 0.1)   # right
 '''
 
@@ -43,7 +47,9 @@ def test_grading_a_student_writes_one_verdict_per_exercise(tmp_path):
     adapter = tmp_path / "adapter.py"
     adapter.write_text(textwrap.dedent(STUDENT_ADAPTER))
     report = tmp_path / "reports" / "grades.xml"
-    done = _run_grading("--student", str(adapter), "--junitxml", str(report), "-q")
+    done = _run_grading(
+        "--student", str(adapter), "--junitxml", str(report), "--exercise-timeout", "2", "-q"
+    )
     assert done.returncode == 1, done.stdout + done.stderr  # some exercises fail
 
     verdicts, messages = {}, {}
@@ -59,7 +65,8 @@ def test_grading_a_student_writes_one_verdict_per_exercise(tmp_path):
     assert verdicts["ex01_1"] == verdicts["ex02_3"] == "passed"
     assert verdicts["ex01_2"] == "failed" and "Hint:" in messages["ex01_2"]
     assert verdicts["ex02_1"] == "failed" and "not attempted yet" in messages["ex02_1"]
-    assert verdicts["ex02_2"] == "failed" and "not defined by the adapter" in messages["ex02_2"]
+    assert verdicts["ex02_2"] == "failed" and "longer than 2 s" in messages["ex02_2"]
+    assert verdicts["ex03_1"] == "failed" and "not defined by the adapter" in messages["ex03_1"]
     assert "skipped" not in verdicts.values()  # a student's missing answer is a failure
 
 

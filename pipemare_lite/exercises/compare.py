@@ -38,8 +38,14 @@ def compare_int(answer, expected) -> str | None:
     return f"returned {int(answer)}, which is not right"
 
 
+def _as_list(answer):
+    """numpy arrays (anything with ``tolist``) compare like the lists they hold."""
+    return answer.tolist() if hasattr(answer, "tolist") and not isinstance(answer, str) else answer
+
+
 def compare_int_list(answer, expected) -> str | None:
     """A list with one int per stage, equal to ``expected`` element by element."""
+    answer = _as_list(answer)
     if not isinstance(answer, (list, tuple)):
         return f"returned {_short(answer)} ({type(answer).__name__}); expected a list of ints"
     if len(answer) != len(expected):
@@ -58,6 +64,7 @@ def compare_rows(answer, expected) -> str | None:
 
     Items are compared by ``str(item).strip()``, so engine ``Action`` objects work too.
     """
+    answer = _as_list(answer)
     if not isinstance(answer, (list, tuple)) or not all(
         isinstance(row, (list, tuple)) for row in answer
     ):

@@ -9,8 +9,11 @@ exercise whose chapter does not define its answer yet is skipped, not failed.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,33 @@ import pytest
 from pipemare_lite.exercises import list_exercises, run_checks
 
 TEMPLATE_ADAPTER = Path(__file__).resolve().parent / "adapter.py"
+#: Default seconds one exercise's checks may take (``--exercise-timeout``); the reference
+#: answers need well under one.
+SECONDS_PER_EXERCISE = 60
+
+
+class ExerciseTimeout(Exception):
+    """A student's answer ran longer than ``--exercise-timeout`` seconds."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: int):
+    """Raise ExerciseTimeout after ``seconds`` (POSIX main thread only; elsewhere no limit)."""
+    usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def _expired(signum, frame):
+        raise ExerciseTimeout(f"the checks took longer than {seconds} s (an endless loop?)")
+
+    previous = signal.signal(signal.SIGALRM, _expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def pytest_addoption(parser):
@@ -28,6 +58,13 @@ def pytest_addoption(parser):
         metavar="PATH",
         help="a student's adapter.py (default: tests/grading/adapter.py, a self-test "
         "against the solution notebooks)",
+    )
+    parser.addoption(
+        "--exercise-timeout",
+        type=int,
+        default=SECONDS_PER_EXERCISE,
+        metavar="SECONDS",
+        help=f"seconds one exercise may take before it fails (default {SECONDS_PER_EXERCISE})",
     )
 
 
@@ -68,12 +105,13 @@ def adapter(request):
 
 
 @pytest.fixture
-def grade(adapter):
+def grade(adapter, request):
     """``grade(exercise_id)``: check the adapter's answer; fail with check()'s message.
 
     The failure message (in the junit XML too) ends with how many cases passed.
     """
     module, is_self_test = adapter
+    seconds = request.config.getoption("--exercise-timeout", default=SECONDS_PER_EXERCISE)
 
     def _grade(exercise_id: str) -> None:
         exercise = next(e for e in list_exercises() if e.id == exercise_id)
@@ -82,7 +120,11 @@ def grade(adapter):
             if is_self_test:
                 pytest.skip(f"self-test: {message} (chapter {exercise.chapter:02d} not written?)")
             pytest.fail(message, pytrace=False)
-        result = run_checks(exercise_id, getattr(module, exercise.function_name))
+        try:
+            with _time_limit(seconds):
+                result = run_checks(exercise_id, getattr(module, exercise.function_name))
+        except ExerciseTimeout as exc:
+            pytest.fail(f"{exercise_id}: {exc}", pytrace=False)
         if not result.passed:
             summary = f"[{exercise_id}: {result.cases_passed}/{result.cases_total} cases passed]"
             pytest.fail(f"{result.message}\n{summary}", pytrace=False)
