@@ -375,6 +375,7 @@ class DistributedExecutor:
                 self.fault.trigger(action)
             s, m, kind = action.stage, action.index, action.kind
             worker = self.workers[s]
+            send = None  # (message, tensor) to post once the action's time is taken
             if kind == FORWARD:
                 x = (microbatches[m][0] if s == 0
                      else transport.recv(self.plan.messages[(ACTIVATION, s - 1, m)]))
@@ -382,7 +383,7 @@ class DistributedExecutor:
                 start = time.perf_counter()
                 out = worker.forward(m, x, target)
                 if s < last:
-                    transport.send(self.plan.messages[(ACTIVATION, s, m)], out)
+                    send = (self.plan.messages[(ACTIVATION, s, m)], out)
             elif kind in (BACKWARD, INPUT_GRAD):
                 grad_y = (None if s == last
                           else transport.recv(self.plan.messages[(GRADIENT, s + 1, m)]))
@@ -394,7 +395,7 @@ class DistributedExecutor:
                     if grad_x is None:  # the stage's output does not depend on its input
                         shape, dtype = transport.meta(message)
                         grad_x = torch.zeros(shape, dtype=dtype, device=self.device)
-                    transport.send(message, grad_x)
+                    send = (message, grad_x)
             elif kind == WEIGHT_GRAD:
                 start = time.perf_counter()
                 worker.weight_grad(m)
@@ -406,6 +407,8 @@ class DistributedExecutor:
                 worker.update()
             _synchronize(self.device)
             end = time.perf_counter()
+            if send is not None:
+                transport.send(*send)
             entries.append((position, str(action), start - origin, end - origin))
             versions[str(action)] = self._version_of(worker, action)
             if self.track_bytes:

@@ -310,7 +310,9 @@ class StageWorker:
         pending = {}
         for m, r in self.pending.items():
             pending[m] = {"version": r.version, "input": r.input.detach(), "target": r.target,
-                          "saved": list(r.saved), "weights": r.weights,
+                          "saved": list(r.saved),
+                          # chosen at I (split backward); may alias the live weights
+                          "weights": None if r.weights is None else [w.clone() for w in r.weights],
                           "grad_output": r.grad_output, "input_grad_done": r.input_grad_done}
         return {
             "module": {k: v.detach().clone() for k, v in self.module.state_dict().items()},

@@ -30,6 +30,12 @@ operation"), and the version is chosen explicitly, never through ``.data`` trick
 *gradients* still flow into ``param.grad`` through the graph: they are computed from saved
 activations (for Linear, ``grad_W = grad_out^T @ x``), not from the weights.
 
+What the hooks cannot reach: a tensor the forward *computes* from a parameter (say
+``w * 2`` inside a custom layer) is an ordinary activation, so its backward keeps the
+forward's version. The book's layers (Linear, Conv2d, GroupNorm, LayerNorm, Embedding,
+attention built from Linear) save parameters or views of them, so every weight a backward
+product uses is chosen explicitly.
+
 Held copies (the memory cost of stashing): a copy of version ``u`` exists only while ``u``
 is not the current version and some microbatch still needs it; :class:`WeightVersions`
 counts references per version and frees a copy when its last backward is done. The memory
