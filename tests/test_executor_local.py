@@ -268,6 +268,7 @@ def test_streaming_one_minibatch_at_a_time_equals_one_run():
         losses += piece.losses
         entries += len(piece.trace.entries)
     assert executor.finished and losses == whole.losses
+    assert executor.run(mbs, stop_after_updates=K + 1).losses == []  # past the end: no-op
     assert entries == len(whole.trace.entries)
     for got, want in zip(flat_params(stream_stages), flat_params(whole_stages)):
         assert torch.equal(got, want)

@@ -23,6 +23,11 @@ after ``load_state_dict(state)``, continues with ``run(microbatches)`` and produ
 trajectory bitwise as an uninterrupted run. The state holds Python objects (use
 ``torch.save``/``torch.load(weights_only=False)``).
 
+Loss scaling (the same as one-device gradient accumulation, chapter 02): microbatch m's
+loss is ``loss_fn(output, target)`` (a mean over its samples); the backward starts from
+``loss / N``; gradients add up in microbatch order on each stage. ``RunResult.losses`` are
+the unscaled losses.
+
 Execution order. Each rank runs its own actions in schedule order; the executor interleaves
 ranks greedily (an action runs once its input has arrived). The numbers depend only on each
 rank's own order, so any dependency-respecting interleaving gives the same result: the
@@ -202,7 +207,7 @@ class LocalExecutor:
         origin = time.perf_counter()
 
         def done() -> bool:
-            if stop_after_updates is None:
+            if stop_after_updates is None or self.finished:
                 return self.finished
             return all(w.versions.version >= stop_after_updates for w in self.workers)
 
