@@ -206,3 +206,19 @@ def test_bad_requests_name_the_value_and_the_allowed_range(kwargs, pattern):
 
 def test_schedule_error_is_a_value_error():
     assert issubclass(ScheduleError, ValueError)
+
+
+@pytest.mark.parametrize(
+    "name,P,M,K,W,clamped",
+    [
+        ("pipedream", 5, 1, 2, 0, True),  # 2 async microbatches < P-1 = 4
+        ("pipedream", 3, 1, 4, 0, False),
+        ("async", 5, 2, 2, 1, True),  # the flushed warm-up minibatch has M = 2 < 4
+        ("async", 5, 2, 2, 0, False),  # lock-step has no 1F1B warm-up to clamp
+        ("zb-h1", 5, 2, 1, 0, True),
+        ("gpipe", 5, 2, 1, 0, False),
+    ],
+)
+def test_clamped_warmups_are_never_silent(name, P, M, K, W, clamped):
+    schedule = build_schedule(name, P, M, num_minibatches=K, warmup_minibatches=W)
+    assert any("clamped" in note for note in schedule.notes) == clamped

@@ -109,3 +109,10 @@ def test_name_and_weight_mode_are_checked():
         validate(custom(rows, M=1, name="mine"))
     with pytest.raises(ScheduleError, match=r"weight_mode='async' does not match.*'sync'"):
         validate(custom(rows, M=1, name="gpipe", weight_mode="async"))
+
+
+def test_pipemare_is_a_known_name_with_the_async_weight_mode():
+    rows = ["0F0 0B0 0U0"]
+    validate(custom(rows, M=1, name="pipemare", weight_mode="async"))
+    with pytest.raises(ScheduleError, match=r"allowed: 'async'"):
+        validate(custom(rows, M=1, name="pipemare", weight_mode="sync"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pipemare_lite.schedules._build import check_builder_args, make_schedule
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.one_f_one_b import clamp_notes
 from pipemare_lite.schedules.pipedream import flushed_warmup_order
 
 
@@ -47,6 +48,8 @@ def async_pipeline(
     P, N, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
     check_builder_args("async", P, N, K, warmup=W)
     orders = [flushed_warmup_order(s, P, N, W) + async_order(s, P, N, K, W) for s in range(P)]
+    notes = clamp_notes(P, N) if W else []  # only the flushed warm-up has a 1F1B warm-up
     return make_schedule(
-        "async", P, N, orders, num_minibatches=K, weight_mode="async", warmup_minibatches=W
-    )
+        "async", P, N, orders, num_minibatches=K, weight_mode="async", warmup_minibatches=W,
+        notes=notes,
+    )  # fmt: skip

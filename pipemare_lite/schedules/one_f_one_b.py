@@ -23,6 +23,16 @@ def one_f_one_b_order(microbatches: list[int], warmup: int) -> list[tuple[str, i
     return order
 
 
+def clamp_notes(num_stages: int, microbatches: int, what: str = "M") -> list[str]:
+    """The note a builder adds when 1F1B's warm-up of P-1-s forwards has to be clamped."""
+    if microbatches >= num_stages - 1:
+        return []
+    return [
+        f"{what}={microbatches} < P-1={num_stages - 1}: warm-up clamped to min(P-1-s, {what}) "
+        "forwards (as Megatron does), so early stages run all their forwards first"
+    ]
+
+
 def one_f_one_b(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
     """1F1B with a flush after every minibatch (Megatron's default schedule).
 
@@ -30,12 +40,7 @@ def one_f_one_b(num_stages: int, num_microbatches: int, num_minibatches: int = 1
     Same bubble as GPipe, but stage s holds at most min(P-s, M) microbatches' activations.
     """
     check_builder_args("1f1b", num_stages, num_microbatches, num_minibatches)
-    notes = []
-    if num_microbatches < num_stages - 1:
-        notes.append(
-            f"M={num_microbatches} < P-1={num_stages - 1}: warm-up clamped to "
-            "min(P-1-s, M) forwards (as Megatron does), so early stages run all forwards first"
-        )
+    notes = clamp_notes(num_stages, num_microbatches)
     orders = []
     for stage in range(num_stages):
         order = []

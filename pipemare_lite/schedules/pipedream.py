@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pipemare_lite.schedules._build import check_builder_args, make_schedule, microbatches_of
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.one_f_one_b import one_f_one_b_order
+from pipemare_lite.schedules.one_f_one_b import clamp_notes, one_f_one_b_order
 from pipemare_lite.schedules.validate import ScheduleError
 
 
@@ -24,6 +24,14 @@ def flushed_warmup_order(stage: int, num_stages: int, M: int, warmup: int) -> li
         ]
         order.append(("U", stage, k))
     return order
+
+
+def warmup_notes(num_stages: int, M: int, K: int, warmup: int) -> list[str]:
+    """Notes on clamped warm-ups: in the flushed minibatches, or over the whole async run."""
+    notes = clamp_notes(num_stages, M) if warmup else []
+    if K > warmup:
+        notes += clamp_notes(num_stages, (K - warmup) * M, "asynchronous microbatches")
+    return notes
 
 
 def no_flush_order(stage: int, num_stages: int, M: int, K: int, warmup: int = 0) -> list:
@@ -53,8 +61,9 @@ def pipedream(
     check_builder_args("pipedream", P, M, K, warmup=W)
     orders = [flushed_warmup_order(s, P, M, W) + no_flush_order(s, P, M, K, W) for s in range(P)]
     return make_schedule(
-        "pipedream", P, M, orders, num_minibatches=K, weight_mode="stash", warmup_minibatches=W
-    )
+        "pipedream", P, M, orders, num_minibatches=K, weight_mode="stash",
+        warmup_minibatches=W, notes=warmup_notes(P, M, K, W),
+    )  # fmt: skip
 
 
 def two_bw(
@@ -76,5 +85,6 @@ def two_bw(
         )
     orders = [flushed_warmup_order(s, P, M, W) + no_flush_order(s, P, M, K, W) for s in range(P)]
     return make_schedule(
-        "2bw", P, M, orders, num_minibatches=K, weight_mode="2bw", warmup_minibatches=W
-    )
+        "2bw", P, M, orders, num_minibatches=K, weight_mode="2bw",
+        warmup_minibatches=W, notes=warmup_notes(P, M, K, W),
+    )  # fmt: skip

@@ -21,23 +21,17 @@ from collections import deque
 
 from pipemare_lite.schedules.actions import Schedule
 
-#: Builder names validate() accepts; "custom" is for hand-written or imported schedules.
+#: Names validate() accepts: the builders', "pipemare" (the async order, PipeMare's name for
+#: it) and "custom" for hand-written or imported schedules.
 KNOWN_NAMES = (
-    "naive",
-    "gpipe",
-    "1f1b",
-    "interleaved",
-    "zb-h1",
-    "pipedream",
-    "2bw",
-    "async",
+    "naive", "gpipe", "1f1b", "interleaved", "zb-h1", "pipedream", "2bw", "async", "pipemare",
     "custom",
-)
+)  # fmt: skip
 
 #: The weight mode each builder produces (a custom schedule may use any).
 WEIGHT_MODE_OF = {
     "naive": "sync", "gpipe": "sync", "1f1b": "sync", "interleaved": "sync", "zb-h1": "sync",
-    "pipedream": "stash", "2bw": "2bw", "async": "async",
+    "pipedream": "stash", "2bw": "2bw", "async": "async", "pipemare": "async",
 }  # fmt: skip
 
 #: Inclusive allowed ranges of the sizes (large enough for any book figure or benchmark).
