@@ -61,11 +61,13 @@ class _HeldVersion(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, param, value):  # noqa: D102
+    def forward(ctx, param, value):
+        """Return a copy of the held values (``param`` only links the graph to it)."""
         return value.clone()
 
     @staticmethod
-    def backward(ctx, grad):  # noqa: D102
+    def backward(ctx, grad):
+        """The gradient goes unchanged to the live parameter."""
         return grad, None
 
 

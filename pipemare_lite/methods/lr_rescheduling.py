@@ -87,7 +87,8 @@ class LRRescheduling(LRScheduler):
         factor = rescheduling_factor(self.last_epoch, self.tau, self.horizon)
         return [lr * factor for lr in self._base_values]
 
-    def step(self, epoch: None = None) -> None:  # noqa: D102 (documented on the class)
+    def step(self, epoch: None = None) -> None:
+        """Advance to the next update: step the base (if any), then apply T1's factor."""
         if epoch is not None:
             raise ValueError("LRRescheduling.step() takes no epoch argument")
         self.last_epoch += 1
