@@ -61,8 +61,10 @@ from pipemare_lite.executor import faults
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
 ABORT_GRACE = 5.0
-#: Modules imported once into the fork server.
-PRELOAD = ("torch", "torch.distributed", "pipemare_lite.executor.dist")
+#: Modules imported once into the fork server. torch._dynamo is what the first optimizer
+#: constructor imports (several seconds per process otherwise).
+PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo",
+           "pipemare_lite.executor.dist")
 
 
 @dataclass
