@@ -101,3 +101,10 @@ def test_subprocess_json_and_error_exit():
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode != 0 and "unknown schedule 'nope'" in bad.stderr
+
+
+def test_grid_cells_follow_the_costs(capsys):
+    # F = 1 and B = 1.5: a cell is 0.5, so F spans 2 cells and B 3
+    assert main(["schedule", "gpipe", "-P", "1", "-M", "1", "--costs", "1,1.5"]) == 0
+    grid = [line for line in capsys.readouterr().out.splitlines() if line.startswith("rank 0")]
+    assert grid[0].split("| ")[1].split() == ["F0", "--", "B0", "--", "--"]

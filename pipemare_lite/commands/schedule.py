@@ -213,13 +213,24 @@ def render_text(schedule: Schedule, timeline: Timeline, measured: ScheduleMetric
     return "\n".join(lines)
 
 
+def _grid_unit(durations: list[float]) -> float:
+    """The largest time step that every duration is (nearly) a whole multiple of, trying the
+    shortest op divided by 1..8 (e.g. 0.5 for costs 1 and 1.5); else the shortest op."""
+    shortest = min(durations)
+    for divisor in range(1, 9):
+        unit = shortest / divisor
+        if all(abs(d / unit - round(d / unit)) < 1e-6 for d in set(durations)):
+            return unit
+    return shortest
+
+
 def text_grid(timeline: Timeline, max_cells: int = MAX_GRID_CELLS) -> list[str]:
     """Rows like ``rank 0 | F0 F1 B0 -- ...``: one cell per time unit, '.' idle, '--' the
-    continuation of a longer op. The unit is the shortest op; zero-cost updates are not drawn."""
+    continuation of a longer op. Zero-cost updates are not drawn."""
     drawn = [e for e in timeline.entries if e.end > e.start]
     if not drawn:
         return ["(nothing to draw)"]
-    unit = min(e.end - e.start for e in drawn)
+    unit = _grid_unit([e.end - e.start for e in drawn])
     origin = min(e.start for e in timeline.entries)
     cells = round(timeline.makespan / unit)
     if cells > max_cells:
