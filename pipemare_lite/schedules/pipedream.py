@@ -72,9 +72,12 @@ def two_bw(
     """PipeDream-2BW: the PipeDream order, two weight versions (``weight_mode="2bw"``).
 
     Every microbatch of minibatch k runs F and B on version max(k-1, 0), the version made by
-    update k-2. Stage 0 starts minibatch k's forwards after P-1 warm-up forwards into it, i.e.
-    after the B that closes minibatch k-1 only if M >= P-1; so 2BW needs M >= P-1 (the paper
-    asks M >= P). The validator checks the version is there on every stage.
+    update k-2, so F(kM) on stage s must come after U(k-2), which follows B((k-1)M - 1). In the
+    1F1B order stage s has run the backwards up to B(kM - 1 - (P-1-s)) before F(kM): the
+    version is there iff M >= P-1-s, i.e. 2BW needs M >= P-1 (the paper asks M >= P). Two
+    versions suffice: minibatch k's backwards all finish before U(k) makes version k+1. With
+    warm-up, the first W minibatches are flushed and synchronous; which version the first
+    asynchronous minibatch reads is the executor's choice (the order allows version W-1 or W).
     """
     P, M, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
     check_builder_args("2bw", P, M, K, warmup=W)
