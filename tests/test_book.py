@@ -157,3 +157,18 @@ def test_select_chapters_by_number_name_or_path(tmp_path):
 def test_bad_timeout_is_rejected_early(tmp_path):
     with pytest.raises(ValueError, match="timeout must be a positive"):
         book.build_book(out=tmp_path, directory=tmp_path, timeout=0)
+
+
+def test_readme_links_resolve_and_commands_exist():
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    local_links = [
+        target for target in re.findall(r"\]\(([^)#]+)\)", readme) if "://" not in target
+    ]
+    assert local_links, "README links no file of the repository"
+    for target in local_links:
+        assert (root / target).exists(), f"README links {target}, which does not exist"
+    makefile = (root / "Makefile").read_text()
+    for target in ("book", "test"):
+        assert f"make {target}" in readme
+        assert re.search(rf"^{target}:", makefile, re.MULTILINE), f"Makefile has no {target}:"
