@@ -176,6 +176,7 @@ def test_memory_bars_stack_kinds_in_one_unit_with_kind_colours():
     bars = {t.name: t for t in fig.data if t.type == "bar"}
     assert list(bars["stashed weight versions"].y) == [4.0, 0.0]
     assert bars["weights"].marker.color == memory_kind_color("weights")
+    assert "T2 delta buffer" not in bars  # zero in every bar: left out of the legend
     assert [t.name for t in fig.data if t.type == "bar"][0] == "weights"  # bottom of the stack
     stacked = [sum(t.y[i] for t in bars.values()) for i in range(2)]
     assert stacked == pytest.approx([9.0, 4.5])  # equals "total" / 1024

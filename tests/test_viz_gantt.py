@@ -11,6 +11,7 @@ from pipemare_lite.schedules.actions import Action, Schedule
 from pipemare_lite.timeline import TimedAction, Timeline
 from pipemare_lite.viz import gantt, gantt_pair, idle_intervals
 from pipemare_lite.viz.colors import MICROBATCH_PALETTE, OP_STYLE, microbatch_color, shade
+from pipemare_lite.viz.gantt import LEGEND_META, LEGEND_SWATCH
 
 
 def gpipe_by_hand(P: int, M: int, f: float = 1.0, b: float = 2.0, t0: float = 0.0,
@@ -39,7 +40,9 @@ def gpipe_by_hand(P: int, M: int, f: float = 1.0, b: float = 2.0, t0: float = 0.
 
 
 def trace(fig: go.Figure, name_prefix: str):
-    found = [t for t in fig.data if t.name and t.name.startswith(name_prefix)]
+    """The one trace that draws boxes named ``name_prefix...`` (legend stubs left out)."""
+    found = [t for t in fig.data
+             if t.name and t.name.startswith(name_prefix) and t.meta != LEGEND_META]
     assert len(found) == 1, [t.name for t in fig.data]
     return found[0]
 
@@ -57,6 +60,8 @@ def test_boxes_sit_at_their_times_and_ranks():
     fig = gantt(timeline)
     boxes = {}
     for t in fig.data:
+        if t.meta == LEGEND_META:
+            continue
         for label, y, base, width in zip(t.hovertext, t.y, t.base, t.x):
             boxes.setdefault(label, []).append((y, base, width))
     for e in timeline.entries:
@@ -132,9 +137,15 @@ def test_updates_are_visible_though_they_last_zero_time():
 def test_figure_is_valid_plotly_and_legend_lists_op_kinds():
     fig = gantt(gpipe_by_hand(3, 3))
     go.Figure(fig.to_dict())  # full validation round-trip
-    names = [t.name for t in fig.data]
-    assert names == [OP_STYLE["F"]["label"], OP_STYLE["B"]["label"], OP_STYLE["U"]["label"],
-                     "idle"]
+    in_legend = [t for t in fig.data if t.showlegend is not False]
+    assert [t.name for t in in_legend] == [OP_STYLE["F"]["label"], OP_STYLE["B"]["label"],
+                                           OP_STYLE["U"]["label"], "idle"]
+    # F and B swatches are neutral grey (hue means microbatch) and differ only by pattern
+    f_stub, b_stub = in_legend[:2]
+    assert f_stub.meta == b_stub.meta == LEGEND_META
+    assert f_stub.marker.color == b_stub.marker.color == LEGEND_SWATCH
+    assert f_stub.marker.pattern.shape != b_stub.marker.pattern.shape
+    assert f_stub.legendgroup == trace(fig, "F").legendgroup  # clicking it toggles the boxes
 
 
 def test_pair_has_two_panels_with_their_own_units():
@@ -145,7 +156,7 @@ def test_pair_has_two_panels_with_their_own_units():
     assert fig.layout.xaxis2.title.text == "time (s)"
     assert {t.yaxis for t in fig.data} == {"y", "y2"}
     assert sum(1 for t in fig.data if t.showlegend is not False) == 4  # legend shown once
-    assert len([t for t in fig.data if t.name.startswith("F")]) == 2
+    assert len([t for t in fig.data if t.name.startswith("F") and t.meta != LEGEND_META]) == 2
     with pytest.raises(ValueError, match="ranks"):
         gantt_pair(planned, gpipe_by_hand(3, 4))
 

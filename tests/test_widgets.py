@@ -15,7 +15,8 @@ from pipemare_lite.widgets import schedule_explorer, staleness_explorer
 
 def boxes(fig, kind: str) -> int:
     """How many boxes of op kind ``kind`` (F, B, I, W, U) the Gantt shows."""
-    return sum(len(t.x) for t in fig.data if t.name and t.name.split()[0] == kind)
+    return sum(len(t.x) for t in fig.data
+               if t.name and t.name.split()[0] == kind and t.meta != "legend")
 
 
 def cells(html: str) -> list[list[str]]:

@@ -85,14 +85,44 @@ def _op_marker(kind: str, entries: list) -> dict:
     return marker
 
 
+#: Marks a legend-only trace (see :func:`legend_stub`); data traces carry no ``meta``.
+LEGEND_META = "legend"
+LEGEND_SWATCH = "#8C8C8C"
+
+
+def legend_stub(kind: str, showlegend: bool = True) -> dict:
+    """A data-free bar that gives op ``kind`` a neutral grey legend swatch with its pattern.
+
+    The boxes' hue belongs to the microbatch, so the legend must not show any one
+    microbatch's colour: it shows the pattern alone. It shares the kind's legend group, so
+    clicking it still hides or shows that kind's boxes.
+    """
+    style = OP_STYLE[kind]
+    return dict(
+        type="bar",
+        name=style["label"],
+        legendgroup=kind,
+        showlegend=showlegend,
+        meta=LEGEND_META,
+        orientation="h",
+        x=[None],
+        y=[None],
+        hoverinfo="skip",
+        marker={"color": LEGEND_SWATCH, "opacity": style["opacity"],
+                "pattern": {"shape": style["pattern"], "fgcolor": "white", "solidity": 0.35}},
+    )
+
+
 def gantt_trace_specs(
     timeline: Timeline, *, show_idle: bool = True, showlegend: bool = True
 ) -> list[dict]:
     """The bar traces of a Gantt chart as plain dicts: one per op kind present, plus idle.
 
-    y is the rank (a number; :func:`gantt` labels and reverses the axis), base the start
-    time relative to the timeline's first start, x the duration. Plain dicts so a widget can
-    hand them to its figure without validating them twice (:func:`gantt` validates).
+    F/B/I/W boxes are drawn by a trace without a legend entry, followed by its
+    :func:`legend_stub` (``meta == "legend"``, no data). y is the rank (a number;
+    :func:`gantt` labels and reverses the axis), base the start time relative to the
+    timeline's first start, x the duration. Plain dicts so a widget can hand them to its
+    figure without validating them twice (:func:`gantt` validates).
     """
     factor, unit = time_scale(timeline)
     t0 = min((e.start for e in timeline.entries), default=0.0)
@@ -122,7 +152,7 @@ def gantt_trace_specs(
                 type="bar",
                 name=style["label"],
                 legendgroup=kind,
-                showlegend=showlegend,
+                showlegend=showlegend and kind == "U",  # U is black: its own swatch is right
                 orientation="h",
                 y=np.array([e.rank for e in entries]),
                 x=widths,
@@ -138,6 +168,8 @@ def gantt_trace_specs(
                 marker=_op_marker(kind, entries),
             )
         )
+        if kind != "U":
+            traces.append(legend_stub(kind, showlegend))
     if show_idle and timeline.entries:
         gaps = [(rank, a, b) for rank, rg in idle_intervals(timeline).items() for a, b in rg]
         if gaps:

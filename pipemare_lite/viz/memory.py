@@ -48,7 +48,8 @@ def memory_bars(
 
     ``labels`` names the bars (default ``"0"``, ``"1"``, ... with ``axis_title="rank"``); to
     compare methods, pass e.g. one rank's dict per method and ``axis_title="method"``. Kinds
-    are stacked in :data:`pipemare_lite.memory.KINDS` order; unknown kinds go on top.
+    are stacked in :data:`pipemare_lite.memory.KINDS` order (unknown kinds on top); kinds that
+    are zero in every bar are left out.
     """
     bars = list(memory_by_kind_result)
     if not bars:
@@ -59,7 +60,9 @@ def memory_bars(
     names = [str(i) for i in range(len(bars))] if labels is None else [str(x) for x in labels]
     if len(names) != len(bars):
         raise ValueError(f"{len(names)} labels for {len(bars)} bars")
-    present = {k for bar in bars for k in bar if k not in TOTAL_KEYS}
+    # kinds that are zero in every bar (no stash for async, no T2 buffer without T2) would
+    # only clutter the legend
+    present = {k for bar in bars for k, v in bar.items() if k not in TOTAL_KEYS and v}
     kinds = [k for k in KINDS if k in present] + sorted(present - set(KINDS))
     heights = [sum(bar.get(k, 0) for k in kinds) for bar in bars]
     unit, size = byte_unit(max(heights + [bar.get("peak_total", 0) for bar in bars]))

@@ -97,6 +97,7 @@ def stability_map(
         fig.add_trace(
             go.Scatter(
                 name=bound_name,
+                showlegend=True,  # a lone line beside a heatmap gets no legend otherwise
                 x=values,
                 y=positions,
                 mode="lines+markers",

@@ -64,7 +64,8 @@ def staleness_heatmap(
         zmax=max(1, max(values, default=1)),
         xgap=1,
         ygap=1,
-        colorbar={"title": {"text": "updates" if "version" not in quantity else "version"}},
+        colorbar={"title": {"text": "updates" if "version" not in quantity else "version"},
+                  "dtick": 1},  # delays and versions are whole numbers
         hovertemplate=(
             f"stage %{{y}}, microbatch %{{x}}<br>{QUANTITY_LABELS[quantity]}: %{{z}}<extra></extra>"
         ),
@@ -91,7 +92,7 @@ def staleness_heatmap(
         shapes.append(
             {"type": "rect", "xref": "x", "yref": "y", "x0": highlight_microbatch - 0.5,
              "x1": highlight_microbatch + 0.5, "y0": -0.5, "y1": stages - 0.5,
-             "line": {"color": microbatch_color(highlight_microbatch), "width": 3}}
+             "line": {"color": microbatch_color(highlight_microbatch), "width": 4}}
         )
     default_title = (f"{QUANTITY_LABELS[quantity]}: {schedule.name}, "
                      f"P={schedule.num_stages}, N={per_minibatch}")
@@ -234,7 +235,8 @@ def path_figure(path: Sequence[VersionRow], *, title: str | None = None) -> go.F
     ]
     layout = {
         "xaxis": {"title": {"text": "stage"}, "tickmode": "linear", "dtick": 1},
-        "yaxis": {"title": {"text": "weight version (updates so far)"}, "tickformat": "d"},
+        "yaxis": {"title": {"text": "weight version (updates so far)"}, "tickmode": "linear",
+                  "dtick": 1, "rangemode": "tozero"},
         "title": {"text": title or f"microbatch {microbatch}: the weight versions it met"},
         "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
         "plot_bgcolor": "white",
