@@ -307,7 +307,8 @@ def write_index(out: Path, results: Sequence[ChapterResult], folder: Path) -> Pa
     for path in list_chapters(folder):
         if path.name not in timings and path.name not in failed:
             continue
-        title = html.escape(chapter_info(path).title)
+        info = chapter_info(path)
+        title, promise = html.escape(info.title), html.escape(info.promise)
         number = path.name[:2]
         if path.name in failed:
             status = '<span class="failed">failed: see the page for the error</span>'
@@ -315,7 +316,7 @@ def write_index(out: Path, results: Sequence[ChapterResult], folder: Path) -> Pa
             status = f"ran in {timings[path.name]:.1f} s"
         rows.append(
             f'<li><a href="{path.stem}.html">{number} · {title}</a> '
-            f'<span class="time">{status}</span></li>'
+            f'<span class="time">{status}</span><br><span class="promise">{promise}</span></li>'
         )
     index = out / "index.html"
     index.write_text(_INDEX.replace("__ROWS__", "\n".join(rows)), encoding="utf-8")
@@ -334,6 +335,7 @@ body { font-family: system-ui, sans-serif; max-width: 48rem; margin: 3rem auto; 
 li { margin: 0.4rem 0; }
 .time { color: #666; font-size: 0.9em; margin-left: 0.5rem; }
 .failed { color: #b00020; }
+.promise { color: #444; font-size: 0.95em; }
 </style>
 </head>
 <body>
