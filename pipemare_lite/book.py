@@ -146,7 +146,15 @@ def _kernel_manager():
 
         def get_kernel_spec(self, kernel_name):
             return KernelSpec(
-                argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                argv=[
+                    sys.executable,
+                    "-m",
+                    "ipykernel_launcher",
+                    "-f",
+                    "{connection_file}",
+                    # its transport warning is noise in every build log
+                    "--IPKernelApp.log_level=ERROR",
+                ],
                 display_name="Python 3 (pipemare-lite)",
                 language="python",
                 name=kernel_name,
