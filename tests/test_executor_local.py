@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 
 import pytest
@@ -110,10 +111,14 @@ CASES = {  # name: (schedule builder, options, warm-up minibatches)
 }
 
 
+@pytest.mark.parametrize("shape", [(3, 2, 5), (4, 3, 4), (2, 1, 6)],
+                         ids=lambda s: "P{}N{}K{}".format(*s))
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_methods_equal_hand_written_pipeline(case):
+def test_methods_equal_hand_written_pipeline(case, shape):
     builder, options, warmup = CASES[case]
-    P, N, K, lr = 3, 2, 5, 0.05
+    (P, N, K), lr = shape, 0.05
+    if isinstance(options.gamma, tuple):
+        options = dataclasses.replace(options, gamma=tuple(0.5 + 0.1 * s for s in range(P)))
     schedule = build_schedule(builder, P, N, num_minibatches=K, warmup_minibatches=warmup)
     initial = blocks(P, torch.float64)
     mbs = data(N * K, torch.float64, classes=False)
