@@ -61,6 +61,8 @@ from pipemare_lite.executor import faults
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
 ABORT_GRACE = 5.0
+#: Seconds the launcher waits after a failed exit before naming the cause.
+SETTLE = 0.3
 #: Modules imported once into the fork server. torch._dynamo is what the first optimizer
 #: constructor imports (several seconds per process otherwise).
 PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo",
@@ -96,14 +98,16 @@ class LaunchError(RuntimeError):
         positions: ``rank -> Position`` as last published.
         errors: ``rank -> error text`` (traceback) for ranks that reported one.
         exit_codes: ``rank -> exit code`` (negative: killed by that signal).
+        pids: ``rank -> process id`` (all ended when the error is raised).
     """
 
-    def __init__(self, message, *, failed_ranks, positions, errors, exit_codes):
+    def __init__(self, message, *, failed_ranks, positions, errors, exit_codes, pids):
         super().__init__(message)
         self.failed_ranks = failed_ranks
         self.positions = positions
         self.errors = errors
         self.exit_codes = exit_codes
+        self.pids = pids
 
 
 def choose_backend(world_size: int, backend: str | None = None) -> str:
@@ -237,6 +241,7 @@ def launch(
     master_addr: str = "127.0.0.1",
     start_method: str | None = None,
     num_threads: int | None = 1,
+    grace: float = ABORT_GRACE,
 ) -> list:
     """Run ``worker_fn(info, *args, **kwargs)`` in ``world_size`` processes; return the results.
 
@@ -253,6 +258,8 @@ def launch(
         start_method: multiprocessing start method; default forkserver (spawn if missing).
         num_threads: ``torch.set_num_threads`` in each child (1: bitwise-reproducible CPU
             math, and no oversubscription); None leaves torch's default.
+        grace: seconds the ranks get to stop and report after an abort, before the
+            launcher terminates (then kills) them.
 
     Returns:
         ``[result of rank 0, result of rank 1, ...]``.
@@ -286,39 +293,60 @@ def launch(
             )
             proc.start()
             procs.append(proc)
-        exit_codes, reason = _supervise(procs, store, timeout)
+        exit_codes, reason = _supervise(procs, store, timeout, grace)
         return _collect(procs, store, result_dir, exit_codes, reason, world_size)
     finally:
         _stop_all(procs)
         shutil.rmtree(result_dir, ignore_errors=True)
 
 
-def _supervise(procs, store, timeout: float) -> tuple[dict[int, int], str | None]:
-    """Wait for every child; on a failure or the timeout, abort and reap. Returns exit codes."""
+def _supervise(procs, store, timeout: float, grace: float) -> tuple[dict[int, int], str | None]:
+    """Wait for every child; on a failure or the timeout, abort and reap. Returns exit codes.
+
+    When a child exits with an error, its neighbours usually fail a moment later (their
+    connection to it closed). The launcher waits :data:`SETTLE` seconds, then names the
+    cause: a rank that claimed ``abort`` itself, else one killed by a signal, else one that
+    left no report, else the first failure.
+    """
     deadline = time.monotonic() + timeout
-    abort_deadline = None
+    settle_until = abort_deadline = None
     reason = None
     exit_codes: dict[int, int] = {}
     while len(exit_codes) < len(procs):
         for rank, proc in enumerate(procs):
-            if rank in exit_codes or proc.exitcode is None:
-                continue
-            exit_codes[rank] = proc.exitcode
-            if proc.exitcode != 0 and abort_deadline is None:
-                why = (
-                    f"rank {rank} was killed by signal {-proc.exitcode}"
-                    if proc.exitcode < 0 else f"rank {rank} exited with code {proc.exitcode}"
-                )
-                reason = faults.claim_abort(store, why)
-                abort_deadline = time.monotonic() + ABORT_GRACE
+            if rank not in exit_codes and proc.exitcode is not None:
+                exit_codes[rank] = proc.exitcode
+                if proc.exitcode != 0 and settle_until is None:
+                    settle_until = time.monotonic() + SETTLE
         now = time.monotonic()
+        if abort_deadline is None and settle_until is not None and now >= settle_until:
+            reason = faults.read_abort(store) or faults.claim_abort(
+                store, _exit_cause(exit_codes, store, len(procs)))
+            abort_deadline = now + grace
         if abort_deadline is None and now > deadline:
             reason = faults.claim_abort(store, f"the launch timed out after {timeout:g} s")
-            abort_deadline = now + ABORT_GRACE
+            abort_deadline = now + grace
         if abort_deadline is not None and now > abort_deadline:
             break
         time.sleep(0.02)
+    if reason is None and any(code != 0 for code in exit_codes.values()):
+        # everyone exited before the settle time was over
+        reason = faults.read_abort(store) or faults.claim_abort(
+            store, _exit_cause(exit_codes, store, len(procs)))
     return exit_codes, reason
+
+
+def _exit_cause(exit_codes: dict[int, int], store, world_size: int) -> str:
+    """The abort reason for failed exits nobody explained (see :func:`_supervise`)."""
+    failed = sorted(r for r, code in exit_codes.items() if code != 0)
+    reported = faults.read_failures(store, world_size)
+    killed = [r for r in failed if exit_codes[r] < 0]
+    silent = [r for r in failed if r not in reported]
+    rank = (killed or silent or failed)[0]
+    code = exit_codes[rank]
+    if code < 0:
+        return f"rank {rank} was killed by signal {-code}"
+    return f"rank {rank} exited with code {code}"
 
 
 def _stop_all(procs) -> None:
@@ -365,7 +393,7 @@ def _collect(procs, store, result_dir, exit_codes, reason, world_size) -> list:
             lines.append(f"rank {rank}: no error report (exit code {exit_codes.get(rank)})")
     raise LaunchError(
         "\n".join(lines), failed_ranks=failed, positions=positions, errors=errors,
-        exit_codes=exit_codes,
+        exit_codes=exit_codes, pids={r: p.pid for r, p in enumerate(procs)},
     )
 
 
@@ -428,15 +456,21 @@ def finish(info: RankInfo) -> None:
         dist.destroy_process_group()
 
 
-def ping(info: RankInfo, payload: Any = None) -> dict:
+def ping(info: RankInfo, payload: Any = None, *, sleep: float = 0.0,
+         fail_rank: int | None = None) -> dict:
     """A worker that checks the job works: all-reduces the ranks and returns what it saw.
 
     ``launch(ping, 4)`` returns, per rank, ``{"rank", "world_size", "backend", "rank_sum",
-    "pid", "payload"}`` with ``rank_sum == 0 + 1 + ... + (world_size - 1)``.
+    "pid", "payload"}`` with ``rank_sum == 0 + 1 + ... + (world_size - 1)``. For chapter
+    11's "what if" cells: ``sleep`` seconds before the all-reduce (try a launch timeout
+    shorter than that), ``fail_rank`` raises on that rank.
     """
     import torch
     import torch.distributed as dist
 
+    if info.rank == fail_rank:
+        raise RuntimeError(f"ping: rank {info.rank} fails on purpose (fail_rank={fail_rank})")
+    time.sleep(sleep)
     value = torch.tensor([float(info.rank)], device=info.device)
     dist.all_reduce(value)
     return {

@@ -1,0 +1,126 @@
+"""A failed rank stops the whole job quickly, says who and where, and leaves no process behind.
+
+Three ways to fail (:class:`~pipemare_lite.executor.dist.Fault`) at the same place, rank 1
+before its 6th action of a P=3 1F1B run: an exception, SIGKILL, and a hang (no message
+ever leaves rank 1, so its neighbours hit the per-operation timeout). Each test bounds the
+time to the error and checks every child pid has ended (``os.kill(pid, 0)``, no psutil).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pipemare_lite.executor.dist import Fault, PartitionedModel, run_distributed
+from pipemare_lite.launch import LaunchError, launch, ping
+from pipemare_lite.models import mlp
+from pipemare_lite.schedules import build_schedule
+
+pytestmark = [pytest.mark.dist]
+
+P, M, K = 3, 4, 2
+SCHEDULE = build_schedule("1f1b", P, M, num_minibatches=K)
+FAULT_RANK, FAULT_POSITION = 1, 5
+BOUND = 30.0  # seconds from the fault to the error, as the task allows
+
+
+@pytest.fixture(autouse=True)
+def hard_timeout():
+    """Fail the test (instead of hanging the suite) if it runs longer than 120 s."""
+    def expire(signum, frame):
+        raise TimeoutError("test exceeded its hard timeout of 120 s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(120)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm_launcher():
+    """Start the fork server once, so the time bounds measure the fault, not torch's import."""
+    launch(ping, P, timeout=120)
+
+
+def run_with(fault: Fault, **launch_kwargs):
+    stages = PartitionedModel(mlp, P, kwargs=(("in_features", 4), ("hidden", 4), ("depth", 3),
+                                              ("out_features", 3), ("seed", 0)))
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(2, 4, generator=g), torch.randint(0, 3, (2,), generator=g))
+            for _ in range(M * K)]
+    start = time.monotonic()
+    with pytest.raises(LaunchError) as info:
+        run_distributed(SCHEDULE, stages, data, loss_fn=F.cross_entropy,
+                        optimizer_factory=functools.partial(torch.optim.SGD, lr=0.1),
+                        fault=fault, timeout=90, **launch_kwargs)
+    return info.value, time.monotonic() - start
+
+
+def assert_all_ended(error: LaunchError) -> None:
+    assert sorted(error.pids) == list(range(P))
+    for rank, pid in error.pids.items():
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # signal 0: "does this pid exist?"
+        assert error.exit_codes[rank] is not None
+
+
+def assert_positions_listed(error: LaunchError) -> None:
+    text = str(error)
+    for rank in range(P):
+        assert f"rank {rank}: " in text
+    for rank, pos in error.positions.items():
+        row = SCHEDULE.ranks[rank]
+        if 0 <= pos.index < len(row):
+            assert pos.action == str(row[pos.index])
+            assert f"action {pos.index}/{len(row)} ({pos.action})" in text
+
+
+def test_a_rank_that_raises_stops_everyone():
+    error, seconds = run_with(Fault(FAULT_RANK, FAULT_POSITION, "raise"), op_timeout=60)
+    assert seconds < BOUND
+    assert error.failed_ranks[0] == FAULT_RANK
+    text = str(error)
+    assert "injected fault on rank 1" in text
+    where = error.positions[FAULT_RANK]
+    assert where.index == FAULT_POSITION
+    assert where.action == str(SCHEDULE.ranks[FAULT_RANK][FAULT_POSITION])
+    assert where.state.startswith("failed")
+    assert_positions_listed(error)
+    assert_all_ended(error)
+
+
+@pytest.mark.slow
+def test_a_killed_rank_stops_everyone():
+    error, seconds = run_with(Fault(FAULT_RANK, FAULT_POSITION, "kill"), op_timeout=60)
+    assert seconds < BOUND
+    assert error.failed_ranks[0] == FAULT_RANK
+    assert error.exit_codes[FAULT_RANK] == -signal.SIGKILL
+    assert "rank 1 was killed by signal 9" in str(error)
+    # a killed rank cannot report: its position is the last one its watchdog published
+    # (at most a quarter second old), so it is at or before the fault
+    assert error.positions.get(FAULT_RANK) is None or (
+        error.positions[FAULT_RANK].index <= FAULT_POSITION)
+    assert_positions_listed(error)
+    assert_all_ended(error)
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_sends_makes_its_neighbours_time_out():
+    op_timeout = 3.0
+    error, seconds = run_with(Fault(FAULT_RANK, FAULT_POSITION, "hang"),
+                              op_timeout=op_timeout, grace=2.0)
+    assert seconds < BOUND
+    text = str(error)
+    assert "OpTimeoutError" in text and f"waited more than {op_timeout:g} s" in text
+    assert "rank 1 -> rank" in text  # the message it waited for comes from the hung rank
+    assert error.failed_ranks[0] in (0, 2)  # the neighbour that gave up first
+    assert error.positions[FAULT_RANK].index == FAULT_POSITION  # the hung rank's place
+    assert_positions_listed(error)
+    assert_all_ended(error)
