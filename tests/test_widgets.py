@@ -143,3 +143,29 @@ def test_set_changes_several_controls_with_one_redraw():
     assert len(redraws) == 1 and boxes(w.figure, "F") == 15
     with pytest.raises(ValueError, match="unknown control"):
         w.set(colour="red")
+
+
+@pytest.mark.parametrize(
+    "name,minibatches",
+    [("naive", 1), ("gpipe", 2), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 2),
+     ("pipedream", 1), ("2bw", 2), ("async", 2)],
+)
+def test_table_pairs_each_schedule_with_a_closed_form_that_matches(name, minibatches):
+    w = schedule_explorer(name, stages=4, microbatches=8, chunks=2, minibatches=minibatches)
+    w.set(forward=1.5, backward=1.0, weight=0.5)
+    table = {r[0]: r[1:] for r in cells(w.table.value)[1:]}
+    for quantity in ("makespan", "idle fraction", "bubble ratio (idle / busy)"):
+        measured, _, closed = table[quantity]
+        assert closed, f"{name}: no closed form for {quantity}"
+        assert float(closed) == pytest.approx(float(measured), rel=1e-3), (name, quantity)
+    measured, _, closed = table["peak in-flight activations per rank"]
+    if closed:  # interleaved has none
+        assert closed == measured
+
+
+def test_comm_latency_says_the_closed_forms_do_not_apply():
+    w = schedule_explorer("gpipe", stages=3, microbatches=4)
+    w.set(comm=0.5)
+    table = {r[0]: r[1:] for r in cells(w.table.value)[1:]}
+    assert table["makespan"][1].startswith("n/a") and table["makespan"][2] == ""
+    assert w.metrics.makespan == pytest.approx((4 + 3 - 1) * 3 + 2 * (3 - 1) * 0.5)

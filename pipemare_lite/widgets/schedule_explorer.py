@@ -30,8 +30,7 @@ class FormulaRow:
     expected: str
 
 
-def explorer_costs(split: bool, forward: float, backward: float, weight: float,
-                   comm: float = 0.0) -> OpCosts:
+def explorer_costs(forward: float, backward: float, weight: float, comm: float = 0.0) -> OpCosts:
     """Costs from the F:B:W sliders: B is the input-gradient half, W the weight half.
 
     A schedule that does not split its backward pays B + W for one full backward, so every
@@ -203,7 +202,7 @@ class ScheduleExplorer(Explorer):
         built = build_schedule(schedule, stages, microbatches,
                                chunks=chunks if interleaved else 1,
                                num_minibatches=minibatches)
-        costs = explorer_costs(built.split_backward, forward, backward, weight, comm)
+        costs = explorer_costs(forward, backward, weight, comm)
         timeline = simulate(built, costs)
         measured = metrics(timeline)
         show_figure(self.figure, gantt_trace_specs(timeline), gantt_layout(timeline))

@@ -77,7 +77,7 @@ def schedule_explorer_static(
         except ValueError as error:
             last_error = error
             continue
-        costs = explorer_costs(built.split_backward, forward, backward, weight)
+        costs = explorer_costs(forward, backward, weight)
         timeline = simulate(built, costs)
         measured = metrics(timeline)
         forms = closed_forms(built, costs)
