@@ -1,6 +1,6 @@
 """The solution build executes notebooks; a student copy runs top to bottom with its stubs.
 
-Both start a Jupyter kernel (a few seconds each), on the fixture notebook only.
+Both start a Jupyter kernel (2-5 s each, hence ``slow``), on the fixture notebook only.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def _check_outputs(notebook) -> list[str]:
     return [_stdout(c) for c in notebook.cells if c.cell_type == "code" and "check(" in c.source]
 
 
+@pytest.mark.slow
 def test_solution_build_executes_and_its_checks_pass(tmp_path):
     pytest.importorskip("pipemare_lite.schedules", reason="the engine's builders")
     (written,) = build_solutions(FIXTURE_DIR, tmp_path, timeout=120)
@@ -35,6 +36,7 @@ def test_solution_build_executes_and_its_checks_pass(tmp_path):
     assert len(outputs) == 2 and all(out.startswith("✅") for out in outputs), outputs
 
 
+@pytest.mark.slow
 def test_student_copy_runs_and_says_not_attempted(tmp_path):
     (student_path,) = build_student(FIXTURE_DIR, tmp_path)
     student = nbformat.read(student_path, as_version=4)

@@ -78,8 +78,8 @@ def _import(path: Path):
 
 
 def test_template_adapter_reads_the_notebooks_next_to_it(tmp_path):
+    # (in place, the template reads chapters/: the self-test run by tests/grading shows it)
     template = ROOT / "tests" / "grading" / "adapter.py"
-    assert _import(template).NOTEBOOK_DIR == ROOT / "chapters"  # in place: a self-test
     shutil.copy(template, tmp_path / "adapter.py")
     shutil.copy(ROOT / "tests" / "fixtures" / "assign" / "02_exercise_fixture.ipynb", tmp_path)
     adapter = _import(tmp_path / "adapter.py")
