@@ -73,6 +73,10 @@ class RunResult:
         learning_rates: ``learning_rates[stage][k]`` the lr (first param group) of update k.
         peak_bytes: ``peak_bytes[stage][kind]``, the largest value seen after any action.
         bytes_over_time: ``(seconds, stage, {kind: bytes})`` after each of that stage's actions.
+        peak_bytes_by_rank: ``[rank][kind]``, the largest sum over the rank's virtual stages
+            after any of its actions (what one device holds; equals ``peak_bytes`` unless
+            interleaved). The memory model (:func:`pipemare_lite.memory.memory_by_kind`)
+            predicts these numbers.
     """
 
     losses: list[float]
@@ -84,6 +88,7 @@ class RunResult:
     learning_rates: list[list[float]]
     peak_bytes: list[dict[str, int]]
     bytes_over_time: list[tuple[float, int, dict[str, int]]] = field(default_factory=list)
+    peak_bytes_by_rank: list[dict[str, int]] = field(default_factory=list)
 
 
 class LocalExecutor:
@@ -202,6 +207,8 @@ class LocalExecutor:
         entries: list[TimedAction] = []
         versions: dict[str, int] = {}
         peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in self.workers]
+        rank_peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in range(self.schedule.num_stages)]
+        now = [w.bytes_held() for w in self.workers]
         over_time: list[tuple[float, int, dict[str, int]]] = []
         cuda = [w.device for w in self.workers if w.device.type == "cuda"]
         origin = time.perf_counter()
@@ -232,13 +239,20 @@ class LocalExecutor:
                     peak = peaks[action.stage]
                     for kind, value in held.items():
                         peak[kind] = max(peak[kind], value)
+                    now[action.stage] = held
+                    stages = self.schedule.stages_of(rank)
+                    for kind in BYTE_KINDS:
+                        total = sum(now[s][kind] for s in stages)
+                        rank_peaks[rank][kind] = max(rank_peaks[rank][kind], total)
             if not progressed:
                 stuck = [str(row[p]) for p, row in zip(self.positions, self.schedule.ranks)
                          if p < len(row)]
                 raise RuntimeError(f"schedule {self.schedule.name!r} is stuck: no rank can run "
                                    f"its next action ({', '.join(stuck)}); a dependency is "
                                    "missing or ordered after its consumer")
-        return self._result(marks, losses_before, entries, versions, peaks, over_time)
+        result = self._result(marks, losses_before, entries, versions, peaks, over_time)
+        result.peak_bytes_by_rank = rank_peaks
+        return result
 
     def _version_of(self, action: Action) -> int:
         worker = self.workers[action.stage]
