@@ -198,3 +198,24 @@ def test_memory_bars_of_a_real_memory_model():
     opt = next(t for t in fig.data if t.name == "optimizer state")
     assert list(opt.y) == [2.0, 2.0, 2.0]  # adam: two states of a 1 MiB stage
     go.Figure(fig.to_dict())
+
+
+def test_loss_curves_read_train_histories():
+    """The shape of ``train.History.to_dict()``: per-step loss, per-epoch evals, a flag."""
+    trained = {"loss": [2.0, 1.5, 1.2, 1.0], "diverged": False,
+               "evals": [{"epoch": 0, "step": 2, "loss": 1.3, "accuracy": 0.5},
+                         {"epoch": 1, "step": 4, "loss": 1.0, "accuracy": 0.7}]}
+    blew_up = {"loss": [2.0, 5.0, 40.0], "diverged": True, "evals": []}
+
+    class HistoryLike:  # what fit() returns: an object with to_dict()
+        def to_dict(self):
+            return trained
+
+    fig = loss_curves({"gpipe": HistoryLike(), "async": blew_up})
+    lines = {t.legendgroup: t for t in fig.data if t.mode == "lines"}
+    assert list(lines["gpipe"].x) == [0, 1, 2, 3]  # steps default to 0, 1, 2, ...
+    assert lines["async"].name == "async (diverged at step 2)"  # flagged after its last step
+    acc = loss_curves({"gpipe": trained}, metric="accuracy")
+    assert (list(acc.data[0].x), list(acc.data[0].y)) == ([2, 4], [0.5, 0.7])  # from evals
+    with pytest.raises(ValueError, match="'async' has no 'accuracy'"):
+        loss_curves({"async": blew_up}, metric="accuracy")

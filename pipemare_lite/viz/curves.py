@@ -1,15 +1,19 @@
 """Training curves of several runs on one set of axes (introduced in chapter 07).
 
-A *history* is a plain dict of equal-length lists: ``"step"`` and ``"loss"``, optionally
-``"accuracy"`` (and a ``"diverged"`` flag). Each run keeps its method's colour from
-:mod:`pipemare_lite.viz.colors`, and a run that blew up is marked where it did, so "async
-without fixes diverges, T1 recovers" is visible at a glance (chapters 07-10).
+A *history* is either a plain dict of lists, ``"step"`` and ``"loss"`` (optionally
+``"accuracy"`` and a ``"diverged"`` flag; without ``"step"`` the steps are 0, 1, 2 ...), or
+what :func:`pipemare_lite.train.fit` returns (a ``History``, or its ``to_dict()``): its
+per-step ``loss``, and for other metrics its per-epoch ``evals``. Each run keeps its
+method's colour from :mod:`pipemare_lite.viz.colors`, and a run that blew up is marked
+where it did, so "async without fixes diverges, T1 recovers" is visible at a glance
+(chapters 07-10).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
@@ -18,32 +22,56 @@ from pipemare_lite.viz.colors import method_color
 _EXTRA_COLORS = ("#17BECF", "#BCBD22", "#8C564B", "#E377C2", "#7F7F7F", "#1F77B4", "#D62728")
 
 
-def divergence_step(history: Mapping, metric: str = "loss", threshold: float | None = None):
+@dataclass(frozen=True)
+class Curve:
+    """One run's metric against step, and whether the run reported a divergence."""
+
+    steps: list
+    values: list
+    diverged: bool = False
+
+
+def curve(history, metric: str = "loss", name: str = "history") -> Curve:
+    """The ``metric`` curve of a history (dict, ``train.History`` or its ``to_dict()``).
+
+    Per-step lists are used when the history has ``metric``; otherwise the per-epoch
+    ``evals`` entries that carry it. Raises ValueError naming the run and what it has.
+    """
+    if not isinstance(history, Mapping) and hasattr(history, "to_dict"):
+        history = history.to_dict()
+    if not isinstance(history, Mapping):
+        raise TypeError(f"history {name!r} is a {type(history).__name__}; expected a dict")
+    diverged = bool(history.get("diverged", False))
+    if metric in history:
+        values = list(history[metric])
+        steps = list(history["step"]) if "step" in history else list(range(len(values)))
+        if len(steps) != len(values):
+            raise ValueError(
+                f"history {name!r}: {len(steps)} steps but {len(values)} {metric} values"
+            )
+        return Curve(steps, values, diverged)
+    evals = [e for e in history.get("evals", []) if metric in e]
+    if evals:
+        return Curve([e["step"] for e in evals], [e[metric] for e in evals], diverged)
+    raise ValueError(
+        f"history {name!r} has no {metric!r} list (nor evals with it); "
+        f"it has: {', '.join(map(str, history))}"
+    )
+
+
+def divergence_step(history, metric: str = "loss", threshold: float | None = None):
     """The first step whose ``metric`` is NaN/inf (or above ``threshold``), else None.
 
-    A history with ``"diverged": True`` but only finite values diverged after its last step.
+    A history flagged ``diverged`` with only finite values diverged after its last step.
     """
-    steps, values = history["step"], history[metric]
-    for step, value in zip(steps, values):
+    run = history if isinstance(history, Curve) else curve(history, metric)
+    for step, value in zip(run.steps, run.values):
         bad = value is None or not math.isfinite(value)
         if bad or (threshold is not None and value > threshold):
             return step
-    if history.get("diverged"):
-        return steps[-1] if steps else 0
+    if run.diverged:
+        return run.steps[-1] if run.steps else 0
     return None
-
-
-def _check_history(name: str, history: Mapping, metric: str) -> None:
-    for key in ("step", metric):
-        if key not in history:
-            raise ValueError(
-                f"history {name!r} has no {key!r} list; it has: {', '.join(map(str, history))}"
-            )
-    if len(history["step"]) != len(history[metric]):
-        raise ValueError(
-            f"history {name!r}: {len(history['step'])} steps but {len(history[metric])} "
-            f"{metric} values"
-        )
 
 
 def _distinct_colors(names) -> dict[str, str]:
@@ -60,7 +88,7 @@ def _distinct_colors(names) -> dict[str, str]:
 
 
 def loss_curves(
-    histories: Mapping[str, Mapping],
+    histories: Mapping[str, object],
     *,
     metric: str = "loss",
     log_y: bool = False,
@@ -70,18 +98,19 @@ def loss_curves(
     """One line per run of ``metric`` against step; divergence marked with a cross.
 
     ``histories`` maps a run's name (its legend entry; method names such as ``"gpipe"`` or
-    ``"pipemare"`` get their fixed colour) to its history. Values that are NaN/inf, or above
-    ``threshold`` when given, end the line; a black cross at the last good point marks where
-    the run diverged and its legend entry says so. ``log_y`` puts the y axis on a log scale.
+    ``"pipemare"`` get their fixed colour) to its history (see the module docstring).
+    Values that are NaN/inf, or above ``threshold`` when given, end the line; a black cross
+    at the last good point marks where the run diverged and its legend entry says so.
+    ``log_y`` puts the y axis on a log scale.
     """
     if not histories:
         raise ValueError("loss_curves() needs at least one history")
     colors = _distinct_colors(histories)
     fig = go.Figure()
     for name, history in histories.items():
-        _check_history(name, history, metric)
-        steps, values = list(history["step"]), list(history[metric])
-        diverged_at = divergence_step(history, metric, threshold)
+        run = curve(history, metric, name)
+        steps, values = run.steps, run.values
+        diverged_at = divergence_step(run, metric, threshold)
         shown = []
         for step, value in zip(steps, values):
             ok = value is not None and math.isfinite(value)
