@@ -314,9 +314,10 @@ def _hashable(key):
 
 
 def _progress_enabled(progress: bool | None) -> bool:
+    """Explicit choice wins; else off under pytest or PIPEMARE_PROGRESS=0, on in a tty/kernel."""
     if progress is not None:
         return bool(progress)
-    if os.environ.get("PYTEST_CURRENT_TEST"):
+    if os.environ.get("PYTEST_CURRENT_TEST") or os.environ.get("PIPEMARE_PROGRESS") == "0":
         return False
     return "ipykernel" in sys.modules or sys.stderr.isatty()
 
@@ -452,7 +453,8 @@ def fit(
         warmup: the first ``warmup`` minibatches run flushed (PipeMare-W; async methods).
         balance: how to partition (see :func:`pipemare_lite.partition.partition`).
         devices: one device per stage (default: where the model is).
-        progress: tqdm bar; None shows it in terminals and notebooks, not under pytest.
+        progress: tqdm bar; None shows it in terminals and notebooks, not under pytest or
+            when the environment variable ``PIPEMARE_PROGRESS=0``.
         on_divergence: ``"stop"`` returns a history with ``diverged=True``; ``"raise"``
             raises :class:`DivergenceError`.
         on_step: called as ``on_step(step, history)`` after every step (e.g. live plots).
@@ -682,6 +684,17 @@ def _divergence_report(step, steps_per_epoch, bad, losses, broken, n, num_stages
 DEFAULT_DATASET = {"mlp": "digits", "resnet": "digits", "transformer": "reverse"}
 
 
+def json_ready(value):
+    """``value`` with every NaN/inf replaced by None, so ``json.dumps`` writes strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value
+
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the training options to ``parser`` (one definition for both entry points)."""
     from pipemare_lite.models import MODELS
@@ -815,7 +828,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     )
     summary = history.summary()
     if args.json:
-        print(json.dumps(summary, allow_nan=True))
+        print(json.dumps(json_ready(summary), allow_nan=False))
         return 0
     print(
         f"{args.method} on {data.name}, P={args.stages}, N={args.microbatches}: "

@@ -308,3 +308,30 @@ def test_module_entry_point_runs():
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["steps"] == 2
+
+
+def test_cli_json_of_a_diverged_run_is_strict_json(capsys):
+    from pipemare_lite.cli import main
+
+    code = main(
+        [
+            "train",
+            "--method",
+            "async",
+            "--stages",
+            "2",
+            "--microbatches",
+            "2",
+            "--batch-size",
+            "64",
+            "--width",
+            "8",
+            "--lr",
+            "1e6",
+            "--json",
+        ]
+    )
+    text = capsys.readouterr().out
+    assert code == 0
+    out = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"))
+    assert out["diverged"] is True and "diverged at step" in out["divergence"]

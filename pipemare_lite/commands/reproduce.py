@@ -12,7 +12,6 @@ import argparse
 import datetime
 import importlib
 import json
-import math
 import platform
 import sys
 import time
@@ -32,20 +31,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="data/results", help="directory for the results")
 
 
-def finite_or_none(value):
-    """Replace NaN/inf by None everywhere, so the file is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite_or_none(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_none(v) for v in value]
-    return value
-
-
 def write_json(path: Path, data: dict) -> None:
     """Strict JSON (no NaN), indented, with a trailing newline."""
-    path.write_text(json.dumps(finite_or_none(data), indent=1, allow_nan=False) + "\n")
+    from pipemare_lite.train import json_ready
+
+    path.write_text(json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
