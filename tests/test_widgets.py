@@ -44,7 +44,7 @@ def test_measured_idle_fraction_matches_the_bubble_formula(name):
     w = schedule_explorer(name, stages=P, microbatches=M)
     idle = (P - 1) / (M + P - 1)
     assert w.metrics.idle_fraction == pytest.approx(idle)
-    (row,) = [r for r in cells(w.table.value) if r[0] == "idle fraction"]
+    (row,) = [r for r in cells(w.summary.value) if r[0] == "idle fraction"]
     measured, _, closed = row[1:]
     assert float(measured) == pytest.approx(idle, rel=1e-3)
     assert float(closed) == pytest.approx(idle, rel=1e-3)
@@ -84,7 +84,7 @@ def test_impossible_combination_shows_the_engine_error_and_recovers():
 
 def test_async_schedules_report_zero_steady_state_idle():
     w = schedule_explorer("pipedream", stages=4, microbatches=4, minibatches=4)
-    (row,) = [r for r in cells(w.table.value) if r[0] == "steady-state idle fraction"]
+    (row,) = [r for r in cells(w.summary.value) if r[0] == "steady-state idle fraction"]
     assert float(row[1]) == pytest.approx(0.0, abs=1e-9)
     T, P = 16, 4
     assert w.metrics.idle_fraction == pytest.approx((P - 1) / (T + P - 1))  # one fill+drain
@@ -153,7 +153,7 @@ def test_set_changes_several_controls_with_one_redraw():
 def test_table_pairs_each_schedule_with_a_closed_form_that_matches(name, minibatches):
     w = schedule_explorer(name, stages=4, microbatches=8, chunks=2, minibatches=minibatches)
     w.set(forward=1.5, backward=1.0, weight=0.5)
-    table = {r[0]: r[1:] for r in cells(w.table.value)[1:]}
+    table = {r[0]: r[1:] for r in cells(w.summary.value)[1:]}
     for quantity in ("makespan", "idle fraction", "bubble ratio (idle / busy)"):
         measured, _, closed = table[quantity]
         assert closed, f"{name}: no closed form for {quantity}"
@@ -166,6 +166,6 @@ def test_table_pairs_each_schedule_with_a_closed_form_that_matches(name, minibat
 def test_comm_latency_says_the_closed_forms_do_not_apply():
     w = schedule_explorer("gpipe", stages=3, microbatches=4)
     w.set(comm=0.5)
-    table = {r[0]: r[1:] for r in cells(w.table.value)[1:]}
+    table = {r[0]: r[1:] for r in cells(w.summary.value)[1:]}
     assert table["makespan"][1].startswith("n/a") and table["makespan"][2] == ""
     assert w.metrics.makespan == pytest.approx((4 + 3 - 1) * 3 + 2 * (3 - 1) * 0.5)

@@ -178,7 +178,7 @@ class ScheduleExplorer(Explorer):
                                         description="comm latency", style=style),
         }
         self.figure = figure_widget()
-        self.table = widgets.HTML()
+        self.summary = widgets.HTML()
         self.schedule = self.timeline = self.metrics = None
         c = controls
         super().__init__(
@@ -190,7 +190,7 @@ class ScheduleExplorer(Explorer):
                     widgets.HBox([c["forward"], c["backward"], c["weight"], c["comm"]]),
                 ]),
                 self.figure,
-                self.table,
+                self.summary,
             ],
         )
         self.update()
@@ -206,7 +206,7 @@ class ScheduleExplorer(Explorer):
         timeline = simulate(built, costs)
         measured = metrics(timeline)
         show_figure(self.figure, gantt_trace_specs(timeline), gantt_layout(timeline))
-        self.table.value = metrics_table_html(formula_rows(built, measured, costs))
+        self.summary.value = metrics_table_html(formula_rows(built, measured, costs))
         self.schedule, self.timeline, self.metrics = built, timeline, measured
 
 
@@ -226,8 +226,8 @@ def schedule_explorer(
     Controls (``w.controls[name]``): ``schedule``, ``stages`` (P), ``microbatches`` (M),
     ``chunks`` (v, interleaved only), ``minibatches``, ``forward``/``backward``/``weight``
     (F, B = input-gradient and W = weight-gradient costs; an unsplit backward costs B + W)
-    and ``comm``. Attributes: ``figure`` (the Gantt FigureWidget), ``table`` (measured vs
-    closed form), ``message``/``error`` (the engine's refusal for an impossible
+    and ``comm``. Attributes: ``figure`` (the Gantt FigureWidget), ``summary`` (an HTML table,
+    measured vs closed form), ``message``/``error`` (the engine's refusal for an impossible
     combination), ``schedule``, ``timeline``, ``metrics`` (what is drawn). ``w.update()``
     redraws; moving a control does it too.
     """
