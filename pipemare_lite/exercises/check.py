@@ -57,8 +57,13 @@ def _is_stub_value(value) -> bool:
     return value is NotImplemented or value is Ellipsis
 
 
+def _shorten(text: str, limit: int = 200) -> str:
+    """A message stays readable even when an exception or a value prints pages."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _where_it_raised(exc: BaseException, answer) -> str:
-    """`` (line N of your function)`` when the failing frame is in the student's code."""
+    """`` (line N of your code)`` when the failing frame is in the student's function."""
     code = getattr(answer, "__code__", None)
     if code is None:
         return ""
@@ -72,18 +77,18 @@ def _with_hint(exercise: Exercise, verdict: str) -> str:
 
 def _check_constant(exercise: Exercise, answer) -> CheckResult:
     name = exercise.function_name
-    if _is_stub_value(answer) or callable(answer):
-        if callable(answer):
-            message = (
-                f"❌ {exercise.id}: {name} is a constant; pass its value, "
-                f"e.g. check({exercise.id!r}, {name})"
-            )
-            return CheckResult(exercise.id, FAILED, message, 0, 1)
+    if _is_stub_value(answer):
         message = f"⏳ {exercise.id} {name}: not attempted yet (set {name} to your answer)."
         return CheckResult(exercise.id, NOT_ATTEMPTED, message, 0, 1)
+    if callable(answer):
+        message = (
+            f"❌ {exercise.id}: {name} is a constant; pass its value, "
+            f"e.g. check({exercise.id!r}, {name})"
+        )
+        return CheckResult(exercise.id, FAILED, message, 0, 1)
     if matches_hash(exercise.id, answer, exercise.answer_hash):
         return CheckResult(exercise.id, PASSED, f"✅ {exercise.id} {name}: correct.", 1, 1)
-    verdict = f"❌ {exercise.id}: {name} = {answer!r} is not right."
+    verdict = f"❌ {exercise.id}: {name} = {_shorten(repr(answer))} is not right."
     if exercise.diagnose is not None:
         try:
             remark = exercise.diagnose(answer)
@@ -115,7 +120,7 @@ def _check_function(exercise: Exercise, answer) -> CheckResult:
             return CheckResult(exercise.id, NOT_ATTEMPTED, message, passed, len(cases))
         except Exception as exc:  # the student's bug: report it, don't drown them in a traceback
             verdict = (
-                f"❌ {exercise.id}: {call} raised {type(exc).__name__}: {exc}"
+                f"❌ {exercise.id}: {call} raised {type(exc).__name__}: {_shorten(str(exc))}"
                 f"{_where_it_raised(exc, answer)}"
             )
             return CheckResult(
