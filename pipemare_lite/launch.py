@@ -90,6 +90,15 @@ class RankInfo:
     op_timeout: float
 
 
+_CURRENT: RankInfo | None = None
+
+
+def current() -> RankInfo | None:
+    """This process's :class:`RankInfo` when it was started by :func:`launch` or joined a
+    ``torchrun`` job with :func:`init_from_env`; None otherwise (chapter 11)."""
+    return _CURRENT
+
+
 class LaunchError(RuntimeError):
     """A launched job failed: names the failed rank(s) and where every rank was.
 
@@ -188,7 +197,8 @@ def _child_main(
     try:
         device = _device_for(backend, rank)
         _init_group(backend, store, rank, world_size, device, op_timeout)
-        info = RankInfo(rank, world_size, rank, backend, device, board, op_timeout)
+        global _CURRENT
+        info = _CURRENT = RankInfo(rank, world_size, rank, backend, device, board, op_timeout)
         result = worker_fn(info, *args, **kwargs)
         _write(Path(result_dir) / f"rank{rank}.pkl", ("ok", result))
         board.finish()
@@ -444,7 +454,9 @@ def init_from_env(*, backend: str | None = None, op_timeout: float = 120.0) -> R
     except Exception:  # no side channel: per-operation timeouts still apply
         store = None
     board = faults.StatusBoard(rank, world_size, store, store_factory=connect).start()
-    return RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout)
+    global _CURRENT
+    _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout)
+    return _CURRENT
 
 
 def finish(info: RankInfo) -> None:

@@ -291,6 +291,10 @@ class DistributedExecutor:
         self.fault = fault if fault is not None and fault.rank == self.rank else None
         self.plan = plan_communication(schedule)
         self.wait_seconds = 0.0
+        self.position = 0  # next action of this rank's row
+        self.transport: P2PTransport | None = None
+        self._uniform = False
+        self._first_meta = None
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
         S = self.schedule.num_virtual_stages
@@ -315,10 +319,14 @@ class DistributedExecutor:
 
         Stage by stage, the owner probes its module (:func:`probe_output_meta`) for every
         distinct microbatch input shape and broadcasts the result (``S - 1`` broadcasts).
+        A list or tuple of microbatches is scanned whole; any other sequence (lazy, e.g.
+        ``fit()``'s epoch feed) is assumed to have microbatch 0's shape throughout, which
+        stage 0 checks as it reads each input.
         """
         S = self.schedule.num_virtual_stages
-        inputs = sorted({self._input_meta(microbatches, m)
-                         for m in range(self.schedule.total_microbatches)}, key=str)
+        self._first_meta = self._input_meta(microbatches, 0)
+        indices = [0] if self._uniform else range(self.schedule.total_microbatches)
+        inputs = sorted({self._input_meta(microbatches, m) for m in indices}, key=str)
         current = {meta: meta for meta in inputs}  # first-stage input meta -> stage input meta
         table = {}
         for s in range(S - 1):
@@ -340,36 +348,66 @@ class DistributedExecutor:
         return (tuple(x.shape), x.dtype)
 
     def _message_meta(self, table: dict, microbatches: Sequence, message: Message) -> tuple:
-        key = self._input_meta(microbatches, message.microbatch)
+        key = (self._first_meta if self._uniform
+               else self._input_meta(microbatches, message.microbatch))
         # an activation has the shape of its stage's output; a gradient the shape of its
         # stage's input, i.e. of the previous stage's output
         stage = message.stage if message.kind == ACTIVATION else message.stage - 1
         return table[(stage, key)]
 
     # ------------------------------------------------------------------ running
-    def run(self, microbatches: Sequence) -> RankResult:
-        """Run this rank's actions; returns its :class:`RankResult` (collect with
-        :func:`merge_rank_results`)."""
-        schedule, rank = self.schedule, self.rank
+    @property
+    def finished(self) -> bool:
+        """True once this rank has run all its actions."""
+        return self.position >= len(self.schedule.ranks[self.rank])
+
+    def _start(self, microbatches: Sequence) -> None:
+        """First call of :meth:`run`: shape probe and transport (kept across calls)."""
+        schedule = self.schedule
         if len(microbatches) < schedule.total_microbatches:
             raise ValueError(f"schedule {schedule.name!r} needs {schedule.total_microbatches} "
                              f"microbatches, got {len(microbatches)}")
-        row = schedule.ranks[rank]
-        self.board.at(-1, len(row), "", "shape probe")
+        self.board.at(-1, len(schedule.ranks[self.rank]), "", "shape probe")
+        self._uniform = not isinstance(microbatches, (list, tuple))
         table = self.probe_shapes(microbatches)
-        transport = P2PTransport(
-            self.plan, rank, partial(self._message_meta, table, microbatches),
+        self.transport = P2PTransport(
+            self.plan, self.rank, partial(self._message_meta, table, microbatches),
             device=self.device, waiter=_TimedWaiter(self, polling=self.backend != "gloo"),
             use_tags=self.backend == "gloo",
         )
+
+    def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None) -> RankResult:
+        """Run this rank's actions from where it stands; returns what this call did.
+
+        ``stop_after_updates=k`` stops once each of this rank's stages has made k updates
+        (other ranks stop at their own k-th update; messages already sent wait in the
+        transport for the next call). Collect the ranks' results with
+        :func:`merge_rank_results`.
+        """
+        schedule, rank = self.schedule, self.rank
+        if self.transport is None:
+            self._start(microbatches)
+        transport = self.transport
+        row = schedule.ranks[rank]
         last = schedule.num_virtual_stages - 1
+        marks = {s: (len(w.learning_rates), set(w.forward_versions), set(w.backward_versions),
+                     set(w.losses)) for s, w in self.workers.items()}
         entries, versions = [], {}
         grads = {s: [] for s in self.stages}
         peaks = {s: dict.fromkeys(BYTE_KINDS, 0) for s in self.stages}
-        self.board.at(-1, len(row), "", "barrier")
+
+        def done() -> bool:
+            if stop_after_updates is None:
+                return self.finished
+            return self.finished or all(
+                w.versions.version >= stop_after_updates for w in self.workers.values())
+
+        self.board.at(self.position, len(row), "", "barrier")
         dist.barrier()
         origin = time.perf_counter()  # common time origin: everyone just left the barrier
-        for position, action in enumerate(row):
+        while not done():
+            position = self.position
+            action = row[position]
             self.board.at(position, len(row), str(action))
             if self.fault is not None and self.fault.position == position:
                 self.fault.trigger(action)
@@ -377,8 +415,11 @@ class DistributedExecutor:
             worker = self.workers[s]
             send = None  # (message, tensor) to post once the action's time is taken
             if kind == FORWARD:
-                x = (microbatches[m][0] if s == 0
-                     else transport.recv(self.plan.messages[(ACTIVATION, s - 1, m)]))
+                if s == 0:
+                    x = microbatches[m][0]
+                    self._check_uniform(x, m)
+                else:
+                    x = transport.recv(self.plan.messages[(ACTIVATION, s - 1, m)])
                 target = microbatches[m][1] if s == last else None
                 start = time.perf_counter()
                 out = worker.forward(m, x, target)
@@ -409,14 +450,25 @@ class DistributedExecutor:
             end = time.perf_counter()
             if send is not None:
                 transport.send(*send)
+            self.position += 1
             entries.append((position, str(action), start - origin, end - origin))
             versions[str(action)] = self._version_of(worker, action)
             if self.track_bytes:
                 for k, value in worker.bytes_held().items():
                     peaks[s][k] = max(peaks[s][k], value)
-        self.board.at(len(row), len(row), "", "draining sends")
-        transport.close()
-        return self._result(entries, versions, grads, peaks)
+        if self.finished:
+            self.board.at(len(row), len(row), "", "draining sends")
+            transport.close()
+        else:
+            self.board.at(self.position, len(row), "", "between runs")
+        return self._result(marks, entries, versions, grads, peaks)
+
+    def _check_uniform(self, x, m: int) -> None:
+        if self._uniform and (tuple(x.shape), x.dtype) != self._first_meta:
+            raise ValueError(
+                f"microbatch {m} has input shape {tuple(x.shape)} {x.dtype}, microbatch 0 has "
+                f"{self._first_meta}: with a lazy microbatch sequence the distributed executor "
+                "needs one shape (pass a list to allow several)")
 
     @staticmethod
     def _version_of(worker: StageWorker, action) -> int:
@@ -426,17 +478,18 @@ class DistributedExecutor:
             return worker.versions.version - 1
         return worker.backward_versions[action.index]
 
-    def _result(self, entries, versions, grads, peaks) -> RankResult:
+    def _result(self, marks, entries, versions, grads, peaks) -> RankResult:
         fwd, bwd, dis, rates, states = {}, {}, {}, {}, {}
         losses = {}
         for s, w in self.workers.items():
-            fwd.update({(s, m): v for m, v in w.forward_versions.items()})
-            bwd.update({(s, m): v for m, v in w.backward_versions.items()})
-            dis.update({(s, m): d for m, d in w.distances.items()})
-            rates[s] = list(w.learning_rates)
+            n_rates, f_seen, b_seen, l_seen = marks[s]
+            fwd.update({(s, m): v for m, v in w.forward_versions.items() if m not in f_seen})
+            bwd.update({(s, m): v for m, v in w.backward_versions.items() if m not in b_seen})
+            dis.update({(s, m): w.distances[m] for m in w.backward_versions if m not in b_seen})
+            rates[s] = list(w.learning_rates[n_rates:])
             states[s] = {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
             if w.is_last:
-                losses = dict(sorted(w.losses.items()))
+                losses = {m: v for m, v in sorted(w.losses.items()) if m not in l_seen}
         return RankResult(
             self.rank, entries, losses, versions, fwd, bwd, dis, rates, states,
             gradients=grads if self.record_gradients else {},
@@ -599,6 +652,98 @@ def run_distributed(schedule: Schedule, stages: Callable[[], Sequence[nn.Module]
     job = DistJob(schedule, stages, microbatches, loss_fn, optimizer_factory, method_options,
                   lr_scheduler_factory, record_gradients, track_bytes, fault)
     return run_distributed_jobs([job], **launch_kwargs)[0]
+
+
+# ---------------------------------------------------------------------- fit()
+
+
+class DistExecutor:
+    """``fit(..., executor="dist")``: the local executor's contract over processes (chapter 11).
+
+    Every rank runs the same ``fit()`` loop (under ``torchrun`` or :func:`launch`); this
+    object runs the rank's share of each step (:class:`DistributedExecutor`), then gathers
+    every rank's result (so all ranks see the same losses, trace and learning rates and
+    take the same decisions) and broadcasts every stage's weights from its owner (so each
+    rank's copy of the whole model is current for evaluation). Costs one gather and one
+    broadcast per stage tensor per step: fine for the book's models.
+
+    Not supported: ``devices`` (rank r computes on ``cuda:<local rank>`` or the CPU) and
+    checkpoints (``state_dict`` raises).
+    """
+
+    def __init__(self, schedule: Schedule, stage_modules: Sequence[nn.Module], *,
+                 loss_fn: Callable, optimizer_factory: Callable,
+                 method_options: MethodOptions | None = None, devices=None,
+                 lr_scheduler_factory: Callable | None = None) -> None:
+        from pipemare_lite.launch import current, init_from_env
+
+        if devices is not None:
+            raise ValueError("executor 'dist' puts each rank on its own device (cuda:<local rank> "
+                             f"or the CPU); devices={devices!r} is for the local executor")
+        info = current()
+        if info is None:
+            if dist.is_initialized():
+                raise RuntimeError("a process group exists but was not made by pipemare_lite; "
+                                   "start with torchrun or pipemare_lite.launch.launch")
+            info = init_from_env()
+        self.schedule = schedule
+        self.stage_modules = list(stage_modules)
+        self.engine = DistributedExecutor(
+            schedule, self.stage_modules, loss_fn=loss_fn, optimizer_factory=optimizer_factory,
+            method_options=method_options, lr_scheduler_factory=lr_scheduler_factory,
+            rank=info.rank, device=info.device, board=info.board, op_timeout=info.op_timeout,
+            track_bytes=True,
+        )
+
+    @property
+    def workers(self) -> list[StageWorker]:
+        """This rank's stage workers."""
+        return list(self.engine.workers.values())
+
+    def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None):
+        """One call of every rank; returns the same :class:`DistRunResult` on all ranks."""
+        mine = self.engine.run(microbatches, stop_after_updates=stop_after_updates)
+        mine.state_dicts = {}  # weights travel by broadcast below, not in the gather
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, mine)
+        self._broadcast_weights()
+        return merge_rank_results(self.schedule, gathered)
+
+    def _broadcast_weights(self) -> None:
+        device = self.engine.device
+        with torch.no_grad():
+            for s, module in enumerate(self.stage_modules):
+                owner = self.schedule.rank_of(s)
+                for tensor in module.state_dict().values():
+                    buffer = tensor.detach().to(device)
+                    dist.broadcast(buffer, src=owner)
+                    if owner != self.engine.rank:
+                        tensor.copy_(buffer)
+
+    def state_dict(self) -> dict:
+        """Not supported with the distributed executor."""
+        raise NotImplementedError("checkpoints are not supported with executor 'dist'; "
+                                  "use executor 'local' for checkpoint/resume")
+
+    def load_state_dict(self, state: dict) -> None:
+        """Not supported with the distributed executor."""
+        self.state_dict()
+
+
+def fit_worker(info, fit_kwargs: dict) -> dict:
+    """Process body: ``fit(**fit_kwargs, executor="dist")`` on every rank (chapter 11).
+
+    ``fit_kwargs`` holds ``model`` as a picklable recipe ``(builder, kwargs)`` (e.g.
+    ``(pipemare_lite.models.mlp, {...})``) and ``data`` as ``(loader, kwargs)``; returns the
+    history as a dict.
+    """
+    from pipemare_lite.train import fit
+
+    kwargs = dict(fit_kwargs)
+    builder, model_kwargs = kwargs.pop("model")
+    loader, data_kwargs = kwargs.pop("data")
+    history = fit(builder(**model_kwargs), loader(**data_kwargs), executor="dist", **kwargs)
+    return history.to_dict()
 
 
 # ---------------------------------------------------------------------- utilization
