@@ -412,3 +412,21 @@ def test_conv_norm_attention_models_sync_bitwise_and_pipedream_stashed(make):
     for module, state in zip(stages, ref_states):
         for name, p in module.named_parameters():
             assert torch.equal(p.detach(), state[name]), name
+
+
+def test_text_trace_lists_every_action_with_its_version():
+    from pipemare_lite.executor import trace_rows, trace_text
+
+    schedule = build_schedule("async", 2, 2, num_minibatches=3)
+    result = executor_for(schedule, blocks(2)).run(data(6))
+    rows = trace_rows(result.trace)
+    assert sorted(r["action"] for r in rows) == sorted(str(a) for row in schedule.ranks
+                                                       for a in row)
+    table = weight_versions(schedule)
+    for r in rows:
+        if r["action"][1] == "B":
+            stage, mb = int(r["action"][0]), int(r["action"][2:])
+            assert r["version"] == table.row(stage, mb).version_at_backward
+            assert (r["d"] or 0) == table.row(stage, mb).discrepancy
+    text = trace_text(result, limit=3)
+    assert len(text.splitlines()) == 5 and "more actions" in text

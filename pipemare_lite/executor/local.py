@@ -28,8 +28,9 @@ loss is ``loss_fn(output, target)`` (a mean over its samples); the backward star
 ``loss / N``; gradients add up in microbatch order on each stage. ``RunResult.losses`` are
 the unscaled losses.
 
-Execution order. Each rank runs its own actions in schedule order; the executor interleaves
-ranks greedily (an action runs once its input has arrived). The numbers depend only on each
+Execution order. Each rank runs its own actions in schedule order; the executor visits the
+ranks round-robin, one ready action each per round (an action is ready once its input has
+arrived), so the measured trace looks like a pipeline. The numbers depend only on each
 rank's own order, so any dependency-respecting interleaving gives the same result: the
 distributed executor relies on exactly this. The trace records the wall-clock time of every
 action, the weight version each F and B used, and the bytes each stage held.
@@ -220,11 +221,11 @@ class LocalExecutor:
 
         while not done():
             progressed = False
-            for rank, row in enumerate(self.schedule.ranks):
-                while self.positions[rank] < len(row) and not done():
+            for rank, row in enumerate(self.schedule.ranks):  # one action per rank per round
+                if self.positions[rank] < len(row) and not done():
                     action = row[self.positions[rank]]
                     if not self._ready(action):
-                        break
+                        continue
                     start = time.perf_counter()
                     self._execute(action, microbatches)
                     for device in cuda:  # timings are meaningless without a sync on GPUs
