@@ -199,3 +199,18 @@ def test_checks_import_no_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_engine_closed_forms_pass_the_simulator_backed_exercises():
+    # a student who derives the closed form must pass the check, which uses the simulator
+    formulas = pytest.importorskip("pipemare_lite.formulas")
+    closed_forms = {
+        "ex01_1": lambda P: 1 - formulas.idle_fraction_naive(P),
+        "ex02_2": formulas.idle_fraction_gpipe,
+        "ex03_2": lambda P, M: [formulas.peak_inflight_1f1b(P, M, s) for s in range(P)],
+        "ex04_1": formulas.idle_fraction_interleaved,
+    }
+    for exercise_id, answer in closed_forms.items():
+        result = run_checks(exercise_id, answer)
+        assert result.passed, result.message
+    assert run_checks("ex02_3", formulas.microbatches_for_idle_below(8, 0.1)).passed
