@@ -6,6 +6,8 @@ direct computation), independently of the code under test.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -181,6 +183,11 @@ def test_t1_delays_are_measured_from_the_schedule():
     P = 4
     schedule = build_schedule("async", P, 1, num_minibatches=12)
     assert stage_forward_delays(schedule) == [2 * (P - 1 - s) + 1 for s in range(P)]
+    # N microbatches per update: ceil((2(P-i)+1)/N) updates, the notes' closed form
+    for N in (2, 3):
+        schedule = build_schedule("async", P, N, num_minibatches=8)
+        assert stage_forward_delays(schedule) == [
+            math.ceil((2 * (P - i) + 1) / N) for i in range(1, P + 1)]
     # flushed schedules have no delay; T1 clamps to 1 (no change)
     assert stage_forward_delays(build_schedule("gpipe", P, 2, num_minibatches=3)) == [1] * P
 
