@@ -167,3 +167,15 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="microbatch index"):
         microbatch_color(-1)
     assert not math.isnan(gantt(gpipe_by_hand(1, 1)).data[0].x[0])
+
+
+def test_interleaved_boxes_name_their_chunk():
+    # P=2, v=2: virtual stages 0, 1 (chunk 0 on ranks 0, 1) and 2, 3 (chunk 1)
+    rows = ("0F0 2F0 2B0 0B0", "1F0 3F0 3B0 1B0")
+    ranks = tuple(tuple(Action.parse(a) for a in row.split()) for row in rows)
+    schedule = Schedule("interleaved", 2, 1, ranks, chunks=2)
+    entries = tuple(TimedAction(r, a, float(k), k + 1.0)
+                    for r, row in enumerate(ranks) for k, a in enumerate(row))
+    f_trace = trace(gantt(Timeline(schedule, entries)), "F")
+    labels = dict(zip(f_trace.hovertext, f_trace.text))
+    assert labels == {"0F0": "0", "1F0": "0", "2F0": "0\u2032", "3F0": "0\u2032"}

@@ -5,12 +5,14 @@ A reader who learns the colours once can read every figure of the book:
 - **Microbatches** get one colour each, :func:`microbatch_color`. Microbatch ``m`` has the
   same colour in a Gantt chart, a staleness heatmap's path view and a widget, in every
   chapter. The palette has 12 colours and repeats (microbatch 12 looks like microbatch 0);
-  boxes also carry the microbatch number as text, so the colour is a help, not the key.
+  boxes also carry the microbatch number as text, so the colour is a help, not the key
+  (with interleaving the number is primed per model chunk: ``3``, ``3′``, ``3″``).
 - **Operation kinds** are told apart by fill pattern and shade, never by hue, because the
   hue already belongs to the microbatch (:data:`OP_STYLE`): a forward ``F`` is solid, a
   full backward ``B`` is hatched ``/`` and darker, the split backward's input gradient
   ``I`` is hatched ``\\`` and its weight gradient ``W`` is dotted and paler; an update
-  ``U`` is a thin black mark; idle time is light grey.
+  ``U`` is a thin black mark; idle time is light grey. Legend swatches for F/B/I/W are
+  neutral grey with the kind's pattern.
 - **Memory kinds** (weights, optimizer state, stashes, activations ...) get one colour
   each, :func:`memory_kind_color`, the same in every memory figure.
 - **Methods** (gpipe, 1f1b, pipedream, async, pipemare ...) get one colour each,

@@ -85,6 +85,17 @@ def _op_marker(kind: str, entries: list) -> dict:
     return marker
 
 
+#: Suffixes that tell an interleaved rank's model chunks apart: chunk 0, 1, 2, 3 ...
+CHUNK_MARKS = ("", "\u2032", "\u2033", "\u2034")
+
+
+def box_label(action, num_ranks: int) -> str:
+    """A box's text: the microbatch, primed once per chunk when interleaved (``3``, ``3′``)."""
+    chunk = action.stage // num_ranks
+    mark = CHUNK_MARKS[chunk] if chunk < len(CHUNK_MARKS) else f"^{chunk}"
+    return f"{action.index}{mark}"
+
+
 #: Marks a legend-only trace (see :func:`legend_stub`); data traces carry no ``meta``.
 LEGEND_META = "legend"
 LEGEND_SWATCH = "#8C8C8C"
@@ -127,6 +138,7 @@ def gantt_trace_specs(
     factor, unit = time_scale(timeline)
     t0 = min((e.start for e in timeline.entries), default=0.0)
     makespan = timeline.makespan
+    P = timeline.schedule.num_stages
     by_kind: dict[str, list] = defaultdict(list)
     for entry in timeline.entries:
         by_kind[entry.action.kind].append(entry)
@@ -158,7 +170,7 @@ def gantt_trace_specs(
                 x=widths,
                 base=starts,
                 width=ROW_FILL,
-                text=np.array([str(e.action.index) if kind != "U" else "" for e in entries]),
+                text=np.array([box_label(e.action, P) if kind != "U" else "" for e in entries]),
                 textposition="inside",
                 insidetextanchor="middle",
                 textangle=0,
@@ -259,10 +271,12 @@ def gantt_layout(timeline: Timeline, *, title: str | None = None) -> dict:
 def gantt(timeline: Timeline, *, title: str | None = None, show_idle: bool = True) -> go.Figure:
     """A Gantt chart of ``timeline``: rows = ranks (rank 0 on top), boxes = actions.
 
-    Boxes are labelled by microbatch and coloured by it; F is solid, B hatched and darker,
-    I and W (split backward) have their own patterns, U is a thin black mark, idle time is
-    grey (``show_idle``). The x axis is time in the timeline's unit (cost units for a
-    simulation; seconds, or ms when shorter than a second, for a measured trace).
+    Boxes are labelled by microbatch (with interleaving, primed per model chunk: ``3`` is
+    microbatch 3 on the rank's first chunk, ``3′`` on its second) and coloured by it; F is
+    solid, B hatched and darker, I and W (split backward) have their own patterns, U is a
+    thin black mark, idle time is grey (``show_idle``). The x axis is time in the timeline's
+    unit (cost units for a simulation; seconds, or ms when shorter than a second, for a
+    measured trace).
     """
     if not isinstance(timeline, Timeline):
         raise TypeError(f"gantt() needs a Timeline, got {type(timeline).__name__}")
