@@ -570,7 +570,7 @@ def fit(
         )
 
     bar = None
-    if _progress_enabled(progress):
+    if _progress_enabled(progress) and os.environ.get("RANK", "0") == "0":
         from tqdm.auto import tqdm
 
         bar = tqdm(
@@ -826,6 +826,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         resume=args.resume,
         executor=args.executor,
     )
+    if os.environ.get("RANK", "0") != "0":  # under torchrun every rank trains; rank 0 reports
+        return 0
     summary = history.summary()
     if args.json:
         print(json.dumps(json_ready(summary), allow_nan=False))

@@ -335,3 +335,25 @@ def test_cli_json_of_a_diverged_run_is_strict_json(capsys):
     assert code == 0
     out = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"))
     assert out["diverged"] is True and "diverged at step" in out["divergence"]
+
+
+def test_epoch_data_order_is_seeded_and_each_sample_used_at_most_once(small_data):
+    from pipemare_lite.train import EpochMicrobatches
+
+    feed = EpochMicrobatches(small_data, batch_size=16, num_microbatches=4, seed=2, epochs=2)
+    assert len(feed) == 2 * 4 * 4
+    rows = {tuple(x.flatten().tolist()): i for i, x in enumerate(small_data.x_train)}
+    for epoch in range(2):
+        seen = []
+        for m in range(epoch * 16, (epoch + 1) * 16):
+            x, y = feed[m]
+            assert x.shape[0] == 4
+            for xi, yi in zip(x, y):
+                i = rows[tuple(xi.flatten().tolist())]
+                assert small_data.y_train[i] == yi  # inputs and labels stay paired
+                seen.append(i)
+        assert sorted(seen) == sorted(set(seen)) and len(seen) == 64
+    again = EpochMicrobatches(small_data, batch_size=16, num_microbatches=4, seed=2, epochs=2)
+    assert torch.equal(again[20][0], feed[20][0])
+    with pytest.raises(IndexError):
+        feed[32]
