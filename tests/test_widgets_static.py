@@ -69,3 +69,21 @@ def test_figures_and_widgets_import_without_torch():
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_staleness_static_dropdown_switches_every_heatmap_to_another_quantity():
+    from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.staleness import weight_versions
+
+    fig = staleness_explorer_static("async", stages=[2, 3], microbatches=2, minibatches=4)
+    (menu,) = fig.layout.updatemenus
+    labels = [b.label for b in menu.buttons]
+    assert labels[0].startswith("forward delay") and len(labels) == 3
+    (discrepancy,) = [b for b in menu.buttons if b.label.startswith("F-to-B discrepancy")]
+    z = discrepancy.args[0]["z"]
+    assert len(z) == 2  # one z per heatmap, so the slider's visibility is untouched
+    for P, grid in zip([2, 3], z):
+        table = weight_versions(build_schedule("async", P, 2, num_minibatches=4))
+        by_hand = [[r.version_at_backward - r.version_at_forward for r in table.rows
+                    if r.stage == s] for s in range(P)]
+        assert [list(row) for row in grid] == by_hand

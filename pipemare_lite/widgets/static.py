@@ -22,8 +22,9 @@ from pipemare_lite.staleness import (
     weight_versions,
 )
 from pipemare_lite.viz.gantt import gantt_layout, gantt_trace_specs
-from pipemare_lite.viz.staleness import staleness_heatmap
+from pipemare_lite.viz.staleness import QUANTITY_LABELS, staleness_heatmap
 from pipemare_lite.widgets.schedule_explorer import closed_forms, explorer_costs
+from pipemare_lite.widgets.staleness_explorer import HEATMAP_QUANTITIES
 
 #: More steps than this make the page heavy (every step's boxes are in the figure).
 MAX_STEPS = 24
@@ -117,10 +118,16 @@ def staleness_explorer_static(
     """Staleness heatmaps of ``method`` for every P in ``stages``, one slider step each.
 
     A step's title gives stage 0's measured steady-state forward delay beside the closed
-    form (stage 0 is the stalest). Arguments as in :func:`staleness_explorer`.
+    form (stage 0 is the stalest). A dropdown switches every heatmap between the forward
+    delay, the F-to-B discrepancy and the backward delay (``quantity`` is shown first).
+    Arguments as in :func:`staleness_explorer`.
     """
+    if quantity not in HEATMAP_QUANTITIES:
+        raise ValueError(
+            f"unknown quantity {quantity!r}; allowed: {', '.join(HEATMAP_QUANTITIES)}"
+        )
     values = _check_steps("stages", stages)
-    figures, titles = [], []
+    figures, titles, tables = [], [], []
     for P in values:
         built = build_schedule(method, P, microbatches, num_minibatches=minibatches,
                                warmup_minibatches=warmup)
@@ -132,8 +139,9 @@ def staleness_explorer_static(
         except ValueError:
             formula = ""
         titles.append(f"{method}, P={P}, N={microbatches}: stage 0 forward delay "
-                      f"{first.mean_forward_delay:.2f} updates (measured mean){formula}")
+                      f"{first.mean_forward_delay:.2f} (measured mean){formula}")
         figures.append(staleness_heatmap(table, quantity, title=titles[-1]))
+        tables.append(table)
     heats = [fig.data[0] for fig in figures]
     for k, heat in enumerate(heats):
         heat.visible = k == 0
@@ -146,5 +154,25 @@ def staleness_explorer_static(
     tallest = max(fig.layout.height for fig in figures)
     out = go.Figure(data=heats, layout=figures[0].layout)  # same columns, so same lines
     out.update_yaxes(autorange=None, range=[values[0] - 0.5, -0.5])
-    out.update_layout(sliders=[_slider(steps, "P = ")], height=tallest + 80)
+    out.update_layout(sliders=[_slider(steps, "P = ")], height=tallest + 140,
+                      updatemenus=[_quantity_menu(tables, quantity)],
+                      margin={"t": 120})  # room for the dropdown between title and plot
     return out
+
+
+def _quantity_menu(tables, first: str) -> dict:
+    """A dropdown that restyles every heatmap (all P at once) to another quantity.
+
+    It changes only the heatmaps' values and colours, never which one is visible, so it
+    composes with the slider.
+    """
+    order = [first] + [q for q in HEATMAP_QUANTITIES if q != first]
+    buttons = []
+    for quantity in order:
+        heats = [staleness_heatmap(table, quantity).data[0] for table in tables]
+        keys = ("z", "text", "zmin", "zmax", "colorscale", "hovertemplate")
+        restyle = {key: [heat[key] for heat in heats] for key in keys}
+        buttons.append({"label": QUANTITY_LABELS[quantity], "method": "restyle",
+                        "args": [restyle]})
+    return {"buttons": buttons, "direction": "down", "x": 0.0, "xanchor": "left",
+            "y": 1.02, "yanchor": "bottom", "showactive": True}
