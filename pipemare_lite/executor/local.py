@@ -207,16 +207,14 @@ class LocalExecutor:
         losses_before = set(self.workers[-1].losses)
         entries: list[TimedAction] = []
         versions: dict[str, int] = {}
-        peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in self.workers]
-        rank_peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in range(self.schedule.num_stages)]
-        now = [w.bytes_held() for w in self.workers]
-        over_time: list[tuple[float, int, dict[str, int]]] = []
+        meter = _BytesMeter(self.workers, self.schedule)
         cuda = [w.device for w in self.workers if w.device.type == "cuda"]
+        remaining = sum(len(row) for row in self.schedule.ranks) - sum(self.positions)
         origin = time.perf_counter()
 
         def done() -> bool:
-            if stop_after_updates is None or self.finished:
-                return self.finished
+            if stop_after_updates is None or not remaining:
+                return not remaining
             return all(w.versions.version >= stop_after_updates for w in self.workers)
 
         while not done():
@@ -232,27 +230,20 @@ class LocalExecutor:
                         torch.cuda.synchronize(device)
                     end = time.perf_counter()
                     self.positions[rank] += 1
+                    remaining -= 1
                     progressed = True
                     entries.append(TimedAction(rank, action, start - origin, end - origin))
                     versions[str(action)] = self._version_of(action)
-                    held = self.workers[action.stage].bytes_held()
-                    over_time.append((end - origin, action.stage, held))
-                    peak = peaks[action.stage]
-                    for kind, value in held.items():
-                        peak[kind] = max(peak[kind], value)
-                    now[action.stage] = held
-                    stages = self.schedule.stages_of(rank)
-                    for kind in BYTE_KINDS:
-                        total = sum(now[s][kind] for s in stages)
-                        rank_peaks[rank][kind] = max(rank_peaks[rank][kind], total)
+                    meter.after_action(rank, action.stage, end - origin)
             if not progressed:
                 stuck = [str(row[p]) for p, row in zip(self.positions, self.schedule.ranks)
                          if p < len(row)]
                 raise RuntimeError(f"schedule {self.schedule.name!r} is stuck: no rank can run "
                                    f"its next action ({', '.join(stuck)}); a dependency is "
                                    "missing or ordered after its consumer")
-        result = self._result(marks, losses_before, entries, versions, peaks, over_time)
-        result.peak_bytes_by_rank = rank_peaks
+        result = self._result(marks, losses_before, entries, versions, meter.peaks,
+                              meter.over_time)
+        result.peak_bytes_by_rank = meter.rank_peaks
         return result
 
     def _version_of(self, action: Action) -> int:
@@ -312,3 +303,25 @@ class LocalExecutor:
         torch.set_rng_state(state["rng"]["cpu"])
         if "cuda" in state["rng"]:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+
+
+class _BytesMeter:
+    """Peaks of every byte kind per stage and per rank, read after each action."""
+
+    def __init__(self, workers: Sequence[StageWorker], schedule: Schedule) -> None:
+        self.workers = workers
+        self.now = [w.bytes_held() for w in workers]
+        self.stages_of = [schedule.stages_of(r) for r in range(schedule.num_stages)]
+        self.peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in workers]
+        self.rank_peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in range(schedule.num_stages)]
+        self.over_time: list[tuple[float, int, dict[str, int]]] = []
+
+    def after_action(self, rank: int, stage: int, seconds: float) -> None:
+        """Read the stage's bytes after one of its actions; update the peaks."""
+        held = self.now[stage] = self.workers[stage].bytes_held()
+        self.over_time.append((seconds, stage, held))
+        peak, rank_peak, stages = self.peaks[stage], self.rank_peaks[rank], self.stages_of[rank]
+        for kind in BYTE_KINDS:
+            peak[kind] = max(peak[kind], held[kind])
+            total = held[kind] if len(stages) == 1 else sum(self.now[s][kind] for s in stages)
+            rank_peak[kind] = max(rank_peak[kind], total)

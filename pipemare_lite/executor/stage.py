@@ -135,6 +135,10 @@ class StageWorker:
         self.t2 = (None if discrepancy_gamma is None
                    else DiscrepancyCorrection(self.params, discrepancy_gamma))
         self.pending: dict[int, _Pending] = {}
+        # running byte counts, so that reading them after every action stays cheap
+        self._weight_bytes = sum(p.nbytes for p in self.params)
+        self._activation_bytes = 0
+        self._optimizer_bytes = self._count_optimizer_bytes()
         # What happened, for traces and tests (not needed to continue training).
         self.losses: dict[int, float] = {}
         self.forward_versions: dict[int, int] = {}
@@ -163,6 +167,7 @@ class StageWorker:
         self.pending[microbatch] = record
         self.forward_versions[microbatch] = version
         out = self._build_graph(record)
+        self._activation_bytes += record.saved_bytes
         if self.is_last:
             self.losses[microbatch] = out.item()
         return out
@@ -273,6 +278,7 @@ class StageWorker:
 
     def _finish(self, record: _Pending) -> None:
         del self.pending[record.microbatch]
+        self._activation_bytes -= record.saved_bytes
         self.versions.release(record.version)
 
     # ------------------------------------------------------------------ update
@@ -286,6 +292,7 @@ class StageWorker:
         if self.t2 is not None:
             self.t2.after_update(old)
         self.versions.after_update()
+        self._optimizer_bytes = self._count_optimizer_bytes()  # state appears at first step
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
 
@@ -296,15 +303,17 @@ class StageWorker:
         ``activations`` counts, per pending microbatch, the distinct tensors the pack hook
         kept (by address and size; parameters excluded: they are weights or stash).
         """
-        optimizer_bytes = sum(t.nbytes for state in self.optimizer.state.values()
-                              for t in state.values() if isinstance(t, torch.Tensor))
         return {
-            "weights": sum(p.nbytes for p in self.params),
+            "weights": self._weight_bytes,
             "stash": self.versions.held_bytes(),
             "t2_buffer": 0 if self.t2 is None else self.t2.buffer_bytes(),
-            "optimizer": optimizer_bytes,
-            "activations": sum(record.saved_bytes for record in self.pending.values()),
+            "optimizer": self._optimizer_bytes,
+            "activations": self._activation_bytes,
         }
+
+    def _count_optimizer_bytes(self) -> int:
+        return sum(t.nbytes for state in self.optimizer.state.values()
+                   for t in state.values() if isinstance(t, torch.Tensor))
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
@@ -342,6 +351,8 @@ class StageWorker:
             self.t2.load_state_dict(state["t2"])
         for m in sorted(state["pending"]):
             self._replay(m, state["pending"][m])
+        self._optimizer_bytes = self._count_optimizer_bytes()
+        self._activation_bytes = sum(r.saved_bytes for r in self.pending.values())
 
     def _replay(self, microbatch: int, stored: dict) -> None:
         """Rebuild one pending microbatch's graph from its stored saved tensors."""
