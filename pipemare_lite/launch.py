@@ -473,7 +473,8 @@ def ping(info: RankInfo, payload: Any = None, *, sleep: float = 0.0,
     """A worker that checks the job works: all-reduces the ranks and returns what it saw.
 
     ``launch(ping, 4)`` returns, per rank, ``{"rank", "world_size", "backend", "rank_sum",
-    "pid", "payload"}`` with ``rank_sum == 0 + 1 + ... + (world_size - 1)``. For chapter
+    "pid", "master", "payload"}`` with ``rank_sum == 0 + 1 + ... + (world_size - 1)`` and
+    ``master`` the rendezvous ``address:port``. For chapter
     11's "what if" cells: ``sleep`` seconds before the all-reduce (try a launch timeout
     shorter than that), ``fail_rank`` raises on that rank.
     """
@@ -491,5 +492,6 @@ def ping(info: RankInfo, payload: Any = None, *, sleep: float = 0.0,
         "backend": info.backend,
         "rank_sum": int(value.item()),
         "pid": os.getpid(),
+        "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}",
         "payload": payload,
     }

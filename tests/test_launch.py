@@ -1,0 +1,149 @@
+"""launch(): processes, results, errors, timeouts, cleanup; and the two other ways in.
+
+- :func:`pipemare_lite.launch.launch` from this process (results per rank, loopback, a
+  port chosen at run time, a failing rank named, a timeout, no child left alive);
+- from inside a Jupyter kernel (the way the chapters call it);
+- ``torchrun ... -m pipemare_lite.train --executor dist`` (the shell way).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from pipemare_lite.launch import LaunchError, choose_backend, launch, ping
+
+pytestmark = [pytest.mark.dist]
+
+
+@pytest.fixture(autouse=True)
+def hard_timeout():
+    """Fail the test (instead of hanging the suite) if it runs longer than 180 s."""
+    def expire(signum, frame):
+        raise TimeoutError("test exceeded its hard timeout of 180 s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(180)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def assert_ended(pids) -> None:
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # signal 0 only asks whether the pid exists
+
+
+def test_ping_runs_one_process_per_rank_on_loopback():
+    results = launch(ping, 3, args=("hello",), timeout=120)
+    assert [r["rank"] for r in results] == [0, 1, 2]
+    assert all(r["world_size"] == 3 and r["rank_sum"] == 0 + 1 + 2 for r in results)
+    assert all(r["payload"] == "hello" and r["backend"] == "gloo" for r in results)
+    assert len({r["pid"] for r in results} | {os.getpid()}) == 4  # separate processes
+    masters = {r["master"] for r in results}
+    assert len(masters) == 1
+    address, port = masters.pop().split(":")
+    assert address == "127.0.0.1" and int(port) > 0
+    assert_ended(r["pid"] for r in results)
+
+
+def test_a_failing_worker_is_named_and_nothing_is_left():
+    with pytest.raises(LaunchError) as info:
+        launch(ping, 2, kwargs={"fail_rank": 1}, timeout=120)
+    error = info.value
+    assert error.failed_ranks[0] == 1
+    assert "fails on purpose" in str(error)
+    assert error.exit_codes[1] == 1
+    assert_ended(error.pids.values())
+
+
+def test_the_launch_timeout_stops_every_rank():
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match="timed out after 2 s") as info:
+        launch(ping, 2, kwargs={"sleep": 60.0}, timeout=2.0, grace=1.0)
+    assert time.monotonic() - start < 20.0
+    assert_ended(info.value.pids.values())
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"world_size": 0}, "world_size must be a positive int"),
+        ({"world_size": 2, "timeout": 0}, "timeouts must be > 0"),
+        ({"world_size": 2, "backend": "mpi"}, "allowed: 'gloo', 'nccl', None"),
+        ({"world_size": 2, "start_method": "teleport"}, "start_method 'teleport'"),
+    ],
+)
+def test_bad_arguments_are_refused_before_starting_anything(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        launch(ping, **kwargs)
+
+
+def test_backend_is_gloo_without_enough_gpus():
+    expected = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= 2 else "gloo"
+    assert choose_backend(2) == expected
+    assert choose_backend(2, "gloo") == "gloo"
+
+
+@pytest.mark.slow
+def test_launch_works_inside_a_jupyter_kernel():
+    jupyter_client = pytest.importorskip("jupyter_client")
+    manager, client = jupyter_client.manager.start_new_kernel(kernel_name="python3")
+    try:
+        code = (
+            "from pipemare_lite.launch import launch, ping\n"
+            "results = launch(ping, 2, timeout=120)\n"
+            "print('RANK_SUMS', [r['rank_sum'] for r in results])\n"
+        )
+        output = []
+
+        def collect(message):
+            if message["msg_type"] == "stream":
+                output.append(message["content"]["text"])
+            elif message["msg_type"] == "error":
+                output.append("\n".join(message["content"]["traceback"]))
+
+        reply = client.execute_interactive(code, timeout=150, output_hook=collect)
+        text = "".join(output)
+        assert reply["content"]["status"] == "ok", text
+        assert "RANK_SUMS [1, 1]" in text
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+@pytest.mark.slow
+def test_torchrun_trains_with_the_distributed_executor(tmp_path, capsys):
+    options = ["--method", "1f1b", "--stages", "2", "--microbatches", "2", "--batch-size", "64",
+               "--epochs", "1", "--width", "16", "--json", "--no-progress"]
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "--max-restarts", "0", "--log-dir", str(tmp_path), "--redirects", "3",
+        "-m", "pipemare_lite.train", "--executor", "dist", *options,
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=170, env=env)
+    logs = {p.parent.name: p.read_text() for p in tmp_path.rglob("stdout.log")}
+    assert done.returncode == 0, done.stderr[-3000:] + "\n".join(logs.values())[-2000:]
+    assert logs["1"].strip() == ""  # under torchrun only rank 0 reports
+    distributed = json.loads(logs["0"].strip().splitlines()[-1])
+
+    from pipemare_lite.train import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main(["--executor", "local", *options]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    local = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("final_train_loss", "evals", "steps", "forward_delay", "memory_bytes_by_stage"):
+        assert distributed[key] == local[key], key  # bitwise: the same numbers
