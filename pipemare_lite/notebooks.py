@@ -169,12 +169,13 @@ class ChapterTable:
 
     def __str__(self) -> str:
         width = max((len(r.title) for r in self.rows), default=10)
+        file_width = max((len(r.file) for r in self.rows), default=10)
         out = []
         for r in self.rows:
             status = r.file if r.written else "(planned)"
             seconds = "" if r.seconds is None else f"  {r.seconds:5.0f} s"
-            out.append(f"{r.number:02d}  {r.title:<{width}}  {status}{seconds}")
-        return "\n".join(out)
+            out.append(f"{r.number:02d}  {r.title:<{width}}  {status:<{file_width}}{seconds}")
+        return "\n".join(line.rstrip() for line in out)
 
     __repr__ = __str__
 

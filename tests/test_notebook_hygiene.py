@@ -41,6 +41,30 @@ def test_every_chapter_is_listed_in_the_chapter_table():
     assert set(notebooks.PLANNED_CHAPTERS) <= {r.number for r in table.rows}
 
 
+def test_chapter_table_marks_written_chapters_and_shows_measured_times(tmp_path):
+    folder = tmp_path / "chapters"
+    folder.mkdir()
+    nbformat.write(_good_chapter("02"), folder / "02_planted_chapter.ipynb")
+    nbformat.write(_good_chapter("14"), folder / "14_an_extra_chapter.ipynb")
+    (folder / "notes.ipynb").write_text("{}")  # not a chapter name: ignored
+    timings = tmp_path / "timings.json"
+    timings.write_text('{"02_planted_chapter.ipynb": 12.4, "99_gone.ipynb": 3}')
+
+    table = notebooks.chapter_table(folder, timings=timings)
+    by_number = {r.number: r for r in table.rows}
+    assert set(by_number) == set(notebooks.PLANNED_CHAPTERS) | {14}
+    assert [r.number for r in table.written] == [2, 14]
+    assert by_number[2].title == "A planted chapter" and by_number[2].seconds == 12.4
+    assert by_number[14].seconds is None and by_number[3].file == ""
+    assert by_number[3].title == notebooks.PLANNED_CHAPTERS[3]
+    markdown = table.to_markdown()
+    assert "| 02 | A planted chapter | `02_planted_chapter.ipynb` | 12 s |" in markdown
+    assert f"| 03 | {notebooks.PLANNED_CHAPTERS[3]} | planned |  |" in markdown
+    assert "99_gone" not in markdown
+    # without a timings file (the book never built) the table still works
+    assert notebooks.chapter_table(folder, timings=tmp_path / "none.json").rows[2].seconds is None
+
+
 # --------------------------------------------------------------------------- planted problems
 
 
