@@ -68,7 +68,8 @@ class Action:
         match = _ACTION_RE.match(text)
         if not match:
             raise ValueError(
-                f"cannot parse action {text!r}: expected {{stage}}{{F|B|I|W|U}}{{index}}, e.g. '2F0'"
+                f"cannot parse action {text!r}: "
+                "expected {stage}{F|B|I|W|U}{index}, e.g. '2F0'"
             )
         stage, kind, index = match.groups()
         return cls(int(stage), kind, int(index))
@@ -107,7 +108,8 @@ class Schedule:
             )
         if len(self.ranks) != self.num_stages:
             raise ValueError(
-                f"schedule {self.name!r} has {len(self.ranks)} rank rows for {self.num_stages} stages"
+                f"schedule {self.name!r} has {len(self.ranks)} rank rows "
+                f"for {self.num_stages} stages"
             )
 
     @property
