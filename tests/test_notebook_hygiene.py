@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 import subprocess
 import sys
@@ -250,12 +251,16 @@ def test_nbval_lax_compares_only_tagged_cells_under_xdist_and_reports_times(tmp_
     shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
     shutil.copy(ROOT / "tests" / "nbval_sanitize.cfg", tmp_path / "sanitize.cfg")
 
+    # only the two plugins `make test` relies on: starting three pytest processes with every
+    # installed plugin is most of this test's time
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2",
+        [sys.executable, "-m", "pytest", "-p", "xdist", "-p", "nbval",
+         "-p", "no:cacheprovider", "-n", "2",
          "--dist", "loadscope", "--nbval-lax", "--nbval-current-env",
          "--nbval-sanitize-with", "sanitize.cfg", "--nbval-cell-timeout", "60",
          "01_passes.ipynb", "02_fails.ipynb"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=180,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
