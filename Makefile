@@ -2,11 +2,16 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_WORKERS ?= 2
+# seconds one notebook cell may run in `make test` (a chapter must finish in 60 s on 2 cores)
+CELL_TIMEOUT ?= 300
+# extra options for `make book`, e.g. BOOK_ARGS="--chapters 03 --keep-going"
+BOOK_ARGS ?=
 
 .PHONY: help setup book test test-fast lint format student solutions grade bench clean
 
 help:
 	@echo "make book       execute every chapter and render the HTML book into build/book/"
+	@echo "                (BOOK_ARGS=\"--chapters 03 --keep-going\" for a part of it)"
 	@echo "make test       unit tests + notebook checks (nbval), in .venv"
 	@echo "make lint       ruff"
 	@echo "make student    student copies of the chapters (solutions stubbed) into student/"
@@ -18,13 +23,13 @@ setup:
 	@bash scripts/bootstrap.sh
 
 book: setup
-	$(PY) -m pipemare_lite book --out build/book
+	$(PY) -m pipemare_lite book --out build/book --timeout $(CELL_TIMEOUT) $(BOOK_ARGS)
 
 test: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope tests chapters \
 		--nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-		--nbval-cell-timeout 300
+		--nbval-cell-timeout $(CELL_TIMEOUT)
 
 test-fast: setup
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope tests -m "not slow"
