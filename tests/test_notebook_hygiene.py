@@ -268,3 +268,28 @@ def test_nbval_lax_compares_only_tagged_cells_under_xdist_and_reports_times(tmp_
     assert "02_fails.ipynb::Cell 0" in out.split("short test summary")[-1]
     times = out.split("chapter wall times")[-1]
     assert "01_passes.ipynb" in times and "02_fails.ipynb" in times, out
+
+
+@pytest.mark.slow  # starts a kernel
+def test_run_refreshes_checked_outputs_and_saves_the_notebook_clean(tmp_path, capsys):
+    nb = _good_chapter()
+    nb.cells[3].source = "print(6 * 7)"  # the stored output still says 4
+    nb.cells.insert(4, new_code_cell("print('not kept')"))
+    path = tmp_path / "05_planted_chapter.ipynb"
+    nbformat.write(nb, path)
+    path.with_name("helper.txt").write_text("read from the chapters folder")
+    nb.cells[2].source = "print(open('helper.txt').read())"  # cwd must be the notebook's folder
+    nbformat.write(nb, path)
+
+    assert notebooks.main(["run", str(path)]) == 1  # check('ex00_1', f): f is undefined
+    assert "FAIL" in capsys.readouterr().out
+    assert nbformat.read(path, as_version=4).cells[3].outputs[0]["text"] == "4\n"  # not saved
+
+    nb.cells[5].source = "x = 1"  # the exercise cell, now without check()
+    nbformat.write(nb, path)
+    assert notebooks.main(["run", str(path)]) == 0
+    saved = nbformat.read(path, as_version=4)
+    assert saved.cells[3].outputs[0]["text"] == "42\n"
+    assert all(not c.get("outputs") for i, c in enumerate(saved.cells) if i != 3)
+    problems = notebooks.notebook_problems(path, check_imports=False)
+    assert problems == ["no exercise cell calling check()"]  # the one rule broken on purpose
