@@ -862,7 +862,8 @@ def compare_with_torch_pipelining(info, job: ComparisonJob) -> dict:
     ``torch_losses`` / ``our_losses`` (last rank), ``torch_grads`` / ``our_grads`` (this
     rank's stage, after the first step, before any update), and, when ``repeats > 0``,
     ``torch_seconds`` / ``our_seconds`` per training step (each a list of ``repeats``;
-    forward, backward and an SGD step, measured between barriers).
+    forward, backward and an SGD step, from a barrier to this rank's end of the step; the
+    two runtimes alternate step by step so that both see the same machine load).
     """
     from torch.distributed import pipelining
 
@@ -873,7 +874,7 @@ def compare_with_torch_pipelining(info, job: ComparisonJob) -> dict:
     P, N, rank = info.world_size, job.num_microbatches, info.rank
     out: dict = {"rank": rank}
 
-    # --- PyTorch
+    # PyTorch's runtime
     module = job.stages()[rank].to(info.device)
     stage = pipelining.PipelineStage(module, rank, P, info.device)
     ours_scaling = job.loss_scaling == "ours"
@@ -894,21 +895,7 @@ def compare_with_torch_pipelining(info, job: ComparisonJob) -> dict:
             runtime.step()
         return losses
 
-    losses = torch_step()
-    out["torch_losses"] = [float(v.detach()) for v in losses]
-    out["torch_grads"] = [p.grad.detach().cpu().clone() for p in module.parameters()]
-    optimizer.zero_grad(set_to_none=True)
-    out["torch_seconds"] = []
-    for _ in range(job.repeats):
-        dist.barrier()
-        start = time.perf_counter()
-        torch_step()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        _synchronize(info.device)
-        out["torch_seconds"].append(time.perf_counter() - start)
-
-    # --- ours: the same step as minibatch 0 of a schedule with 1 + repeats minibatches
+    # ours: the same step repeated, as the minibatches of one schedule
     from pipemare_lite.schedules import build_schedule
 
     schedule = build_schedule(job.schedule_name, P, N, num_minibatches=1 + job.repeats)
@@ -921,11 +908,28 @@ def compare_with_torch_pipelining(info, job: ComparisonJob) -> dict:
     # allocated tensors. Matmul kernels round differently on such (unaligned) views, so we
     # feed our executor the very same views to compare bitwise.
     feed = list(zip(torch.tensor_split(x, N), torch.tensor_split(y, N))) * (1 + job.repeats)
+
+    # the first step of each: numbers to compare (before any update)
+    losses = torch_step()
+    out["torch_losses"] = [float(v.detach()) for v in losses]
+    out["torch_grads"] = [p.grad.detach().cpu().clone() for p in module.parameters()]
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
     first = executor.run(feed, stop_after_updates=1)
     out["our_losses"] = list(first.loss_by_microbatch.values())
     out["our_grads"] = first.gradients[rank][0]
-    out["our_seconds"] = []
+    executor.record_gradients = False  # copying gradients is not part of a training step
+
+    # timed steps, alternating so that both see the same machine load
+    out["torch_seconds"], out["our_seconds"] = [], []
     for k in range(2, 2 + job.repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        torch_step()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        _synchronize(info.device)
+        out["torch_seconds"].append(time.perf_counter() - start)
         # run() starts with a barrier and times its actions from there: the step's time on
         # this rank is the end of its last action (its U)
         step = executor.run(feed, stop_after_updates=k)
