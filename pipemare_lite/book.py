@@ -195,8 +195,11 @@ def execute_chapter(path: Path, timeout: int) -> tuple[object, float, str]:
     )
     start = time.perf_counter()
     error = ""
+    # figures as plain plotly JSON (what the page turns into a live plot), whatever renderer
+    # the environment would pick (a "browser" renderer would open windows)
+    env = {**os.environ, "PLOTLY_RENDERER": "plotly_mimetype"}
     try:
-        client.execute()
+        client.execute(env=env)
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
         error = str(exc).strip() or type(exc).__name__
     return nb, time.perf_counter() - start, error
@@ -268,8 +271,6 @@ def build_book(
     if not mathjax:
         log("[book] jupyter-server-mathjax not installed: formulas stay as LaTeX source")
 
-    # Figures as plain plotly JSON (what the page turns into a live plot), unless the user chose
-    os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype")
     results: list[ChapterResult] = []
     for path in paths:
         title = chapter_info(path).title
