@@ -220,7 +220,8 @@ class LocalExecutor:
         while not done():
             progressed = False
             for rank, row in enumerate(self.schedule.ranks):  # one action per rank per round
-                if self.positions[rank] < len(row) and not done():
+                if self.positions[rank] < len(row) and (stop_after_updates is None
+                                                        or not done()):
                     action = row[self.positions[rank]]
                     if not self._ready(action):
                         continue

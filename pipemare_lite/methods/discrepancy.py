@@ -33,6 +33,7 @@ class DiscrepancyCorrection:
         self.gamma = gamma
         self.delta = [torch.zeros_like(p, memory_format=torch.contiguous_format)
                       for p in self.params]
+        self._bytes = sum(d.nbytes for d in self.delta)  # fixed: delta keeps its shapes
 
     def snapshot(self) -> list[torch.Tensor]:
         """Copies of the weights before an update (``w_old``)."""
@@ -52,7 +53,7 @@ class DiscrepancyCorrection:
 
     def buffer_bytes(self) -> int:
         """Bytes of the ``delta`` buffer (one weight-sized copy)."""
-        return sum(d.nbytes for d in self.delta)
+        return self._bytes
 
     def state_dict(self) -> dict:
         """``gamma`` and a copy of ``delta``."""

@@ -114,6 +114,7 @@ class WeightVersions:
         self.version = 0
         self.held: dict[int, list[torch.Tensor]] = {}
         self.refcount: dict[int, int] = {}
+        self._copy_bytes = sum(p.nbytes for p in self.params)  # one held copy
         if mode == "2bw":
             # every reader is known up front: minibatch k reads version max(k-1, 0), and a
             # copy cannot come back once dropped, so forwards not yet run count as readers
@@ -180,7 +181,7 @@ class WeightVersions:
 
     def held_bytes(self) -> int:
         """Bytes of the old copies currently kept."""
-        return sum(t.nbytes for copy in self.held.values() for t in copy)
+        return len(self.held) * self._copy_bytes
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
