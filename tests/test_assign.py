@@ -12,11 +12,13 @@ import nbformat
 import pytest
 
 from pipemare_lite.cli import main
+from pipemare_lite.exercises import list_exercises
 from pipemare_lite.exercises.assign import (
     BEGIN_MARKER,
     END_MARKER,
     SOLUTION_ONLY_TAG,
     SolutionMarkupError,
+    chapter_number,
     select_chapters,
     solution_regions,
     stub_code,
@@ -77,12 +79,15 @@ def assert_no_solution_survives(source, student) -> None:
     assert "widgets" not in student.metadata
 
 
-def _parses(source: str) -> bool:
-    masked = "\n".join(
+def _masked(source: str) -> str:
+    return "\n".join(
         "pass" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
     )
+
+
+def _parses(source: str) -> bool:
     try:
-        ast.parse(masked)
+        ast.parse(_masked(source))
     except SyntaxError:
         return False
     return True
@@ -185,6 +190,49 @@ def test_chapter_student_copy_has_no_solution(path):
     ):
         if after.cell_type == "code" and _parses(before.source):
             assert _parses(after.source), f"{path.name}: stub broke\n{after.source}"
+
+
+def _uses_outside_check(source: str, name: str) -> bool:
+    """True if ``source`` reads ``name`` anywhere except as an argument of ``check(...)``."""
+    try:
+        tree = ast.parse(_masked(source))
+    except SyntaxError:
+        return False
+    inside_check = {
+        id(node)
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "check"
+        for node in ast.walk(call)
+    }
+    return any(
+        isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
+        and id(node) not in inside_check
+        for node in ast.walk(tree)
+    )
+
+
+def test_use_detector_ignores_check_calls_attributes_and_imports():
+    assert _uses_outside_check("rows = gpipe_order(2, 3)", "gpipe_order")
+    assert not _uses_outside_check('check("ex02_1", gpipe_order)', "gpipe_order")
+    assert not _uses_outside_check("print(m.gpipe_order)", "gpipe_order")
+    assert not _uses_outside_check("from x import gpipe_order as g", "gpipe_order")
+
+
+@pytest.mark.skipif(not CHAPTERS, reason="no chapters in chapters/ yet")
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_student_copy_stays_runnable(path):
+    # a stubbed answer used by a later cell would stop the student's run there
+    chapter = chapter_number(path)
+    notebook = nbformat.read(path, as_version=4)
+    for exercise in list_exercises(chapter):
+        users = [
+            index
+            for index, cell in enumerate(notebook.cells)
+            if cell.cell_type == "code"
+            and not solution_regions(cell.source)
+            and _uses_outside_check(cell.source, exercise.function_name)
+        ]
+        assert not users, f"{path.name}: cells {users} use {exercise.function_name}"
 
 
 # --- selection and the command line -------------------------------------------------------
