@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import textwrap
 from dataclasses import dataclass, field
 
 
@@ -72,7 +73,7 @@ class EnvReport:
         ]
 
     def __str__(self) -> str:
-        return "\n".join(self.lines() + ["", self.what_it_changes()])
+        return "\n".join(self.lines() + ["", textwrap.fill(self.what_it_changes(), width=88)])
 
 
 def report() -> EnvReport:
