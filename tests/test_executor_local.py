@@ -430,3 +430,37 @@ def test_text_trace_lists_every_action_with_its_version():
             assert (r["d"] or 0) == table.row(stage, mb).discrepancy
     text = trace_text(result, limit=3)
     assert len(text.splitlines()) == 5 and "more actions" in text
+
+
+def test_resume_with_dropout_and_batchnorm_buffers_is_bitwise():
+    # dropout draws random numbers and BatchNorm moves running statistics in every forward:
+    # the rebuilt forwards of pending microbatches must do neither a second time
+    def make():
+        torch.manual_seed(5)
+        return [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.BatchNorm1d(WIDTH), nn.ReLU(),
+                              nn.Dropout(0.25)) for _ in range(2)] + [nn.Linear(WIDTH, WIDTH)]
+    P, N, K = 3, 2, 4
+    schedule = build_schedule("async", P, N, num_minibatches=K)
+    options = MethodOptions(discrepancy_correction=True)
+    mbs = data(N * K)
+    torch.manual_seed(11)
+    straight_stages = make()
+    torch.manual_seed(11)
+    straight = executor_for(schedule, straight_stages, options=options).run(mbs)
+    torch.manual_seed(11)
+    first = executor_for(schedule, make(), options=options)
+    torch.manual_seed(11)
+    part1 = first.run(mbs, stop_after_updates=2)
+    assert sum(len(w.pending) for w in first.workers) > 0
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    torch.manual_seed(999)  # the state carries the random generator, not the caller
+    resumed_stages = make()
+    second = executor_for(schedule, resumed_stages, options=options)
+    second.load_state_dict(torch.load(buffer, weights_only=False))
+    part2 = second.run(mbs)
+    assert part1.losses + part2.losses == straight.losses
+    for got, want in zip(resumed_stages, straight_stages):
+        for (name, a), (_, b) in zip(got.state_dict().items(), want.state_dict().items()):
+            assert torch.equal(a, b), name

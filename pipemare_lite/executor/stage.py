@@ -362,8 +362,12 @@ class StageWorker:
         record = _Pending(microbatch, stored["version"], x, stored["target"],
                           replay=list(stored["saved"]))
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        buffers = [b.clone() for b in self.module.buffers()]  # e.g. BatchNorm running stats
         with torch.random.fork_rng(devices=devices):  # a replay must not consume randomness
             self._build_graph(record)
+        with torch.no_grad():  # nor move the module's buffers a second time
+            for buffer, before in zip(self.module.buffers(), buffers):
+                buffer.copy_(before)
         if record.replay:
             raise RuntimeError(f"stage {self.stage}: replay of microbatch {microbatch} used "
                                f"{len(record.saved)} of {len(stored['saved'])} saved tensors")
