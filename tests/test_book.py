@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from importlib import resources
 from pathlib import Path
 
@@ -172,3 +174,20 @@ def test_readme_links_resolve_and_commands_exist():
     for target in ("book", "test"):
         assert f"make {target}" in readme
         assert re.search(rf"^{target}:", makefile, re.MULTILINE), f"Makefile has no {target}:"
+
+
+@pytest.mark.slow  # a headless browser, where one is installed
+def test_a_browser_draws_the_figure_offline(built):
+    """End to end: the page, opened from disk, draws the plotly figure (an SVG appears)."""
+    found = [shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")]
+    browser = next((b for b in found if b), None)
+    if browser is None:
+        pytest.skip("no headless chromium installed")
+    _, out, _ = built
+    page = (out / "07_figure_fixture.html").resolve()
+    done = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
+         "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert 'class="main-svg"' in done.stdout, done.stderr[-2000:]
