@@ -1,0 +1,198 @@
+"""The distributed executor's pieces without starting processes (fast).
+
+- a one-rank process group (gloo, in this process): P = 1 schedules go through
+  :class:`DistributedExecutor` (messages handed over in memory) and equal the local
+  executor bitwise; bad input is refused with a message naming it;
+- the fault primitives: a wait that never completes ends with OpTimeoutError naming what it
+  waited for, an abort ends it with PeerFailedError, a failure report lands in the store.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from pipemare_lite.executor import LocalExecutor
+from pipemare_lite.executor.dist import DistributedExecutor, Fault, PartitionedModel
+from pipemare_lite.executor.faults import (
+    OpTimeoutError,
+    PeerFailedError,
+    StatusBoard,
+    Waiter,
+    claim_abort,
+    read_abort,
+    read_failures,
+    read_positions,
+)
+from pipemare_lite.methods import build_method_schedule, method_options
+from pipemare_lite.models import mlp
+from pipemare_lite.schedules import build_schedule
+
+OPTIMIZER = functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9)
+
+
+@pytest.fixture(scope="module")
+def one_rank_group():
+    """A gloo process group of one rank in this process (torn down afterwards)."""
+    if dist.is_initialized():
+        pytest.skip("another process group is active in this process")
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=30))
+    yield store
+    dist.destroy_process_group()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def stages(depth: int = 3):
+    return PartitionedModel(mlp, depth, kwargs=(("in_features", 5), ("hidden", 6),
+                                                ("depth", depth), ("out_features", 4),
+                                                ("seed", 2)))
+
+
+def data(count: int):
+    g = torch.Generator().manual_seed(5)
+    return [(torch.randn(3, 5, generator=g), torch.randint(0, 4, (3,), generator=g))
+            for _ in range(count)]
+
+
+@pytest.mark.parametrize("method", ["gpipe", "pipedream", "pipemare"])
+def test_one_rank_equals_the_local_executor(one_rank_group, method):
+    # P = 1: the whole model is one stage; no message leaves the rank
+    schedule = build_method_schedule(method, 1, 2, num_minibatches=3)
+    options = method_options(method)
+    recipe = stages(1)
+    mbs = data(schedule.total_microbatches)
+    dist_result = DistributedExecutor(schedule, recipe(), loss_fn=F.cross_entropy,
+                                      optimizer_factory=OPTIMIZER, method_options=options,
+                                      ).run(mbs)
+    local = LocalExecutor(schedule, recipe(), loss_fn=F.cross_entropy,
+                          optimizer_factory=OPTIMIZER, method_options=options)
+    local_result = local.run(mbs)
+    assert dist_result.loss_by_microbatch == local_result.loss_by_microbatch
+    for name, value in local.workers[0].module.state_dict().items():
+        assert torch.equal(dist_result.state_dicts[0][name], value)
+
+
+def test_stages_on_one_rank_hand_messages_over_in_memory(one_rank_group):
+    # an interleaved schedule with P=1 and 3 chunks: three virtual stages on rank 0
+    from pipemare_lite.schedules.interleaved import interleaved
+
+    schedule = interleaved(1, 2, 3, 2)
+    mbs = data(schedule.total_microbatches)
+    recipe = stages(3)
+    executor = DistributedExecutor(schedule, recipe(), loss_fn=F.cross_entropy,
+                                   optimizer_factory=OPTIMIZER)
+    result = executor.run(mbs)
+    local = LocalExecutor(schedule, recipe(), loss_fn=F.cross_entropy,
+                          optimizer_factory=OPTIMIZER).run(mbs)
+    assert result.loss_by_microbatch == local.loss_by_microbatch
+    assert result.versions == local.trace.extra["versions"]
+
+
+def test_stop_and_continue_gives_the_same_numbers(one_rank_group):
+    schedule = build_schedule("async", 1, 2, num_minibatches=4)
+    mbs = data(schedule.total_microbatches)
+    whole = DistributedExecutor(schedule, stages(1)(), loss_fn=F.cross_entropy,
+                                optimizer_factory=OPTIMIZER).run(mbs)
+    parts = DistributedExecutor(schedule, stages(1)(), loss_fn=F.cross_entropy,
+                                optimizer_factory=OPTIMIZER)
+    losses = {}
+    for k in (1, 2, 4):
+        step = parts.run(mbs, stop_after_updates=k)
+        assert parts.workers[0].versions.version == k
+        losses.update(step.loss_by_microbatch)
+    assert parts.finished
+    assert losses == whole.loss_by_microbatch
+
+
+def test_bad_input_is_refused_with_a_message(one_rank_group):
+    two_ranks = build_schedule("gpipe", 2, 2)
+    with pytest.raises(ValueError, match="2 ranks but the process group has 1"):
+        DistributedExecutor(two_ranks, stages(2)(), loss_fn=F.cross_entropy,
+                            optimizer_factory=OPTIMIZER)
+    one_rank = build_schedule("gpipe", 1, 2, num_minibatches=2)
+    with pytest.raises(ValueError, match="1 virtual stages, got 2 stage modules"):
+        DistributedExecutor(one_rank, stages(2)(), loss_fn=F.cross_entropy,
+                            optimizer_factory=OPTIMIZER)
+    executor = DistributedExecutor(one_rank, stages(1)(), loss_fn=F.cross_entropy,
+                                   optimizer_factory=OPTIMIZER)
+    with pytest.raises(ValueError, match="needs 4 microbatches, got 3"):
+        executor.run(data(3))
+    with pytest.raises(ValueError, match="unknown fault kind 'explode'"):
+        Fault(0, 1, "explode")
+
+
+def test_an_injected_fault_raises_at_its_position(one_rank_group):
+    schedule = build_schedule("gpipe", 1, 2)
+    board = StatusBoard(0, 1)
+    executor = DistributedExecutor(schedule, stages(1)(), loss_fn=F.cross_entropy,
+                                   optimizer_factory=OPTIMIZER, board=board,
+                                   fault=Fault(0, 2, "raise"))
+    with pytest.raises(RuntimeError, match=r"injected fault on rank 0 before action 2 \(0B0\)"):
+        executor.run(data(2))
+    assert board.position.index == 2 and board.position.action == "0B0"
+
+
+class NeverDone:
+    """A Work that never completes until released (what a lost message looks like)."""
+
+    def __init__(self):
+        self.released = threading.Event()
+
+    def is_completed(self):
+        return self.released.is_set()
+
+    def wait(self, timeout=None):
+        self.released.wait()
+        return True
+
+
+@pytest.mark.parametrize("polling", [True, False], ids=["nccl-style", "gloo-style"])
+def test_a_wait_that_never_ends_times_out_naming_what_it_waited_for(polling):
+    board = StatusBoard(3, 4)
+    board.at(7, 20, "3F2")
+    work = NeverDone()
+    start = time.monotonic()
+    with pytest.raises(OpTimeoutError, match=r"waited more than 0.3 s for activation X "
+                                             r"\(rank 3: action 7/20 \(3F2\)"):
+        Waiter(board, 0.3, polling=polling).wait(work, "activation X")
+    assert 0.3 <= time.monotonic() - start < 5.0
+    work.released.set()  # let the helper thread finish
+
+
+@pytest.mark.parametrize("polling", [True, False], ids=["nccl-style", "gloo-style"])
+def test_an_abort_ends_a_wait(polling):
+    board = StatusBoard(1, 2)
+    work = NeverDone()
+    threading.Timer(0.2, lambda: setattr(board, "abort_reason", "rank 0 failed at X")).start()
+    with pytest.raises(PeerFailedError, match="rank 1 stops: rank 0 failed at X"):
+        Waiter(board, 30.0, polling=polling).wait(work, "gradient Y")
+    work.released.set()
+
+
+def test_failure_reports_land_in_the_store():
+    store = dist.HashStore()
+    board = StatusBoard(2, 3, store)
+    board.at(4, 9, "2B1")
+    board.fail(ValueError("bad value 7"))
+    assert read_abort(store) == "rank 2 failed at rank 2: action 4/9 (2B1) compute: " \
+                                "ValueError: bad value 7"
+    assert "ValueError: bad value 7" in read_failures(store, 3)[2]
+    assert read_positions(store, 3)[2].state == "failed: ValueError: bad value 7"
+    # the first reason holds: a later failure does not overwrite it
+    assert claim_abort(store, "rank 0 failed too") == read_abort(store)
