@@ -26,7 +26,7 @@ executor measured them, and the wall time.
 
 Divergence. A non-finite loss stops the run. ``on_divergence="stop"`` (default) returns the
 history with ``diverged=True`` and a readable ``divergence`` message naming the step, the
-microbatch and the first stage whose weights became non-finite; ``"raise"`` raises
+microbatch and the stages whose weights are non-finite by then; ``"raise"`` raises
 :class:`DivergenceError` with the same message.
 
 Checkpoints (:mod:`pipemare_lite.checkpoint`): with ``checkpoint_path`` and
@@ -206,7 +206,8 @@ class EpochMicrobatches(Sequence):
         self.batch_size, self.num_microbatches, self.seed = batch_size, num_microbatches, seed
         self.steps_per_epoch = len(self.x) // batch_size
         self.epochs = epochs
-        self._cached: tuple[int, list] | None = None
+        self._order: tuple[int, torch.Tensor] | None = None  # (epoch, its sample order)
+        self._step: tuple[int, list] | None = None  # (step, its microbatches)
 
     def __len__(self) -> int:
         return self.epochs * self.steps_per_epoch * self.num_microbatches
@@ -215,11 +216,14 @@ class EpochMicrobatches(Sequence):
         if not 0 <= m < len(self):
             raise IndexError(f"microbatch {m} out of range 0..{len(self) - 1}")
         step, j = divmod(m, self.num_microbatches)
-        epoch, position = divmod(step, self.steps_per_epoch)
-        if self._cached is None or self._cached[0] != epoch:
-            self._cached = (epoch, epoch_order(len(self.x), self.seed, epoch))
-        chosen = self._cached[1][position * self.batch_size : (position + 1) * self.batch_size]
-        return microbatches(self.x[chosen], self.y[chosen], self.num_microbatches)[j]
+        if self._step is None or self._step[0] != step:
+            epoch, position = divmod(step, self.steps_per_epoch)
+            if self._order is None or self._order[0] != epoch:
+                self._order = (epoch, epoch_order(len(self.x), self.seed, epoch))
+            size = self.batch_size
+            chosen = self._order[1][position * size : (position + 1) * size]
+            self._step = (step, microbatches(self.x[chosen], self.y[chosen], self.num_microbatches))
+        return self._step[1][j]
 
 
 # --------------------------------------------------------------------------- executors
@@ -588,8 +592,9 @@ def fit(
             _record(history, result, pending_losses, peaks, num_microbatches)
             delays.feed(result.trace)
             bad = [m for m, v in result.loss_by_microbatch.items() if not math.isfinite(v)]
-            broken = _non_finite_stages(stages)
-            if bad or broken:
+            # weights are scanned only when the loss says something broke (cheap per step)
+            broken = _non_finite_stages(stages) if bad else []
+            if bad:
                 history.diverged = True
                 history.divergence = _divergence_report(
                     step,
