@@ -42,7 +42,7 @@ def test_student_copy_loads_as_not_attempted(tmp_path):
 def test_missing_names_are_absent_and_a_broken_cell_warns(tmp_path):
     notebook = new_notebook()
     notebook.cells = [
-        new_code_cell("import math\n%matplotlib inline"),
+        new_code_cell("import math\nimport module_nobody_has as unused\n%matplotlib inline"),
         new_code_cell("def naive_utilization(P):\n    return 1 / P\nraise RuntimeError('oops')"),
         new_code_cell("def naive_order(P:\n    pass"),  # a syntax error
         new_code_cell("def uses_math(x):\n    return math.sqrt(x)"),
@@ -53,6 +53,7 @@ def test_missing_names_are_absent_and_a_broken_cell_warns(tmp_path):
         answers = load_from_notebook(path, ["naive_utilization", "naive_order", "uses_math"])
     messages = " ".join(str(w.message) for w in caught)
     assert "RuntimeError: oops" in messages and "SyntaxError" in messages
+    assert "module_nobody_has" not in messages  # an import no answer uses is not run
     assert "naive_order" not in answers
     assert answers["naive_utilization"](4) == 0.25  # defined before the cell raised
     assert answers["uses_math"](9) == 3.0  # imports from other cells are available

@@ -4,13 +4,15 @@ Grading (``tests/grading``) needs the student's functions, not their plots. So
 :func:`load_from_notebook` reads the ``.ipynb`` and executes, in order, in one fresh
 namespace:
 
-1. every top-level ``import`` of every code cell (functions need the names they use);
+1. the top-level ``import`` statements, of any code cell, that bind a name the code below
+   uses (so a chapter's ``import torch`` costs nothing when no answer needs torch);
 2. every cell that is pure definitions (only imports, ``def``, ``class`` and assignments of
    literal constants): helpers a solution may call;
 3. every cell that defines one of the requested names at top level.
 
 Bare expressions at the top level of those cells (``check(...)``, ``print(...)``, a value
-to display) are skipped: they bind nothing. IPython magics (``%time``, ``!pip``) are
+to display) are skipped: they bind nothing; so are their imports (step 1 runs the ones
+needed). IPython magics (``%time``, ``!pip``) are
 skipped too. A cell that raises is reported with :func:`warnings.warn` and loading goes on,
 so one broken exercise costs one exercise. Introduced in chapter 00 ("For instructors").
 Torch-free (the student's own imports may import torch).
@@ -53,6 +55,17 @@ def _bound_names(statement: ast.stmt) -> set[str]:
     for target in targets:
         names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
     return names
+
+
+def _imports_any(statement: ast.Import | ast.ImportFrom, names: set[str]) -> bool:
+    """True if the import binds one of ``names`` (``from m import *``: always)."""
+    for alias in statement.names:
+        if alias.name == "*":
+            return True
+        bound = alias.asname or alias.name.split(".")[0]
+        if bound in names:
+            return True
+    return False
 
 
 def _is_literal(node: ast.expr | None) -> bool:
@@ -122,18 +135,25 @@ def load_from_notebook(path: str | Path, names: str | Iterable[str]) -> dict:
                 stacklevel=2,
             )
 
-    namespace: dict = {"__name__": "__student_notebook__"}
-    imports = [
-        statement
-        for _, body in parsed
-        for statement in body
-        if isinstance(statement, (ast.Import, ast.ImportFrom))
-    ]
-    for statement in imports:
-        _run([statement], namespace, f"{path.name} (imports)")
+    kept_cells: list[tuple[int, list[ast.stmt]]] = []
     for index, body in parsed:
         defines_wanted = any(_bound_names(s) & wanted for s in body)
         if defines_wanted or (body and all(_is_pure_definition(s) for s in body)):
-            kept = [s for s in body if not isinstance(s, ast.Expr)]
-            _run(kept, namespace, f"{path.name} cell {index}")
+            kept = [s for s in body if not isinstance(s, (ast.Expr, ast.Import, ast.ImportFrom))]
+            kept_cells.append((index, kept))
+    used = {
+        node.id
+        for _, kept in kept_cells
+        for statement in kept
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Name)
+    }
+    namespace: dict = {"__name__": "__student_notebook__"}
+    for _, body in parsed:
+        for statement in body:
+            is_import = isinstance(statement, (ast.Import, ast.ImportFrom))
+            if is_import and _imports_any(statement, used):
+                _run([statement], namespace, f"{path.name} (imports)")
+    for index, kept in kept_cells:
+        _run(kept, namespace, f"{path.name} cell {index}")
     return {name: namespace[name] for name in wanted if name in namespace}
