@@ -6,7 +6,8 @@ The tests read, from this module, one name per exercise (``naive_utilization``,
 
 1. Load them from your notebooks (the default below): put this file next to your completed
    chapter notebooks (``NN_name.ipynb``), or set ``NOTEBOOK_DIR`` to their folder. Only the
-   cells that define the answers (and your imports and helper functions) run, not plots.
+   cells that define the answers run, with the imports they use and the cells that hold
+   nothing but definitions (put a helper function there, or in the exercise's own cell).
 2. Or paste your functions and constants at the end of this file; they take precedence.
 
 Then the instructor runs ``make grade STUDENT=path/to/this/adapter.py``.
