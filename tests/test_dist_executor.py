@@ -144,3 +144,26 @@ def test_utilization_report_compares_with_the_simulator(runs):
     assert report["measured"] == pytest.approx(expected)
     assert 0 < report["simulated"] <= 1 and 0 < report["measured"] <= 1
     assert len(report["measured_per_rank"]) == P
+
+
+@pytest.mark.slow
+def test_fit_with_the_distributed_executor_equals_local():
+    from pipemare_lite.datasets import load
+    from pipemare_lite.executor.dist import fit_worker
+    from pipemare_lite.launch import launch
+    from pipemare_lite.train import fit
+
+    options = dict(method="pipemare", num_stages=2, num_microbatches=2, batch_size=64,
+                   epochs=1, lr=0.05, progress=False)
+    model = dict(in_features=64, hidden=16, depth=2, out_features=10, seed=0)
+    histories = launch(fit_worker, 2, timeout=240, args=(
+        dict(options, model=(mlp, model), data=(load, {"name": "digits"})),))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        local = fit(mlp(**model), load("digits"), **options).to_dict()
+    finally:
+        torch.set_num_threads(threads)
+    for history in histories:  # every rank gathered the same history
+        for key in ("loss", "evals", "stage_lr", "forward_delay", "memory_bytes_by_stage"):
+            assert history[key] == local[key], key

@@ -688,8 +688,13 @@ class DistExecutor:
             info = init_from_env()
         self.schedule = schedule
         self.stage_modules = list(stage_modules)
+        # fit() evaluates the model where it was built (CPU); on a GPU the rank trains copies
+        # of its stages and the broadcast below writes the weights back into the originals
+        own = [s for s in range(len(self.stage_modules)) if schedule.rank_of(s) == info.rank]
+        modules = {s: (copy.deepcopy(self.stage_modules[s]) if info.device.type != "cpu"
+                       else self.stage_modules[s]) for s in own}
         self.engine = DistributedExecutor(
-            schedule, self.stage_modules, loss_fn=loss_fn, optimizer_factory=optimizer_factory,
+            schedule, modules, loss_fn=loss_fn, optimizer_factory=optimizer_factory,
             method_options=method_options, lr_scheduler_factory=lr_scheduler_factory,
             rank=info.rank, device=info.device, board=info.board, op_timeout=info.op_timeout,
             track_bytes=True,
@@ -710,15 +715,21 @@ class DistExecutor:
         return merge_rank_results(self.schedule, gathered)
 
     def _broadcast_weights(self) -> None:
+        """Every stage's weights from its owner into every rank's copy of the model."""
         device = self.engine.device
         with torch.no_grad():
             for s, module in enumerate(self.stage_modules):
                 owner = self.schedule.rank_of(s)
-                for tensor in module.state_dict().values():
-                    buffer = tensor.detach().to(device)
+                targets = list(module.state_dict().values())
+                if owner == self.engine.rank:
+                    sources = list(self.engine.workers[s].module.state_dict().values())
+                else:
+                    sources = [torch.empty_like(t, device=device) for t in targets]
+                for source, target in zip(sources, targets):
+                    buffer = source.detach().to(device)
                     dist.broadcast(buffer, src=owner)
-                    if owner != self.engine.rank:
-                        tensor.copy_(buffer)
+                    if buffer.data_ptr() != target.data_ptr():
+                        target.copy_(buffer)
 
     def state_dict(self) -> dict:
         """Not supported with the distributed executor."""
