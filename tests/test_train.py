@@ -357,3 +357,26 @@ def test_epoch_data_order_is_seeded_and_each_sample_used_at_most_once(small_data
     assert torch.equal(again[20][0], feed[20][0])
     with pytest.raises(IndexError):
         feed[32]
+
+
+@pytest.mark.slow
+def test_transformer_trains_per_position_through_the_pipeline():
+    from pipemare_lite.datasets import sequence_task
+    from pipemare_lite.models import tiny_transformer
+
+    data = sequence_task("reverse", vocab=8, seq_len=6, num_train=256, num_test=64, seed=0)
+    model = tiny_transformer(vocab=8, d_model=16, heads=2, layers=2, seq_len=6, seed=0)
+    history = fit(
+        model,
+        data,
+        method="1f1b",
+        num_stages=4,
+        num_microbatches=2,
+        batch_size=32,
+        epochs=3,
+        lr=3e-3,
+        optimizer="adam",
+    )
+    assert history.steps == 24 and not history.diverged
+    assert history.loss[-1] < history.loss[0]  # it learns
+    assert 0.0 <= history.final_accuracy <= 1.0 and math.isfinite(history.final_loss)
