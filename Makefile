@@ -16,7 +16,7 @@ help:
 	@echo "make lint       ruff"
 	@echo "make student    student copies of the chapters (solutions stubbed) into student/"
 	@echo "make solutions  executed solution copies into solutions/"
-	@echo "make grade      grade a student's adapter (STUDENT=path/to/adapter.py)"
+	@echo "make grade      grade STUDENT=path/to/adapter.py (no STUDENT: self-test on the solutions)"
 	@echo "make bench      speed benchmarks (print ratios, no pass/fail)"
 
 setup:
@@ -47,7 +47,7 @@ solutions: setup
 	$(PY) -m pipemare_lite assign solutions --out solutions
 
 grade: setup
-	$(PY) -m pytest tests/grading -p no:cacheprovider --student $(STUDENT) --junitxml reports/grades.xml
+	$(PY) -m pytest tests/grading -p no:cacheprovider $(if $(STUDENT),--student $(STUDENT),) --junitxml reports/grades.xml
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
