@@ -158,13 +158,25 @@ def classification_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Ten
     return F.cross_entropy(output, target)
 
 
+def forward_through(stages: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    """Run ``x`` through the stages in order, moving it to each stage's device."""
+    for stage in stages:
+        device = next((p.device for p in stage.parameters()), x.device)
+        x = stage(x.to(device))
+    return x
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> dict:
-    """Mean loss and accuracy of ``model`` on ``(x, y)`` (per position for sequences)."""
+def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> dict:
+    """Mean loss and accuracy on ``(x, y)`` (per position for sequences).
+
+    ``model`` is a module or a list of stages (possibly on different devices).
+    """
+    stages = list(model) if isinstance(model, (list, tuple)) else [model]
     total_loss, correct, count = 0.0, 0, 0
     for i in range(0, len(x), batch_size):
         xb, yb = x[i : i + batch_size], y[i : i + batch_size]
-        out = model(xb)
+        out = forward_through(stages, xb).cpu()
         logits = out.reshape(-1, out.shape[-1])
         targets = yb.reshape(-1)
         total_loss += float(F.cross_entropy(logits, targets, reduction="sum"))
@@ -615,7 +627,7 @@ def fit(
                     {
                         "epoch": math.ceil(step / steps_per_epoch),
                         "step": step,
-                        **evaluate(model, data.x_test, data.y_test),
+                        **evaluate(stages, data.x_test, data.y_test),
                     }
                 )
             if on_step is not None:
