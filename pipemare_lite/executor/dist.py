@@ -374,6 +374,7 @@ class DistributedExecutor:
             self.plan, self.rank, partial(self._message_meta, table, microbatches),
             device=self.device, waiter=_TimedWaiter(self, polling=self.backend != "gloo"),
             use_tags=self.backend == "gloo",
+            verbose=os.environ.get("PIPEMARE_P2P_VERBOSE") == "1",
         )
 
     def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None) -> RankResult:

@@ -7,10 +7,11 @@ every failure end the job quickly and say what happened:
 - each rank keeps a :class:`StatusBoard`: the main thread notes where it is in its schedule
   (action index, action string, what it waits for) in a plain Python attribute, and a
   daemon thread publishes that note to a side channel (a ``torch.distributed`` key-value
-  store) about twice a second;
-- a rank that raises writes ``failed/<rank>`` and claims the ``abort`` key; the launcher
+  store) every quarter second (so a killed rank's last known place is at most that old);
+- a rank that raises writes ``failed/<rank>`` and, unless its error is only the echo of
+  another rank's failure (a closed connection), claims the ``abort`` key; the launcher
   claims ``abort`` when a child dies without a word (e.g. SIGKILL) or the run times out;
-- the same thread polls ``abort``; every wait on a message (:func:`wait_work`) checks the
+- the same thread polls ``abort``; every wait on a message (:class:`Waiter`) checks the
   flag and its own per-operation deadline, so the other ranks raise :class:`PeerFailedError`
   or :class:`OpTimeoutError` instead of hanging;
 - a backstop: when the main thread does not stop within ``exit_grace`` seconds of an

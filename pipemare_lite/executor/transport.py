@@ -241,6 +241,9 @@ class P2PTransport:
             :class:`pipemare_lite.executor.faults.Waiter` (abort flag, per-operation
             timeout, gloo and NCCL); default: plain blocking waits.
         use_tags: gloo matches messages by tag (we pass ``seq``); NCCL ignores tags.
+        verbose: print every posted send and receive and every completed wait (the
+            environment variable ``PIPEMARE_P2P_VERBOSE=1`` turns it on in the distributed
+            executor): the text trace of the communication, for debugging.
     """
 
     def __init__(
@@ -252,6 +255,7 @@ class P2PTransport:
         device=None,
         waiter=None,
         use_tags: bool = True,
+        verbose: bool = False,
     ) -> None:
         import torch
 
@@ -262,6 +266,7 @@ class P2PTransport:
         self.order = PostingOrder(plan, rank)
         self.use_tags = use_tags
         self.waiter = waiter or _BlockingWaiter()
+        self.verbose = verbose
         self._recv_work: dict = {}  # key -> (work, buffer)
         self._local: dict = {}  # same-rank hand-over
 
@@ -270,6 +275,9 @@ class P2PTransport:
         import torch.distributed as dist
 
         tag = op.seq if self.use_tags else 0
+        if self.verbose:
+            verb = "post send" if op.src == self.rank else "post recv"
+            print(f"[rank {self.rank}] {verb} {op}", flush=True)
         if op.src == self.rank:
             self.waiter.reap(dist.isend(tensor, dst=op.dst, tag=tag), tensor, str(op))
         else:
@@ -301,6 +309,8 @@ class P2PTransport:
             self._post(op)
         work, buffer = self._recv_work.pop(message.key)
         self.waiter.wait(work, str(message))
+        if self.verbose:
+            print(f"[rank {self.rank}] received {message}", flush=True)
         return buffer
 
     def close(self) -> None:
