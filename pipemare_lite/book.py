@@ -93,8 +93,12 @@ def copy_assets(out: Path) -> bool:
         source / "MathJax.js", target / "MathJax.js", shallow=False
     ):
         return True
+    # copy beside, then swap: an interrupted copy never looks like a complete one
+    partial = out / f".{MATHJAX_DIR}-partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(source, partial)
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target)
+    partial.rename(target)
     return True
 
 
