@@ -94,3 +94,20 @@ def test_quick_async_run_reproduces_the_stored_numbers():
     assert again["final_loss"] == pytest.approx(stored_row["final_loss"], rel=1e-4)
     assert again["train_loss"] == pytest.approx(stored_row["train_loss"], rel=1e-4)
     assert again["memory_bytes"] == stored_row["memory_bytes"]
+
+
+def test_stored_weight_memory_matches_the_model_size(stored):
+    # closed forms: one fp32 copy of the weights; SGD momentum keeps one buffer of the same
+    # size; T2 keeps one delta of the same size; only PipeDream stashes
+    from pipemare_lite.models import small_resnet
+
+    _, results = stored
+    cfg = results["config"]
+    model = small_resnet(cfg["channels"], cfg["blocks"], 10, 1, 8)
+    weight_bytes = sum(p.numel() * 4 for p in model.parameters())
+    for row in results["rows"]:
+        memory = row["memory_bytes"]
+        assert memory["weights"] == weight_bytes
+        assert memory["optimizer"] == weight_bytes
+        assert memory["t2_buffer"] == (weight_bytes if row["t2"] else 0)
+        assert (memory["stash"] > 0) == (row["method"] == "pipedream")
