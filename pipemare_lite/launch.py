@@ -184,12 +184,10 @@ def _child_main(
         MASTER_ADDR=addr,
         MASTER_PORT=str(port),
     )
-    store_timeout = datetime.timedelta(seconds=60)
-
     def connect():
-        return dist.TCPStore(addr, port, is_master=False, timeout=store_timeout)
+        return dist.TCPStore(addr, port, is_master=False, timeout=datetime.timedelta(seconds=60))
 
-    store = connect()
+    store = _connect_while_launcher_lives(addr, port, launcher_pid)
     board = faults.StatusBoard(
         rank, world_size, store, store_factory=connect, launcher_pid=launcher_pid
     ).start()
@@ -216,6 +214,26 @@ def _child_main(
     # os._exit: no atexit hooks, no joins on communication threads that may hang after a
     # failure; everything worth keeping is already in the result file and the store.
     os._exit(code)
+
+
+def _connect_while_launcher_lives(addr: str, port: int, launcher_pid: int, patience=60.0):
+    """Connect to the launcher's store in short attempts; exit at once if it is gone.
+
+    A single long connect would keep an orphan alive for its whole timeout when the
+    launcher dies while this child is still starting.
+    """
+    import torch.distributed as dist
+
+    deadline = time.monotonic() + patience
+    while True:
+        if not faults._pid_alive(launcher_pid):
+            os._exit(3)
+        try:
+            return dist.TCPStore(addr, port, is_master=False,
+                                 timeout=datetime.timedelta(seconds=2))
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
 
 
 def _write(path: Path, payload) -> None:

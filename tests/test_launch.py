@@ -147,3 +147,54 @@ def test_torchrun_trains_with_the_distributed_executor(tmp_path, capsys):
     local = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for key in ("final_train_loss", "evals", "steps", "forward_delay", "memory_bytes_by_stage"):
         assert distributed[key] == local[key], key  # bitwise: the same numbers
+
+
+def _children_of(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (read from /proc, no psutil)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc to find the children")
+def test_children_exit_when_the_launcher_is_killed():
+    # a launcher (think: a notebook kernel) starts 2 ranks that sleep, then dies by SIGKILL
+    # without any chance to clean up; the ranks notice and exit by themselves
+    code = ("from pipemare_lite.launch import launch, ping\n"
+            "launch(ping, 2, kwargs={'sleep': 120.0}, timeout=300, start_method='spawn')\n")
+    launcher = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 120
+        ranks: list[int] = []
+        while time.monotonic() < deadline and len(ranks) < 2:
+            time.sleep(0.5)
+            ranks = [p for p in _children_of(launcher.pid)
+                     if b"spawn_main" in open(f"/proc/{p}/cmdline", "rb").read()]
+        assert len(ranks) == 2, "the ranks did not start"
+        launcher.kill()  # while they may still be starting: the hardest moment
+        launcher.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(p) for p in ranks):
+            time.sleep(0.2)
+        assert not any(_alive(p) for p in ranks), "orphaned ranks are still running"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()

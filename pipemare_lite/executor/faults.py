@@ -278,6 +278,7 @@ class StatusBoard:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True if a process with this id exists (zombies included)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
