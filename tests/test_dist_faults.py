@@ -104,7 +104,7 @@ def test_a_killed_rank_stops_everyone():
     assert error.exit_codes[FAULT_RANK] == -signal.SIGKILL
     assert "rank 1 was killed by signal 9" in str(error)
     # a killed rank cannot report: its position is the last one its watchdog published
-    # (at most a quarter second old), so it is at or before the fault
+    # (at most a tenth of a second old), so it is at or before the fault
     assert error.positions.get(FAULT_RANK) is None or (
         error.positions[FAULT_RANK].index <= FAULT_POSITION)
     assert_positions_listed(error)

@@ -29,10 +29,17 @@ call is guarded so the CPU path never touches CUDA. Randomness: each rank has it
 generator, so a model with dropout gives other masks than in one process (the book's models
 have no dropout).
 
-Entry points: :class:`DistributedExecutor` (inside a process group: ``torchrun`` or your
-own), :func:`run_distributed` / :func:`run_distributed_jobs` (from Python or a notebook:
-start the processes with :func:`pipemare_lite.launch.launch` and gather one
-:class:`DistRunResult`). Measured utilization: :func:`utilization_report`.
+Entry points:
+
+- :class:`DistributedExecutor`: one rank's engine, inside a process group (``torchrun``,
+  :func:`pipemare_lite.launch.launch`, or your own);
+- :func:`run_distributed` / :func:`run_distributed_jobs`: from Python or a notebook, start
+  the processes and gather one :class:`DistRunResult` per job (jobs share a launch);
+- :class:`DistExecutor`: ``fit(..., executor="dist")``, e.g. under
+  ``torchrun --nproc-per-node P -m pipemare_lite.train --executor dist ...``;
+- :func:`utilization_report`: measured utilization next to the simulator's;
+- :func:`compare_with_torch_pipelining`: the same step with PyTorch's own runtime;
+- :class:`Fault`: make a rank raise, die or hang, to watch the job stop (chapter 11).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ every failure end the job quickly and say what happened:
 - each rank keeps a :class:`StatusBoard`: the main thread notes where it is in its schedule
   (action index, action string, what it waits for) in a plain Python attribute, and a
   daemon thread publishes that note to a side channel (a ``torch.distributed`` key-value
-  store) every quarter second (so a killed rank's last known place is at most that old);
+  store) every tenth of a second (so a killed rank's last known place is at most that old);
 - a rank that raises writes ``failed/<rank>`` and, unless its error is only the echo of
   another rank's failure (a closed connection), claims the ``abort`` key; the launcher
   claims ``abort`` when a child dies without a word (e.g. SIGKILL) or the run times out;
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 #: Prefix of every key this module writes.
 KEY_PREFIX = "pml/"
 #: Seconds between two publications of a rank's status (and two polls of ``abort``).
-PUBLISH_INTERVAL = 0.25
+PUBLISH_INTERVAL = 0.1
 
 
 class PipelineFault(RuntimeError):
