@@ -5,6 +5,7 @@ Chapter 00 ("how to use this book") shows :func:`chapter_table`; authors run
     python -m pipemare_lite.notebooks run chapters/NN_x.ipynb  # execute, keep checked outputs
     python -m pipemare_lite.notebooks clean chapters/*.ipynb   # before every commit
     python -m pipemare_lite.notebooks check chapters/*.ipynb   # what the hygiene test checks
+    python -m pipemare_lite.notebooks readme                   # README's chapter table
 
 A committed chapter keeps outputs only in cells tagged ``nbval-check-output`` (the cells
 ``pytest --nbval-lax`` compares), stores no widget state and no execution counts, runs on the
@@ -206,6 +207,35 @@ def chapter_table(
             )
         )
     return ChapterTable(rows)
+
+
+#: The README's chapter table sits between these two lines; ``readme`` rewrites it.
+README_MARKERS = ("<!-- chapters:start -->", "<!-- chapters:end -->")
+
+
+def readme_table(directory: str | Path | None = None) -> str:
+    """The README's chapter table: written chapters link to their notebook, others are planned."""
+    folder = Path(directory) if directory is not None else chapters_dir()
+    lines = ["| # | chapter | notebook |", "|---|---|---|"]
+    for r in chapter_table(folder, timings=folder / "no-timings").rows:
+        where = f"[{r.file}]({folder.name}/{r.file})" if r.written else "planned"
+        lines.append(f"| {r.number:02d} | {r.title} | {where} |")
+    return "\n".join(lines)
+
+
+def update_readme(readme: str | Path, directory: str | Path | None = None) -> bool:
+    """Rewrite the chapter table between :data:`README_MARKERS`; True if the file changed."""
+    readme = Path(readme)
+    text = readme.read_text(encoding="utf-8")
+    start, end = README_MARKERS
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(f"{readme} needs exactly one {start!r} line before one {end!r} line")
+    head, rest = text.split(start)
+    _, tail = rest.split(end)
+    new = f"{head}{start}\n{readme_table(directory)}\n{end}{tail}"
+    if new != text:
+        readme.write_text(new, encoding="utf-8")
+    return new != text
 
 
 def _read_timings(path: Path) -> dict[str, float]:
@@ -418,7 +448,7 @@ def notebook_problems(path: str | Path, check_imports: bool = True) -> list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipemare_lite.notebooks {clean,check,run,list} [paths]``."""
+    """``python -m pipemare_lite.notebooks {clean,check,run,list,readme} [paths]``."""
     parser = argparse.ArgumentParser(
         prog="python -m pipemare_lite.notebooks",
         description="Clean chapter notebooks before committing, check them, list them.",
@@ -429,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         ("check", "report every authoring-rule problem; exit 1 if any"),
         ("run", "execute in this environment, then clean: refreshes the checked outputs"),
         ("list", "print the chapter table"),
+        ("readme", "rewrite the chapter table in README.md from the chapters folder"),
     ):
         p = sub.add_parser(action, help=help_text)
         p.add_argument("paths", nargs="*", help="notebooks (default: every chapter)")
@@ -436,6 +467,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.action == "list":
         print(chapter_table())
+        return 0
+    if args.action == "readme":
+        readme = Path(args.paths[0]) if args.paths else chapters_dir().parent / "README.md"
+        print(f"{'updated  ' if update_readme(readme) else 'unchanged'} {readme}")
         return 0
     paths = [Path(p) for p in args.paths] or list_chapters()
     for p in paths:

@@ -66,6 +66,28 @@ def test_chapter_table_marks_written_chapters_and_shows_measured_times(tmp_path)
     assert notebooks.chapter_table(folder, timings=tmp_path / "none.json").rows[2].seconds is None
 
 
+def test_readme_table_is_rewritten_between_its_markers_only(tmp_path):
+    folder = tmp_path / "chapters"
+    folder.mkdir()
+    nbformat.write(_good_chapter("02"), folder / "02_planted_chapter.ipynb")
+    start, end = notebooks.README_MARKERS
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\n{start}\nold table\n{end}\n\nAfter.\n")
+
+    assert notebooks.update_readme(readme, folder) is True
+    text = readme.read_text()
+    assert text.startswith("# Title\n\n") and text.endswith(f"{end}\n\nAfter.\n")
+    assert "old table" not in text
+    link = "[02_planted_chapter.ipynb](chapters/02_planted_chapter.ipynb)"
+    assert f"| 02 | A planted chapter | {link} |" in text
+    assert f"| 01 | {notebooks.PLANNED_CHAPTERS[1]} | planned |" in text
+    assert notebooks.update_readme(readme, folder) is False  # idempotent
+
+    readme.write_text("no markers here")
+    with pytest.raises(ValueError, match="needs exactly one"):
+        notebooks.update_readme(readme, folder)
+
+
 # --------------------------------------------------------------------------- planted problems
 
 
