@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         "platform": platform.platform(),
         "torch_threads": 1,
         "seed": results["config"]["seed"],
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "wall_seconds": round(time.perf_counter() - started, 1),
         "cpu_seconds": round(time.process_time() - cpu, 1),
     }
