@@ -61,8 +61,9 @@ from pipemare_lite.executor import faults
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
 ABORT_GRACE = 5.0
-#: Seconds the launcher waits after a failed exit before naming the cause.
-SETTLE = 0.3
+#: Seconds the launcher waits after a failed exit before naming the cause, and the most it
+#: waits when every failure so far is only the echo of another (a closed connection).
+SETTLE, SETTLE_MAX = 0.3, 3.0
 #: Modules imported once into the fork server. torch._dynamo is what the first optimizer
 #: constructor imports (several seconds per process otherwise).
 PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo",
@@ -331,26 +332,30 @@ def launch(
 def _supervise(procs, store, timeout: float, grace: float) -> tuple[dict[int, int], str | None]:
     """Wait for every child; on a failure or the timeout, abort and reap. Returns exit codes.
 
-    When a child exits with an error, its neighbours usually fail a moment later (their
-    connection to it closed). The launcher waits :data:`SETTLE` seconds, then names the
-    cause: a rank that claimed ``abort`` itself, else one killed by a signal, else one that
-    left no report, else the first failure.
+    When a child dies, its neighbours fail a moment later (their connection to it closed),
+    and the launcher may see their exits first. So after a failed exit it waits
+    :data:`SETTLE` seconds, and as long as every failure it knows of is only such an echo,
+    up to :data:`SETTLE_MAX`, before it names the cause (:func:`_exit_cause`).
     """
     deadline = time.monotonic() + timeout
-    settle_until = abort_deadline = None
+    first_failure = abort_deadline = None
     reason = None
     exit_codes: dict[int, int] = {}
     while len(exit_codes) < len(procs):
         for rank, proc in enumerate(procs):
             if rank not in exit_codes and proc.exitcode is not None:
                 exit_codes[rank] = proc.exitcode
-                if proc.exitcode != 0 and settle_until is None:
-                    settle_until = time.monotonic() + SETTLE
+                if proc.exitcode != 0 and first_failure is None:
+                    first_failure = time.monotonic()
         now = time.monotonic()
-        if abort_deadline is None and settle_until is not None and now >= settle_until:
-            reason = faults.read_abort(store) or faults.claim_abort(
-                store, _exit_cause(exit_codes, store, len(procs)))
-            abort_deadline = now + grace
+        if abort_deadline is None and first_failure is not None and now >= first_failure + SETTLE:
+            reason = faults.read_abort(store)
+            if reason is None:
+                cause = _exit_cause(exit_codes, store, len(procs),
+                                    final=now >= first_failure + SETTLE_MAX)
+                reason = None if cause is None else faults.claim_abort(store, cause)
+            if reason is not None:
+                abort_deadline = now + grace
         if abort_deadline is None and now > deadline:
             reason = faults.claim_abort(store, f"the launch timed out after {timeout:g} s")
             abort_deadline = now + grace
@@ -358,19 +363,29 @@ def _supervise(procs, store, timeout: float, grace: float) -> tuple[dict[int, in
             break
         time.sleep(0.02)
     if reason is None and any(code != 0 for code in exit_codes.values()):
-        # everyone exited before the settle time was over
+        # everyone exited before a cause was named
         reason = faults.read_abort(store) or faults.claim_abort(
-            store, _exit_cause(exit_codes, store, len(procs)))
+            store, _exit_cause(exit_codes, store, len(procs), final=True))
     return exit_codes, reason
 
 
-def _exit_cause(exit_codes: dict[int, int], store, world_size: int) -> str:
-    """The abort reason for failed exits nobody explained (see :func:`_supervise`)."""
+def _exit_cause(exit_codes: dict[int, int], store, world_size: int, *, final: bool):
+    """The abort reason for failed exits nobody explained, or None to wait a little longer.
+
+    In order: a rank killed by a signal, one that left no failure report, one whose report
+    is a real error; ranks that only report a closed connection are named only when
+    ``final`` (nothing better turned up).
+    """
     failed = sorted(r for r, code in exit_codes.items() if code != 0)
     reported = faults.read_failures(store, world_size)
     killed = [r for r in failed if exit_codes[r] < 0]
     silent = [r for r in failed if r not in reported]
-    rank = (killed or silent or failed)[0]
+    real = [r for r in failed if r in reported
+            and not faults.is_communication_error_text(reported[r])]
+    candidates = killed or silent or real or (failed if final else [])
+    if not candidates:
+        return None
+    rank = candidates[0]
     code = exit_codes[rank]
     if code < 0:
         return f"rank {rank} was killed by signal {-code}"

@@ -138,15 +138,21 @@ def format_positions(positions: dict[int, Position], world_size: int) -> str:
     return "\n".join(lines)
 
 
+#: Words in an error message that mark it as the echo of another rank's failure.
+ECHO_MARKERS = ("Connection closed by peer", "Connection reset", "pair closure", "NCCL")
+
+
 def is_communication_error(exc: BaseException) -> bool:
     """True for errors that are a consequence of another rank's failure, not a cause."""
     if isinstance(exc, PeerFailedError):
         return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and any(
-        marker in text
-        for marker in ("Connection closed by peer", "Connection reset", "pair closure", "NCCL")
-    )
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in ECHO_MARKERS)
+
+
+def is_communication_error_text(report: str) -> bool:
+    """:func:`is_communication_error` for a failure report read from the store."""
+    first = report.splitlines()[0] if report else ""
+    return first.startswith("PeerFailedError") or any(m in first for m in ECHO_MARKERS)
 
 
 class StatusBoard:
