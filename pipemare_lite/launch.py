@@ -468,7 +468,11 @@ def init_from_env(*, backend: str | None = None, op_timeout: float = 120.0) -> R
     needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     missing = [k for k in needed if k not in os.environ]
     if missing:
-        raise ValueError(f"not started by torchrun: environment variables {missing} are not set")
+        raise ValueError(
+            f"not started by torchrun: environment variables {missing} are not set; run "
+            "`torchrun --nproc-per-node P -m pipemare_lite.train --executor dist ...`, or from "
+            "Python launch(pipemare_lite.executor.dist.fit_worker, P, args=(...,))"
+        )
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     backend = choose_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)), backend)
