@@ -136,6 +136,17 @@ def test_trace_is_complete_ordered_and_measured(runs):
 
 
 @pytest.mark.slow
+def test_the_measured_trace_feeds_the_simulators_gantt(runs):
+    from pipemare_lite.simulate import simulate
+    from pipemare_lite.viz.gantt import gantt_pair
+
+    P, jobs, results = runs
+    figure = gantt_pair(simulate(jobs[1].schedule), results[1].trace)
+    drawn = sum(len(trace.x) for trace in figure.data if trace.x is not None)
+    assert drawn >= 2 * len(results[1].trace.entries)  # every action, planned and measured
+
+
+@pytest.mark.slow
 def test_utilization_report_compares_with_the_simulator(runs):
     P, jobs, results = runs
     report = utilization_report(results[0].trace)
