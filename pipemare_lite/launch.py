@@ -48,6 +48,7 @@ import multiprocessing as mp
 import os
 import pickle
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -61,6 +62,8 @@ from pipemare_lite.executor import faults
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
 ABORT_GRACE = 5.0
+#: Addresses for which the children's gloo sockets are kept on the loopback interface.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: Seconds the launcher waits after a failed exit before naming the cause, and the most it
 #: waits when every failure so far is only the echo of another (a closed connection).
 SETTLE, SETTLE_MAX = 0.3, 3.0
@@ -185,6 +188,9 @@ def _child_main(
         MASTER_ADDR=addr,
         MASTER_PORT=str(port),
     )
+    if backend == "gloo" and sys.platform == "linux" and addr in LOOPBACK:
+        # gloo binds to the address the host name resolves to unless told an interface
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     def connect():
         return dist.TCPStore(addr, port, is_master=False, timeout=datetime.timedelta(seconds=60))
 
@@ -305,17 +311,19 @@ def launch(
 
     backend = choose_backend(world_size, backend)
     ctx = _context(start_method)
+    listener = _listen(master_addr)
+    port = listener.getsockname()[1]
     store = dist.TCPStore(
-        master_addr, 0, is_master=True, wait_for_workers=False,
-        timeout=datetime.timedelta(seconds=60),
-    )
+        master_addr, port, is_master=True, wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=60), master_listen_fd=listener.detach(),
+    )  # the store owns the socket from here on and closes it
     result_dir = tempfile.mkdtemp(prefix="pipemare-launch-")
     procs = []
     try:
         for rank in range(world_size):
             proc = ctx.Process(
                 target=_child_main,
-                args=(rank, world_size, master_addr, store.port, backend, worker_fn, args,
+                args=(rank, world_size, master_addr, port, backend, worker_fn, args,
                       kwargs or {}, result_dir, os.getpid(), op_timeout, num_threads),
                 name=f"pipemare-rank{rank}",
                 daemon=True,
@@ -327,6 +335,20 @@ def launch(
     finally:
         _stop_all(procs)
         shutil.rmtree(result_dir, ignore_errors=True)
+
+
+def _listen(address: str) -> socket.socket:
+    """A listening socket on ``address`` and a free port the OS picks.
+
+    Handed to the store (``master_listen_fd``): by itself a TCPStore listens on every
+    interface, whatever host name it is given; this way loopback means loopback.
+    """
+    family, kind, proto, _, sockaddr = socket.getaddrinfo(
+        address, 0, type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, kind, proto)
+    listener.bind(sockaddr)
+    listener.listen(128)
+    return listener
 
 
 def _supervise(procs, store, timeout: float, grace: float) -> tuple[dict[int, int], str | None]:

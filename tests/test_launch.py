@@ -198,3 +198,38 @@ def test_children_exit_when_the_launcher_is_killed():
     finally:
         if launcher.poll() is None:
             launcher.kill()
+
+
+def _listening_addresses(pid: int) -> list[str]:
+    """Local addresses ("HEXIP:HEXPORT") of the TCP sockets ``pid`` listens on (from /proc)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    found.append(fields[1])
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/net"), reason="reads /proc/net/tcp")
+def test_the_launcher_listens_on_loopback_only():
+    import threading
+
+    seen: list[str] = []
+    thread = threading.Thread(
+        target=lambda: (time.sleep(1.5), seen.extend(_listening_addresses(os.getpid()))))
+    thread.start()
+    launch(ping, 2, kwargs={"sleep": 3.0}, timeout=120)
+    thread.join()
+    assert seen, "the launcher's store was not found listening"
+    loopback = ("0100007F:", "00000000000000000000000001000000:")  # 127.0.0.1 / ::1
+    assert all(address.startswith(loopback) for address in seen), seen
