@@ -93,11 +93,10 @@ def simulate(schedule: Schedule, costs: OpCosts | None = None) -> Timeline:
     start_of = [0.0] * len(end)
     rank_free = [0.0] * P
     n2, n3, n4 = 2 * n, 3 * n, 4 * n
-    for rank, p in order:
-        code = codes[rank][p]
-        ready = rank_free[rank]
+    for code in order:
         if code < n:  # F: after F of the previous stage
             stage = code // T
+            ready = rank_free[stage % P]
             if code >= T and end[code - T] + comm > ready:
                 ready = end[code - T] + comm
             kind = 0
@@ -105,27 +104,51 @@ def simulate(schedule: Schedule, costs: OpCosts | None = None) -> Timeline:
             kind = 1 if code < n2 else 2
             own = code - kind * n
             stage = own // T
+            ready = rank_free[stage % P]
             if end[own] > ready:
                 ready = end[own]
             if stage < S - 1 and end[code + T] + comm > ready:
                 ready = end[code + T] + comm
         elif code < n4:  # W: after its own I
             stage = (code - n3) // T
+            ready = rank_free[stage % P]
             if end[code - n] > ready:
                 ready = end[code - n]
             kind = 3
         else:  # U: its gradients ran earlier on this rank
             stage = (code - n4) // K
+            ready = rank_free[stage % P]
             kind = 4
         start_of[code] = ready
-        end[code] = rank_free[rank] = ready + base[kind] * multiplier[stage]
+        end[code] = rank_free[stage % P] = ready + base[kind] * multiplier[stage]
     with gc_paused():
-        entries = tuple(
-            TimedAction(rank, action, start_of[c], end[c])
-            for rank, (row, row_codes) in enumerate(zip(schedule.ranks, codes))
-            for action, c in zip(row, row_codes)
-        )
+        entries = tuple(_timed_actions(schedule.ranks, codes, start_of, end))
     return Timeline(schedule=schedule, entries=entries, extra={"costs": asdict(costs)})
+
+
+def _timed_actions(ranks, codes, start_of, end) -> list[TimedAction]:
+    """A :class:`TimedAction` per action, rank by rank, from the times found by code.
+
+    Builds each one without the dataclass ``__init__`` (a frozen dataclass sets every field
+    through ``object.__setattr__``), which halves the cost for the large schedules; the
+    values are exactly the ones ``TimedAction(rank, action, start, end)`` would hold.
+    """
+    if hasattr(TimedAction, "__slots__"):  # no instance dict to fill: use the constructor
+        return [
+            TimedAction(rank, action, start_of[c], end[c])
+            for rank, (row, row_codes) in enumerate(zip(ranks, codes))
+            for action, c in zip(row, row_codes)
+        ]
+    new, out = object.__new__, []
+    append = out.append
+    for rank, (row, row_codes) in enumerate(zip(ranks, codes)):
+        for action, c in zip(row, row_codes):
+            timed = new(TimedAction)
+            fields = timed.__dict__
+            fields["rank"], fields["action"] = rank, action
+            fields["start"], fields["end"] = start_of[c], end[c]
+            append(timed)
+    return out
 
 
 @dataclass(frozen=True)

@@ -106,17 +106,20 @@ def validate(schedule: Schedule) -> Schedule:
             f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
             f"allowed: {expected_mode!r}"
         )
+    if id(s) in _VALIDATED:  # already checked (the builder validated it): nothing can change
+        return s
     codes = encode(s)
     _check_complete(s, codes)
     _check_updates(s)
-    order = execution_order(s, codes)  # raises a deadlock report if dependencies cannot be met
+    order = code_order(s, codes)  # raises a deadlock report if dependencies cannot be met
     _remember(s, codes, order)
     return s
 
 
 # Validated schedules (by id, dropped when the schedule is garbage-collected) with their codes
 # and execution order, so that the simulator does not redo the work the builder just did.
-_VALIDATED: dict[int, tuple[list[list[int]], list[tuple[int, int]]]] = {}
+# A Schedule is frozen (its ranks are tuples of frozen actions), so a check stays true.
+_VALIDATED: dict[int, tuple[list[list[int]], list[int]]] = {}
 
 
 def _remember(s: Schedule, codes, order) -> None:
@@ -125,8 +128,17 @@ def _remember(s: Schedule, codes, order) -> None:
         weakref.finalize(s, _VALIDATED.pop, id(s), None)
 
 
-def validated_order(s: Schedule) -> tuple[list[list[int]], list[tuple[int, int]]]:
-    """``(codes, execution order)`` of a schedule, validating it first if not done yet."""
+def is_validated(s: Schedule) -> bool:
+    """True when :func:`validate` has already accepted this very schedule object."""
+    return id(s) in _VALIDATED
+
+
+def validated_order(s: Schedule) -> tuple[list[list[int]], list[int]]:
+    """``(codes, execution order as codes)`` of a schedule, validating it first if not done yet.
+
+    ``codes[rank]`` is the rank's row encoded (see :data:`KIND_CODE`); the order lists every
+    action's code once, each after the actions it depends on (see :func:`code_order`).
+    """
     if id(s) not in _VALIDATED:
         validate(s)
     return _VALIDATED[id(s)]
@@ -281,12 +293,19 @@ def execution_order(s: Schedule, codes: list[list[int]] | None = None) -> list[t
     O(number of actions).
     """
     rows = encode(s) if codes is None else codes
+    where = {code: (rank, p) for rank, row in enumerate(rows) for p, code in enumerate(row)}
+    return [where[code] for code in code_order(s, rows)]
+
+
+def code_order(s: Schedule, rows: list[list[int]]) -> list[int]:
+    """:func:`execution_order` as action codes (the form the simulator reads), from ``rows``,
+    the schedule encoded by :func:`encode`; raises a deadlock report if there is none."""
     n, T = s.num_virtual_stages * s.total_microbatches, s.total_microbatches
     done = bytearray(4 * n + s.num_virtual_stages * s.num_minibatches)
     position = [0] * s.num_stages
     waiting: dict[int, list[int]] = {}
     ready = deque(range(s.num_stages))
-    order: list[tuple[int, int]] = []
+    order: list[int] = []
     append = order.append
     n2, n3, n4 = 2 * n, 3 * n, 4 * n
     while ready:
@@ -314,11 +333,12 @@ def execution_order(s: Schedule, codes: list[list[int]] | None = None) -> list[t
                 waiting.setdefault(missing, []).append(rank)
                 break
             done[code] = 1
-            append((rank, p))
+            append(code)
             p += 1
-            woken = waiting.pop(code, None)
-            if woken:
-                ready.extend(woken)
+            if waiting:  # most actions wake nobody: skip the lookup when no rank waits
+                woken = waiting.pop(code, None)
+                if woken:
+                    ready.extend(woken)
         position[rank] = p
     if len(order) != sum(len(row) for row in rows):
         raise ScheduleError(_deadlock_report(s, rows, position, done))
