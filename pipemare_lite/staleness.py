@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from operator import itemgetter
 
 from pipemare_lite.schedules.actions import (
     BACKWARD,
@@ -44,6 +46,7 @@ from pipemare_lite.schedules.actions import (
     WEIGHT_GRAD,
     Schedule,
 )
+from pipemare_lite.schedules.validate import is_validated
 
 #: Quantities a :class:`VersionTable` can turn into a stage x microbatch matrix.
 QUANTITIES = (
@@ -99,10 +102,11 @@ class VersionTable:
 
     schedule: Schedule
     rows: tuple[VersionRow, ...]
-    _index: dict = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_index", {(r.stage, r.microbatch): r for r in self.rows})
+    @cached_property
+    def _index(self) -> dict[tuple[int, int], VersionRow]:
+        # built on the first lookup only: most callers read rows or stage_delays, not row()
+        return {(r.stage, r.microbatch): r for r in self.rows}
 
     @property
     def num_stages(self) -> int:
@@ -139,59 +143,89 @@ def weight_versions(schedule: Schedule) -> VersionTable:
     forward, an action repeated, an update numbered out of order, or (2bw) a microbatch that
     needs a version the stage no longer holds.
     """
-    rows: list[VersionRow] = []
+    # (stage, microbatch) is keyed as the integer stage * width + microbatch (cheaper than a
+    # tuple); width exceeds every microbatch index, which validation bounds by T
+    width = schedule.total_microbatches
+    if not is_validated(schedule):
+        width = max([width, *(a.index + 1 for row in schedule.ranks for a in row)])
+    found: list[tuple[int, int, int | None, int | None]] = []
     for row in schedule.ranks:
-        rows += _versions_on_rank(schedule, row)
-    rows.sort(key=lambda r: (r.stage, r.microbatch))
+        found += _versions_on_rank(schedule, row, width)
+    found.sort(key=itemgetter(0))  # stage-major; stable, as a sort of the rows would be
+    rows = _version_rows(found, width, schedule.num_microbatches)
     return VersionTable(schedule=schedule, rows=tuple(rows))
 
 
-def _versions_on_rank(schedule: Schedule, actions) -> list[VersionRow]:
-    """One rank's rows: a per-stage version counter advanced by its own ``U`` actions."""
+def _versions_on_rank(schedule: Schedule, actions, width: int) -> list[tuple]:
+    """One rank's ``(key, at_forward, at_backward, applied)`` with key = stage * width + m:
+    a per-stage version counter advanced by its own ``U`` actions."""
     version: dict[int, int] = {}  # stage -> current version
-    at_forward: dict[tuple[int, int], int] = {}
-    at_backward: dict[tuple[int, int], int] = {}
-    applied: dict[tuple[int, int], int] = {}
-    pending: dict[int, list[int]] = {}  # stage -> microbatches whose gradient awaits an update
+    at_forward: dict[int, int] = {}
+    at_backward: dict[int, int] = {}
+    applied: dict[int, int] = {}
+    pending: dict[int, list[int]] = {}  # stage -> keys whose gradient awaits an update
+    forward_as_is = schedule.weight_mode != "2bw"  # else 2bw's rule picks the version
+    backward_as_is = schedule.weight_mode in ("sync", "async")  # else the forward's copy
     for action in actions:
-        s, key = action.stage, (action.stage, action.index)
-        current = version.setdefault(s, 0)
-        if action.kind == UPDATE:
+        kind, s = action.kind, action.stage
+        current = version.get(s, 0)
+        if kind == UPDATE:
             if action.index != current:
                 raise ValueError(
                     f"update {action} is update number {current} of stage {s}; "
                     f"expected {s}U{current}"
                 )
-            for m in pending.pop(s, []):
-                applied[(s, m)] = current
+            for key in pending.pop(s, ()):
+                applied[key] = current
             version[s] = current + 1
-        elif action.kind == FORWARD:
+            continue
+        key = s * width + action.index
+        if kind == FORWARD:
             if key in at_forward:
                 raise ValueError(f"forward {action} appears twice")
-            at_forward[key] = _forward_version(schedule, action.index, current, s)
-        elif action.kind in (BACKWARD, INPUT_GRAD):
+            at_forward[key] = (
+                current if forward_as_is else _forward_version(schedule, action.index, current, s)
+            )
+        elif kind == BACKWARD or kind == INPUT_GRAD:
             if key not in at_forward:
                 raise ValueError(f"{action} comes before its forward {s}F{action.index}")
             if key in at_backward:
                 raise ValueError(f"backward {action} appears twice")
-            at_backward[key] = _backward_version(schedule, at_forward[key], current, s, action)
-            if action.kind == BACKWARD:
-                pending.setdefault(s, []).append(action.index)
-        elif action.kind == WEIGHT_GRAD:
+            at_backward[key] = (
+                current
+                if backward_as_is
+                else _backward_version(schedule, at_forward[key], current, s, action)
+            )
+            if kind == BACKWARD:
+                pending.setdefault(s, []).append(key)
+        elif kind == WEIGHT_GRAD:
             if key not in at_backward:
                 raise ValueError(f"{action} comes before its input gradient {s}I{action.index}")
-            pending.setdefault(s, []).append(action.index)
-    return [
-        VersionRow(
-            stage=s,
-            microbatch=m,
-            minibatch=m // schedule.num_microbatches,
-            version_at_forward=v,
-            version_at_backward=at_backward.get((s, m)),
-            version_applied=applied.get((s, m)),
-        )
-        for (s, m), v in at_forward.items()
-    ]
+            pending.setdefault(s, []).append(key)
+    get_backward, get_applied = at_backward.get, applied.get
+    return [(key, v, get_backward(key), get_applied(key)) for key, v in at_forward.items()]
+
+
+def _version_rows(found, width: int, M: int) -> list[VersionRow]:
+    """A :class:`VersionRow` per ``(key, at_forward, at_backward, applied)`` of ``found``.
+
+    Built without the frozen dataclass' ``__init__`` (one ``object.__setattr__`` per field):
+    a schedule has a row per stage and microbatch, a quarter million for the largest. The
+    values are exactly those ``VersionRow(...)`` would hold.
+    """
+    if hasattr(VersionRow, "__slots__"):  # no instance dict to fill: use the constructor
+        return [VersionRow(k // width, k % width, k % width // M, *v) for k, *v in found]
+    new, out = object.__new__, []
+    append = out.append
+    for key, at_forward, at_backward, applied in found:
+        stage, microbatch = divmod(key, width)
+        row = new(VersionRow)
+        fields = row.__dict__
+        fields["stage"], fields["microbatch"] = stage, microbatch
+        fields["minibatch"], fields["version_at_forward"] = microbatch // M, at_forward
+        fields["version_at_backward"], fields["version_applied"] = at_backward, applied
+        append(row)
+    return out
 
 
 def _forward_version(schedule: Schedule, microbatch: int, current: int, stage: int) -> int:
@@ -267,22 +301,35 @@ def stage_delays(
     """
     table = _as_table(table_or_schedule)
     chosen = None if minibatches is None else set(minibatches)
-    by_stage: list[list[VersionRow]] = [[] for _ in range(table.num_stages)]
+    # per stage: the forward delays, backward delays and discrepancies, read from the fields
+    # (not the properties) because large tables have a quarter million rows
+    by_stage: list[tuple[list[int], list[int], list[int]]] = [
+        ([], [], []) for _ in range(table.num_stages)
+    ]
     for r in table.rows:
-        if r.forward_delay is not None and (chosen is None or r.minibatch in chosen):
-            by_stage[r.stage].append(r)
-    return [_summarize(stage, rows) for stage, rows in enumerate(by_stage)]
+        applied = r.version_applied
+        if applied is not None and (chosen is None or r.minibatch in chosen):
+            forward, backward = r.version_at_forward, r.version_at_backward
+            delays = by_stage[r.stage]
+            delays[0].append(applied - forward)
+            delays[1].append(None if backward is None else applied - backward)
+            delays[2].append(None if backward is None else backward - forward)
+    return [_summarize(stage, *delays) for stage, delays in enumerate(by_stage)]
 
 
-def _summarize(stage: int, rows: list[VersionRow]) -> StageDelay:
-    """min/mean/max of the three delays over ``rows``."""
+def _summarize(stage: int, forward: list, backward: list, discrepancy: list) -> StageDelay:
+    """min/mean/max of the three delays (zeros when there are none)."""
     values = {}
-    for name in ("forward_delay", "backward_delay", "discrepancy"):
-        xs = [getattr(r, name) for r in rows] or [0]
+    for name, xs in (
+        ("forward_delay", forward),
+        ("backward_delay", backward),
+        ("discrepancy", discrepancy),
+    ):
+        xs = xs or [0]
         values[f"min_{name}"] = min(xs)
         values[f"mean_{name}"] = sum(xs) / len(xs)
         values[f"max_{name}"] = max(xs)
-    return StageDelay(stage=stage, count=len(rows), **values)
+    return StageDelay(stage=stage, count=len(forward), **values)
 
 
 def steady_state_minibatches(schedule: Schedule) -> range:
