@@ -10,6 +10,7 @@ on a shared machine vary with its load, so the CPU time of the goal total is pri
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -37,6 +38,7 @@ def measure(name: str, P: int, M: int, repeats: int) -> dict:
     best: dict[str, float] = {}
     chunks = 2 if name == "interleaved" else 1
     for _ in range(repeats):
+        gc.collect()  # start every repeat from the same heap: no garbage left from the last
         wall: dict[str, float] = {}
         cpu = 0.0
         schedule, wall["build"], c = timed(build_schedule, name, P, M, chunks=chunks)

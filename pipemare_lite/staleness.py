@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from functools import cached_property
 from operator import itemgetter
 
+from pipemare_lite.schedules._build import gc_paused
 from pipemare_lite.schedules.actions import (
     BACKWARD,
     FORWARD,
@@ -149,11 +150,12 @@ def weight_versions(schedule: Schedule) -> VersionTable:
     if not is_validated(schedule):
         width = max([width, *(a.index + 1 for row in schedule.ranks for a in row)])
     found: list[tuple[int, int, int | None, int | None]] = []
-    for row in schedule.ranks:
-        found += _versions_on_rank(schedule, row, width)
-    found.sort(key=itemgetter(0))  # stage-major; stable, as a sort of the rows would be
-    rows = _version_rows(found, width, schedule.num_microbatches)
-    return VersionTable(schedule=schedule, rows=tuple(rows))
+    with gc_paused():  # many small acyclic objects: skip the collector's rescans of them
+        for row in schedule.ranks:
+            found += _versions_on_rank(schedule, row, width)
+        found.sort(key=itemgetter(0))  # stage-major; stable, as a sort of the rows would be
+        rows = _version_rows(found, width, schedule.num_microbatches)
+        return VersionTable(schedule=schedule, rows=tuple(rows))
 
 
 def _versions_on_rank(schedule: Schedule, actions, width: int) -> list[tuple]:
