@@ -154,27 +154,29 @@ def encode(s: Schedule) -> list[list[int]]:
     action is on its stage's rank and its index is in range."""
     S, T, K, P = s.num_virtual_stages, s.total_microbatches, s.num_minibatches, s.num_stages
     n = S * T
+    first_code = {kind: code * n for kind, code in KIND_CODE.items()}
     rows = []
     for rank, row in enumerate(s.ranks):
-        codes = []
-        for position, a in enumerate(row):
+        codes: list[int] = []
+        append = codes.append
+        for a in row:  # the position, needed only in errors, is len(codes)
             stage, kind, index = a.stage, a.kind, a.index
             if stage >= S or stage % P != rank:
-                raise ScheduleError(_misplaced(s, rank, position, a))
+                raise ScheduleError(_misplaced(s, rank, len(codes), a))
             if kind == "U":
                 if index >= K:
                     raise ScheduleError(
-                        f"{_at(rank, position, a)} is update {index}; allowed: 0..{K - 1} "
+                        f"{_at(rank, len(codes), a)} is update {index}; allowed: 0..{K - 1} "
                         f"(num_minibatches={K})"
                     )
-                codes.append(4 * n + stage * K + index)
+                append(4 * n + stage * K + index)
             else:
                 if index >= T:
                     raise ScheduleError(
-                        f"{_at(rank, position, a)} names microbatch {index}; allowed: 0..{T - 1} "
-                        f"(num_microbatches * num_minibatches = {T})"
+                        f"{_at(rank, len(codes), a)} names microbatch {index}; "
+                        f"allowed: 0..{T - 1} (num_microbatches * num_minibatches = {T})"
                     )
-                codes.append(KIND_CODE[kind] * n + stage * T + index)
+                append(first_code[kind] + stage * T + index)
         rows.append(codes)
     return rows
 
@@ -226,41 +228,50 @@ def _check_updates(s: Schedule) -> None:
     """
     M, grad = s.num_microbatches, "W" if s.split_backward else "B"
     flushed = s.num_minibatches if s.weight_mode == "sync" else s.warmup_minibatches
+    two_bw = s.weight_mode == "2bw"
     for rank, row in enumerate(s.ranks):
         updates = {stage: 0 for stage in s.stages_of(rank)}  # updates done per stage
         grads = dict.fromkeys(updates, 0)  # gradients of the current minibatch seen
         for position, a in enumerate(row):
-            if a.kind == grad:
+            kind = a.kind
+            if kind == "F":
                 k = a.index // M
-                if k != updates[a.stage]:
+                if k and (k <= flushed and min(updates.values()) < k or two_bw and k >= 2):
+                    _check_forward(s, rank, position, a, k, updates, flushed)
+            elif kind == grad:
+                k, stage = a.index // M, a.stage
+                if k != updates[stage]:
                     raise ScheduleError(
                         f"{_at(rank, position, a)} is a gradient of minibatch {k} but stage "
-                        f"{a.stage} has done {updates[a.stage]} updates: U{k} must apply exactly "
+                        f"{stage} has done {updates[stage]} updates: U{k} must apply exactly "
                         f"minibatch {k}'s gradients"
                     )
-                grads[a.stage] += 1
-            elif a.kind == "U":
-                if a.index != updates[a.stage] or grads[a.stage] != M:
+                grads[stage] += 1
+            elif kind == "U":
+                stage = a.stage
+                if a.index != updates[stage] or grads[stage] != M:
                     raise ScheduleError(
-                        f"{_at(rank, position, a)} comes after {grads[a.stage]} of the {M} "
-                        f"gradients of minibatch {a.index} on stage {a.stage} (updates must follow "
+                        f"{_at(rank, position, a)} comes after {grads[stage]} of the {M} "
+                        f"gradients of minibatch {a.index} on stage {stage} (updates must follow "
                         "in order, each after all gradients of its minibatch)"
                     )
-                updates[a.stage] += 1
-                grads[a.stage] = 0
-            elif a.kind == "F":
-                k = a.index // M
-                if 0 < k <= flushed and min(updates.values()) < k:
-                    raise ScheduleError(
-                        f"{_at(rank, position, a)} starts minibatch {k} before rank {rank} applied "
-                        f"update {k - 1} (a flushed minibatch must update before the next starts)"
-                    )
-                if s.weight_mode == "2bw" and k >= 2 and updates[a.stage] < k - 1:
-                    raise ScheduleError(
-                        f"{_at(rank, position, a)}: 2BW runs minibatch {k} on version {k - 1}, "
-                        f"made by update {k - 2} of stage {a.stage}, which comes later on this "
-                        "rank; use more microbatches"
-                    )
+                updates[stage] += 1
+                grads[stage] = 0
+
+
+def _check_forward(s: Schedule, rank, position, a, k: int, updates: dict, flushed: int) -> None:
+    """The forward ``a`` of minibatch ``k`` >= 1: flushed minibatches and 2BW's version."""
+    if 0 < k <= flushed and min(updates.values()) < k:
+        raise ScheduleError(
+            f"{_at(rank, position, a)} starts minibatch {k} before rank {rank} applied "
+            f"update {k - 1} (a flushed minibatch must update before the next starts)"
+        )
+    if s.weight_mode == "2bw" and k >= 2 and updates[a.stage] < k - 1:
+        raise ScheduleError(
+            f"{_at(rank, position, a)}: 2BW runs minibatch {k} on version {k - 1}, "
+            f"made by update {k - 2} of stage {a.stage}, which comes later on this "
+            "rank; use more microbatches"
+        )
 
 
 def _at(rank: int, position: int, action) -> str:
