@@ -48,7 +48,7 @@ class InOrderNetwork:
         return moved
 
 
-def run_model(schedule: Schedule, posting: str = "planned") -> None:
+def run_model(schedule: Schedule, posting: str = "planned", ahead: int = 0) -> None:
     """Run every rank's program against :class:`InOrderNetwork`; raise on deadlock."""
     plan = plan_communication(schedule)
     net = InOrderNetwork()
@@ -60,6 +60,8 @@ def run_model(schedule: Schedule, posting: str = "planned") -> None:
     def post_for(rank, message):
         if posting == "planned":
             for op in orders[rank].to_post_for(message):
+                net.post(rank, op)
+            for op in orders[rank].receives_ahead(ahead):
                 net.post(rank, op)
         elif message.key not in naive_posted[rank]:
             naive_posted[rank].add(message.key)
@@ -107,12 +109,13 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("ahead", [0, 2], ids=["just-in-time", "2-ahead"])
 @pytest.mark.parametrize("name,P,M,v,K,W", CASES)
-def test_every_schedule_runs_under_in_order_network(name, P, M, v, K, W):
+def test_every_schedule_runs_under_in_order_network(name, P, M, v, K, W, ahead):
     schedule = build_schedule(
         name, P, M, chunks=v, num_minibatches=K, warmup_minibatches=W
     )
-    run_model(schedule)
+    run_model(schedule, ahead=ahead)
 
 
 @pytest.mark.parametrize("name,P,M,v,K,W", CASES)

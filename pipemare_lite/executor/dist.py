@@ -78,6 +78,8 @@ from pipemare_lite.schedules.actions import (
 )
 from pipemare_lite.timeline import TimedAction, Timeline
 
+#: Receives each rank posts per peer before it needs them (see :class:`P2PTransport`).
+RECEIVES_AHEAD = 2
 #: Kinds of :class:`Fault`.
 FAULT_KINDS = ("raise", "kill", "hang")
 
@@ -381,6 +383,7 @@ class DistributedExecutor:
             self.plan, self.rank, partial(self._message_meta, table, microbatches),
             device=self.device, waiter=_TimedWaiter(self, polling=self.backend != "gloo"),
             use_tags=self.backend == "gloo",
+            receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
             verbose=os.environ.get("PIPEMARE_P2P_VERBOSE") == "1",
         )
 

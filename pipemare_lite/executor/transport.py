@@ -226,6 +226,24 @@ class PostingOrder:
                 return todo
         raise RuntimeError(f"rank {self.rank}: {message} is not in the plan for pair {peer}")
 
+    def receives_ahead(self, limit: int) -> list[Message]:
+        """Up to ``limit`` receives per peer that may be posted now, ahead of need.
+
+        Only the receives next in a pair's order, before this rank's next send on that
+        pair: posting them keeps both ranks' per-pair order (rule 2), and the data of a
+        message can then arrive while this rank still computes.
+        """
+        todo = []
+        for peer, start in self.cursor.items():
+            order = self.plan.pair_order[(self.rank, peer)]
+            i = start
+            while i < len(order) and i - start < limit and order[i].dst == self.rank:
+                todo.append(order[i])
+                self.posted.add(order[i].key)
+                i += 1
+            self.cursor[peer] = i
+        return todo
+
 
 class P2PTransport:
     """Send and receive the plan's messages for one rank with ``torch.distributed``.
@@ -241,6 +259,8 @@ class P2PTransport:
             :class:`pipemare_lite.executor.faults.Waiter` (abort flag, per-operation
             timeout, gloo and NCCL); default: plain blocking waits.
         use_tags: gloo matches messages by tag (we pass ``seq``); NCCL ignores tags.
+        receives_ahead: receives posted per peer before they are needed (0: only when
+            needed or when the order requires), so data can arrive during compute.
         verbose: print every posted send and receive and every completed wait (the
             environment variable ``PIPEMARE_P2P_VERBOSE=1`` turns it on in the distributed
             executor): the text trace of the communication, for debugging.
@@ -255,6 +275,7 @@ class P2PTransport:
         device=None,
         waiter=None,
         use_tags: bool = True,
+        receives_ahead: int = 0,
         verbose: bool = False,
     ) -> None:
         import torch
@@ -266,6 +287,7 @@ class P2PTransport:
         self.order = PostingOrder(plan, rank)
         self.use_tags = use_tags
         self.waiter = waiter or _BlockingWaiter()
+        self.receives_ahead = receives_ahead
         self.verbose = verbose
         self._recv_work: dict = {}  # key -> (work, buffer)
         self._local: dict = {}  # same-rank hand-over
@@ -300,6 +322,12 @@ class P2PTransport:
         tensor = tensor.contiguous()
         for op in self.order.to_post_for(message):
             self._post(op, tensor if op is message else None)
+        self._post_ahead()
+
+    def _post_ahead(self) -> None:
+        if self.receives_ahead:
+            for op in self.order.receives_ahead(self.receives_ahead):
+                self._post(op)
 
     def recv(self, message: Message):
         """Return the tensor of ``message``, waiting for it if needed."""
@@ -307,6 +335,7 @@ class P2PTransport:
             return self._local.pop(message.key)
         for op in self.order.to_post_for(message):
             self._post(op)
+        self._post_ahead()
         work, buffer = self._recv_work.pop(message.key)
         self.waiter.wait(work, str(message))
         if self.verbose:
