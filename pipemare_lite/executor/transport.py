@@ -11,8 +11,9 @@ The ordering rule (one rule for gloo and NCCL, every schedule, sync or async):
 1. sends are never blocking: ``isend`` right after the action that produced the tensor;
 2. on each pair of ranks, both ranks *post* their operations for that pair in increasing
    ``seq``; a receive is posted (``irecv`` into a buffer of the known shape) at the latest
-   when it is needed, and earlier if a later-``seq`` operation on the same pair must be
-   posted first;
+   when it is needed, earlier if a later-``seq`` operation on the same pair must be posted
+   first, and a few ahead when they are next in the pair's order (the data can then
+   arrive while the rank computes);
 3. a rank only blocks when an action needs a received tensor.
 
 Why it cannot deadlock. NCCL runs the operations of a pair of ranks on one stream per rank
