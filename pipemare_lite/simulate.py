@@ -122,33 +122,13 @@ def simulate(schedule: Schedule, costs: OpCosts | None = None) -> Timeline:
         start_of[code] = ready
         end[code] = rank_free[stage % P] = ready + base[kind] * multiplier[stage]
     with gc_paused():
-        entries = tuple(_timed_actions(schedule.ranks, codes, start_of, end))
-    return Timeline(schedule=schedule, entries=entries, extra={"costs": asdict(costs)})
-
-
-def _timed_actions(ranks, codes, start_of, end) -> list[TimedAction]:
-    """A :class:`TimedAction` per action, rank by rank, from the times found by code.
-
-    Builds each one without the dataclass ``__init__`` (a frozen dataclass sets every field
-    through ``object.__setattr__``), which halves the cost for the large schedules; the
-    values are exactly the ones ``TimedAction(rank, action, start, end)`` would hold.
-    """
-    if hasattr(TimedAction, "__slots__"):  # no instance dict to fill: use the constructor
-        return [
+        entries = tuple(
             TimedAction(rank, action, start_of[c], end[c])
-            for rank, (row, row_codes) in enumerate(zip(ranks, codes))
+            for rank, (row, row_codes) in enumerate(zip(schedule.ranks, codes))
             for action, c in zip(row, row_codes)
-        ]
-    new, out = object.__new__, []
-    append = out.append
-    for rank, (row, row_codes) in enumerate(zip(ranks, codes)):
-        for action, c in zip(row, row_codes):
-            timed = new(TimedAction)
-            fields = timed.__dict__
-            fields["rank"], fields["action"] = rank, action
-            fields["start"], fields["end"] = start_of[c], end[c]
-            append(timed)
-    return out
+        )
+        del start_of, end  # freed before the collector resumes, so it does not scan them
+    return Timeline(schedule=schedule, entries=entries, extra={"costs": asdict(costs)})
 
 
 @dataclass(frozen=True)

@@ -211,21 +211,21 @@ def _versions_on_rank(schedule: Schedule, actions, width: int) -> list[tuple]:
 def _version_rows(found, width: int, M: int) -> list[VersionRow]:
     """A :class:`VersionRow` per ``(key, at_forward, at_backward, applied)`` of ``found``.
 
-    Built without the frozen dataclass' ``__init__`` (one ``object.__setattr__`` per field):
-    a schedule has a row per stage and microbatch, a quarter million for the largest. The
-    values are exactly those ``VersionRow(...)`` would hold.
+    Fields are set with ``object.__setattr__`` as the frozen dataclass' ``__init__`` does,
+    without its per-field calls: a schedule has a row per stage and microbatch, a quarter
+    million for the largest. The objects are the ones ``VersionRow(...)`` would make.
     """
-    if hasattr(VersionRow, "__slots__"):  # no instance dict to fill: use the constructor
-        return [VersionRow(k // width, k % width, k % width // M, *v) for k, *v in found]
-    new, out = object.__new__, []
+    new, set_field, out = object.__new__, object.__setattr__, []
     append = out.append
     for key, at_forward, at_backward, applied in found:
         stage, microbatch = divmod(key, width)
         row = new(VersionRow)
-        fields = row.__dict__
-        fields["stage"], fields["microbatch"] = stage, microbatch
-        fields["minibatch"], fields["version_at_forward"] = microbatch // M, at_forward
-        fields["version_at_backward"], fields["version_applied"] = at_backward, applied
+        set_field(row, "stage", stage)
+        set_field(row, "microbatch", microbatch)
+        set_field(row, "minibatch", microbatch // M)
+        set_field(row, "version_at_forward", at_forward)
+        set_field(row, "version_at_backward", at_backward)
+        set_field(row, "version_applied", applied)
         append(row)
     return out
 
