@@ -152,38 +152,48 @@ def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
         for (s, _), v in needed.items():
             if s in readers:
                 readers[s][v] += 1
-    activations = stash = peak_activations = peak_stash = peak_varying = 0
+    stash_mode = schedule.weight_mode == "stash"
+    param, activation = profile.param_bytes, profile.activation_bytes
+    # stash = sum over stages of param_bytes x (distinct versions in readers older than the
+    # current one), kept up to date as versions enter, leave, or become old (one per update)
+    stash = activations = peak_activations = peak_stash = peak_varying = 0
     for action in schedule.ranks[rank]:
-        s = action.stage
-        if action.kind == UPDATE:
+        s, kind = action.stage, action.kind
+        if kind == UPDATE:
+            if current[s] in readers[s]:  # the version this update retires is still read
+                stash += param[s]
             current[s] += 1
-        elif action.kind == FORWARD:
-            activations += profile.activation_bytes[s]
-            if schedule.weight_mode == "stash":
-                readers[s][needed[(s, action.index)]] += 1
-        elif action.kind in (BACKWARD, WEIGHT_GRAD):  # the microbatch's last backward action
-            activations -= profile.activation_bytes[s]
-            if (s, action.index) in needed:
-                _release(readers[s], needed[(s, action.index)])
-        if needed:  # only stashing modes hold old versions
-            stash = sum(
-                profile.param_bytes[s] * sum(1 for v in readers[s] if v < current[s])
-                for s in stages
-            )
-        peak_activations = max(peak_activations, activations)
-        peak_stash = max(peak_stash, stash)
-        peak_varying = max(peak_varying, activations + stash)
+        elif kind == FORWARD:
+            activations += activation[s]
+            if stash_mode:
+                version = needed[(s, action.index)]
+                if version not in readers[s] and version < current[s]:
+                    stash += param[s]
+                readers[s][version] += 1
+        elif kind == BACKWARD or kind == WEIGHT_GRAD:  # the microbatch's last backward action
+            activations -= activation[s]
+            version = needed.get((s, action.index)) if needed else None
+            if version is not None and _release(readers[s], version) and version < current[s]:
+                stash -= param[s]
+        if activations > peak_activations:
+            peak_activations = activations
+        if stash > peak_stash:
+            peak_stash = stash
+        if activations + stash > peak_varying:
+            peak_varying = activations + stash
     peaks = dict(fixed, stash=peak_stash, activations=peak_activations)
     peaks = {kind: peaks[kind] for kind in KINDS}
     fixed_total = sum(fixed.values())
     return dict(peaks, total=sum(peaks.values()), peak_total=fixed_total + peak_varying)
 
 
-def _release(counter: Counter, version: int) -> None:
-    """One reader of ``version`` is done; forget the version when none is left."""
+def _release(counter: Counter, version: int) -> bool:
+    """One reader of ``version`` is done; forget the version when none is left (then True)."""
     counter[version] -= 1
     if counter[version] == 0:
         del counter[version]
+        return True
+    return False
 
 
 def peak_stash_copies(schedule: Schedule) -> list[int]:
