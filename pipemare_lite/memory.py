@@ -127,17 +127,20 @@ def memory_by_kind(
     return [_rank_peaks(schedule, rank, profile, needed, t2) for rank in range(schedule.num_stages)]
 
 
-def _versions_read(schedule: Schedule) -> dict[tuple[int, int], int]:
-    """(stage, microbatch) -> the version its backward reads, for modes that stash.
+def _versions_read(schedule: Schedule) -> dict[int, dict[int, int]]:
+    """stage -> microbatch -> the version its backward reads, for modes that stash.
 
     In those modes that is the forward's version (also when the schedule has no backward).
     """
     if schedule.weight_mode not in ("stash", "2bw"):
         return {}
-    return {(r.stage, r.microbatch): r.version_at_forward for r in weight_versions(schedule).rows}
+    needed: dict[int, dict[int, int]] = {}
+    for r in weight_versions(schedule).rows:
+        needed.setdefault(r.stage, {})[r.microbatch] = r.version_at_forward
+    return needed
 
 
-def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
+def _rank_peaks(schedule, rank, profile, needed: dict[int, dict[int, int]], t2) -> dict[str, int]:
     """Walk one rank's actions and keep the peak of every kind."""
     stages = schedule.stages_of(rank)
     fixed = {
@@ -149,9 +152,8 @@ def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
     # microbatches whose backward is not done, counted by the version they read (per stage)
     readers = {s: Counter() for s in stages}
     if schedule.weight_mode == "2bw":  # a 2bw version must survive until its last reader
-        for (s, _), v in needed.items():
-            if s in readers:
-                readers[s][v] += 1
+        for s in stages:
+            readers[s].update(needed.get(s, {}).values())
     stash_mode = schedule.weight_mode == "stash"
     param, activation = profile.param_bytes, profile.activation_bytes
     # stash = sum over stages of param_bytes x (distinct versions in readers older than the
@@ -166,13 +168,13 @@ def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
         elif kind == FORWARD:
             activations += activation[s]
             if stash_mode:
-                version = needed[(s, action.index)]
+                version = needed[s][action.index]
                 if version not in readers[s] and version < current[s]:
                     stash += param[s]
                 readers[s][version] += 1
         elif kind == BACKWARD or kind == WEIGHT_GRAD:  # the microbatch's last backward action
             activations -= activation[s]
-            version = needed.get((s, action.index)) if needed else None
+            version = needed[s].get(action.index) if s in needed else None
             if version is not None and _release(readers[s], version) and version < current[s]:
                 stash -= param[s]
         if activations > peak_activations:
