@@ -58,6 +58,11 @@ from torch import nn
 
 from pipemare_lite.executor import faults
 from pipemare_lite.executor.local import RunResult
+from pipemare_lite.executor.setup import (
+    build_stage_worker,
+    check_method_options,
+    rescheduling_delays,
+)
 from pipemare_lite.executor.stage import BYTE_KINDS, StageWorker
 from pipemare_lite.executor.transport import (
     ACTIVATION,
@@ -66,7 +71,6 @@ from pipemare_lite.executor.transport import (
     P2PTransport,
     plan_communication,
 )
-from pipemare_lite.methods.lr_rescheduling import LRRescheduling, stage_forward_delays
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import (
     BACKWARD,
@@ -167,37 +171,6 @@ class DistRunResult(RunResult):
     rank_results: list = field(default_factory=list)
 
 
-def make_stage_worker(
-    schedule: Schedule,
-    stage: int,
-    module: nn.Module,
-    *,
-    loss_fn: Callable,
-    optimizer_factory: Callable,
-    options: MethodOptions,
-    delays: Sequence[int] | None,
-    device: torch.device | None = None,
-    lr_scheduler_factory: Callable | None = None,
-) -> StageWorker:
-    """One stage's worker, built exactly as :class:`~pipemare_lite.executor.LocalExecutor`
-    builds it (optimizer, optional scheduler, T1 on top, T2 gamma). Chapter 11."""
-    if device is not None:
-        module.to(device)
-    optimizer = optimizer_factory([p for p in module.parameters() if p.requires_grad])
-    scheduler = lr_scheduler_factory(optimizer) if lr_scheduler_factory else None
-    if delays is not None:
-        horizon = options.rescheduling_horizon
-        horizon = schedule.num_minibatches if horizon is None else horizon
-        scheduler = LRRescheduling(optimizer, delays[stage], horizon, base=scheduler)
-    return StageWorker(
-        stage, module, optimizer, weight_mode=schedule.weight_mode,
-        is_last=stage == schedule.num_virtual_stages - 1,
-        num_microbatches=schedule.num_microbatches, num_minibatches=schedule.num_minibatches,
-        loss_fn=loss_fn, device=device, lr_scheduler=scheduler,
-        discrepancy_gamma=options.gamma_for(stage) if options.discrepancy_correction else None,
-    )
-
-
 def _synchronize(device: torch.device) -> None:
     """Wait for queued GPU work so that timings mean something (no-op on CPU)."""
     if device.type == "cuda":
@@ -278,16 +251,14 @@ class DistributedExecutor:
                       if self.backend == "nccl" else torch.device("cpu"))
         self.device = torch.device(device)
         options = method_options or MethodOptions()
-        if options.discrepancy_correction and schedule.weight_mode != "async":
-            raise ValueError(f"T2 needs an async schedule; {schedule.name!r} has weight_mode "
-                             f"{schedule.weight_mode!r}")
+        check_method_options(schedule, options)
         self.options = options
         self.stages = schedule.stages_of(self.rank)
         modules = self._own_modules(stage_modules)
-        delays = stage_forward_delays(schedule) if options.lr_rescheduling else None
+        delays = rescheduling_delays(schedule, options)
         self.forward_delays = delays
         self.workers = {
-            s: make_stage_worker(
+            s: build_stage_worker(
                 schedule, s, modules[s], loss_fn=loss_fn, optimizer_factory=optimizer_factory,
                 options=options, delays=delays, device=self.device,
                 lr_scheduler_factory=lr_scheduler_factory)

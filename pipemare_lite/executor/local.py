@@ -45,8 +45,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from pipemare_lite.executor.setup import (
+    build_stage_worker,
+    check_method_options,
+    rescheduling_delays,
+)
 from pipemare_lite.executor.stage import BYTE_KINDS, StageWorker
-from pipemare_lite.methods.lr_rescheduling import LRRescheduling, stage_forward_delays
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import (
     BACKWARD,
@@ -118,29 +122,17 @@ class LocalExecutor:
         if devices is not None and len(devices) != stages:
             raise ValueError(f"devices: need one per virtual stage ({stages}), got {len(devices)}")
         options = method_options or MethodOptions()
-        if options.discrepancy_correction and schedule.weight_mode != "async":
-            raise ValueError(f"T2 needs an async schedule; {schedule.name!r} has weight_mode "
-                             f"{schedule.weight_mode!r}")
+        check_method_options(schedule, options)
         self.schedule, self.options = schedule, options
-        delays = stage_forward_delays(schedule) if options.lr_rescheduling else None
-        horizon = options.rescheduling_horizon
-        horizon = schedule.num_minibatches if horizon is None else horizon
-        self.workers: list[StageWorker] = []
-        for s, module in enumerate(stage_modules):
-            device = torch.device(devices[s]) if devices is not None else None
-            if device is not None:
-                module.to(device)
-            optimizer = optimizer_factory([p for p in module.parameters() if p.requires_grad])
-            scheduler = lr_scheduler_factory(optimizer) if lr_scheduler_factory else None
-            if delays is not None:
-                scheduler = LRRescheduling(optimizer, delays[s], horizon, base=scheduler)
-            self.workers.append(StageWorker(
-                s, module, optimizer, weight_mode=schedule.weight_mode,
-                is_last=s == stages - 1, num_microbatches=schedule.num_microbatches,
-                num_minibatches=schedule.num_minibatches, loss_fn=loss_fn, device=device,
-                lr_scheduler=scheduler,
-                discrepancy_gamma=(options.gamma_for(s) if options.discrepancy_correction
-                                   else None)))
+        delays = rescheduling_delays(schedule, options)
+        self.workers: list[StageWorker] = [
+            build_stage_worker(
+                schedule, s, module, loss_fn=loss_fn, optimizer_factory=optimizer_factory,
+                options=options, delays=delays,
+                device=torch.device(devices[s]) if devices is not None else None,
+                lr_scheduler_factory=lr_scheduler_factory)
+            for s, module in enumerate(stage_modules)
+        ]
         self.forward_delays = delays
         self.positions = [0] * schedule.num_stages
         self.activations: dict[tuple[int, int], torch.Tensor] = {}  # input of (stage, mb)
