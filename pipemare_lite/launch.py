@@ -493,7 +493,7 @@ def init_from_env(*, backend: str | None = None, op_timeout: float = 120.0) -> R
         raise ValueError(
             f"not started by torchrun: environment variables {missing} are not set; run "
             "`torchrun --nproc-per-node P -m pipemare_lite.train --executor dist ...`, or from "
-            "Python launch(pipemare_lite.executor.dist.fit_worker, P, args=(...,))"
+            "Python launch(pipemare_lite.executor.dist_fit.fit_worker, P, args=(...,))"
         )
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))

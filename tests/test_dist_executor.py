@@ -17,12 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from pipemare_lite.executor import LocalExecutor
-from pipemare_lite.executor.dist import (
-    DistJob,
-    PartitionedModel,
-    run_distributed_jobs,
-    utilization_report,
-)
+from pipemare_lite.executor.dist import DistJob, PartitionedModel, run_distributed_jobs
+from pipemare_lite.executor.utilization import utilization_report
 from pipemare_lite.methods import build_method_schedule, method_options
 from pipemare_lite.models import mlp
 
@@ -160,7 +156,7 @@ def test_utilization_report_compares_with_the_simulator(runs):
 @pytest.mark.slow
 def test_fit_with_the_distributed_executor_equals_local():
     from pipemare_lite.datasets import load
-    from pipemare_lite.executor.dist import fit_worker
+    from pipemare_lite.executor.dist_fit import fit_worker
     from pipemare_lite.launch import launch
     from pipemare_lite.train import fit
 

@@ -20,11 +20,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipemare_lite.executor.dist import (
-    ComparisonJob,
-    PartitionedModel,
-    compare_with_torch_pipelining,
-)
+from pipemare_lite.compare_pipelining import ComparisonJob, compare_with_torch_pipelining
+from pipemare_lite.executor.dist import PartitionedModel
 from pipemare_lite.launch import launch
 from pipemare_lite.models import mlp
 
