@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from pipemare_lite.files import atomic_write_text
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the experiment name and options."""
@@ -32,10 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Strict JSON (no NaN), indented, with a trailing newline."""
+    """Strict JSON (no NaN), indented, with a trailing newline, written atomically."""
     from pipemare_lite.train import json_ready
 
-    path.write_text(json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / f"{stem}.json", results)
     table = module.markdown(results)
-    (out / f"{stem}.md").write_text(table)
+    atomic_write_text(out / f"{stem}.md", table)
     command = f"python -m pipemare_lite reproduce {args.experiment}"
     meta = {
         "command": command + (" --quick" if args.quick else ""),
