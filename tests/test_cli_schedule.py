@@ -32,7 +32,6 @@ def test_json_has_the_documented_keys(capsys):
 
 
 def test_json_delays_are_zero_for_sync_and_positive_for_async(capsys):
-    pytest.importorskip("pipemare_lite.staleness")
     sync = run_json(capsys, "gpipe", "--stages", "3", "--microbatches", "2", "--minibatches", "3")
     assert sync["forward_delay"] == [0, 0, 0] and sync["backward_delay"] == [0, 0, 0]
     out = run_json(capsys, "async", "--stages", "3", "--update-every", "1", "--minibatches", "8")

@@ -43,7 +43,6 @@ def _run_grading(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_grading_a_student_writes_one_verdict_per_exercise(tmp_path):
-    pytest.importorskip("pipemare_lite.simulate", reason="the engine's simulator")
     adapter = tmp_path / "adapter.py"
     adapter.write_text(textwrap.dedent(STUDENT_ADAPTER))
     report = tmp_path / "reports" / "grades.xml"

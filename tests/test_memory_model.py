@@ -12,9 +12,7 @@ from pipemare_lite.memory import (
     stash_over_pipemare_ratio,
 )
 from pipemare_lite.schedules import Action, Schedule
-
-registry = pytest.importorskip("pipemare_lite.schedules.registry")
-build_schedule = registry.build_schedule
+from pipemare_lite.schedules.registry import build_schedule
 
 
 def _uniform(P, params=100, activations=10, optimizer="sgd"):
@@ -95,7 +93,8 @@ def test_activation_peaks_match_closed_forms(P, M):
 
 
 def test_activations_agree_with_simulator_peak_inflight():
-    simulate = pytest.importorskip("pipemare_lite.simulate")
+    from pipemare_lite import simulate
+
     cases = [(n, {}) for n in ("naive", "gpipe", "1f1b", "zb-h1", "pipedream", "2bw", "async")]
     cases += [("interleaved", {"chunks": 2}), ("async", {"warmup_minibatches": 1})]
     for name, options in cases:

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipemare_lite.schedules import Action, Schedule
+from pipemare_lite.schedules.registry import build_schedule
 from pipemare_lite.staleness import (
     exact_forward_delay,
     expected_forward_delay,
@@ -23,9 +24,6 @@ from pipemare_lite.staleness import (
     steady_state_minibatches,
     weight_versions,
 )
-
-schedules = pytest.importorskip("pipemare_lite.schedules.registry")
-build_schedule = schedules.build_schedule
 
 
 def _schedule(rows, name, num_microbatches, num_minibatches, weight_mode):
