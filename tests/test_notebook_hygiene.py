@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -315,3 +316,23 @@ def test_run_refreshes_checked_outputs_and_saves_the_notebook_clean(tmp_path, ca
     assert all(not c.get("outputs") for i, c in enumerate(saved.cells) if i != 3)
     problems = notebooks.notebook_problems(path, check_imports=False)
     assert problems == ["no exercise cell calling check()"]  # the one rule broken on purpose
+
+
+def test_sanitize_rules_mask_ids_that_change_between_runs():
+    """nbval reads the rules with its own parser; two runs differing only in ids compare equal."""
+    from nbval.plugin import get_sanitize_patterns
+
+    rules = get_sanitize_patterns((ROOT / "tests" / "nbval_sanitize.cfg").read_text())
+    patterns = {regex for regex, _ in rules}
+
+    def sanitize(text):
+        for regex, replace in rules:
+            text = re.sub(regex, replace, text)
+        return text
+
+    run_a = '{"type": "scatter", "uid": "a3f9c1", "x": [1, 2]} <div id="0c7e5a1b-2d3f">'
+    run_b = '{"type": "scatter", "uid":"77be0d", "x": [1, 2]} <div id="9d1f0e2c-4b6a">'
+    assert sanitize(run_a) == sanitize(run_b)
+    assert '"uid": "UID"' in sanitize(run_a) and len(patterns) == len(rules)
+    # the numbers a checked cell exists for are left alone
+    assert sanitize("idle fraction 0.2727, uid of rank 3") == "idle fraction 0.2727, uid of rank 3"
