@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -107,3 +108,22 @@ def test_grid_cells_follow_the_costs(capsys):
     assert main(["schedule", "gpipe", "-P", "1", "-M", "1", "--costs", "1,1.5"]) == 0
     grid = [line for line in capsys.readouterr().out.splitlines() if line.startswith("rank 0")]
     assert grid[0].split("| ")[1].split() == ["F0", "--", "B0", "--", "--"]
+
+
+def test_json_delays_match_the_lock_step_closed_forms(capsys):
+    # P=4, N=2, K=8: the stalest microbatch of stage i (1-indexed) waits ceil((2(P-i)+1)/N)
+    # updates; in the steady state microbatch j of a minibatch waits ceil((2(P-s)-1-j)/N)
+    # (s 0-indexed; derived in pipemare_lite.staleness), so the steady mean averages over j.
+    P, N = 4, 2
+    out = run_json(capsys, "async", "--stages", str(P), "--microbatches", str(N),
+                   "--minibatches", "8")
+    assert out["max_forward_delay"] == [math.ceil((2 * (P - i) + 1) / N) for i in range(1, P + 1)]
+    steady = [sum(math.ceil((2 * (P - s) - 1 - j) / N) for j in range(N)) / N for s in range(P)]
+    assert out["steady_forward_delay"] == steady
+    assert all(w <= s for w, s in zip(out["forward_delay"], steady))  # fill lowers the mean
+    assert out["backward_delay"] == [0, 0, 0, 0]
+
+
+def test_json_steady_delay_is_null_without_a_steady_state(capsys):
+    out = run_json(capsys, "gpipe", "--stages", "3", "--microbatches", "2")
+    assert out["steady_forward_delay"] is None and out["max_forward_delay"] == [0, 0, 0]

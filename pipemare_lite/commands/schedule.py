@@ -23,6 +23,7 @@ import math
 from pipemare_lite.schedules import ALIASES, ASYNC_NAMES, SCHEDULE_NAMES, Schedule, build_schedule
 from pipemare_lite.schedules.io import to_csv
 from pipemare_lite.simulate import OpCosts, ScheduleMetrics, simulate_and_measure
+from pipemare_lite.staleness import stage_delays, steady_state_minibatches
 from pipemare_lite.timeline import Timeline
 
 #: Widest text grid printed (in time cells); wider timelines print metrics only.
@@ -166,20 +167,27 @@ def summary(schedule: Schedule, costs: OpCosts, measured: ScheduleMetrics) -> di
         "notes": list(schedule.notes),
         "actions": schedule.rows(),
     }
-    delays = _delays(schedule)
-    if delays is not None:
-        out["forward_delay"], out["backward_delay"] = delays
+    out.update(_delays(schedule))
     return out
 
 
-def _delays(schedule: Schedule):
-    """Mean forward/backward delay per (virtual) stage, measured by pipemare_lite.staleness."""
-    try:
-        from pipemare_lite.staleness import stage_delays
-    except ImportError:  # staleness analysis not installed: report nothing rather than guess
-        return None
-    per_stage = stage_delays(schedule)
-    return [d.mean_forward_delay for d in per_stage], [d.mean_backward_delay for d in per_stage]
+def _delays(schedule: Schedule) -> dict:
+    """Delays per (virtual) stage in updates, measured by :mod:`pipemare_lite.staleness`.
+
+    ``forward_delay`` / ``backward_delay``: means over every microbatch of the run, pipeline
+    fill and drain included (zeros for flushed schedules); ``max_forward_delay``: the largest;
+    ``steady_forward_delay``: the mean over the steady-state minibatches only (what the closed
+    forms of chapter 05 describe), or None when the run is too short to have a steady state.
+    """
+    whole = stage_delays(schedule)
+    steady_range = steady_state_minibatches(schedule)
+    steady = stage_delays(schedule, minibatches=steady_range) if len(steady_range) else None
+    return {
+        "forward_delay": [d.mean_forward_delay for d in whole],
+        "backward_delay": [d.mean_backward_delay for d in whole],
+        "max_forward_delay": [d.max_forward_delay for d in whole],
+        "steady_forward_delay": None if steady is None else [d.mean_forward_delay for d in steady],
+    }
 
 
 def render_text(schedule: Schedule, timeline: Timeline, measured: ScheduleMetrics) -> str:
@@ -205,11 +213,15 @@ def render_text(schedule: Schedule, timeline: Timeline, measured: ScheduleMetric
         f"peak in-flight      {list(m.peak_inflight)}   (microbatch activations held, per rank)",
     ]
     delays = _delays(schedule)
-    if delays is not None:
-        lines.append(
-            f"forward delay       {[round(x, 2) for x in delays[0]]}   (updates, per stage)"
-        )
-        lines.append(f"backward delay      {[round(x, 2) for x in delays[1]]}")
+    lines.append(
+        f"forward delay       {[round(x, 2) for x in delays['forward_delay']]}"
+        "   (updates, per stage, mean over the run)"
+    )
+    lines.append(f"max forward delay   {delays['max_forward_delay']}")
+    if delays["steady_forward_delay"] is not None:
+        steady = [round(x, 2) for x in delays["steady_forward_delay"]]
+        lines.append(f"steady fwd delay    {steady}   (mean over the steady-state minibatches)")
+    lines.append(f"backward delay      {[round(x, 2) for x in delays['backward_delay']]}")
     return "\n".join(lines)
 
 
