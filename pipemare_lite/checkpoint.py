@@ -12,6 +12,10 @@ and the generator that orders the data), and the history so far. Two rules make 
 - **No pickled objects.** :func:`save_checkpoint` refuses anything but tensors and plain
   values, and :func:`load_checkpoint` reads with ``torch.load(..., weights_only=True)``,
   which cannot execute code hidden in a file.
+
+An executor's state holds tuples, tuple-keyed dicts and small records (``ParamRef``), which
+``weights_only=True`` would refuse: :func:`encode_state` spells them out as plain values and
+:func:`decode_state` builds them back, rebuilding only the record classes it lists.
 """
 
 from __future__ import annotations
@@ -117,3 +121,58 @@ def set_rng_state(state: dict) -> None:
     )
     p = state["python"]
     random.setstate((p["version"], tuple(p["internal"]), p["gauss_next"]))
+
+
+# Executor states hold tuples, tuple-keyed dicts and ParamRef records. Checkpoints may hold
+# only plain values (so they load with weights_only=True), so we spell those out and build
+# them back; only the classes listed here are ever rebuilt.
+
+
+def _record_classes() -> dict:
+    from pipemare_lite.methods.versions import ParamRef
+
+    return {"ParamRef": ParamRef}
+
+
+def encode_state(value):
+    """An executor state as tensors, numbers, strings, None, lists and str-keyed dicts.
+
+    Tuples become ``{"__tuple__": [...]}``, dicts with other keys ``{"__items__": [[k, v],
+    ...]}`` and listed records ``{"__record__": name, "fields": {...}}`` (chapter 11).
+    """
+    if isinstance(value, (torch.Tensor, bool, int, float, str, type(None))):
+        return value
+    if isinstance(value, list):
+        return [encode_state(v) for v in value]
+    if isinstance(value, tuple):
+        return {"__tuple__": [encode_state(v) for v in value]}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith("__") for k in value):
+            return {k: encode_state(v) for k, v in value.items()}
+        return {"__items__": [[encode_state(k), encode_state(v)] for k, v in value.items()]}
+    name = type(value).__name__
+    if name in _record_classes() and hasattr(value, "__dataclass_fields__"):
+        fields = {f: encode_state(getattr(value, f)) for f in value.__dataclass_fields__}
+        return {"__record__": name, "fields": fields}
+    raise TypeError(f"cannot store a {name} in a checkpoint: {value!r}")
+
+
+def decode_state(value):
+    """Inverse of :func:`encode_state` (chapter 11)."""
+    if isinstance(value, list):
+        return [decode_state(v) for v in value]
+    if isinstance(value, dict):
+        if "__tuple__" in value:
+            return tuple(decode_state(v) for v in value["__tuple__"])
+        if "__items__" in value:
+            return {_hashable(decode_state(k)): decode_state(v) for k, v in value["__items__"]}
+        if "__record__" in value:
+            cls = _record_classes()[value["__record__"]]
+            return cls(**{k: decode_state(v) for k, v in value["fields"].items()})
+        return {k: decode_state(v) for k, v in value.items()}
+    return value
+
+
+def _hashable(key):
+    """A decoded dict key: lists (tuples spelled out) back to tuples, at any depth."""
+    return tuple(_hashable(k) for k in key) if isinstance(key, (list, tuple)) else key
