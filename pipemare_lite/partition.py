@@ -153,6 +153,9 @@ def partition(
                 f"{', '.join(repr(m) for m in BALANCE_MODES)} or a list of layer counts"
             )
     else:
+        bad = [c for c in balance if isinstance(c, bool) or int(c) != c]
+        if bad:
+            raise ValueError(f"balance {list(balance)} must hold whole layer counts; got {bad}")
         counts = [int(c) for c in balance]
         if len(counts) != num_stages:
             raise ValueError(f"balance {counts} has {len(counts)} entries for {num_stages} stages")

@@ -104,6 +104,8 @@ def test_time_balance_needs_a_sample_and_returns_a_valid_split():
         (dict(num_stages=2, balance=[5, 0]), "empty stage"),
         (dict(num_stages=2, balance=[1, 1, 3]), "3 entries for 2 stages"),
         (dict(num_stages=2, balance="flops"), "unknown balance mode 'flops'"),
+        (dict(num_stages=2, balance=[1.5, 3.5]), r"whole layer counts; got \[1.5, 3.5\]"),
+        (dict(num_stages=2, balance=[True, 4]), "whole layer counts"),
     ],
 )
 def test_clear_errors(kwargs, message):
