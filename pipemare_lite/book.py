@@ -19,6 +19,7 @@ import filecmp
 import html
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -292,6 +293,32 @@ def build_book(
     return results
 
 
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+_STRONG = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
+_EMPHASIS = re.compile(r"(?<![\w*])([*_])(?=\S)(.+?)(?<=\S)\1(?![\w*])")
+_LINK = re.compile(r"\[([^\]]+)\]\([^)\s]*\)")
+
+
+def inline_markdown(text: str) -> str:
+    """HTML for one line of chapter Markdown (a title or promise) in the index page.
+
+    Escapes HTML first, so a ``<`` in the text can never become a tag, then renders the
+    inline Markdown chapters use in their first cell: code spans, ``**strong**``,
+    ``*emphasis*`` / ``_emphasis_``; a link keeps only its text (the index links pages
+    itself). Nothing inside a code span is interpreted.
+    """
+    pieces = _CODE_SPAN.split(html.escape(text, quote=True))
+    out = []
+    for i, piece in enumerate(pieces):
+        if i % 2:  # the inside of a code span: literal
+            out.append(f"<code>{piece}</code>")
+            continue
+        piece = _LINK.sub(r"\1", piece)
+        piece = _STRONG.sub(r"<strong>\1</strong>", piece)
+        out.append(_EMPHASIS.sub(r"<em>\2</em>", piece))
+    return "".join(out)
+
+
 def write_index(out: Path, results: Sequence[ChapterResult], folder: Path) -> Path:
     """``index.html`` listing every page built now or earlier, and ``timings.json`` beside it.
 
@@ -321,7 +348,7 @@ def write_index(out: Path, results: Sequence[ChapterResult], folder: Path) -> Pa
         if path.name not in timings and path.name not in failed:
             continue
         info = chapter_info(path)
-        title, promise = html.escape(info.title), html.escape(info.promise)
+        title, promise = inline_markdown(info.title), inline_markdown(info.promise)
         number = path.name[:2]
         if path.name in failed:
             status = '<span class="failed">failed: see the page for the error</span>'

@@ -191,3 +191,36 @@ def test_a_browser_draws_the_figure_offline(built):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert 'class="main-svg"' in done.stdout, done.stderr[-2000:]
+
+
+def test_inline_markdown_renders_emphasis_and_code_after_escaping_html():
+    assert (
+        book.inline_markdown("its idle time (the *bubble*)")
+        == "its idle time (the <em>bubble</em>)"
+    )
+    assert book.inline_markdown("**all** M, _then_ `2 * 3 * 4`") == (
+        "<strong>all</strong> M, <em>then</em> <code>2 * 3 * 4</code>"
+    )
+    # HTML in a promise is text, also inside emphasis and code
+    assert book.inline_markdown('*<b>x</b>* `<script>` & "q"') == (
+        "<em>&lt;b&gt;x&lt;/b&gt;</em> <code>&lt;script&gt;</code> &amp; &quot;q&quot;"
+    )
+    # what is not emphasis stays as written; a link keeps its text
+    assert book.inline_markdown("P * M and snake_case_name") == "P * M and snake_case_name"
+    assert book.inline_markdown("see [chapter 02](02_x.ipynb)") == "see chapter 02"
+
+
+def test_index_renders_the_promise_markdown(tmp_path):
+    chapters, out = tmp_path / "chapters", tmp_path / "book"
+    chapters.mkdir()
+    out.mkdir()
+    path = _chapter(chapters, "02_markdown_promise")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[0].source = "# 02 · The `gpipe` schedule\n\nMeasure its *bubble* <i>now</i>."
+    nbformat.write(nb, path)
+    (out / "02_markdown_promise.html").write_text("<html></html>")
+    result = book.ChapterResult("02_markdown_promise", "t", out / "x.html", 1.25)
+    index = book.write_index(out, [result], chapters).read_text()
+    assert "The <code>gpipe</code> schedule" in index
+    assert "Measure its <em>bubble</em> &lt;i&gt;now&lt;/i&gt;." in index
+    assert "*bubble*" not in index
