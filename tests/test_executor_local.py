@@ -128,7 +128,12 @@ def test_methods_equal_hand_written_pipeline(case, shape):
         for r in weight_versions(schedule).rows:
             delays[r.stage] = max(delays[r.stage], r.forward_delay)
         taus = [max(d, 1) for d in delays]
-        lr_of = lambda s, k: lr * taus[s] ** -(1 - min(k / options.rescheduling_horizon, 1))  # noqa: E731
+        K1 = options.rescheduling_horizon
+
+        def lr_of(s, k):  # T1 is off during the flushed warm-up; its clock starts at W
+            if k < warmup:
+                return lr
+            return lr * taus[s] ** -(1 - min((k - warmup) / K1, 1))
     gammas = options.gamma if options.discrepancy_correction else None
     ref_losses, ref_weights = hand_pipeline(schedule, hand_layers(initial), mbs, lr=lr,
                                             momentum=0.9, gamma=gammas, lr_of=lr_of)
@@ -301,6 +306,27 @@ def test_t1_learning_rates_follow_the_formula_per_stage_and_update():
         expected = [lr * tau ** -(1 - min(k / horizon, 1)) for k in range(K)]
         assert result.learning_rates[s] == pytest.approx(expected, rel=1e-15)
     assert result.learning_rates[0][0] < result.learning_rates[P - 1][0]  # stage 0 is stalest
+
+
+@pytest.mark.parametrize("warmup", [1, 3])
+def test_t1_is_off_during_warm_up_and_anneals_over_the_async_updates(warmup):
+    # PipeMare-W: W flushed minibatches (no delay, so no T1), then T1 with its clock at 0
+    # on the first asynchronous update; the default horizon is the async minibatches K - W
+    P, N, K, lr = 3, 2, 7, 0.05
+    schedule = build_schedule("async", P, N, num_minibatches=K, warmup_minibatches=warmup)
+    options = MethodOptions(lr_rescheduling=True, warmup_minibatches=warmup)
+    result = executor_for(schedule, blocks(P), options=options, lr=lr).run(data(N * K))
+    rows = weight_versions(schedule).rows
+    asynchronous = K - warmup
+    for s in range(P):
+        tau = max(1, max(r.forward_delay for r in rows
+                         if r.stage == s and r.forward_delay is not None))
+        assert tau > 1 or s == P - 1  # the async part is stale: T1 has something to do
+        expected = [lr] * warmup + [lr * tau ** -(1 - j / asynchronous)
+                                    for j in range(asynchronous)]
+        assert result.learning_rates[s] == pytest.approx(expected, rel=1e-15)
+    # the warm-up updates really were synchronous: delay 0 for their microbatches
+    assert all(r.forward_delay == 0 for r in rows if r.microbatch < warmup * N)
 
 
 def test_t1_composes_with_a_base_scheduler_in_the_executor():

@@ -127,6 +127,34 @@ def test_t1_factor_is_tau_to_minus_p():
         rescheduling_factor(0, tau=0.5, horizon=4)
 
 
+def test_t1_factor_is_one_during_warm_up_then_starts_its_clock():
+    # W = 2 warm-up updates, then p = 1 - (k - W) / K
+    W, K, tau = 2, 4, 4.0
+    for k, expected in [(0, 1.0), (1, 1.0), (2, tau ** -1), (3, tau ** -0.75), (4, tau ** -0.5),
+                        (6, 1.0), (20, 1.0)]:
+        assert rescheduling_factor(k, tau=tau, horizon=K, start=W) == pytest.approx(
+            expected, rel=1e-15)
+    with pytest.raises(ValueError, match="start W"):
+        rescheduling_factor(0, tau=2, horizon=4, start=-1)
+
+
+def test_t1_scheduler_with_a_start_keeps_the_base_lr_until_then():
+    lr, tau, horizon, start = 0.3, 3, 4, 2
+    p = nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([p], lr=lr)
+    scheduler = LRRescheduling(optimizer, tau, horizon, start=start)
+    seen = []
+    for _ in range(8):
+        seen.append(optimizer.param_groups[0]["lr"])
+        p.grad = torch.ones(2)
+        optimizer.step()
+        scheduler.step()
+    expected = [0.3, 0.3, 0.3 / 3, 0.3 * 3 ** -0.75, 0.3 * 3 ** -0.5, 0.3 * 3 ** -0.25, 0.3, 0.3]
+    assert seen == pytest.approx(expected, rel=1e-15)
+    with pytest.raises(ValueError, match="start W"):
+        LRRescheduling(optimizer, tau, horizon, start=-1)
+
+
 @pytest.mark.parametrize("optimizer_cls", [torch.optim.SGD, torch.optim.Adam])
 def test_t1_scheduler_applies_the_formula_each_update(optimizer_cls):
     lr, tau, horizon = 0.3, 3, 5

@@ -48,7 +48,9 @@ def build_stage_worker(
     ``optimizer_factory(trainable params)``, the optional base scheduler with
     ``lr_scheduler_factory(optimizer)``, T1 (:class:`LRRescheduling`) on top of it when
     ``delays`` is given (``delays[stage]`` is the stage's tau, from
-    :func:`rescheduling_delays`), and T2 with the stage's gamma when
+    :func:`rescheduling_delays`; off during the schedule's ``warmup_minibatches`` W, then
+    annealed over ``options.rescheduling_horizon`` or the ``num_minibatches - W``
+    asynchronous updates), and T2 with the stage's gamma when
     ``options.discrepancy_correction`` is on.
     """
     if device is not None:
@@ -56,9 +58,12 @@ def build_stage_worker(
     optimizer = optimizer_factory([p for p in module.parameters() if p.requires_grad])
     scheduler = lr_scheduler_factory(optimizer) if lr_scheduler_factory else None
     if delays is not None:
+        # T1 compensates a delay: it starts at the first asynchronous update (chapter 09)
+        warmup = schedule.warmup_minibatches
         horizon = options.rescheduling_horizon
-        horizon = schedule.num_minibatches if horizon is None else horizon
-        scheduler = LRRescheduling(optimizer, delays[stage], horizon, base=scheduler)
+        horizon = schedule.num_minibatches - warmup if horizon is None else horizon
+        scheduler = LRRescheduling(optimizer, delays[stage], horizon, base=scheduler,
+                                   start=warmup)
     return StageWorker(
         stage, module, optimizer, weight_mode=schedule.weight_mode,
         is_last=stage == schedule.num_virtual_stages - 1,

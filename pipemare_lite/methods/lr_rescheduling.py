@@ -4,13 +4,22 @@
 Delayed gradient descent with delay ``tau`` is stable only for step sizes below about
 ``pi / (2 tau + 1)`` times the curvature limit (chapter 06), so PipeMare starts each stage
 with its step divided by its delay and anneals back to the normal schedule over ``K``
-updates. Stage i at update k uses::
+updates. Stage i at update k (0-indexed) uses::
 
-    lr_i(k) = lr(k) * tau_i ** (-p_k),      p_k = 1 - min(k / K, 1)
+    lr_i(k) = lr(k) * tau_i ** (-p_k)
+    p_k = 0                          for k <  W   (flushed warm-up: no delay to compensate)
+    p_k = 1 - min((k - W) / K, 1)    for k >= W
 
-where ``lr(k)`` is the base schedule (constant, or any other scheduler's value) and
+where ``lr(k)`` is the base schedule (constant, or any other scheduler's value),
 ``tau_i >= 1`` is the stage's forward delay in updates, *measured* from the schedule
-(:func:`stage_forward_delays`), never taken from a formula.
+(:func:`stage_forward_delays`), never taken from a formula, and ``W`` is the number of
+synchronous warm-up minibatches of PipeMare-W (``start``; 0 without warm-up).
+
+The book's choice for warm-up plus T1: T1 compensates a delay, so it is off (factor 1)
+while the pipeline is flushed, and its annealing clock starts at the first asynchronous
+update; by default ``K`` is the number of asynchronous minibatches (``num_minibatches - W``).
+How the paper combines warm-up with T1 is recalled, not quoted
+(``/work/shared/pipemare-notes.md``): read this as the book's definition.
 """
 
 from __future__ import annotations
@@ -21,20 +30,24 @@ from torch.optim.lr_scheduler import LRScheduler
 from pipemare_lite.schedules.actions import Schedule
 
 
-def rescheduling_exponent(update: int, horizon: int) -> float:
-    """``p_k = 1 - min(k / K, 1)``; ``K == 0`` switches the rescheduling off (p = 0)."""
-    if horizon < 0 or update < 0:
-        raise ValueError(f"update ({update}) and horizon K ({horizon}) must be >= 0")
-    if horizon == 0:
+def rescheduling_exponent(update: int, horizon: int, start: int = 0) -> float:
+    """``p_k = 1 - min((k - W) / K, 1)`` for ``k >= W = start``, 0 before (warm-up).
+
+    ``K == 0`` switches the rescheduling off (p = 0).
+    """
+    if horizon < 0 or update < 0 or start < 0:
+        raise ValueError(f"update ({update}), horizon K ({horizon}) and start W ({start}) "
+                         "must be >= 0")
+    if horizon == 0 or update < start:
         return 0.0
-    return 1.0 - min(update / horizon, 1.0)
+    return 1.0 - min((update - start) / horizon, 1.0)
 
 
-def rescheduling_factor(update: int, tau: float, horizon: int) -> float:
+def rescheduling_factor(update: int, tau: float, horizon: int, start: int = 0) -> float:
     """``tau ** (-p_k)``: the factor T1 multiplies the base learning rate by."""
     if tau < 1:
         raise ValueError(f"T1 needs a delay tau >= 1, got {tau!r}")
-    return float(tau) ** (-rescheduling_exponent(update, horizon))
+    return float(tau) ** (-rescheduling_exponent(update, horizon, start))
 
 
 def stage_forward_delays(schedule: Schedule) -> list[int]:
@@ -62,6 +75,8 @@ class LRRescheduling(LRScheduler):
         tau: the stage's forward delay in updates (>= 1), e.g. from
             :func:`stage_forward_delays`.
         horizon: K, the number of updates over which the factor anneals to 1.
+        start: W, the first update T1 acts on (PipeMare-W's flushed warm-up minibatches
+            come before it and keep the base learning rate); the anneal runs from W to W + K.
         base: optional scheduler for the same optimizer giving ``lr(k)``; construct it
             *before* this one. T1 multiplies on top of it and keeps the base's own values
             apart, so the base never sees T1's factor (chainable schedulers stay exact).
@@ -71,20 +86,22 @@ class LRRescheduling(LRScheduler):
     """
 
     def __init__(self, optimizer: Optimizer, tau: float, horizon: int,
-                 base: LRScheduler | None = None) -> None:
+                 base: LRScheduler | None = None, start: int = 0) -> None:
         if tau < 1:
             raise ValueError(f"T1 needs a delay tau >= 1, got {tau!r}")
         if horizon < 0:
             raise ValueError(f"T1 horizon K must be >= 0, got {horizon!r}")
+        if start < 0:
+            raise ValueError(f"T1 start W (warm-up updates) must be >= 0, got {start!r}")
         if base is not None and base.optimizer is not optimizer:
             raise ValueError("the base scheduler must drive the same optimizer as T1")
-        self.tau, self.horizon, self.base = float(tau), int(horizon), base
+        self.tau, self.horizon, self.start, self.base = float(tau), int(horizon), int(start), base
         self._base_values: list[float] = []
         super().__init__(optimizer)
 
     def get_lr(self) -> list[float]:
         """Base values times ``tau ** (-p_k)`` for the current update ``k``."""
-        factor = rescheduling_factor(self.last_epoch, self.tau, self.horizon)
+        factor = rescheduling_factor(self.last_epoch, self.tau, self.horizon, self.start)
         return [lr * factor for lr in self._base_values]
 
     def step(self, epoch: None = None) -> None:

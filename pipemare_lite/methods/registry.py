@@ -31,12 +31,14 @@ class MethodOptions:
 
     Attributes:
         lr_rescheduling: T1 on/off (chapter 08).
-        rescheduling_horizon: K, updates over which T1 anneals; None = the schedule's number
-            of minibatches (anneal over the whole run).
+        rescheduling_horizon: K, updates over which T1 anneals, counted from the first
+            asynchronous update; None = the schedule's asynchronous minibatches
+            (``num_minibatches - warmup_minibatches``: anneal over the whole async run).
         discrepancy_correction: T2 on/off (chapter 09); needs weight mode ``async``.
         gamma: T2's EMA decay, one value or one per virtual stage.
         warmup_minibatches: W, the first minibatches run flushed (synchronous); the
-            schedule builder lays them out, the executor just follows the schedule.
+            schedule builder lays them out, the executor just follows the schedule. T1 is
+            off during them (no delay to compensate) and starts its clock at update W.
     """
 
     lr_rescheduling: bool = False
