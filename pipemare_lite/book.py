@@ -30,6 +30,7 @@ from pathlib import Path
 
 import nbformat
 
+from pipemare_lite.files import atomic_write_text
 from pipemare_lite.notebooks import TIMINGS_FILE, chapter_info, chapters_dir, list_chapters
 
 PLOTLY_MIMETYPE = "application/vnd.plotly.v1+json"
@@ -282,7 +283,7 @@ def build_book(
         log(f"[book] running {path.name} ...")
         nb, seconds, error = execute_chapter(path, timeout)
         page = out / f"{path.stem}.html"
-        page.write_text(render_page(nb, title, path.stem[:2], mathjax), encoding="utf-8")
+        atomic_write_text(page, render_page(nb, title, path.stem[:2], mathjax))
         results.append(ChapterResult(path.stem, title, page, seconds, error))
         log(f"[book] {path.name}: {'ok' if not error else 'FAILED'} in {seconds:.1f} s")
         if error:
@@ -340,7 +341,7 @@ def write_index(out: Path, results: Sequence[ChapterResult], folder: Path) -> Pa
         for k, v in sorted(timings.items())
         if k in existing and (out / k.replace(".ipynb", ".html")).is_file()
     }
-    timings_path.write_text(json.dumps(timings, indent=1) + "\n")
+    atomic_write_text(timings_path, json.dumps(timings, indent=1) + "\n")
 
     failed = {f"{r.name}.ipynb": r for r in results if not r.ok}
     rows = []
@@ -359,7 +360,7 @@ def write_index(out: Path, results: Sequence[ChapterResult], folder: Path) -> Pa
             f'<span class="time">{status}</span><br><span class="promise">{promise}</span></li>'
         )
     index = out / "index.html"
-    index.write_text(_INDEX.replace("__ROWS__", "\n".join(rows)), encoding="utf-8")
+    atomic_write_text(index, _INDEX.replace("__ROWS__", "\n".join(rows)))
     return index
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import nbformat
 
+from pipemare_lite.files import atomic_write_text
+
 #: Cells with this tag keep their outputs; ``pytest --nbval-lax`` compares only them.
 CHECK_TAG = "nbval-check-output"
 #: ``NN_snake_case.ipynb``
@@ -234,7 +236,7 @@ def update_readme(readme: str | Path, directory: str | Path | None = None) -> bo
     _, tail = rest.split(end)
     new = f"{head}{start}\n{readme_table(directory)}\n{end}{tail}"
     if new != text:
-        readme.write_text(new, encoding="utf-8")
+        atomic_write_text(readme, new)
     return new != text
 
 
@@ -311,7 +313,7 @@ def clean_file(path: str | Path) -> bool:
     nb = clean_notebook(nbformat.reads(before, as_version=4))
     after = nbformat.writes(nb) + "\n"
     if after != before:
-        path.write_text(after, encoding="utf-8")
+        atomic_write_text(path, after)
         return True
     return False
 
@@ -503,7 +505,8 @@ def _run_and_clean(paths: Sequence[Path], timeout: int = 300) -> int:
             failed += 1
             print(f"FAIL {path} ({seconds:.1f} s): not saved\n{error}")
             continue
-        nbformat.write(clean_notebook(nb), path)
+        # never a half-written chapter, even if the run is interrupted while saving
+        atomic_write_text(path, nbformat.writes(clean_notebook(nb)) + "\n")
         print(f"ran  {path} ({seconds:.1f} s), saved with checked outputs only")
     return 1 if failed else 0
 

@@ -224,3 +224,18 @@ def test_index_renders_the_promise_markdown(tmp_path):
     assert "The <code>gpipe</code> schedule" in index
     assert "Measure its <em>bubble</em> &lt;i&gt;now&lt;/i&gt;." in index
     assert "*bubble*" not in index
+
+
+def test_index_and_timings_are_replaced_not_rewritten(tmp_path):
+    chapters, out = tmp_path / "chapters", tmp_path / "book"
+    chapters.mkdir()
+    out.mkdir()
+    _chapter(chapters, "03_timed")
+    (out / "03_timed.html").write_text("<html></html>")
+    (out / "timings.json").write_text('{"03_timed.ipynb": 9.0}\n')
+    inode = (out / "timings.json").stat().st_ino
+    result = book.ChapterResult("03_timed", "t", out / "03_timed.html", 2.04)
+    book.write_index(out, [result], chapters)
+    assert (out / "timings.json").stat().st_ino != inode
+    assert json.loads((out / "timings.json").read_text()) == {"03_timed.ipynb": 2.0}
+    assert sorted(p.name for p in out.iterdir()) == ["03_timed.html", "index.html", "timings.json"]

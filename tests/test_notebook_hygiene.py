@@ -251,6 +251,29 @@ def test_clean_file_is_idempotent_and_the_cli_reports(tmp_path, capsys):
     assert notebooks.main(["check", str(path)]) == 0
 
 
+def test_clean_file_replaces_the_file_instead_of_rewriting_it(tmp_path, monkeypatch):
+    """A temporary file in the same folder moved over the chapter: never half-written."""
+    path = tmp_path / "05_planted_chapter.ipynb"
+    nbformat.write(_dirty(_good_chapter()), path)
+    inode = path.stat().st_ino
+    assert notebooks.clean_file(path) is True
+    assert path.stat().st_ino != inode  # os.replace gave it a new inode
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no temporary left
+
+    # a failure while writing leaves the old chapter as it was
+    nbformat.write(_dirty(_good_chapter()), path)
+    before = path.read_text()
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        notebooks.clean_file(path)
+    assert path.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
 # --------------------------------------------------------------------------- test command
 
 
