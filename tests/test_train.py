@@ -9,18 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pipemare_lite.checkpoint import decode_state, encode_state, load_checkpoint, save_checkpoint
+from pipemare_lite.data_feed import EpochMicrobatches, epoch_order
 from pipemare_lite.datasets import Dataset, digits
+from pipemare_lite.history import DivergenceError
 from pipemare_lite.methods import build_method_schedule
 from pipemare_lite.models import mlp
 from pipemare_lite.staleness import weight_versions
-from pipemare_lite.train import (
-    DivergenceError,
-    _progress_enabled,
-    decode_state,
-    encode_state,
-    epoch_order,
-    fit,
-)
+from pipemare_lite.train import _progress_enabled, fit
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +144,18 @@ def test_resume_refuses_other_settings(small_data, tmp_path):
         )
 
 
+def test_resume_refuses_a_checkpoint_of_another_format(small_data, tmp_path):
+    ck = tmp_path / "run.pt"
+    kwargs = dict(method="async", num_stages=2, num_microbatches=2, batch_size=16, epochs=1)
+    kwargs["lr"] = 0.05
+    fit(_model(), small_data, checkpoint_path=ck, checkpoint_every=2, **kwargs)
+    state = load_checkpoint(ck)
+    state["format"] = 0
+    save_checkpoint(ck, state)
+    with pytest.raises(ValueError, match="checkpoint format 0, this version reads 1"):
+        fit(_model(), small_data, checkpoint_path=ck, checkpoint_every=2, resume=True, **kwargs)
+
+
 def test_divergence_stops_with_a_readable_report_or_raises(small_data):
     kwargs = dict(method="async", num_stages=4, num_microbatches=2, batch_size=8, epochs=2, lr=1e6)
     history = fit(_model(), small_data, **kwargs)
@@ -245,6 +253,15 @@ def test_progress_bar_is_quiet_under_pytest():
     assert _progress_enabled(True) is True
 
 
+def test_progress_bar_shows_on_rank_0_only(small_data, capsys, monkeypatch):
+    kwargs = dict(method="async", num_stages=2, num_microbatches=2, batch_size=16, epochs=1)
+    fit(_model(), small_data, lr=0.05, progress=True, **kwargs)
+    assert "async P=2" in capsys.readouterr().err
+    monkeypatch.setenv("RANK", "1")  # under torchrun only rank 0 draws the bar
+    fit(_model(), small_data, lr=0.05, progress=True, **kwargs)
+    assert capsys.readouterr().err == ""
+
+
 def test_cli_json_and_bad_input(capsys):
     from pipemare_lite.cli import main
 
@@ -338,8 +355,6 @@ def test_cli_json_of_a_diverged_run_is_strict_json(capsys):
 
 
 def test_epoch_data_order_is_seeded_and_each_sample_used_at_most_once(small_data):
-    from pipemare_lite.train import EpochMicrobatches
-
     feed = EpochMicrobatches(small_data, batch_size=16, num_microbatches=4, seed=2, epochs=2)
     assert len(feed) == 2 * 4 * 4
     rows = {tuple(x.flatten().tolist()): i for i, x in enumerate(small_data.x_train)}

@@ -1,0 +1,151 @@
+"""History recording: step losses, lrs, byte peaks, measured delays, divergence report.
+
+The numbers expected here are worked out by hand from the small inputs each test builds.
+"""
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from pipemare_lite.checkpoint import load_checkpoint, save_checkpoint
+from pipemare_lite.history import (
+    ForwardDelayMeter,
+    History,
+    HistoryRecorder,
+    divergence_report,
+)
+from pipemare_lite.schedules.actions import Action
+
+
+def _trace(*rows):
+    """A measured trace: rows of (rank, start, action text, version read or applied)."""
+    entries = [SimpleNamespace(rank=r, start=t, action=Action.parse(a)) for r, t, a, _ in rows]
+    return SimpleNamespace(entries=entries, extra={"versions": {a: v for _, _, a, v in rows}})
+
+
+# Stage 0 of a small asynchronous run, cut into two run() calls:
+#   0F0 v0, 0F1 v0, 0B0, 0U0 applies to v0        -> microbatch 0: delay 0 - 0 = 0
+#   0F2 v1, 0B1, 0B2, 0U1 applies to v1            -> microbatch 1: 1 - 0 = 1; mb 2: 1 - 1 = 0
+# Stage 1 did not update yet (its F and B wait), so nothing is measured there.
+FIRST_CALL = _trace(
+    (0, 0.0, "0F0", 0), (0, 1.0, "0F1", 0), (0, 2.0, "0B0", 0), (0, 3.0, "0U0", 0),
+    (0, 4.0, "0F2", 1), (1, 1.5, "1F0", 0), (1, 2.5, "1B0", 0),
+)
+SECOND_CALL = _trace((0, 6.0, "0B2", 1), (0, 5.0, "0B1", 1), (0, 7.0, "0U1", 1))
+
+
+def test_forward_delays_are_measured_across_calls_and_checkpoints():
+    straight = ForwardDelayMeter(2)
+    straight.feed(FIRST_CALL)
+    straight.feed(SECOND_CALL)
+    assert straight.mean() == [pytest.approx(1 / 3), 0.0]
+    assert straight.max() == [1, 0]
+    first = ForwardDelayMeter(2)
+    first.feed(FIRST_CALL)
+    resumed = ForwardDelayMeter(2)
+    resumed.load(first.state())
+    resumed.feed(SECOND_CALL)
+    assert resumed.delays == straight.delays == [[0, 1, 0], []]
+
+
+def _result(losses, rates, peaks, trace):
+    return SimpleNamespace(
+        loss_by_microbatch=losses, learning_rates=rates, peak_bytes=peaks, trace=trace
+    )
+
+
+# N = 2 microbatches a step: step 0 is microbatches 0, 1; step 1 is 2, 3 (3 reports late).
+CALLS = [
+    _result(
+        {0: 1.0, 1: 3.0, 2: 5.0},
+        [[0.1], [0.2]],
+        [{"weights": 10, "activations": 5}, {"weights": 4}],
+        FIRST_CALL,
+    ),
+    _result(
+        {3: 7.0}, [[0.05], [0.2]], [{"activations": 9}, {"weights": 3, "stash": 2}], SECOND_CALL
+    ),
+]
+
+
+def _check_two_steps(history: History):
+    assert history.loss == [2.0, 6.0]  # (1 + 3) / 2 and (5 + 7) / 2
+    assert history.stage_lr == [[0.1, 0.05], [0.2, 0.2]]
+    assert history.memory_bytes_by_stage == [
+        {"weights": 10, "activations": 9},
+        {"weights": 4, "stash": 2},
+    ]
+    assert history.memory_bytes == {"activations": 9, "stash": 2, "weights": 14}
+    assert history.forward_delay == [pytest.approx(1 / 3), 0.0]
+    assert history.forward_delay_max == [1, 0]
+
+
+def test_recorder_counts_a_step_once_all_its_microbatches_reported():
+    recorder = HistoryRecorder(History(), num_microbatches=2, num_stages=2, num_virtual_stages=2)
+    recorder.record(CALLS[0])
+    assert recorder.history.loss == [2.0]  # step 1 still waits for microbatch 3
+    recorder.record(CALLS[1])
+    _check_two_steps(recorder.finish())
+
+
+def test_recorder_state_survives_a_weights_only_checkpoint(tmp_path):
+    before = HistoryRecorder(History(), num_microbatches=2, num_stages=2, num_virtual_stages=2)
+    before.record(CALLS[0])
+    save_checkpoint(tmp_path / "ck.pt", before.state())
+    after = HistoryRecorder(History(), num_microbatches=2, num_stages=2, num_virtual_stages=2)
+    after.load(load_checkpoint(tmp_path / "ck.pt"))
+    after.record(CALLS[1])
+    _check_two_steps(after.finish())
+
+
+def test_divergence_report_says_when_and_where():
+    text = divergence_report(5, 2, 9, float("nan"), 2, [0, 3], 4)
+    assert text == (
+        "diverged at step 5 (epoch 2): loss nan on microbatch 9 (of step 5); "
+        "non-finite weights on stage(s) 0, 3. Try a smaller lr, T1 (lr rescheduling) or warm-up."
+    )
+    text = divergence_report(1, 1, 1, float("inf"), 4, [], 3)
+    assert "microbatch 1 (of step 1)" in text
+    assert "all weights still finite: the loss overflowed on the last stage (2)" in text
+
+
+def test_history_imports_without_torch():
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # any 'import torch' now fails
+        "from pipemare_lite.history import History\n"
+        "print(History(loss=[1.0]).summary()['steps'])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "1"
+
+
+def test_public_names_stay_importable_from_train():
+    import pipemare_lite.checkpoint as checkpoint
+    import pipemare_lite.commands.train as cli
+    import pipemare_lite.data_feed as data_feed
+    import pipemare_lite.evaluation as evaluation
+    import pipemare_lite.history as history
+    import pipemare_lite.train as train
+
+    homes = {
+        history: ["History", "DivergenceError"],
+        data_feed: ["EpochMicrobatches", "epoch_order"],
+        evaluation: ["classification_loss", "evaluate", "forward_through"],
+        checkpoint: ["encode_state", "decode_state"],
+        cli: [
+            "DEFAULT_DATASET",
+            "add_train_arguments",
+            "build_model_and_data",
+            "json_ready",
+            "main",
+            "run_from_args",
+        ],
+    }
+    for module, names in homes.items():
+        for name in names:
+            assert getattr(train, name) is getattr(module, name), name
+    for name in train.__all__:
+        assert hasattr(train, name), name
