@@ -9,25 +9,23 @@
     history.final_accuracy, history.diverged, history.forward_delay
 
 What one run is. The model is cut into ``num_stages`` stages
-(:func:`pipemare_lite.partition.partition`). Every epoch the training set is shuffled
-(the order is a pure function of ``seed`` and the epoch number) and cut into minibatches of
-``batch_size`` samples (a last partial minibatch is dropped) and each minibatch into
-``num_microbatches`` microbatches. The whole run, all epochs, is ONE schedule of
+(:func:`pipemare_lite.partition.partition`); the training set is fed in shuffled minibatches
+of ``batch_size`` samples, each cut into ``num_microbatches`` microbatches
+(:mod:`pipemare_lite.data_feed`). The whole run, all epochs, is ONE schedule of
 ``epochs * steps_per_epoch`` minibatches, so an asynchronous pipeline never flushes between
 epochs, T1 anneals over the whole run by default, and warm-up covers the first ``warmup``
 minibatches. A "step" is one minibatch: every stage makes one optimizer update per step.
+:func:`fit` reads as that algorithm: set up, then per step train, record, evaluate at the
+end of an epoch, save a checkpoint when due; finish.
 
-What the history records (:class:`History`): the loss of every step (mean over its
-microbatches, each computed with the weights the forward saw), the learning rate of every
-stage at every update, the test loss and accuracy at the end of every epoch, the forward
-delay of every stage measured from the executed trace (the version its forward read versus
-the version its gradient was applied to), the peak bytes held per stage and kind as the
-executor measured them, and the wall time.
+What it returns: a :class:`~pipemare_lite.history.History` (losses per step, learning rates
+per stage and update, test loss and accuracy per epoch, forward delays measured from the
+executed trace, peak bytes per stage and kind, wall time).
 
 Divergence. A non-finite loss stops the run. ``on_divergence="stop"`` (default) returns the
 history with ``diverged=True`` and a readable ``divergence`` message naming the step, the
 microbatch and the stages whose weights are non-finite by then; ``"raise"`` raises
-:class:`DivergenceError` with the same message.
+:class:`~pipemare_lite.history.DivergenceError` with the same message.
 
 Checkpoints (:mod:`pipemare_lite.checkpoint`): with ``checkpoint_path`` and
 ``checkpoint_every=k`` the full state (executor state including in-flight microbatches,
@@ -39,6 +37,10 @@ Executors. ``executor="local"`` runs all stages in this process
 (:class:`pipemare_lite.executor.LocalExecutor`). Other executors plug in through
 :data:`EXECUTORS` (see :func:`register_executor`): the distributed engine registers
 ``"dist"`` there.
+
+The command line (``pipemare-lite train``, ``python -m pipemare_lite.train``, torchrun) lives
+in :mod:`pipemare_lite.commands.train`; its names, and those of the modules above, are
+importable from here too.
 """
 
 from __future__ import annotations
@@ -76,63 +78,34 @@ from pipemare_lite.evaluation import classification_loss, evaluate, forward_thro
 from pipemare_lite.history import DivergenceError, History, HistoryRecorder, divergence_report
 from pipemare_lite.partition import partition
 
-__all__ = [
-    "CHECKPOINT_FORMAT",
-    "DEFAULT_DATASET",
-    "DIVERGENCE_ACTIONS",
-    "EXECUTORS",
-    "OPTIMIZERS",
-    "DivergenceError",
-    "EpochMicrobatches",
-    "History",
-    "add_train_arguments",
-    "build_model_and_data",
-    "classification_loss",
-    "decode_state",
-    "encode_state",
-    "epoch_order",
-    "evaluate",
-    "fit",
-    "forward_through",
-    "json_ready",
-    "main",
-    "make_optimizer_factory",
-    "register_executor",
-    "run_from_args",
+__all__ = [  # fit and what it uses, wherever it lives
+    "CHECKPOINT_FORMAT", "DEFAULT_DATASET", "DIVERGENCE_ACTIONS", "EXECUTORS", "OPTIMIZERS",
+    "RECORDED_SETTINGS", "DivergenceError", "EpochMicrobatches", "History",
+    "add_train_arguments", "build_model_and_data", "classification_loss", "decode_state",
+    "encode_state", "epoch_order", "evaluate", "fit", "forward_through", "json_ready", "main",
+    "make_optimizer_factory", "register_executor", "run_from_args",
 ]
 
 OPTIMIZERS = ("sgd", "adam")
 DIVERGENCE_ACTIONS = ("stop", "raise")
 #: Bumped when the checkpoint layout changes; a mismatch is refused with a clear message.
 CHECKPOINT_FORMAT = 1
-#: The settings a run records (in its history and checkpoints) in this order; resuming a
-#: checkpoint with any of them changed is refused.
+#: The settings a run records (in its history and checkpoints) in this order, followed by
+#: the dataset's name; resuming a checkpoint with any of them changed is refused.
 RECORDED_SETTINGS = (
-    "method",
-    "num_stages",
-    "num_microbatches",
-    "epochs",
-    "lr",
-    "batch_size",
-    "optimizer",
-    "momentum",
-    "weight_decay",
-    "seed",
-    "t1",
-    "t1_anneal_updates",
-    "t2",
-    "gamma",
-    "warmup",
-    "balance",
-    "on_divergence",
-    "executor",
+    "method", "num_stages", "num_microbatches", "epochs", "lr", "batch_size", "optimizer",
+    "momentum", "weight_decay", "seed", "t1", "t1_anneal_updates", "t2", "gamma", "warmup",
+    "balance", "on_divergence", "executor",
 )
 
 
 def make_optimizer_factory(
     name: str, lr: float, momentum: float = 0.0, weight_decay: float = 0.0
 ) -> Callable:
-    """``factory(params) -> optimizer`` for ``sgd`` (with momentum) or ``adam``."""
+    """``factory(params) -> optimizer`` for ``sgd`` (with momentum) or ``adam`` (chapter 07).
+
+    Every stage builds its own optimizer over its own parameters with the factory.
+    """
     if name == "sgd":
         return lambda params: torch.optim.SGD(
             params, lr=lr, momentum=momentum, weight_decay=weight_decay
@@ -175,7 +148,7 @@ EXECUTORS: dict[str, Callable] = {"local": _local_executor, "dist": _dist_execut
 
 
 def register_executor(name: str, factory: Callable) -> None:
-    """Make ``fit(..., executor=name)`` use ``factory`` (see :data:`EXECUTORS`)."""
+    """Make ``fit(..., executor=name)`` use ``factory`` (see :data:`EXECUTORS`; chapter 11)."""
     EXECUTORS[name] = factory
 
 
@@ -212,6 +185,8 @@ def fit(
     executor: str = "local",
 ) -> History:
     """Train ``model`` on ``data`` with a pipeline ``method``; return the :class:`History`.
+
+    Introduced in chapter 07; chapters 08 (T1) and 09 (T2, warm-up) switch its options.
 
     Args:
         model: an ``nn.Sequential``; it is trained in place (its stages share its modules).
@@ -398,7 +373,10 @@ class _TrainingRun:
             )
 
     def ends_period(self, steps: int) -> bool:
-        """Whether the last step completes a period of ``steps`` steps (an epoch...) or the run."""
+        """Whether the last step closes a period of ``steps`` steps or ends the run.
+
+        The periods: an epoch (then fit evaluates) and ``checkpoint_every`` (then it saves).
+        """
         return self.step % steps == 0 or self.step == self.total_steps
 
     def evaluate(self) -> None:
@@ -490,6 +468,7 @@ def _progress_enabled(progress: bool | None) -> bool:
 
 
 def _non_finite_stages(stages: Sequence[nn.Module]) -> list[int]:
+    """The stages holding a NaN or inf weight (scanned only once a loss is non-finite)."""
     return [
         s
         for s, stage in enumerate(stages)
