@@ -5,10 +5,10 @@ lists, dicts): model and optimizer state, the executor's state (including microb
 still in flight in an asynchronous pipeline), the random states (torch, numpy, Python,
 and the generator that orders the data), and the history so far. Two rules make it safe:
 
-- **Atomic writes.** The file is written to a temporary file in the same directory,
-  flushed and ``fsync``-ed, then moved over the old one with ``os.replace`` (atomic on
-  POSIX and Windows), and the directory is ``fsync``-ed. A crash at any moment leaves
-  either the old checkpoint or the new one, never half of one.
+- **Atomic writes** (:func:`pipemare_lite.files.atomic_write`). The file is written to a
+  temporary file in the same directory, flushed and ``fsync``-ed, then moved over the old
+  one with ``os.replace`` (atomic on POSIX and Windows), and the directory is ``fsync``-ed.
+  A crash at any moment leaves either the old checkpoint or the new one, never half of one.
 - **No pickled objects.** :func:`save_checkpoint` refuses anything but tensors and plain
   values, and :func:`load_checkpoint` reads with ``torch.load(..., weights_only=True)``,
   which cannot execute code hidden in a file.
@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from pipemare_lite.files import atomic_write
 
 _PLAIN = (bool, int, float, str, type(None))
 
@@ -51,34 +52,10 @@ def check_plain(value, where: str = "checkpoint") -> None:
     )
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open a directory; os.replace is still atomic
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
-    """Write ``state`` to ``path`` atomically (temp file + fsync + ``os.replace``)."""
+    """Write ``state`` to ``path`` atomically (:func:`pipemare_lite.files.atomic_write`)."""
     check_plain(state)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
+    return atomic_write(path, lambda handle: torch.save(state, handle))
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
