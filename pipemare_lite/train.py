@@ -132,11 +132,11 @@ def _local_executor(schedule, stages, *, loss_fn, optimizer_factory, method_opti
 
 
 def _dist_executor(schedule, stages, **kwargs):
-    # The distributed engine lives in pipemare_lite.executor.dist (one process per stage,
-    # launched by torchrun). It is expected to offer the LocalExecutor contract: run(),
+    # The distributed engine (one process per stage, launched by torchrun) offers fit() the
+    # LocalExecutor contract through pipemare_lite.executor.dist_fit.DistExecutor: run(),
     # state_dict(), load_state_dict(), workers.
     try:
-        from pipemare_lite.executor.dist import DistExecutor
+        from pipemare_lite.executor.dist_fit import DistExecutor
     except ImportError as exc:
         raise ValueError(f"executor 'dist' is not available: {exc}") from exc
     return DistExecutor(schedule, stages, **kwargs)
