@@ -51,6 +51,12 @@ class OpCosts:
                 raise ValueError(f"OpCosts.{name}={value!r}: allowed: a number >= 0")
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"OpCosts.{name}={value!r}: allowed: a finite number >= 0")
+        # A zero-length F, B, I or W would make an action start and end at the same instant,
+        # so "held" activations and utilization lose their meaning; updates and comm may be 0.
+        for name in ("forward", "backward", "input_grad", "weight_grad"):
+            if getattr(self, name) == 0:
+                raise ValueError(f"OpCosts.{name}=0: allowed: a finite number > 0 (compute "
+                                 "ops take time; only update and comm may be 0)")
         if self.stage_multipliers is not None:
             multipliers = tuple(float(x) for x in self.stage_multipliers)
             bad = [x for x in multipliers if not (math.isfinite(x) and x > 0)]

@@ -56,12 +56,19 @@ def test_per_rank_multipliers_apply_to_every_chunk():
         ({"forward": -1}, r"OpCosts.forward=-1: allowed: a finite number >= 0"),
         ({"backward": math.nan}, r"OpCosts.backward=nan"),
         ({"comm": True}, r"OpCosts.comm=True: allowed: a number >= 0"),
+        ({"backward": 0}, r"OpCosts.backward=0: allowed: a finite number > 0"),
+        ({"weight_grad": 0.0}, r"OpCosts.weight_grad=0: allowed: a finite number > 0"),
         ({"stage_multipliers": (1, 0)}, r"stage_multipliers=\(1, 0\): allowed: a non-empty"),
     ],
 )
 def test_bad_costs_are_refused(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         OpCosts(**kwargs)
+
+
+def test_free_updates_and_comm_are_allowed():
+    costs = OpCosts(update=0, comm=0)
+    assert costs.update == 0 and costs.comm == 0
 
 
 def test_multiplier_count_must_match():
