@@ -1,6 +1,7 @@
 """The book build: execute every chapter and render it to HTML that works offline.
 
     python -m pipemare_lite book --out build/book [--chapters 00 03] [--timeout 300]
+        [--record-timings data/results/chapter_times.json]
 
 Each chapter runs in a fresh ``python3`` kernel of *this* Python environment (never a
 kernelspec that happens to point elsewhere), with ``chapters/`` as the working directory and
@@ -15,23 +16,31 @@ static fallback figure after each widget.
 
 from __future__ import annotations
 
+import datetime
 import filecmp
 import html
 import json
 import os
+import platform
 import re
 import shutil
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 
 import nbformat
 
 from pipemare_lite.files import atomic_write_text
-from pipemare_lite.notebooks import TIMINGS_FILE, chapter_info, chapters_dir, list_chapters
+from pipemare_lite.notebooks import (
+    TIMINGS_FILE,
+    chapter_info,
+    chapters_dir,
+    list_chapters,
+    meta_path,
+)
 
 PLOTLY_MIMETYPE = "application/vnd.plotly.v1+json"
 WIDGET_MIMETYPE = "application/vnd.jupyter.widget-view+json"
@@ -258,15 +267,21 @@ def build_book(
     keep_going: bool = False,
     directory: str | Path | None = None,
     log=None,
+    record: str | Path | None = None,
+    command: str = "python -m pipemare_lite book",
 ) -> list[ChapterResult]:
     """Execute chapters, render them, write ``index.html``; returns one result per chapter.
 
     Stops at the first chapter that fails (its page is still written, showing the error)
     unless ``keep_going``; the caller turns failures into a non-zero exit either way.
+    With ``record`` (a ``.json`` path), the measured run times also go there, with a
+    ``.meta.json`` naming ``command`` and the machine (:func:`record_timings`).
     """
     log = log or (lambda message: print(message, flush=True))
     if timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds per cell, got {timeout}")
+    if record is not None and Path(record).suffix != ".json":
+        raise ValueError(f"--record-timings needs a .json file name, got {str(record)!r}")
     folder = Path(directory).resolve() if directory is not None else chapters_dir().resolve()
     paths = select_chapters(chapters, folder)
     if not paths:
@@ -291,7 +306,65 @@ def build_book(
             if not keep_going:
                 break
     write_index(out, results, folder)
+    if record is not None:
+        for written in record_timings(record, results, command, folder):
+            log(f"[book] wrote {written}")
     return results
+
+
+def _version(distribution: str) -> str | None:
+    """Installed version of ``distribution`` without importing it (torch is slow to import)."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def record_timings(
+    path: str | Path, results: Sequence[ChapterResult], command: str, folder: Path
+) -> tuple[Path, Path]:
+    """Store the measured chapter run times in ``path`` and a ``.meta.json`` beside it.
+
+    ``path`` maps chapter file names to seconds (what :func:`pipemare_lite.notebooks.
+    chapter_table` reads). Chapters measured now replace their old entries, a chapter that
+    failed now loses its entry (its old time no longer describes it), entries of chapters
+    not built now are kept while the chapter exists. The meta file says how and where the
+    numbers were measured: the command, package, torch and Python versions, platform, CPU
+    count, date, and which chapters this run measured. Both files are written atomically.
+    """
+    from pipemare_lite import __version__
+
+    path = Path(path)
+    if path.suffix != ".json":
+        raise ValueError(f"--record-timings needs a .json file name, got {str(path)!r}")
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except ValueError:
+        recorded = {}
+    if not isinstance(recorded, dict):
+        recorded = {}
+    existing = {p.name for p in list_chapters(folder)}
+    for r in results:
+        recorded.pop(f"{r.name}.ipynb", None)
+        if r.ok:
+            recorded[f"{r.name}.ipynb"] = round(r.seconds, 1)
+    recorded = {k: v for k, v in sorted(recorded.items()) if k in existing}
+    atomic_write_text(path, json.dumps(recorded, indent=1) + "\n")
+    meta = {
+        "command": command,
+        "package_version": __version__,
+        "torch_version": _version("torch"),
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "measured_now": [f"{r.name}.ipynb" for r in results if r.ok],
+        "failed_now": [f"{r.name}.ipynb" for r in results if not r.ok],
+        "seconds_are": "wall-clock time of one fresh-kernel run of each chapter, top to bottom",
+    }
+    meta_file = meta_path(path)
+    atomic_write_text(meta_file, json.dumps(meta, indent=1) + "\n")
+    return path, meta_file
 
 
 _CODE_SPAN = re.compile(r"`([^`]+)`")

@@ -38,6 +38,9 @@ TITLE_RE = re.compile(r"^#\s+(\d\d)\s+·\s+(\S.*)$")
 MAX_NOTEBOOK_BYTES = 200_000
 #: Where the book build records each chapter's run time (read by :func:`chapter_table`).
 TIMINGS_FILE = "timings.json"
+#: The committed record of chapter run times (``book --record-timings``), relative to the
+#: repository root, with its ``.meta.json`` beside it; :func:`chapter_table` prefers it.
+RECORDED_TIMINGS = Path("data") / "results" / "chapter_times.json"
 #: Output types that only make sense in a live kernel and never belong in git.
 _LIVE_ONLY_MIMETYPES = (
     "application/vnd.jupyter.widget-view+json",
@@ -146,12 +149,21 @@ class ChapterTable:
     """The path through the book, built from the chapters folder (shown in chapter 00).
 
     Rows cover every planned chapter plus any extra chapter file; ``written`` tells which
-    exist. ``seconds`` is the run time the last book build measured (``build/book/timings.json``),
-    or None when the book has not been built: times are measured, never typed in.
+    exist. ``seconds`` is a measured run time, never typed in: from the recorded
+    ``data/results/chapter_times.json`` (``book --record-timings``) when it exists, else
+    from the last book build's ``build/book/timings.json``, else None. ``timings`` is the
+    file the times came from and ``meta`` its ``.meta.json`` (command, machine, date), if any.
     """
 
-    def __init__(self, rows: Sequence[ChapterRow]):
+    def __init__(
+        self,
+        rows: Sequence[ChapterRow],
+        timings: Path | None = None,
+        meta: dict | None = None,
+    ):
         self.rows = list(rows)
+        self.timings = timings
+        self.meta = dict(meta or {})
 
     @property
     def written(self) -> list[ChapterRow]:
@@ -165,7 +177,22 @@ class ChapterTable:
             status = f"`{r.file}`" if r.written else "planned"
             seconds = "" if r.seconds is None else f"{r.seconds:.0f} s"
             lines.append(f"| {r.number:02d} | {r.title} | {status} | {seconds} |")
-        return "\n".join(lines)
+        source = self.source_line()
+        return "\n".join(lines) + (f"\n\n{source}" if source else "")
+
+    def source_line(self) -> str:
+        """Where the times come from, in one sentence; "" when no chapter has a time."""
+        if self.timings is None or all(r.seconds is None for r in self.written):
+            return ""
+        line = f"Run times from {self.timings.as_posix()}"
+        meta = self.meta
+        if meta.get("command"):
+            line += f", written by `{meta['command']}`"
+        if meta.get("cpu_count"):
+            line += f" on a machine with {meta['cpu_count']} CPU cores"
+        if meta.get("date"):
+            line += f" ({str(meta['date'])[:10]})"
+        return line + "."
 
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
@@ -178,7 +205,8 @@ class ChapterTable:
             status = r.file if r.written else "(planned)"
             seconds = "" if r.seconds is None else f"  {r.seconds:5.0f} s"
             out.append(f"{r.number:02d}  {r.title:<{width}}  {status:<{file_width}}{seconds}")
-        return "\n".join(line.rstrip() for line in out)
+        source = self.source_line()
+        return "\n".join(line.rstrip() for line in out) + (f"\n\n{source}" if source else "")
 
     __repr__ = __str__
 
@@ -188,14 +216,19 @@ def chapter_table(
 ) -> ChapterTable:
     """Every planned chapter and every chapter file, marking which are written.
 
-    ``timings`` is a ``timings.json`` written by the book build; by default the one in
-    ``build/book/`` beside the chapters folder, if present.
+    ``timings`` is a JSON file of chapter file name to seconds. By default the recorded
+    :data:`RECORDED_TIMINGS` of the repository holding the chapters folder when it exists
+    (written by ``python -m pipemare_lite book --record-timings``), else the last book
+    build's ``build/book/timings.json``; with neither, the seconds column stays empty.
     """
     folder = Path(directory) if directory is not None else chapters_dir()
     infos = {info.number: info for info in map(chapter_info, list_chapters(folder))}
     if timings is None:
-        timings = folder.resolve().parent / "build" / "book" / TIMINGS_FILE
-    measured = _read_timings(Path(timings))
+        root = folder.resolve().parent
+        recorded = root / RECORDED_TIMINGS
+        timings = recorded if recorded.is_file() else root / "build" / "book" / TIMINGS_FILE
+    timings = Path(timings)
+    measured = _read_timings(timings)
     rows = []
     for number in sorted(set(PLANNED_CHAPTERS) | set(infos)):
         info = infos.get(number)
@@ -208,7 +241,13 @@ def chapter_table(
                 seconds=measured.get(info.path.name) if info else None,
             )
         )
-    return ChapterTable(rows)
+    return ChapterTable(rows, timings if measured else None, _read_meta(timings))
+
+
+def meta_path(results: str | Path) -> Path:
+    """The ``.meta.json`` beside a results file: ``a/b.json`` -> ``a/b.meta.json``."""
+    results = Path(results)
+    return results.with_name(f"{results.stem}.meta.json")
 
 
 #: The README's chapter table sits between these two lines; ``readme`` rewrites it.
@@ -238,6 +277,17 @@ def update_readme(readme: str | Path, directory: str | Path | None = None) -> bo
     if new != text:
         atomic_write_text(readme, new)
     return new != text
+
+
+def _read_meta(timings: Path) -> dict:
+    path = meta_path(timings)
+    if not path.is_file():
+        return {}
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return {}  # a foreign or broken file: say nothing rather than fail
+    return meta if isinstance(meta, dict) else {}
 
 
 def _read_timings(path: Path) -> dict[str, float]:

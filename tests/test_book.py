@@ -123,10 +123,19 @@ def test_failing_chapter_fails_the_build_with_its_name_and_error(tmp_path, capsy
     assert "01_broken" in printed and "the planted error" in printed
     assert not (out / "02_fine.html").exists()  # stopped at the first failure
 
-    assert cli.main(argv + ["--keep-going"]) == 1  # failures still fail, the rest is built
+    record = tmp_path / "results" / "chapter_times.json"
+    keep_going = argv + ["--keep-going", "--record-timings", str(record)]
+    assert cli.main(keep_going) == 1  # failures still fail, the rest is built
     index = (out / "index.html").read_text()
     assert (out / "02_fine.html").is_file() and 'href="02_fine.html"' in index
     assert "failed" in index.split('href="01_broken.html"')[1].split("</li>")[0]
+    # the recorded times: the chapter that ran, with the command that measured it
+    recorded = json.loads(record.read_text())
+    assert list(recorded) == ["02_fine.ipynb"] and 0 < recorded["02_fine.ipynb"] < 60
+    meta = json.loads((record.parent / "chapter_times.meta.json").read_text())
+    assert meta["command"].startswith("python -m pipemare_lite book --out ")
+    assert "--keep-going" in meta["command"] and f"--record-timings {record}" in meta["command"]
+    assert meta["measured_now"] == ["02_fine.ipynb"] and meta["failed_now"] == ["01_broken.ipynb"]
 
 
 def test_offline_outputs_rewrites_figures_and_widgets():
@@ -239,3 +248,55 @@ def test_index_and_timings_are_replaced_not_rewritten(tmp_path):
     assert (out / "timings.json").stat().st_ino != inode
     assert json.loads((out / "timings.json").read_text()) == {"03_timed.ipynb": 2.0}
     assert sorted(p.name for p in out.iterdir()) == ["03_timed.html", "index.html", "timings.json"]
+
+
+def _result(name: str, seconds: float, error: str = "") -> book.ChapterResult:
+    return book.ChapterResult(name, name, Path(f"{name}.html"), seconds, error)
+
+
+def test_recorded_timings_merge_drop_failures_and_carry_their_meta(tmp_path):
+    import os
+    import platform
+
+    from pipemare_lite import __version__, notebooks
+
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    for name in ("00_intro", "01_first", "02_second"):
+        _chapter(chapters, name)
+    record = tmp_path / "data" / "results" / "chapter_times.json"
+    record.parent.mkdir(parents=True)
+    record.write_text('{"01_first.ipynb": 7.0, "02_second.ipynb": 9.0, "09_gone.ipynb": 1.0}')
+
+    results = [_result("00_intro", 3.14), _result("02_second", 5.0, error="boom")]
+    written = book.record_timings(record, results, "python -m pipemare_lite book", chapters)
+    assert written == (record, tmp_path / "data" / "results" / "chapter_times.meta.json")
+    # measured now: replaced; failed now: dropped; not built now: kept; deleted chapter: gone
+    assert json.loads(record.read_text()) == {"00_intro.ipynb": 3.1, "01_first.ipynb": 7.0}
+    meta = json.loads(written[1].read_text())
+    assert meta["command"] == "python -m pipemare_lite book"
+    assert meta["package_version"] == __version__
+    assert meta["python_version"] == platform.python_version()
+    assert meta["platform"] == platform.platform() and meta["cpu_count"] == os.cpu_count()
+    assert meta["date"][:4].isdigit() and meta["date"].endswith("+00:00")
+    assert meta["measured_now"] == ["00_intro.ipynb"] and meta["failed_now"] == ["02_second.ipynb"]
+    assert sorted(p.name for p in record.parent.iterdir()) == [
+        "chapter_times.json",
+        "chapter_times.meta.json",
+    ]  # written through temporary files, none left behind
+
+    # the chapter table of this repository layout reads the record and says where it is from
+    table = notebooks.chapter_table(chapters)
+    assert {r.file: r.seconds for r in table.written} == {
+        "00_intro.ipynb": 3.1,
+        "01_first.ipynb": 7.0,
+        "02_second.ipynb": None,
+    }
+    assert table.timings == record.resolve() and table.meta == meta
+    assert "written by `python -m pipemare_lite book`" in table.to_markdown()
+    assert f"{os.cpu_count()} CPU cores" in str(table)
+
+
+def test_record_timings_needs_a_json_name(tmp_path):
+    with pytest.raises(ValueError, match=r"needs a \.json file name, got '.*times\.txt'"):
+        book.build_book(out=tmp_path, directory=tmp_path, record=tmp_path / "times.txt")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 
@@ -26,6 +27,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--chapters-dir", default=None, help="folder of the notebooks (default: chapters/)"
     )
+    parser.add_argument(
+        "--record-timings",
+        metavar="JSON",
+        default=None,
+        help="also store each chapter's measured run time in this .json file, with a "
+        ".meta.json beside it (command, versions, machine, date); chapter 00's table reads "
+        "data/results/chapter_times.json",
+    )
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this build, for the timings' .meta.json."""
+    parts = ["python", "-m", "pipemare_lite", "book", "--out", str(args.out)]
+    if args.chapters:
+        parts += ["--chapters", *args.chapters]
+    if args.timeout != 300:
+        parts += ["--timeout", str(args.timeout)]
+    if args.keep_going:
+        parts.append("--keep-going")
+    if args.chapters_dir:
+        parts += ["--chapters-dir", str(args.chapters_dir)]
+    if args.record_timings:
+        parts += ["--record-timings", str(args.record_timings)]
+    return shlex.join(parts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         keep_going=args.keep_going,
         directory=args.chapters_dir,
+        record=args.record_timings,
+        command=_command(args),
     )
     index = (Path(args.out) / "index.html").resolve()
     failed = [r for r in results if not r.ok]
