@@ -227,8 +227,13 @@ class HistoryRecorder:
 
 
 def divergence_report(
-    step: int, epoch: int, microbatch: int, loss: float, num_microbatches: int,
-    non_finite_stages: list[int], num_stages: int,
+    step: int,
+    epoch: int,
+    microbatch: int,
+    loss: float,
+    num_microbatches: int,
+    non_finite_stages: list[int],
+    num_stages: int,
 ) -> str:
     """One readable sentence: when, which microbatch's loss, which stages' weights (chapter 07).
 

@@ -310,8 +310,9 @@ class _TrainingRun:
     history.
     """
 
-    def __init__(self, model: nn.Sequential, data: Dataset, config: dict, *, gamma, balance,
-                 devices) -> None:
+    def __init__(
+        self, model: nn.Sequential, data: Dataset, config: dict, *, gamma, balance, devices
+    ) -> None:
         from pipemare_lite.methods import build_method_schedule, method_options
 
         self.config, self.data = config, data
@@ -340,8 +341,9 @@ class _TrainingRun:
             method_options=options,
             devices=devices,
         )
-        self.feed = EpochMicrobatches(data, config["batch_size"], n, config["seed"],
-                                      config["epochs"])
+        self.feed = EpochMicrobatches(
+            data, config["batch_size"], n, config["seed"], config["epochs"]
+        )
         self.recorder = HistoryRecorder(
             History(config=config), n, len(self.stages), schedule.num_virtual_stages
         )
