@@ -21,7 +21,9 @@ def measured_costs(trace: Timeline):
     """:class:`~pipemare_lite.simulate.OpCosts` read off a measured trace (chapter 11).
 
     Per kind, the median duration over all stages; ``stage_multipliers`` from each
-    stage's median forward relative to the overall median (imbalanced stages).
+    stage's median forward relative to the overall median (imbalanced stages). A kind the
+    trace lacks is never simulated either; the simulator still wants every compute cost
+    positive, so a missing B is I + W and a missing I or W is half a B.
     """
     from statistics import median
 
@@ -43,8 +45,10 @@ def measured_costs(trace: Timeline):
         S = trace.schedule.num_virtual_stages
         multipliers = tuple(max(median(forwards.get(s, [forward])) / forward, 1e-6)
                             for s in range(S))
-    return OpCosts(forward=forward, backward=cost(BACKWARD), input_grad=cost(INPUT_GRAD),
-                   weight_grad=cost(WEIGHT_GRAD), update=cost(UPDATE),
+    backward, input_grad, weight_grad = cost(BACKWARD), cost(INPUT_GRAD), cost(WEIGHT_GRAD)
+    backward = backward or input_grad + weight_grad
+    return OpCosts(forward=forward, backward=backward, input_grad=input_grad or backward / 2,
+                   weight_grad=weight_grad or backward / 2, update=cost(UPDATE),
                    stage_multipliers=multipliers)
 
 
