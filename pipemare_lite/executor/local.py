@@ -41,6 +41,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 import torch
 from torch import nn
@@ -134,6 +135,8 @@ class LocalExecutor:
             for s, module in enumerate(stage_modules)
         ]
         self.forward_delays = delays
+        self._last = stages - 1  # the virtual stage that computes the loss
+        self._action_names = [[str(a) for a in row] for row in schedule.ranks]  # trace keys
         self.positions = [0] * schedule.num_stages
         self.activations: dict[tuple[int, int], torch.Tensor] = {}  # input of (stage, mb)
         self.gradients: dict[tuple[int, int], torch.Tensor] = {}    # grad of output of (s, mb)
@@ -146,20 +149,20 @@ class LocalExecutor:
 
     # ------------------------------------------------------------------ running
     def _ready(self, action: Action) -> bool:
-        s, m, last = action.stage, action.index, self.schedule.num_virtual_stages - 1
-        if action.kind == FORWARD:
+        s, m, kind = action.stage, action.index, action.kind
+        if kind == FORWARD:
             return s == 0 or (s, m) in self.activations
-        if action.kind in (BACKWARD, INPUT_GRAD):
-            return m in self.workers[s].pending and (s == last or (s, m) in self.gradients)
-        if action.kind == WEIGHT_GRAD:
+        if kind == BACKWARD or kind == INPUT_GRAD:
+            return m in self.workers[s].pending and (s == self._last or (s, m) in self.gradients)
+        if kind == WEIGHT_GRAD:
             record = self.workers[s].pending.get(m)
             return record is not None and record.input_grad_done
         return True
 
     def _execute(self, action: Action, microbatches: Sequence) -> None:
-        s, m, last = action.stage, action.index, self.schedule.num_virtual_stages - 1
+        s, m, last, kind = action.stage, action.index, self._last, action.kind
         worker = self.workers[s]
-        if action.kind == FORWARD:
+        if kind == FORWARD:
             if s == 0:
                 if m >= len(microbatches):
                     raise IndexError(f"action {action} needs microbatch {m}; only "
@@ -170,13 +173,13 @@ class LocalExecutor:
             out = worker.forward(m, x, self.targets.pop(m) if s == last else None)
             if s < last:
                 self.activations[(s + 1, m)] = out.to(self.workers[s + 1].device)
-        elif action.kind in (BACKWARD, INPUT_GRAD):
+        elif kind == BACKWARD or kind == INPUT_GRAD:
             grad_y = None if s == last else self.gradients.pop((s, m))
-            run = worker.backward if action.kind == BACKWARD else worker.input_grad
+            run = worker.backward if kind == BACKWARD else worker.input_grad
             grad_x = run(m, grad_y)
             if s > 0:
                 self.gradients[(s - 1, m)] = grad_x.to(self.workers[s - 1].device)
-        elif action.kind == WEIGHT_GRAD:
+        elif kind == WEIGHT_GRAD:
             worker.weight_grad(m)
         else:
             worker.update()
@@ -194,49 +197,55 @@ class LocalExecutor:
                              f"{self.schedule.total_microbatches} microbatches "
                              f"({self.schedule.num_minibatches} x {self.schedule.num_microbatches}"
                              f"), got {len(microbatches)}")
-        marks = [(len(w.learning_rates), set(w.forward_versions), set(w.backward_versions))
-                 for w in self.workers]
-        losses_before = set(self.workers[-1].losses)
+        workers, rows, positions = self.workers, self.schedule.ranks, self.positions
+        # what earlier calls already reported: the workers' records only grow (in order)
+        marks = [(len(w.learning_rates), len(w.forward_versions), len(w.backward_versions))
+                 for w in workers]
+        losses_before = len(workers[-1].losses)
         entries: list[TimedAction] = []
         versions: dict[str, int] = {}
-        meter = _BytesMeter(self.workers, self.schedule)
-        cuda = [w.device for w in self.workers if w.device.type == "cuda"]
-        remaining = sum(len(row) for row in self.schedule.ranks) - sum(self.positions)
-        origin = time.perf_counter()
+        meter = _BytesMeter(workers, self.schedule)
+        cuda = [w.device for w in workers if w.device.type == "cuda"]
+        lengths = [len(row) for row in rows]
+        names = self._action_names
+        remaining = sum(lengths) - sum(positions)
 
-        def done() -> bool:
-            if stop_after_updates is None or not remaining:
-                return not remaining
-            return all(w.versions.version >= stop_after_updates for w in self.workers)
+        def reached() -> bool:  # versions only move at updates: checked after each U
+            return stop_after_updates is not None and all(
+                w.versions.version >= stop_after_updates for w in workers)
 
-        while not done():
+        stopped = reached()
+        clock = time.perf_counter
+        origin = clock()
+        while remaining and not stopped:
             progressed = False
-            for rank, row in enumerate(self.schedule.ranks):  # one action per rank per round
-                if self.positions[rank] < len(row) and (stop_after_updates is None
-                                                        or not done()):
-                    action = row[self.positions[rank]]
-                    if not self._ready(action):
-                        continue
-                    start = time.perf_counter()
-                    self._execute(action, microbatches)
-                    for device in cuda:  # timings are meaningless without a sync on GPUs
-                        torch.cuda.synchronize(device)
-                    end = time.perf_counter()
-                    self.positions[rank] += 1
-                    remaining -= 1
-                    progressed = True
-                    entries.append(TimedAction(rank, action, start - origin, end - origin))
-                    versions[str(action)] = self._version_of(action)
-                    meter.after_action(rank, action.stage, end - origin)
+            for rank, row in enumerate(rows):  # one action per rank per round
+                position = positions[rank]
+                if position == lengths[rank] or not self._ready(row[position]):
+                    continue
+                action = row[position]
+                start = clock()
+                self._execute(action, microbatches)
+                for device in cuda:  # timings are meaningless without a sync on GPUs
+                    torch.cuda.synchronize(device)
+                end = clock()
+                positions[rank] = position + 1
+                remaining -= 1
+                progressed = True
+                entries.append(TimedAction(rank, action, start - origin, end - origin))
+                versions[names[rank][position]] = self._version_of(action)
+                meter.after_action(rank, action.stage, end - origin)
+                if action.kind == UPDATE and reached():
+                    stopped = True
+                    break
             if not progressed:
-                stuck = [str(row[p]) for p, row in zip(self.positions, self.schedule.ranks)
-                         if p < len(row)]
+                stuck = [str(row[p]) for p, row in zip(positions, rows) if p < len(row)]
                 raise RuntimeError(f"schedule {self.schedule.name!r} is stuck: no rank can run "
                                    f"its next action ({', '.join(stuck)}); a dependency is "
                                    "missing or ordered after its consumer")
         result = self._result(marks, losses_before, entries, versions, meter.peaks,
                               meter.over_time)
-        result.peak_bytes_by_rank = meter.rank_peaks
+        result.peak_bytes_by_rank = meter.rank_peaks()
         return result
 
     def _version_of(self, action: Action) -> int:
@@ -249,16 +258,14 @@ class LocalExecutor:
 
     def _result(self, marks, losses_before, entries, versions, peaks, over_time) -> RunResult:
         forward, backward, distances, rates = {}, {}, {}, []
-        for s, (worker, (n_rates, f_seen, b_seen)) in enumerate(zip(self.workers, marks)):
-            forward.update({(s, m): v for m, v in worker.forward_versions.items()
-                            if m not in f_seen})
-            backward.update({(s, m): v for m, v in worker.backward_versions.items()
-                             if m not in b_seen})
-            distances.update({(s, m): worker.distances[m] for m in worker.backward_versions
-                              if m not in b_seen})
+        for s, (worker, (n_rates, n_forward, n_backward)) in enumerate(zip(self.workers, marks)):
+            forward.update(((s, m), v) for m, v in
+                           islice(worker.forward_versions.items(), n_forward, None))
+            for m, v in islice(worker.backward_versions.items(), n_backward, None):
+                backward[(s, m)] = v
+                distances[(s, m)] = worker.distances[m]
             rates.append(worker.learning_rates[n_rates:])
-        last = self.workers[-1].losses
-        by_mb = {m: last[m] for m in sorted(last) if m not in losses_before}
+        by_mb = dict(sorted(islice(self.workers[-1].losses.items(), losses_before, None)))
         trace = Timeline(self.schedule, tuple(entries), unit="s", source="measured",
                          extra={"versions": versions, "distances": dict(distances)})
         return RunResult(list(by_mb.values()), by_mb, trace, forward, backward, distances,
@@ -306,15 +313,28 @@ class _BytesMeter:
         self.now = [w.bytes_held() for w in workers]
         self.stages_of = [schedule.stages_of(r) for r in range(schedule.num_stages)]
         self.peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in workers]
-        self.rank_peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in range(schedule.num_stages)]
+        # ranks holding several virtual stages (interleaved) sum them after each action;
+        # a rank with one stage has that stage's peaks
+        self.shared_peaks = {r: dict.fromkeys(BYTE_KINDS, 0)
+                             for r, stages in enumerate(self.stages_of) if len(stages) > 1}
         self.over_time: list[tuple[float, int, dict[str, int]]] = []
 
     def after_action(self, rank: int, stage: int, seconds: float) -> None:
         """Read the stage's bytes after one of its actions; update the peaks."""
         held = self.now[stage] = self.workers[stage].bytes_held()
         self.over_time.append((seconds, stage, held))
-        peak, rank_peak, stages = self.peaks[stage], self.rank_peaks[rank], self.stages_of[rank]
-        for kind in BYTE_KINDS:
-            peak[kind] = max(peak[kind], held[kind])
-            total = held[kind] if len(stages) == 1 else sum(self.now[s][kind] for s in stages)
-            rank_peak[kind] = max(rank_peak[kind], total)
+        peak = self.peaks[stage]
+        for kind, value in held.items():
+            if value > peak[kind]:
+                peak[kind] = value
+        rank_peak = self.shared_peaks.get(rank)
+        if rank_peak is not None:
+            for kind in BYTE_KINDS:
+                total = sum(self.now[s][kind] for s in self.stages_of[rank])
+                if total > rank_peak[kind]:
+                    rank_peak[kind] = total
+
+    def rank_peaks(self) -> list[dict[str, int]]:
+        """``[rank][kind]``: the largest sum over the rank's stages after any of its actions."""
+        return [self.shared_peaks[r] if r in self.shared_peaks else dict(self.peaks[stages[0]])
+                for r, stages in enumerate(self.stages_of)]

@@ -184,7 +184,10 @@ class StageWorker:
             weights = {name: _HeldVersion.apply(p, c)
                        for name, p, c in zip(self._names, self.params, copies)}
             index_of = {id(t): i for i, t in enumerate(weights.values())}
-        with torch.autograd.graph.saved_tensors_hooks(self._packer(record, index_of),
+        # sync: no update can come between F and B (WeightVersions refuses it), so the
+        # backward reads exactly the tensors the forward saved and the hooks only take note
+        live = versions.mode == "sync"
+        with torch.autograd.graph.saved_tensors_hooks(self._packer(record, index_of, live),
                                                       self._unpacker(record)):
             if weights is None:
                 y = self.module(record.input)
@@ -200,15 +203,23 @@ class StageWorker:
         return y.detach()
 
     @staticmethod
-    def _packer(record: _Pending, index_of: dict[int, int]):
+    def _packer(record: _Pending, index_of: dict[int, int], live: bool = False):
+        """The pack hook: a weight is saved as a :class:`ParamRef` (the backward is handed
+        the version its method asks for); ``live`` keeps the weight itself for the backward
+        and the reference only in ``record.saved`` (checkpoints and byte counts)."""
+        saved = record.saved
+
         def pack(tensor: torch.Tensor):
             if record.replay is not None:  # rebuilding after a checkpoint: stored, in order
                 stored = record.replay.pop(0)
-                record.saved.append(stored)
+                saved.append(stored)
                 return stored
             ref = param_ref(tensor, index_of)
-            record.saved.append(tensor if ref is None else ref)
-            return tensor if ref is None else ref
+            if ref is None:
+                saved.append(tensor)
+                return tensor
+            saved.append(ref)
+            return tensor if live else ref
         return pack
 
     @staticmethod
