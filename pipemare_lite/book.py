@@ -330,7 +330,8 @@ def record_timings(
     failed now loses its entry (its old time no longer describes it), entries of chapters
     not built now are kept while the chapter exists. The meta file says how and where the
     numbers were measured: the command, package, torch and Python versions, platform, CPU
-    count, date, and which chapters this run measured. Both files are written atomically.
+    count, load average, date, and which chapters this run measured. Both files are written
+    atomically.
     """
     from pipemare_lite import __version__
 
@@ -357,6 +358,10 @@ def record_timings(
         "python_version": platform.python_version(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        # other work on the machine slows the chapters: say how busy it was when recorded
+        "load_average_1_5_15_min": [round(x, 2) for x in os.getloadavg()]
+        if hasattr(os, "getloadavg")
+        else None,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "measured_now": [f"{r.name}.ipynb" for r in results if r.ok],
         "failed_now": [f"{r.name}.ipynb" for r in results if not r.ok],
