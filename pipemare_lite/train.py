@@ -95,7 +95,7 @@ CHECKPOINT_FORMAT = 1
 RECORDED_SETTINGS = (
     "method", "num_stages", "num_microbatches", "epochs", "lr", "batch_size", "optimizer",
     "momentum", "weight_decay", "seed", "t1", "t1_anneal_updates", "t2", "gamma", "warmup",
-    "balance", "on_divergence", "executor",
+    "balance", "chunks", "on_divergence", "executor",
 )
 
 
@@ -175,6 +175,7 @@ def fit(
     gamma: float | Sequence[float] = 0.9,
     warmup: int = 0,
     balance=None,
+    chunks: int | None = None,
     devices: Sequence | None = None,
     progress: bool | None = None,
     on_divergence: str = "stop",
@@ -204,6 +205,8 @@ def fit(
         gamma: T2's decay (one value or one per stage).
         warmup: the first ``warmup`` minibatches run flushed (PipeMare-W; async methods).
         balance: how to partition (see :func:`pipemare_lite.partition.partition`).
+        chunks: v, model chunks per rank, for ``interleaved`` only (default 2 there, 1
+            elsewhere): the model is cut into ``num_stages * chunks`` pieces.
         devices: one device per stage (default: where the model is).
         progress: tqdm bar; None shows it in terminals and notebooks, not under pytest or
             when the environment variable ``PIPEMARE_PROGRESS=0``.
@@ -251,6 +254,8 @@ def _run_config(arguments: dict) -> dict:
     config["gamma"] = list(gamma) if isinstance(gamma, (list, tuple)) else gamma
     config["balance"] = balance if not isinstance(balance, tuple) else list(balance)
     config["dataset"] = arguments["data"].name
+    if config["chunks"] is None:  # interleaving needs >= 2 chunks to differ from 1F1B
+        config["chunks"] = 2 if spec.name == "interleaved" else 1
     return config
 
 
@@ -258,7 +263,7 @@ def _check_arguments(
     config: dict, num_samples: int, checkpoint_path, checkpoint_every, resume: bool
 ) -> None:
     """Refuse bad settings before any work, naming the bad value and what is allowed."""
-    for name in ("num_stages", "num_microbatches", "epochs", "batch_size"):
+    for name in ("num_stages", "num_microbatches", "epochs", "batch_size", "chunks"):
         value = config[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -278,6 +283,16 @@ def _check_arguments(
             f"batch size {config['batch_size']} does not split evenly into "
             f"{config['num_microbatches']} microbatches; use a multiple of "
             f"{config['num_microbatches']}"
+        )
+    if config["chunks"] > 1 and config["method"] != "interleaved":
+        raise ValueError(
+            f"chunks={config['chunks']} needs method 'interleaved'; "
+            f"{config['method']!r} runs one chunk per rank"
+        )
+    if config["executor"] == "dist" and checkpoint_path is not None:
+        raise ValueError(
+            "checkpoints are not supported with executor='dist' yet; "
+            "use executor='local' to checkpoint and resume"
         )
     if config["warmup"] < 0:
         raise ValueError(f"warmup must be >= 0 minibatches, got {config['warmup']}")
@@ -327,10 +342,11 @@ class _TrainingRun:
             gamma=gamma,
             warmup_minibatches=config["warmup"],
         )
+        chunks = config["chunks"]
         schedule = build_method_schedule(
-            method, num_stages, n, num_minibatches=self.total_steps, options=options
+            method, num_stages, n, num_minibatches=self.total_steps, chunks=chunks, options=options
         )
-        self.stages = partition(model, num_stages, balance=balance)
+        self.stages = partition(model, num_stages * chunks, balance=balance)
         self.engine = EXECUTORS[config["executor"]](
             schedule,
             self.stages,

@@ -42,15 +42,22 @@ def _params(model):
     return [p.detach().clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("method", ["gpipe", "1f1b"])
-def test_sync_methods_equal_one_device_gradient_accumulation(method, small_data):
+@pytest.mark.parametrize(
+    "method, num_stages, chunks",
+    [("gpipe", 4, None), ("1f1b", 4, None), ("interleaved", 2, None), ("interleaved", 2, 2)],
+)
+def test_sync_methods_equal_one_device_gradient_accumulation(
+    method, num_stages, chunks, small_data
+):
+    # interleaved: 2 ranks x 2 chunks (its default) = the same 4 pieces as the others
     torch.set_num_threads(1)
     piped, reference = _model(), _model()
     history = fit(
         piped,
         small_data,
         method=method,
-        num_stages=4,
+        num_stages=num_stages,
+        chunks=chunks,
         num_microbatches=4,
         batch_size=16,
         epochs=2,
@@ -78,7 +85,8 @@ def test_sync_methods_equal_one_device_gradient_accumulation(method, small_data)
     assert history.loss == losses
     for p, q in zip(piped.parameters(), reference.parameters()):
         assert torch.equal(p, q)
-    assert history.forward_delay == [0.0] * 4
+    assert history.forward_delay == [0.0] * 4  # one entry per (virtual) stage
+    assert history.config["chunks"] == (2 if method == "interleaved" else 1)
     assert [e["epoch"] for e in history.evals] == [1, 2]
 
 
@@ -221,6 +229,10 @@ def test_t1_lowers_early_learning_rates_of_stale_stages(small_data):
         (dict(executor="mpi"), "unknown executor 'mpi'"),
         (dict(checkpoint_every=2), "go together"),
         (dict(batch_size=128), "larger than the training set"),
+        (dict(chunks=2), "chunks=2 needs method 'interleaved'"),
+        (dict(method="interleaved", chunks=0), "chunks must be a positive integer"),
+        (dict(executor="dist", checkpoint_path="x.pt", checkpoint_every=1),
+         "not supported with executor='dist'"),
     ],
 )
 def test_bad_arguments_fail_early_with_clear_messages(kwargs, message, small_data):
@@ -298,6 +310,8 @@ def test_cli_json_and_bad_input(capsys):
     assert out["steps"] == 1347 // 256 and len(out["forward_delay"]) == 2
     assert main(["train", "--method", "1f1b", "--stages", "3", "--batch-size", "10"]) == 2
     assert "does not split evenly" in capsys.readouterr().err
+    assert main(["train", "--method", "1f1b", "--stages", "0"]) == 2
+    assert "--stages must be a positive integer, got 0" in capsys.readouterr().err
 
 
 @pytest.mark.slow

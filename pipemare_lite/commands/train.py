@@ -59,6 +59,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "reverse for transformer)",
     )
     parser.add_argument("--stages", type=int, default=4, help="pipeline stages P")
+    parser.add_argument(
+        "--chunks", type=int, default=None,
+        help="model chunks per rank v (interleaved only; default 2 there)",
+    )
     parser.add_argument("--microbatches", type=int, default=4, help="microbatches per update N")
     parser.add_argument("--batch-size", type=int, default=32, help="samples per minibatch")
     parser.add_argument("--epochs", type=int, default=1)
@@ -155,8 +159,13 @@ def run_from_args(args: argparse.Namespace) -> int:
     """
     from pipemare_lite.train import fit
 
+    for name in ("stages", "microbatches", "chunks"):  # before they size the model
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {value}")
+    pieces = args.stages * (args.chunks or (2 if args.method == "interleaved" else 1))
     model, data = build_model_and_data(
-        args.model, args.dataset, args.stages, args.width, args.layers, args.seed
+        args.model, args.dataset, pieces, args.width, args.layers, args.seed
     )
     history = fit(
         model,
@@ -176,6 +185,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         t2=args.t2,
         gamma=args.gamma,
         warmup=args.warmup,
+        chunks=args.chunks,
         progress=args.progress,
         on_divergence=args.on_divergence,
         checkpoint_path=args.checkpoint,
