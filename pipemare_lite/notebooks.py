@@ -184,7 +184,10 @@ class ChapterTable:
         """Where the times come from, in one sentence; "" when no chapter has a time."""
         if self.timings is None or all(r.seconds is None for r in self.written):
             return ""
-        line = f"Run times from {self.timings.as_posix()}"
+        shown, resolved = self.timings, self.timings.resolve()
+        if len(resolved.parents) > 2 and resolved == resolved.parents[2] / RECORDED_TIMINGS:
+            shown = RECORDED_TIMINGS  # the repository's record: a path any reader can find
+        line = f"Run times from {shown.as_posix()}"
         meta = self.meta
         if meta.get("command"):
             line += f", written by `{meta['command']}`"

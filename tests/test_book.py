@@ -293,7 +293,10 @@ def test_recorded_timings_merge_drop_failures_and_carry_their_meta(tmp_path):
         "02_second.ipynb": None,
     }
     assert table.timings == record.resolve() and table.meta == meta
-    assert "written by `python -m pipemare_lite book`" in table.to_markdown()
+    assert (
+        "Run times from data/results/chapter_times.json, written by `python -m pipemare_lite book`"
+        in (table.to_markdown())
+    )
     assert f"{os.cpu_count()} CPU cores" in str(table)
 
 
