@@ -33,7 +33,8 @@ TORCH_SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}
 
 @dataclass(frozen=True)
 class ScaledLoss:
-    """``loss_fn(output, target) / divisor``, picklable (used to give PyTorch our scaling)."""
+    """``loss_fn(output, target) / divisor``, picklable: gives PyTorch our loss scaling
+    (chapter 11)."""
 
     loss_fn: Callable
     divisor: int
@@ -45,7 +46,7 @@ class ScaledLoss:
 
 @dataclass
 class ComparisonJob:
-    """One model, one batch, both runtimes (see :func:`compare_with_torch_pipelining`).
+    """One model, one batch, both runtimes (chapter 11; see :func:`compare_with_torch_pipelining`).
 
     Attributes:
         schedule_name: ``gpipe`` or ``1f1b``.

@@ -127,7 +127,7 @@ class Fault:
 
 @dataclass
 class RankResult:
-    """What one rank returns (plain CPU tensors and Python values; picklable).
+    """What one rank returns (plain CPU tensors and Python values; picklable; chapter 11).
 
     Attributes:
         rank: the rank.
@@ -542,7 +542,7 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
 
 @dataclass
 class DistJob:
-    """One distributed run, described so that it can be pickled to every process.
+    """One distributed run, described so that it can be pickled to every process (chapter 11).
 
     ``stages`` is a picklable callable returning all ``num_virtual_stages`` modules (each
     rank calls it and keeps its own), e.g. :class:`PartitionedModel`. ``loss_fn``,

@@ -19,14 +19,16 @@ from pipemare_lite.schedules.actions import Schedule
 
 
 def check_method_options(schedule: Schedule, options: MethodOptions) -> None:
-    """Raise early if ``options`` cannot run on ``schedule`` (T2 needs an async schedule)."""
+    """Raise early if ``options`` cannot run on ``schedule`` (T2, chapter 09, needs an async
+    schedule)."""
     if options.discrepancy_correction and schedule.weight_mode != "async":
         raise ValueError(f"T2 needs an async schedule; {schedule.name!r} has weight_mode "
                          f"{schedule.weight_mode!r}")
 
 
 def rescheduling_delays(schedule: Schedule, options: MethodOptions) -> list[int] | None:
-    """T1's delay per virtual stage (measured from the schedule), or None when T1 is off."""
+    """T1's delay per virtual stage (chapter 08, measured from the schedule), or None when
+    T1 is off."""
     return stage_forward_delays(schedule) if options.lr_rescheduling else None
 
 
@@ -42,7 +44,7 @@ def build_stage_worker(
     device: torch.device | None = None,
     lr_scheduler_factory: Callable | None = None,
 ) -> StageWorker:
-    """One virtual stage's worker, as every executor builds it.
+    """One virtual stage's worker, as every executor builds it (chapters 08, 09 and 11).
 
     Moves ``module`` to ``device`` (if given), builds its optimizer with
     ``optimizer_factory(trainable params)``, the optional base scheduler with
