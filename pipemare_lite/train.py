@@ -180,6 +180,7 @@ def fit(
     progress: bool | None = None,
     on_divergence: str = "stop",
     on_step: Callable[[int, History], None] | None = None,
+    eval_every: int | None = None,
     checkpoint_path: str | os.PathLike | None = None,
     checkpoint_every: int | None = None,
     resume: bool = False,
@@ -213,12 +214,16 @@ def fit(
         on_divergence: ``"stop"`` returns a history with ``diverged=True``; ``"raise"``
             raises :class:`DivergenceError`.
         on_step: called as ``on_step(step, history)`` after every step (e.g. live plots).
+        eval_every: also measure test loss and accuracy every that many steps (default: at
+            the end of each epoch only); evaluation never changes the training trajectory.
         checkpoint_path, checkpoint_every: save the full state every that many steps.
         resume: continue from ``checkpoint_path`` when it exists.
         executor: ``"local"`` or a name registered in :data:`EXECUTORS`.
     """
     config = _run_config(locals())  # the settings, as the history and checkpoints record them
-    _check_arguments(config, len(data.x_train), checkpoint_path, checkpoint_every, resume)
+    _check_arguments(
+        config, len(data.x_train), checkpoint_path, checkpoint_every, resume, eval_every
+    )
     run = _TrainingRun(model, data, config, gamma=gamma, balance=balance, devices=devices)
     if resume and Path(checkpoint_path).exists():
         run.resume_from(checkpoint_path)
@@ -227,7 +232,7 @@ def fit(
         while run.step < run.total_steps and not run.history.diverged:
             run.train_one_step()
             show_progress(run.history)
-            if run.ends_period(run.steps_per_epoch) or run.history.diverged:
+            if run.ends_period(eval_every or run.steps_per_epoch) or run.history.diverged:
                 run.evaluate()
             if on_step is not None:
                 on_step(run.step, run.history)
@@ -260,7 +265,8 @@ def _run_config(arguments: dict) -> dict:
 
 
 def _check_arguments(
-    config: dict, num_samples: int, checkpoint_path, checkpoint_every, resume: bool
+    config: dict, num_samples: int, checkpoint_path, checkpoint_every, resume: bool,
+    eval_every: int | None = None,
 ) -> None:
     """Refuse bad settings before any work, naming the bad value and what is allowed."""
     for name in ("num_stages", "num_microbatches", "epochs", "batch_size", "chunks"):
@@ -302,6 +308,8 @@ def _check_arguments(
         )
     if (checkpoint_every is None) != (checkpoint_path is None):
         raise ValueError("checkpoint_path and checkpoint_every go together: give both or neither")
+    if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
+        raise ValueError(f"eval_every must be a positive integer or None, got {eval_every!r}")
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every}")
     if resume and checkpoint_path is None:

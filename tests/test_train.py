@@ -230,6 +230,7 @@ def test_t1_lowers_early_learning_rates_of_stale_stages(small_data):
         (dict(checkpoint_every=2), "go together"),
         (dict(batch_size=128), "larger than the training set"),
         (dict(chunks=2), "chunks=2 needs method 'interleaved'"),
+        (dict(eval_every=0), "eval_every must be a positive integer"),
         (dict(method="interleaved", chunks=0), "chunks must be a positive integer"),
         (dict(executor="dist", checkpoint_path="x.pt", checkpoint_every=1),
          "not supported with executor='dist'"),
@@ -409,3 +410,19 @@ def test_transformer_trains_per_position_through_the_pipeline():
     assert history.steps == 24 and not history.diverged
     assert history.loss[-1] < history.loss[0]  # it learns
     assert 0.0 <= history.final_accuracy <= 1.0 and math.isfinite(history.final_loss)
+
+
+def test_eval_every_adds_evaluations_without_changing_training(small_data):
+    torch.set_num_threads(1)
+    kwargs = dict(method="async", num_stages=2, num_microbatches=2, batch_size=16, epochs=2,
+                  lr=0.05, momentum=0.9)
+    plain_model, watched_model = _model(), _model()
+    plain = fit(plain_model, small_data, **kwargs)
+    watched = fit(watched_model, small_data, eval_every=1, **kwargs)
+    assert [e["step"] for e in plain.evals] == [4, 8]
+    assert [e["step"] for e in watched.evals] == list(range(1, 9))
+    assert watched.loss == plain.loss
+    for p, q in zip(plain_model.parameters(), watched_model.parameters()):
+        assert torch.equal(p, q)
+    at_epoch_end = [e for e in watched.evals if e["step"] in (4, 8)]
+    assert at_epoch_end == plain.evals
