@@ -359,3 +359,26 @@ def test_sanitize_rules_mask_ids_that_change_between_runs():
     assert '"uid": "UID"' in sanitize(run_a) and len(patterns) == len(rules)
     # the numbers a checked cell exists for are left alone
     assert sanitize("idle fraction 0.2727, uid of rank 3") == "idle fraction 0.2727, uid of rank 3"
+
+
+def test_recorded_chapter_times_are_measured_and_match_chapter_00():
+    """data/results/chapter_times.json: real chapters, within budget, with the machine it names."""
+    import json
+
+    record = ROOT / notebooks.RECORDED_TIMINGS
+    if not record.is_file():
+        pytest.skip("no recorded chapter times yet (book --record-timings)")
+    times = json.loads(record.read_text())
+    meta = json.loads(notebooks.meta_path(record).read_text())
+    assert set(times) <= {p.name for p in CHAPTER_FILES}, "times of chapters that do not exist"
+    assert all(0 < seconds <= 60 for seconds in times.values()), times  # the per-chapter budget
+    assert meta["command"].startswith("python -m pipemare_lite book ")
+    assert "--record-timings data/results/chapter_times.json" in meta["command"]
+    for key in ("package_version", "torch_version", "python_version", "platform", "date"):
+        assert meta[key], key
+    assert set(meta["measured_now"]) <= set(times)
+    # chapter 00 says the committed numbers come from a 2-core machine
+    chapter_00 = nbformat.read(ROOT / "chapters" / "00_how_to_use_this_book.ipynb", as_version=4)
+    prose = "\n".join(c.source for c in chapter_00.cells if c.cell_type == "markdown")
+    assert "data/results/chapter_times.json" in prose
+    assert f"{meta['cpu_count']}-core machine" in prose
