@@ -18,8 +18,8 @@ synchronous warm-up minibatches of PipeMare-W (``start``; 0 without warm-up).
 The book's choice for warm-up plus T1: T1 compensates a delay, so it is off (factor 1)
 while the pipeline is flushed, and its annealing clock starts at the first asynchronous
 update; by default ``K`` is the number of asynchronous minibatches (``num_minibatches - W``).
-How the paper combines warm-up with T1 is recalled, not quoted
-(``/work/shared/pipemare-notes.md``): read this as the book's definition.
+How the paper (Yang et al., PipeMare, MLSys 2021) combines warm-up with T1 is recalled
+from its published form, not quoted from its text: read this as the book's definition.
 """
 
 from __future__ import annotations
