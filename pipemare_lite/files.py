@@ -30,6 +30,17 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _mode_for(path: Path) -> int:
+    """Keep an existing file's permissions; a new file gets the usual 0o666 minus umask
+    (``mkstemp`` would leave it owner-only, 0o600)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) -> Path:
     """Call ``write(handle)`` on a temporary binary file, then move it over ``path``.
 
@@ -40,6 +51,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp_name, _mode_for(path))
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()

@@ -28,3 +28,17 @@ def test_failing_writer_keeps_old_content_and_cleans_up(tmp_path):
         atomic_write(target, half_write)
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+def test_permissions_are_kept_or_default(tmp_path):
+    import os
+
+    fresh = atomic_write_text(tmp_path / "new.txt", "x")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~umask
+    existing = tmp_path / "script.sh"
+    existing.write_text("old")
+    existing.chmod(0o755)
+    atomic_write_text(existing, "new")
+    assert existing.stat().st_mode & 0o777 == 0o755
