@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from pipemare_lite.schedules._build import gc_paused
-from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.actions import Action, Schedule
 from pipemare_lite.schedules.validate import ScheduleError, validated_order
 from pipemare_lite.timeline import TimedAction, Timeline
 
@@ -243,6 +243,67 @@ def _peak_held(forward_ends: list[float], release_ends: list[float]) -> int:
     return peak
 
 
+def depends_on(action: Action, schedule: Schedule) -> list[Action]:
+    """The actions ``action`` must wait for (chapter 02): the rule of every pipeline.
+
+    - ``F`` of microbatch m on stage s needs the activation from ``F`` on stage s-1;
+    - ``B`` (or ``I``) needs its own forward's saved activations and the gradient from the
+      backward of stage s+1 (the last stage starts the backward from its loss);
+    - ``W`` needs the ``I`` that produced its output gradient;
+    - ``U`` k needs every gradient of minibatch k on this stage.
+    """
+    s, m = action.stage, action.index
+    if action.kind == "F":
+        return [Action(s - 1, "F", m)] if s > 0 else []
+    backward = "I" if schedule.split_backward else "B"
+    if action.kind in ("B", "I"):
+        later = [Action(s + 1, backward, m)] if s < schedule.num_virtual_stages - 1 else []
+        return [Action(s, "F", m), *later]
+    if action.kind == "W":
+        return [Action(s, "I", m)]
+    gradient = "W" if schedule.split_backward else "B"
+    first = m * schedule.num_microbatches
+    return [Action(s, gradient, j) for j in range(first, first + schedule.num_microbatches)]
+
+
+def simulate_step_by_step(schedule: Schedule, costs: OpCosts | None = None) -> dict:
+    """The simulator's rule written plainly (chapter 02): ``{action: (start, end)}``.
+
+    Sweep over the ranks again and again; a rank runs its next action as soon as everything
+    that action :func:`depends_on` has ended. Slow (it re-checks blocked ranks), but it is
+    the definition: :func:`simulate` computes exactly these times in one pass (tested).
+    """
+    costs = OpCosts() if costs is None else costs
+    duration = {"F": costs.forward, "B": costs.backward, "I": costs.input_grad,
+                "W": costs.weight_grad, "U": costs.update}  # fmt: skip
+    multiplier = costs.per_stage(schedule)
+    times: dict[Action, tuple[float, float]] = {}
+    rank_free = [0.0] * schedule.num_stages
+    next_index = [0] * schedule.num_stages
+    progress = True
+    while progress:
+        progress = False
+        for rank, row in enumerate(schedule.ranks):
+            if next_index[rank] == len(row):
+                continue  # this rank is done
+            action = row[next_index[rank]]
+            needs = depends_on(action, schedule)
+            if any(d not in times for d in needs):
+                continue  # blocked: try the other ranks first
+            start = rank_free[rank]
+            for d in needs:  # a dependency on another rank also pays the link's latency
+                latency = costs.comm if schedule.rank_of(d.stage) != rank else 0.0
+                start = max(start, times[d][1] + latency)
+            end = start + duration[action.kind] * multiplier[action.stage]
+            times[action] = (start, end)
+            rank_free[rank], next_index[rank] = end, next_index[rank] + 1
+            progress = True
+    blocked = [str(row[i]) for row, i in zip(schedule.ranks, next_index) if i < len(row)]
+    if blocked:
+        raise ScheduleError(f"schedule {schedule.name!r} deadlocks at {', '.join(blocked)}")
+    return times
+
+
 def simulate_and_measure(
     schedule: Schedule, costs: OpCosts | None = None
 ) -> tuple[Timeline, ScheduleMetrics]:
@@ -256,6 +317,8 @@ __all__ = [
     "ScheduleMetrics",
     "ScheduleError",
     "simulate",
+    "depends_on",
+    "simulate_step_by_step",
     "metrics",
     "simulate_and_measure",
 ]

@@ -132,3 +132,39 @@ def test_flushed_schedules_pay_the_bubble_in_steady_state():
 def test_simulate_and_measure_returns_both():
     timeline, m = simulate_and_measure(gpipe(3, 3))
     assert m == metrics(timeline) and timeline.source == "simulated"
+
+
+@pytest.mark.parametrize(
+    "name, P, M, extra",
+    [("naive", 3, 1, {}), ("gpipe", 4, 5, {"num_minibatches": 2}), ("1f1b", 4, 3, {}),
+     ("interleaved", 2, 4, {"chunks": 2}), ("zb-h1", 4, 6, {}),
+     ("pipedream", 3, 2, {"num_minibatches": 3}), ("2bw", 3, 3, {"num_minibatches": 3}),
+     ("async", 4, 2, {"num_minibatches": 4, "warmup_minibatches": 1})],
+)
+def test_the_plain_rule_gives_the_fast_simulators_times(name, P, M, extra):
+    from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.simulate import simulate_step_by_step
+
+    schedule = build_schedule(name, P, M, **extra)
+    for costs in (OpCosts(), OpCosts(forward=1, backward=3, input_grad=2, weight_grad=1,
+                                     update=0.5, comm=0.25, stage_multipliers=(1.0,) * P)):
+        plain = simulate_step_by_step(schedule, costs)
+        fast = simulate(schedule, costs)
+        assert len(plain) == len(fast.entries)
+        for e in fast.entries:
+            assert plain[e.action] == pytest.approx((e.start, e.end), abs=1e-12)
+
+
+def test_depends_on_names_the_pipeline_rule():
+    from pipemare_lite.schedules import Action, build_schedule
+    from pipemare_lite.simulate import depends_on
+
+    schedule = build_schedule("1f1b", 3, 4)
+    assert depends_on(Action(0, "F", 2), schedule) == []
+    assert depends_on(Action(1, "F", 2), schedule) == [Action(0, "F", 2)]
+    assert depends_on(Action(1, "B", 2), schedule) == [Action(1, "F", 2), Action(2, "B", 2)]
+    assert depends_on(Action(2, "B", 2), schedule) == [Action(2, "F", 2)]
+    assert depends_on(Action(1, "U", 0), schedule) == [Action(1, "B", m) for m in range(4)]
+    split = build_schedule("zb-h1", 3, 4)
+    assert depends_on(Action(1, "I", 0), split) == [Action(1, "F", 0), Action(2, "I", 0)]
+    assert depends_on(Action(1, "W", 0), split) == [Action(1, "I", 0)]
