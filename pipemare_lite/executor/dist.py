@@ -635,14 +635,3 @@ def run_distributed(schedule: Schedule, stages: Callable[[], Sequence[nn.Module]
     job = DistJob(schedule, stages, microbatches, loss_fn, optimizer_factory, method_options,
                   lr_scheduler_factory, record_gradients, track_bytes, fault)
     return run_distributed_jobs([job], **launch_kwargs)[0]
-
-
-def __getattr__(name: str):
-    # ``from pipemare_lite.executor.dist import DistExecutor`` (fit()'s executor factory)
-    # keeps working; the fit() adapter itself lives in executor/dist_fit.py, which imports
-    # this module, so it is loaded on first use instead of at import time.
-    if name in ("DistExecutor", "fit_worker"):
-        from pipemare_lite.executor import dist_fit
-
-        return getattr(dist_fit, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
