@@ -18,8 +18,9 @@ Setup, fixed before any asynchronous run was looked at:
   practitioner tuning sync would ship, and where asynchrony has the least slack;
 - methods at that lr: 1F1B (sync), async (no fix), async + T1, async + T1 + T2, PipeMare
   with warm-up (T1 + T2, the first quarter of the run synchronous), PipeDream (stash).
-  T1 anneals over the first half of the run (its update count starts at the first update,
-  warm-up included: the library's T1 semantics); T2's gamma is the library default (0.9).
+  T1 anneals over the first half of the run (its factor is 1 during a synchronous warm-up
+  and its update count starts at the first asynchronous update: the library's T1
+  semantics); T2's gamma is the library default (0.9).
   None of these were tuned;
 - reported: test accuracy and loss after the last epoch, divergence, peak bytes by kind
   as the executor measured them (summed over stages), and pipeline utilization of the
