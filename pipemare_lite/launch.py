@@ -478,13 +478,18 @@ def _blame(exit_codes, errors, reported, reason, world_size) -> list[int]:
     return ([cause] if cause is not None else []) + [r for r in failed if r != cause]
 
 
-def init_from_env(*, backend: str | None = None, op_timeout: float = 120.0) -> RankInfo:
+def init_from_env(
+    *, backend: str | None = None, op_timeout: float = 120.0, num_threads: int | None = 1
+) -> RankInfo:
     """Join a job started by ``torchrun``: read its environment, init the process group.
 
     Introduced in chapter 11. Connects a second client to torchrun's store
     (``MASTER_ADDR``/``MASTER_PORT``) for the side channel; returns this rank's
-    :class:`RankInfo`. Call :func:`finish` at the end.
+    :class:`RankInfo`. Call :func:`finish` at the end. ``num_threads`` is set with
+    ``torch.set_num_threads`` as :func:`launch` does (one thread: bitwise-reproducible CPU
+    sums, and P processes do not fight over the cores); None leaves torch's default.
     """
+    import torch
     import torch.distributed as dist
 
     needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -495,6 +500,8 @@ def init_from_env(*, backend: str | None = None, op_timeout: float = 120.0) -> R
             "`torchrun --nproc-per-node P -m pipemare_lite.train --executor dist ...`, or from "
             "Python launch(pipemare_lite.executor.dist_fit.fit_worker, P, args=(...,))"
         )
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     backend = choose_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)), backend)

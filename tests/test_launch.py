@@ -233,3 +233,27 @@ def test_the_launcher_listens_on_loopback_only():
     assert seen, "the launcher's store was not found listening"
     loopback = ("0100007F:", "00000000000000000000000001000000:")  # 127.0.0.1 / ::1
     assert all(address.startswith(loopback) for address in seen), seen
+
+
+INIT_FROM_ENV = """
+import socket, torch
+from pipemare_lite.launch import finish, init_from_env
+torch.set_num_threads(2)
+info = init_from_env(op_timeout=20.0)
+print(info.rank, info.world_size, info.backend, torch.get_num_threads())
+finish(info)
+"""
+
+
+def test_init_from_env_joins_a_one_rank_job_with_one_thread():
+    import socket
+
+    with socket.socket() as s:  # a free loopback port, picked now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    done = subprocess.run([sys.executable, "-c", INIT_FROM_ENV], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "1", "gloo", "1"]
