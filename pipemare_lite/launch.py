@@ -43,6 +43,7 @@ From a shell, the same training runs under ``torchrun`` (one process per rank; t
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import multiprocessing as mp
 import os
@@ -522,11 +523,18 @@ def init_from_env(
     board = faults.StatusBoard(rank, world_size, store, store_factory=connect).start()
     global _CURRENT
     _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout)
+    # Tear down before the interpreter does: a watchdog thread still inside a store call, or
+    # a process group destroyed during finalization, can abort the process at exit (seen as
+    # a flaky SIGABRT of rank 0 under load after its work was done).
+    atexit.register(finish, _CURRENT)
     return _CURRENT
 
 
 def finish(info: RankInfo) -> None:
-    """Mark the rank done and tear down the process group (end of a torchrun worker)."""
+    """Mark the rank done and tear down the process group (end of a torchrun worker).
+
+    Safe to call twice: :func:`init_from_env` also registers it to run at exit.
+    """
     import torch.distributed as dist
 
     info.board.finish()
