@@ -200,6 +200,11 @@ def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype) -> tu
     return tuple(out.shape), out.dtype
 
 
+def _upcoming(row, position: int) -> str:
+    """The action a rank will run next, for its published position ("" when none is left)."""
+    return str(row[position]) if 0 <= position < len(row) else ""
+
+
 class DistributedExecutor:
     """Run this rank's row of ``schedule`` inside an initialized process group (chapter 11).
 
@@ -385,7 +390,7 @@ class DistributedExecutor:
             return self.finished or all(
                 w.versions.version >= stop_after_updates for w in self.workers.values())
 
-        self.board.at(self.position, len(row), "", "barrier")
+        self.board.at(self.position, len(row), _upcoming(row, self.position), "barrier")
         dist.barrier()
         origin = time.perf_counter()  # common time origin: everyone just left the barrier
         while not done():
@@ -443,7 +448,7 @@ class DistributedExecutor:
             self.board.at(len(row), len(row), "", "draining sends")
             transport.close()
         else:
-            self.board.at(self.position, len(row), "", "between runs")
+            self.board.at(self.position, len(row), _upcoming(row, self.position), "between runs")
         return self._result(marks, entries, versions, grads, peaks)
 
     def _check_uniform(self, x, m: int) -> None:
