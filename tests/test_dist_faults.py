@@ -21,6 +21,7 @@ from pipemare_lite.executor.dist import Fault, PartitionedModel, run_distributed
 from pipemare_lite.launch import LaunchError, launch, ping
 from pipemare_lite.models import mlp
 from pipemare_lite.schedules import build_schedule
+from tests.timeouts import hard_time_limit
 
 pytestmark = [pytest.mark.dist]
 
@@ -33,14 +34,8 @@ BOUND = 30.0  # seconds from the fault to the error, as the task allows
 @pytest.fixture(autouse=True)
 def hard_timeout():
     """Fail the test (instead of hanging the suite) if it runs longer than 120 s."""
-    def expire(signum, frame):
-        raise TimeoutError("test exceeded its hard timeout of 120 s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(120)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+    with hard_time_limit(120):
+        yield
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 import torch
 
 from pipemare_lite.launch import LaunchError, choose_backend, launch, ping
+from tests.timeouts import hard_time_limit
 
 pytestmark = [pytest.mark.dist]
 
@@ -26,14 +26,8 @@ pytestmark = [pytest.mark.dist]
 @pytest.fixture(autouse=True)
 def hard_timeout():
     """Fail the test (instead of hanging the suite) if it runs longer than 180 s."""
-    def expire(signum, frame):
-        raise TimeoutError("test exceeded its hard timeout of 180 s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(180)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+    with hard_time_limit(180):
+        yield
 
 
 def assert_ended(pids) -> None:
