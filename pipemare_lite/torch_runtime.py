@@ -90,14 +90,20 @@ class InteropCase:
         return len(self.microbatches)
 
 
-def interop_worker(info, cases: Sequence[InteropCase]) -> list[dict]:
+def interop_worker(info, cases: Sequence[InteropCase]) -> dict:
     """Process body: each case's step in PyTorch's runtime and in ours (chapter 11).
 
-    Returns, per case, this rank's ``{"label", "rows" (the engine schedule's rows that were
-    run), "torch_grads", "our_grads" ({stage: [gradient of each parameter]}),
+    Returns this rank's ``{"rank", "pid", "master" (the rendezvous address:port),
+    "cases"}``; ``cases`` holds per case ``{"label", "rows" (the engine schedule's rows that
+    were run), "torch_grads", "our_grads" ({stage: [gradient of each parameter]}),
     "torch_losses", "our_losses" (on the rank holding the last stage, else empty)}``.
     """
-    return [_run_case(info, case) for case in cases]
+    return {
+        "rank": info.rank,
+        "pid": os.getpid(),
+        "master": f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+        "cases": [_run_case(info, case) for case in cases],
+    }
 
 
 def _run_case(info, case: InteropCase) -> dict:
@@ -146,7 +152,6 @@ def _run_case(info, case: InteropCase) -> dict:
         runtime.step()
     out = {
         "label": case.label,
-        "rank": rank,
         "rows": schedule.rows(),
         "torch_grads": {s: [p.grad.detach().cpu().clone() for p in modules[s].parameters()]
                         for s in local},

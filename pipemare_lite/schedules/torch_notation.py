@@ -112,7 +112,7 @@ def _chosen_minibatch(s: Schedule, minibatch: int | None) -> int:
             return 0
         raise ScheduleError(
             f"schedule {s.name!r} has {s.num_minibatches} minibatches and PyTorch's table "
-            f"holds one step: pass minibatch= one of {_span(flushed)}"
+            f"holds one step: choose one (minibatch=, or --minibatch): {_span(flushed)}"
         )
     if isinstance(minibatch, bool) or not isinstance(minibatch, int) or minibatch not in flushed:
         why = "" if s.weight_mode == "sync" else " (the flushed warm-up minibatches)"
