@@ -184,3 +184,31 @@ def test_an_incomplete_order_is_caught_by_the_engines_validation():
 
 def test_every_builder_is_covered():
     assert set(SYNC) | {"pipedream", "2bw", "async"} == set(SCHEDULE_NAMES)
+
+
+def drawn_order(schedule_class, P: int, M: int) -> dict:
+    """``pipeline_order`` of a one-stage-per-rank PyTorch class, drawn without a process
+    group (its ``_get_pipeline_order`` reads only the sizes)."""
+    from types import SimpleNamespace
+
+    return schedule_class._get_pipeline_order(SimpleNamespace(_num_stages=P, _n_microbatches=M))
+
+
+def test_pytorchs_gpipe_order_imports_as_our_gpipe():
+    order = drawn_order(torch_schedules.ScheduleGPipe, 3, 4)
+    schedule = from_torch_order(order, name="gpipe")
+    assert schedule == build_schedule("gpipe", 3, 4)
+
+
+def test_pytorchs_1f1b_drawing_is_imported_only_if_pytorch_accepts_it():
+    # PyTorch 2.13 draws the last rank's forwards as microbatches 1..M (Schedule1F1B runs
+    # its own loop, not this drawing); whatever PyTorch's own check says, ours says too
+    order = drawn_order(torch_schedules.Schedule1F1B, 2, 4)
+    try:
+        torch_schedules._validate_schedule(order, 2, 2, 4)
+    except AssertionError as exc:
+        assert "without first running Forward" in str(exc)
+        with pytest.raises(ScheduleError, match=r"rank 1: 1F4 names microbatch 4; allowed: 0..3"):
+            from_torch_order(order)
+    else:  # a later PyTorch that draws what it runs: the engine takes it as it is
+        assert from_torch_order(order).num_microbatches == 4

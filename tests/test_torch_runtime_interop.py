@@ -189,3 +189,19 @@ def test_each_launch_used_loopback_and_left_no_process(launched):
     for r in per_rank:
         with pytest.raises(ProcessLookupError):
             os.kill(r["pid"], 0)  # signal 0 only asks whether the pid exists
+
+
+@pytest.mark.parametrize(
+    "kwargs,pattern",
+    [
+        ({}, r"case 'x': give exactly one of schedule, torch_class"),
+        ({"torch_class": "ScheduleGPipe", "schedule": build_schedule("gpipe", 2, 2)},
+         r"give exactly one"),
+        ({"torch_class": "ScheduleZBVZeroBubble"}, r"torch_class 'ScheduleZBVZeroBubble'; allowed"),
+        ({"torch_class": "Schedule1F1B", "chunks": 2}, r"one stage per rank; chunks=2"),
+        ({"torch_class": "ScheduleGPipe", "loss_scaling": "mean"}, r"loss_scaling 'mean'"),
+    ],
+)
+def test_a_bad_case_is_refused_before_any_process_starts(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        InteropCase("x", stages_of(2), microbatches(2), F.cross_entropy, **kwargs)
