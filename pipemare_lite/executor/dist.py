@@ -40,7 +40,8 @@ Entry points (this module: the engine and running it from Python):
 Elsewhere: ``fit(..., executor="dist")`` runs through
 :class:`pipemare_lite.executor.dist_fit.DistExecutor`; measured against simulated
 utilization is :mod:`pipemare_lite.executor.utilization`; the same step with PyTorch's own
-runtime is :mod:`pipemare_lite.compare_pipelining`.
+runtime is :mod:`pipemare_lite.compare_pipelining`; any flushed schedule of ours in PyTorch's
+runtime, and PyTorch's schedules in ours, is :mod:`pipemare_lite.torch_runtime`.
 """
 
 from __future__ import annotations
