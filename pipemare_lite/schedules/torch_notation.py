@@ -16,7 +16,10 @@ Stage numbers need no translation: PyTorch infers which rank holds a stage from 
 appears in, and the engine's interleaved layout (virtual stage ``s`` on rank ``s % P``) is
 PyTorch's "loop" layout, so ``0F0 ... 4F0`` on row 0 means stages 0 and 4 on rank 0 in both.
 Communication needs no cells either: the runtime's ``_load_csv`` lowers the table itself,
-adding SEND/RECV after every F, B or I whose neighbour stage is on another rank.
+adding SEND/RECV after every F, B or I whose neighbour stage is on another rank. (Load it
+into ``_PipelineScheduleRuntime``: the plain ``PipelineScheduleMulti`` loop posts receives
+by pairing each cell with the neighbours' cell at the same position, which needs idle
+cells placed so positions line up; this export writes none.)
 
 :func:`to_torch_rows` / :func:`to_torch_csv` write one flushed minibatch of an engine
 schedule (drop its U cells, renumber its microbatches from 0); a schedule with no flush
