@@ -18,15 +18,23 @@ Everything here is plain Python (no torch), so a history can be drawn anywhere.
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import asdict, dataclass, field, fields
 
 
 class DivergenceError(RuntimeError):
     """Training produced a non-finite loss; the message says at which step and stage.
 
-    Raised by ``fit(..., on_divergence="raise")`` (introduced in chapter 07).
+    Raised by ``fit(..., on_divergence="raise")`` (introduced in chapter 07); ``history``
+    is the :class:`History` up to the divergence (None when raised without one), so a
+    caller can still save the loss curve that led there.
     """
+
+    def __init__(self, message: str, history: History | None = None) -> None:
+        super().__init__(message)
+        self.history = history
 
 
 @dataclass
@@ -107,6 +115,16 @@ class History:
     def from_dict(cls, data: dict) -> History:
         """Inverse of :meth:`to_dict`."""
         return cls(**data)
+
+    @classmethod
+    def read_json(cls, path: str | os.PathLike) -> History:
+        """The history in a ``pipemare-lite train --out`` file (its other keys are skipped).
+
+        Values the file stores as null because they were NaN or inf stay None.
+        """
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 class ForwardDelayMeter:

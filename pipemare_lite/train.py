@@ -284,9 +284,7 @@ def fit(
                 run.save_to(checkpoint_path)
     history = run.finish()
     if history.diverged and on_divergence == "raise":
-        error = DivergenceError(history.divergence)
-        error.history = history
-        raise error
+        raise DivergenceError(history.divergence, history)
     return history
 
 

@@ -9,6 +9,7 @@ import torch
 
 from pipemare_lite.cli import main
 from pipemare_lite.commands.train import DIVERGED_EXIT_CODE, build_model_and_data
+from pipemare_lite.history import History
 from pipemare_lite.methods import METHODS
 from pipemare_lite.train import fit
 
@@ -51,6 +52,8 @@ def test_out_and_jsonl_hold_the_run_fit_gives(tmp_path, capsys):
     assert document["forward_delay_max"] == history.forward_delay_max
     assert document["memory_bytes"] == history.memory_bytes
     assert document["steps"] == history.steps == 2 * (1347 // 256)
+    back = History.read_json(out)  # the file reads back as a History
+    assert back.loss == history.loss and back.final_accuracy == history.final_accuracy
     # one flushed line per step, the same numbers
     lines = [_strict(line) for line in stream.read_text().splitlines()]
     assert [line["step"] for line in lines] == list(range(1, history.steps + 1))

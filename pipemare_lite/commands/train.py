@@ -201,7 +201,8 @@ def history_document(history, args: argparse.Namespace) -> dict:
     :class:`~pipemare_lite.history.History` field (``config``, ``loss`` per step,
     ``stage_lr``, ``stage_lr_by_group``, ``evals``, ``diverged``, ``divergence``,
     ``forward_delay``, ``forward_delay_max``, ``memory_bytes``, ``memory_bytes_by_stage``,
-    ``wall_seconds``). Strict JSON: NaN and inf become null.
+    ``wall_seconds``). Strict JSON: NaN and inf become null. Read it back with
+    :meth:`pipemare_lite.history.History.read_json`.
     """
     from pipemare_lite import __version__
 
