@@ -17,6 +17,7 @@ from fractions import Fraction
 import pytest
 
 from pipemare_lite.exercises import EXERCISES, check, run_checks
+from pipemare_lite.schedules import build_schedule
 
 # --- plain solutions, written from the definitions ----------------------------------------
 
@@ -105,7 +106,7 @@ def test_solutions_cover_every_exercise():
 
 @pytest.mark.parametrize("exercise_id", sorted(SOLUTIONS))
 def test_plain_solution_passes(exercise_id, capsys):
-    assert check(exercise_id, SOLUTIONS[exercise_id]) is True
+    assert check(exercise_id, SOLUTIONS[exercise_id]).passed is True
     out = capsys.readouterr().out
     assert out.startswith("✅"), out
     if EXERCISES[exercise_id].kind == "function":
@@ -145,7 +146,8 @@ def test_wrong_answer_fails_with_hint_and_hides_the_expected_value(exercise_id):
     if exercise.kind == "constant":
         assert not re.search(rf"(?<!\d){M_FOR_10_PERCENT}(?!\d)", said), said
         return
-    failing = exercise.cases()[result.cases_passed]
+    failing = result.failing_case  # the case the message shows (every case runs)
+    assert failing in exercise.cases()
     call = f"{exercise.function_name}(" + ", ".join(f"{k}={v!r}" for k, v in failing.items())
     assert call in said
     said = said.replace(call, "")
@@ -199,8 +201,11 @@ def test_checks_import_no_torch():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
-def test_engine_closed_forms_pass_the_simulator_backed_exercises():
-    # a student who derives the closed form must pass the check, which uses the simulator
+def test_engine_closed_forms_agree_with_the_simulator_backed_exercises():
+    # a student who derives the closed form must pass the check, which uses the simulator:
+    # the engine's closed forms give the reference's value on every case. (Before issue 18
+    # this passed the engine functions themselves to run_checks; an answer that *is* the
+    # engine's function is now rejected, see the next test.)
     from pipemare_lite import formulas
 
     closed_forms = {
@@ -209,7 +214,33 @@ def test_engine_closed_forms_pass_the_simulator_backed_exercises():
         "ex03_2": lambda P, M: [formulas.peak_inflight_1f1b(P, M, s) for s in range(P)],
         "ex04_1": formulas.idle_fraction_interleaved,
     }
-    for exercise_id, answer in closed_forms.items():
-        result = run_checks(exercise_id, answer)
-        assert result.passed, result.message
+    for exercise_id, closed_form in closed_forms.items():
+        exercise = EXERCISES[exercise_id]
+        for arguments in exercise.cases():
+            got = closed_form(*arguments.values())
+            assert exercise.compare(got, exercise.reference(*arguments.values())) is None, (
+                exercise_id, arguments)
     assert run_checks("ex02_3", formulas.microbatches_for_idle_below(8, 0.1)).passed
+
+
+def test_answers_that_only_wrap_the_engine_are_rejected():
+    from pipemare_lite import formulas
+    from pipemare_lite.formulas import idle_fraction_gpipe
+    from pipemare_lite.simulate import simulate_and_measure
+
+    def via_the_simulator(P, M):
+        return simulate_and_measure(build_schedule("gpipe", P, M))[1].idle_fraction
+
+    def via_a_helper(P, M):
+        return helper(P, M)
+
+    def helper(P, M):
+        return formulas.idle_fraction_gpipe(P, M)
+
+    def via_getattr(P, M):  # invisible to the code's names: caught while it runs
+        return getattr(formulas, "idle_fraction_" + "gpipe")(P, M)
+
+    for answer in (idle_fraction_gpipe, via_the_simulator, via_a_helper, via_getattr):
+        result = run_checks("ex02_2", answer)
+        assert result.status == "failed" and "uses the engine's" in result.message, answer
+    assert run_checks("ex02_2", idle_fraction).passed  # the plain formula still passes

@@ -22,5 +22,8 @@ EXERCISES = [
         cases=lambda: [{"P": P, "M": M} for P, M in [(1, 1), (2, 3), (4, 8), (3, 5)]],
         reference=lambda P, M: sum(len(row) for row in references.schedule_rows("gpipe", P, M)),
         compare=compare_int,
+        engine_answers=(
+            "pipemare_lite.schedules.gpipe.gpipe",
+        ),
     ),
 ]

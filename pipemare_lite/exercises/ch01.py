@@ -35,6 +35,11 @@ EXERCISES = [
         cases=lambda: _stage_counts(101, [1, 2, 3, 4, 8]),
         reference=lambda P: references.simulated_metrics("naive", P, 1).utilization,
         compare=compare_float,
+        engine_answers=(
+            "pipemare_lite.simulate.simulate",
+            "pipemare_lite.simulate.metrics",
+            "pipemare_lite.formulas.idle_fraction_naive",
+        ),
     ),
     Exercise(
         id="ex01_2",
@@ -49,5 +54,8 @@ EXERCISES = [
         cases=lambda: _stage_counts(102, [1, 2, 3, 4]),
         reference=lambda P: references.schedule_rows("naive", P, 1),
         compare=compare_rows,
+        engine_answers=(
+            "pipemare_lite.schedules.naive.naive",
+        ),
     ),
 ]

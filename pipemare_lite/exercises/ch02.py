@@ -54,6 +54,9 @@ EXERCISES = [
         cases=lambda: _stage_and_microbatch_counts(201),
         reference=lambda P, M: references.schedule_rows("gpipe", P, M),
         compare=compare_rows,
+        engine_answers=(
+            "pipemare_lite.schedules.gpipe.gpipe",
+        ),
     ),
     Exercise(
         id="ex02_2",
@@ -68,6 +71,13 @@ EXERCISES = [
         cases=lambda: _stage_and_microbatch_counts(202),
         reference=lambda P, M: references.simulated_metrics("gpipe", P, M).idle_fraction,
         compare=compare_float,
+        engine_answers=(
+            "pipemare_lite.simulate.simulate",
+            "pipemare_lite.simulate.metrics",
+            "pipemare_lite.formulas.idle_fraction_gpipe",
+            "pipemare_lite.formulas.utilization_gpipe",
+            "pipemare_lite.formulas.makespan_gpipe",
+        ),
     ),
     Exercise(
         id="ex02_3",
@@ -79,5 +89,9 @@ EXERCISES = [
         # sha256("ex02_3:<answer>"), see pipemare_lite.exercises.hashing
         answer_hash="34dc7991aa720b45b006d94067a6b7f3c39999a3b9d3ee10d45e4624cbaddf0b",
         diagnose=_diagnose_m_for_10_percent,
+        engine_answers=(
+            "pipemare_lite.formulas.microbatches_for_idle_below",
+            "pipemare_lite.simulate.simulate",
+        ),
     ),
 ]

@@ -38,6 +38,11 @@ EXERCISES = [
         cases=lambda: _stage_and_microbatch_counts(301),
         reference=lambda P, M: references.schedule_rows("1f1b", P, M),
         compare=compare_rows,
+        engine_answers=(
+            "pipemare_lite.schedules.one_f_one_b.one_f_one_b",
+            "pipemare_lite.schedules.one_f_one_b.one_f_one_b_order",
+            "pipemare_lite.schedules.interleaved.interleaved",
+        ),
     ),
     Exercise(
         id="ex03_2",
@@ -52,5 +57,9 @@ EXERCISES = [
         cases=lambda: _stage_and_microbatch_counts(302),
         reference=lambda P, M: list(references.simulated_metrics("1f1b", P, M).peak_inflight),
         compare=compare_int_list,
+        engine_answers=(
+            "pipemare_lite.simulate.simulate",
+            "pipemare_lite.formulas.peak_inflight_1f1b",
+        ),
     ),
 ]

@@ -53,6 +53,12 @@ EXERCISES = [
             "interleaved", P, M, chunks=v
         ).idle_fraction,
         compare=compare_float,
+        engine_answers=(
+            "pipemare_lite.simulate.simulate",
+            "pipemare_lite.simulate.metrics",
+            "pipemare_lite.formulas.idle_fraction_interleaved",
+            "pipemare_lite.formulas.makespan_interleaved",
+        ),
     ),
     Exercise(
         id="ex04_2",
@@ -67,5 +73,8 @@ EXERCISES = [
         cases=lambda: _p2p_cases(402),
         reference=references.p2p_messages_counted,
         compare=compare_int,
+        engine_answers=(
+            "pipemare_lite.schedules.interleaved.interleaved",
+        ),
     ),
 ]
