@@ -152,7 +152,7 @@ def test_required_ids_and_names_are_registered():
         "ex01_2": "naive_order",
         "ex02_1": "gpipe_order",
         "ex02_2": "idle_fraction",
-        "ex02_3": "M_FOR_10_PERCENT",
+        "ex02_3": "smallest_m_below",  # was the constant M_FOR_10_PERCENT (issue 18)
         "ex03_1": "one_f_one_b_order",
         "ex03_2": "peak_activations_1f1b",
         "ex04_1": "interleaved_idle_fraction",
@@ -163,7 +163,10 @@ def test_required_ids_and_names_are_registered():
         assert exercise.function_name == name and exercise.id == exercise_id
         assert exercise.signature.startswith(name)
         assert exercise_id in registry.__doc__ and name in registry.__doc__
-    assert EXERCISES["ex02_3"].kind == "constant" and EXERCISES["ex02_1"].kind == "function"
+    # ex02_3 was the book's one constant exercise; a hashed small int falls to brute force,
+    # so it became a function (issue 18). Constants stay supported: see the stand-in ANSWER.
+    assert EXERCISES["ex02_3"].kind == "function" and EXERCISES["ex02_1"].kind == "function"
+    assert ANSWER.kind == "constant"
 
 
 def test_list_exercises_by_chapter():
@@ -256,3 +259,43 @@ def test_compare_numbers_and_lists():
     assert compare_int_list(numpy.array([3, 2, 1]), [3, 2, 1]) is None
     assert compare_float(numpy.float64(0.5), 0.5) is None
     assert compare_rows(numpy.array([["0F0", "0B0"]]), [["0F0", "0B0"]]) is None
+
+
+# --- check() for graders (nbgrader, otter) and for notebooks --------------------------------
+
+
+def test_check_can_raise_for_a_test_cell_and_stays_friendly_otherwise(stand_ins, capsys):
+    from pipemare_lite.exercises import ExerciseFailed
+
+    with pytest.raises(ExerciseFailed, match=r"square\(x=3\) returned 6") as info:
+        check("ex98_1", lambda x: x + x, raises=True)
+    assert isinstance(info.value, AssertionError)  # what nbgrader and otter count as failed
+    assert "Hint: multiply x by itself" in str(info.value)
+
+    def stub(x):
+        raise NotImplementedError
+
+    with pytest.raises(ExerciseFailed, match="not attempted yet"):
+        check("ex98_1", stub, raises=True)
+    assert check("ex98_1", lambda x: x * x, raises=True).passed  # a right answer: no raise
+    assert not check("ex98_1", lambda x: x + x)  # the default: print, never raise
+    assert "returned 6" in capsys.readouterr().out
+
+
+def test_environment_variable_makes_every_check_raise(stand_ins, monkeypatch):
+    from pipemare_lite.exercises import ExerciseFailed
+    from pipemare_lite.exercises.check import RAISES_ENV
+
+    monkeypatch.setenv(RAISES_ENV, "1")
+    with pytest.raises(ExerciseFailed):
+        check("ex98_1", lambda x: x + x)
+    assert not check("ex98_1", lambda x: x + x, raises=False)  # an explicit False wins
+
+
+def test_check_cell_shows_no_true_false_echo(stand_ins):
+    from IPython.core.formatters import DisplayFormatter
+
+    result = run_checks("ex98_1", lambda x: x + x)
+    assert bool(result) is False and bool(run_checks("ex98_1", lambda x: x * x)) is True
+    # what Jupyter displays for the value of a cell ending in check(...): nothing
+    assert DisplayFormatter().format(result) == ({}, {})

@@ -13,12 +13,16 @@ import random
 
 from pipemare_lite.exercises import references
 from pipemare_lite.exercises.compare import compare_float, compare_rows
-from pipemare_lite.exercises.exercise import Exercise
+from pipemare_lite.exercises.exercise import Exercise, Mistake
 
 
 def _stage_counts(seed: int, fixed: list[int]) -> list[dict]:
     rng = random.Random(seed)
     return [{"P": P} for P in fixed] + [{"P": rng.randint(2, 16)} for _ in range(2)]
+
+
+def _backward_first(P: int) -> list[list[str]]:
+    return [[f"{r}B0", f"{r}F0"] for r in range(P)]
 
 
 EXERCISES = [
@@ -32,9 +36,13 @@ EXERCISES = [
             "With one batch in flight only one device computes at any moment; "
             "what share of the whole run is each device's own work?"
         ),
-        cases=lambda: _stage_counts(101, [1, 2, 3, 4, 8]),
+        cases=lambda: _stage_counts(101, [4, 2, 1, 3, 8]),
         reference=lambda P: references.simulated_metrics("naive", P, 1).utilization,
         compare=compare_float,
+        mistakes=(
+            Mistake("this is the idle share; the exercise asks for the share of time a "
+                    "device computes", lambda P: (P - 1) / P),
+        ),
         engine_answers=(
             "pipemare_lite.simulate.simulate",
             "pipemare_lite.simulate.metrics",
@@ -48,12 +56,17 @@ EXERCISES = [
         function_name="naive_order",
         signature="naive_order(P) -> list[list[str]]",
         hint=(
-            "One row per rank; rank r holds stage r; one microbatch (index 0). Write each "
-            "action as '{stage}{F|B}{microbatch}', forwards before backwards, no updates."
+            "One row per rank, in the notation '{stage}{F|B}{microbatch}' of the rows printed "
+            "in the chapter; updates left out. Which actions does the single microbatch cause "
+            "on rank r, and which of them needs the other to be done first?"
         ),
-        cases=lambda: _stage_counts(102, [1, 2, 3, 4]),
+        cases=lambda: _stage_counts(102, [4, 1, 2, 3]),
         reference=lambda P: references.schedule_rows("naive", P, 1),
         compare=compare_rows,
+        mistakes=(
+            Mistake("a backward reads what its forward saved, so on every rank it comes "
+                    "after the forward", _backward_first),
+        ),
         engine_answers=(
             "pipemare_lite.schedules.naive.naive",
         ),

@@ -15,12 +15,12 @@ import random
 
 from pipemare_lite.exercises import references
 from pipemare_lite.exercises.compare import compare_float, compare_int
-from pipemare_lite.exercises.exercise import Exercise
+from pipemare_lite.exercises.exercise import Exercise, Mistake
 
 
 def _interleaved_cases(seed: int) -> list[dict]:
     # v = 1 is plain 1F1B; M = P is the smallest M the interleaved builder takes
-    fixed = [(2, 2, 1), (2, 2, 2), (4, 4, 2), (4, 8, 3), (2, 6, 4)]
+    fixed = [(4, 8, 2), (4, 4, 2), (2, 2, 1), (2, 2, 2), (4, 8, 3), (2, 6, 4)]
     rng = random.Random(seed)
     drawn = []
     for _ in range(3):
@@ -30,7 +30,7 @@ def _interleaved_cases(seed: int) -> list[dict]:
 
 
 def _p2p_cases(seed: int) -> list[dict]:
-    fixed = [(2, 1), (2, 2), (4, 1), (4, 3), (8, 2)]
+    fixed = [(4, 2), (4, 3), (2, 1), (2, 2), (4, 1), (8, 2)]
     rng = random.Random(seed)
     drawn = [(rng.randint(2, 8), rng.randint(1, 4)) for _ in range(3)]
     return [{"P": P, "v": v} for P, v in fixed + drawn]
@@ -53,6 +53,12 @@ EXERCISES = [
             "interleaved", P, M, chunks=v
         ).idle_fraction,
         compare=compare_float,
+        mistakes=(
+            Mistake("this is plain 1F1B's idle fraction: v changes nothing in it",
+                    lambda P, M, v: (P - 1) / (M + P - 1)),
+            Mistake("this is the bubble ratio (idle / busy), not the idle fraction",
+                    lambda P, M, v: (P - 1) / (v * M)),
+        ),
         engine_answers=(
             "pipemare_lite.simulate.simulate",
             "pipemare_lite.simulate.metrics",
@@ -73,6 +79,14 @@ EXERCISES = [
         cases=lambda: _p2p_cases(402),
         reference=references.p2p_messages_counted,
         compare=compare_int,
+        mistakes=(
+            Mistake("you counted the activations going forward only; each one's gradient "
+                    "comes back too", lambda P, v: v * P - 1),
+            Mistake("between two passes through the ranks a microbatch also goes from the "
+                    "last rank back to rank 0", lambda P, v: 2 * v * (P - 1)),
+            Mistake("v does not appear: with v pieces per rank the microbatch passes through "
+                    "the ranks v times", lambda P, v: 2 * (P - 1)),
+        ),
         engine_answers=(
             "pipemare_lite.schedules.interleaved.interleaved",
         ),

@@ -26,7 +26,11 @@ def compare_float(answer, expected) -> str | None:
         return f"returned {_short(answer)} ({type(answer).__name__}); expected a number"
     if math.isclose(float(answer), float(expected), rel_tol=REL_TOL, abs_tol=ABS_TOL):
         return None
-    return f"returned {float(answer):.6g}, which is not right"
+    return f"returned {float(answer):.6g}, which is not right: {_direction(answer, expected)}"
+
+
+def _direction(answer, expected) -> str:
+    return "too high" if float(answer) > float(expected) else "too low"
 
 
 def compare_int(answer, expected) -> str | None:
@@ -35,7 +39,7 @@ def compare_int(answer, expected) -> str | None:
         return f"returned {_short(answer)} ({type(answer).__name__}); expected an int"
     if int(answer) == int(expected):
         return None
-    return f"returned {int(answer)}, which is not right"
+    return f"returned {int(answer)}, which is not right: {_direction(answer, expected)}"
 
 
 def _as_list(answer):
@@ -55,7 +59,10 @@ def compare_int_list(answer, expected) -> str | None:
             return f"stage {stage}: {_short(value)} is not an int"
     for stage, (value, right) in enumerate(zip(answer, expected)):
         if int(value) != int(right):
-            return f"stage {stage}: you have {int(value)}, which is not right"
+            return (
+                f"stage {stage}: you have {int(value)}, which is not right: "
+                f"{_direction(value, right)}"
+            )
     return None
 
 
