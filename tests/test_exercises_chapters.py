@@ -17,6 +17,7 @@ from fractions import Fraction
 import pytest
 
 from pipemare_lite.exercises import EXERCISES, check, run_checks
+from pipemare_lite.exercises.exercise import format_call
 from pipemare_lite.schedules import build_schedule
 
 # --- plain solutions, written from the definitions ----------------------------------------
@@ -32,6 +33,23 @@ def naive_utilization(P):
 
 def naive_order(P):
     return [[f"{r}F0", f"{r}B0"] for r in range(P)]
+
+
+def naive_start_times(P, F, B):
+    # stage r's forward waits for r forwards above it; the last stage's backward starts when
+    # all P forwards are done, and each stage's backward waits for the one below it
+    return [[r * F, P * F + (P - 1 - r) * B] for r in range(P)]
+
+
+def count_p2p_messages(schedule):
+    last = schedule.num_virtual_stages - 1
+    messages = 0
+    for rank, _, action in schedule.actions():
+        if action.kind == "F" and action.stage > 0:
+            messages += schedule.rank_of(action.stage - 1) != rank
+        if action.kind in ("B", "I") and action.stage < last:
+            messages += schedule.rank_of(action.stage + 1) != rank
+    return messages
 
 
 def gpipe_order(P, M):
@@ -77,6 +95,7 @@ SOLUTIONS = {
     "ex00_1": gpipe_action_count,
     "ex01_1": naive_utilization,
     "ex01_2": naive_order,
+    "ex01_3": naive_start_times,
     "ex02_1": gpipe_order,
     "ex02_2": idle_fraction,
     "ex02_3": smallest_m_below,
@@ -84,6 +103,7 @@ SOLUTIONS = {
     "ex03_2": peak_activations_1f1b,
     "ex04_1": interleaved_idle_fraction,
     "ex04_2": p2p_messages_per_microbatch,
+    "ex04_3": count_p2p_messages,
 }
 
 # --- typical mistakes ---------------------------------------------------------------------
@@ -104,6 +124,11 @@ WRONG = {
     "ex03_2": lambda P, M: [P - s for s in range(P)],  # forgot that M may be < P
     "ex04_1": lambda P, M, v: (P - 1) / (M + P - 1),  # ignored v
     "ex04_2": lambda P, v: v * P - 1,  # forgot the backward
+    "ex01_3": lambda P, F, B: [[r * F, P * F + (P - 1 - r) * F] for r in range(P)],  # F hops
+    "ex04_3": lambda schedule: sum(  # forwards only
+        a.kind == "F" and a.stage > 0 and schedule.rank_of(a.stage - 1) != r
+        for r, _, a in schedule.actions()
+    ),
 }
 
 
@@ -155,7 +180,7 @@ def test_wrong_answer_fails_with_hint_and_hides_the_expected_value(exercise_id):
         return
     failing = result.failing_case  # the case the message shows (every case runs)
     assert failing in exercise.cases()
-    call = f"{exercise.function_name}(" + ", ".join(f"{k}={v!r}" for k, v in failing.items())
+    call = format_call(exercise.function_name, failing)
     assert call in said
     said = said.replace(call, "")
     expected = exercise.reference(*failing.values())

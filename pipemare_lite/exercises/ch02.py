@@ -167,7 +167,6 @@ EXERCISES = [
         ),
         engine_answers=(
             "pipemare_lite.formulas.microbatches_for_idle_below",
-            "pipemare_lite.formulas.idle_fraction_gpipe",
             "pipemare_lite.simulate.simulate",
         ),
     ),

@@ -66,6 +66,26 @@ def compare_int_list(answer, expected) -> str | None:
     return None
 
 
+def compare_float_rows(answer, expected) -> str | None:
+    """One list of numbers per rank, each equal to ``expected``'s up to the float tolerance."""
+    answer = _as_list(answer)
+    if not isinstance(answer, (list, tuple)) or not all(
+        isinstance(row, (list, tuple)) for row in answer
+    ):
+        return f"returned {_short(answer)}; expected one list of numbers per rank"
+    if len(answer) != len(expected):
+        return f"returned {len(answer)} rows; expected one row per rank ({len(expected)})"
+    for rank, (row, right_row) in enumerate(zip(answer, expected)):
+        if len(row) != len(right_row):
+            return f"rank {rank}: {len(row)} numbers; expected {len(right_row)}"
+        for position, (value, right) in enumerate(zip(row, right_row)):
+            problem = compare_float(value, right)
+            if problem is not None:
+                problem = problem.replace("returned", "you have")
+                return f"rank {rank}, position {position}: {problem}"
+    return None
+
+
 def compare_rows(answer, expected) -> str | None:
     """One list of action strings per rank (``"0F0"``, ``"1B3"``), equal row by row.
 

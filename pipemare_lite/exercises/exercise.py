@@ -129,6 +129,19 @@ class Exercise:
         return f"Exercise {int(match.group(1))}.{int(match.group(2))}"
 
 
+def brief(value, limit: int = 120) -> str:
+    """A short readable form of a case's argument: a schedule by its sizes, else its repr."""
+    if all(hasattr(value, a) for a in ("name", "num_stages", "num_microbatches", "ranks")):
+        text = f"<{value.name} schedule, P={value.num_stages}, M={value.num_microbatches}"
+        if getattr(value, "chunks", 1) != 1:
+            text += f", v={value.chunks}"
+        if getattr(value, "num_minibatches", 1) != 1:
+            text += f", {value.num_minibatches} minibatches"
+        return text + ">"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def format_call(name: str, arguments: dict[str, Any]) -> str:
     """``gpipe_order(P=3, M=2)``: how a failing input is shown to the student."""
-    return f"{name}(" + ", ".join(f"{k}={v!r}" for k, v in arguments.items()) + ")"
+    return f"{name}(" + ", ".join(f"{k}={brief(v)}" for k, v in arguments.items()) + ")"
