@@ -218,17 +218,21 @@ def _raises_by_default() -> bool:
     return os.environ.get(RAISES_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
-def check(exercise_id: str, answer, *, raises: bool | None = None) -> CheckResult:
+def check(
+    exercise_id: str, answer, *, raises: bool | None = None, quiet: bool = False
+) -> CheckResult:
     """Check ``answer`` (a function, or a constant's value) and print the verdict.
 
     Returns the :class:`CheckResult`, true when every case passed (a notebook shows nothing
     for it). With ``raises=True`` (default: the ``PIPEMARE_CHECK_RAISES`` environment
     variable) a wrong or unattempted answer raises :class:`ExerciseFailed` with the message
-    instead of printing it.
+    instead of printing it. ``quiet=True`` prints nothing for a passing answer (otter's
+    doctest-style tests compare printed output).
     """
     __tracebackhide__ = True  # IPython and pytest: the student's cell, not this frame
     result = run_checks(exercise_id, answer)
     if not result.passed and (_raises_by_default() if raises is None else raises):
         raise ExerciseFailed(result.message)
-    print(result.message)
+    if not (quiet and result.passed):
+        print(result.message)
     return result
