@@ -14,7 +14,7 @@ help:
 	@echo "                (BOOK_ARGS=\"--chapters 03 --keep-going\" for a part of it)"
 	@echo "make test       unit tests + notebook checks (nbval), in .venv"
 	@echo "make lint       ruff"
-	@echo "make student    student copies of the chapters (solutions stubbed) into student/"
+	@echo "make student    the handout into student/: chapters with solutions stubbed, adapter.py, README"
 	@echo "make solutions  executed solution copies into solutions/"
 	@echo "make grade      grade SUBMISSIONS=folder (one sub-folder per student) into reports/;"
 	@echo "                STUDENT=path/to/folder: the pytest suite on one student (junit XML);"

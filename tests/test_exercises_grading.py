@@ -43,9 +43,13 @@ def idle_fraction(P, M):                       # never returns
         pass
 """,
         """
-import itertools
+from fractions import Fraction
 
-M_FOR_10_PERCENT = next(M for M in itertools.count(1) if 7 / (M + 7) < 0.1)   # right
+def smallest_m_below(P, target):               # right (was the constant M_FOR_10_PERCENT)
+    M = 1
+    while Fraction(P - 1, M + P - 1) >= Fraction(str(target)):
+        M += 1
+    return M
 """,
     ],
 }
