@@ -299,3 +299,12 @@ def test_check_cell_shows_no_true_false_echo(stand_ins):
     assert bool(result) is False and bool(run_checks("ex98_1", lambda x: x * x)) is True
     # what Jupyter displays for the value of a cell ending in check(...): nothing
     assert DisplayFormatter().format(result) == ({}, {})
+
+
+def test_every_exercises_cases_can_travel_to_the_grading_process():
+    # grading sends the cases to a separate process (pickle); a lambda in a case could not
+    import pickle
+
+    for exercise in list_exercises():
+        if exercise.kind == "function":
+            assert pickle.loads(pickle.dumps(exercise.cases())) == exercise.cases(), exercise.id

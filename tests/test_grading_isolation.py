@@ -264,7 +264,8 @@ def test_class_csv_and_reports_have_points_per_exercise(tmp_path):
 def test_cli_grades_a_folder_of_two_submissions(tmp_path, capsys):
     class_dir = _two_submissions(tmp_path)
     out = tmp_path / "out"
-    assert main(["grade", str(class_dir), "--out", str(out), "--chapters", "1"]) == 0
+    args = ["grade", str(class_dir), "--out", str(out), "--exercises", "ex01_1", "ex01_2"]
+    assert main(args) == 0
     printed = capsys.readouterr().out
     assert "alice: 2/2 points" in printed and "bob: 0/2 points" in printed
     header = (out / "grades.csv").read_text().splitlines()[0]
@@ -280,3 +281,22 @@ def test_bad_options_are_reported_early(tmp_path):
         grade_submission(tmp_path, memory_mb=-1)
     with pytest.raises(ValueError, match="no submissions in"):
         class_submissions(tmp_path)
+
+
+def test_an_exercise_whose_cases_cannot_travel_is_reported_not_fatal(tmp_path, monkeypatch):
+    import dataclasses
+
+    from pipemare_lite.exercises import registry
+
+    exercise = registry.EXERCISES["ex01_1"]
+    broken = dataclasses.replace(exercise, cases=lambda: [{"P": lambda: 4}])
+    monkeypatch.setitem(registry.EXERCISES, "ex01_1", broken)
+    folder = tmp_path / "s"
+    folder.mkdir()
+    _write_notebook(folder / "01_naive.ipynb",
+                    "def naive_utilization(P):\n    return 1 / P\n",
+                    "def naive_order(P):\n    return [[f'{s}F0', f'{s}B0'] for s in range(P)]\n")
+    report = grade_submission(folder, ["ex01_1", "ex01_2"])
+    grades = {g.exercise_id: g for g in report.grades}
+    assert grades["ex01_1"].status == "crashed" and "picklable" in grades["ex01_1"].message
+    assert grades["ex01_2"].status == "passed"

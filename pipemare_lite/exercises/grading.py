@@ -270,7 +270,10 @@ def grade_submission(
     pending: dict[Path, list[Exercise]] = {}
     for exercise in chosen:
         path = notebooks.get(exercise.chapter)
-        if path is None:
+        unsendable = _unsendable(exercise)
+        if unsendable:
+            grades[exercise.id] = _grade_of(exercise, CRASHED, unsendable)
+        elif path is None:
             grades[exercise.id] = _grade_of(
                 exercise, MISSING,
                 f"no notebook for chapter {exercise.chapter:02d} (NN_name.ipynb) in the submission",
@@ -282,6 +285,21 @@ def grade_submission(
         _run_worker(pending, grades, warnings_seen, folder, timeout, memory_mb, python)
     ordered = [grades[e.id] for e in chosen]
     return SubmissionReport(student or folder.name, folder, ordered, warnings_seen)
+
+
+def _unsendable(exercise: Exercise) -> str | None:
+    """Why the exercise's cases cannot be sent to a worker (they must pickle), or None."""
+    if exercise.kind != "function":
+        return None
+    try:
+        pickle.dumps(exercise.cases())
+    except Exception as exc:
+        return (
+            f"the grader cannot send the cases of {exercise.id} to the grading process "
+            f"({type(exc).__name__}: {exc}); the exercise's cases must be picklable "
+            "(an instructor's problem, not the student's)"
+        )
+    return None
 
 
 def _job(pending: dict[Path, list[Exercise]], folder: Path, timeout: float, memory_mb: int):
