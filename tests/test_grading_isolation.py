@@ -300,3 +300,28 @@ def test_an_exercise_whose_cases_cannot_travel_is_reported_not_fatal(tmp_path, m
     grades = {g.exercise_id: g for g in report.grades}
     assert grades["ex01_1"].status == "crashed" and "picklable" in grades["ex01_1"].message
     assert grades["ex01_2"].status == "passed"
+
+
+def test_grading_rejects_answers_that_only_wrap_the_engine(tmp_path):
+    folder = tmp_path / "wrapper"
+    folder.mkdir()
+    _write_notebook(
+        folder / "02_gpipe.ipynb",
+        "from pipemare_lite.formulas import idle_fraction_gpipe\n"
+        "from pipemare_lite.schedules import build_schedule\n"
+        "from pipemare_lite.simulate import simulate_and_measure",
+        "def idle_fraction(P, M):\n    return idle_fraction_gpipe(P, M)\n",
+        "def gpipe_order(P, M):\n"
+        "    return [[str(a) for a in row if a.kind != 'U']\n"
+        "            for row in build_schedule('gpipe', P, M).ranks]\n",
+    )
+    _write_notebook(
+        folder / "01_naive.ipynb",
+        "from pipemare_lite.schedules import build_schedule\n"
+        "from pipemare_lite.simulate import simulate_and_measure",
+        "def naive_utilization(P):\n"
+        "    return simulate_and_measure(build_schedule('naive', P, 1))[1].utilization\n",
+    )
+    report = grade_submission(folder, ["ex01_1", "ex02_1", "ex02_2"])
+    for grade in report.grades:
+        assert grade.status == "failed" and "uses the engine's" in grade.message, grade.message
