@@ -102,7 +102,7 @@ def _run(statements: list[ast.stmt], namespace: dict, label: str) -> None:
     module = ast.Module(body=statements, type_ignores=[])
     try:
         exec(compile(module, label, "exec"), namespace)  # noqa: S102 - the student's own code
-    except Exception as exc:  # one broken cell must not hide the other exercises
+    except (Exception, SystemExit) as exc:  # one broken cell must not hide the others
         warnings.warn(
             f"{label}: {type(exc).__name__}: {exc}", NotebookLoadWarning, stacklevel=3
         )
