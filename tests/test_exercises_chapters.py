@@ -17,6 +17,8 @@ from fractions import Fraction
 import pytest
 
 from pipemare_lite.exercises import EXERCISES, check, run_checks
+from pipemare_lite.exercises.exercise import format_call
+from pipemare_lite.schedules import build_schedule
 
 # --- plain solutions, written from the definitions ----------------------------------------
 
@@ -31,6 +33,23 @@ def naive_utilization(P):
 
 def naive_order(P):
     return [[f"{r}F0", f"{r}B0"] for r in range(P)]
+
+
+def naive_start_times(P, F, B):
+    # stage r's forward waits for r forwards above it; the last stage's backward starts when
+    # all P forwards are done, and each stage's backward waits for the one below it
+    return [[r * F, P * F + (P - 1 - r) * B] for r in range(P)]
+
+
+def count_p2p_messages(schedule):
+    last = schedule.num_virtual_stages - 1
+    messages = 0
+    for rank, _, action in schedule.actions():
+        if action.kind == "F" and action.stage > 0:
+            messages += schedule.rank_of(action.stage - 1) != rank
+        if action.kind in ("B", "I") and action.stage < last:
+            messages += schedule.rank_of(action.stage + 1) != rank
+    return messages
 
 
 def gpipe_order(P, M):
@@ -65,19 +84,26 @@ def p2p_messages_per_microbatch(P, v):
     return 2 * (v * P - 1)
 
 
-M_FOR_10_PERCENT = next(M for M in itertools.count(1) if idle_fraction(8, M) < 0.1)
+def smallest_m_below(P, target):
+    exact = Fraction(str(target))  # 0.1 means 1/10; the float 0.1 is slightly above it
+    return next(M for M in itertools.count(1) if Fraction(P - 1, M + P - 1) < exact)
+
+
+M_FOR_10_PERCENT = smallest_m_below(8, 0.1)
 
 SOLUTIONS = {
     "ex00_1": gpipe_action_count,
     "ex01_1": naive_utilization,
     "ex01_2": naive_order,
+    "ex01_3": naive_start_times,
     "ex02_1": gpipe_order,
     "ex02_2": idle_fraction,
-    "ex02_3": M_FOR_10_PERCENT,
+    "ex02_3": smallest_m_below,
     "ex03_1": one_f_one_b_order,
     "ex03_2": peak_activations_1f1b,
     "ex04_1": interleaved_idle_fraction,
     "ex04_2": p2p_messages_per_microbatch,
+    "ex04_3": count_p2p_messages,
 }
 
 # --- typical mistakes ---------------------------------------------------------------------
@@ -91,11 +117,18 @@ WRONG = {
         for r in range(P)
     ],
     "ex02_2": lambda P, M: (P - 1) / M,  # the bubble ratio, not the idle fraction
-    "ex02_3": M_FOR_10_PERCENT - 1,
+    "ex02_3": lambda P, target: next(  # "<=" where "below" means "<"
+        M for M in itertools.count(1) if Fraction(P - 1, M + P - 1) <= Fraction(str(target))
+    ),
     "ex03_1": gpipe_order,
     "ex03_2": lambda P, M: [P - s for s in range(P)],  # forgot that M may be < P
     "ex04_1": lambda P, M, v: (P - 1) / (M + P - 1),  # ignored v
     "ex04_2": lambda P, v: v * P - 1,  # forgot the backward
+    "ex01_3": lambda P, F, B: [[r * F, P * F + (P - 1 - r) * F] for r in range(P)],  # F hops
+    "ex04_3": lambda schedule: sum(  # forwards only
+        a.kind == "F" and a.stage > 0 and schedule.rank_of(a.stage - 1) != r
+        for r, _, a in schedule.actions()
+    ),
 }
 
 
@@ -105,7 +138,7 @@ def test_solutions_cover_every_exercise():
 
 @pytest.mark.parametrize("exercise_id", sorted(SOLUTIONS))
 def test_plain_solution_passes(exercise_id, capsys):
-    assert check(exercise_id, SOLUTIONS[exercise_id]) is True
+    assert check(exercise_id, SOLUTIONS[exercise_id]).passed is True
     out = capsys.readouterr().out
     assert out.startswith("✅"), out
     if EXERCISES[exercise_id].kind == "function":
@@ -145,8 +178,9 @@ def test_wrong_answer_fails_with_hint_and_hides_the_expected_value(exercise_id):
     if exercise.kind == "constant":
         assert not re.search(rf"(?<!\d){M_FOR_10_PERCENT}(?!\d)", said), said
         return
-    failing = exercise.cases()[result.cases_passed]
-    call = f"{exercise.function_name}(" + ", ".join(f"{k}={v!r}" for k, v in failing.items())
+    failing = result.failing_case  # the case the message shows (every case runs)
+    assert failing in exercise.cases()
+    call = format_call(exercise.function_name, failing)
     assert call in said
     said = said.replace(call, "")
     expected = exercise.reference(*failing.values())
@@ -158,28 +192,57 @@ def test_wrong_answer_fails_with_hint_and_hides_the_expected_value(exercise_id):
         assert set(re.findall(r"\d+[FBIWU]\d+", said)) <= written, said
 
 
-def test_hashed_constant_is_the_engines_smallest_m():
+def test_smallest_m_is_the_engines_on_every_case():
     from pipemare_lite.schedules import build_schedule
     from pipemare_lite.simulate import OpCosts, metrics, simulate
 
-    def measured(M):  # exact: the simulated times are sums of integer costs
-        run = metrics(simulate(build_schedule("gpipe", 8, M), OpCosts()))
-        return 1 - Fraction(sum(run.busy_per_rank)) / (8 * Fraction(run.makespan))
+    def measured(P, M):  # exact: the simulated times are sums of integer costs
+        run = metrics(simulate(build_schedule("gpipe", P, M), OpCosts()))
+        return 1 - Fraction(sum(run.busy_per_rank)) / (P * Fraction(run.makespan))
 
-    smallest = next(M for M in itertools.count(1) if measured(M) < Fraction(1, 10))
-    assert run_checks("ex02_3", smallest).passed
-    assert not run_checks("ex02_3", smallest - 1).passed
-    assert not run_checks("ex02_3", smallest + 1).passed
+    exercise = EXERCISES["ex02_3"]
+    for case in exercise.cases():
+        P, target = case["P"], Fraction(str(case["target"]))
+        smallest = next(M for M in itertools.count(1) if measured(P, M) < target)
+        assert exercise.reference(**case) == smallest, case
+    assert M_FOR_10_PERCENT == exercise.reference(8, 0.1)
+    boundary = [c for c in exercise.cases() if c["P"] > 1
+                and measured(c["P"], exercise.reference(**c) - 1) == Fraction(str(c["target"]))]
+    assert len(boundary) >= 3  # cases where "<=" and "<" differ: the boundary is tested
 
 
-def test_constant_diagnosis_points_the_way_without_the_answer():
-    too_small = run_checks("ex02_3", 10).message
-    assert "idle fraction of" in too_small and "%" in too_small
-    boundary = run_checks("ex02_3", M_FOR_10_PERCENT - 1).message  # exactly 10%
-    assert "10.0%: not below 10%" in boundary
-    too_large = run_checks("ex02_3", 100).message
-    assert "is it the smallest such M" in too_large
-    assert "positive int" in run_checks("ex02_3", "sixty").message
+def test_known_mistakes_are_named_without_the_answer():
+    named = {
+        "ex02_2": (lambda P, M: (P - 1) / M, "bubble ratio"),
+        "ex03_2": (lambda P, M: [max(0, min(P - 1 - s, M)) for s in range(P)], "P-1-s"),
+        "ex02_3": (WRONG["ex02_3"], "strictly less"),
+        "ex04_2": (lambda P, v: v * P - 1, "forward only"),
+        "ex00_1": (lambda P, M: P * M, "one kind of action"),
+    }
+    for exercise_id, (answer, words) in named.items():
+        message = run_checks(exercise_id, answer).message
+        assert "A known mistake:" in message and words in message, message
+    # a wrong answer that matches no known mistake gets no such line
+    assert "known mistake" not in run_checks("ex02_2", lambda P, M: 0.5).message
+
+
+def test_numbers_say_too_high_or_too_low_and_the_first_case_shown_is_representative():
+    low = run_checks("ex02_2", lambda P, M: (P - 1) / (M + P - 1) / 2)
+    assert "too low" in low.message
+    high = run_checks("ex04_1", lambda P, M, v: (P - 1) / (M + P - 1))
+    assert "too high" in high.message
+    # wrong everywhere, P = 1 included: the case shown is not the degenerate one
+    result = run_checks("ex01_1", lambda P: 0.5 / P)
+    assert result.failing_case["P"] > 1, result.failing_case
+    assert f"0 of {result.cases_total} cases passed" in result.message
+
+
+def test_hints_do_not_state_the_answer():
+    assert "one forward and one backward" not in EXERCISES["ex00_1"].hint
+    assert "forwards before backwards" not in EXERCISES["ex01_2"].hint
+    for exercise in EXERCISES.values():
+        for mistake in exercise.mistakes:
+            assert "min(P - s" not in mistake.message and "2(vP" not in mistake.message
 
 
 def test_checks_import_no_torch():
@@ -199,8 +262,11 @@ def test_checks_import_no_torch():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
-def test_engine_closed_forms_pass_the_simulator_backed_exercises():
-    # a student who derives the closed form must pass the check, which uses the simulator
+def test_engine_closed_forms_agree_with_the_simulator_backed_exercises():
+    # a student who derives the closed form must pass the check, which uses the simulator:
+    # the engine's closed forms give the reference's value on every case. (Before issue 18
+    # this passed the engine functions themselves to run_checks; an answer that *is* the
+    # engine's function is now rejected, see the next test.)
     from pipemare_lite import formulas
 
     closed_forms = {
@@ -209,7 +275,34 @@ def test_engine_closed_forms_pass_the_simulator_backed_exercises():
         "ex03_2": lambda P, M: [formulas.peak_inflight_1f1b(P, M, s) for s in range(P)],
         "ex04_1": formulas.idle_fraction_interleaved,
     }
-    for exercise_id, answer in closed_forms.items():
-        result = run_checks(exercise_id, answer)
-        assert result.passed, result.message
-    assert run_checks("ex02_3", formulas.microbatches_for_idle_below(8, 0.1)).passed
+    for exercise_id, closed_form in closed_forms.items():
+        exercise = EXERCISES[exercise_id]
+        for arguments in exercise.cases():
+            got = closed_form(*arguments.values())
+            assert exercise.compare(got, exercise.reference(*arguments.values())) is None, (
+                exercise_id, arguments)
+    for case in EXERCISES["ex02_3"].cases():
+        assert formulas.microbatches_for_idle_below(**case) == EXERCISES["ex02_3"].reference(**case)
+
+
+def test_answers_that_only_wrap_the_engine_are_rejected():
+    from pipemare_lite import formulas
+    from pipemare_lite.formulas import idle_fraction_gpipe
+    from pipemare_lite.simulate import simulate_and_measure
+
+    def via_the_simulator(P, M):
+        return simulate_and_measure(build_schedule("gpipe", P, M))[1].idle_fraction
+
+    def via_a_helper(P, M):
+        return helper(P, M)
+
+    def helper(P, M):
+        return formulas.idle_fraction_gpipe(P, M)
+
+    def via_getattr(P, M):  # invisible to the code's names: caught while it runs
+        return getattr(formulas, "idle_fraction_" + "gpipe")(P, M)
+
+    for answer in (idle_fraction_gpipe, via_the_simulator, via_a_helper, via_getattr):
+        result = run_checks("ex02_2", answer)
+        assert result.status == "failed" and "uses the engine's" in result.message, answer
+    assert run_checks("ex02_2", idle_fraction).passed  # the plain formula still passes

@@ -26,7 +26,11 @@ def compare_float(answer, expected) -> str | None:
         return f"returned {_short(answer)} ({type(answer).__name__}); expected a number"
     if math.isclose(float(answer), float(expected), rel_tol=REL_TOL, abs_tol=ABS_TOL):
         return None
-    return f"returned {float(answer):.6g}, which is not right"
+    return f"returned {float(answer):.6g}, which is not right: {_direction(answer, expected)}"
+
+
+def _direction(answer, expected) -> str:
+    return "too high" if float(answer) > float(expected) else "too low"
 
 
 def compare_int(answer, expected) -> str | None:
@@ -35,7 +39,7 @@ def compare_int(answer, expected) -> str | None:
         return f"returned {_short(answer)} ({type(answer).__name__}); expected an int"
     if int(answer) == int(expected):
         return None
-    return f"returned {int(answer)}, which is not right"
+    return f"returned {int(answer)}, which is not right: {_direction(answer, expected)}"
 
 
 def _as_list(answer):
@@ -55,7 +59,30 @@ def compare_int_list(answer, expected) -> str | None:
             return f"stage {stage}: {_short(value)} is not an int"
     for stage, (value, right) in enumerate(zip(answer, expected)):
         if int(value) != int(right):
-            return f"stage {stage}: you have {int(value)}, which is not right"
+            return (
+                f"stage {stage}: you have {int(value)}, which is not right: "
+                f"{_direction(value, right)}"
+            )
+    return None
+
+
+def compare_float_rows(answer, expected) -> str | None:
+    """One list of numbers per rank, each equal to ``expected``'s up to the float tolerance."""
+    answer = _as_list(answer)
+    if not isinstance(answer, (list, tuple)) or not all(
+        isinstance(row, (list, tuple)) for row in answer
+    ):
+        return f"returned {_short(answer)}; expected one list of numbers per rank"
+    if len(answer) != len(expected):
+        return f"returned {len(answer)} rows; expected one row per rank ({len(expected)})"
+    for rank, (row, right_row) in enumerate(zip(answer, expected)):
+        if len(row) != len(right_row):
+            return f"rank {rank}: {len(row)} numbers; expected {len(right_row)}"
+        for position, (value, right) in enumerate(zip(row, right_row)):
+            problem = compare_float(value, right)
+            if problem is not None:
+                problem = problem.replace("returned", "you have")
+                return f"rank {rank}, position {position}: {problem}"
     return None
 
 

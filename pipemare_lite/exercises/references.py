@@ -26,6 +26,18 @@ def simulated_metrics(name: str, P: int, M: int, *, chunks: int = 1):
     return metrics(simulate(build_schedule(name, P, M, chunks=chunks), OpCosts()))
 
 
+def start_times(name: str, P: int, M: int, forward: float, backward: float) -> list[list[float]]:
+    """Per rank, the simulated start time of each F/B action, in the rank's order."""
+    from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.simulate import OpCosts, simulate
+
+    timeline = simulate(build_schedule(name, P, M), OpCosts(forward=forward, backward=backward))
+    return [
+        [entry.start for entry in timeline.for_rank(rank) if entry.action.kind != "U"]
+        for rank in range(P)
+    ]
+
+
 def exact_idle_fraction(name: str, P: int, M: int, *, chunks: int = 1) -> Fraction:
     """The simulated idle fraction as an exact fraction: 1 - busy / (P x makespan).
 

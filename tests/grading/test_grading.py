@@ -28,6 +28,12 @@ def test_ex01_2_naive_order(grade):
     grade("ex01_2")
 
 
+@pytest.mark.ex01_3
+def test_ex01_3_naive_start_times(grade):
+    """Exercise 1.3: naive_start_times(P, F, B) -> list[list[float]]."""
+    grade("ex01_3")
+
+
 @pytest.mark.ex02_1
 def test_ex02_1_gpipe_order(grade):
     """Exercise 2.1: gpipe_order(P, M) -> list[list[str]]."""
@@ -41,8 +47,8 @@ def test_ex02_2_idle_fraction(grade):
 
 
 @pytest.mark.ex02_3
-def test_ex02_3_m_for_10_percent(grade):
-    """Exercise 2.3: M_FOR_10_PERCENT: int."""
+def test_ex02_3_smallest_m_below(grade):
+    """Exercise 2.3: smallest_m_below(P, target) -> int."""
     grade("ex02_3")
 
 
@@ -68,3 +74,9 @@ def test_ex04_1_interleaved_idle_fraction(grade):
 def test_ex04_2_p2p_messages_per_microbatch(grade):
     """Exercise 4.2: p2p_messages_per_microbatch(P, v) -> int."""
     grade("ex04_2")
+
+
+@pytest.mark.ex04_3
+def test_ex04_3_count_p2p_messages(grade):
+    """Exercise 4.3: count_p2p_messages(schedule) -> int."""
+    grade("ex04_3")
