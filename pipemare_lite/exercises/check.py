@@ -11,11 +11,16 @@ input, what the function returned and a hint, never the expected value. A functi
 raises ``NotImplementedError`` (the student copy's stub) is "not attempted yet"; any other
 exception is reported by type, message and line, without a traceback. A constant answer is
 compared by hash. :func:`run_checks` does the same silently and returns a
-:class:`CheckResult` (the grading suite uses it). Torch-free unless an exercise needs torch.
+:class:`CheckResult` (the grading suite uses it). An answer that is, or runs, one of the
+engine functions named in the exercise's ``engine_answers`` is rejected: a profiling hook
+sees every Python call made while the answer runs, however the function was reached.
+Torch-free unless an exercise needs torch.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 import traceback
 from dataclasses import dataclass
 
@@ -99,6 +104,53 @@ def _check_constant(exercise: Exercise, answer) -> CheckResult:
     return CheckResult(exercise.id, FAILED, _with_hint(exercise, verdict), 0, 1)
 
 
+def _engine_codes(exercise: Exercise) -> dict:
+    """``code object -> dotted name`` of each function in ``exercise.engine_answers``."""
+    codes = {}
+    for dotted in exercise.engine_answers:
+        module_name, _, attribute = dotted.rpartition(".")
+        function = getattr(importlib.import_module(module_name), attribute)
+        codes[function.__code__] = dotted
+    return codes
+
+
+def _engine_origin(answer) -> str | None:
+    """``"pipemare_lite.x.f"`` when the answer IS an engine function (no work of its own)."""
+    module = getattr(answer, "__module__", None) or ""
+    if module == "pipemare_lite" or module.startswith("pipemare_lite."):
+        return f"{module}.{getattr(answer, '__qualname__', '?')}"
+    return None
+
+
+def _call_watching(answer, arguments: tuple, codes: dict):
+    """``answer(*arguments)`` and the names of the watched engine functions that ran."""
+    if not codes:
+        return answer(*arguments), []
+    ran: list[str] = []
+
+    def hook(frame, event, _arg):
+        if event == "call" and frame.f_code in codes and codes[frame.f_code] not in ran:
+            ran.append(codes[frame.f_code])
+
+    previous = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        value = answer(*arguments)
+    finally:
+        sys.setprofile(previous)
+    return value, ran
+
+
+def _uses_the_engine(exercise: Exercise, names: list[str], passed: int, total: int):
+    listed = ", ".join(f"`{name.rsplit('.', 1)[1]}`" for name in names)
+    verdict = (
+        f"❌ {exercise.id}: {exercise.function_name} uses the engine's {listed}: that is the "
+        "answer to this exercise, computed for you; write the computation yourself (the "
+        "chapter shows the engine's version after the exercise, to compare with)"
+    )
+    return CheckResult(exercise.id, FAILED, _with_hint(exercise, verdict), passed, total)
+
+
 def _check_function(exercise: Exercise, answer) -> CheckResult:
     name = exercise.function_name
     if not callable(answer):
@@ -108,10 +160,14 @@ def _check_function(exercise: Exercise, answer) -> CheckResult:
         )
         return CheckResult(exercise.id, FAILED, message, 0, 0)
     cases = exercise.cases()
+    codes = _engine_codes(exercise)
+    origin = _engine_origin(answer) if exercise.engine_answers else None
+    if origin is not None:
+        return _uses_the_engine(exercise, [origin], 0, len(cases))
     for passed, arguments in enumerate(cases):
         call = format_call(name, arguments)
         try:
-            got = answer(*arguments.values())
+            got, ran = _call_watching(answer, tuple(arguments.values()), codes)
         except NotImplementedError:
             message = (
                 f"⏳ {exercise.id} {name}: not attempted yet "
@@ -126,6 +182,8 @@ def _check_function(exercise: Exercise, answer) -> CheckResult:
             return CheckResult(
                 exercise.id, ERROR, _with_hint(exercise, verdict), passed, len(cases)
             )
+        if ran:
+            return _uses_the_engine(exercise, ran, passed, len(cases))
         problem = exercise.compare(got, exercise.reference(*arguments.values()))
         if problem is not None:
             verdict = f"❌ {exercise.id}: {call} {problem}."

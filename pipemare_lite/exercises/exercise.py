@@ -10,7 +10,11 @@ Two kinds (introduced in chapter 00, used from chapter 01 on):
 
 ``compare(answer, expected)`` returns ``None`` when the answer is right, otherwise a short
 description of what is wrong that never contains the expected value (see
-:mod:`pipemare_lite.exercises.compare`). Torch-free.
+:mod:`pipemare_lite.exercises.compare`).
+
+``engine_answers`` (optional) names the engine functions that answer the exercise; an
+answer that runs one of them is rejected by :func:`~pipemare_lite.exercises.check.check`
+and by grading (from chapter 06 on). Torch-free.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 _ID_RE = re.compile(r"^ex(\d{2})_(\d+)$")
+_DOTTED_RE = re.compile(r"^pipemare_lite(\.[A-Za-z_]\w*)+$")
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,9 @@ class Exercise:
         diagnose: for constant exercises, optional ``diagnose(value)`` -> an extra remark on a
             wrong value (e.g. what the engine measures at that value), never the answer.
         needs_torch: True if checking it imports torch (none of chapters 00-04 does).
+        engine_answers: dotted names of engine functions that answer the exercise
+            (``"pipemare_lite.theory.characteristic_polynomial"``); an answer that calls one
+            of them, directly or through helpers, is rejected.
     """
 
     id: str
@@ -57,6 +65,7 @@ class Exercise:
     answer_hash: str | None = None
     diagnose: Callable[[Any], str | None] | None = None
     needs_torch: bool = False
+    engine_answers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         match = _ID_RE.match(self.id)
@@ -73,6 +82,12 @@ class Exercise:
             )
         if is_function and self.compare is None:
             raise ValueError(f"exercise {self.id!r}: a function exercise needs compare")
+        bad = [name for name in self.engine_answers if not _DOTTED_RE.match(str(name))]
+        if bad:
+            raise ValueError(
+                f"exercise {self.id!r}: engine_answers must be dotted names like "
+                f"'pipemare_lite.theory.stability_bound', got {bad!r}"
+            )
 
     @property
     def kind(self) -> str:
