@@ -205,12 +205,13 @@ def roots_figure(roots, *, title: str | None = None, limit: float | None = None)
     return fig
 
 
-def trajectory_figure(runs: dict, *, title: str | None = None,
-                      limit: float | None = 2.5) -> go.Figure:
+def trajectory_figure(runs: dict, *, title: str | None = None, limit: float | None = 2.5,
+                      width: int | None = None) -> go.Figure:
     """The iterates ``w[t]`` of each run (``name -> array``), one line each.
 
     The y axis is fixed to ``[-limit, limit]`` (None: automatic) so that a run that
-    diverges leaves the picture instead of squashing the others.
+    diverges leaves the picture instead of squashing the others. ``width`` in pixels
+    (None: the page's width).
     """
     fig = go.Figure()
     for name, w in runs.items():
@@ -221,6 +222,6 @@ def trajectory_figure(runs: dict, *, title: str | None = None,
     fig.update_yaxes(title_text="weight w[t] (optimum 0)",
                      range=None if limit is None else [-limit, limit])
     fig.update_layout(title={"text": title or "delayed gradient descent on a quadratic"},
-                      height=360, margin={"l": 60, "r": 20, "t": 60, "b": 50},
+                      height=360, width=width, margin={"l": 60, "r": 20, "t": 60, "b": 50},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
     return fig

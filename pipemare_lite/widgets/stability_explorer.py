@@ -38,6 +38,8 @@ MAP_ALPHAS = np.geomspace(1e-3, 4.0, 90)
 MAP_TAUS = tuple(range(0, 17))
 #: Updates simulated for the trajectory.
 STEPS = 150
+#: Pixels of the trajectory figure, so that it and the roots figure fit side by side.
+TRAJECTORY_WIDTH = 560
 
 
 def _check_setting(alpha, tau, lam, momentum, gamma) -> None:
@@ -162,8 +164,9 @@ class StabilityExplorer(Explorer):
         }
         end = abs(runs[f"tau = {tau}"][-1])
         show_plotly_figure(self.trajectory, trajectory_figure(
-            runs, title=f"w[t]: alpha={alpha:.3g}, lambda={lam:.3g}, tau={tau}; "
-                        f"|w[{STEPS}]| = {end:.3g}"))
+            runs, width=TRAJECTORY_WIDTH,
+            title=f"w[t]: alpha={alpha:.3g}, lambda={lam:.3g}, tau={tau}; "
+                  f"|w[{STEPS}]| = {end:.3g}"))
         show_plotly_figure(self.roots, roots_figure(
             roots, title=f"roots: largest |z| = {self.radius:.4f} "
                          f"({'stable' if self.radius < 1 else 'unstable'})"))
