@@ -21,9 +21,12 @@ from pipemare_lite.exercises import (
     run_checks,
 )
 from pipemare_lite.exercises.compare import (
+    compare_close,
     compare_float,
     compare_int,
     compare_int_list,
+    compare_iterates,
+    compare_polynomial,
     compare_rows,
 )
 from pipemare_lite.exercises.hashing import answer_hash, matches_hash, normalize
@@ -308,3 +311,55 @@ def test_every_exercises_cases_can_travel_to_the_grading_process():
     for exercise in list_exercises():
         if exercise.kind == "function":
             assert pickle.loads(pickle.dumps(exercise.cases())) == exercise.cases(), exercise.id
+
+
+def test_compare_close_iterates_and_polynomials():
+    close = compare_close(1e-4)
+    assert close(0.28463, 0.284630) is None and close(0.284631, 0.28463) is None
+    assert "too high" in close(0.2856, 0.28463) and "too low" in close(0.2, 0.28463)
+    assert "expected a number" in close("0.28", 0.28463)
+    # iterates: rounding judged against the largest value so far
+    assert compare_iterates([1.0, 0.5, 1e-12], [1.0, 0.5, 0.0]) is None
+    assert compare_iterates([1.0, -1e6, 1e-3], [1.0, -1e6, 0.0]) is None  # 1e-9 of 1e6
+    assert "w[2] is 0.1" in compare_iterates([1.0, 0.5, 0.1], [1.0, 0.5, 0.0])
+    assert "one more than the steps" in compare_iterates([1.0, 0.5], [1.0, 0.5, 0.0])
+    assert "w[1] is nan" in compare_iterates([1.0, float("nan")], [1.0, 0.5])
+    numpy = pytest.importorskip("numpy")
+    assert compare_iterates(numpy.array([1.0, 0.7]), [1.0, 0.7]) is None
+    # polynomials: a factor z more (trailing zero) is the same stability question
+    right = [1.0, -1.0, 0.0, 0.3]
+    assert compare_polynomial(right, right) is None
+    assert compare_polynomial(right + [0.0], right) is None
+    assert compare_polynomial(numpy.array(right), right) is None
+    assert "coefficient of z^2 is -1.5" in compare_polynomial([1.0, -1.5, 0.0, 0.3], right)
+    assert "degree 4" in compare_polynomial([1.0, -1.0, 0.0, 0.0, 0.3], right)
+    assert "no nonzero" in compare_polynomial([0.0, 0.0], right)
+    assert "item 1" in compare_polynomial([1.0, "x"], right)
+
+
+def test_engine_answers_must_be_dotted_engine_names():
+    with pytest.raises(ValueError, match="engine_answers must be dotted names"):
+        Exercise(id="ex98_3", chapter=98, title="", function_name="f", signature="f()",
+                 hint="", answer_hash="0", engine_answers=("numpy.roots",))
+
+
+def test_an_answer_that_runs_a_named_engine_function_is_rejected():
+    from pipemare_lite import formulas
+
+    watched = Exercise(
+        id="ex98_4", chapter=98, title="GPipe idle fraction (stand-in)",
+        function_name="idle", signature="idle(P, M) -> float", hint="count the slots",
+        cases=lambda: [{"P": 4, "M": 8}, {"P": 2, "M": 2}],
+        reference=lambda P, M: (P - 1) / (M + P - 1), compare=compare_float,
+        engine_answers=("pipemare_lite.formulas.idle_fraction_gpipe",),
+    )
+    registry.EXERCISES["ex98_4"] = watched
+    try:
+        assert run_checks("ex98_4", lambda P, M: (P - 1) / (M + P - 1)).passed
+        for wrapper in (formulas.idle_fraction_gpipe,  # the engine's function itself
+                        lambda P, M: formulas.idle_fraction_gpipe(P, M),
+                        lambda P, M: getattr(formulas, "idle_fraction" + "_gpipe")(P, M)):
+            result = run_checks("ex98_4", wrapper)
+            assert result.status == "failed" and "idle_fraction_gpipe" in result.message
+    finally:
+        del registry.EXERCISES["ex98_4"]

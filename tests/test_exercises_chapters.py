@@ -1,4 +1,4 @@
-"""The exercises of chapters 00-04, checked against the engine.
+"""The exercises of chapters 00-04 and 06, checked against the engine.
 
 Plain solutions written here from the definitions (the order rules, the closed forms) must
 pass every exercise; stubs must be "not attempted yet"; typical wrong answers must fail
@@ -8,6 +8,7 @@ with a hint and without showing the expected value.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import subprocess
 import sys
@@ -91,6 +92,34 @@ def smallest_m_below(P, target):
 
 M_FOR_10_PERCENT = smallest_m_below(8, 0.1)
 
+
+def delayed_gd(alpha, lam, tau, steps):
+    w = [1.0] * (tau + 1)  # w[-tau..0]: a constant past
+    for _ in range(steps):
+        w.append(w[-1] - alpha * lam * w[-1 - tau])
+    return w[tau:]
+
+
+def delayed_gd_coefficients(alpha, lam, tau, momentum):
+    # z^(tau+2) - (1+m) z^(tau+1) + m z^tau + alpha lam z: the recurrence times z^(1-t+tau),
+    # one factor z more than needed when tau >= 1 (accepted: it adds a root at 0)
+    coefficients = [1.0, -(1.0 + momentum), momentum] + [0.0] * tau
+    coefficients[tau + 1] += alpha * lam
+    return coefficients
+
+
+def max_stable_step(tau, momentum):
+    import numpy as np
+
+    def stable(x):
+        return np.max(np.abs(np.roots(delayed_gd_coefficients(x, 1.0, tau, momentum)))) < 1
+
+    low, high = 0.0, 4.0  # plain bisection: the stable steps form one interval here
+    while high - low > 1e-9:
+        middle = (low + high) / 2
+        low, high = (middle, high) if stable(middle) else (low, middle)
+    return low
+
 SOLUTIONS = {
     "ex00_1": gpipe_action_count,
     "ex01_1": naive_utilization,
@@ -104,6 +133,9 @@ SOLUTIONS = {
     "ex04_1": interleaved_idle_fraction,
     "ex04_2": p2p_messages_per_microbatch,
     "ex04_3": count_p2p_messages,
+    "ex06_1": delayed_gd,
+    "ex06_2": delayed_gd_coefficients,
+    "ex06_3": max_stable_step,
 }
 
 # --- typical mistakes ---------------------------------------------------------------------
@@ -129,6 +161,12 @@ WRONG = {
         a.kind == "F" and a.stage > 0 and schedule.rank_of(a.stage - 1) != r
         for r, _, a in schedule.actions()
     ),
+    # off by one: the gradient of the weight tau + 1 updates back
+    "ex06_1": lambda alpha, lam, tau, steps: delayed_gd(alpha, lam, tau + 1, steps),
+    # forgot the momentum terms
+    "ex06_2": lambda alpha, lam, tau, momentum: delayed_gd_coefficients(alpha, lam, tau, 0.0),
+    # the approximation pi / (2 tau + 1), and no momentum at all
+    "ex06_3": lambda tau, momentum: math.pi / (2 * tau + 1),
 }
 
 
@@ -306,3 +344,79 @@ def test_answers_that_only_wrap_the_engine_are_rejected():
         result = run_checks("ex02_2", answer)
         assert result.status == "failed" and "uses the engine's" in result.message, answer
     assert run_checks("ex02_2", idle_fraction).passed  # the plain formula still passes
+
+
+
+# --- chapter 06: answers that only call the engine are rejected ---------------------------
+
+
+def _engine_wrappers():
+    from pipemare_lite import theory
+
+    radius = theory.spectral_radius
+    return {
+        "ex06_1": [theory.simulate_delayed_gd,
+                   lambda a, lam, tau, n: list(theory.simulate_delayed_gd(a, lam, tau, n)),
+                   lambda a, lam, tau, n: theory.simulate_discrepancy_gd(a, lam, tau, 0.0, n)],
+        "ex06_2": [theory.characteristic_polynomial,
+                   lambda a, lam, tau, m: theory.discrepancy_polynomial(a, lam, tau, 0.0,
+                                                                        momentum=m)],
+        "ex06_3": [
+            lambda tau, m: theory.largest_stable_step(lambda x: radius(x, 1.0, tau, m), 5.0),
+            # through a helper of the student's, and an alias
+            lambda tau, m: _alias_search(tau, m),
+        ],
+    }
+
+
+def _alias_search(tau, m):
+    from pipemare_lite.theory import largest_stable_step as search
+    from pipemare_lite.theory import spectral_radius
+
+    return search(lambda x: spectral_radius(x, 1.0, tau, m), 5.0)
+
+
+def _bisect(stable, low=0.0, high=4.0):
+    while high - low > 1e-9:
+        middle = (low + high) / 2
+        low, high = (middle, high) if stable(middle) else (low, middle)
+    return low
+
+
+@pytest.mark.parametrize("exercise_id", ["ex06_1", "ex06_2", "ex06_3"])
+def test_answers_that_call_the_engine_are_rejected(exercise_id):
+    for answer in _engine_wrappers()[exercise_id]:
+        result = run_checks(exercise_id, answer)
+        assert result.status == "failed", result.message
+        assert "uses the engine's" in result.message and "yourself" in result.message
+
+
+def test_an_answer_may_use_the_polynomial_the_chapter_showed_before():
+    # ex06_3 comes after the engine's characteristic_polynomial is shown: using it is fine
+    import numpy as np
+
+    from pipemare_lite.theory import characteristic_polynomial
+
+    def max_stable_step(tau, momentum):
+        return _bisect(lambda x: max(abs(np.roots(characteristic_polynomial(x, 1, tau,
+                                                                             momentum)))) < 1)
+
+    assert run_checks("ex06_3", max_stable_step).passed
+
+
+def test_chapter_06_cases_start_with_what_the_chapter_asks():
+    # the largest stable step for tau = 5 without and with momentum come first
+    assert EXERCISES["ex06_3"].cases()[:2] == [{"tau": 5, "momentum": 0.0},
+                                               {"tau": 5, "momentum": 0.9}]
+    # heavy ball with no delay: two terms share the power z^1
+    assert {"alpha": 0.5, "lam": 1.0, "tau": 0, "momentum": 0.9} in EXERCISES["ex06_2"].cases()
+
+
+def test_largest_stable_step_reference_is_the_closed_form_where_one_exists():
+    # recalled bound 2 sin(pi/(2(2 tau+1))) without momentum; Jury's 1 - m for tau = 1
+    reference = EXERCISES["ex06_3"].reference
+    for tau in (0, 2, 5, 9):
+        assert reference(tau, 0.0) == pytest.approx(2 * math.sin(math.pi / (2 * (2 * tau + 1))),
+                                                    abs=1e-8)
+    assert reference(1, 0.5) == pytest.approx(0.5, abs=1e-8)
+    assert reference(0, 0.9) == pytest.approx(2 * 1.9, abs=1e-8)

@@ -2,7 +2,7 @@
 
 Each function asks the engine (imported lazily, so importing the exercises stays cheap and
 torch-free) and reshapes its answer into the form an exercise asks for, e.g. one row of
-``"2F0"``-style strings per rank without the ``U`` (update) actions. Chapters 00-04.
+``"2F0"``-style strings per rank without the ``U`` (update) actions. Chapters 00-04 and 06.
 """
 
 from __future__ import annotations
@@ -79,3 +79,29 @@ def p2p_messages_counted(P: int, v: int) -> int:
         schedule.rank_of(s) != schedule.rank_of(s + 1) for s in range(len(expected) - 1)
     )
     return 2 * hops
+
+
+# --- chapter 06: delayed gradient descent on a quadratic ----------------------------------
+
+
+def delayed_gd_iterates(alpha: float, lam: float, tau: int, steps: int) -> list[float]:
+    """The engine's ``w[0..steps]`` of delayed GD from ``w = 1`` (constant past)."""
+    from pipemare_lite.theory import simulate_delayed_gd
+
+    return simulate_delayed_gd(alpha, lam, tau, steps).tolist()
+
+
+def delayed_gd_polynomial(alpha: float, lam: float, tau: int, momentum: float) -> list[float]:
+    """The engine's characteristic polynomial of (heavy-ball) delayed GD, highest power first."""
+    from pipemare_lite.theory import characteristic_polynomial
+
+    return characteristic_polynomial(alpha, lam, tau, momentum).tolist()
+
+
+def largest_stable_alpha_lam(tau: int, momentum: float) -> float:
+    """The largest ``alpha * lam`` with every smaller step stable (roots, then bisection)."""
+    from pipemare_lite.theory import largest_stable_step, spectral_radius
+
+    return largest_stable_step(
+        lambda x: spectral_radius(x, 1.0, tau, momentum), high=5.0, grid=500
+    )

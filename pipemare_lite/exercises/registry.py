@@ -18,6 +18,9 @@ ex03_2     ``peak_activations_1f1b(P, M) -> list[int]``           simulated peak
 ex04_1     ``interleaved_idle_fraction(P, M, v) -> float``        simulated idle, interleaved
 ex04_2     ``p2p_messages_per_microbatch(P, v) -> int``           hops counted in interleaved
 ex04_3     ``count_p2p_messages(schedule) -> int``                ``simulate.p2p_messages``
+ex06_1     ``delayed_gd(alpha, lam, tau, steps) -> list``         ``theory.simulate_delayed_gd``
+ex06_2     ``delayed_gd_coefficients(alpha, lam, tau, m)``        ``characteristic_polynomial``
+ex06_3     ``max_stable_step(tau, momentum) -> float``            roots + bisection (theory)
 =========  ====================================================  =============================
 
 Rows are one list per rank of action strings ``{stage}{F|B}{microbatch}`` (``"2F0"``,
@@ -27,13 +30,13 @@ import the engine only when a check runs.
 
 from __future__ import annotations
 
-from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04
+from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch06
 from pipemare_lite.exercises.exercise import Exercise
 
 #: exercise id -> :class:`Exercise`, in book order.
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
-    for module in (ch00, ch01, ch02, ch03, ch04)
+    for module in (ch00, ch01, ch02, ch03, ch04, ch06)
     for exercise in module.EXERCISES
 }
 

@@ -80,3 +80,21 @@ def test_ex04_2_p2p_messages_per_microbatch(grade):
 def test_ex04_3_count_p2p_messages(grade):
     """Exercise 4.3: count_p2p_messages(schedule) -> int."""
     grade("ex04_3")
+
+
+@pytest.mark.ex06_1
+def test_ex06_1_delayed_gd(grade):
+    """Exercise 6.1: delayed_gd(alpha, lam, tau, steps) -> list[float]."""
+    grade("ex06_1")
+
+
+@pytest.mark.ex06_2
+def test_ex06_2_delayed_gd_coefficients(grade):
+    """Exercise 6.2: delayed_gd_coefficients(alpha, lam, tau, momentum) -> list[float]."""
+    grade("ex06_2")
+
+
+@pytest.mark.ex06_3
+def test_ex06_3_max_stable_step(grade):
+    """Exercise 6.3: max_stable_step(tau, momentum) -> float."""
+    grade("ex06_3")
