@@ -187,3 +187,16 @@ def compare_polynomial(answer, expected) -> str | None:
         if not math.isclose(value, good, rel_tol=REL_TOL, abs_tol=ABS_TOL):
             return f"the coefficient of z^{degree - k} is {value:.6g} in yours, which is not right"
     return None
+
+
+def compare_stage_or_none(answer, expected) -> str | None:
+    """A stage number (an int) or None, equal to ``expected``; a wrong one is only called
+    wrong (naming the right stage, or that there is none, would give the answer away)."""
+    if answer is None:
+        return None if expected is None else "returned no stage, which is not right"
+    if isinstance(answer, bool) or not isinstance(answer, numbers.Integral):
+        return (f"returned {_short(answer)} ({type(answer).__name__}); expected a stage "
+                "number (an int), or no stage at all")
+    if expected is not None and int(answer) == int(expected):
+        return None
+    return f"returned stage {int(answer)}, which is not right"
