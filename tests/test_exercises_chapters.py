@@ -1,4 +1,4 @@
-"""The exercises of chapters 00-04 and 06, checked against the engine.
+"""The exercises of chapters 00-04, 06 and 07, checked against the engine.
 
 Plain solutions written here from the definitions (the order rules, the closed forms) must
 pass every exercise; stubs must be "not attempted yet"; typical wrong answers must fail
@@ -120,6 +120,30 @@ def max_stable_step(tau, momentum):
         low, high = (middle, high) if stable(middle) else (low, middle)
     return low
 
+
+def first_to_blow_up(lr, sharpness, delays):
+    # each stage's recurrence w[t+1] = w[t] - lr lam w[t-tau]; growth = largest |root|
+    import numpy as np
+
+    growth = []
+    for lam, tau in zip(sharpness, delays):
+        polynomial = np.zeros(tau + 2)
+        polynomial[0], polynomial[1] = 1.0, -1.0
+        polynomial[-1] += lr * lam
+        growth.append(max(abs(np.roots(polynomial))) if lam > 0 else 1.0)
+    unstable = [s for s, g in enumerate(growth) if g > 1.0]
+    return max(unstable, key=lambda s: (growth[s], -s)) if unstable else None
+
+
+def largest_stable_depth(step, num_microbatches):
+    P = 0
+    while True:
+        tau = -(-(2 * (P + 1) - 1) // num_microbatches)  # stage 0 of P + 1 stages
+        if step >= 2 * math.sin(math.pi / (2 * (2 * tau + 1))):
+            return P
+        P += 1
+
+
 SOLUTIONS = {
     "ex00_1": gpipe_action_count,
     "ex01_1": naive_utilization,
@@ -136,6 +160,8 @@ SOLUTIONS = {
     "ex06_1": delayed_gd,
     "ex06_2": delayed_gd_coefficients,
     "ex06_3": max_stable_step,
+    "ex07_1": first_to_blow_up,
+    "ex07_2": largest_stable_depth,
 }
 
 # --- typical mistakes ---------------------------------------------------------------------
@@ -167,6 +193,10 @@ WRONG = {
     "ex06_2": lambda alpha, lam, tau, momentum: delayed_gd_coefficients(alpha, lam, tau, 0.0),
     # the approximation pi / (2 tau + 1), and no momentum at all
     "ex06_3": lambda tau, momentum: math.pi / (2 * tau + 1),
+    # always the first stage
+    "ex07_1": lambda lr, sharpness, delays: 0,
+    # the delay of the last stage instead of the first
+    "ex07_2": lambda step, num_microbatches: largest_stable_depth(step, 10**9),
 }
 
 
@@ -420,3 +450,68 @@ def test_largest_stable_step_reference_is_the_closed_form_where_one_exists():
                                                     abs=1e-8)
     assert reference(1, 0.5) == pytest.approx(0.5, abs=1e-8)
     assert reference(0, 0.9) == pytest.approx(2 * 1.9, abs=1e-8)
+
+
+# --- chapter 07: stages on chapter 06's map ------------------------------------------------
+
+
+def test_chapter_07_known_mistakes_are_named():
+    from pipemare_lite.exercises import ch07
+
+    named = {
+        "ex07_1": (ch07._furthest_outside, "furthest outside"),
+        "ex07_2": (ch07._pipedream_delay_depth, "PipeDream's delay"),
+    }
+    for exercise_id, (answer, words) in named.items():
+        message = run_checks(exercise_id, answer).message
+        assert "A known mistake:" in message and words in message, message
+
+
+def test_chapter_07_answers_that_call_the_engine_are_rejected():
+    from pipemare_lite import stage_stability
+
+    wrappers = {
+        "ex07_1": [stage_stability.fastest_growing_stage,
+                   lambda lr, lam, tau: max(
+                       (p for p in stage_stability.stage_points(lr, lam, tau) if p.radius > 1),
+                       key=lambda p: p.radius, default=None)],
+        "ex07_2": [stage_stability.largest_stable_pipeline,
+                   lambda step, n: stage_stability.largest_stable_pipeline(step, n, 10**6)],
+    }
+    for exercise_id, answers in wrappers.items():
+        for answer in answers:
+            result = run_checks(exercise_id, answer)
+            assert result.status == "failed", result.message
+            assert "uses the engine's" in result.message
+
+
+def test_chapter_07_may_use_chapter_06_and_05_instruments():
+    # the bound, the roots and chapter 05's delay formula are shown before chapter 07
+    from pipemare_lite.staleness import expected_forward_delay
+    from pipemare_lite.theory import spectral_radius, stability_bound
+
+    def first_to_blow_up(lr, sharpness, delays):
+        radii = [spectral_radius(lr, lam, tau) for lam, tau in zip(sharpness, delays)]
+        best = max(radii)
+        return radii.index(best) if best > 1 else None
+
+    def largest_stable_depth(step, n):
+        P = 0
+        while step < stability_bound(expected_forward_delay("async", P + 1, n, 0)):
+            P += 1
+        return P
+
+    assert run_checks("ex07_1", first_to_blow_up).passed
+    assert run_checks("ex07_2", largest_stable_depth).passed
+
+
+def test_chapter_07_cases_start_with_the_chapter_setting_and_travel():
+    import pickle
+
+    growth = EXERCISES["ex07_1"].cases()
+    assert growth[0]["delays"] == [8, 7, 6, 5, 4, 3, 2, 1]  # P = 8, N = 2
+    assert any(EXERCISES["ex07_1"].reference(**c) is None for c in growth)
+    depth = EXERCISES["ex07_2"].cases()
+    assert depth[0] == {"step": 0.25, "num_microbatches": 2}
+    assert any(EXERCISES["ex07_2"].reference(**c) == 0 for c in depth)
+    assert pickle.loads(pickle.dumps(growth)) == growth

@@ -9,13 +9,15 @@ here imports torch, and nothing keeps state: call a function, get a figure.
 - :func:`memory_bars` (chapters 03, 05, 10);
 - :func:`stability_map` (chapters 06, 08, 09), :func:`roots_figure`,
   :func:`trajectory_figure` (chapter 06);
-- :func:`loss_curves` (chapters 07-10).
+- :func:`loss_curves` (chapters 07-10);
+- :func:`update_norm_figure`, :func:`stage_map_figure` (chapter 07): per-stage evidence.
 """
 
 from pipemare_lite.viz.curves import divergence_step, loss_curves
 from pipemare_lite.viz.gantt import gantt, gantt_pair, gantt_traces, idle_intervals
 from pipemare_lite.viz.memory import memory_bars
 from pipemare_lite.viz.stability import roots_figure, stability_map, trajectory_figure
+from pipemare_lite.viz.stages import stage_map_figure, update_norm_figure
 from pipemare_lite.viz.staleness import delay_bars, path_figure, staleness_heatmap
 
 __all__ = [
@@ -32,4 +34,6 @@ __all__ = [
     "trajectory_figure",
     "loss_curves",
     "divergence_step",
+    "update_norm_figure",
+    "stage_map_figure",
 ]
