@@ -195,8 +195,8 @@ WRONG = {
     "ex06_3": lambda tau, momentum: math.pi / (2 * tau + 1),
     # always the first stage
     "ex07_1": lambda lr, sharpness, delays: 0,
-    # the delay of the last stage instead of the first
-    "ex07_2": lambda step, num_microbatches: largest_stable_depth(step, 10**9),
+    # the delay in microbatches, not updates (N ignored)
+    "ex07_2": lambda step, num_microbatches: largest_stable_depth(step, 1),
 }
 
 
@@ -455,12 +455,23 @@ def test_largest_stable_step_reference_is_the_closed_form_where_one_exists():
 # --- chapter 07: stages on chapter 06's map ------------------------------------------------
 
 
-def test_chapter_07_known_mistakes_are_named():
-    from pipemare_lite.exercises import ch07
+def _furthest_outside(lr, sharpness, delays):
+    ratios = [lr * lam / (2 * math.sin(math.pi / (2 * (2 * tau + 1))))
+              for lam, tau in zip(sharpness, delays)]
+    return ratios.index(max(ratios)) if max(ratios) >= 1 else None
 
+
+def _pipedream_delay_depth(step, num_microbatches):
+    P = 0
+    while step < 2 * math.sin(math.pi / (2 * (2 * math.ceil(P / num_microbatches) + 1))):
+        P += 1
+    return P
+
+
+def test_chapter_07_known_mistakes_are_named():
     named = {
-        "ex07_1": (ch07._furthest_outside, "furthest outside"),
-        "ex07_2": (ch07._pipedream_delay_depth, "PipeDream's delay"),
+        "ex07_1": (_furthest_outside, "furthest outside"),
+        "ex07_2": (_pipedream_delay_depth, "PipeDream's delay"),
     }
     for exercise_id, (answer, words) in named.items():
         message = run_checks(exercise_id, answer).message
