@@ -223,6 +223,10 @@ class DistributedExecutor:
         record_gradients: keep a copy of the gradients each update applies.
         track_bytes: record each stage's peak bytes by kind (costs time per action).
         fault: a :class:`Fault` to inject (tests, chapter 11).
+
+    Use it as a context manager (``with DistributedExecutor(...) as executor:``) or call
+    :meth:`close`: the helper threads of its waits end with the job. It creates no process
+    group of its own (the launcher's or torchrun's group outlives the job).
     """
 
     def __init__(
@@ -281,6 +285,7 @@ class DistributedExecutor:
         self.transport: P2PTransport | None = None
         self._uniform = False
         self._first_meta = None
+        self._failed = False  # a run raised: close() does not wait for the threads
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
         S = self.schedule.num_virtual_stages
@@ -298,6 +303,28 @@ class DistributedExecutor:
                 f"rank {self.rank} holds stages {self.stages}; no module for {missing}"
             )
         return {s: modules[s] for s in self.stages}
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self, *, wait: float | None = None) -> None:
+        """Stop the threads this executor started (safe to call twice).
+
+        A finished run already stopped them (its transport closed); this covers a run
+        stopped early (``stop_after_updates``) or failed. ``wait`` bounds the seconds spent
+        joining them (see :meth:`pipemare_lite.executor.faults.Waiter.close`); by default
+        5, or 0 after a failed run (a thread waiting on a dead peer's message must not delay
+        the error report).
+        """
+        if wait is None:
+            wait = 0.0 if self._failed else 5.0
+        if self.transport is not None:
+            self.transport.waiter.close(wait=wait)
+
+    def __enter__(self) -> DistributedExecutor:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._failed = self._failed or exc_type is not None
+        self.close()
 
     # ------------------------------------------------------------------ shapes
     def probe_shapes(self, microbatches: Sequence) -> dict:
@@ -372,6 +399,13 @@ class DistributedExecutor:
         transport for the next call). Collect the ranks' results with
         :func:`merge_rank_results`.
         """
+        try:
+            return self._run(microbatches, stop_after_updates)
+        except BaseException:
+            self._failed = True
+            raise
+
+    def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
         schedule, rank = self.schedule, self.rank
         if self.transport is None:
             self._start(microbatches)
@@ -594,14 +628,14 @@ def dist_worker(info, jobs: Sequence[DistJob]) -> list[RankResult]:
     """Process body used by :func:`run_distributed_jobs`: run each job in turn (chapter 11)."""
     results = []
     for job in jobs:
-        executor = DistributedExecutor(
+        with DistributedExecutor(
             job.schedule, job.stages(), loss_fn=job.loss_fn,
             optimizer_factory=job.optimizer_factory, method_options=job.method_options,
             lr_scheduler_factory=job.lr_scheduler_factory, rank=info.rank, device=info.device,
             board=info.board, op_timeout=info.op_timeout,
             record_gradients=job.record_gradients, track_bytes=job.track_bytes, fault=job.fault,
-        )
-        results.append(executor.run(job.microbatches))
+        ) as executor:
+            results.append(executor.run(job.microbatches))
     return results
 
 

@@ -95,6 +95,10 @@ class DistExecutor:
                     if buffer.data_ptr() != target.data_ptr():
                         target.copy_(buffer)
 
+    def close(self) -> None:
+        """Stop the engine's helper threads (fit() calls it when the run ends)."""
+        self.engine.close()
+
     def state_dict(self) -> dict:
         """Not supported with the distributed executor."""
         raise NotImplementedError("checkpoints are not supported with executor 'dist'; "

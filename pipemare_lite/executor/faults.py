@@ -340,6 +340,10 @@ class Waiter:
     matching receive, which may depend on a receive of ours). With NCCL, whose
     ``is_completed()`` is truthful, the main thread polls (:func:`wait_work`).
 
+    The helper threads belong to one run: :meth:`close` stops them (the transport's
+    ``close`` and the executor's ``close`` call it), so a process that runs many jobs holds
+    no more threads after the last than after the first.
+
     Args:
         board: the rank's status board (abort flag, position), or None.
         timeout: seconds any single wait may take.
@@ -356,6 +360,7 @@ class Waiter:
         self._send_errors: list = []
         self._recv_queue = None
         self._send_queue = None
+        self._threads: list[tuple[threading.Thread, object]] = []  # (thread, its job queue)
 
     def _thread(self, name: str):
         import queue
@@ -364,15 +369,46 @@ class Waiter:
 
         def serve():
             while True:
-                work, done, box = jobs.get()
+                job = jobs.get()
+                if job is None:  # close(): no more work for this thread
+                    return
+                work, done, box = job
                 try:
                     work.wait()
                 except BaseException as exc:  # handed to the main thread
                     box["error"] = exc
                 done.set()
 
-        threading.Thread(target=serve, name=name, daemon=True).start()
+        thread = threading.Thread(target=serve, name=name, daemon=True)
+        thread.start()
+        self._threads.append((thread, jobs))
         return jobs
+
+    def close(self, wait: float = 5.0) -> None:
+        """Stop the helper threads; safe to call twice (a later wait starts new ones).
+
+        Each thread first finishes the waits already handed to it, so with every send
+        complete (after :meth:`drain`) it ends at once. ``wait`` bounds the seconds spent
+        joining them (0 after a failure: a thread blocked on a dead peer's message must not
+        delay the error report; it is a daemon and ends with the process). A thread still
+        alive after the bound is reported with a warning, not left silently.
+        """
+        threads, self._threads = self._threads, []
+        self._recv_queue = self._send_queue = None
+        for _thread, jobs in threads:
+            jobs.put(None)
+        if wait <= 0:
+            return
+        deadline = time.monotonic() + wait
+        for thread, _jobs in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        alive = [thread.name for thread, _jobs in threads if thread.is_alive()]
+        if alive:
+            import warnings
+
+            warnings.warn(f"rank {self.board.rank if self.board else '?'}: helper thread(s) "
+                          f"{alive} still wait on a message after {wait:g} s (a send nobody "
+                          "received); they end with the process", RuntimeWarning, stacklevel=2)
 
     def wait(self, work, what: str) -> None:
         """Block until ``work`` is done; raise on abort, timeout or a communication error."""
