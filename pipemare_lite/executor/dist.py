@@ -412,8 +412,6 @@ class DistributedExecutor:
         transport = self.transport
         row = schedule.ranks[rank]
         last = schedule.num_virtual_stages - 1
-        marks = {s: (len(w.learning_rates), set(w.forward_versions), set(w.backward_versions),
-                     set(w.losses)) for s, w in self.workers.items()}
         entries, versions = [], {}
         grads = {s: [] for s in self.stages}
         peaks = {s: dict.fromkeys(BYTE_KINDS, 0) for s in self.stages}
@@ -483,7 +481,7 @@ class DistributedExecutor:
             transport.close()
         else:
             self.board.at(self.position, len(row), _upcoming(row, self.position), "between runs")
-        return self._result(marks, entries, versions, grads, peaks)
+        return self._result(entries, versions, grads, peaks)
 
     def _check_uniform(self, x, m: int) -> None:
         if self._uniform and (tuple(x.shape), x.dtype) != self._first_meta:
@@ -500,18 +498,18 @@ class DistributedExecutor:
             return worker.versions.version - 1
         return worker.backward_versions[action.index]
 
-    def _result(self, marks, entries, versions, grads, peaks) -> RankResult:
+    def _result(self, entries, versions, grads, peaks) -> RankResult:
         fwd, bwd, dis, rates, states = {}, {}, {}, {}, {}
         losses = {}
         for s, w in self.workers.items():
-            n_rates, f_seen, b_seen, l_seen = marks[s]
-            fwd.update({(s, m): v for m, v in w.forward_versions.items() if m not in f_seen})
-            bwd.update({(s, m): v for m, v in w.backward_versions.items() if m not in b_seen})
-            dis.update({(s, m): w.distances[m] for m in w.backward_versions if m not in b_seen})
-            rates[s] = list(w.learning_rates[n_rates:])
+            taken = w.take_records()  # this call's records only: a flat cost per step
+            fwd.update({(s, m): v for m, v in taken.forward_versions.items()})
+            bwd.update({(s, m): v for m, v in taken.backward_versions.items()})
+            dis.update({(s, m): taken.distances[m] for m in taken.backward_versions})
+            rates[s] = taken.learning_rates
             states[s] = {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
             if w.is_last:
-                losses = {m: v for m, v in sorted(w.losses.items()) if m not in l_seen}
+                losses = dict(sorted(taken.losses.items()))
         return RankResult(
             self.rank, entries, losses, versions, fwd, bwd, dis, rates, states,
             gradients=grads if self.record_gradients else {},

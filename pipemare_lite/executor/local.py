@@ -41,7 +41,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 
 import torch
 from torch import nn
@@ -198,10 +197,6 @@ class LocalExecutor:
                              f"({self.schedule.num_minibatches} x {self.schedule.num_microbatches}"
                              f"), got {len(microbatches)}")
         workers, rows, positions = self.workers, self.schedule.ranks, self.positions
-        # what earlier calls already reported: the workers' records only grow (in order)
-        marks = [(len(w.learning_rates), len(w.forward_versions), len(w.backward_versions))
-                 for w in workers]
-        losses_before = len(workers[-1].losses)
         entries: list[TimedAction] = []
         versions: dict[str, int] = {}
         meter = _BytesMeter(workers, self.schedule)
@@ -243,8 +238,7 @@ class LocalExecutor:
                 raise RuntimeError(f"schedule {self.schedule.name!r} is stuck: no rank can run "
                                    f"its next action ({', '.join(stuck)}); a dependency is "
                                    "missing or ordered after its consumer")
-        result = self._result(marks, losses_before, entries, versions, meter.peaks,
-                              meter.over_time)
+        result = self._result(entries, versions, meter.peaks, meter.over_time)
         result.peak_bytes_by_rank = meter.rank_peaks()
         return result
 
@@ -256,16 +250,19 @@ class LocalExecutor:
             return worker.versions.version - 1  # the version the update read
         return worker.backward_versions[action.index]
 
-    def _result(self, marks, losses_before, entries, versions, peaks, over_time) -> RunResult:
+    def _result(self, entries, versions, peaks, over_time) -> RunResult:
         forward, backward, distances, rates = {}, {}, {}, []
-        for s, (worker, (n_rates, n_forward, n_backward)) in enumerate(zip(self.workers, marks)):
-            forward.update(((s, m), v) for m, v in
-                           islice(worker.forward_versions.items(), n_forward, None))
-            for m, v in islice(worker.backward_versions.items(), n_backward, None):
+        losses: dict[int, float] = {}
+        for s, worker in enumerate(self.workers):
+            taken = worker.take_records()  # this call's records only: a flat cost per step
+            forward.update(((s, m), v) for m, v in taken.forward_versions.items())
+            for m, v in taken.backward_versions.items():
                 backward[(s, m)] = v
-                distances[(s, m)] = worker.distances[m]
-            rates.append(worker.learning_rates[n_rates:])
-        by_mb = dict(sorted(islice(self.workers[-1].losses.items(), losses_before, None)))
+                distances[(s, m)] = taken.distances[m]
+            rates.append(taken.learning_rates)
+            if s == self._last:
+                losses = taken.losses
+        by_mb = dict(sorted(losses.items()))
         trace = Timeline(self.schedule, tuple(entries), unit="s", source="measured",
                          extra={"versions": versions, "distances": dict(distances)})
         return RunResult(list(by_mb.values()), by_mb, trace, forward, backward, distances,
