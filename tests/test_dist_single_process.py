@@ -104,6 +104,66 @@ def test_stages_on_one_rank_hand_messages_over_in_memory(one_rank_group):
     assert result.versions == local.trace.extra["versions"]
 
 
+class CountedStage(torch.nn.Module):
+    """A stage that counts its forward calls; ``mode`` picks what its forward does."""
+
+    def __init__(self, mode: str):
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 6)
+        self.mode, self.calls = mode, 0
+
+    def forward(self, x):
+        type(self).calls += 1  # on the class: the probe runs copies of the module
+        if self.mode == "bug":
+            raise ValueError("a bug in the user's stage")
+        y = self.linear(x)
+        if self.mode == "reads values" and y.sum() > 1e9:  # data-dependent Python control
+            return y * 0.5
+        if self.mode == "cpu constant":
+            return y + torch.ones(6)  # made in forward, on the CPU, not on the input's device
+        return y
+
+
+def interleaved_with(stage: torch.nn.Module):
+    """Three virtual stages on rank 0; ``stage`` is the middle one."""
+    from pipemare_lite.schedules.interleaved import interleaved
+
+    modules = stages(3)()
+    modules[1] = stage
+    return interleaved(1, 2, 3, 2), modules
+
+
+def test_an_error_in_a_stage_surfaces_from_the_shape_probe_naming_it(one_rank_group):
+    CountedStage.calls = 0
+    schedule, modules = interleaved_with(CountedStage("bug"))
+    executor = DistributedExecutor(schedule, modules, loss_fn=F.cross_entropy,
+                                   optimizer_factory=OPTIMIZER)
+    with pytest.raises(RuntimeError, match=r"stage 1 on rank 0.*\(3, 6\) torch.float32 input"
+                                           r".*ValueError: a bug in the user's stage") as info:
+        executor.run(data(schedule.total_microbatches))
+    assert isinstance(info.value.__cause__, ValueError)
+    assert CountedStage.calls == 1  # not re-run on a CPU copy fed with zeros
+
+
+@pytest.mark.parametrize("mode, calls", [("reads values", 2), ("cpu constant", 1)])
+def test_the_shape_probe_handles_what_meta_tensors_cannot_do(one_rank_group, mode, calls):
+    # reading values: no meta kernel can, so a CPU copy runs on zeros (randomness restored);
+    # a constant made on the CPU inside forward is moved to meta: the probe stays on meta
+    CountedStage.calls = 0
+    schedule, modules = interleaved_with(CountedStage(mode))
+    mbs = data(schedule.total_microbatches)
+    executor = DistributedExecutor(schedule, modules, loss_fn=F.cross_entropy,
+                                   optimizer_factory=OPTIMIZER)
+    state = torch.get_rng_state()
+    table = executor.probe_shapes(mbs)
+    assert torch.equal(state, torch.get_rng_state())  # the probe draws no random number
+    assert table[(0, ((3, 5), torch.float32))] == ((3, 6), torch.float32)  # into stage 1
+    assert table[(1, ((3, 5), torch.float32))] == ((3, 6), torch.float32)  # out of stage 1
+    assert CountedStage.calls == calls
+    result = executor.run(mbs)
+    assert len(result.loss_by_microbatch) == schedule.total_microbatches
+
+
 def test_stop_and_continue_gives_the_same_numbers(one_rank_group):
     schedule = build_schedule("async", 1, 2, num_minibatches=4)
     mbs = data(schedule.total_microbatches)

@@ -55,7 +55,9 @@ from functools import partial
 
 import torch
 import torch.distributed as dist
+import torch.utils._pytree as pytree
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from pipemare_lite.executor import faults
 from pipemare_lite.executor.local import RunResult
@@ -178,23 +180,55 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype) -> tuple:
+class _NeedsValues(NotImplementedError):
+    """A forward read a tensor's values (``.item()``, ``if tensor:``): meta tensors have none."""
+
+
+class _MetaProbe(TorchDispatchMode):
+    """Run a forward on meta tensors: stray non-meta tensors (a constant the forward made on
+    the CPU) join the meta ones, and a read of values raises :class:`_NeedsValues`."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise _NeedsValues(f"{func} reads a tensor's values")
+        flat = pytree.tree_leaves((args, kwargs))
+        if any(isinstance(t, torch.Tensor) and t.is_meta for t in flat):
+            args, kwargs = pytree.tree_map_only(
+                torch.Tensor, lambda t: t if t.is_meta or t.dim() == 0 else t.to("meta"),
+                (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype, *,
+                      name: str = "a stage") -> tuple:
     """``(shape, dtype)`` of ``module``'s output for an input of ``shape``/``dtype``.
 
-    Runs a copy on meta tensors (no compute, no randomness, the real module untouched); a
-    module that cannot run on meta is run as a copy on zeros with the random state restored.
+    Runs a copy on meta tensors (no compute, no randomness, the real module untouched). Only
+    what meta tensors cannot do, told by the error's type (``NotImplementedError``: an
+    operator without a meta kernel, an output whose shape depends on values, a read of
+    values), falls back to a CPU copy run on zeros with the random state restored. Any
+    other error is the stage's own and surfaces at once, as a RuntimeError naming ``name``
+    (e.g. ``"stage 2 on rank 1"``) with the original error as its cause.
     """
+    where = f"{name}: its forward failed in the shape probe on a {shape} {dtype} input"
     try:
         ghost = copy.deepcopy(module).to("meta")
-        with torch.no_grad():
+        with torch.no_grad(), _MetaProbe():
             out = ghost(torch.empty(shape, dtype=dtype, device="meta"))
-    except Exception:
-        ghost = copy.deepcopy(module).cpu()
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            out = ghost(torch.zeros(shape, dtype=dtype))
+    except NotImplementedError:
+        try:
+            ghost = copy.deepcopy(module).cpu()
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                out = ghost(torch.zeros(shape, dtype=dtype))
+        except Exception as exc:
+            raise RuntimeError(f"{where} (run on zeros, as meta tensors could not): "
+                               f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise RuntimeError(f"{where}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(out, torch.Tensor):
         raise TypeError(
-            f"a stage returned {type(out).__name__}; the distributed executor sends one tensor "
+            f"{name} returned {type(out).__name__}; the distributed executor sends one tensor "
             "per stage boundary"
         )
     return tuple(out.shape), out.dtype
@@ -347,7 +381,9 @@ class DistributedExecutor:
             box = [None]
             if owner == self.rank:
                 module = self.workers[s].module
-                box[0] = {key: probe_output_meta(module, *meta) for key, meta in current.items()}
+                name = f"stage {s} on rank {self.rank}"
+                box[0] = {key: probe_output_meta(module, *meta, name=name)
+                          for key, meta in current.items()}
             dist.broadcast_object_list(box, src=owner,
                                        device=self.device if self.backend == "nccl" else None)
             current = box[0]
