@@ -224,10 +224,12 @@ def main(argv: list[str] | None = None) -> int:
             prog="python -m pipemare_lite.train", description="train a model with a pipeline method"
         )
     )
+    from pipemare_lite.cli import INPUT_ERRORS
+
     args = parser.parse_args(argv)
     try:
         return run_from_args(args)
-    except (ValueError, KeyError) as exc:
+    except INPUT_ERRORS as exc:  # bad input only; a bug keeps its traceback
         print(f"pipemare_lite.train: error: {exc}", file=sys.stderr)
         return 2
 
