@@ -256,3 +256,43 @@ def test_failure_reports_land_in_the_store():
     assert read_positions(store, 3)[2].state == "failed: ValueError: bad value 7"
     # the first reason holds: a later failure does not overwrite it
     assert claim_abort(store, "rank 0 failed too") == read_abort(store)
+
+
+class BrokenWork:
+    """A Work whose wait fails the way the transport fails when a peer is gone."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def is_completed(self):
+        return True
+
+    def wait(self, timeout=None):
+        raise RuntimeError(self.text)
+
+
+def test_an_error_is_an_echo_by_where_it_came_from_not_by_its_words():
+    from pipemare_lite.executor import faults
+
+    # a stage's own error is a cause even when its text mentions NCCL or a closed connection
+    for text in ("NCCL is not what failed here", "Connection reset by peer (my own check)"):
+        store = dist.HashStore()
+        board = StatusBoard(1, 3, store)
+        board.fail(RuntimeError(text))
+        assert read_abort(store).startswith("rank 1 failed at")
+        assert not faults.is_communication_error_text(read_failures(store, 3)[1])
+    # what the transport raises while waiting for a message is the echo of a peer's failure,
+    # whatever the library's words
+    for polling in (True, False):
+        for text in ("Connection reset by peer", "pair.cc:537 Read error"):
+            store = dist.HashStore()
+            board = StatusBoard(2, 3, store)
+            waiter = Waiter(board, 5.0, polling=polling)
+            with pytest.raises(faults.PeerConnectionError, match=text) as info:
+                waiter.wait(BrokenWork(text), "activation of stage 1 microbatch 0")
+            assert isinstance(info.value.__cause__, RuntimeError)
+            assert faults.is_communication_error(info.value)
+            board.fail(info.value)
+            assert read_abort(store) is None  # an echo does not claim the abort
+            assert faults.is_communication_error_text(read_failures(store, 3)[2])
+            waiter.close()

@@ -384,8 +384,9 @@ class DistributedExecutor:
                 name = f"stage {s} on rank {self.rank}"
                 box[0] = {key: probe_output_meta(module, *meta, name=name)
                           for key, meta in current.items()}
-            dist.broadcast_object_list(box, src=owner,
-                                       device=self.device if self.backend == "nccl" else None)
+            with faults.communication(f"the shape broadcast of stage {s} from rank {owner}"):
+                dist.broadcast_object_list(
+                    box, src=owner, device=self.device if self.backend == "nccl" else None)
             current = box[0]
             for key, meta in current.items():
                 table[(s, key)] = meta
@@ -459,7 +460,8 @@ class DistributedExecutor:
                 w.versions.version >= stop_after_updates for w in self.workers.values())
 
         self.board.at(self.position, len(row), _upcoming(row, self.position), "barrier")
-        dist.barrier()
+        with faults.communication("the barrier before the run"):
+            dist.barrier()
         origin = time.perf_counter()  # common time origin: everyone just left the barrier
         while not done():
             position = self.position

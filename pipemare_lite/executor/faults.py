@@ -9,8 +9,10 @@ every failure end the job quickly and say what happened:
   daemon thread publishes that note to a side channel (a ``torch.distributed`` key-value
   store) every tenth of a second (so a killed rank's last known place is at most that old);
 - a rank that raises writes ``failed/<rank>`` and, unless its error is only the echo of
-  another rank's failure (a closed connection), claims the ``abort`` key; the launcher
-  claims ``abort`` when a child dies without a word (e.g. SIGKILL) or the run times out;
+  another rank's failure (told by its origin: an abort it saw, or the communication
+  library failing in a wait on a peer, :class:`PeerConnectionError`), claims the ``abort``
+  key; the launcher claims ``abort`` when a child dies without a word (e.g. SIGKILL) or
+  the run times out;
 - the same thread polls ``abort``; every wait on a message (:class:`Waiter`) checks the
   flag and its own per-operation deadline, so the other ranks raise :class:`PeerFailedError`
   or :class:`OpTimeoutError` instead of hanging;
@@ -29,6 +31,7 @@ they never collide with torch's own keys.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -53,6 +56,16 @@ class PeerFailedError(PipelineFault):
 
 class OpTimeoutError(PipelineFault):
     """A wait on a message took longer than the per-operation timeout."""
+
+
+class PeerConnectionError(PipelineFault):
+    """The communication library failed while this rank waited for a peer (a message or a
+    collective): the connection broke, almost always because that peer failed first.
+
+    Raised, from the library's own error, by the waits of this module (:class:`Waiter`,
+    :func:`wait_work`) and inside :func:`communication` blocks. Its type, not its words,
+    marks a failure as the echo of another rank's (:func:`is_communication_error`).
+    """
 
 
 @dataclass
@@ -138,21 +151,48 @@ def format_positions(positions: dict[int, Position], world_size: int) -> str:
     return "\n".join(lines)
 
 
-#: Words in an error message that mark it as the echo of another rank's failure.
-ECHO_MARKERS = ("Connection closed by peer", "Connection reset", "pair closure", "NCCL")
+#: Types whose failure reports are echoes of another rank's failure, not causes.
+ECHO_TYPES = (PeerFailedError, PeerConnectionError)
 
 
 def is_communication_error(exc: BaseException) -> bool:
-    """True for errors that are a consequence of another rank's failure, not a cause."""
-    if isinstance(exc, PeerFailedError):
-        return True
-    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in ECHO_MARKERS)
+    """True for errors that are a consequence of another rank's failure, not a cause.
+
+    Told by where the error came from: an abort seen on the side channel
+    (:class:`PeerFailedError`) or the communication library failing inside a wait on a peer
+    (:class:`PeerConnectionError`). Any other error, whatever its text, is a cause.
+    """
+    return isinstance(exc, ECHO_TYPES)
 
 
 def is_communication_error_text(report: str) -> bool:
-    """:func:`is_communication_error` for a failure report read from the store."""
+    """:func:`is_communication_error` for a failure report read from the store.
+
+    A report starts with the error's type name (``"PeerConnectionError: ..."``, written by
+    :meth:`StatusBoard.fail`), which is what is checked.
+    """
     first = report.splitlines()[0] if report else ""
-    return first.startswith("PeerFailedError") or any(m in first for m in ECHO_MARKERS)
+    return first.split(":", 1)[0] in {t.__name__ for t in ECHO_TYPES}
+
+
+@contextlib.contextmanager
+def communication(what: str):
+    """Turn an error of the communication library inside the block (a collective such as a
+    barrier or a broadcast) into :class:`PeerConnectionError` naming ``what``."""
+    try:
+        yield
+    except PipelineFault:
+        raise
+    except RuntimeError as exc:  # gloo and NCCL raise RuntimeError (or subclasses)
+        raise PeerConnectionError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _raise_from_wait(exc: BaseException, what: str):
+    """Raise for ``exc``, which a Work's ``wait()`` raised while waiting for ``what``: a
+    :class:`PeerConnectionError` from it, unless it is one of ours (or not an Exception)."""
+    if isinstance(exc, PipelineFault) or not isinstance(exc, Exception):
+        raise exc
+    raise PeerConnectionError(f"waiting for {what}: {type(exc).__name__}: {exc}") from exc
 
 
 class StatusBoard:
@@ -317,7 +357,10 @@ def wait_work(work, board: StatusBoard | None, what: str, timeout: float) -> Non
             pause = min(pause * 2, 1e-3)
         if board is not None:
             board.note("compute")
-    work.wait()  # raises the communication error, if any
+    try:
+        work.wait()  # raises the communication error, if any
+    except Exception as exc:
+        _raise_from_wait(exc, what)
 
 
 def _check(board: StatusBoard | None, deadline: float, what: str, timeout: float) -> None:
@@ -428,7 +471,7 @@ class Waiter:
             if self.board is not None:
                 self.board.note("compute")
         if "error" in box:
-            raise box["error"]
+            _raise_from_wait(box["error"], what)
 
     def reap(self, work, keep_alive, what: str) -> None:
         """Let a send complete in the background; ``keep_alive`` (its tensor) lives until then."""
@@ -459,5 +502,5 @@ class Waiter:
             while not done.wait(self.SLICE):
                 _check(self.board, deadline, f"{what} to be received", self.timeout)
             if "error" in box:
-                raise box["error"]
+                _raise_from_wait(box["error"], f"{what} to be received")
         self._sends = []
