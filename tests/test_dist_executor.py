@@ -108,6 +108,7 @@ def test_distributed_equals_local_bitwise(runs, method):
     assert dist_result.forward_versions == local.forward_versions
     assert dist_result.backward_versions == local.backward_versions
     assert dist_result.learning_rates == local.learning_rates
+    assert dist_result.group_learning_rates == local.group_learning_rates
     if method == "pipemare":  # T1 off in the flushed warm-up minibatch (W = 1): base lr
         assert all(rates[0] == OPTIMIZER.keywords["lr"] for rates in local.learning_rates)
 
@@ -174,5 +175,6 @@ def test_fit_with_the_distributed_executor_equals_local():
     finally:
         torch.set_num_threads(threads)
     for history in histories:  # every rank gathered the same history
-        for key in ("loss", "evals", "stage_lr", "forward_delay", "memory_bytes_by_stage"):
+        for key in ("loss", "evals", "stage_lr", "stage_group_lr", "forward_delay",
+                    "memory_bytes_by_stage"):
             assert history[key] == local[key], key

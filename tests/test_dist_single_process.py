@@ -88,6 +88,24 @@ def test_one_rank_equals_the_local_executor(one_rank_group, method):
         assert torch.equal(dist_result.state_dicts[0][name], value)
 
 
+def test_every_parameter_groups_learning_rate_is_reported(one_rank_group):
+    schedule = build_method_schedule("pipemare", 1, 2, num_minibatches=3)
+    options = method_options("pipemare")
+
+    def two_groups(params):
+        return torch.optim.SGD([{"params": params[0::2], "lr": 0.1},
+                                {"params": params[1::2], "lr": 0.01}])
+
+    mbs = data(schedule.total_microbatches)
+    with DistributedExecutor(schedule, stages(1)(), loss_fn=F.cross_entropy,
+                             optimizer_factory=two_groups, method_options=options) as executor:
+        rank = executor.run(mbs)
+    local = LocalExecutor(schedule, stages(1)(), loss_fn=F.cross_entropy,
+                          optimizer_factory=two_groups, method_options=options).run(mbs)
+    assert rank.group_learning_rates[0] == local.group_learning_rates[0]
+    assert [len(groups) for groups in rank.group_learning_rates[0]] == [2, 2, 2]
+
+
 def test_stages_on_one_rank_hand_messages_over_in_memory(one_rank_group):
     # an interleaved schedule with P=1 and 3 chunks: three virtual stages on rank 0
     from pipemare_lite.schedules.interleaved import interleaved

@@ -343,6 +343,31 @@ def test_t1_composes_with_a_base_scheduler_in_the_executor():
         assert result.learning_rates[s] == pytest.approx(expected, rel=1e-15)
 
 
+def two_group_sgd(lr: float):
+    """SGD with two parameter groups: weights at ``lr``, biases at a tenth of it."""
+    def factory(params):
+        return torch.optim.SGD([{"params": params[0::2], "lr": lr},
+                                {"params": params[1::2], "lr": lr / 10}])
+    return factory
+
+
+def test_every_parameter_groups_learning_rate_is_recorded():
+    P, N, K, horizon, lr = 2, 2, 4, 3, 0.1
+    schedule = build_schedule("async", P, N, num_minibatches=K)
+    executor = LocalExecutor(
+        schedule, blocks(P), loss_fn=nn.functional.cross_entropy,
+        optimizer_factory=two_group_sgd(lr),
+        method_options=MethodOptions(lr_rescheduling=True, rescheduling_horizon=horizon))
+    result = executor.run(data(N * K))
+    for s, tau in enumerate(executor.forward_delays):
+        factors = [tau ** -(1 - min(k / horizon, 1)) for k in range(K)]
+        rates = result.group_learning_rates[s]
+        assert [len(groups) for groups in rates] == [2] * K
+        assert [g[0] for g in rates] == pytest.approx([lr * f for f in factors], rel=1e-15)
+        assert [g[1] for g in rates] == pytest.approx([lr / 10 * f for f in factors], rel=1e-15)
+        assert result.learning_rates[s] == [g[0] for g in rates]  # the first group, as before
+
+
 # ---------------------------------------------------------------- errors and devices
 def test_wrong_number_of_stage_modules_is_an_early_error():
     schedule = build_schedule("gpipe", 3, 2)

@@ -137,7 +137,8 @@ class RankResult:
         loss_by_microbatch: unscaled losses (only on the rank holding the last stage).
         versions: ``{"1F3": 0, "1B3": 1, ...}`` weight version each F/B/I/W/U used.
         forward_versions, backward_versions, distances: ``{(stage, microbatch): int}``.
-        learning_rates: ``{stage: [lr of update 0, 1, ...]}``.
+        learning_rates: ``{stage: [lr of update 0, 1, ...]}`` (first parameter group).
+        group_learning_rates: ``{stage: [[lr of each parameter group] per update]}``.
         state_dicts: ``{stage: module state dict}`` at the end of the run.
         gradients: ``{stage: [[grad of each parameter] per update]}`` when recorded.
         peak_bytes: ``{stage: {kind: bytes}}`` when tracked.
@@ -156,6 +157,7 @@ class RankResult:
     gradients: dict = field(default_factory=dict)
     peak_bytes: dict = field(default_factory=dict)
     wait_seconds: float = 0.0
+    group_learning_rates: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -537,7 +539,7 @@ class DistributedExecutor:
         return worker.backward_versions[action.index]
 
     def _result(self, entries, versions, grads, peaks) -> RankResult:
-        fwd, bwd, dis, rates, states = {}, {}, {}, {}, {}
+        fwd, bwd, dis, rates, group_rates, states = {}, {}, {}, {}, {}, {}
         losses = {}
         for s, w in self.workers.items():
             taken = w.take_records()  # this call's records only: a flat cost per step
@@ -545,6 +547,7 @@ class DistributedExecutor:
             bwd.update({(s, m): v for m, v in taken.backward_versions.items()})
             dis.update({(s, m): taken.distances[m] for m in taken.backward_versions})
             rates[s] = taken.learning_rates
+            group_rates[s] = taken.group_learning_rates
             states[s] = {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
             if w.is_last:
                 losses = dict(sorted(taken.losses.items()))
@@ -552,6 +555,7 @@ class DistributedExecutor:
             self.rank, entries, losses, versions, fwd, bwd, dis, rates, states,
             gradients=grads if self.record_gradients else {},
             peak_bytes=peaks if self.track_bytes else {}, wait_seconds=self.wait_seconds,
+            group_learning_rates=group_rates,
         )
 
 
@@ -583,6 +587,7 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     fwd, bwd, dis = {}, {}, {}
     S = schedule.num_virtual_stages
     rates, states, grads = [None] * S, [None] * S, [[] for _ in range(S)]
+    group_rates = [None] * S
     peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in range(S)]
     losses = {}
     for r in by_rank:
@@ -596,6 +601,8 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
         losses.update(r.loss_by_microbatch)
         for s, value in r.learning_rates.items():
             rates[s] = value
+        for s, value in r.group_learning_rates.items():
+            group_rates[s] = value
         for s, value in r.state_dicts.items():
             states[s] = value
         for s, value in r.gradients.items():
@@ -608,7 +615,8 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     by_mb = dict(sorted(losses.items()))
     return DistRunResult(
         list(by_mb.values()), by_mb, trace, fwd, bwd, dis, rates, peaks,
-        state_dicts=states, gradients=grads, rank_results=list(by_rank),
+        group_learning_rates=group_rates, state_dicts=states, gradients=grads,
+        rank_results=list(by_rank),
     )
 
 

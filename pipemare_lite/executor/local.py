@@ -76,6 +76,8 @@ class RunResult:
             (for T2 runs the B entry is the current version; ``distances`` gives d).
         forward_versions / backward_versions / distances: ``{(stage, microbatch): int}``.
         learning_rates: ``learning_rates[stage][k]`` the lr (first param group) of update k.
+        group_learning_rates: ``group_learning_rates[stage][k][g]`` the lr of parameter group
+            g at update k (every group; ``[..][k][0]`` is ``learning_rates[..][k]``).
         peak_bytes: ``peak_bytes[stage][kind]``, the largest value seen after any action.
         bytes_over_time: ``(seconds, stage, {kind: bytes})`` after each of that stage's actions.
         peak_bytes_by_rank: ``[rank][kind]``, the largest sum over the rank's virtual stages
@@ -94,6 +96,7 @@ class RunResult:
     peak_bytes: list[dict[str, int]]
     bytes_over_time: list[tuple[float, int, dict[str, int]]] = field(default_factory=list)
     peak_bytes_by_rank: list[dict[str, int]] = field(default_factory=list)
+    group_learning_rates: list[list[list[float]]] = field(default_factory=list)
 
 
 class LocalExecutor:
@@ -251,7 +254,7 @@ class LocalExecutor:
         return worker.backward_versions[action.index]
 
     def _result(self, entries, versions, peaks, over_time) -> RunResult:
-        forward, backward, distances, rates = {}, {}, {}, []
+        forward, backward, distances, rates, group_rates = {}, {}, {}, [], []
         losses: dict[int, float] = {}
         for s, worker in enumerate(self.workers):
             taken = worker.take_records()  # this call's records only: a flat cost per step
@@ -260,13 +263,14 @@ class LocalExecutor:
                 backward[(s, m)] = v
                 distances[(s, m)] = taken.distances[m]
             rates.append(taken.learning_rates)
+            group_rates.append(taken.group_learning_rates)
             if s == self._last:
                 losses = taken.losses
         by_mb = dict(sorted(losses.items()))
         trace = Timeline(self.schedule, tuple(entries), unit="s", source="measured",
                          extra={"versions": versions, "distances": dict(distances)})
         return RunResult(list(by_mb.values()), by_mb, trace, forward, backward, distances,
-                         rates, peaks, over_time)
+                         rates, peaks, over_time, group_learning_rates=group_rates)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:

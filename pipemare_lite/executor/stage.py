@@ -103,7 +103,8 @@ class StageRecords:
         forward_versions: ``microbatch -> weight version its forward read``.
         backward_versions: ``microbatch -> version its backward used``.
         distances: ``microbatch -> backward version - forward version``.
-        learning_rates: the lr (first parameter group) of each update.
+        learning_rates: the lr of the first parameter group at each update.
+        group_learning_rates: the lr of every parameter group at each update.
     """
 
     losses: dict[int, float] = field(default_factory=dict)
@@ -111,6 +112,7 @@ class StageRecords:
     backward_versions: dict[int, int] = field(default_factory=dict)
     distances: dict[int, int] = field(default_factory=dict)
     learning_rates: list[float] = field(default_factory=list)
+    group_learning_rates: list[list[float]] = field(default_factory=list)
 
 
 class StageWorker:
@@ -170,6 +172,7 @@ class StageWorker:
         self.backward_versions = fresh.backward_versions
         self.distances = fresh.distances
         self.learning_rates = fresh.learning_rates
+        self.group_learning_rates = fresh.group_learning_rates
 
     def take_records(self) -> StageRecords:
         """What this stage did since the last call (:class:`StageRecords`); then forget it.
@@ -179,7 +182,7 @@ class StageWorker:
         (the cost of a step stays flat however long the run).
         """
         taken = StageRecords(self.losses, self.forward_versions, self.backward_versions,
-                             self.distances, self.learning_rates)
+                             self.distances, self.learning_rates, self.group_learning_rates)
         self._start_records()
         return taken
 
@@ -334,7 +337,9 @@ class StageWorker:
         """U: one optimizer step on the accumulated gradients, then zero them (to None)."""
         self.versions.before_update()
         old = self.t2.snapshot() if self.t2 is not None else None
-        self.learning_rates.append(self.optimizer.param_groups[0]["lr"])
+        rates = [group["lr"] for group in self.optimizer.param_groups]
+        self.learning_rates.append(rates[0])
+        self.group_learning_rates.append(rates)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.t2 is not None:
