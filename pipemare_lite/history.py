@@ -38,11 +38,7 @@ class History:
     Attributes:
         config: the arguments of the run.
         loss: training loss per step (mean over the step's microbatches).
-        stage_lr: ``stage_lr[s][k]``, learning rate of stage s at its update k (of its
-            optimizer's first parameter group).
-        stage_group_lr: ``stage_group_lr[s][k][g]``, the learning rate of every parameter
-            group g (``[s][k][0]`` is ``stage_lr[s][k]``); empty when the executor did not
-            report it.
+        stage_lr: ``stage_lr[s][k]``, learning rate of stage s at its update k.
         evals: ``{"epoch", "step", "loss", "accuracy"}`` on the test set, after each epoch.
         diverged: True when a non-finite loss stopped the run.
         divergence: the readable report when diverged, else None.
@@ -58,7 +54,6 @@ class History:
     config: dict = field(default_factory=dict)
     loss: list[float] = field(default_factory=list)
     stage_lr: list[list[float]] = field(default_factory=list)
-    stage_group_lr: list[list[list[float]]] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
     diverged: bool = False
     divergence: str | None = None
@@ -199,12 +194,6 @@ class HistoryRecorder:
             history.stage_lr = [[] for _ in result.learning_rates]
         for stage_rates, new in zip(history.stage_lr, result.learning_rates):
             stage_rates.extend(float(r) for r in new)
-        group_rates = getattr(result, "group_learning_rates", None)  # not every executor's
-        if group_rates:
-            if not history.stage_group_lr:
-                history.stage_group_lr = [[] for _ in group_rates]
-            for stage_rates, new in zip(history.stage_group_lr, group_rates):
-                stage_rates.extend([float(r) for r in groups] for groups in new)
         for stage_peak, new in zip(self.peaks, result.peak_bytes):
             for kind, value in new.items():
                 stage_peak[kind] = max(stage_peak.get(kind, 0), int(value))

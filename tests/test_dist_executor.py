@@ -175,6 +175,5 @@ def test_fit_with_the_distributed_executor_equals_local():
     finally:
         torch.set_num_threads(threads)
     for history in histories:  # every rank gathered the same history
-        for key in ("loss", "evals", "stage_lr", "stage_group_lr", "forward_delay",
-                    "memory_bytes_by_stage"):
+        for key in ("loss", "evals", "stage_lr", "forward_delay", "memory_bytes_by_stage"):
             assert history[key] == local[key], key

@@ -50,13 +50,10 @@ def test_forward_delays_are_measured_across_calls_and_checkpoints():
     assert resumed.delays == straight.delays == [[0, 1, 0], []]
 
 
-def _result(losses, rates, peaks, trace, group_rates=None):
-    result = SimpleNamespace(
+def _result(losses, rates, peaks, trace):
+    return SimpleNamespace(
         loss_by_microbatch=losses, learning_rates=rates, peak_bytes=peaks, trace=trace
     )
-    if group_rates is not None:  # an executor that reports every parameter group's lr
-        result.group_learning_rates = group_rates
-    return result
 
 
 # N = 2 microbatches a step: step 0 is microbatches 0, 1; step 1 is 2, 3 (3 reports late).
@@ -91,26 +88,6 @@ def test_recorder_counts_a_step_once_all_its_microbatches_reported():
     assert recorder.history.loss == [2.0]  # step 1 still waits for microbatch 3
     recorder.record(CALLS[1])
     _check_two_steps(recorder.finish())
-
-
-def test_recorder_keeps_every_parameter_groups_learning_rate(tmp_path):
-    first = _result({0: 1.0, 1: 3.0}, [[0.1], [0.2]], [{}, {}], FIRST_CALL,
-                    group_rates=[[[0.1, 0.01]], [[0.2]]])
-    second = _result({2: 5.0, 3: 7.0}, [[0.05], [0.2]], [{}, {}], SECOND_CALL,
-                     group_rates=[[[0.05, 0.005]], [[0.2]]])
-    recorder = HistoryRecorder(History(), num_microbatches=2, num_stages=2, num_virtual_stages=2)
-    recorder.record(first)
-    save_checkpoint(tmp_path / "ck.pt", recorder.state())  # survives a checkpoint too
-    resumed = HistoryRecorder(History(), num_microbatches=2, num_stages=2, num_virtual_stages=2)
-    resumed.load(load_checkpoint(tmp_path / "ck.pt"))
-    resumed.record(second)
-    history = resumed.finish()
-    assert history.stage_group_lr == [[[0.1, 0.01], [0.05, 0.005]], [[0.2], [0.2]]]
-    assert history.stage_lr == [[0.1, 0.05], [0.2, 0.2]]  # the first group, as before
-    assert History.from_dict(history.to_dict()) == history
-    old = history.to_dict()
-    del old["stage_group_lr"]  # a history written before the field existed still loads
-    assert History.from_dict(old).stage_lr == history.stage_lr
 
 
 def test_recorder_state_survives_a_weights_only_checkpoint(tmp_path):

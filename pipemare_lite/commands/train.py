@@ -19,6 +19,8 @@ import math
 import os
 import sys
 
+from pipemare_lite.cli import INPUT_ERRORS
+
 #: model name -> dataset it trains on by default.
 DEFAULT_DATASET = {"mlp": "digits", "resnet": "digits", "transformer": "reverse"}
 
@@ -224,12 +226,10 @@ def main(argv: list[str] | None = None) -> int:
             prog="python -m pipemare_lite.train", description="train a model with a pipeline method"
         )
     )
-    from pipemare_lite.cli import INPUT_ERRORS
-
     args = parser.parse_args(argv)
     try:
         return run_from_args(args)
-    except INPUT_ERRORS as exc:  # bad input only; a bug keeps its traceback
+    except INPUT_ERRORS as exc:  # bad input only: a bug keeps its traceback
         print(f"pipemare_lite.train: error: {exc}", file=sys.stderr)
         return 2
 

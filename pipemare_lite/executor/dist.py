@@ -137,8 +137,8 @@ class RankResult:
         loss_by_microbatch: unscaled losses (only on the rank holding the last stage).
         versions: ``{"1F3": 0, "1B3": 1, ...}`` weight version each F/B/I/W/U used.
         forward_versions, backward_versions, distances: ``{(stage, microbatch): int}``.
-        learning_rates: ``{stage: [lr of update 0, 1, ...]}`` (first parameter group).
-        group_learning_rates: ``{stage: [[lr of each parameter group] per update]}``.
+        learning_rates: ``{stage: [lr of update 0, 1, ...]}``.
+        group_learning_rates: ``{stage: [[lr of each param group] per update]}``.
         state_dicts: ``{stage: module state dict}`` at the end of the run.
         gradients: ``{stage: [[grad of each parameter] per update]}`` when recorded.
         peak_bytes: ``{stage: {kind: bytes}}`` when tracked.
@@ -539,7 +539,7 @@ class DistributedExecutor:
         return worker.backward_versions[action.index]
 
     def _result(self, entries, versions, grads, peaks) -> RankResult:
-        fwd, bwd, dis, rates, group_rates, states = {}, {}, {}, {}, {}, {}
+        fwd, bwd, dis, rates, states, group_rates = {}, {}, {}, {}, {}, {}
         losses = {}
         for s, w in self.workers.items():
             taken = w.take_records()  # this call's records only: a flat cost per step

@@ -82,8 +82,8 @@ class RunResult:
             (for T2 runs the B entry is the current version; ``distances`` gives d).
         forward_versions / backward_versions / distances: ``{(stage, microbatch): int}``.
         learning_rates: ``learning_rates[stage][k]`` the lr (first param group) of update k.
-        group_learning_rates: ``group_learning_rates[stage][k][g]`` the lr of parameter group
-            g at update k (every group; ``[..][k][0]`` is ``learning_rates[..][k]``).
+        group_learning_rates: ``group_learning_rates[stage][k][g]``, the lr of param group g
+            at update k (several groups: e.g. ``muon``'s Muon and AdamW parts).
         peak_bytes: ``peak_bytes[stage][kind]``, the largest value seen after any action.
         bytes_over_time: ``(seconds, stage, {kind: bytes})`` after each of that stage's actions.
         peak_bytes_by_rank: ``[rank][kind]``, the largest sum over the rank's virtual stages

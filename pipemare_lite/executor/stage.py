@@ -337,9 +337,8 @@ class StageWorker:
         """U: one optimizer step on the accumulated gradients, then zero them (to None)."""
         self.versions.before_update()
         old = self.t2.snapshot() if self.t2 is not None else None
-        rates = [group["lr"] for group in self.optimizer.param_groups]
-        self.learning_rates.append(rates[0])
-        self.group_learning_rates.append(rates)
+        self.learning_rates.append(self.optimizer.param_groups[0]["lr"])
+        self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.t2 is not None:
