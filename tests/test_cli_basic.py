@@ -79,7 +79,7 @@ def test_an_internal_key_error_is_a_traceback_not_bad_input(monkeypatch, capsys)
 def test_the_train_module_entry_point_shows_an_internal_key_error(monkeypatch):
     from pipemare_lite.commands import train
 
-    def broken(args):
+    def broken(args, **options):
         raise KeyError("stage_lr")
 
     monkeypatch.setattr(train, "run_from_args", broken)
