@@ -343,6 +343,31 @@ def test_t1_composes_with_a_base_scheduler_in_the_executor():
         assert result.learning_rates[s] == pytest.approx(expected, rel=1e-15)
 
 
+def two_group_sgd(lr: float):
+    """SGD with two parameter groups: weights at ``lr``, biases at a tenth of it."""
+    def factory(params):
+        return torch.optim.SGD([{"params": params[0::2], "lr": lr},
+                                {"params": params[1::2], "lr": lr / 10}])
+    return factory
+
+
+def test_every_parameter_groups_learning_rate_is_recorded():
+    P, N, K, horizon, lr = 2, 2, 4, 3, 0.1
+    schedule = build_schedule("async", P, N, num_minibatches=K)
+    executor = LocalExecutor(
+        schedule, blocks(P), loss_fn=nn.functional.cross_entropy,
+        optimizer_factory=two_group_sgd(lr),
+        method_options=MethodOptions(lr_rescheduling=True, rescheduling_horizon=horizon))
+    result = executor.run(data(N * K))
+    for s, tau in enumerate(executor.forward_delays):
+        factors = [tau ** -(1 - min(k / horizon, 1)) for k in range(K)]
+        rates = result.group_learning_rates[s]
+        assert [len(groups) for groups in rates] == [2] * K
+        assert [g[0] for g in rates] == pytest.approx([lr * f for f in factors], rel=1e-15)
+        assert [g[1] for g in rates] == pytest.approx([lr / 10 * f for f in factors], rel=1e-15)
+        assert result.learning_rates[s] == [g[0] for g in rates]  # the first group, as before
+
+
 # ---------------------------------------------------------------- errors and devices
 def test_wrong_number_of_stage_modules_is_an_early_error():
     schedule = build_schedule("gpipe", 3, 2)
@@ -490,3 +515,42 @@ def test_resume_with_dropout_and_batchnorm_buffers_is_bitwise():
     for got, want in zip(resumed_stages, straight_stages):
         for (name, a), (_, b) in zip(got.state_dict().items(), want.state_dict().items()):
             assert torch.equal(a, b), name
+
+
+def test_loading_a_checkpoint_leaves_the_callers_random_stream_alone():
+    # the executor's randomness (dropout) continues the checkpoint's stream; the caller's
+    # stream is neither set by load_state_dict nor advanced by the resumed run, and what the
+    # caller draws in between does not change the resumed run
+    def make():
+        torch.manual_seed(5)
+        return [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Dropout(0.25))
+                for _ in range(2)] + [nn.Linear(WIDTH, WIDTH)]
+    P, N, K = 3, 2, 5
+    schedule = build_schedule("async", P, N, num_minibatches=K)
+    mbs = data(N * K)
+    straight_executor = executor_for(schedule, make())
+    torch.manual_seed(11)
+    straight = straight_executor.run(mbs)
+    first = executor_for(schedule, make())
+    torch.manual_seed(11)
+    part1 = first.run(mbs, stop_after_updates=2)
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=False)
+
+    torch.manual_seed(999)
+    before = torch.get_rng_state()
+    second = executor_for(schedule, make())
+    torch.manual_seed(999)
+    second.load_state_dict(saved)
+    assert torch.equal(torch.get_rng_state(), before), "load_state_dict set the caller's RNG"
+    torch.randn(7)  # the caller draws: the executor's stream must not notice
+    drawn = torch.get_rng_state()
+    part2 = second.run(mbs, stop_after_updates=4)
+    assert torch.equal(torch.get_rng_state(), drawn), "the resumed run moved the caller's RNG"
+    # saved again from a resumed executor: its own stream goes into the checkpoint
+    third = executor_for(schedule, make())
+    third.load_state_dict(second.state_dict())
+    part3 = third.run(mbs)
+    assert part1.losses + part2.losses + part3.losses == straight.losses
