@@ -19,7 +19,8 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass
 
-from pipemare_lite.exercises.exercise import Exercise, format_call
+from pipemare_lite.exercises.engine_calls import engine_answers_used
+from pipemare_lite.exercises.exercise import Exercise
 from pipemare_lite.exercises.hashing import matches_hash
 from pipemare_lite.exercises.registry import get_exercise
 
@@ -108,10 +109,17 @@ def _check_function(exercise: Exercise, answer) -> CheckResult:
         )
         return CheckResult(exercise.id, FAILED, message, 0, 0)
     cases = exercise.cases()
+    used = engine_answers_used(answer, exercise.engine_answers)
+    if used:
+        verdict = (
+            f"❌ {exercise.id}: {name} uses the engine's own {', '.join(used)}: derive it "
+            "yourself (the chapter shows the engine's version after this exercise)."
+        )
+        return CheckResult(exercise.id, FAILED, _with_hint(exercise, verdict), 0, len(cases))
     for passed, arguments in enumerate(cases):
-        call = format_call(name, arguments)
+        call = exercise.describe_case(arguments)
         try:
-            got = answer(*arguments.values())
+            got = exercise.run_case(answer, arguments)
         except NotImplementedError:
             message = (
                 f"⏳ {exercise.id} {name}: not attempted yet "

@@ -43,6 +43,14 @@ class Exercise:
         diagnose: for constant exercises, optional ``diagnose(value)`` -> an extra remark on a
             wrong value (e.g. what the engine measures at that value), never the answer.
         needs_torch: True if checking it imports torch (none of chapters 00-04 does).
+        engine_answers: names of engine functions that compute the answer (shown in the
+            chapter only after the exercise); an answer whose code uses one of them fails
+            with "derive it yourself" (:mod:`~pipemare_lite.exercises.engine_calls`).
+        call: for function exercises whose answer is not called directly on a case
+            (e.g. it returns hooks that the check then uses): ``call(answer, case)`` -> the
+            value compared with ``reference(**case)``. Default: ``answer(*case.values())``.
+        case_text: with ``call``, ``case_text(case)`` says in words which case failed
+            (default: the call ``name(arg=value, ...)``).
     """
 
     id: str
@@ -57,6 +65,9 @@ class Exercise:
     answer_hash: str | None = None
     diagnose: Callable[[Any], str | None] | None = None
     needs_torch: bool = False
+    engine_answers: tuple[str, ...] = ()
+    call: Callable[[Callable, dict[str, Any]], Any] | None = None
+    case_text: Callable[[dict[str, Any]], str] | None = None
 
     def __post_init__(self) -> None:
         match = _ID_RE.match(self.id)
@@ -73,6 +84,18 @@ class Exercise:
             )
         if is_function and self.compare is None:
             raise ValueError(f"exercise {self.id!r}: a function exercise needs compare")
+
+    def run_case(self, answer, arguments: dict[str, Any]):
+        """The value of ``answer`` on one case (through :attr:`call` when set)."""
+        if self.call is not None:
+            return self.call(answer, arguments)
+        return answer(*arguments.values())
+
+    def describe_case(self, arguments: dict[str, Any]) -> str:
+        """How a failing case is named to the student."""
+        if self.case_text is not None:
+            return self.case_text(arguments)
+        return format_call(self.function_name, arguments)
 
     @property
     def kind(self) -> str:

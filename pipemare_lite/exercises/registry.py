@@ -16,22 +16,25 @@ ex03_1     ``one_f_one_b_order(P, M) -> list[list[str]]``         ``"1f1b"`` row
 ex03_2     ``peak_activations_1f1b(P, M) -> list[int]``           simulated peak_inflight, 1f1b
 ex04_1     ``interleaved_idle_fraction(P, M, v) -> float``        simulated idle, interleaved
 ex04_2     ``p2p_messages_per_microbatch(P, v) -> int``           hops counted in interleaved
+ex05_1     ``version_hooks(params, weights) -> (pack, unpack)``   StageWorker stash/async grads
+ex05_2     ``async_forward_delay(P, N, stage, position) -> int``  weight versions of ``"async"``
+ex05_3     ``pipedream_stash_copies(P, N) -> list[int]``          memory model, long pipedream
 =========  ====================================================  =============================
 
 Rows are one list per rank of action strings ``{stage}{F|B}{microbatch}`` (``"2F0"``,
 ``"1B3"``) in execution order, updates (``U``) left out. Torch-free: the chapter modules
-import the engine only when a check runs.
+import the engine only when a check runs (ex05_1, on real tensors, then imports torch).
 """
 
 from __future__ import annotations
 
-from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04
+from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05
 from pipemare_lite.exercises.exercise import Exercise
 
 #: exercise id -> :class:`Exercise`, in book order.
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
-    for module in (ch00, ch01, ch02, ch03, ch04)
+    for module in (ch00, ch01, ch02, ch03, ch04, ch05)
     for exercise in module.EXERCISES
 }
 
