@@ -3,7 +3,7 @@
 Every comparator has the signature ``compare(answer, expected) -> str | None``: ``None``
 means equal; otherwise a short description built only from the student's own answer and
 the shape of the task (number of ranks, position of the first difference), never from the
-expected value. Used by the exercises of chapters 00-04. Torch-free.
+expected value. Used by the exercises of chapters 00-05. Torch-free.
 """
 
 from __future__ import annotations

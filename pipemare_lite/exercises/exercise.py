@@ -42,7 +42,7 @@ class Exercise:
             of the right value.
         diagnose: for constant exercises, optional ``diagnose(value)`` -> an extra remark on a
             wrong value (e.g. what the engine measures at that value), never the answer.
-        needs_torch: True if checking it imports torch (none of chapters 00-04 does).
+        needs_torch: True if checking it imports torch (of chapters 00-05 only ex05_1).
         engine_answers: names of engine functions that compute the answer (shown in the
             chapter only after the exercise); an answer whose code uses one of them fails
             with "derive it yourself" (:mod:`~pipemare_lite.exercises.engine_calls`).
