@@ -14,9 +14,11 @@ help:
 	@echo "                (BOOK_ARGS=\"--chapters 03 --keep-going\" for a part of it)"
 	@echo "make test       unit tests + notebook checks (nbval), in .venv"
 	@echo "make lint       ruff"
-	@echo "make student    student copies of the chapters (solutions stubbed) into student/"
+	@echo "make student    the handout into student/: chapters with solutions stubbed, adapter.py, README"
 	@echo "make solutions  executed solution copies into solutions/"
-	@echo "make grade      grade STUDENT=path/to/adapter.py (no STUDENT: self-test on the solutions)"
+	@echo "make grade      grade SUBMISSIONS=folder (one sub-folder per student) into reports/;"
+	@echo "                STUDENT=path/to/folder: the pytest suite on one student (junit XML);"
+	@echo "                neither: self-test of the suite on the solutions"
 	@echo "make bench      speed benchmarks (print ratios, no pass/fail)"
 
 setup:
@@ -47,7 +49,11 @@ solutions: setup
 	$(PY) -m pipemare_lite assign solutions --out solutions
 
 grade: setup
+ifdef SUBMISSIONS
+	$(PY) -m pipemare_lite grade $(SUBMISSIONS) --out reports
+else
 	$(PY) -m pytest tests/grading -p no:cacheprovider $(if $(STUDENT),--student $(STUDENT),) --junitxml reports/grades.xml
+endif
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -7,6 +7,8 @@
   every report to the controller.
 - A run that collected no test is a failure (exit 1, not pytest's 5): CI must never pass
   without testing anything.
+- A browser test skipped for want of a browser (tests/test_book.py) is repeated in a loud
+  block at the very end, so a run that never opened the book in a browser says so.
 """
 
 from __future__ import annotations
@@ -40,3 +42,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus):
             terminalreporter.write_line(f"{_chapter_seconds[path]:7.1f} s  {path}")
     if exitstatus == 5:
         terminalreporter.write_line("no test was collected: this run fails on purpose (exit 1)")
+    browserless = [
+        report
+        for report in terminalreporter.stats.get("skipped", [])
+        if "no headless chromium installed" in _skip_reason(report)
+    ]
+    if browserless:
+        terminalreporter.write_sep("!", "BROWSER TESTS SKIPPED", red=True, bold=True)
+        for report in browserless:
+            terminalreporter.write_line(f"{report.nodeid}: {_skip_reason(report)}", red=True)
+        terminalreporter.write_line(
+            "this run never opened the book in a browser; .ci/run installs chromium", red=True
+        )
+
+
+def _skip_reason(report) -> str:
+    """A skip report's reason (its longrepr is (path, line, reason) for pytest.skip)."""
+    longrepr = getattr(report, "longrepr", None)
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr or "")

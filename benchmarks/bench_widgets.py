@@ -1,7 +1,8 @@
 """Speed of the explorers: a control moves -> the figure is redrawn (prints ratios; no pass/fail).
 
 Goal: one handler call (build + simulate + metrics + figure update) well under 100 ms for
-P <= 16, M <= 64, so dragging a slider feels immediate. Also times the pure figure
+P <= 16, M <= 64 (and, for chapter 06's stability explorer, delays up to 16 with the
+stability map redone), so dragging a slider feels immediate. Also times the pure figure
 functions and the static slider twins. Run with ``python benchmarks/bench_widgets.py``
 (``make bench`` runs every benchmark). Times are the best of a few runs (least disturbed
 by other processes); the first call of a session (imports, first FigureWidget) is excluded.
@@ -18,6 +19,8 @@ from pipemare_lite.viz import gantt
 from pipemare_lite.widgets import (
     schedule_explorer,
     schedule_explorer_static,
+    stability_explorer,
+    stability_explorer_static,
     staleness_explorer,
     staleness_explorer_static,
 )
@@ -83,10 +86,19 @@ def main() -> None:
     assert with_run.showing_measured
     row("staleness_explorer pipedream 12,8,16 +run",
         best_of(REPEATS, lambda: with_run.set(microbatch=next(pick))))
+    stability = stability_explorer(alpha=0.3, tau=8, momentum=0.5, discrepancy=-1.0)
+    # alpha and tau only move the marked point; momentum, s, lambda and T2 redo the map
+    # (every timed call changes the value: the first value differs from the current one)
+    for control, values in [("alpha", [0.2, 0.3]), ("tau", [16, 15]), ("momentum", [0.6, 0.5]),
+                            ("discrepancy", [-0.9, -1.0]), ("t2", [True, False])]:
+        moves = iter(values * REPEATS)
+        row(f"stability_explorer move {control} (tau<=16)",
+            best_of(REPEATS, lambda c=control, v=moves: stability.set(**{c: next(v)})))
     timeline = simulate(build_schedule("1f1b", 16, 64))
     row("viz.gantt() 1f1b P=16 M=64 (pure figure)", best_of(REPEATS, lambda: gantt(timeline)))
     row("schedule_explorer_static() P=4 M=1..16", best_of(2, schedule_explorer_static), None)
     row("staleness_explorer_static() P=2..8", best_of(2, staleness_explorer_static), None)
+    row("stability_explorer_static() tau=0..10", best_of(2, stability_explorer_static), None)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ one training step with each runtime from the same weights (losses and gradients 
 bitwise), then optionally timed steps, alternating. Used by
 ``tests/test_vs_torch_pipelining.py`` and ``benchmarks/bench_vs_torch_pipelining.py``.
 
-PyTorch's own runtime runs GPipe and 1F1B with
-the same per-rank order as our builders. Loss scaling differs: PyTorch back-propagates
+PyTorch's own runtime runs GPipe and 1F1B with the same per-rank order as our builders
+(any flushed schedule of ours in PyTorch's runtime, and PyTorch's schedules in ours:
+:mod:`pipemare_lite.torch_runtime`). Loss scaling differs: PyTorch back-propagates
 each microbatch's plain loss, sums the gradients, then divides them by N
 (``scale_grads=True``), while our StageWorker back-propagates ``loss / N``. The two agree
 bitwise when N is a power of two (dividing by 2^k is exact and commutes with sums), not

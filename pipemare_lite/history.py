@@ -18,15 +18,23 @@ Everything here is plain Python (no torch), so a history can be drawn anywhere.
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import asdict, dataclass, field, fields
 
 
 class DivergenceError(RuntimeError):
     """Training produced a non-finite loss; the message says at which step and stage.
 
-    Raised by ``fit(..., on_divergence="raise")`` (introduced in chapter 07).
+    Raised by ``fit(..., on_divergence="raise")`` (introduced in chapter 07); ``history``
+    is the :class:`History` up to the divergence (None when raised without one), so a
+    caller can still save the loss curve that led there.
     """
+
+    def __init__(self, message: str, history: History | None = None) -> None:
+        super().__init__(message)
+        self.history = history
 
 
 @dataclass
@@ -38,7 +46,10 @@ class History:
     Attributes:
         config: the arguments of the run.
         loss: training loss per step (mean over the step's microbatches).
-        stage_lr: ``stage_lr[s][k]``, learning rate of stage s at its update k.
+        stage_lr: ``stage_lr[s][k]``, learning rate of stage s at its update k (its
+            optimizer's first param group).
+        stage_lr_by_group: ``stage_lr_by_group[s][g][k]``, the same for every param group
+            g (one group for sgd/adam/adamw; ``muon`` has a Muon and an AdamW group).
         evals: ``{"epoch", "step", "loss", "accuracy"}`` on the test set, after each epoch.
         diverged: True when a non-finite loss stopped the run.
         divergence: the readable report when diverged, else None.
@@ -54,6 +65,7 @@ class History:
     config: dict = field(default_factory=dict)
     loss: list[float] = field(default_factory=list)
     stage_lr: list[list[float]] = field(default_factory=list)
+    stage_lr_by_group: list[list[list[float]]] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
     diverged: bool = False
     divergence: str | None = None
@@ -103,6 +115,16 @@ class History:
     def from_dict(cls, data: dict) -> History:
         """Inverse of :meth:`to_dict`."""
         return cls(**data)
+
+    @classmethod
+    def read_json(cls, path: str | os.PathLike) -> History:
+        """The history in a ``pipemare-lite train --out`` file (its other keys are skipped).
+
+        Values the file stores as null because they were NaN or inf stay None.
+        """
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 class ForwardDelayMeter:
@@ -194,10 +216,26 @@ class HistoryRecorder:
             history.stage_lr = [[] for _ in result.learning_rates]
         for stage_rates, new in zip(history.stage_lr, result.learning_rates):
             stage_rates.extend(float(r) for r in new)
+        self._record_group_rates(result)
         for stage_peak, new in zip(self.peaks, result.peak_bytes):
             for kind, value in new.items():
                 stage_peak[kind] = max(stage_peak.get(kind, 0), int(value))
         self.delays.feed(result.trace)
+
+    def _record_group_rates(self, result) -> None:
+        """Append every param group's lr per update (a result without them: one group)."""
+        history = self.history
+        by_update = getattr(result, "group_learning_rates", None) or [
+            [[rate] for rate in rates] for rates in result.learning_rates
+        ]
+        if not history.stage_lr_by_group:
+            history.stage_lr_by_group = [[] for _ in by_update]
+        for groups, updates in zip(history.stage_lr_by_group, by_update):
+            for rates in updates:
+                if not groups:
+                    groups.extend([] for _ in rates)
+                for group, rate in zip(groups, rates):
+                    group.append(float(rate))
 
     def finish(self) -> History:
         """Write the measured delays and byte peaks into the history; return it."""
@@ -227,20 +265,30 @@ class HistoryRecorder:
 
 
 def divergence_report(
-    step: int,
-    epoch: int,
     microbatch: int,
     loss: float,
     num_microbatches: int,
+    steps_per_epoch: int,
+    completed_steps: int,
     non_finite_stages: list[int],
     num_stages: int,
 ) -> str:
     """One readable sentence: when, which microbatch's loss, which stages' weights (chapter 07).
 
-    ``epoch`` counts from 1; ``non_finite_stages`` are the stages whose weights hold a NaN or
-    inf (none: the loss itself overflowed on the last stage).
+    One step convention throughout: steps count minibatches from 1, and microbatch ``m``
+    (the global, 0-indexed microbatch number) belongs to step ``m // N + 1``; the epoch (from
+    1) is that step's. In an asynchronous pipeline forwards run ahead of the updates, so a
+    loss may turn non-finite in a step later than the last completed one: the sentence then
+    also says how many steps had completed. ``non_finite_stages`` are the stages whose
+    weights hold a NaN or inf (none: the loss itself overflowed on the last stage).
     """
-    what = f"loss {loss} on microbatch {microbatch} (of step {microbatch // num_microbatches + 1})"
+    step = microbatch // num_microbatches + 1
+    epoch = (step - 1) // steps_per_epoch + 1
+    position = microbatch % num_microbatches + 1
+    what = (f"loss {loss} on microbatch {microbatch} "
+            f"(number {position} of {num_microbatches} in step {step})")
+    if completed_steps != step - 1:
+        what += f", computed ahead while {completed_steps} steps had completed"
     if non_finite_stages:
         where = f"non-finite weights on stage(s) {', '.join(map(str, non_finite_stages))}"
     else:

@@ -266,6 +266,18 @@ def depends_on(action: Action, schedule: Schedule) -> list[Action]:
     return [Action(s, gradient, j) for j in range(first, first + schedule.num_microbatches)]
 
 
+def p2p_messages(schedule: Schedule) -> int:
+    """The point-to-point messages ``schedule`` implies (chapter 04): one per dependency
+    (:func:`depends_on`) of an action on an action that runs on another rank, i.e. an
+    activation sent forward or a gradient sent back. ``W`` and ``U`` only wait for their own
+    rank, so they add none."""
+    return sum(
+        schedule.rank_of(dependency.stage) != rank
+        for rank, _, action in schedule.actions()
+        for dependency in depends_on(action, schedule)
+    )
+
+
 def simulate_step_by_step(schedule: Schedule, costs: OpCosts | None = None) -> dict:
     """The simulator's rule written plainly (chapter 02): ``{action: (start, end)}``.
 

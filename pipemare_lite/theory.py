@@ -10,8 +10,11 @@ iff all roots lie inside the unit circle, i.e. the spectral radius is below 1. W
 momentum the polynomial is ``z**(tau+1) - z**tau + alpha*lam`` and the stable steps are
 ``0 < alpha*lam < 2 sin(pi / (2 (2 tau + 1)))`` (:func:`stability_bound`).
 
-Chapter 09's T2 needs a second ingredient, the weight discrepancy; see
-:func:`discrepancy_matrix` for the book's own toy model. numpy only.
+The weight discrepancy of an asynchronous pipeline (forward at old weights, backward at
+current ones) and PipeMare's T2 correction are the book's own toy model,
+:func:`discrepancy_matrix` (chapter 06 introduces it, chapter 09 uses it). For maps over
+many steps and delays, :func:`stability_grid` computes the same spectral radii as the
+one-at-a-time loops, batched. numpy only.
 """
 
 from __future__ import annotations
@@ -135,7 +138,9 @@ def t1_step_sizes(alpha, tau, horizon, steps) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def discrepancy_matrix(alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None) -> np.ndarray:
+def discrepancy_matrix(
+    alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None, momentum=0.0
+) -> np.ndarray:
     """Transition matrix of the discrepancy toy model (derived; the book's own model).
 
     The forward reads ``w[t - tau_f]``, the backward reads ``b[t]``, and the computed gradient
@@ -143,12 +148,13 @@ def discrepancy_matrix(alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None) -> n
     backward's weights are from them:
 
         g[t] = lam * w[t - tau_f] + sensitivity * (b[t] - w[t - tau_f])
-        w[t+1] = w[t] - alpha * g[t]
+        w[t+1] = w[t] - alpha * g[t]  (+ momentum * (w[t] - w[t-1]) with heavy ball)
 
     Without T2 (``gamma=None``) ``b[t] = w[t - tau_b]`` (async: tau_b = 0, current weights).
     With T2, ``b[t] = w[t - tau_b] - (tau_f - tau_b) * delta[t]`` and after the update
     ``delta[t+1] = gamma * delta[t] + (1 - gamma) * (w[t+1] - w[t])``, ``0 <= gamma < 1``.
-    With ``sensitivity = 0`` or ``tau_f == tau_b`` it is plain delayed GD.
+    With ``sensitivity = 0`` or ``tau_f == tau_b`` it is plain delayed GD (with the same
+    ``momentum``).
 
     The state is ``x[t] = (w[t], w[t-1], ..., w[t-H], delta[t])`` with H = max(tau_f, tau_b, 1)
     and ``x[t+1] = A x[t]``; the model is stable iff every eigenvalue of A is inside the unit
@@ -170,9 +176,11 @@ def discrepancy_matrix(alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None) -> n
     H = max(tau_f, tau_b, 1)
     size = H + 2  # H + 1 weights, then delta
     d = tau_f - tau_b
-    # w[t+1] as a row over the state: w[t] - alpha * ((lam - s) w[t-tau_f] + s * b[t])
+    # w[t+1] as a row over the state:
+    # (1 + m) w[t] - m w[t-1] - alpha * ((lam - s) w[t-tau_f] + s * b[t])
     update = np.zeros(size)
-    update[0] += 1.0
+    update[0] += 1.0 + momentum
+    update[1] -= momentum
     update[tau_f] -= alpha * (lam - sensitivity)
     update[tau_b] -= alpha * sensitivity
     if gamma is not None:
@@ -188,16 +196,25 @@ def discrepancy_matrix(alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None) -> n
     return A
 
 
-def discrepancy_radius(alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None) -> float:
+def discrepancy_radius(
+    alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None, momentum=0.0
+) -> float:
     """Spectral radius of :func:`discrepancy_matrix` (< 1: stable)."""
-    A = discrepancy_matrix(alpha, lam, tau_f, sensitivity, tau_b, gamma)
+    A = discrepancy_matrix(alpha, lam, tau_f, sensitivity, tau_b, gamma, momentum)
     return float(np.max(np.abs(np.linalg.eigvals(A))))
 
 
 def simulate_discrepancy_gd(
-    alpha, lam, tau_f, sensitivity, steps, tau_b=0, gamma=None, w0=1.0
+    alpha, lam, tau_f, sensitivity, steps, tau_b=0, gamma=None, w0=1.0, momentum=0.0
 ) -> np.ndarray:
-    """Iterates ``w[0..steps]`` of the discrepancy toy model, written out plainly (no matrix)."""
+    """Iterates ``w[0..steps]`` of the discrepancy toy model, written out plainly (no matrix).
+
+    The forward reads ``w[t - tau_f]``; the backward reads ``w[t - tau_b]``, moved back by
+    T2's extrapolation when ``gamma`` is given; the past before t=0 is ``w0``, and T2's
+    running average of the weight changes starts at 0.
+    """
+    _check_delay(tau_f)
+    _check_delay(tau_b)
     history = max(tau_f, tau_b, 1)
     w = np.full(history + steps + 1, float(w0))
     delta = 0.0
@@ -207,7 +224,7 @@ def simulate_discrepancy_gd(
             backward -= (tau_f - tau_b) * delta
         forward = w[t - tau_f]
         gradient = lam * forward + sensitivity * (backward - forward)
-        w[t + 1] = w[t] - alpha * gradient
+        w[t + 1] = w[t] - alpha * gradient + momentum * (w[t] - w[t - 1])
         if gamma is not None:
             delta = gamma * delta + (1.0 - gamma) * (w[t + 1] - w[t])
     return w[history:]
@@ -235,6 +252,69 @@ def t2_stable_steps(gammas, tau_f, sensitivity, lam=1.0, tau_b=0) -> list[float]
         )
         for g in gammas
     ]
+
+
+def discrepancy_polynomial(alpha, lam, tau_f, sensitivity, tau_b=0, momentum=0.0) -> np.ndarray:
+    """Characteristic polynomial of the discrepancy model without T2 (highest power first).
+
+    The gradient ``lam w[t-tau_f] + s (w[t-tau_b] - w[t-tau_f])`` weighs the forward's old
+    weights by ``lam - s`` and the backward's by ``s``; putting ``w[t] = z**t`` into the
+    recurrence and multiplying by ``z**(n-1)`` (n its order) gives
+
+        z**n - (1+m) z**(n-1) + m z**(n-2) + alpha (lam - s) z**(n-1-tau_f) + alpha s z**(n-1-tau_b)
+
+    With ``tau_b = 0`` and no momentum: ``z**(tau+1) - (1 - alpha s) z**tau + alpha (lam - s)``.
+    With ``s = 0`` it is :func:`characteristic_polynomial`. Its roots are the nonzero
+    eigenvalues of :func:`discrepancy_matrix` with ``gamma=None``.
+    """
+    _check_delay(tau_f)
+    _check_delay(tau_b)
+    order = max(tau_f + 1, tau_b + 1, 2 if momentum else 1)
+    by_power = np.zeros(order + 1)  # by_power[k] multiplies z**k
+    by_power[order] += 1.0
+    by_power[order - 1] -= 1.0 + momentum
+    if momentum:
+        by_power[order - 2] += momentum
+    by_power[order - 1 - tau_f] += alpha * (lam - sensitivity)
+    by_power[order - 1 - tau_b] += alpha * sensitivity
+    return by_power[::-1]
+
+
+def discrepancy_roots(
+    alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None, momentum=0.0
+) -> np.ndarray:
+    """The modes of the discrepancy model: ``w[t]`` is a combination of ``root**t``.
+
+    Without T2, the roots of :func:`discrepancy_polynomial`; with T2 (``gamma`` given) the
+    running average adds a state, and the modes are the eigenvalues of
+    :func:`discrepancy_matrix` (zeros included: they die out after one step).
+    """
+    if gamma is None:
+        return np.roots(discrepancy_polynomial(alpha, lam, tau_f, sensitivity, tau_b, momentum))
+    return np.linalg.eigvals(
+        discrepancy_matrix(alpha, lam, tau_f, sensitivity, tau_b, gamma, momentum)
+    )
+
+
+def stability_grid(
+    alphas, taus, lam=1.0, momentum=0.0, sensitivity=0.0, gamma=None, tau_b=0
+) -> np.ndarray:
+    """Spectral radii ``result[i, j]`` for ``taus[i]`` and ``alphas[j]``, computed batched.
+
+    The same numbers as :func:`stability_map` (for ``sensitivity = 0``, no T2) and as
+    :func:`discrepancy_radius` one at a time (tests check both), but fast enough for a
+    widget: the transition matrix is affine in alpha, ``A(alpha) = A(0) + alpha (A(1) - A(0))``,
+    so each delay needs one stacked ``numpy.linalg.eigvals`` call over all the steps.
+    """
+    alphas = np.asarray(alphas, dtype=float)
+    result = np.empty((len(taus), len(alphas)))
+    for i, tau in enumerate(taus):
+        at_zero = discrepancy_matrix(0.0, lam, int(tau), sensitivity, tau_b, gamma, momentum)
+        slope = discrepancy_matrix(1.0, lam, int(tau), sensitivity, tau_b, gamma, momentum)
+        slope -= at_zero
+        stack = at_zero[None, :, :] + alphas[:, None, None] * slope[None, :, :]
+        result[i] = np.max(np.abs(np.linalg.eigvals(stack)), axis=1)
+    return result
 
 
 def _check_delay(tau) -> None:

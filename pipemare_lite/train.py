@@ -22,10 +22,25 @@ What it returns: a :class:`~pipemare_lite.history.History` (losses per step, lea
 per stage and update, test loss and accuracy per epoch, forward delays measured from the
 executed trace, peak bytes per stage and kind, wall time).
 
+Optimizers, schedules, losses, clipping, the torch way. ``optimizer`` is a name
+(:data:`OPTIMIZERS`: sgd, adam, adamw, and muon where torch has it; see
+:mod:`pipemare_lite.optimizers`) or a factory ``params -> torch.optim.Optimizer``;
+``lr_schedule`` a name (:data:`LR_SCHEDULES`: constant, cosine, step; with ``lr_warmup``
+updates of linear warm-up; see :mod:`pipemare_lite.lr_schedules`) or a factory ``optimizer
+-> torch.optim.lr_scheduler.LRScheduler``; every stage builds its own from the factories.
+The scheduler is stepped once per optimizer update of its stage, and T1 multiplies on top of
+it: stage i's update k uses ``lr(k) * tau_i ** (-p_k)``. ``loss_fn(output, target)`` is the
+training loss (default: cross-entropy); ``clip_grad_norm`` clips each stage's own gradient
+norm before its update (per stage: what a pipeline can do without communication). Options
+that contradict each other (``momentum`` with adam, ``lr`` with an optimizer factory,
+``lr_step_size`` with cosine ...) are refused, naming them. At their defaults none of these
+options changes a number.
+
 Divergence. A non-finite loss stops the run. ``on_divergence="stop"`` (default) returns the
 history with ``diverged=True`` and a readable ``divergence`` message naming the step, the
 microbatch and the stages whose weights are non-finite by then; ``"raise"`` raises
-:class:`~pipemare_lite.history.DivergenceError` with the same message.
+:class:`~pipemare_lite.history.DivergenceError` with the same message (its ``history``
+attribute holds the history up to there).
 
 Checkpoints (:mod:`pipemare_lite.checkpoint`): with ``checkpoint_path`` and
 ``checkpoint_every=k`` the full state (executor state including in-flight microbatches,
@@ -76,17 +91,23 @@ from pipemare_lite.data_feed import EpochMicrobatches, epoch_order
 from pipemare_lite.datasets import Dataset
 from pipemare_lite.evaluation import classification_loss, evaluate, forward_through
 from pipemare_lite.history import DivergenceError, History, HistoryRecorder, divergence_report
+from pipemare_lite.lr_schedules import LR_SCHEDULES, make_lr_schedule
+from pipemare_lite.optimizers import (
+    OPTIMIZERS,
+    check_optimizer_options,
+    make_optimizer_factory,
+    with_grad_clipping,
+)
 from pipemare_lite.partition import partition
 
 __all__ = [  # fit and what it uses, wherever it lives
-    "CHECKPOINT_FORMAT", "DEFAULT_DATASET", "DIVERGENCE_ACTIONS", "EXECUTORS", "OPTIMIZERS",
-    "RECORDED_SETTINGS", "DivergenceError", "EpochMicrobatches", "History",
+    "CHECKPOINT_FORMAT", "DEFAULT_DATASET", "DIVERGENCE_ACTIONS", "EXECUTORS", "LR_SCHEDULES",
+    "OPTIMIZERS", "RECORDED_SETTINGS", "DivergenceError", "EpochMicrobatches", "History",
     "add_train_arguments", "build_model_and_data", "classification_loss", "decode_state",
     "encode_state", "epoch_order", "evaluate", "fit", "forward_through", "json_ready", "main",
     "make_optimizer_factory", "register_executor", "run_from_args",
 ]
 
-OPTIMIZERS = ("sgd", "adam")
 DIVERGENCE_ACTIONS = ("stop", "raise")
 #: Bumped when the checkpoint layout changes; a mismatch is refused with a clear message.
 CHECKPOINT_FORMAT = 1
@@ -95,30 +116,21 @@ CHECKPOINT_FORMAT = 1
 RECORDED_SETTINGS = (
     "method", "num_stages", "num_microbatches", "epochs", "lr", "batch_size", "optimizer",
     "momentum", "weight_decay", "seed", "t1", "t1_anneal_updates", "t2", "gamma", "warmup",
-    "balance", "chunks", "on_divergence", "executor",
+    "balance", "chunks", "on_divergence", "executor", "lr_schedule", "lr_warmup",
+    "lr_step_size", "lr_gamma", "loss_fn", "clip_grad_norm",
 )
-
-
-def make_optimizer_factory(
-    name: str, lr: float, momentum: float = 0.0, weight_decay: float = 0.0
-) -> Callable:
-    """``factory(params) -> optimizer`` for ``sgd`` (with momentum) or ``adam`` (chapter 07).
-
-    Every stage builds its own optimizer over its own parameters with the factory.
-    """
-    if name == "sgd":
-        return lambda params: torch.optim.SGD(
-            params, lr=lr, momentum=momentum, weight_decay=weight_decay
-        )
-    if name == "adam":
-        return lambda params: torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-    raise ValueError(f"unknown optimizer {name!r}; allowed: {', '.join(OPTIMIZERS)}")
+#: What a checkpoint written before a setting existed is taken to have had.
+_SETTINGS_ADDED_LATER = {
+    "lr_schedule": "constant", "lr_warmup": 0, "lr_step_size": None, "lr_gamma": None,
+    "loss_fn": None, "clip_grad_norm": None,
+}
 
 
 # --------------------------------------------------------------------------- executors
 
 
-def _local_executor(schedule, stages, *, loss_fn, optimizer_factory, method_options, devices):
+def _local_executor(schedule, stages, *, loss_fn, optimizer_factory, method_options, devices,
+                    lr_scheduler_factory=None):
     from pipemare_lite.executor.local import LocalExecutor
 
     return LocalExecutor(
@@ -128,6 +140,7 @@ def _local_executor(schedule, stages, *, loss_fn, optimizer_factory, method_opti
         optimizer_factory=optimizer_factory,
         method_options=method_options,
         devices=devices,
+        lr_scheduler_factory=lr_scheduler_factory,
     )
 
 
@@ -143,7 +156,8 @@ def _dist_executor(schedule, stages, **kwargs):
 
 
 #: name -> ``factory(schedule, stage_modules, *, loss_fn, optimizer_factory, method_options,
-#: devices)`` returning an object with the LocalExecutor contract.
+#: devices)`` returning an object with the LocalExecutor contract; fit adds
+#: ``lr_scheduler_factory=`` only when the run has an lr schedule.
 EXECUTORS: dict[str, Callable] = {"local": _local_executor, "dist": _dist_executor}
 
 
@@ -163,11 +177,17 @@ def fit(
     num_stages: int,
     num_microbatches: int,
     epochs: int,
-    lr: float,
+    lr: float | None = None,
     batch_size: int,
-    optimizer: str = "sgd",
-    momentum: float = 0.0,
+    optimizer: str | Callable = "sgd",
+    momentum: float | None = None,
     weight_decay: float = 0.0,
+    lr_schedule: str | Callable | None = None,
+    lr_warmup: int = 0,
+    lr_step_size: int | None = None,
+    lr_gamma: float | None = None,
+    loss_fn: Callable | None = None,
+    clip_grad_norm: float | None = None,
     seed: int = 0,
     t1: bool | None = None,
     t1_anneal_updates: int | None = None,
@@ -198,7 +218,26 @@ def fit(
         num_stages: P, pipeline stages (at most ``len(model)``).
         num_microbatches: N, microbatches per minibatch (one update per minibatch).
         epochs, batch_size: passes over the training set and samples per minibatch.
-        lr, optimizer, momentum, weight_decay: the per-stage optimizer (``sgd``/``adam``).
+        lr, optimizer, momentum, weight_decay: the per-stage optimizer: a name from
+            :data:`OPTIMIZERS` (``sgd``, ``adam``, ``adamw``, ``muon``: Muon on 2-D weights,
+            AdamW on the rest; see :mod:`pipemare_lite.optimizers`) with its base ``lr``
+            (required), ``momentum`` (sgd: default 0; muon: default 0.95; refused with
+            adam/adamw) and ``weight_decay``; or a factory ``params -> Optimizer`` that sets
+            its own hyper-parameters (then ``lr``, ``momentum`` and ``weight_decay`` must
+            stay unset).
+        lr_schedule: the base schedule ``lr(k)`` of update k: None or ``"constant"``,
+            ``"cosine"`` (annealed to 0 over the run's ``epochs * steps_per_epoch`` updates,
+            the warm-up excluded), ``"step"``; or a factory ``optimizer -> LRScheduler``.
+            Stepped once per optimizer update per stage; T1 multiplies on top of it.
+        lr_warmup: updates of linear lr warm-up before the named schedule,
+            ``lr * (k + 1) / (lr_warmup + 1)`` (not PipeMare-W's flushed ``warmup``).
+        lr_step_size, lr_gamma: ``"step"`` only: multiply the lr by ``lr_gamma`` (default
+            0.1) every ``lr_step_size`` updates (default: one epoch's).
+        loss_fn: ``loss_fn(output, target)``, a mean over the microbatch's samples, the
+            training loss (default: cross-entropy, per position for sequences). The test
+            loss in ``evals`` stays the cross-entropy, so runs compare on one measure.
+        clip_grad_norm: clip each stage's gradient before its update so that the L2 norm
+            over that stage's parameters is at most this (per stage: no communication).
         seed: data order (and nothing else: build the model with its own seed).
         t1, t2: PipeMare's techniques on/off; None keeps the method's default (on for
             ``pipemare``, off otherwise).
@@ -220,11 +259,16 @@ def fit(
         resume: continue from ``checkpoint_path`` when it exists.
         executor: ``"local"`` or a name registered in :data:`EXECUTORS`.
     """
-    config = _run_config(locals())  # the settings, as the history and checkpoints record them
+    arguments = dict(locals())
+    _check_torch_options(arguments)
+    config = _run_config(arguments)  # the settings, as the history and checkpoints record them
     _check_arguments(
         config, len(data.x_train), checkpoint_path, checkpoint_every, resume, eval_every
     )
-    run = _TrainingRun(model, data, config, gamma=gamma, balance=balance, devices=devices)
+    run = _TrainingRun(
+        model, data, config, gamma=gamma, balance=balance, devices=devices,
+        optimizer=optimizer, lr_schedule=lr_schedule, loss_fn=loss_fn,
+    )
     if resume and Path(checkpoint_path).exists():
         run.resume_from(checkpoint_path)
     with _progress_bar(progress, run) as show_progress:
@@ -240,19 +284,77 @@ def fit(
                 run.save_to(checkpoint_path)
     history = run.finish()
     if history.diverged and on_divergence == "raise":
-        raise DivergenceError(history.divergence)
+        raise DivergenceError(history.divergence, history)
     return history
 
 
 # --------------------------------------------------------------------------- fit's steps
 
 
+def _callable_name(value) -> str:
+    """How the history records a factory or loss function: ``module.qualified_name``."""
+    kind = value if hasattr(value, "__qualname__") else type(value)
+    return f"{getattr(kind, '__module__', '?')}.{kind.__qualname__}"
+
+
+def _check_torch_options(arguments: dict) -> None:
+    """Refuse bad or contradictory optimizer, schedule, loss and clipping options early."""
+    optimizer, lr = arguments["optimizer"], arguments["lr"]
+    if callable(optimizer):
+        given = [f"{name}={arguments[name]!r}" for name, unset in
+                 (("lr", None), ("momentum", None), ("weight_decay", 0.0))
+                 if arguments[name] != unset]
+        if given:
+            raise ValueError(f"{', '.join(given)} conflict with an optimizer factory, which "
+                             "sets its own hyper-parameters; give them to the factory")
+    else:
+        if not isinstance(optimizer, str):
+            raise ValueError(f"optimizer must be a name ({', '.join(OPTIMIZERS)}) or a factory "
+                             f"params -> torch.optim.Optimizer, got {optimizer!r}")
+        check_optimizer_options(optimizer, arguments["momentum"], arguments["weight_decay"])
+        if lr is None:
+            raise ValueError(f"lr is required with optimizer {optimizer!r} (a positive number)")
+        if not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0):
+            raise ValueError(f"lr must be a positive number, got {lr!r}")
+    schedule = arguments["lr_schedule"]
+    if callable(schedule):
+        given = [f"{name}={arguments[name]!r}" for name, unset in
+                 (("lr_warmup", 0), ("lr_step_size", None), ("lr_gamma", None))
+                 if arguments[name] != unset]
+        if given:
+            raise ValueError(f"{', '.join(given)} conflict with an lr_schedule factory; build "
+                             "the warm-up or decay into the factory")
+    elif schedule is not None and schedule not in LR_SCHEDULES:
+        raise ValueError(f"unknown lr_schedule {schedule!r}; allowed: {', '.join(LR_SCHEDULES)} "
+                         "or a factory optimizer -> torch.optim.lr_scheduler.LRScheduler")
+    loss_fn = arguments["loss_fn"]
+    if loss_fn is not None and not callable(loss_fn):
+        raise ValueError(f"loss_fn must be a function loss_fn(output, target), got {loss_fn!r}")
+    clip = arguments["clip_grad_norm"]
+    if clip is not None and not (
+        isinstance(clip, (int, float)) and not isinstance(clip, bool) and 0 < clip < math.inf
+    ):
+        raise ValueError(f"clip_grad_norm must be a positive finite number or None, got {clip!r}")
+
+
 def _run_config(arguments: dict) -> dict:
     """fit()'s recorded settings from its arguments, with the method's defaults filled in."""
     from pipemare_lite.methods import get_method
+    from pipemare_lite.optimizers import MUON_DEFAULT_MOMENTUM
 
     spec = get_method(arguments["method"])  # an unknown method fails first
     config = {name: arguments[name] for name in RECORDED_SETTINGS}
+    optimizer = config["optimizer"]
+    if callable(optimizer):
+        config["optimizer"] = _callable_name(optimizer)
+    elif config["momentum"] is None:  # recorded as what the optimizer uses
+        config["momentum"] = MUON_DEFAULT_MOMENTUM if optimizer == "muon" else 0.0
+    schedule = config["lr_schedule"]
+    config["lr_schedule"] = (
+        _callable_name(schedule) if callable(schedule) else (schedule or "constant")
+    )
+    if config["loss_fn"] is not None:
+        config["loss_fn"] = _callable_name(config["loss_fn"])
     t1, t2, gamma, balance = (config[k] for k in ("t1", "t2", "gamma", "balance"))
     config["t1"] = spec.options.lr_rescheduling if t1 is None else bool(t1)
     config["t2"] = spec.options.discrepancy_correction if t2 is None else bool(t2)
@@ -273,12 +375,6 @@ def _check_arguments(
         value = config[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if not (isinstance(config["lr"], (int, float)) and config["lr"] > 0):
-        raise ValueError(f"lr must be a positive number, got {config['lr']!r}")
-    if config["optimizer"] not in OPTIMIZERS:
-        raise ValueError(
-            f"unknown optimizer {config['optimizer']!r}; allowed: {', '.join(OPTIMIZERS)}"
-        )
     if config["on_divergence"] not in DIVERGENCE_ACTIONS:
         raise ValueError(
             f"on_divergence must be one of {', '.join(DIVERGENCE_ACTIONS)}, "
@@ -334,7 +430,8 @@ class _TrainingRun:
     """
 
     def __init__(
-        self, model: nn.Sequential, data: Dataset, config: dict, *, gamma, balance, devices
+        self, model: nn.Sequential, data: Dataset, config: dict, *, gamma, balance, devices,
+        optimizer="sgd", lr_schedule=None, loss_fn=None,
     ) -> None:
         from pipemare_lite.methods import build_method_schedule, method_options
 
@@ -342,6 +439,8 @@ class _TrainingRun:
         method, num_stages, n = config["method"], config["num_stages"], config["num_microbatches"]
         self.steps_per_epoch = len(data.x_train) // config["batch_size"]
         self.total_steps = config["epochs"] * self.steps_per_epoch
+        # bad schedule options fail here, before the (possibly long) schedule is built
+        scheduler_factory = self._lr_schedule_factory(lr_schedule)
         options = method_options(
             method,
             lr_rescheduling=config["t1"],
@@ -355,16 +454,15 @@ class _TrainingRun:
             method, num_stages, n, num_minibatches=self.total_steps, chunks=chunks, options=options
         )
         self.stages = partition(model, num_stages * chunks, balance=balance)
-        self.engine = EXECUTORS[config["executor"]](
-            schedule,
-            self.stages,
-            loss_fn=classification_loss,
-            optimizer_factory=make_optimizer_factory(
-                config["optimizer"], config["lr"], config["momentum"], config["weight_decay"]
-            ),
+        engine_options = dict(
+            loss_fn=loss_fn or classification_loss,
+            optimizer_factory=self._optimizer_factory(optimizer),
             method_options=options,
             devices=devices,
         )
+        if scheduler_factory is not None:  # left out when None: registered executors may
+            engine_options["lr_scheduler_factory"] = scheduler_factory  # not know it
+        self.engine = EXECUTORS[config["executor"]](schedule, self.stages, **engine_options)
         self.feed = EpochMicrobatches(
             data, config["batch_size"], n, config["seed"], config["epochs"]
         )
@@ -373,6 +471,31 @@ class _TrainingRun:
         )
         self.step = 0
         self._clock = time.perf_counter()
+
+    def _optimizer_factory(self, optimizer) -> Callable:
+        """Each stage's ``factory(params) -> optimizer``: named or given, clipped if asked."""
+        config = self.config
+        factory = optimizer if callable(optimizer) else make_optimizer_factory(
+            optimizer, config["lr"], config["momentum"], config["weight_decay"]
+        )
+        if config["clip_grad_norm"] is not None:
+            factory = with_grad_clipping(factory, config["clip_grad_norm"])
+        return factory
+
+    def _lr_schedule_factory(self, lr_schedule) -> Callable | None:
+        """Each stage's base ``factory(optimizer) -> LRScheduler`` (None: constant lr).
+
+        Every stage makes one update per step, so a named schedule spans ``total_steps``
+        updates.
+        """
+        if callable(lr_schedule):
+            return lr_schedule
+        config = self.config
+        return make_lr_schedule(
+            lr_schedule or "constant", self.total_steps, warmup=config["lr_warmup"],
+            step_size=config["lr_step_size"], gamma=config["lr_gamma"],
+            updates_per_epoch=self.steps_per_epoch,
+        )
 
     @property
     def history(self) -> History:
@@ -389,11 +512,11 @@ class _TrainingRun:
         if bad:  # weights are scanned only when the loss says something broke
             self.history.diverged = True
             self.history.divergence = divergence_report(
-                self.step,
-                (self.step - 1) // self.steps_per_epoch + 1,
                 bad[0],
                 losses[bad[0]],
                 self.config["num_microbatches"],
+                self.steps_per_epoch,
+                self.step,
                 _non_finite_stages(self.stages),
                 len(self.stages),
             )
@@ -449,12 +572,12 @@ class _TrainingRun:
                 f"{path}: checkpoint format {state.get('format')!r}, "
                 f"this version reads {CHECKPOINT_FORMAT}"
             )
-        config = self.config
-        differ = sorted(k for k in config if state["config"].get(k) != config[k])
+        config, saved = self.config, {**_SETTINGS_ADDED_LATER, **state["config"]}
+        differ = sorted(k for k in config if saved.get(k) != config[k])
         if differ:
             raise ValueError(
                 f"{path} was written by a run with other settings: "
-                + ", ".join(f"{k}={state['config'].get(k)!r} (now {config[k]!r})" for k in differ)
+                + ", ".join(f"{k}={saved.get(k)!r} (now {config[k]!r})" for k in differ)
             )
         self.engine.load_state_dict(decode_state(state["executor"]))
         self.recorder.load(state)

@@ -131,7 +131,7 @@ def test_nested_region_keeps_its_indentation_and_unknown_function_gets_fallback_
 
 def test_top_level_constant_region_becomes_a_placeholder_assignment():
     source = "### BEGIN SOLUTION\nM_FOR_10_PERCENT = 1 + 2\n### END SOLUTION\nprint('x')"
-    stubbed = stub_code(source)
+    stubbed = stub_code(source, fallback_label="Exercise 2.3")  # no longer a registered name
     assert stubbed.splitlines()[0].startswith("M_FOR_10_PERCENT = NotImplemented  # Exercise 2.3")
     namespace: dict = {}
     exec(stubbed.replace("print('x')", ""), namespace)

@@ -13,6 +13,7 @@ from pipemare_lite import formulas
 from pipemare_lite.cli import main
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.schedules.io import from_csv
+from pipemare_lite.schedules.torch_notation import to_torch_csv
 
 
 def run_json(capsys, *args):
@@ -66,6 +67,20 @@ def test_csv_round_trips(capsys):
     assert back == build_schedule("pipedream", 3, 2, num_minibatches=3)
 
 
+def test_torch_csv_is_one_minibatch_pytorch_loads(capsys):
+    from torch.distributed.pipelining import schedules as torch_schedules
+
+    args = ["schedule", "interleaved", "-P", "2", "-M", "4", "-K", "3", "--torch-csv"]
+    assert main([*args, "--minibatch", "2"]) == 0
+    text = capsys.readouterr().out
+    assert text == to_torch_csv(build_schedule("interleaved", 2, 4, chunks=2))
+    order = {r: [torch_schedules._Action.from_str(c) for c in row.split(",")]
+             for r, row in enumerate(text.splitlines())}
+    # PyTorch's own check (what _load_csv runs): 4 virtual stages, 4 microbatches
+    mapping = torch_schedules._validate_schedule(order, 2, 4, 4)
+    assert mapping == {0: 0, 1: 1, 2: 0, 3: 1}
+
+
 @pytest.mark.parametrize(
     "args,message",
     [
@@ -80,6 +95,15 @@ def test_csv_round_trips(capsys):
         (["zb-h1", "-P", "2", "-M", "2", "--costs", "1,1,2"], "W=2.0 > B=1.0"),
         (["interleaved", "-P", "4", "-M", "6"], "must be a multiple of num_stages=4"),
         (["gpipe", "-P", "2", "-M", "2", "--warmup", "1"], "warmup_minibatches=1 only applies to"),
+        (["async", "-P", "2", "-M", "2", "-K", "3", "--torch-csv"], "has no flushed minibatch"),
+        (["1f1b", "-P", "2", "-M", "2", "-K", "2", "--torch-csv"],
+         "choose one (minibatch=, or --minibatch): integers 0..1"),
+        (["1f1b", "-P", "2", "-M", "2", "-K", "2", "--torch-csv", "--minibatch", "2"],
+         "minibatch=2: allowed: integers 0..1"),
+        (["1f1b", "-P", "2", "-M", "2", "--torch-csv", "--minibatch", "x"],
+         "--minibatch='x': allowed: an integer >= 0"),
+        (["1f1b", "-P", "2", "-M", "2", "--minibatch", "0"],
+         "--minibatch=0: only applies with --torch-csv"),
     ],
 )  # fmt: skip
 def test_errors_name_the_value_and_exit_2(capsys, args, message):

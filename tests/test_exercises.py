@@ -21,9 +21,12 @@ from pipemare_lite.exercises import (
     run_checks,
 )
 from pipemare_lite.exercises.compare import (
+    compare_close,
     compare_float,
     compare_int,
     compare_int_list,
+    compare_iterates,
+    compare_polynomial,
     compare_rows,
 )
 from pipemare_lite.exercises.hashing import answer_hash, matches_hash, normalize
@@ -69,7 +72,7 @@ def stand_ins(monkeypatch):
 
 
 def test_right_function_passes_every_case(stand_ins, capsys):
-    assert check("ex98_1", lambda x: x**2) is True
+    assert check("ex98_1", lambda x: x**2).passed is True
     out = capsys.readouterr().out
     assert out.startswith("✅") and "passed 3 cases" in out
 
@@ -78,7 +81,7 @@ def test_stub_is_not_attempted_yet(stand_ins, capsys):
     def square(x):
         raise NotImplementedError("Exercise 98.1")
 
-    assert check("ex98_1", square) is False
+    assert check("ex98_1", square).passed is False
     out = capsys.readouterr().out
     assert "not attempted yet" in out and "Traceback" not in out
     assert run_checks("ex98_1", square).status == "not attempted"
@@ -95,7 +98,7 @@ def test_other_exception_reports_type_message_and_line(stand_ins, capsys):
     line = square.__code__.co_firstlineno + 2
     assert f"line {line} of your code" in result.message
     assert "Hint: multiply x by itself" in result.message
-    assert check("ex98_1", square) is False
+    assert check("ex98_1", square).passed is False
     assert "Traceback" not in capsys.readouterr().out
 
 
@@ -116,9 +119,9 @@ def test_value_instead_of_function_is_explained(stand_ins):
 
 
 def test_constant_compared_by_hash(stand_ins, capsys):
-    assert check("ex98_2", 42) is True
-    assert check("ex98_2", 42.0) is True  # same normalized value
-    assert check("ex98_2", 41) is False
+    assert check("ex98_2", 42).passed is True
+    assert check("ex98_2", 42.0).passed is True  # same normalized value
+    assert check("ex98_2", 41).passed is False
     out = capsys.readouterr().out
     assert "too small" in out and "Hint: six times seven" in out
 
@@ -152,7 +155,7 @@ def test_required_ids_and_names_are_registered():
         "ex01_2": "naive_order",
         "ex02_1": "gpipe_order",
         "ex02_2": "idle_fraction",
-        "ex02_3": "M_FOR_10_PERCENT",
+        "ex02_3": "smallest_m_below",  # was the constant M_FOR_10_PERCENT (issue 18)
         "ex03_1": "one_f_one_b_order",
         "ex03_2": "peak_activations_1f1b",
         "ex04_1": "interleaved_idle_fraction",
@@ -163,7 +166,10 @@ def test_required_ids_and_names_are_registered():
         assert exercise.function_name == name and exercise.id == exercise_id
         assert exercise.signature.startswith(name)
         assert exercise_id in registry.__doc__ and name in registry.__doc__
-    assert EXERCISES["ex02_3"].kind == "constant" and EXERCISES["ex02_1"].kind == "function"
+    # ex02_3 was the book's one constant exercise; a hashed small int falls to brute force,
+    # so it became a function (issue 18). Constants stay supported: see the stand-in ANSWER.
+    assert EXERCISES["ex02_3"].kind == "function" and EXERCISES["ex02_1"].kind == "function"
+    assert ANSWER.kind == "constant"
 
 
 def test_list_exercises_by_chapter():
@@ -256,3 +262,104 @@ def test_compare_numbers_and_lists():
     assert compare_int_list(numpy.array([3, 2, 1]), [3, 2, 1]) is None
     assert compare_float(numpy.float64(0.5), 0.5) is None
     assert compare_rows(numpy.array([["0F0", "0B0"]]), [["0F0", "0B0"]]) is None
+
+
+# --- check() for graders (nbgrader, otter) and for notebooks --------------------------------
+
+
+def test_check_can_raise_for_a_test_cell_and_stays_friendly_otherwise(stand_ins, capsys):
+    from pipemare_lite.exercises import ExerciseFailed
+
+    with pytest.raises(ExerciseFailed, match=r"square\(x=3\) returned 6") as info:
+        check("ex98_1", lambda x: x + x, raises=True)
+    assert isinstance(info.value, AssertionError)  # what nbgrader and otter count as failed
+    assert "Hint: multiply x by itself" in str(info.value)
+
+    def stub(x):
+        raise NotImplementedError
+
+    with pytest.raises(ExerciseFailed, match="not attempted yet"):
+        check("ex98_1", stub, raises=True)
+    assert check("ex98_1", lambda x: x * x, raises=True).passed  # a right answer: no raise
+    assert not check("ex98_1", lambda x: x + x)  # the default: print, never raise
+    assert "returned 6" in capsys.readouterr().out
+
+
+def test_environment_variable_makes_every_check_raise(stand_ins, monkeypatch):
+    from pipemare_lite.exercises import ExerciseFailed
+    from pipemare_lite.exercises.check import RAISES_ENV
+
+    monkeypatch.setenv(RAISES_ENV, "1")
+    with pytest.raises(ExerciseFailed):
+        check("ex98_1", lambda x: x + x)
+    assert not check("ex98_1", lambda x: x + x, raises=False)  # an explicit False wins
+
+
+def test_check_cell_shows_no_true_false_echo(stand_ins):
+    from IPython.core.formatters import DisplayFormatter
+
+    result = run_checks("ex98_1", lambda x: x + x)
+    assert bool(result) is False and bool(run_checks("ex98_1", lambda x: x * x)) is True
+    # what Jupyter displays for the value of a cell ending in check(...): nothing
+    assert DisplayFormatter().format(result) == ({}, {})
+
+
+def test_every_exercises_cases_can_travel_to_the_grading_process():
+    # grading sends the cases to a separate process (pickle); a lambda in a case could not
+    import pickle
+
+    for exercise in list_exercises():
+        if exercise.kind == "function":
+            assert pickle.loads(pickle.dumps(exercise.cases())) == exercise.cases(), exercise.id
+
+
+def test_compare_close_iterates_and_polynomials():
+    close = compare_close(1e-4)
+    assert close(0.28463, 0.284630) is None and close(0.284631, 0.28463) is None
+    assert "too high" in close(0.2856, 0.28463) and "too low" in close(0.2, 0.28463)
+    assert "expected a number" in close("0.28", 0.28463)
+    # iterates: rounding judged against the largest value so far
+    assert compare_iterates([1.0, 0.5, 1e-12], [1.0, 0.5, 0.0]) is None
+    assert compare_iterates([1.0, -1e6, 1e-3], [1.0, -1e6, 0.0]) is None  # 1e-9 of 1e6
+    assert "w[2] is 0.1" in compare_iterates([1.0, 0.5, 0.1], [1.0, 0.5, 0.0])
+    assert "one more than the steps" in compare_iterates([1.0, 0.5], [1.0, 0.5, 0.0])
+    assert "w[1] is nan" in compare_iterates([1.0, float("nan")], [1.0, 0.5])
+    numpy = pytest.importorskip("numpy")
+    assert compare_iterates(numpy.array([1.0, 0.7]), [1.0, 0.7]) is None
+    # polynomials: a factor z more (trailing zero) is the same stability question
+    right = [1.0, -1.0, 0.0, 0.3]
+    assert compare_polynomial(right, right) is None
+    assert compare_polynomial(right + [0.0], right) is None
+    assert compare_polynomial(numpy.array(right), right) is None
+    assert "coefficient of z^2 is -1.5" in compare_polynomial([1.0, -1.5, 0.0, 0.3], right)
+    assert "degree 4" in compare_polynomial([1.0, -1.0, 0.0, 0.0, 0.3], right)
+    assert "no nonzero" in compare_polynomial([0.0, 0.0], right)
+    assert "item 1" in compare_polynomial([1.0, "x"], right)
+
+
+def test_engine_answers_must_be_dotted_engine_names():
+    with pytest.raises(ValueError, match="engine_answers must be dotted names"):
+        Exercise(id="ex98_3", chapter=98, title="", function_name="f", signature="f()",
+                 hint="", answer_hash="0", engine_answers=("numpy.roots",))
+
+
+def test_an_answer_that_runs_a_named_engine_function_is_rejected():
+    from pipemare_lite import formulas
+
+    watched = Exercise(
+        id="ex98_4", chapter=98, title="GPipe idle fraction (stand-in)",
+        function_name="idle", signature="idle(P, M) -> float", hint="count the slots",
+        cases=lambda: [{"P": 4, "M": 8}, {"P": 2, "M": 2}],
+        reference=lambda P, M: (P - 1) / (M + P - 1), compare=compare_float,
+        engine_answers=("pipemare_lite.formulas.idle_fraction_gpipe",),
+    )
+    registry.EXERCISES["ex98_4"] = watched
+    try:
+        assert run_checks("ex98_4", lambda P, M: (P - 1) / (M + P - 1)).passed
+        for wrapper in (formulas.idle_fraction_gpipe,  # the engine's function itself
+                        lambda P, M: formulas.idle_fraction_gpipe(P, M),
+                        lambda P, M: getattr(formulas, "idle_fraction" + "_gpipe")(P, M)):
+            result = run_checks("ex98_4", wrapper)
+            assert result.status == "failed" and "idle_fraction_gpipe" in result.message
+    finally:
+        del registry.EXERCISES["ex98_4"]

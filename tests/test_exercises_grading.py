@@ -1,4 +1,9 @@
-"""The grading suite end to end: a student's adapter in, junit XML with one test per exercise."""
+"""The grading suite end to end: a student's notebooks in, junit XML with one test per exercise.
+
+(Until issue 18 the student's answers could be pasted into their adapter.py, which the suite
+imported; now the suite grades the notebooks only, in a separate process, so the same
+answers are written as notebook cells here. The verdicts asserted are unchanged.)
+"""
 
 from __future__ import annotations
 
@@ -6,34 +11,58 @@ import importlib.util
 import shutil
 import subprocess
 import sys
-import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from pipemare_lite.exercises import EXERCISES, run_checks
 
 ROOT = Path(__file__).resolve().parents[1]
 
-STUDENT_ADAPTER = '''
-import itertools
-
+STUDENT_NOTEBOOKS = {
+    "01_naive.ipynb": [
+        """
 def naive_utilization(P):                      # right
     return 1 / P
-
+""",
+        """
 def naive_order(P):                            # wrong: backward before forward
     return [[f"{r}B0", f"{r}F0"] for r in range(P)]
-
+""",
+    ],
+    "02_gpipe.ipynb": [
+        """
 def gpipe_order(P, M):                         # not attempted
     raise NotImplementedError("Exercise 2.1")
-
+""",
+        """
 def idle_fraction(P, M):                       # never returns
     while True:
         pass
+""",
+        """
+from fractions import Fraction
 
-M_FOR_10_PERCENT = next(M for M in itertools.count(1) if 7 / (M + 7) < 0.1)   # right
-'''
+def smallest_m_below(P, target):               # right (was the constant M_FOR_10_PERCENT)
+    M = 1
+    while Fraction(P - 1, M + P - 1) >= Fraction(str(target)):
+        M += 1
+    return M
+""",
+    ],
+}
+
+
+def _write_student(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, cells in STUDENT_NOTEBOOKS.items():
+        notebook = nbformat.v4.new_notebook()
+        notebook.cells = [nbformat.v4.new_code_cell(c.strip()) for c in cells]
+        nbformat.write(notebook, folder / name)
+    (folder / "adapter.py").write_text("raise SystemExit('the grader must never run this')\n")
+    return folder
 
 
 def _run_grading(*args: str) -> subprocess.CompletedProcess:
@@ -43,8 +72,7 @@ def _run_grading(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_grading_a_student_writes_one_verdict_per_exercise(tmp_path):
-    adapter = tmp_path / "adapter.py"
-    adapter.write_text(textwrap.dedent(STUDENT_ADAPTER))
+    adapter = _write_student(tmp_path / "student") / "adapter.py"  # its folder is graded
     report = tmp_path / "reports" / "grades.xml"
     done = _run_grading(
         "--student", str(adapter), "--junitxml", str(report), "--exercise-timeout", "2", "-q"
@@ -65,7 +93,7 @@ def test_grading_a_student_writes_one_verdict_per_exercise(tmp_path):
     assert verdicts["ex01_2"] == "failed" and "Hint:" in messages["ex01_2"]
     assert verdicts["ex02_1"] == "failed" and "not attempted yet" in messages["ex02_1"]
     assert verdicts["ex02_2"] == "failed" and "longer than 2 s" in messages["ex02_2"]
-    assert verdicts["ex03_1"] == "failed" and "not defined by the adapter" in messages["ex03_1"]
+    assert verdicts["ex03_1"] == "failed" and "no notebook for chapter 03" in messages["ex03_1"]
     assert "skipped" not in verdicts.values()  # a student's missing answer is a failure
 
 

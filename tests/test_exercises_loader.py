@@ -34,8 +34,7 @@ def test_student_copy_loads_as_not_attempted(tmp_path):
     nbformat.write(student_notebook(nbformat.read(FIXTURE, as_version=4), FIXTURE.name), path)
     answers = load_from_notebook(path, NAMES)
     assert answers["M_FOR_10_PERCENT"] is NotImplemented
-    for exercise_id, name in [("ex02_1", "gpipe_order"), ("ex02_2", "idle_fraction"),
-                              ("ex02_3", "M_FOR_10_PERCENT")]:
+    for exercise_id, name in [("ex02_1", "gpipe_order"), ("ex02_2", "idle_fraction")]:
         assert run_checks(exercise_id, answers[name]).status == "not attempted"
 
 
@@ -64,3 +63,20 @@ def test_bad_arguments_are_reported():
         load_from_notebook(FIXTURE.with_name("missing.ipynb"), ["x"])
     with pytest.raises(ValueError, match="identifiers"):
         load_from_notebook(FIXTURE, ["not a name"])
+
+
+def test_a_helper_defined_in_a_cell_that_also_prints_is_found(tmp_path, capsys):
+    # issue 18: the helper passed in the notebook, then grading failed with NameError
+    notebook = new_notebook()
+    notebook.cells = [
+        new_code_cell("def bubble(P):\n    return P - 1\n\nprint('a helper, and a print')\n"
+                      "SLOTS = 2\nunrelated = open('/nonexistent')  # must not run"),
+        new_code_cell(
+            "def idle_fraction(P, M):\n    return bubble(P) * SLOTS / (SLOTS * (M + bubble(P)))"
+        ),
+    ]
+    path = tmp_path / "02_student.ipynb"
+    nbformat.write(notebook, path)
+    answers = load_from_notebook(path, ["idle_fraction"])
+    assert run_checks("ex02_2", answers["idle_fraction"]).passed
+    assert capsys.readouterr().out == ""  # the print (and the open) did not run

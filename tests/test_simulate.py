@@ -168,3 +168,16 @@ def test_depends_on_names_the_pipeline_rule():
     split = build_schedule("zb-h1", 3, 4)
     assert depends_on(Action(1, "I", 0), split) == [Action(1, "F", 0), Action(2, "I", 0)]
     assert depends_on(Action(1, "W", 0), split) == [Action(1, "I", 0)]
+
+
+def test_p2p_messages_counts_cross_rank_dependencies():
+    from pipemare_lite.simulate import p2p_messages
+
+    # interleaved: 2(vP - 1) messages per microbatch (chapter 04), M microbatches
+    for P, M, v in [(4, 8, 1), (4, 8, 2), (2, 4, 3), (4, 4, 4)]:
+        schedule = build_schedule("interleaved", P, M, chunks=v)
+        assert p2p_messages(schedule) == 2 * (v * P - 1) * M, (P, M, v)
+    # the split backward adds none (W waits for its own I), nor do updates; K minibatches
+    assert p2p_messages(build_schedule("zb-h1", 4, 8)) == p2p_messages(build_schedule("1f1b", 4, 8))
+    assert p2p_messages(build_schedule("gpipe", 3, 2, num_minibatches=3)) == 3 * 2 * 2 * 2
+    assert p2p_messages(build_schedule("naive", 1, 1)) == 0

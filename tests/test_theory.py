@@ -13,13 +13,16 @@ from pipemare_lite.theory import (
     characteristic_polynomial,
     characteristic_roots,
     discrepancy_matrix,
+    discrepancy_polynomial,
     discrepancy_radius,
+    discrepancy_roots,
     discrepancy_stability_map,
     largest_stable_step,
     simulate_delayed_gd,
     simulate_discrepancy_gd,
     spectral_radius,
     stability_bound,
+    stability_grid,
     stability_map,
     t1_step_limit,
     t1_step_sizes,
@@ -252,3 +255,105 @@ def test_t1_schedule_in_a_simulation():
     assert abs(annealed[-1]) > 1e6
     with pytest.raises(ValueError, match="horizon"):
         t1_step_sizes(0.9, tau, 0, 10)
+
+
+# --------------------------------------------------------------------------------------------
+# Momentum inside the discrepancy model, its polynomial, and the batched grid
+# --------------------------------------------------------------------------------------------
+
+
+def _plain_momentum_discrepancy(alpha, lam, tau_f, s, steps, tau_b, gamma, m):
+    """The model written out once more, as a reference independent of theory.py's loop."""
+    past = max(tau_f, tau_b, 1)
+    w = [1.0] * (past + 1)  # w[-past..0], constant past
+    delta = 0.0
+    for _ in range(steps):
+        now, previous = w[-1], w[-2]
+        forward, backward = w[-1 - tau_f], w[-1 - tau_b]
+        if gamma is not None:
+            backward = backward - (tau_f - tau_b) * delta
+        step = -alpha * (lam * forward + s * (backward - forward)) + m * (now - previous)
+        w.append(now + step)
+        if gamma is not None:
+            delta = gamma * delta + (1 - gamma) * step
+    return w[past:]
+
+
+@pytest.mark.parametrize("gamma", [None, 0.5])
+@pytest.mark.parametrize("tau_f, tau_b, s, m", [(3, 0, -1.0, 0.5), (0, 0, 0.5, 0.9),
+                                                (4, 1, 2.0, 0.3), (1, 0, -0.5, 0.0)])
+def test_momentum_discrepancy_simulation_and_matrix_agree_with_a_plain_reference(
+    gamma, tau_f, tau_b, s, m
+):
+    steps, alpha = 30, 0.12
+    reference = _plain_momentum_discrepancy(alpha, 1.3, tau_f, s, steps, tau_b, gamma, m)
+    w = simulate_discrepancy_gd(alpha, 1.3, tau_f, s, steps, tau_b=tau_b, gamma=gamma,
+                                momentum=m)
+    assert w.tolist() == pytest.approx(reference, rel=1e-12, abs=1e-14)
+    A = discrepancy_matrix(alpha, 1.3, tau_f, s, tau_b=tau_b, gamma=gamma, momentum=m)
+    x = np.ones(A.shape[0])
+    x[-1] = 0.0
+    for t in range(1, steps + 1):
+        x = A @ x
+        assert x[0] == pytest.approx(reference[t], rel=1e-10, abs=1e-12)
+
+
+def test_no_discrepancy_with_momentum_is_heavy_ball_delayed_gd():
+    for tau in (0, 1, 3, 6):
+        for m in (0.5, 0.9):
+            for alpha in (0.02, 0.1, 0.4):
+                plain = spectral_radius(alpha, 1.0, tau, m)
+                ours = discrepancy_radius(alpha, 1.0, tau, 0.0, momentum=m)
+                assert ours == pytest.approx(plain, abs=1e-7)
+                w = simulate_discrepancy_gd(alpha, 1.0, tau, 0.0, 50, momentum=m)
+                assert w == pytest.approx(simulate_delayed_gd(alpha, 1.0, tau, 50, momentum=m))
+
+
+def test_discrepancy_polynomial_written_out():
+    # tau_b = 0, no momentum: z^(tau+1) - (1 - alpha s) z^tau + alpha (lam - s)
+    assert discrepancy_polynomial(0.5, 2.0, 3, -1.0).tolist() == pytest.approx(
+        [1.0, -(1 + 0.5), 0.0, 0.0, 0.5 * 3.0])
+    # s = 0 is the plain polynomial, with and without momentum
+    for tau, m in [(0, 0.0), (2, 0.0), (0, 0.9), (3, 0.5)]:
+        assert discrepancy_polynomial(0.3, 1.5, tau, 0.0, momentum=m) == pytest.approx(
+            characteristic_polynomial(0.3, 1.5, tau, m))
+    # s = lam: all of the gradient reads the current weights, i.e. no delay at all
+    assert np.sort_complex(np.roots(discrepancy_polynomial(0.3, 1.0, 4, 1.0))) == (
+        pytest.approx(np.sort_complex(np.array([0.7, 0, 0, 0, 0], dtype=complex)), abs=1e-3))
+
+
+@pytest.mark.parametrize("tau_f, tau_b, s, m", [(3, 0, -1.0, 0.0), (4, 1, 0.5, 0.5),
+                                                (1, 0, 2.0, 0.9), (0, 0, 0.7, 0.3)])
+def test_polynomial_roots_are_the_nonzero_eigenvalues_of_the_matrix(tau_f, tau_b, s, m):
+    roots = discrepancy_roots(0.2, 1.0, tau_f, s, tau_b=tau_b, momentum=m)
+    eig = np.linalg.eigvals(discrepancy_matrix(0.2, 1.0, tau_f, s, tau_b=tau_b, momentum=m))
+    nonzero = lambda z: np.sort_complex(z[np.abs(z) > 1e-7])  # noqa: E731
+    assert nonzero(roots) == pytest.approx(nonzero(eig), abs=1e-6)
+    assert discrepancy_radius(0.2, 1.0, tau_f, s, tau_b=tau_b, momentum=m) == pytest.approx(
+        float(np.max(np.abs(roots))), abs=1e-9)
+    with_t2 = discrepancy_roots(0.2, 1.0, tau_f, s, tau_b=tau_b, gamma=0.5, momentum=m)
+    assert len(with_t2) == max(tau_f, tau_b, 1) + 2  # T2 adds the running average's state
+
+
+def test_stability_grid_equals_the_loops():
+    alphas, taus = np.linspace(0.01, 2.2, 23), [0, 1, 2, 5, 9]
+    assert stability_grid(alphas, taus) == pytest.approx(stability_map(alphas, taus), abs=1e-7)
+    assert stability_grid(alphas, taus, lam=2.0, momentum=0.6) == pytest.approx(
+        stability_map(alphas, taus, lam=2.0, momentum=0.6), abs=1e-7)
+    for s, gamma, m in [(-1.0, None, 0.0), (0.5, 0.5, 0.0), (-1.0, 0.3, 0.9), (2.0, None, 0.5)]:
+        grid = stability_grid(alphas[:6], taus, sensitivity=s, gamma=gamma, momentum=m)
+        loop = [[discrepancy_radius(a, 1.0, t, s, gamma=gamma, momentum=m) for a in alphas[:6]]
+                for t in taus]
+        assert grid == pytest.approx(np.array(loop), abs=1e-9)
+
+
+def test_discrepancy_with_momentum_tightens_the_stable_step_further():
+    # the same story with heavy ball: s = -lam takes stable steps away, T2 gives some back
+    def limit(gamma):
+        return largest_stable_step(
+            lambda a: discrepancy_radius(a, 1.0, 4, -1.0, gamma=gamma, momentum=0.5),
+            high=2.0, grid=400)
+
+    heavy = largest_stable_step(lambda a: spectral_radius(a, 1.0, 4, 0.5), high=2.0, grid=400)
+    assert limit(None) < heavy
+    assert limit(0.5) > limit(None)

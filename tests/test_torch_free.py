@@ -14,6 +14,7 @@ import pytest
 TORCH_FREE = [
     "pipemare_lite.schedules",
     "pipemare_lite.schedules.io",
+    "pipemare_lite.schedules.torch_notation",
     "pipemare_lite.simulate",
     "pipemare_lite.formulas",
     "pipemare_lite.timeline",

@@ -3,6 +3,7 @@
 The numbers expected here are worked out by hand from the small inputs each test builds.
 """
 
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -101,14 +102,24 @@ def test_recorder_state_survives_a_weights_only_checkpoint(tmp_path):
 
 
 def test_divergence_report_says_when_and_where():
-    text = divergence_report(5, 2, 9, float("nan"), 2, [0, 3], 4)
+    # microbatch 9 of N=2 is the 2nd of step 5 (steps from 1); 4 steps per epoch: epoch 2
+    text = divergence_report(9, float("nan"), 2, 4, 4, [0, 3], 4)
     assert text == (
-        "diverged at step 5 (epoch 2): loss nan on microbatch 9 (of step 5); "
+        "diverged at step 5 (epoch 2): loss nan on microbatch 9 (number 2 of 2 in step 5); "
         "non-finite weights on stage(s) 0, 3. Try a smaller lr, T1 (lr rescheduling) or warm-up."
     )
-    text = divergence_report(1, 1, 1, float("inf"), 4, [], 3)
-    assert "microbatch 1 (of step 1)" in text
+    text = divergence_report(1, float("inf"), 4, 10, 0, [], 3)
+    assert "microbatch 1 (number 2 of 4 in step 1);" in text
     assert "all weights still finite: the loss overflowed on the last stage (2)" in text
+
+
+def test_divergence_report_uses_one_step_number_when_forwards_ran_ahead():
+    # an async pipeline computed microbatch 13 (step 7) while only 5 steps had completed
+    text = divergence_report(13, float("inf"), 2, 3, 5, [1], 3)
+    assert text.startswith("diverged at step 7 (epoch 3): loss inf on microbatch 13 "
+                           "(number 2 of 2 in step 7), computed ahead while 5 steps had "
+                           "completed;")
+    assert set(re.findall(r"\bstep (\d+)", text)) == {"7"}
 
 
 def test_history_imports_without_torch():

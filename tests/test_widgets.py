@@ -60,6 +60,18 @@ def test_costs_change_the_makespan_as_the_formula_says():
     assert w.metrics.makespan == pytest.approx((M + P - 1) * (2.0 + 1.5 + 0.5))
 
 
+def test_one_backward_slider_before_the_split_backward():
+    P, M = 3, 4
+    w = schedule_explorer("gpipe", stages=P, microbatches=M, split_backward=False)
+    assert w.controls["backward"].value == 2.0 and "backward" in w.controls["backward"].description
+    assert w.controls["weight"].layout.display == "none"
+    w.controls["backward"].value = 3.0
+    w.controls["weight"].value = 2.5  # hidden: changes nothing
+    assert w.metrics.makespan == pytest.approx((M + P - 1) * (1.0 + 3.0))
+    w.controls["schedule"].value = "zb-h1"  # a split schedule: I = W = B/2
+    assert boxes(w.figure, "I") == P * M and w.timeline.schedule.name == "zb-h1"
+
+
 def test_zero_bubble_shows_split_backwards():
     w = schedule_explorer("zb-h1", stages=4, microbatches=8)
     assert boxes(w.figure, "I") == 32 and boxes(w.figure, "W") == 32

@@ -2,8 +2,10 @@
 
 ``student`` writes copies with every solution region stubbed, outputs cleared and
 ``solution-only`` cells removed (default ``student/``); ``solutions`` writes executed
-copies (default ``solutions/``). See docs/instructors.md and
-:mod:`pipemare_lite.exercises.assign`.
+copies (default ``solutions/``). ``student --format nbgrader`` writes an nbgrader course
+folder and ``student --format otter`` otter assign's notebooks instead: those tools make
+the student copies themselves (:mod:`pipemare_lite.exercises.formats`). See
+docs/instructors.md and :mod:`pipemare_lite.exercises.assign`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--source", default="chapters", help="folder with the instructor's chapters (chapters/)"
     )
     parser.add_argument(
+        "--format",
+        choices=("plain", "nbgrader", "otter"),
+        default="plain",
+        help="student only: plain stubbed copies (default), an nbgrader course folder, or "
+        "otter assign notebooks",
+    )
+    parser.add_argument(
         "--timeout",
         type=int,
         default=300,
@@ -41,7 +50,17 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     out = args.out or DEFAULT_OUT[args.build]
-    if args.build == "student":
+    if args.format != "plain" and args.build != "student":
+        raise ValueError(f"--format {args.format} applies to `assign student` only")
+    if args.format == "nbgrader":
+        from pipemare_lite.exercises.formats import build_nbgrader
+
+        written = build_nbgrader(args.source, out, args.chapters)
+    elif args.format == "otter":
+        from pipemare_lite.exercises.formats import build_otter
+
+        written = build_otter(args.source, out, args.chapters)
+    elif args.build == "student":
         written = build_student(args.source, out, args.chapters)
     else:
         written = build_solutions(args.source, out, args.chapters, timeout=args.timeout)

@@ -6,6 +6,12 @@ Introduced in chapter 02. Examples::
     python -m pipemare_lite schedule interleaved --stages 4 --microbatches 8 --chunks 2
     python -m pipemare_lite schedule async --stages 4 --update-every 2 --minibatches 6 --json
     python -m pipemare_lite schedule zb-h1 --stages 4 --microbatches 8 --costs 1,2,1
+    python -m pipemare_lite schedule interleaved -P 2 -M 4 --torch-csv > s.csv  # PyTorch's
+
+``--csv`` prints the engine's rows (with U, microbatches numbered over the whole run);
+``--torch-csv`` prints one flushed minibatch (``--minibatch k``, needed when K > 1) in
+PyTorch's compute-only notation, the file ``_PipelineScheduleRuntime._load_csv`` reads
+(see :mod:`pipemare_lite.schedules.torch_notation`).
 
 ``--update-every N`` is PipeMare's N, microbatches per optimizer update: for the
 asynchronous schedules (async/pipemare, pipedream, 2bw) it is the same as
@@ -22,6 +28,7 @@ import math
 
 from pipemare_lite.schedules import ALIASES, ASYNC_NAMES, SCHEDULE_NAMES, Schedule, build_schedule
 from pipemare_lite.schedules.io import to_csv
+from pipemare_lite.schedules.torch_notation import to_torch_csv
 from pipemare_lite.simulate import OpCosts, ScheduleMetrics, simulate_and_measure
 from pipemare_lite.staleness import stage_delays, steady_state_minibatches
 from pipemare_lite.timeline import Timeline
@@ -54,11 +61,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print one JSON object")
     output.add_argument("--csv", action="store_true", help="print the schedule, one row per rank")
+    output.add_argument(
+        "--torch-csv",
+        action="store_true",
+        help="print one minibatch in torch.distributed.pipelining's compute-only CSV",
+    )
+    parser.add_argument(
+        "--minibatch", metavar="k", help="with --torch-csv: which minibatch (0-based)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Build, simulate, print. Bad input raises ValueError (the CLI prints it, exit 2)."""
     schedule, costs = _schedule_and_costs(args)
+    if args.minibatch is not None and not args.torch_csv:
+        raise ValueError(f"--minibatch={args.minibatch}: only applies with --torch-csv")
+    if args.torch_csv:
+        minibatch = None if args.minibatch is None else _integer("--minibatch", args.minibatch, 0)
+        print(to_torch_csv(schedule, minibatch), end="")
+        return 0
     if args.csv:
         print(to_csv(schedule), end="")
         return 0

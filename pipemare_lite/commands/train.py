@@ -8,7 +8,16 @@ form ``torchrun`` launches, one process per stage::
 
 The options map one to one onto :func:`pipemare_lite.train.fit` (introduced in chapter 07);
 :func:`build_model_and_data` picks the model and dataset by name. Under torchrun every rank
-trains and rank 0 reports.
+trains and rank 0 reports (and alone writes ``--out`` and ``--jsonl``).
+
+Outputs: a summary (``--json``: one JSON object); ``--out FILE`` the whole history as JSON
+(:func:`history_document`, written atomically at the end, also when the run diverged);
+``--jsonl FILE`` one JSON line per step, flushed as it happens, for live plots
+(:func:`step_record`).
+
+Exit status: 0 when training ran (a run that diverged with ``--on-divergence stop``
+included: its summary says so), 2 for bad input, :data:`DIVERGED_EXIT_CODE` (3) when it
+diverged with ``--on-divergence raise`` (the message, not a traceback, goes to stderr).
 """
 
 from __future__ import annotations
@@ -21,6 +30,20 @@ import sys
 
 #: model name -> dataset it trains on by default.
 DEFAULT_DATASET = {"mlp": "digits", "resnet": "digits", "transformer": "reverse"}
+#: Exit status of a run that diverged under ``--on-divergence raise`` (2 is bad input).
+DIVERGED_EXIT_CODE = 3
+#: The ``format`` field of an ``--out`` file.
+HISTORY_FORMAT = "pipemare-lite history 1"
+
+
+class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each default, unless the help text already says it (or it is None)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default is None or action.default is False or "default" in text:
+            return text
+        return super()._get_help_string(action)
 
 
 def json_ready(value):
@@ -40,18 +63,23 @@ def json_ready(value):
 def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the training options to ``parser`` (one definition for both entry points).
 
-    Each option is one argument of :func:`pipemare_lite.train.fit` (chapter 07).
+    Each option is one argument of :func:`pipemare_lite.train.fit` (chapter 07); ``--help``
+    shows the defaults and the exit codes.
     """
+    from pipemare_lite.methods import METHODS
     from pipemare_lite.models import MODELS
-    from pipemare_lite.train import DIVERGENCE_ACTIONS, EXECUTORS, OPTIMIZERS
+    from pipemare_lite.train import DIVERGENCE_ACTIONS, EXECUTORS, LR_SCHEDULES, OPTIMIZERS
 
+    parser.formatter_class = _DefaultsHelpFormatter
+    parser.epilog = (f"exit status: 0 trained (a diverged run under --on-divergence stop "
+                     f"too), 2 bad input, {DIVERGED_EXIT_CODE} diverged under "
+                     "--on-divergence raise")
     parser.add_argument(
         "--method",
         required=True,
-        help="gpipe, 1f1b, pipedream, 2bw, async, "
-        "pipemare, ... (see pipemare_lite.methods.METHODS)",
+        help=f"pipeline method, one of: {', '.join(METHODS)}",
     )
-    parser.add_argument("--model", choices=sorted(MODELS), default="mlp")
+    parser.add_argument("--model", choices=sorted(MODELS), default="mlp", help="model")
     parser.add_argument(
         "--dataset",
         default=None,
@@ -65,11 +93,27 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     )
     parser.add_argument("--microbatches", type=int, default=4, help="microbatches per update N")
     parser.add_argument("--batch-size", type=int, default=32, help="samples per minibatch")
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
-    parser.add_argument("--momentum", type=float, default=0.0)
-    parser.add_argument("--weight-decay", type=float, default=0.0)
+    parser.add_argument("--epochs", type=int, default=1, help="passes over the training set")
+    parser.add_argument("--lr", type=float, default=0.05, help="base learning rate")
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
+                        help="per-stage optimizer (muon: Muon on 2-D weights, AdamW on the rest)")
+    parser.add_argument("--momentum", type=float, default=None,
+                        help="sgd or muon momentum (default: 0 for sgd, 0.95 for muon; "
+                        "refused with adam/adamw)")
+    parser.add_argument("--weight-decay", type=float, default=0.0, help="weight decay")
+    parser.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="constant",
+                        help="base lr schedule, stepped once per update of each stage; "
+                        "cosine anneals to 0 over the run's epochs x steps-per-epoch updates")
+    parser.add_argument("--lr-warmup", type=int, default=0,
+                        help="updates of linear lr warm-up before the schedule "
+                        "(not --warmup, which runs minibatches flushed)")
+    parser.add_argument("--lr-step-size", type=int, default=None,
+                        help="step schedule: updates between decays (default: one epoch)")
+    parser.add_argument("--lr-gamma", type=float, default=None,
+                        help="step schedule: decay factor (default: 0.1)")
+    parser.add_argument("--clip-grad-norm", type=float, default=None,
+                        help="clip each stage's gradient L2 norm (over that stage's "
+                        "parameters) to this before its update (default: no clipping)")
     parser.add_argument("--seed", type=int, default=0, help="model init, data split and order")
     parser.add_argument(
         "--t1",
@@ -90,7 +134,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         help="T2 discrepancy correction (default: the method's)",
     )
     parser.add_argument("--gamma", type=float, default=0.9, help="T2's EMA decay")
-    parser.add_argument("--warmup", type=int, default=0, help="synchronous warm-up minibatches")
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="synchronous (flushed) warm-up minibatches, PipeMare-W")
     parser.add_argument(
         "--width",
         type=int,
@@ -112,10 +157,81 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         default="local",
         help="local: one process; dist: one process per stage (torchrun)",
     )
-    parser.add_argument("--on-divergence", choices=DIVERGENCE_ACTIONS, default="stop")
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--on-divergence", choices=DIVERGENCE_ACTIONS, default="stop",
+                        help=f"stop: report it and exit 0; raise: exit {DIVERGED_EXIT_CODE}")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar (default: in a terminal)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", default=None, metavar="FILE",
+                        help="write the whole history (per-step loss, per-stage lr of every "
+                        "param group, evals, delays, bytes) as JSON, atomically")
+    parser.add_argument("--jsonl", default=None, metavar="FILE",
+                        help="stream one JSON line per step (flushed) for live plots; "
+                        "appended to with --resume")
     return parser
+
+
+def step_record(step: int, history) -> dict:
+    """One ``--jsonl`` line: what step ``step`` (counted from 1) did (chapter 07).
+
+    Keys: ``step``; ``loss`` (the step's training loss, None until all of its microbatches
+    reported); ``lr`` (``lr[stage][group]``, the learning rate each stage's update ``step``
+    used); ``eval`` (the test loss and accuracy, only on steps that evaluated); ``diverged``
+    and, when true, ``divergence``.
+    """
+    record = {
+        "step": step,
+        "loss": history.loss[step - 1] if len(history.loss) >= step else None,
+        "lr": [[rates[step - 1] for rates in groups if len(rates) >= step]
+               for groups in history.stage_lr_by_group],
+    }
+    if history.evals and history.evals[-1]["step"] == step:
+        record["eval"] = {k: history.evals[-1][k] for k in ("loss", "accuracy")}
+    record["diverged"] = history.diverged
+    if history.diverged:
+        record["divergence"] = history.divergence
+    return json_ready(record)
+
+
+def history_document(history, args: argparse.Namespace) -> dict:
+    """What ``--out`` writes: the history's fields plus how the run was asked for.
+
+    Keys: ``format``, ``version``, ``arguments`` (the parsed command-line options), the
+    final ``steps``/``final_loss``/``final_accuracy``, then every
+    :class:`~pipemare_lite.history.History` field (``config``, ``loss`` per step,
+    ``stage_lr``, ``stage_lr_by_group``, ``evals``, ``diverged``, ``divergence``,
+    ``forward_delay``, ``forward_delay_max``, ``memory_bytes``, ``memory_bytes_by_stage``,
+    ``wall_seconds``). Strict JSON: NaN and inf become null. Read it back with
+    :meth:`pipemare_lite.history.History.read_json`.
+    """
+    from pipemare_lite import __version__
+
+    return json_ready({
+        "format": HISTORY_FORMAT,
+        "version": __version__,
+        "arguments": dict(vars(args)),
+        "steps": history.steps,
+        "final_loss": history.final_loss,
+        "final_accuracy": history.final_accuracy,
+        **history.to_dict(),
+    })
+
+
+def _write_history(path: str, history, args: argparse.Namespace) -> None:
+    from pipemare_lite.files import atomic_write
+
+    text = json.dumps(history_document(history, args), allow_nan=False, indent=1)
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8") + b"\n"))
+
+
+def _check_output_paths(args: argparse.Namespace) -> None:
+    """Refuse ``--out``/``--jsonl`` paths that cannot be files before any training."""
+    for option in ("out", "jsonl"):
+        path = getattr(args, option)
+        if path is not None and os.path.isdir(path):
+            raise ValueError(f"--{option} {path!r} is a folder; give a file path")
+    if args.out is not None and args.out == args.jsonl:
+        raise ValueError(f"--out and --jsonl both name {args.out!r}; give two files")
 
 
 def build_model_and_data(
@@ -152,49 +268,80 @@ def build_model_and_data(
     ), data
 
 
-def run_from_args(args: argparse.Namespace) -> int:
+def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -> int:
     """Train as the parsed arguments say; print a summary (or JSON); return the exit code.
 
-    The training is :func:`pipemare_lite.train.fit` (chapter 07).
+    The training is :func:`pipemare_lite.train.fit` (chapter 07). A run that diverges under
+    ``--on-divergence raise`` prints ``<prog>: diverged at step ...`` (the report) to
+    stderr, still writes ``--out``, and returns :data:`DIVERGED_EXIT_CODE`.
     """
+    from pipemare_lite.history import DivergenceError
     from pipemare_lite.train import fit
 
     for name in ("stages", "microbatches", "chunks"):  # before they size the model
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be a positive integer, got {value}")
+    _check_output_paths(args)
     pieces = args.stages * (args.chunks or (2 if args.method == "interleaved" else 1))
     model, data = build_model_and_data(
         args.model, args.dataset, pieces, args.width, args.layers, args.seed
     )
-    history = fit(
-        model,
-        data,
-        method=args.method,
-        num_stages=args.stages,
-        num_microbatches=args.microbatches,
-        batch_size=args.batch_size,
-        epochs=args.epochs,
-        lr=args.lr,
-        optimizer=args.optimizer,
-        momentum=args.momentum,
-        weight_decay=args.weight_decay,
-        seed=args.seed,
-        t1=args.t1,
-        t1_anneal_updates=args.t1_anneal_updates,
-        t2=args.t2,
-        gamma=args.gamma,
-        warmup=args.warmup,
-        chunks=args.chunks,
-        progress=args.progress,
-        on_divergence=args.on_divergence,
-        checkpoint_path=args.checkpoint,
-        checkpoint_every=args.checkpoint_every,
-        resume=args.resume,
-        executor=args.executor,
-    )
-    if os.environ.get("RANK", "0") != "0":  # under torchrun every rank trains; rank 0 reports
+    reporter = os.environ.get("RANK", "0") == "0"  # under torchrun every rank trains
+    stream = None
+    if args.jsonl is not None and reporter:
+        stream = open(args.jsonl, "a" if args.resume else "w", encoding="utf-8")  # noqa: SIM115
+
+    def write_step(step: int, history) -> None:
+        stream.write(json.dumps(step_record(step, history), allow_nan=False) + "\n")
+        stream.flush()
+
+    try:
+        history = fit(
+            model,
+            data,
+            method=args.method,
+            num_stages=args.stages,
+            num_microbatches=args.microbatches,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            lr=args.lr,
+            optimizer=args.optimizer,
+            momentum=args.momentum,
+            weight_decay=args.weight_decay,
+            lr_schedule=args.lr_schedule,
+            lr_warmup=args.lr_warmup,
+            lr_step_size=args.lr_step_size,
+            lr_gamma=args.lr_gamma,
+            clip_grad_norm=args.clip_grad_norm,
+            seed=args.seed,
+            t1=args.t1,
+            t1_anneal_updates=args.t1_anneal_updates,
+            t2=args.t2,
+            gamma=args.gamma,
+            warmup=args.warmup,
+            chunks=args.chunks,
+            progress=args.progress,
+            on_divergence=args.on_divergence,
+            on_step=write_step if stream is not None else None,
+            checkpoint_path=args.checkpoint,
+            checkpoint_every=args.checkpoint_every,
+            resume=args.resume,
+            executor=args.executor,
+        )
+    except DivergenceError as error:
+        if reporter:
+            if args.out is not None:
+                _write_history(args.out, error.history, args)
+            print(f"{prog}: {error}", file=sys.stderr)
+        return DIVERGED_EXIT_CODE
+    finally:
+        if stream is not None:
+            stream.close()
+    if not reporter:
         return 0
+    if args.out is not None:
+        _write_history(args.out, history, args)
     summary = history.summary()
     if args.json:
         print(json.dumps(json_ready(summary), allow_nan=False))
@@ -226,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        return run_from_args(args)
+        return run_from_args(args, prog="pipemare_lite.train")
     except (ValueError, KeyError) as exc:
         print(f"pipemare_lite.train: error: {exc}", file=sys.stderr)
         return 2

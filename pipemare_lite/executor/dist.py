@@ -40,7 +40,8 @@ Entry points (this module: the engine and running it from Python):
 Elsewhere: ``fit(..., executor="dist")`` runs through
 :class:`pipemare_lite.executor.dist_fit.DistExecutor`; measured against simulated
 utilization is :mod:`pipemare_lite.executor.utilization`; the same step with PyTorch's own
-runtime is :mod:`pipemare_lite.compare_pipelining`.
+runtime is :mod:`pipemare_lite.compare_pipelining`; any flushed schedule of ours in PyTorch's
+runtime, and PyTorch's schedules in ours, is :mod:`pipemare_lite.torch_runtime`.
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ class RankResult:
         versions: ``{"1F3": 0, "1B3": 1, ...}`` weight version each F/B/I/W/U used.
         forward_versions, backward_versions, distances: ``{(stage, microbatch): int}``.
         learning_rates: ``{stage: [lr of update 0, 1, ...]}``.
+        group_learning_rates: ``{stage: [[lr of each param group] per update]}``.
         state_dicts: ``{stage: module state dict}`` at the end of the run.
         gradients: ``{stage: [[grad of each parameter] per update]}`` when recorded.
         peak_bytes: ``{stage: {kind: bytes}}`` when tracked.
@@ -154,6 +156,7 @@ class RankResult:
     gradients: dict = field(default_factory=dict)
     peak_bytes: dict = field(default_factory=dict)
     wait_seconds: float = 0.0
+    group_learning_rates: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -467,7 +470,7 @@ class DistributedExecutor:
         return worker.backward_versions[action.index]
 
     def _result(self, marks, entries, versions, grads, peaks) -> RankResult:
-        fwd, bwd, dis, rates, states = {}, {}, {}, {}, {}
+        fwd, bwd, dis, rates, states, group_rates = {}, {}, {}, {}, {}, {}
         losses = {}
         for s, w in self.workers.items():
             n_rates, f_seen, b_seen, l_seen = marks[s]
@@ -475,6 +478,7 @@ class DistributedExecutor:
             bwd.update({(s, m): v for m, v in w.backward_versions.items() if m not in b_seen})
             dis.update({(s, m): w.distances[m] for m in w.backward_versions if m not in b_seen})
             rates[s] = list(w.learning_rates[n_rates:])
+            group_rates[s] = [list(g) for g in w.group_learning_rates[n_rates:]]
             states[s] = {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
             if w.is_last:
                 losses = {m: v for m, v in sorted(w.losses.items()) if m not in l_seen}
@@ -482,6 +486,7 @@ class DistributedExecutor:
             self.rank, entries, losses, versions, fwd, bwd, dis, rates, states,
             gradients=grads if self.record_gradients else {},
             peak_bytes=peaks if self.track_bytes else {}, wait_seconds=self.wait_seconds,
+            group_learning_rates=group_rates,
         )
 
 
@@ -513,6 +518,7 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     fwd, bwd, dis = {}, {}, {}
     S = schedule.num_virtual_stages
     rates, states, grads = [None] * S, [None] * S, [[] for _ in range(S)]
+    group_rates = [None] * S
     peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in range(S)]
     losses = {}
     for r in by_rank:
@@ -526,6 +532,8 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
         losses.update(r.loss_by_microbatch)
         for s, value in r.learning_rates.items():
             rates[s] = value
+        for s, value in r.group_learning_rates.items():
+            group_rates[s] = value
         for s, value in r.state_dicts.items():
             states[s] = value
         for s, value in r.gradients.items():
@@ -538,7 +546,8 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     by_mb = dict(sorted(losses.items()))
     return DistRunResult(
         list(by_mb.values()), by_mb, trace, fwd, bwd, dis, rates, peaks,
-        state_dicts=states, gradients=grads, rank_results=list(by_rank),
+        group_learning_rates=group_rates, state_dicts=states, gradients=grads,
+        rank_results=list(by_rank),
     )
 
 

@@ -144,7 +144,8 @@ class StageWorker:
         self.forward_versions: dict[int, int] = {}
         self.backward_versions: dict[int, int] = {}
         self.distances: dict[int, int] = {}
-        self.learning_rates: list[float] = []
+        self.learning_rates: list[float] = []  # first param group's lr per update
+        self.group_learning_rates: list[list[float]] = []  # every group's lr per update
 
     # ------------------------------------------------------------------ forward
     def forward(self, microbatch: int, x: torch.Tensor, target=None) -> torch.Tensor:
@@ -298,6 +299,7 @@ class StageWorker:
         self.versions.before_update()
         old = self.t2.snapshot() if self.t2 is not None else None
         self.learning_rates.append(self.optimizer.param_groups[0]["lr"])
+        self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.t2 is not None:

@@ -248,9 +248,18 @@ def select_chapters(source_dir: str | Path, chapters: Iterable[str] | None = Non
 
 
 def build_student(
-    source_dir: str | Path, out_dir: str | Path, chapters: Iterable[str] | None = None
+    source_dir: str | Path,
+    out_dir: str | Path,
+    chapters: Iterable[str] | None = None,
+    *,
+    handout: bool = True,
 ) -> list[Path]:
-    """Write a student copy of each selected chapter into ``out_dir``; return their paths."""
+    """Write a student copy of each selected chapter into ``out_dir``; return their paths.
+
+    With ``handout`` (the default) the folder also gets the students' ``adapter.py``, a
+    ``README.md`` and the engine files the chapters link to, the links rewritten to them
+    (:func:`pipemare_lite.exercises.handout.write_handout`), so it works on its own.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -259,6 +268,10 @@ def build_student(
         target = out_dir / path.name
         nbformat.write(student, target)
         written.append(target)
+    if handout and written:
+        from pipemare_lite.exercises.handout import write_handout
+
+        write_handout(out_dir, written)
     return written
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pipemare_lite.exercises import references
 from pipemare_lite.exercises.compare import compare_int
-from pipemare_lite.exercises.exercise import Exercise
+from pipemare_lite.exercises.exercise import Exercise, Mistake
 
 EXERCISES = [
     Exercise(
@@ -18,9 +18,20 @@ EXERCISES = [
         title="Count the work in a GPipe schedule (a demo of check())",
         function_name="gpipe_action_count",
         signature="gpipe_action_count(P, M) -> int",
-        hint="Every microbatch needs one forward and one backward on every stage.",
-        cases=lambda: [{"P": P, "M": M} for P, M in [(1, 1), (2, 3), (4, 8), (3, 5)]],
+        hint=(
+            "Take one rank and one microbatch: which actions does that microbatch cause on "
+            "that rank? Then count over all ranks and all microbatches (updates not counted)."
+        ),
+        cases=lambda: [{"P": P, "M": M} for P, M in [(4, 8), (2, 3), (1, 1), (3, 5)]],
         reference=lambda P, M: sum(len(row) for row in references.schedule_rows("gpipe", P, M)),
         compare=compare_int,
+        mistakes=(
+            Mistake("you counted one kind of action only: forwards or backwards",
+                    lambda P, M: P * M),
+            Mistake("the updates (U, one per rank) are not counted", lambda P, M: 2 * P * M + P),
+        ),
+        engine_answers=(
+            "pipemare_lite.schedules.gpipe.gpipe",
+        ),
     ),
 ]

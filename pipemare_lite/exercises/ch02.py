@@ -4,8 +4,12 @@
   (all forwards, then all backwards), equal to the engine's ``"gpipe"`` rows without ``U``.
 - ``ex02_2`` ``idle_fraction(P, M) -> float``: GPipe's idle fraction with P stages and M
   microbatches, as the engine's simulator measures it (default costs).
-- ``ex02_3`` constant ``M_FOR_10_PERCENT``: the smallest M for which GPipe's idle fraction
-  with P = 8 is below 10% (hash-checked).
+- ``ex02_3`` ``smallest_m_below(P, target) -> int``: the smallest M for which GPipe's idle
+  fraction with P stages is strictly below ``target`` (the engine's simulator, in exact
+  arithmetic). Until issue 18 this was a constant (M for P = 8 and 10%), compared by hash;
+  one small integer falls to a brute force over hashes, or to bisection with ``check``'s
+  "not below 10%" remarks, so it became a function checked on many (P, target) pairs, some
+  of them exactly on the boundary where floats round either way.
 """
 
 from __future__ import annotations
@@ -14,30 +18,58 @@ import random
 from fractions import Fraction
 
 from pipemare_lite.exercises import references
-from pipemare_lite.exercises.compare import compare_float, compare_rows
-from pipemare_lite.exercises.exercise import Exercise
+from pipemare_lite.exercises.compare import compare_float, compare_int, compare_rows
+from pipemare_lite.exercises.exercise import Exercise, Mistake
 
 
 def _stage_and_microbatch_counts(seed: int) -> list[dict]:
-    fixed = [(1, 1), (1, 3), (2, 1), (3, 2), (4, 4), (2, 5), (4, 9)]
+    # a representative case first (check shows the first non-degenerate failure anyway)
+    fixed = [(4, 4), (3, 2), (1, 1), (1, 3), (2, 1), (2, 5), (4, 9)]
     rng = random.Random(seed)
     drawn = [(rng.randint(2, 6), rng.randint(1, 8)) for _ in range(3)]
     return [{"P": P, "M": M} for P, M in fixed + drawn]
 
 
-def _diagnose_m_for_10_percent(value) -> str | None:
-    """Say what GPipe's idle fraction is at the student's M, so they can see which way to go."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        return f"M_FOR_10_PERCENT should be a positive int (got {value!r})."
-    if value > 10_000:
-        return f"M={value} is far more than needed."
-    idle = references.exact_idle_fraction("gpipe", 8, value)
-    if idle >= Fraction(1, 10):
-        return (
-            f"With P=8 and M={value} the simulator measures an idle fraction of "
-            f"{float(idle):.1%}: not below 10%."
-        )
-    return f"With M={value} the idle fraction is below 10%, but is it the smallest such M?"
+def _threshold_cases(seed: int) -> list[dict]:
+    # (8, 0.1), (4, 0.2), (3, 0.5): some M gives exactly the target (7/70, 3/15, 2/4), so
+    # "below" must be strict and exact; P = 1 never idles
+    fixed = [(8, 0.1), (4, 0.2), (3, 0.5), (16, 0.25), (1, 0.5), (6, 0.05)]
+    rng = random.Random(seed)
+    drawn = [(rng.randint(2, 12), rng.choice([0.05, 0.1, 0.15, 0.2, 0.3, 0.4])) for _ in range(4)]
+    return [{"P": P, "target": target} for P, target in fixed + drawn]
+
+
+def _exact(target: float) -> Fraction:
+    """0.1 as the 1/10 the student means, not the float slightly above it."""
+    return Fraction(repr(float(target)))
+
+
+def _smallest_m(P: int, target: float, below) -> int:
+    """The smallest M >= 1 with ``below(idle(P, M), target)``; idle falls as M grows."""
+    high = 1
+    while not below(references.exact_idle_fraction("gpipe", P, high), _exact(target)):
+        high *= 2
+    low = high // 2 + 1 if high > 1 else 1
+    while low < high:  # bisect in (high/2, high]
+        middle = (low + high) // 2
+        if below(references.exact_idle_fraction("gpipe", P, middle), _exact(target)):
+            high = middle
+        else:
+            low = middle + 1
+    return high
+
+
+def _at_most(P: int, target: float) -> int:
+    """A known mistake: the smallest M with an idle fraction <= target (not strictly below)."""
+    return _smallest_m(P, target, lambda idle, t: idle <= t)
+
+
+def _bubble_ratio_below(P: int, target: float) -> int:
+    """A known mistake: the smallest M with (P-1)/M < target (the bubble ratio)."""
+    M = 1
+    while Fraction(P - 1, M) >= _exact(target):
+        M += 1
+    return M
 
 
 EXERCISES = [
@@ -54,6 +86,25 @@ EXERCISES = [
         cases=lambda: _stage_and_microbatch_counts(201),
         reference=lambda P, M: references.schedule_rows("gpipe", P, M),
         compare=compare_rows,
+        mistakes=(
+            Mistake(
+                "your backwards run from the last microbatch to the first; check the order "
+                "the engine's rows above use",
+                lambda P, M: [
+                    [f"{r}F{m}" for m in range(M)] + [f"{r}B{m}" for m in reversed(range(M))]
+                    for r in range(P)
+                ],
+            ),
+            Mistake(
+                "each forward is followed by its backward: that is one microbatch at a time, "
+                "the naive schedule repeated, not GPipe",
+                lambda P, M: [[a for m in range(M) for a in (f"{r}F{m}", f"{r}B{m}")]
+                              for r in range(P)],
+            ),
+        ),
+        engine_answers=(
+            "pipemare_lite.schedules.gpipe.gpipe",
+        ),
     ),
     Exercise(
         id="ex02_2",
@@ -68,16 +119,55 @@ EXERCISES = [
         cases=lambda: _stage_and_microbatch_counts(202),
         reference=lambda P, M: references.simulated_metrics("gpipe", P, M).idle_fraction,
         compare=compare_float,
+        mistakes=(
+            Mistake(
+                "this is the bubble ratio, idle time / busy time; the idle fraction divides "
+                "the idle time by all the device-time, P x makespan",
+                lambda P, M: (P - 1) / M,
+            ),
+            Mistake(
+                "this is the utilization, the busy share; the exercise asks for the idle share",
+                lambda P, M: M / (M + P - 1),
+            ),
+        ),
+        engine_answers=(
+            "pipemare_lite.simulate.simulate",
+            "pipemare_lite.simulate.metrics",
+            "pipemare_lite.formulas.idle_fraction_gpipe",
+            "pipemare_lite.formulas.utilization_gpipe",
+            "pipemare_lite.formulas.makespan_gpipe",
+        ),
     ),
     Exercise(
         id="ex02_3",
         chapter=2,
-        title="How many microbatches for an idle fraction below 10% (P = 8)",
-        function_name="M_FOR_10_PERCENT",
-        signature="M_FOR_10_PERCENT: int",
-        hint="Solve idle_fraction(8, M) < 0.1 for M, or try values with your idle_fraction.",
-        # sha256("ex02_3:<answer>"), see pipemare_lite.exercises.hashing
-        answer_hash="34dc7991aa720b45b006d94067a6b7f3c39999a3b9d3ee10d45e4624cbaddf0b",
-        diagnose=_diagnose_m_for_10_percent,
+        title="How many microbatches for an idle fraction below a target",
+        function_name="smallest_m_below",
+        signature="smallest_m_below(P, target) -> int",
+        hint=(
+            "The idle fraction falls as M grows: search M = 1, 2, ... with your idle_fraction, "
+            "or solve the inequality for M. Test the boundary case where the idle fraction "
+            "equals the target: is it below? And does 1 - 0.9 == 0.1 in floats?"
+        ),
+        cases=lambda: _threshold_cases(203),
+        reference=lambda P, target: _smallest_m(P, target, lambda idle, t: idle < t),
+        compare=compare_int,
+        points=2,
+        mistakes=(
+            Mistake(
+                "your M gives an idle fraction exactly equal to the target on some case; "
+                "'below' means strictly less (and compare exactly: 0.1 is not exact in floats)",
+                _at_most,
+            ),
+            Mistake(
+                "this solves (P-1)/M < target, the bubble ratio (idle / busy); the exercise "
+                "asks for the idle fraction (idle / (P x makespan))",
+                _bubble_ratio_below,
+            ),
+        ),
+        engine_answers=(
+            "pipemare_lite.formulas.microbatches_for_idle_below",
+            "pipemare_lite.simulate.simulate",
+        ),
     ),
 ]

@@ -13,15 +13,31 @@ import random
 
 from pipemare_lite.exercises import references
 from pipemare_lite.exercises.compare import compare_int_list, compare_rows
-from pipemare_lite.exercises.exercise import Exercise
+from pipemare_lite.exercises.exercise import Exercise, Mistake
 
 
 def _stage_and_microbatch_counts(seed: int) -> list[dict]:
     # (4, 2) and (3, 1): fewer microbatches than stages, where the warm-up is clamped
-    fixed = [(1, 1), (1, 4), (2, 2), (4, 2), (3, 1), (3, 5), (4, 8)]
+    fixed = [(4, 8), (3, 5), (1, 1), (1, 4), (2, 2), (4, 2), (3, 1)]
     rng = random.Random(seed)
     drawn = [(rng.randint(2, 6), rng.randint(1, 10)) for _ in range(3)]
     return [{"P": P, "M": M} for P, M in fixed + drawn]
+
+
+def _one_f_one_b_rows(P: int, M: int, warmup_of) -> list[list[str]]:
+    """1F1B rows with the warm-up of rank r given by ``warmup_of(P, M, r)`` (for mistakes)."""
+    rows = []
+    for r in range(P):
+        warmup = max(0, min(warmup_of(P, M, r), M))
+        row = [f"{r}F{m}" for m in range(warmup)]
+        for k, m in enumerate(range(warmup, M)):
+            row += [f"{r}F{m}", f"{r}B{k}"]
+        rows.append(row + [f"{r}B{m}" for m in range(M - warmup, M)])
+    return rows
+
+
+def _gpipe_rows(P: int, M: int) -> list[list[str]]:
+    return [[f"{r}F{m}" for m in range(M)] + [f"{r}B{m}" for m in range(M)] for r in range(P)]
 
 
 EXERCISES = [
@@ -38,6 +54,20 @@ EXERCISES = [
         cases=lambda: _stage_and_microbatch_counts(301),
         reference=lambda P, M: references.schedule_rows("1f1b", P, M),
         compare=compare_rows,
+        points=2,
+        mistakes=(
+            Mistake("this is GPipe's order, all forwards first; 1F1B starts a backward as soon "
+                    "as the warm-up is over", _gpipe_rows),
+            Mistake("your warm-up has one forward too many on every rank",
+                    lambda P, M: _one_f_one_b_rows(P, M, lambda P_, M_, r: P_ - r)),
+            Mistake("your warm-up has one forward too few on every rank",
+                    lambda P, M: _one_f_one_b_rows(P, M, lambda P_, M_, r: P_ - 2 - r)),
+        ),
+        engine_answers=(
+            "pipemare_lite.schedules.one_f_one_b.one_f_one_b",
+            "pipemare_lite.schedules.one_f_one_b.one_f_one_b_order",
+            "pipemare_lite.schedules.interleaved.interleaved",
+        ),
     ),
     Exercise(
         id="ex03_2",
@@ -52,5 +82,18 @@ EXERCISES = [
         cases=lambda: _stage_and_microbatch_counts(302),
         reference=lambda P, M: list(references.simulated_metrics("1f1b", P, M).peak_inflight),
         compare=compare_int_list,
+        mistakes=(
+            Mistake("P-1-s counts the warm-up forwards only; when stage s runs its first "
+                    "backward, one more forward has been done",
+                    lambda P, M: [max(0, min(P - 1 - s, M)) for s in range(P)]),
+            Mistake("a stage can never hold more microbatches than the minibatch has (M < P)",
+                    lambda P, M: [P - s for s in range(P)]),
+            Mistake("this is GPipe's peak (all M on every stage); 1F1B frees activations "
+                    "as its backwards run", lambda P, M: [M] * P),
+        ),
+        engine_answers=(
+            "pipemare_lite.simulate.simulate",
+            "pipemare_lite.formulas.peak_inflight_1f1b",
+        ),
     ),
 ]

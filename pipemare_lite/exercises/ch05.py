@@ -15,8 +15,11 @@
   copies PipeDream holds at one moment in a long run with N microbatches per update (the
   memory model's count, which the executor's bytes match).
 
-Each lists the engine functions that compute its answer (``engine_answers``): an answer that
-calls them fails, the chapter shows them only after the exercise.
+Each names the engine functions that compute its answer (``engine_answers``): an answer that
+calls them is rejected (:mod:`~pipemare_lite.exercises.originality`). The chapter shows
+them only after the exercise, except the staleness analysis, the chapter's measuring
+instrument for versions (as the simulator is for time). ex05_1's answer is a pair of hooks,
+used on each case by a harness (:mod:`~pipemare_lite.exercises.harness`).
 """
 
 from __future__ import annotations
@@ -25,25 +28,25 @@ import math
 import random
 
 from pipemare_lite.exercises import references
-from pipemare_lite.exercises.compare import compare_int, compare_int_list
+from pipemare_lite.exercises.compare import compare_gradients, compare_int, compare_int_list
 from pipemare_lite.exercises.exercise import Exercise
+from pipemare_lite.exercises.harness import HOOK_MODELS
 
-#: Engine functions that measure or state weight versions and delays.
-_STALENESS_ANSWERS = (
-    "weight_versions", "versions_from_trace", "stage_delays", "microbatch_path",
-    "exact_forward_delay", "expected_forward_delay", "VersionTable",
-)
-#: Engine functions that build the schedules whose delays and stashes are asked for.
-_BUILDERS = ("build_schedule", "async_pipeline", "async_order", "pipedream", "two_bw",
-             "no_flush_order", "build_method_schedule")
+_STALENESS = "pipemare_lite.staleness."
+#: The staleness analysis: it reads the versions every F and B used, off a schedule or off an
+#: executed run. The chapter measures with it before ex05_2 and ex05_3 (as it measures time
+#: with the simulator), so it may appear there, but an answer that calls it is rejected.
+_VERSION_READERS = tuple(_STALENESS + name for name in (
+    "weight_versions", "versions_from_trace", "VersionTable", "stage_delays"))
+#: The engine's closed forms of the delay, shown right after ex05_2.
+_DELAY_FORMS = (_STALENESS + "exact_forward_delay", _STALENESS + "expected_forward_delay")
+# Not listed: the schedule builders (build_schedule and the async, pipedream and 2bw builders
+# behind it), used from the chapter's first cell on. Reading a schedule's action order is a
+# way to derive a delay or a stash count, not the answer itself; and microbatch_path, which
+# needs a versions table that only the readers above make.
 
 
 # --------------------------------------------------------------------------- ex05_1
-
-
-#: The stage modules ex05_1 is checked on: what each saves for its backward differs (Linear
-#: saves a transposed view of its weight; Conv2d and LayerNorm the parameter itself).
-HOOK_MODELS = ("linear", "mlp", "linear+layernorm", "conv")
 
 
 def _hook_case_text(case: dict) -> str:
@@ -54,10 +57,6 @@ def _hook_case_text(case: dict) -> str:
 def _hook_cases() -> list[dict]:
     return [{"model": model, "backward_reads": reads}
             for model in HOOK_MODELS for reads in ("stash", "live")]
-
-
-def _hook_compare(answer, expected) -> str | None:
-    return references.compare_gradients(answer, expected)
 
 
 # --------------------------------------------------------------------------- ex05_2
@@ -109,12 +108,21 @@ EXERCISES = [
         cases=_hook_cases,
         reference=lambda model, backward_reads: references.stage_worker_gradients(
             model, backward_reads),
-        compare=_hook_compare,
+        compare=compare_gradients,
         needs_torch=True,
-        engine_answers=("param_ref", "ParamRef", "StageWorker", "WeightVersions",
-                        "build_stage_worker", "LocalExecutor"),
-        call=lambda answer, case: references.gradients_with_hooks(
-            answer, case["model"], case["backward_reads"]),
+        # the engine's hooks and the worker that runs them, shown right after the exercise.
+        # Not the LocalExecutor, which chapters 01-03 already ran: it hands out no hooks,
+        # and a call of the worker's hooks through it is caught while the answer runs
+        engine_answers=(
+            "pipemare_lite.methods.versions.param_ref",
+            "pipemare_lite.methods.versions.ParamRef",
+            "pipemare_lite.methods.versions.WeightVersions",
+            "pipemare_lite.executor.stage.StageWorker",
+            "pipemare_lite.executor.stage.StageWorker._packer",
+            "pipemare_lite.executor.stage.StageWorker._unpacker",
+            "pipemare_lite.executor.setup.build_stage_worker",
+        ),
+        harness="pipemare_lite.exercises.harness.gradients_with_hooks",
         case_text=_hook_case_text,
     ),
     Exercise(
@@ -134,7 +142,7 @@ EXERCISES = [
         reference=lambda P, N, stage, position: references.measured_forward_delay(
             "async", P, N, stage, position),
         compare=compare_int,
-        engine_answers=_STALENESS_ANSWERS + _BUILDERS,
+        engine_answers=_VERSION_READERS + _DELAY_FORMS,
     ),
     Exercise(
         id="ex05_3",
@@ -153,7 +161,11 @@ EXERCISES = [
         reference=lambda P, N: references.peak_stash_copies_measured(
             P, N, _long_run_minibatches(P, N)),
         compare=compare_int_list,
-        engine_answers=_STALENESS_ANSWERS + _BUILDERS + (
-            "peak_stash_copies", "memory_by_kind", "MemoryProfile"),
+        # The memory model (memory_by_kind) is the book's memory instrument since chapter 01:
+        # it may appear before, but an answer that calls it is rejected. Its MemoryProfile
+        # (sizes only) and the delay's closed forms, shown before this exercise, may be
+        # used: that the copies equal PipeDream's worst-case delay is what is to be found.
+        engine_answers=_VERSION_READERS + (
+            "pipemare_lite.memory.peak_stash_copies", "pipemare_lite.memory.memory_by_kind"),
     ),
 ]

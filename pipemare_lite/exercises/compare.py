@@ -3,7 +3,8 @@
 Every comparator has the signature ``compare(answer, expected) -> str | None``: ``None``
 means equal; otherwise a short description built only from the student's own answer and
 the shape of the task (number of ranks, position of the first difference), never from the
-expected value. Used by the exercises of chapters 00-05. Torch-free.
+expected value. Used by the exercises of chapters 00-06 (ex05_1's gradients arrive as
+nested lists). Torch-free.
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ def compare_float(answer, expected) -> str | None:
         return f"returned {_short(answer)} ({type(answer).__name__}); expected a number"
     if math.isclose(float(answer), float(expected), rel_tol=REL_TOL, abs_tol=ABS_TOL):
         return None
-    return f"returned {float(answer):.6g}, which is not right"
+    return f"returned {float(answer):.6g}, which is not right: {_direction(answer, expected)}"
+
+
+def _direction(answer, expected) -> str:
+    return "too high" if float(answer) > float(expected) else "too low"
 
 
 def compare_int(answer, expected) -> str | None:
@@ -35,7 +40,7 @@ def compare_int(answer, expected) -> str | None:
         return f"returned {_short(answer)} ({type(answer).__name__}); expected an int"
     if int(answer) == int(expected):
         return None
-    return f"returned {int(answer)}, which is not right"
+    return f"returned {int(answer)}, which is not right: {_direction(answer, expected)}"
 
 
 def _as_list(answer):
@@ -55,7 +60,30 @@ def compare_int_list(answer, expected) -> str | None:
             return f"stage {stage}: {_short(value)} is not an int"
     for stage, (value, right) in enumerate(zip(answer, expected)):
         if int(value) != int(right):
-            return f"stage {stage}: you have {int(value)}, which is not right"
+            return (
+                f"stage {stage}: you have {int(value)}, which is not right: "
+                f"{_direction(value, right)}"
+            )
+    return None
+
+
+def compare_float_rows(answer, expected) -> str | None:
+    """One list of numbers per rank, each equal to ``expected``'s up to the float tolerance."""
+    answer = _as_list(answer)
+    if not isinstance(answer, (list, tuple)) or not all(
+        isinstance(row, (list, tuple)) for row in answer
+    ):
+        return f"returned {_short(answer)}; expected one list of numbers per rank"
+    if len(answer) != len(expected):
+        return f"returned {len(answer)} rows; expected one row per rank ({len(expected)})"
+    for rank, (row, right_row) in enumerate(zip(answer, expected)):
+        if len(row) != len(right_row):
+            return f"rank {rank}: {len(row)} numbers; expected {len(right_row)}"
+        for position, (value, right) in enumerate(zip(row, right_row)):
+            problem = compare_float(value, right)
+            if problem is not None:
+                problem = problem.replace("returned", "you have")
+                return f"rank {rank}, position {position}: {problem}"
     return None
 
 
@@ -87,4 +115,122 @@ def compare_rows(answer, expected) -> str | None:
         if len(mine) > len(right_row):
             extra = mine[len(right_row)]
             return f"rank {rank}: too many actions (you have {len(mine)}); extra: {extra!r}"
+    return None
+
+
+def compare_close(rel_tol: float):
+    """A comparator for a number found by a numerical search: right within ``rel_tol``.
+
+    Says whether a wrong answer is too high or too low, never by how much.
+    """
+
+    def compare(answer, expected) -> str | None:
+        if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
+            return f"returned {_short(answer)} ({type(answer).__name__}); expected a number"
+        if math.isclose(float(answer), float(expected), rel_tol=rel_tol, abs_tol=ABS_TOL):
+            return None
+        side = "too high" if float(answer) > float(expected) else "too low"
+        return f"returned {float(answer):.6g}, which is not right: {side}"
+
+    compare.__doc__ = f"A real number within a relative {rel_tol:g} of the expected one."
+    return compare
+
+
+def _real_list(answer, what: str):
+    """``(list of floats, None)`` or ``(None, problem)`` for a sequence of real numbers."""
+    answer = _as_list(answer)
+    if not isinstance(answer, (list, tuple)):
+        kind = type(answer).__name__
+        return None, f"returned {_short(answer)} ({kind}); expected a list of {what}"
+    for position, value in enumerate(answer):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return None, f"item {position}: {_short(value)} is not a real number"
+    return [float(value) for value in answer], None
+
+
+def compare_iterates(answer, expected) -> str | None:
+    """A list of iterates ``w[0..T]`` equal to ``expected`` up to rounding.
+
+    Rounding is judged against the largest iterate so far, so a diverging run whose values
+    pass near zero is not failed for the last bits of a large number.
+    """
+    values, problem = _real_list(answer, "iterates w[0..steps]")
+    if problem:
+        return problem
+    if len(values) != len(expected):
+        return f"returned {len(values)} values; expected w[0..steps], one more than the steps"
+    scale = 1.0
+    for t, (value, right) in enumerate(zip(values, expected)):
+        scale = max(scale, abs(right))
+        if not (math.isfinite(value) and abs(value - right) <= REL_TOL * 1e3 * scale):
+            return f"w[{t}] is {value:.6g} in yours, which is not right"
+    return None
+
+
+def compare_polynomial(answer, expected) -> str | None:
+    """Polynomial coefficients, highest power first, equal up to rounding.
+
+    Trailing zeros are dropped from both first: multiplying a polynomial by z only adds a
+    root at 0, which changes nothing about stability, so both forms are accepted.
+    """
+    values, problem = _real_list(answer, "coefficients, highest power first")
+    if problem:
+        return problem
+    trim = lambda c: c[: max(k for k, x in enumerate(c) if abs(x) > ABS_TOL) + 1]  # noqa: E731
+    if not values or all(abs(x) <= ABS_TOL for x in values):
+        return "returned no nonzero coefficient"
+    mine, right = trim(values), trim([float(x) for x in expected])
+    if len(mine) != len(right):
+        side = "too high" if len(mine) > len(right) else "too low"
+        return f"your polynomial has degree {len(mine) - 1} (trailing zeros dropped): {side}"
+    degree = len(mine) - 1
+    for k, (value, good) in enumerate(zip(mine, right)):
+        if not math.isclose(value, good, rel_tol=REL_TOL, abs_tol=ABS_TOL):
+            return f"the coefficient of z^{degree - k} is {value:.6g} in yours, which is not right"
+    return None
+
+
+def _flat_reals(value) -> list[float] | None:
+    """The numbers of a nested list (a tensor's ``tolist()``), flattened; None if not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Real):
+        return [float(value)]
+    if not isinstance(value, (list, tuple)):
+        return None
+    flat: list[float] = []
+    for item in value:
+        inner = _flat_reals(item)
+        if inner is None:
+            return None
+        flat += inner
+    return flat
+
+
+def _same_reals(answer, expected) -> bool:
+    mine, right = _flat_reals(answer), _flat_reals(expected)
+    return (
+        mine is not None
+        and right is not None
+        and len(mine) == len(right)
+        and all(math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL) for a, b in zip(mine, right))
+    )
+
+
+def compare_gradients(answer, expected) -> str | None:
+    """``(input gradient, [parameter gradients])`` as nested lists, each close to the
+    expected one (ex05_1: what a backward computed under the student's hooks)."""
+    if not (isinstance(answer, (list, tuple)) and len(answer) == 2):
+        return f"gave {_short(answer)}; expected an input gradient and parameter gradients"
+    (grad_x, grads), (right_x, right_grads) = answer, expected
+    if grad_x is None or not _same_reals(grad_x, right_x):
+        return ("gives an input gradient that is not the one a backward with the chosen "
+                "weights computes")
+    if not isinstance(grads, (list, tuple)) or len(grads) != len(right_grads):
+        return "does not give one gradient per parameter"
+    for i, (got, right) in enumerate(zip(grads, right_grads)):
+        if got is None:
+            return f"leaves parameter {i} without a gradient"
+        if not _same_reals(got, right):
+            return f"gives parameter {i} a gradient that is not the right one"
     return None

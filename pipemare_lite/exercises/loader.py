@@ -6,16 +6,19 @@ namespace:
 
 1. the top-level ``import`` statements, of any code cell, that bind a name the code below
    uses (so a chapter's ``import torch`` costs nothing when no answer needs torch);
-2. every cell that is pure definitions (only imports, ``def``, ``class`` and assignments of
-   literal constants): helpers a solution may call;
-3. every cell that defines one of the requested names at top level.
+2. the definitions the answers need: a top-level ``def`` or ``class``, or an assignment of
+   a literal constant, from any cell, when an answer (or a definition it needs, and so on)
+   uses its name. A helper defined in a cell that also prints or plots is found too; the
+   rest of that cell does not run;
+3. every cell that defines one of the requested names at top level, minus its bare
+   expressions.
 
-Bare expressions at the top level of those cells (``check(...)``, ``print(...)``, a value
-to display) are skipped: they bind nothing; so are their imports (step 1 runs the ones
-needed). IPython magics (``%time``, ``!pip``) are
-skipped too. A cell that raises is reported with :func:`warnings.warn` and loading goes on,
-so one broken exercise costs one exercise. Introduced in chapter 00 ("For instructors").
-Torch-free (the student's own imports may import torch).
+Bare expressions at the top level (``check(...)``, ``print(...)``, a value to display) are
+skipped: they bind nothing; so are the cells' own imports (step 1 runs the ones needed).
+IPython magics (``%time``, ``!pip``) are skipped too. A cell that raises is reported with
+:func:`warnings.warn` and loading goes on, so one broken exercise costs one exercise.
+Introduced in chapter 00 ("For instructors"); grading runs it in a separate process
+(:mod:`pipemare_lite.exercises.worker`). Torch-free (the student's own imports may import torch).
 """
 
 from __future__ import annotations
@@ -57,6 +60,11 @@ def _bound_names(statement: ast.stmt) -> set[str]:
     return names
 
 
+def _names_used(statement: ast.stmt) -> set[str]:
+    """Every name a statement reads or binds (over-approximate: locals count too)."""
+    return {node.id for node in ast.walk(statement) if isinstance(node, ast.Name)}
+
+
 def _imports_any(statement: ast.Import | ast.ImportFrom, names: set[str]) -> bool:
     """True if the import binds one of ``names`` (``from m import *``: always)."""
     for alias in statement.names:
@@ -94,7 +102,7 @@ def _run(statements: list[ast.stmt], namespace: dict, label: str) -> None:
     module = ast.Module(body=statements, type_ignores=[])
     try:
         exec(compile(module, label, "exec"), namespace)  # noqa: S102 - the student's own code
-    except Exception as exc:  # one broken cell must not hide the other exercises
+    except (Exception, SystemExit) as exc:  # one broken cell must not hide the others
         warnings.warn(
             f"{label}: {type(exc).__name__}: {exc}", NotebookLoadWarning, stacklevel=3
         )
@@ -135,25 +143,34 @@ def load_from_notebook(path: str | Path, names: str | Iterable[str]) -> dict:
                 stacklevel=2,
             )
 
-    kept_cells: list[tuple[int, list[ast.stmt]]] = []
+    answer_cells: list[tuple[int, list[ast.stmt]]] = []
+    definitions: list[tuple[int, int, ast.stmt]] = []  # (cell, position, statement)
     for index, body in parsed:
-        defines_wanted = any(_bound_names(s) & wanted for s in body)
-        if defines_wanted or (body and all(_is_pure_definition(s) for s in body)):
+        if any(_bound_names(s) & wanted for s in body):
             kept = [s for s in body if not isinstance(s, (ast.Expr, ast.Import, ast.ImportFrom))]
-            kept_cells.append((index, kept))
-    used = {
-        node.id
-        for _, kept in kept_cells
-        for statement in kept
-        for node in ast.walk(statement)
-        if isinstance(node, ast.Name)
-    }
+            answer_cells.append((index, kept))
+            continue
+        for position, statement in enumerate(body):
+            if _is_pure_definition(statement) and _bound_names(statement):
+                definitions.append((index, position, statement))
+    used = {name for _, kept in answer_cells for s in kept for name in _names_used(s)}
+    chosen: set[tuple[int, int]] = set()
+    grew = True
+    while grew:  # the definitions the answers need, and the ones those need, ...
+        grew = False
+        for index, position, statement in definitions:
+            if (index, position) not in chosen and _bound_names(statement) & used:
+                chosen.add((index, position))
+                used |= _names_used(statement)
+                grew = True
+    to_run = [(index, [s]) for index, position, s in definitions if (index, position) in chosen]
+    to_run = sorted(to_run + answer_cells, key=lambda item: item[0])
     namespace: dict = {"__name__": "__student_notebook__"}
     for _, body in parsed:
         for statement in body:
             is_import = isinstance(statement, (ast.Import, ast.ImportFrom))
             if is_import and _imports_any(statement, used):
                 _run([statement], namespace, f"{path.name} (imports)")
-    for index, kept in kept_cells:
-        _run(kept, namespace, f"{path.name} cell {index}")
+    for index, statements in to_run:
+        _run(statements, namespace, f"{path.name} cell {index}")
     return {name: namespace[name] for name in wanted if name in namespace}

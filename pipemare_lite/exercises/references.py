@@ -2,8 +2,8 @@
 
 Each function asks the engine (imported lazily, so importing the exercises stays cheap and
 torch-free) and reshapes its answer into the form an exercise asks for, e.g. one row of
-``"2F0"``-style strings per rank without the ``U`` (update) actions. Chapters 00-05
-(chapter 05's ex05_1 runs real tensors: its helpers import torch when called).
+``"2F0"``-style strings per rank without the ``U`` (update) actions. Chapters 00-06
+(chapter 05's ex05_1 runs real tensors: its reference imports torch when called).
 """
 
 from __future__ import annotations
@@ -25,6 +25,18 @@ def simulated_metrics(name: str, P: int, M: int, *, chunks: int = 1):
     from pipemare_lite.simulate import OpCosts, metrics, simulate
 
     return metrics(simulate(build_schedule(name, P, M, chunks=chunks), OpCosts()))
+
+
+def start_times(name: str, P: int, M: int, forward: float, backward: float) -> list[list[float]]:
+    """Per rank, the simulated start time of each F/B action, in the rank's order."""
+    from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.simulate import OpCosts, simulate
+
+    timeline = simulate(build_schedule(name, P, M), OpCosts(forward=forward, backward=backward))
+    return [
+        [entry.start for entry in timeline.for_rank(rank) if entry.action.kind != "U"]
+        for rank in range(P)
+    ]
 
 
 def exact_idle_fraction(name: str, P: int, M: int, *, chunks: int = 1) -> Fraction:
@@ -70,7 +82,7 @@ def p2p_messages_counted(P: int, v: int) -> int:
     return 2 * hops
 
 
-# --------------------------------------------------------------------------- chapter 05
+# --- chapter 05: weight versions, delays and stashes ---------------------------------------
 
 
 def measured_forward_delay(name: str, P: int, N: int, stage: int, position: int) -> int:
@@ -103,45 +115,21 @@ def peak_stash_copies_measured(P: int, N: int, K: int) -> list[int]:
     return peak_stash_copies(build_schedule("pipedream", P, N, num_minibatches=K))
 
 
-def _hook_stage(model: str):
-    """``(module, x, grad_y, delta)`` for one ex05_1 case: a middle stage's input (it needs a
-    gradient), the gradient arriving from the next stage, and the update that will change the
-    parameters in place while the backward is pending. Seeded, float64."""
-    import torch
-    from torch import nn
-
-    torch.manual_seed(5)
-    layers = {
-        "linear": lambda: nn.Linear(5, 4),
-        "mlp": lambda: nn.Sequential(nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 4)),
-        "linear+layernorm": lambda: nn.Sequential(nn.Linear(5, 4), nn.LayerNorm(4)),
-        "conv": lambda: nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), nn.Tanh()),
-    }
-    if model not in layers:
-        raise ValueError(f"unknown model {model!r}; allowed: {', '.join(layers)}")
-    module = layers[model]().double()
-    shape = (3, 2, 4, 4) if model == "conv" else (3, 5)
-    x = torch.randn(*shape, dtype=torch.float64)
-    with torch.no_grad():
-        grad_y = torch.randn_like(module(x))
-    delta = [0.5 * torch.randn_like(p) for p in module.parameters()]
-    return module, x, grad_y, delta
-
-
-def stage_worker_gradients(model: str, backward_reads: str):
-    """The engine's answer to ex05_1: ``(grad of input, [grad of each parameter])``.
+def stage_worker_gradients(model: str, backward_reads: str) -> tuple:
+    """The engine's answer to ex05_1: ``(grad of input, [grad of each parameter])`` as lists.
 
     A :class:`~pipemare_lite.executor.stage.StageWorker` (weight mode ``stash`` when the
     backward must read the copy from F, ``async`` when it reads the live weights) runs F,
     then an update that adds ``delta`` to every parameter (SGD with lr 1 on the gradient
-    -delta), then B.
+    -delta), then B, on the stage :func:`~pipemare_lite.exercises.harness.hook_stage` builds.
     """
     import torch
 
     from pipemare_lite.executor.stage import StageWorker
+    from pipemare_lite.exercises.harness import hook_stage, plain_gradients
 
     mode = {"stash": "stash", "live": "async"}[backward_reads]
-    module, x, grad_y, delta = _hook_stage(model)
+    module, x, grad_y, delta = hook_stage(model)
     params = list(module.parameters())
     worker = StageWorker(1, module, torch.optim.SGD(params, lr=1.0), weight_mode=mode,
                          is_last=False, num_microbatches=1, num_minibatches=2)
@@ -150,43 +138,30 @@ def stage_worker_gradients(model: str, backward_reads: str):
         p.grad = -d
     worker.update()
     grad_x = worker.backward(0, grad_y)
-    return grad_x.detach(), [p.grad.detach() for p in params]
+    return plain_gradients(grad_x, [p.grad for p in params])
 
 
-def gradients_with_hooks(version_hooks, model: str, backward_reads: str):
-    """ex05_1's check: the same F, update, B as :func:`stage_worker_gradients`, by hand,
-    with the student's ``version_hooks(params, weights)`` around the forward."""
-    import torch
-
-    module, x, grad_y, delta = _hook_stage(model)
-    params = list(module.parameters())
-    if backward_reads == "stash":
-        weights = [p.detach().clone() for p in params]  # the copy taken at F
-    else:
-        weights = [p.detach() for p in params]  # the live weights: they will change
-    pack, unpack = version_hooks(params, weights)
-    x.requires_grad_(True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-        y = module(x)
-    with torch.no_grad():  # an update arrives while this microbatch's backward is pending
-        for p, d in zip(params, delta):
-            p.add_(d)
-    y.backward(grad_y)
-    return x.grad.detach(), [None if p.grad is None else p.grad.detach() for p in params]
+# --- chapter 06: delayed gradient descent on a quadratic ----------------------------------
 
 
-def compare_gradients(answer, expected) -> str | None:
-    """ex05_1: the input gradient and every parameter gradient close to the engine's."""
-    import torch
+def delayed_gd_iterates(alpha: float, lam: float, tau: int, steps: int) -> list[float]:
+    """The engine's ``w[0..steps]`` of delayed GD from ``w = 1`` (constant past)."""
+    from pipemare_lite.theory import simulate_delayed_gd
 
-    grad_x, grads = answer
-    right_x, right_grads = expected
-    if grad_x is None or not torch.allclose(grad_x, right_x, rtol=1e-9, atol=1e-12):
-        return ("gives an input gradient that is not the one a backward with the chosen "
-                "weights computes")
-    for i, (got, right) in enumerate(zip(grads, right_grads)):
-        if got is None:
-            return f"leaves parameter {i} without a gradient"
-        if not torch.allclose(got, right, rtol=1e-9, atol=1e-12):
-            return f"gives parameter {i} a gradient that is not the right one"
-    return None
+    return simulate_delayed_gd(alpha, lam, tau, steps).tolist()
+
+
+def delayed_gd_polynomial(alpha: float, lam: float, tau: int, momentum: float) -> list[float]:
+    """The engine's characteristic polynomial of (heavy-ball) delayed GD, highest power first."""
+    from pipemare_lite.theory import characteristic_polynomial
+
+    return characteristic_polynomial(alpha, lam, tau, momentum).tolist()
+
+
+def largest_stable_alpha_lam(tau: int, momentum: float) -> float:
+    """The largest ``alpha * lam`` with every smaller step stable (roots, then bisection)."""
+    from pipemare_lite.theory import largest_stable_step, spectral_radius
+
+    return largest_stable_step(
+        lambda x: spectral_radius(x, 1.0, tau, momentum), high=5.0, grid=500
+    )

@@ -9,16 +9,21 @@ id         the student defines                                    compared with 
 ex00_1     ``gpipe_action_count(P, M) -> int``                    F+B actions of ``"gpipe"``
 ex01_1     ``naive_utilization(P) -> float``                      simulated utilization, naive
 ex01_2     ``naive_order(P) -> list[list[str]]``                  ``"naive"`` rows minus U
+ex01_3     ``naive_start_times(P, F, B) -> list[list[float]]``    simulated start times, naive
 ex02_1     ``gpipe_order(P, M) -> list[list[str]]``               ``"gpipe"`` rows minus U
 ex02_2     ``idle_fraction(P, M) -> float``                       simulated idle fraction, gpipe
-ex02_3     constant ``M_FOR_10_PERCENT: int``                     hash of the right value
+ex02_3     ``smallest_m_below(P, target) -> int``                 search over the simulator
 ex03_1     ``one_f_one_b_order(P, M) -> list[list[str]]``         ``"1f1b"`` rows minus U
 ex03_2     ``peak_activations_1f1b(P, M) -> list[int]``           simulated peak_inflight, 1f1b
 ex04_1     ``interleaved_idle_fraction(P, M, v) -> float``        simulated idle, interleaved
 ex04_2     ``p2p_messages_per_microbatch(P, v) -> int``           hops counted in interleaved
+ex04_3     ``count_p2p_messages(schedule) -> int``                ``simulate.p2p_messages``
 ex05_1     ``version_hooks(params, weights) -> (pack, unpack)``   StageWorker stash/async grads
 ex05_2     ``async_forward_delay(P, N, stage, position) -> int``  weight versions of ``"async"``
 ex05_3     ``pipedream_stash_copies(P, N) -> list[int]``          memory model, long pipedream
+ex06_1     ``delayed_gd(alpha, lam, tau, steps) -> list``         ``theory.simulate_delayed_gd``
+ex06_2     ``delayed_gd_coefficients(alpha, lam, tau, m)``        ``characteristic_polynomial``
+ex06_3     ``max_stable_step(tau, momentum) -> float``            roots + bisection (theory)
 =========  ====================================================  =============================
 
 Rows are one list per rank of action strings ``{stage}{F|B}{microbatch}`` (``"2F0"``,
@@ -28,13 +33,13 @@ import the engine only when a check runs (ex05_1, on real tensors, then imports 
 
 from __future__ import annotations
 
-from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05
+from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06
 from pipemare_lite.exercises.exercise import Exercise
 
 #: exercise id -> :class:`Exercise`, in book order.
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
-    for module in (ch00, ch01, ch02, ch03, ch04, ch05)
+    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06)
     for exercise in module.EXERCISES
 }
 

@@ -1,9 +1,12 @@
 """Stored experiments: definitions that ``pipemare-lite reproduce NAME`` runs (chapter 10).
 
-Each experiment module provides ``run(quick: bool) -> dict`` (JSON-ready results) and
-``markdown(results) -> str`` (the table a chapter shows). Results are written to
-``data/results/<name>.json`` with a ``<name>.meta.json`` beside them (command, versions,
-seed, date); quick variants to ``<name>_quick.json``.
+Each experiment module provides ``run(quick: bool) -> dict`` (JSON-ready results, with
+the ``torch_threads`` they ran with and values over several seeds), ``markdown(results) ->
+str`` (the table a chapter shows) and ``check(results, meta)`` (re-runs one row and
+compares it with the stored seeds: a :class:`~pipemare_lite.experiments.record.CheckReport`).
+Results are written to ``data/results/<name>.json`` with a ``<name>.meta.json`` beside them
+(command, package version, seeds, date, machine fingerprint); quick variants to
+``<name>_quick.json``. :mod:`pipemare_lite.experiments.record` holds what is shared.
 """
 
 #: experiment name -> module under pipemare_lite.experiments

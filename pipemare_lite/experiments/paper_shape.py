@@ -12,10 +12,14 @@ Setup, fixed before any asynchronous run was looked at:
   + head = 8 units), cut one unit per stage: P = 8 stages, fine-grained as in the paper;
 - data: the 8x8 digits (real data, shipped with scikit-learn), N = 4 microbatches of 8,
   SGD with momentum 0.9 (the paper's optimizer for ResNets), a fixed number of epochs;
+- seeds: every row is trained once per seed of ``config.seeds`` (5 for the full run, 8 for
+  the quick one); a seed sets the data split, the initial weights and the data order, the
+  same for every row. A single seed's number is a property of the code *and* the CPU (see
+  :mod:`pipemare_lite.experiments.record`), so rows report mean, min and max over seeds;
 - learning rate: swept on the synchronous method (1F1B) only, over a fixed grid; the chosen
-  lr is the *largest* one where sync is fine (did not diverge and ends within
-  ``fine_margin`` of the best sync test accuracy). Largest, because that is the lr a
-  practitioner tuning sync would ship, and where asynchrony has the least slack;
+  lr is the *largest* one where sync is fine: no seed diverged and its mean test accuracy
+  over seeds is within ``fine_margin`` of the best lr's mean. Largest, because that is the
+  lr a practitioner tuning sync would ship, and where asynchrony has the least slack;
 - methods at that lr: 1F1B (sync), async (no fix), async + T1, async + T1 + T2, PipeMare
   with warm-up (T1 + T2, the first quarter of the run synchronous), PipeDream (stash).
   T1 anneals over the first half of the run (its factor is 1 during a synchronous warm-up
@@ -27,14 +31,21 @@ Setup, fixed before any asynchronous run was looked at:
   method's schedule over the whole run from the simulator (F = 1, B = 2 cost units).
 
 The verdict compares the outcome with the paper's claims using thresholds also fixed up
-front (:func:`shape_checks`) and says plainly which held.
+front (:func:`shape_checks`), on seed ranges: a claim "held" only where it holds with every
+row at the unfavourable end of its range, "did not hold" only where it fails even at the
+favourable end, and is "not separable from noise" otherwise.
+
+:func:`check` re-runs one seed of one quick row (:data:`CHECK_ROW`) and compares it with the
+stored seeds, bitwise on the machine that wrote the file and within the widened seed range
+elsewhere (:func:`pipemare_lite.experiments.record.check_rerun`).
 """
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import asdict, dataclass, replace
+
+from pipemare_lite.experiments import record
 
 #: The rows of the table: label, method name, and fit() switches.
 VARIANTS = (
@@ -45,6 +56,18 @@ VARIANTS = (
     ("PipeMare-W (T1 + T2 + warm-up)", "pipemare", {"t1": True, "t2": True, "warmup": True}),
     ("PipeDream (stash)", "pipedream", {}),
 )
+
+#: torch threads of every run: one, so the numbers do not depend on the machine's cores
+THREADS = 1
+
+#: the quick row :func:`check` re-runs: its seeds agree best (a chaotic near-chance async
+#: row has a seed range too wide to reject anything), and a wrong delay moves it far
+CHECK_ROW = "sync (1F1B)"
+
+#: what the check compares in range mode: metrics within the widened seed range, the rest
+#: exactly (no CPU changes how many steps ran or how many bytes a tensor has)
+CHECK_METRICS = ("final_accuracy", "final_loss")
+CHECK_EXACT = ("steps", "memory_bytes", "diverged")
 
 
 @dataclass(frozen=True)
@@ -58,7 +81,7 @@ class PaperShapeConfig:
     batch_size: int = 32
     epochs: int = 4
     momentum: float = 0.9
-    seed: int = 0
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     lr_grid: tuple[float, ...] = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
     sync_method: str = "1f1b"
     fine_margin: float = 0.02
@@ -68,35 +91,44 @@ class PaperShapeConfig:
 
 
 FULL = PaperShapeConfig()
-QUICK = replace(FULL, epochs=1, lr_grid=(0.01, 0.02, 0.05))
+# more seeds for the quick run: it is cheap, and its seeds set the check's margin
+QUICK = replace(FULL, epochs=1, lr_grid=(0.01, 0.02, 0.05), seeds=tuple(range(8)))
 
 
 def config_for(quick: bool) -> PaperShapeConfig:
-    """The quick (one epoch, three lrs) or full configuration."""
+    """The quick (one epoch, three lrs, eight seeds) or full configuration."""
     return QUICK if quick else FULL
 
 
-def _data(config: PaperShapeConfig):
+def _data(seed: int):
     from pipemare_lite.datasets import digits
 
-    return digits(seed=config.seed)
+    return digits(seed=seed)
 
 
 def _steps(config: PaperShapeConfig, data) -> int:
     return config.epochs * (len(data.x_train) // config.batch_size)
 
 
-def run_variant(config: PaperShapeConfig, label: str, lr: float, data=None) -> dict:
-    """Train one row of the table at ``lr``; returns its JSON-ready result."""
+def _definition(label: str) -> tuple[str, dict]:
+    for name, method, switches in VARIANTS:
+        if name == label:
+            return method, switches
+    raise ValueError(f"unknown row {label!r}; the rows are {[v[0] for v in VARIANTS]}")
+
+
+def _fit(config, label, lr, seed, data, method=None, switches=None):
+    """Train one seed of a row; ``method``/``switches`` replace the row's (perturbations)."""
     from pipemare_lite.models import small_resnet
     from pipemare_lite.train import fit
 
-    data = data if data is not None else _data(config)
-    method, switches = next((m, s) for name, m, s in VARIANTS if name == label)
+    row_method, row_switches = _definition(label)
+    method = row_method if method is None else method
+    switches = row_switches if switches is None else switches
     total = _steps(config, data)
     warmup = round(config.warmup_fraction * total) if switches.get("warmup") else 0
     anneal = max(1, round(config.t1_anneal_fraction * total))
-    model = small_resnet(config.channels, config.blocks, data.num_classes, 1, 8, seed=config.seed)
+    model = small_resnet(config.channels, config.blocks, data.num_classes, 1, 8, seed=seed)
     history = fit(
         model,
         data,
@@ -107,7 +139,7 @@ def run_variant(config: PaperShapeConfig, label: str, lr: float, data=None) -> d
         epochs=config.epochs,
         lr=lr,
         momentum=config.momentum,
-        seed=config.seed,
+        seed=seed,
         t1=switches.get("t1"),
         t2=switches.get("t2"),
         t1_anneal_updates=anneal,
@@ -115,13 +147,12 @@ def run_variant(config: PaperShapeConfig, label: str, lr: float, data=None) -> d
         warmup=warmup,
         progress=False,
     )
+    return history, method, warmup
+
+
+def _outcome(seed: int, history) -> dict:
     return {
-        "label": label,
-        "method": method,
-        "t1": history.config["t1"],
-        "t2": history.config["t2"],
-        "warmup_minibatches": warmup,
-        "lr": lr,
+        "seed": seed,
         "final_accuracy": history.final_accuracy,
         "final_loss": history.final_loss,
         "diverged": history.diverged,
@@ -131,12 +162,59 @@ def run_variant(config: PaperShapeConfig, label: str, lr: float, data=None) -> d
         "forward_delay_max": history.forward_delay_max,
         "train_loss": history.loss,
         "evals": history.evals,
-        "utilization": _utilization(config, method, history.steps, warmup),
+    }
+
+
+def run_variant(
+    config: PaperShapeConfig,
+    label: str,
+    lr: float,
+    seed: int,
+    data=None,
+    *,
+    method: str | None = None,
+    switches: dict | None = None,
+) -> dict:
+    """Train one seed of one row at ``lr``; returns that seed's JSON-ready outcome.
+
+    ``method`` and ``switches`` replace the row's own (to perturb the method in a test of
+    :func:`check`); the outcome holds only what training produced, so a perturbed run
+    looks like the row's and only its numbers can tell.
+    """
+    data = data if data is not None else _data(seed)
+    history, _, _ = _fit(config, label, lr, seed, data, method, switches)
+    return _outcome(seed, history)
+
+
+def run_row(config: PaperShapeConfig, label: str, lr: float, datasets: dict) -> dict:
+    """Train a row once per seed (``datasets``: seed -> data); settings, seeds and summary."""
+    seeds, first = [], None
+    for seed in config.seeds:
+        history, method, warmup = _fit(config, label, lr, seed, datasets[seed])
+        first = first or history
+        seeds.append(_outcome(seed, history))
+    memory = {}  # peak over seeds, per kind (a diverged seed may stop before the peak)
+    for s in seeds:
+        for kind, value in s["memory_bytes"].items():
+            memory[kind] = max(memory.get(kind, 0), value)
+    planned = _steps(config, datasets[config.seeds[0]])
+    return {
+        "label": label,
+        "method": method,
+        "t1": first.config["t1"],
+        "t2": first.config["t2"],
+        "warmup_minibatches": warmup,
+        "lr": lr,
+        "memory_bytes": memory,
+        "utilization": _utilization(config, method, planned, warmup),
+        "summary": {k: record.seed_summary([s[k] for s in seeds]) for k in CHECK_METRICS},
+        "diverged_seeds": sum(bool(s["diverged"]) for s in seeds),
+        "seeds": seeds,
     }
 
 
 def _utilization(config: PaperShapeConfig, method: str, steps: int, warmup: int) -> dict:
-    """Simulated utilization of the method's schedule over the whole run (F=1, B=2)."""
+    """Simulated utilization of the method's schedule over the planned run (F=1, B=2)."""
     from pipemare_lite.methods import build_method_schedule, method_options
     from pipemare_lite.simulate import OpCosts, simulate_and_measure
 
@@ -155,149 +233,248 @@ def _utilization(config: PaperShapeConfig, method: str, steps: int, warmup: int)
 
 
 def choose_lr(sweep: list[dict], margin: float) -> float:
-    """The largest lr whose sync run did not diverge and is within ``margin`` of the best."""
-    finite = [r for r in sweep if not r["diverged"] and math.isfinite(r["final_accuracy"])]
+    """The largest lr where no sync seed diverged and the mean accuracy is within ``margin``
+    of the best lr's mean accuracy (``sweep``: entries with ``lr``, ``diverged_seeds`` and
+    the ``final_accuracy`` summary over seeds)."""
+    finite = [
+        r for r in sweep if r["diverged_seeds"] == 0 and r["final_accuracy"]["mean"] is not None
+    ]
     if not finite:
         raise RuntimeError("sync diverged at every lr of the grid; widen the grid downwards")
-    best = max(r["final_accuracy"] for r in finite)
-    fine = [r["lr"] for r in finite if r["final_accuracy"] >= best - margin]
-    return max(fine)
+    best = max(r["final_accuracy"]["mean"] for r in finite)
+    return max(r["lr"] for r in finite if r["final_accuracy"]["mean"] >= best - margin)
+
+
+def _accuracy_range(row: dict) -> tuple[float, float]:
+    """(min, max) test accuracy over the row's seeds, a diverged seed counting as 0."""
+    values = [0.0 if s["diverged"] else s["final_accuracy"] for s in row["seeds"]]
+    return min(values), max(values)
+
+
+def _show(r: tuple[float, float]) -> str:
+    return f"{r[0]:.4f}..{r[1]:.4f}"
 
 
 def shape_checks(rows: dict[str, dict], margin: float) -> list[dict]:
-    """The paper's claims, each with the threshold fixed up front and whether it held."""
-    acc = {k: (0.0 if r["diverged"] else r["final_accuracy"]) for k, r in rows.items()}
-    sync, plain = acc["sync (1F1B)"], acc["async"]
-    t1 = acc["async + T1"]
-    gap = sync - plain
+    """The paper's claims, each with the threshold fixed up front and its verdict on ranges.
+
+    Each accuracy comparison uses the rows' seed ranges (:func:`_accuracy_range`): a claim
+    is "held" if it holds with every row at the unfavourable end of its range, "did not
+    hold" if it fails with every row at the favourable end, else "not separable from
+    noise" (:func:`pipemare_lite.experiments.record.verdict`). Memory and utilization do
+    not depend on the seed.
+    """
+    sync = _accuracy_range(rows["sync (1F1B)"])
+    plain = _accuracy_range(rows["async"])
+    t1 = _accuracy_range(rows["async + T1"])
+    t1t2 = _accuracy_range(rows["async + T1 + T2"])
+    w = _accuracy_range(rows["PipeMare-W (T1 + T2 + warm-up)"])
+    t1_seeds = len(rows["async + T1"]["seeds"])
+    t1_diverged = rows["async + T1"]["diverged_seeds"]
     mem = {
         k: sum(v for kind, v in r["memory_bytes"].items() if kind != "activations")
         for k, r in rows.items()
     }
     util = {k: r["utilization"]["utilization"] for k, r in rows.items()}
+
+    def decided(held: bool) -> str:
+        return record.verdict(held, not held)
+
     return [
         {
             "claim": "async without fixes degrades or diverges at an lr where sync is fine",
-            "test": f"async diverged, or its accuracy < sync - {margin}",
-            "held": rows["async"]["diverged"] or plain < sync - margin,
-            "detail": f"sync {sync:.4f}, async {plain:.4f}"
-            + (" (diverged)" if rows["async"]["diverged"] else ""),
+            "test": f"async accuracy (a diverged seed counts as 0) < sync - {margin}",
+            "verdict": record.verdict(plain[1] < sync[0] - margin, plain[0] >= sync[1] - margin),
+            "detail": f"sync {_show(sync)}, async {_show(plain)}, "
+            f"{rows['async']['diverged_seeds']} async seeds diverged",
         },
         {
             "claim": "T1 recovers most of the damage",
-            "test": "async+T1 did not diverge and closes >= half of the sync-async gap",
-            "held": gap > margin and not rows["async + T1"]["diverged"] and t1 - plain >= gap / 2,
-            "detail": f"gap {gap:.4f}, recovered {t1 - plain:.4f}"
-            + (" (no gap to recover)" if gap <= margin else ""),
+            "test": f"a sync-async gap > {margin}, async+T1 did not diverge, and async+T1 "
+            "closes >= half of the gap (async+T1 >= (sync + async) / 2)",
+            "verdict": record.verdict(
+                sync[0] - plain[1] > margin
+                and t1_diverged == 0
+                and 2 * t1[0] >= sync[1] + plain[1],
+                sync[1] - plain[0] <= margin
+                or t1_diverged == t1_seeds
+                or 2 * t1[1] < sync[0] + plain[0],
+            ),
+            "detail": f"sync {_show(sync)}, async {_show(plain)}, async+T1 {_show(t1)}",
         },
         {
             "claim": "T2 and warm-up close the rest",
             "test": f"PipeMare-W within {margin} of sync, and >= async+T1",
-            "held": acc["PipeMare-W (T1 + T2 + warm-up)"] >= sync - margin
-            and acc["PipeMare-W (T1 + T2 + warm-up)"] >= t1,
-            "detail": f"PipeMare-W {acc['PipeMare-W (T1 + T2 + warm-up)']:.4f}, "
-            f"async+T1+T2 {acc['async + T1 + T2']:.4f}, async+T1 {t1:.4f}",
+            "verdict": record.verdict(
+                w[0] >= sync[1] - margin and w[0] >= t1[1],
+                w[1] < sync[0] - margin or w[1] < t1[0],
+            ),
+            "detail": f"PipeMare-W {_show(w)}, async+T1+T2 {_show(t1t2)}, async+T1 {_show(t1)}",
         },
         {
             "claim": "PipeMare needs less weight memory than PipeDream's stashing",
             "test": "weights+stash+t2_buffer+optimizer bytes: PipeMare-W < PipeDream",
-            "held": mem["PipeMare-W (T1 + T2 + warm-up)"] < mem["PipeDream (stash)"],
+            "verdict": decided(mem["PipeMare-W (T1 + T2 + warm-up)"] < mem["PipeDream (stash)"]),
             "detail": f"PipeMare-W {mem['PipeMare-W (T1 + T2 + warm-up)']} B, "
             f"PipeDream {mem['PipeDream (stash)']} B, sync {mem['sync (1F1B)']} B",
         },
         {
             "claim": "async pipelines keep utilization near 1, sync pays the bubble",
             "test": "utilization: async > sync",
-            "held": util["async"] > util["sync (1F1B)"],
+            "verdict": decided(util["async"] > util["sync (1F1B)"]),
             "detail": f"async {util['async']:.3f}, sync {util['sync (1F1B)']:.3f}",
         },
     ]
 
 
 def run(quick: bool = False, *, log=sys.stderr) -> dict:
-    """Sweep lr on sync, run every variant at the chosen lr, check the shape."""
-    import torch
-
+    """Sweep lr on sync over the seeds, run every row at the chosen lr, check the shape."""
     config = config_for(quick)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: the numbers do not depend on the machine's cores
-    try:
-        data = _data(config)
+    with record.torch_threads(THREADS):
+        datasets = {seed: _data(seed) for seed in config.seeds}
         sync_label = VARIANTS[0][0]
         sweep = []
         for lr in config.lr_grid:
-            print(f"  sync lr sweep: lr={lr}", file=log, flush=True)
-            sweep.append(run_variant(config, sync_label, lr, data))
-        lr = choose_lr(sweep, config.fine_margin)
+            print(f"  sync lr sweep: lr={lr}, seeds {config.seeds}", file=log, flush=True)
+            sweep.append(run_row(config, sync_label, lr, datasets))
+        sweep_summary = [
+            {"lr": r["lr"], **r["summary"], "diverged_seeds": r["diverged_seeds"]} for r in sweep
+        ]
+        lr = choose_lr(sweep_summary, config.fine_margin)
         rows = {sync_label: next(r for r in sweep if r["lr"] == lr)}
         for label, _, _ in VARIANTS[1:]:
             print(f"  {label} at lr={lr}", file=log, flush=True)
-            rows[label] = run_variant(config, label, lr, data)
-    finally:
-        torch.set_num_threads(threads)
+            rows[label] = run_row(config, label, lr, datasets)
+    data = datasets[config.seeds[0]]
     P, N = config.num_stages, config.num_microbatches
     return {
         "experiment": "paper-shape",
         "quick": quick,
         "config": asdict(config),
+        "torch_threads": THREADS,
         "dataset": {
             "name": data.name,
             "train": len(data.x_train),
             "test": len(data.x_test),
             "provenance": data.provenance,
         },
-        "lr_sweep": [
-            {k: r[k] for k in ("lr", "final_accuracy", "final_loss", "diverged")} for r in sweep
-        ],
+        "lr_sweep": sweep_summary,
         "chosen_lr": lr,
-        "lr_rule": f"largest lr of the grid where {config.sync_method} did not diverge and "
-        f"ended within {config.fine_margin} of the best sync test accuracy",
+        "lr_rule": f"largest lr of the grid where no seed of {config.sync_method} diverged and "
+        f"its mean test accuracy over seeds is within {config.fine_margin} of the best lr's",
         "gpipe_utilization_formula": N / (N + P - 1),
         "rows": list(rows.values()),
         "shape": shape_checks(rows, config.fine_margin),
     }
 
 
+def rerun(
+    results: dict,
+    label: str = CHECK_ROW,
+    seed: int | None = None,
+    *,
+    method: str | None = None,
+    switches: dict | None = None,
+) -> dict:
+    """Re-run one seed (default: the first stored) of a stored row, as :func:`run` ran it."""
+    config = config_for(results["quick"])
+    seed = config.seeds[0] if seed is None else seed
+    with record.torch_threads(results.get("torch_threads", THREADS)):
+        return run_variant(
+            config, label, results["chosen_lr"], seed, method=method, switches=switches
+        )
+
+
+def compare(
+    results: dict,
+    meta: dict,
+    again: dict,
+    label: str = CHECK_ROW,
+    *,
+    fingerprint: dict | None = None,
+) -> record.CheckReport:
+    """Check a re-run seed of ``label`` against the stored row (bitwise or seed range).
+
+    ``fingerprint``: this machine's (default: measured now); pass another one to see what
+    the check does on a foreign machine.
+    """
+    row = next((r for r in results["rows"] if r["label"] == label), None)
+    if row is None:
+        raise ValueError(f"no stored row {label!r}; rows: {[r['label'] for r in results['rows']]}")
+    if fingerprint is None:
+        fingerprint = record.machine_fingerprint(results.get("torch_threads", THREADS))
+    return record.check_rerun(
+        row["seeds"],
+        again,
+        stored_fingerprint=meta["fingerprint"],
+        fingerprint=fingerprint,
+        metrics=CHECK_METRICS,
+        exact_keys=CHECK_EXACT,
+        floors={"final_accuracy": 1 / results["dataset"]["test"]},  # one test sample
+        what=f"paper-shape{' (quick)' if results['quick'] else ''} row {label!r} "
+        f"seed {again['seed']} at lr {results['chosen_lr']}",
+    )
+
+
+def check(results: dict, meta: dict) -> record.CheckReport:
+    """Re-run the first seed of :data:`CHECK_ROW` and compare it with the stored seeds."""
+    return compare(results, meta, rerun(results))
+
+
+def _mean_range(summary: dict, digits: int = 4) -> str:
+    if summary["mean"] is None:
+        return "diverged"
+    mean, lo, hi = (f"{summary[k]:.{digits}f}" for k in ("mean", "min", "max"))
+    text = f"{mean} [{lo}, {hi}]"
+    return text + (f" ({summary['non_finite']} non-finite)" if summary["non_finite"] else "")
+
+
 def markdown(results: dict) -> str:
-    """The results as a markdown table plus the shape verdict."""
+    """The results as a markdown table (mean [min, max] over seeds) plus the shape verdict."""
     cfg = results["config"]
+    seeds = cfg["seeds"]
     lines = [
         f"# PipeMare's shape in miniature{' (quick)' if results['quick'] else ''}",
         "",
         f"small ResNet ({cfg['blocks']} blocks), P = {cfg['num_stages']} stages (one unit "
         f"each), N = {cfg['num_microbatches']} microbatches, batch {cfg['batch_size']}, "
-        f"{cfg['epochs']} epochs, SGD momentum {cfg['momentum']}, seed {cfg['seed']}, "
-        f"digits ({results['dataset']['train']} train / {results['dataset']['test']} test).",
+        f"{cfg['epochs']} epochs, SGD momentum {cfg['momentum']}, "
+        f"digits ({results['dataset']['train']} train / {results['dataset']['test']} test), "
+        f"{len(seeds)} seeds ({', '.join(map(str, seeds))}; a seed sets the data split, the "
+        "initial weights and the data order).",
         f"lr = {results['chosen_lr']}: {results['lr_rule']}.",
         "",
-        "Sync lr sweep: "
+        "Sync lr sweep (test accuracy, mean [min, max] over seeds): "
         + ", ".join(
-            f"{r['lr']}: {r['final_accuracy']:.3f}" + (" (diverged)" if r["diverged"] else "")
+            f"{r['lr']}: {_mean_range(r['final_accuracy'], 3)}"
+            + (f" ({r['diverged_seeds']} seeds diverged)" if r["diverged_seeds"] else "")
             for r in results["lr_sweep"]
         ),
         "",
-        "| method | test accuracy | test loss | diverged | weights | stash | T2 buffer | "
-        "optimizer | activations | utilization (sim.) |",
+        "| method | test accuracy, mean [min, max] | test loss, mean [min, max] | diverged seeds "
+        "| weights | stash | T2 buffer | optimizer | activations | utilization (sim.) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["rows"]:
         m = r["memory_bytes"]
         lines.append(
-            f"| {r['label']} | {r['final_accuracy']:.4f} | {r['final_loss']:.4f} | "
-            f"{'yes' if r['diverged'] else 'no'} | {m.get('weights', 0)} | {m.get('stash', 0)} | "
+            f"| {r['label']} | {_mean_range(r['summary']['final_accuracy'])} | "
+            f"{_mean_range(r['summary']['final_loss'])} | {r['diverged_seeds']} of "
+            f"{len(r['seeds'])} | {m.get('weights', 0)} | {m.get('stash', 0)} | "
             f"{m.get('t2_buffer', 0)} | {m.get('optimizer', 0)} | {m.get('activations', 0)} | "
             f"{r['utilization']['utilization']:.3f} |"
         )
     lines += [
         "",
-        "Memory: peak bytes per kind, measured by the executor, summed over stages.",
+        "Memory: peak bytes per kind, measured by the executor, summed over stages (the "
+        "largest over seeds).",
         "",
         "## Did the shape hold?",
         "",
+        "On seed ranges: *held* only where the claim holds with every row at the unfavourable "
+        "end of its range, *did not hold* only where it fails even at the favourable end.",
+        "",
     ]
     for c in results["shape"]:
-        lines.append(
-            f"- **{'held' if c['held'] else 'did not hold'}**: {c['claim']} "
-            f"({c['test']}; {c['detail']})"
-        )
+        lines.append(f"- **{c['verdict']}**: {c['claim']} ({c['test']}; {c['detail']})")
     return "\n".join(lines) + "\n"

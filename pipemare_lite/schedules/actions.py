@@ -26,7 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-#: Kinds of action, in the notation of ``torch.distributed.pipelining``.
+#: Kinds of action. F, B, I and W are spelled as in ``torch.distributed.pipelining``; U is
+#: ours (PyTorch has no update action: see :mod:`pipemare_lite.schedules.torch_notation`).
 FORWARD, BACKWARD, INPUT_GRAD, WEIGHT_GRAD, UPDATE = "F", "B", "I", "W", "U"
 KINDS = (FORWARD, BACKWARD, INPUT_GRAD, WEIGHT_GRAD, UPDATE)
 
@@ -146,5 +147,6 @@ class Schedule:
                 yield rank, position, action
 
     def rows(self) -> list[list[str]]:
-        """One row of action strings per rank (the ``torch.distributed.pipelining`` form)."""
+        """One row of action strings per rank, in the engine's notation (with U, global
+        microbatch indices); for PyTorch's see :mod:`pipemare_lite.schedules.torch_notation`."""
         return [[str(a) for a in row] for row in self.ranks]

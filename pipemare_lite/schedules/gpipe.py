@@ -10,8 +10,8 @@ def gpipe(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> S
     """All-forward-all-backward (AFAB) with one update per minibatch.
 
     Stage s runs F(0..M-1), then B(0..M-1), then U. The pipeline fills and drains once per
-    minibatch: the idle "bubble" is (P-1)/(M+P-1) of the time, and every stage holds the
-    activations of all M microbatches at the peak.
+    minibatch, which leaves devices idle (the "bubble", measured and derived in chapter 02),
+    and every stage holds the activations of all M microbatches at the peak.
     """
     check_builder_args("gpipe", num_stages, num_microbatches, num_minibatches)
     orders = []

@@ -1,9 +1,13 @@
 """Schedules in and out: rows of action strings, JSON and CSV (introduced in chapter 02).
 
-One row per rank of ``{stage}{F|B|I|W|U}{index}`` strings is the form that
-``torch.distributed.pipelining`` prints, so a schedule can be compared with PyTorch's own
-runtime or written by hand. JSON adds what rows cannot say (name, sizes, weight mode).
-Plain JSON and CSV only: reading never evaluates code. Torch-free.
+One row per rank of ``{stage}{F|B|I|W|U}{index}`` strings: the engine's own notation, easy
+to read and to write by hand. It borrows ``torch.distributed.pipelining``'s spelling but is
+*not* a table PyTorch's runtime can load: it has an update action ``U``, and its microbatch
+indices are global over all minibatches (``k * M + j``), while PyTorch's table is one step
+of F/B/I/W only, microbatches numbered from 0. For PyTorch use
+:mod:`pipemare_lite.schedules.torch_notation` (``to_torch_csv``, ``from_torch_order``).
+JSON adds what rows cannot say (name, sizes, weight mode). Plain JSON and CSV only: reading
+never evaluates code. Torch-free.
 """
 
 from __future__ import annotations

@@ -7,14 +7,15 @@ here imports torch, and nothing keeps state: call a function, get a figure.
 - :func:`gantt`, :func:`gantt_pair` (chapters 01-04, 11): who computes what, when;
 - :func:`staleness_heatmap`, :func:`delay_bars`, :func:`path_figure` (chapter 05);
 - :func:`memory_bars` (chapters 03, 05, 10);
-- :func:`stability_map` (chapters 06, 08, 09);
+- :func:`stability_map` (chapters 06, 08, 09), :func:`roots_figure`,
+  :func:`trajectory_figure` (chapter 06);
 - :func:`loss_curves` (chapters 07-10).
 """
 
 from pipemare_lite.viz.curves import divergence_step, loss_curves
 from pipemare_lite.viz.gantt import gantt, gantt_pair, gantt_traces, idle_intervals
 from pipemare_lite.viz.memory import memory_bars
-from pipemare_lite.viz.stability import stability_map
+from pipemare_lite.viz.stability import roots_figure, stability_map, trajectory_figure
 from pipemare_lite.viz.staleness import delay_bars, path_figure, staleness_heatmap
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "path_figure",
     "memory_bars",
     "stability_map",
+    "roots_figure",
+    "trajectory_figure",
     "loss_curves",
     "divergence_step",
 ]

@@ -153,3 +153,7 @@ def microbatch_colorscale(amount: float = 0.0) -> list[list]:
 STABLE_COLOR = "#A6D96A"
 UNSTABLE_COLOR = "#F4A582"
 BOUND_COLOR = "#000000"
+#: Roots inside / outside the unit circle, and the marked setting on a stability map.
+ROOT_STABLE_COLOR = "#2166AC"
+ROOT_UNSTABLE_COLOR = "#B2182B"
+POINT_COLOR = "#FFD700"

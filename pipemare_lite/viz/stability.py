@@ -1,9 +1,11 @@
-"""Stability maps of delayed gradient descent (introduced in chapter 06).
+"""Figures of delayed gradient descent on a quadratic (introduced in chapter 06).
 
-A grid of spectral radii from :mod:`pipemare_lite.theory` (rows: delays tau, or T2's gamma;
-columns: step sizes alpha * lambda) drawn as a heatmap, with the closed-form bound on the
-largest stable step overlaid as a line, so the reader sees the formula trace the edge of
-the measured stable region.
+- :func:`stability_map`: a grid of spectral radii from :mod:`pipemare_lite.theory` (rows:
+  delays tau, or T2's gamma; columns: step sizes) drawn as a heatmap, with the closed-form
+  bound on the largest stable step overlaid as a line, so the reader sees the formula trace
+  the edge of the measured stable region; optionally one marked point (a widget's setting);
+- :func:`roots_figure`: characteristic roots in the complex plane with the unit circle;
+- :func:`trajectory_figure`: the iterates ``w[t]`` of one or several runs.
 """
 
 from __future__ import annotations
@@ -14,9 +16,17 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from pipemare_lite.viz.colors import BOUND_COLOR, STABLE_COLOR, UNSTABLE_COLOR
+from pipemare_lite.viz.colors import (
+    BOUND_COLOR,
+    POINT_COLOR,
+    ROOT_STABLE_COLOR,
+    ROOT_UNSTABLE_COLOR,
+    STABLE_COLOR,
+    UNSTABLE_COLOR,
+)
 
 MODES = ("radius", "stable")
+AXIS_TYPES = ("linear", "log")
 #: Radii above this are drawn with the same (darkest) colour; hover still shows the value.
 RADIUS_CLIP = 2.0
 
@@ -40,6 +50,8 @@ def stability_map(
     alpha_title: str = "step size alpha * lambda",
     bound_name: str = "bound 2 sin(pi / (2(2 tau + 1)))",
     title: str | None = None,
+    alpha_axis: str = "linear",
+    point: tuple[float, object] | None = None,
 ) -> go.Figure:
     """Heatmap of ``radius[i, j]`` (row ``rows[i]``, step ``alphas[j]``), bound overlaid.
 
@@ -49,9 +61,14 @@ def stability_map(
     red above = unstable, clipped at 2); ``mode="stable"`` shows only stable/unstable.
     ``bound`` is the largest stable step per row (a sequence, or a callable ``row -> step``),
     drawn as a black line through the rows: the closed form beside the computation.
+    ``alpha_axis="log"`` draws the steps on a log axis (give log-spaced ``alphas``): small
+    steps, as momentum needs, stay visible next to large ones. ``point = (alpha, row)``
+    marks one setting (``row`` must be one of ``rows``) with a cross.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
+    if alpha_axis not in AXIS_TYPES:
+        raise ValueError(f"unknown alpha_axis {alpha_axis!r}; allowed: {', '.join(AXIS_TYPES)}")
     grid = np.asarray(radius, dtype=float)
     alphas, rows = list(alphas), list(rows)
     if grid.shape != (len(rows), len(alphas)):
@@ -114,11 +131,97 @@ def stability_map(
         ticktext=labels[::tick_every],
         range=[-0.5, len(rows) - 0.5],
     )
-    fig.update_xaxes(title_text=alpha_title, range=[min(alphas), max(alphas)])
+    if point is not None:
+        fig.add_trace(point_trace(point[0], _row_position(rows, point[1])))
+    span = [min(alphas), max(alphas)]
+    if alpha_axis == "log":
+        if span[0] <= 0:
+            raise ValueError(f"a log alpha axis needs positive steps, got {span[0]}")
+        span = [math.log10(span[0]), math.log10(span[1])]
+    fig.update_xaxes(title_text=alpha_title, range=span, type=alpha_axis)
     fig.update_layout(
         title={"text": title or "stability of delayed gradient descent"},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
         height=440,
         margin={"l": 60, "r": 20, "t": 80, "b": 50},
     )
+    return fig
+
+
+def _row_position(rows: Sequence, row) -> int:
+    for position, value in enumerate(rows):
+        if value == row:
+            return position
+    raise ValueError(f"point row {row!r} is not one of the map's rows {list(rows)!r}")
+
+
+def point_trace(alpha: float, position: float) -> go.Scatter:
+    """The cross that marks the current setting on a stability map (row by position)."""
+    return go.Scatter(
+        name="current setting",
+        x=[alpha],
+        y=[position],
+        mode="markers",
+        marker={"symbol": "x", "size": 13, "color": POINT_COLOR,
+                "line": {"width": 2, "color": "white"}},
+        hovertemplate="current setting: step %{x:.4g}<extra></extra>",
+    )
+
+
+def roots_figure(roots, *, title: str | None = None, limit: float | None = None) -> go.Figure:
+    """The characteristic roots in the complex plane, with the unit circle.
+
+    Roots inside the circle (``|z| < 1``) are drawn in the stable colour, the others in the
+    unstable colour, so the figure says at a glance whether ``w[t]`` shrinks (every root
+    inside) or grows (one outside is enough). Axes are equal, from ``-limit`` to ``limit``
+    (default: a little more than the largest root, at least 1.3).
+    """
+    roots = np.asarray(roots, dtype=complex).ravel()
+    largest = float(np.max(np.abs(roots))) if roots.size else 0.0
+    limit = limit if limit is not None else max(1.3, 1.1 * largest)
+    angle = np.linspace(0.0, 2.0 * math.pi, 121)
+    inside = np.abs(roots) < 1.0
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(name="unit circle |z| = 1", x=np.cos(angle), y=np.sin(angle),
+                             mode="lines", line={"color": BOUND_COLOR, "width": 1.5},
+                             hoverinfo="skip"))
+    for name, keep, color in (("root inside (decays)", inside, ROOT_STABLE_COLOR),
+                              ("root outside (grows)", ~inside, ROOT_UNSTABLE_COLOR)):
+        fig.add_trace(go.Scatter(
+            name=name, x=roots.real[keep], y=roots.imag[keep], mode="markers",
+            marker={"size": 9, "color": color, "line": {"width": 1, "color": "black"}},
+            customdata=np.abs(roots[keep]),
+            hovertemplate="z = %{x:.4f} %{y:+.4f}i<br>|z| = %{customdata:.4f}<extra></extra>",
+        ))
+    fig.update_xaxes(title_text="real part", range=[-limit, limit], zeroline=True)
+    fig.update_yaxes(title_text="imaginary part", range=[-limit, limit], zeroline=True,
+                     scaleanchor="x", scaleratio=1)
+    fig.update_layout(
+        title={"text": title or f"characteristic roots (largest |z| = {largest:.4f})"},
+        height=400, width=440, showlegend=True,
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
+        margin={"l": 60, "r": 20, "t": 60, "b": 40},
+    )
+    return fig
+
+
+def trajectory_figure(runs: dict, *, title: str | None = None, limit: float | None = 2.5,
+                      width: int | None = None) -> go.Figure:
+    """The iterates ``w[t]`` of each run (``name -> array``), one line each.
+
+    The y axis is fixed to ``[-limit, limit]`` (None: automatic) so that a run that
+    diverges leaves the picture instead of squashing the others. ``width`` in pixels
+    (None: the page's width).
+    """
+    fig = go.Figure()
+    for name, w in runs.items():
+        w = np.asarray(w, dtype=float)
+        fig.add_trace(go.Scatter(name=str(name), x=np.arange(len(w)), y=w, mode="lines",
+                                 hovertemplate="t = %{x}<br>w = %{y:.4g}<extra></extra>"))
+    fig.update_xaxes(title_text="update t")
+    fig.update_yaxes(title_text="weight w[t] (optimum 0)",
+                     range=None if limit is None else [-limit, limit])
+    fig.update_layout(title={"text": title or "delayed gradient descent on a quadratic"},
+                      height=360, width=width, margin={"l": 60, "r": 20, "t": 60, "b": 50},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
     return fig

@@ -3,23 +3,34 @@
 - :func:`schedule_explorer` (chapters 02-05): schedule, P, M, v and F:B:W costs -> Gantt
   chart plus measured numbers beside their closed forms;
 - :func:`staleness_explorer` (chapter 05): method, P, N, warm-up -> delay heatmap and one
-  microbatch's path through the weight versions.
+  microbatch's path through the weight versions;
+- :func:`stability_explorer` (chapter 06): step, delay, curvature, momentum, discrepancy
+  and T2 -> iterates, characteristic roots and the stability map.
 
 Each returns an ``ipywidgets.VBox`` with ``controls`` (name -> control widget) and
 ``update()``. The HTML book has no kernel, so each explorer has a static twin,
-:func:`schedule_explorer_static` and :func:`staleness_explorer_static`: one plotly figure
+:func:`schedule_explorer_static`, :func:`staleness_explorer_static` and
+:func:`stability_explorer_static`: one plotly figure
 whose slider steps were computed in advance. Nothing here imports torch.
 """
 
 from pipemare_lite.widgets.schedule_explorer import ScheduleExplorer, schedule_explorer
+from pipemare_lite.widgets.stability_explorer import StabilityExplorer, stability_explorer
 from pipemare_lite.widgets.staleness_explorer import StalenessExplorer, staleness_explorer
-from pipemare_lite.widgets.static import schedule_explorer_static, staleness_explorer_static
+from pipemare_lite.widgets.static import (
+    schedule_explorer_static,
+    stability_explorer_static,
+    staleness_explorer_static,
+)
 
 __all__ = [
     "schedule_explorer",
     "staleness_explorer",
+    "stability_explorer",
     "schedule_explorer_static",
     "staleness_explorer_static",
+    "stability_explorer_static",
     "ScheduleExplorer",
     "StalenessExplorer",
+    "StabilityExplorer",
 ]

@@ -153,8 +153,10 @@ class ScheduleExplorer(Explorer):
     """The widget returned by :func:`schedule_explorer` (see there)."""
 
     def __init__(self, schedule: str, stages: int, microbatches: int, chunks: int,
-                 minibatches: int, forward: float, backward: float, weight: float) -> None:
+                 minibatches: int, forward: float, backward: float, weight: float,
+                 split_backward: bool = True) -> None:
         style = {"description_width": "initial"}
+        self.split_backward = split_backward
 
         def cost(value, description):
             return widgets.FloatSlider(value=value, min=0.1, max=4.0, step=0.1,
@@ -172,11 +174,15 @@ class ScheduleExplorer(Explorer):
             "minibatches": widgets.IntSlider(value=minibatches, min=1, max=4,
                                              description="minibatches", style=style),
             "forward": cost(forward, "F cost"),
-            "backward": cost(backward, "B cost (input grad)"),
+            "backward": cost(
+                backward, "B cost (input grad)" if split_backward else "B cost (backward)"
+            ),
             "weight": cost(weight, "W cost (weight grad)"),
             "comm": widgets.FloatSlider(value=0.0, min=0.0, max=2.0, step=0.1,
                                         description="comm latency", style=style),
         }
+        if not split_backward:  # one B slider until chapter 04 splits the backward
+            controls["weight"].layout.display = "none"
         self.figure = figure_widget()
         self.summary = widgets.HTML()
         self.schedule = self.timeline = self.metrics = None
@@ -202,7 +208,10 @@ class ScheduleExplorer(Explorer):
         built = build_schedule(schedule, stages, microbatches,
                                chunks=chunks if interleaved else 1,
                                num_minibatches=minibatches)
-        costs = explorer_costs(forward, backward, weight, comm)
+        if self.split_backward:
+            costs = explorer_costs(forward, backward, weight, comm)
+        else:  # B is the whole backward; a split schedule halves it into I and W
+            costs = explorer_costs(forward, backward / 2, backward / 2, comm)
         timeline = simulate(built, costs)
         measured = metrics(timeline)
         show_figure(self.figure, gantt_trace_specs(timeline), gantt_layout(timeline))
@@ -218,20 +227,28 @@ def schedule_explorer(
     *,
     minibatches: int = 1,
     forward: float = 1.0,
-    backward: float = 1.0,
+    backward: float | None = None,
     weight: float = 1.0,
+    split_backward: bool = True,
 ) -> ScheduleExplorer:
     """A widget to explore pipeline schedules (introduced in chapter 02).
 
     Controls (``w.controls[name]``): ``schedule``, ``stages`` (P), ``microbatches`` (M),
     ``chunks`` (v, interleaved only), ``minibatches``, ``forward``/``backward``/``weight``
     (F, B = input-gradient and W = weight-gradient costs; an unsplit backward costs B + W)
-    and ``comm``. Attributes: ``figure`` (the Gantt FigureWidget), ``summary`` (an HTML table,
+    and ``comm``. With ``split_backward=False`` (chapters 00-03, before chapter 04 splits the
+    backward) there is one ``backward`` slider for the whole backward (default 2) and the W
+    slider is hidden; a split schedule then costs I = W = B/2. With ``split_backward=True``
+    (the default) ``backward`` is the input-gradient half (default 1).
+
+    Attributes: ``figure`` (the Gantt FigureWidget), ``summary`` (an HTML table,
     measured vs closed form), ``message``/``error`` (the engine's refusal for an impossible
     combination), ``schedule``, ``timeline``, ``metrics`` (what is drawn). ``w.update()``
     redraws; moving a control does it too.
     """
     if schedule not in SCHEDULE_NAMES:
         raise ValueError(f"unknown schedule {schedule!r}; allowed: {', '.join(SCHEDULE_NAMES)}")
+    if backward is None:
+        backward = 1.0 if split_backward else 2.0
     return ScheduleExplorer(schedule, stages, microbatches, chunks, minibatches, forward,
-                            backward, weight)
+                            backward, weight, split_backward)

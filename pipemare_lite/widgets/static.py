@@ -1,4 +1,4 @@
-"""Static twins of the explorers, for the HTML book where no kernel runs (chapters 02-05).
+"""Static twins of the explorers, for the HTML book where no kernel runs (chapters 02-06).
 
 Each returns ONE plotly figure with a slider whose steps were computed in advance: every
 step's traces are in the figure, hidden but one, and a step shows its own and retitles the
@@ -9,9 +9,12 @@ functions refuse more than :data:`MAX_STEPS`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
+import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from pipemare_lite.schedules.registry import SCHEDULE_NAMES, build_schedule
 from pipemare_lite.simulate import metrics, simulate
@@ -21,9 +24,12 @@ from pipemare_lite.staleness import (
     steady_state_minibatches,
     weight_versions,
 )
+from pipemare_lite.theory import discrepancy_roots, simulate_discrepancy_gd, stability_bound
+from pipemare_lite.viz.colors import BOUND_COLOR, ROOT_STABLE_COLOR, ROOT_UNSTABLE_COLOR
 from pipemare_lite.viz.gantt import gantt_layout, gantt_trace_specs
 from pipemare_lite.viz.staleness import QUANTITY_LABELS, staleness_heatmap
 from pipemare_lite.widgets.schedule_explorer import closed_forms, explorer_costs
+from pipemare_lite.widgets.stability_explorer import STEPS
 from pipemare_lite.widgets.staleness_explorer import HEATMAP_QUANTITIES
 
 #: More steps than this make the page heavy (every step's boxes are in the figure).
@@ -176,3 +182,68 @@ def _quantity_menu(tables, first: str) -> dict:
                         "args": [restyle]})
     return {"buttons": buttons, "direction": "down", "x": 0.0, "xanchor": "left",
             "y": 1.02, "yanchor": "bottom", "showactive": True}
+
+
+def stability_explorer_static(
+    alpha: float = 0.3,
+    lam: float = 1.0,
+    taus: Iterable[int] = range(0, 11),
+    *,
+    momentum: float = 0.0,
+    discrepancy: float = 0.0,
+    steps: int = STEPS,
+) -> go.Figure:
+    """Delayed GD at one step for every delay in ``taus``, one slider step each.
+
+    Left: the iterates ``w[t]``; right: the characteristic roots with the unit circle. A
+    step's title gives the largest root magnitude and, for the plain model (no momentum, no
+    discrepancy), the closed-form bound ``2 sin(pi / (2 (2 tau + 1)))`` beside ``alpha lam``.
+    Arguments as in :func:`~pipemare_lite.widgets.stability_explorer.stability_explorer`.
+    """
+    values = _check_steps("taus", taus)
+    plain = momentum == 0 and discrepancy == 0
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.1,
+                        subplot_titles=("iterates w[t]", "characteristic roots"))
+    angle = np.linspace(0.0, 2.0 * math.pi, 121)
+    fig.add_trace(go.Scatter(name="unit circle", x=np.cos(angle), y=np.sin(angle),
+                             mode="lines", line={"color": BOUND_COLOR, "width": 1.5},
+                             hoverinfo="skip"), row=1, col=2)
+    titles, largest_root = [], 1.0
+    for k, tau in enumerate(values):
+        roots = discrepancy_roots(alpha, lam, tau, discrepancy, momentum=momentum)
+        radius = float(np.max(np.abs(roots)))
+        largest_root = max(largest_root, radius)
+        w = simulate_discrepancy_gd(alpha, lam, tau, discrepancy, steps, momentum=momentum)
+        fig.add_trace(go.Scatter(name=f"w[t], tau={tau}", x=np.arange(len(w)), y=w,
+                                 mode="lines", visible=k == 0, showlegend=False,
+                                 hovertemplate="t = %{x}<br>w = %{y:.4g}<extra></extra>"),
+                      row=1, col=1)
+        inside = np.abs(roots) < 1.0
+        for keep, color in ((inside, ROOT_STABLE_COLOR), (~inside, ROOT_UNSTABLE_COLOR)):
+            fig.add_trace(go.Scatter(
+                name="root", x=roots.real[keep], y=roots.imag[keep], mode="markers",
+                visible=k == 0, showlegend=False,
+                marker={"size": 9, "color": color, "line": {"width": 1, "color": "black"}},
+                hovertemplate="z = %{x:.4f} %{y:+.4f}i<extra></extra>"), row=1, col=2)
+        verdict = "stable" if radius < 1 else "unstable"
+        bound = (f"; bound 2 sin(pi/(2(2 tau+1))) = {stability_bound(tau):.4f} vs alpha*lambda "
+                 f"= {alpha * lam:.4g}" if plain else "")
+        titles.append(f"tau={tau}: largest |z| = {radius:.4f} ({verdict}){bound}")
+    per_step = 3  # trajectory, roots inside, roots outside
+    steps_ = [
+        {"label": str(tau), "method": "update",
+         "args": [{"visible": [True] + [j // per_step == k
+                                        for j in range(per_step * len(values))]},
+                  {"title.text": title}]}
+        for k, (tau, title) in enumerate(zip(values, titles))
+    ]
+    limit = max(1.3, 1.1 * largest_root)
+    fig.update_xaxes(title_text="update t", row=1, col=1)
+    fig.update_yaxes(title_text="weight w[t] (optimum 0)", range=[-2.5, 2.5], row=1, col=1)
+    fig.update_xaxes(title_text="real part", range=[-limit, limit], row=1, col=2)
+    fig.update_yaxes(title_text="imaginary part", range=[-limit, limit], scaleanchor="x2",
+                     scaleratio=1, row=1, col=2)
+    extra = "" if plain else f", m={momentum:g}, s={discrepancy:g}"
+    fig.update_layout(title={"text": titles[0]}, height=480, margin={"t": 90, "b": 120},
+                      sliders=[_slider(steps_, f"alpha={alpha:g}, lambda={lam:g}{extra}: tau = ")])
+    return fig

@@ -1,70 +1,54 @@
 """The grading suite's options, markers and fixtures (see docs/instructors.md).
 
-``pytest tests/grading --student path/to/adapter.py --junitxml reports/grades.xml`` grades
+``pytest tests/grading --student path/to/submission --junitxml reports/grades.xml`` grades
 one student: each exercise is one test, marked with its id (``-m ex02_1`` runs one).
-Without ``--student`` the template ``adapter.py`` in this folder is used: it loads the
-instructor's chapters (with solutions), so the run is a self-test of the suite, and an
+``--student`` names the folder with the student's notebooks (a path to a file in it, such
+as their ``adapter.py``, means its folder; the file itself is never run). The submission is
+graded by :func:`pipemare_lite.exercises.grading.grade_submission`: in a separate process,
+with the instructor's exercise definitions from the package. Without ``--student`` the
+book's own chapters are graded (they hold the reference solutions): a self-test, where an
 exercise whose chapter does not define its answer yet is skipped, not failed.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import signal
-import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from pipemare_lite.exercises import list_exercises, run_checks
+from pipemare_lite.exercises import list_exercises
+from pipemare_lite.exercises.grading import (
+    MEMORY_MB,
+    MISSING,
+    SECONDS_PER_EXERCISE,
+    grade_submission,
+)
 
-TEMPLATE_ADAPTER = Path(__file__).resolve().parent / "adapter.py"
-#: Default seconds one exercise's checks may take (``--exercise-timeout``); the reference
-#: answers need well under one.
-SECONDS_PER_EXERCISE = 60
-
-
-class ExerciseTimeout(Exception):
-    """A student's answer ran longer than ``--exercise-timeout`` seconds."""
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: int):
-    """Raise ExerciseTimeout after ``seconds`` (POSIX main thread only; elsewhere no limit)."""
-    usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
-    if not usable:
-        yield
-        return
-
-    def _expired(signum, frame):
-        raise ExerciseTimeout(f"the checks took longer than {seconds} s (an endless loop?)")
-
-    previous = signal.signal(signal.SIGALRM, _expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+CHAPTERS = Path(__file__).resolve().parents[2] / "chapters"
 
 
 def pytest_addoption(parser):
-    """``--student PATH``: the student's adapter (default: the template, a self-test)."""
+    """``--student PATH``, ``--exercise-timeout SECONDS``, ``--memory-mb MIB``."""
     parser.addoption(
         "--student",
         default=None,
         metavar="PATH",
-        help="a student's adapter.py (default: tests/grading/adapter.py, a self-test "
-        "against the solution notebooks)",
+        help="a student's submission folder (or a file in it); default: chapters/, a "
+        "self-test against the solutions",
     )
     parser.addoption(
         "--exercise-timeout",
-        type=int,
+        type=float,
         default=SECONDS_PER_EXERCISE,
         metavar="SECONDS",
         help=f"seconds one exercise may take before it fails (default {SECONDS_PER_EXERCISE})",
+    )
+    parser.addoption(
+        "--memory-mb",
+        type=int,
+        default=MEMORY_MB,
+        metavar="MIB",
+        help=f"memory cap of the grading process (default {MEMORY_MB} MiB)",
     )
 
 
@@ -76,57 +60,46 @@ def pytest_configure(config):
         )
 
 
-def _load_adapter(path: Path):
-    """Import the adapter file as a module, with its folder importable (for its helpers)."""
-    spec = importlib.util.spec_from_file_location(f"grading_adapter_{abs(hash(path))}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
-
-
 @pytest.fixture(scope="session")
-def adapter(request):
-    """``(module, is_self_test)``: the adapter named by ``--student``, or the template."""
+def submission_report(request):
+    """``(SubmissionReport, is_self_test)`` for the ``--student`` folder, or chapters/."""
     # getoption with a default: this conftest is not loaded early when pytest runs the
     # whole tests/ folder, and then --student does not exist (a self-test)
     student = request.config.getoption("--student", default=None)
+    timeout = request.config.getoption("--exercise-timeout", default=SECONDS_PER_EXERCISE)
+    memory = request.config.getoption("--memory-mb", default=MEMORY_MB)
     if student is None:
-        return _load_adapter(TEMPLATE_ADAPTER), True
+        return grade_submission(CHAPTERS, timeout=timeout, memory_mb=memory), True
     path = Path(student)
     if not path.is_absolute():
         path = Path(request.config.invocation_params.dir) / path
-    if not path.is_file():
-        raise pytest.UsageError(f"--student {student}: no adapter file at {path}")
-    return _load_adapter(path.resolve()), False
+    if path.is_file():
+        path = path.parent
+    if not path.is_dir():
+        raise pytest.UsageError(f"--student {student}: no submission folder at {path}")
+    return grade_submission(path, timeout=timeout, memory_mb=memory), False
 
 
 @pytest.fixture
-def grade(adapter, request):
-    """``grade(exercise_id)``: check the adapter's answer; fail with check()'s message.
+def grade(submission_report):
+    """``grade(exercise_id)``: fail with the feedback unless the answer passed every case.
 
-    The failure message (in the junit XML too) ends with how many cases passed.
+    The failure message (in the junit XML too) ends with the points and how many of all
+    the cases passed.
     """
-    module, is_self_test = adapter
-    seconds = request.config.getoption("--exercise-timeout", default=SECONDS_PER_EXERCISE)
+    report, is_self_test = submission_report
 
     def _grade(exercise_id: str) -> None:
-        exercise = next(e for e in list_exercises() if e.id == exercise_id)
-        if not hasattr(module, exercise.function_name):
-            message = f"{exercise.function_name} is not defined by the adapter {module.__file__}"
-            if is_self_test:
-                pytest.skip(f"self-test: {message} (chapter {exercise.chapter:02d} not written?)")
-            pytest.fail(message, pytrace=False)
-        try:
-            with _time_limit(seconds):
-                result = run_checks(exercise_id, getattr(module, exercise.function_name))
-        except ExerciseTimeout as exc:
-            pytest.fail(f"{exercise_id}: {exc}", pytrace=False)
-        if not result.passed:
-            summary = f"[{exercise_id}: {result.cases_passed}/{result.cases_total} cases passed]"
-            pytest.fail(f"{result.message}\n{summary}", pytrace=False)
+        found = next((g for g in report.grades if g.exercise_id == exercise_id), None)
+        if found is None:
+            pytest.fail(f"{exercise_id} is not a registered exercise", pytrace=False)
+        if found.status == MISSING and is_self_test:
+            pytest.skip(f"self-test: {found.message} (chapter not written yet?)")
+        if found.status != "passed":
+            summary = (
+                f"[{exercise_id}: {found.points}/{found.max_points} points, "
+                f"{found.cases_passed}/{found.cases_total} cases passed]"
+            )
+            pytest.fail(f"{found.message}\n{summary}", pytrace=False)
 
     return _grade

@@ -28,6 +28,12 @@ def test_ex01_2_naive_order(grade):
     grade("ex01_2")
 
 
+@pytest.mark.ex01_3
+def test_ex01_3_naive_start_times(grade):
+    """Exercise 1.3: naive_start_times(P, F, B) -> list[list[float]]."""
+    grade("ex01_3")
+
+
 @pytest.mark.ex02_1
 def test_ex02_1_gpipe_order(grade):
     """Exercise 2.1: gpipe_order(P, M) -> list[list[str]]."""
@@ -41,8 +47,8 @@ def test_ex02_2_idle_fraction(grade):
 
 
 @pytest.mark.ex02_3
-def test_ex02_3_m_for_10_percent(grade):
-    """Exercise 2.3: M_FOR_10_PERCENT: int."""
+def test_ex02_3_smallest_m_below(grade):
+    """Exercise 2.3: smallest_m_below(P, target) -> int."""
     grade("ex02_3")
 
 
@@ -70,6 +76,12 @@ def test_ex04_2_p2p_messages_per_microbatch(grade):
     grade("ex04_2")
 
 
+@pytest.mark.ex04_3
+def test_ex04_3_count_p2p_messages(grade):
+    """Exercise 4.3: count_p2p_messages(schedule) -> int."""
+    grade("ex04_3")
+
+
 @pytest.mark.ex05_1
 def test_ex05_1_version_hooks(grade):
     """Exercise 5.1: version_hooks(params, weights) -> (pack, unpack)."""
@@ -86,3 +98,21 @@ def test_ex05_2_async_forward_delay(grade):
 def test_ex05_3_pipedream_stash_copies(grade):
     """Exercise 5.3: pipedream_stash_copies(P, N) -> list[int]."""
     grade("ex05_3")
+
+
+@pytest.mark.ex06_1
+def test_ex06_1_delayed_gd(grade):
+    """Exercise 6.1: delayed_gd(alpha, lam, tau, steps) -> list[float]."""
+    grade("ex06_1")
+
+
+@pytest.mark.ex06_2
+def test_ex06_2_delayed_gd_coefficients(grade):
+    """Exercise 6.2: delayed_gd_coefficients(alpha, lam, tau, momentum) -> list[float]."""
+    grade("ex06_2")
+
+
+@pytest.mark.ex06_3
+def test_ex06_3_max_stable_step(grade):
+    """Exercise 6.3: max_stable_step(tau, momentum) -> float."""
+    grade("ex06_3")

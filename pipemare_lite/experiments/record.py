@@ -1,0 +1,396 @@
+"""Stored experiment results that mean something on any machine (chapter 10).
+
+A single-seed number from a training run is a property of the code *and* of the CPU: the
+kernels torch picks (AVX2 or AVX512 paths, MKL's dispatch for the CPU's vendor) differ in
+the last bit, and tens of momentum-SGD steps grow that bit into a different trajectory
+(issue 10 measured a sync row's accuracy moving over 0.880-0.922 across CPU settings). So a
+stored result records
+
+- a **fingerprint** of the machine and library stack that wrote it
+  (:func:`machine_fingerprint`), and
+- for every row the values over **several seeds** (:func:`seed_summary`: mean, min, max),
+
+and the check that re-runs one row (:func:`check_rerun`) works in one of two modes:
+
+- **bitwise**, when the current fingerprint equals the stored one: the re-run seed's
+  numbers must equal the stored ones exactly (same seed, same machine, same numbers);
+- **range**, on any other machine: each checked metric of the re-run must lie within the
+  stored seeds' range ``[min, max]`` widened on each side by the margin of
+  :func:`range_margin`, derived below. Keys that no kernel can change (step counts, bytes)
+  are still compared exactly.
+
+How the range margin is derived. On a foreign machine the re-run of seed ``s`` starts from
+the same data and weights as the stored seed ``s`` and differs only by last-bit kernel
+differences; after enough steps these act like a change of seed (the measured cross-CPU
+moves of a row are as large as its seed-to-seed spread, and no larger). So the re-run is
+modelled, conservatively, as one more independent draw from the distribution the stored
+seeds came from, taken as normal with unknown mean and variance. For ``n`` stored values
+with mean ``m`` and sample standard deviation ``s``, the two-sided prediction interval for
+one new draw at level ``1 - alpha`` is ``m +- t(n-1, 1 - alpha/2) * s * sqrt(1 + 1/n)``
+(Student's t; exact under the model). The margin is that half-width::
+
+    margin = t(n - 1, 1 - alpha / 2) * s * sqrt(1 + 1 / n),   alpha = ALPHA = 0.001
+
+and the accepted interval ``[min - margin, max + margin]`` contains the prediction
+interval, so a foreign machine fails a correct method with probability below 0.1 % under
+the model. The margin shrinks as seeds are added (5 seeds: ``9.4 s``; 3 seeds: ``11.5 s``),
+and a caller may give a floor (e.g. one test sample for an accuracy) so that seeds that
+happen to agree do not demand exactness. It is small enough that a change of the method
+that moves the metric by much more than the seed noise fails (tests/test_results.py
+re-runs a synchronous row with an asynchronous delay and sees the check reject it); a
+change within the seed noise can only be caught in bitwise mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import os
+import platform
+from dataclasses import dataclass, field
+
+#: two-sided false-alarm probability of the range check under the normal model (see above)
+ALPHA = 0.001
+
+#: CPU flags that decide which SIMD kernels torch, MKL and oneDNN pick
+SIMD_FLAGS = (
+    "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512dq",
+    "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",
+    "amx_bf16", "amx_int8", "asimd", "sve", "sve2",
+)  # fmt: skip
+
+#: environment variables that change which kernels run (recorded when set)
+KERNEL_ENV_VARS = (
+    "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE",
+    "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- fingerprint
+
+
+def _cpuinfo() -> dict:
+    """Vendor, model and SIMD flags of the first CPU in /proc/cpuinfo ({} where absent)."""
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return {}
+    first: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if first:
+                break
+            continue
+        key, _, value = line.partition(":")
+        first.setdefault(key.strip(), value.strip())
+    flags = set((first.get("flags") or first.get("Features") or "").split())
+    return {
+        "cpu_vendor": first.get("vendor_id") or first.get("CPU implementer", ""),
+        "cpu_model": first.get("model name") or first.get("CPU part", ""),
+        "cpu_family_model": f"{first.get('cpu family', '')}/{first.get('model', '')}",
+        "cpu_simd_flags": [f for f in SIMD_FLAGS if f in flags],
+    }
+
+
+def _torch_build() -> dict:
+    """The BLAS, MKL and oneDNN lines of ``torch.__config__.show()``."""
+    import torch
+
+    shown = torch.__config__.show()
+    lines = [line.strip(" -") for line in shown.splitlines()]
+    settings = dict(
+        item.strip().split("=", 1) for line in lines if line.startswith("Build settings:")
+        for item in line.removeprefix("Build settings:").split(", ") if "=" in item
+    )  # fmt: skip
+    return {
+        "blas": settings.get("BLAS_INFO", "unknown"),
+        "lapack": settings.get("LAPACK_INFO", "unknown"),
+        "mkl": next((line for line in lines if "Math Kernel Library" in line), "none"),
+        "onednn": next((line for line in lines if "MKL-DNN" in line or "oneDNN" in line), "none"),
+        "torch_commit": settings.get("COMMIT_SHA", "unknown"),
+    }
+
+
+def machine_fingerprint(threads: int) -> dict:
+    """What decides the last bits of a CPU training run here: CPU, kernels, libraries.
+
+    Args:
+        threads: the torch thread count the computation ran (or will run) with; recorded,
+            not measured, because experiments set it for their run only.
+
+    Returns a JSON-ready dict: CPU vendor, model and SIMD flags (from /proc/cpuinfo, else
+    :func:`platform.processor`), torch's CPU capability (the SIMD level its kernels
+    dispatch to), BLAS/LAPACK/MKL/oneDNN as torch was built with them, the thread count,
+    kernel-changing environment variables that are set, torch/numpy/scikit-learn/python
+    versions, the OS and its C library. Not the OS kernel's release: it does none of the
+    run's arithmetic, and a VM's kernel build changes between boots of the same machine
+    (:func:`meta_record` stores the full :func:`platform.platform` beside the fingerprint).
+    """
+    import numpy
+    import sklearn
+    import torch
+
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads must be a positive int, got {threads!r}")
+    cpu = _cpuinfo() or {
+        "cpu_vendor": "",
+        "cpu_model": platform.processor(),
+        "cpu_family_model": "",
+        "cpu_simd_flags": [],
+    }
+    return {
+        **cpu,
+        "machine": platform.machine(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **_torch_build(),
+        "torch_threads": threads,
+        "kernel_env": {k: os.environ[k] for k in KERNEL_ENV_VARS if k in os.environ},
+        "torch_version": torch.__version__,
+        "numpy_version": numpy.__version__,
+        "sklearn_version": sklearn.__version__,
+        "python_version": platform.python_version(),
+        "os": platform.system(),
+        "libc": " ".join(platform.libc_ver()).strip(),
+    }
+
+
+def fingerprint_differences(stored: dict, current: dict) -> list[str]:
+    """One ``key: stored -> current`` line per field that differs (empty: the same machine)."""
+    keys = sorted(set(stored) | set(current))
+    return [
+        f"{k}: {stored.get(k, '(absent)')!r} -> {current.get(k, '(absent)')!r}"
+        for k in keys
+        if stored.get(k) != current.get(k)
+    ]
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """Run the block with ``count`` torch threads, restoring the previous count after."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def meta_record(
+    *, command: str, seeds, threads: int, package_version: str, extra: dict | None = None
+) -> dict:
+    """The ``.meta.json`` beside a stored result: how, where and when it was made."""
+    return {
+        "command": command,
+        "package_version": package_version,
+        "seeds": list(seeds),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "fingerprint": machine_fingerprint(threads),
+        "platform": platform.platform(),
+        **(extra or {}),
+    }
+
+
+# --------------------------------------------------------------------------- seed values
+
+
+def seed_summary(values) -> dict:
+    """Mean, min and max of one metric over seeds; non-finite values (diverged) counted apart.
+
+    Returns ``{"n", "mean", "min", "max", "non_finite"}``; mean/min/max are None when no
+    value is finite.
+    """
+    values = [float(v) if v is not None else math.nan for v in values]
+    if not values:
+        raise ValueError("seed_summary needs at least one value")
+    finite = [v for v in values if math.isfinite(v)]
+    return {
+        "n": len(values),
+        "mean": math.fsum(finite) / len(finite) if finite else None,
+        "min": min(finite) if finite else None,
+        "max": max(finite) if finite else None,
+        "non_finite": len(values) - len(finite),
+    }
+
+
+def verdict(holds_in_worst_case: bool, fails_in_best_case: bool) -> str:
+    """A claim judged on seed ranges: only separated ranges decide it.
+
+    ``holds_in_worst_case``: the claim holds even with every compared row at the unfavourable
+    end of its seed range; ``fails_in_best_case``: it fails even at the favourable end.
+    """
+    if holds_in_worst_case and fails_in_best_case:
+        raise ValueError("a claim cannot both hold in the worst case and fail in the best")
+    if holds_in_worst_case:
+        return "held"
+    if fails_in_best_case:
+        return "did not hold"
+    return "not separable from noise"
+
+
+def _student_t_two_sided(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with integer ``df`` (Abramowitz & Stegun 26.7.3-4)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, term, total = math.cos(theta) ** 2, 1.0, 1.0
+    if df % 2 == 0:
+        for k in range(2, df, 2):  # 1 + (1/2) c^2 + (1*3)/(2*4) c^4 + ...
+            term *= c2 * (k - 1) / k
+            total += term
+        return math.sin(theta) * total
+    if df == 1:
+        return 2 * theta / math.pi
+    total = math.cos(theta)
+    term = math.cos(theta)
+    for k in range(3, df, 2):  # cos + (2/3) cos^3 + (2*4)/(3*5) cos^5 + ...
+        term *= c2 * (k - 1) / k
+        total += term
+    return 2 / math.pi * (theta + math.sin(theta) * total)
+
+
+def student_t_quantile(probability: float, df: int) -> float:
+    """The ``probability`` quantile (> 0.5) of Student's t with integer ``df`` >= 1."""
+    if not 0.5 < probability < 1:
+        raise ValueError(f"probability must be in (0.5, 1), got {probability!r}")
+    if not isinstance(df, int) or df < 1:
+        raise ValueError(f"df must be a positive int, got {df!r}")
+    target, lo, hi = 2 * probability - 1, 0.0, 1.0
+    while _student_t_two_sided(hi, df) < target:
+        hi *= 2
+    for _ in range(200):  # bisection to float precision
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _student_t_two_sided(mid, df) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def range_margin(values, *, alpha: float = ALPHA, floor: float = 0.0) -> float:
+    """Half-width of the ``1 - alpha`` prediction interval of one more seed (module doc).
+
+    ``values``: the stored seeds' finite values (at least 2); ``floor``: the smallest margin
+    (e.g. one test sample for an accuracy).
+    """
+    values = [float(v) for v in values]
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"a range margin needs at least 2 finite seed values, got {n}")
+    mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    return max(floor, student_t_quantile(1 - alpha / 2, n - 1) * sd * math.sqrt(1 + 1 / n))
+
+
+# ------------------------------------------------------------------------------ the check
+
+
+@dataclass
+class CheckReport:
+    """What :func:`check_rerun` did: its mode, each comparison, and which keys failed."""
+
+    what: str
+    mode: str  # "bitwise" or "range"
+    failed: list[str]
+    lines: list[str] = field(default_factory=list)
+    fingerprint_differences: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """True when no compared key failed."""
+        return not self.failed
+
+    def __str__(self) -> str:
+        why = (
+            "the fingerprint equals the stored one: exact comparison"
+            if self.mode == "bitwise"
+            else "the fingerprint differs from the stored one ("
+            + "; ".join(self.fingerprint_differences)
+            + "): seed-range comparison"
+        )
+        head = f"{self.what}: {'PASS' if self.passed else 'FAIL'}, mode {self.mode} ({why})"
+        return "\n".join([head, *("  " + line for line in self.lines)])
+
+
+def _plain(value):
+    """``value`` as stored JSON reads back (tuples -> lists, NaN -> None)."""
+    from pipemare_lite.train import json_ready
+
+    return json.loads(json.dumps(json_ready(value), allow_nan=False))
+
+
+def check_rerun(
+    stored_seeds: list[dict],
+    rerun: dict,
+    *,
+    seed_key: str = "seed",
+    stored_fingerprint: dict,
+    fingerprint: dict,
+    metrics: tuple[str, ...],
+    exact_keys: tuple[str, ...] = (),
+    floors: dict[str, float] | None = None,
+    what: str = "stored-results check",
+) -> CheckReport:
+    """Compare one re-run seed of a row with the stored seeds of that row (module doc).
+
+    Args:
+        stored_seeds: the row's per-seed results as stored (each has ``seed_key``).
+        rerun: the re-run's result for one of those seeds (same keys).
+        stored_fingerprint, fingerprint: the writer's and this machine's
+            :func:`machine_fingerprint`; equal -> bitwise mode, else range mode.
+        metrics: keys checked against the widened seed range in range mode.
+        exact_keys: keys compared exactly in range mode too (what no kernel changes).
+        floors: per-metric smallest margin (see :func:`range_margin`).
+
+    Returns a :class:`CheckReport`; the caller asserts ``report.passed``.
+    """
+    rerun = _plain(rerun)
+    seed = rerun.get(seed_key)
+    stored = next((s for s in stored_seeds if s.get(seed_key) == seed), None)
+    if stored is None:
+        allowed = [s.get(seed_key) for s in stored_seeds]
+        raise ValueError(f"re-run has {seed_key}={seed!r}; the stored seeds are {allowed}")
+    missing = [k for k in (*metrics, *exact_keys) if k not in stored or k not in rerun]
+    if missing:
+        raise ValueError(f"keys {missing} missing from the stored or the re-run result")
+    differences = fingerprint_differences(stored_fingerprint, fingerprint)
+    lines: list[str] = []
+    if not differences:
+        keys = sorted(set(stored) | set(rerun))
+        unequal = [k for k in keys if stored.get(k) != rerun.get(k)]
+        for k in keys:
+            if k in unequal:
+                lines.append(f"{k}: differs ({_short(stored.get(k))} stored, "
+                             f"{_short(rerun.get(k))} now)")  # fmt: skip
+        lines.append(f"seed {seed}: {len(keys) - len(unequal)} of {len(keys)} keys bitwise equal")
+        return CheckReport(what, "bitwise", unequal, lines, differences)
+    failed = []
+    for k in exact_keys:
+        same = stored[k] == rerun[k]
+        failed += [] if same else [k]
+        lines.append(f"{k}: {'equal' if same else 'differs'} ({_short(rerun[k])} now, "
+                     f"{_short(stored[k])} stored)")  # fmt: skip
+    for k in metrics:
+        ok, line = _in_widened_range(k, [s[k] for s in stored_seeds], rerun[k], floors)
+        failed += [] if ok else [k]
+        lines.append(line)
+    return CheckReport(what, "range", failed, lines, differences)
+
+
+def _in_widened_range(key: str, stored_values, value, floors) -> tuple[bool, str]:
+    finite = [float(v) for v in stored_values if v is not None and math.isfinite(v)]
+    if value is None or not math.isfinite(value):  # diverged: only if a stored seed did too
+        ok = len(finite) < len(stored_values)
+        return ok, f"{key}: non-finite now; {len(stored_values) - len(finite)} stored seeds were"
+    if len(finite) < 2:
+        return False, f"{key}: {value:.6g} now, fewer than 2 finite stored seeds to compare"
+    margin = range_margin(finite, floor=(floors or {}).get(key, 0.0))
+    lo, hi = min(finite) - margin, max(finite) + margin
+    ok = lo <= value <= hi
+    return ok, (
+        f"{key}: {value:.6g} now, {'inside' if ok else 'OUTSIDE'} [{lo:.6g}, {hi:.6g}] "
+        f"(stored {len(finite)} seeds {min(finite):.6g}..{max(finite):.6g}, margin {margin:.4g})"
+    )
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,245 @@
+"""Schedules in PyTorch's notation: to and from ``torch.distributed.pipelining`` (chapter 11).
+
+PyTorch's runtime (``_PipelineScheduleRuntime``, the base of its ``Schedule*`` classes) reads
+a *compute-only* table: one CSV row per rank of ``{stage}{F|B|I|W}{microbatch}`` cells,
+the same spelling as ours but not the same schedule. Three differences:
+
+=====================  ==============================  ===================================
+                       the engine (``Schedule``)        PyTorch's runtime
+=====================  ==============================  ===================================
+what one table is      K minibatches (a whole run)      one ``step()``: one minibatch
+microbatch numbers     global: ``k * M + j``            within the step: ``j`` in 0..M-1
+optimizer update       an action, ``{stage}U{k}``       none: ``optimizer.step()`` after
+=====================  ==============================  ===================================
+
+Stage numbers need no translation: PyTorch infers which rank holds a stage from the row it
+appears in, and the engine's interleaved layout (virtual stage ``s`` on rank ``s % P``) is
+PyTorch's "loop" layout, so ``0F0 ... 4F0`` on row 0 means stages 0 and 4 on rank 0 in both.
+Communication needs no cells either: the runtime's ``_load_csv`` lowers the table itself,
+adding SEND/RECV after every F, B or I whose neighbour stage is on another rank. (Load it
+into ``_PipelineScheduleRuntime``: the plain ``PipelineScheduleMulti`` loop posts receives
+by pairing each cell with the neighbours' cell at the same position, which needs idle
+cells placed so positions line up; this export writes none.)
+
+:func:`to_torch_rows` / :func:`to_torch_csv` write one flushed minibatch of an engine
+schedule (drop its U cells, renumber its microbatches from 0); a schedule with no flush
+(PipeDream, 2BW, async/PipeMare after their warm-up) has no such minibatch, and is refused.
+:func:`from_torch_order` reads a PyTorch ``pipeline_order`` (rank -> list of ``_Action`` or
+None), or rows of its strings, into an engine :class:`Schedule` with one update per stage
+after that stage's last gradient, where PyTorch's REDUCE_GRAD sits.
+
+Loss scaling is not part of the notation. PyTorch (``scale_grads=True``, the default)
+back-propagates each microbatch's plain loss, sums the gradients and divides by M at the end;
+the engine back-propagates ``loss / M`` (one-device accumulation). The two agree bitwise when
+M is a power of two; for any M, give PyTorch ``loss_fn = loss / M`` and ``scale_grads=False``
+(see :mod:`pipemare_lite.compare_pipelining`). Torch-free: ``_Action`` objects are read by
+their fields, never imported.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Mapping
+
+from pipemare_lite.schedules.actions import Action, Schedule
+from pipemare_lite.schedules.io import from_rows
+from pipemare_lite.schedules.validate import ScheduleError, validate
+
+#: PyTorch's compute actions, which become engine actions one for one.
+COMPUTE_KINDS = ("F", "B", "I", "W")
+#: PyTorch actions that carry no computation the engine needs: communication (the engine's
+#: transport plans its own), FSDP's sharding and the end-of-step gradient reduction.
+IGNORED_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD")
+#: PyTorch's container for a forward and a backward run back to back (DualPipeV).
+OVERLAP = "OVERLAP_F_B"
+
+_TORCH_ACTION_RE = re.compile(
+    r"^(\d+)(F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)$"
+)
+_OVERLAP_RE = re.compile(r"^\((.*)\)" + OVERLAP + "$")
+
+
+# ------------------------------------------------------------------------------ export
+
+
+def flushed_minibatches(schedule: Schedule) -> range:
+    """The minibatches that run flushed (no update of another minibatch inside them): all of
+    a ``sync`` schedule, the first ``warmup_minibatches`` of an asynchronous one."""
+    if schedule.weight_mode == "sync":
+        return range(schedule.num_minibatches)
+    return range(schedule.warmup_minibatches)
+
+
+def to_torch_rows(schedule: Schedule, minibatch: int | None = None) -> list[list[str]]:
+    """Minibatch ``minibatch`` of ``schedule`` as PyTorch's compute-only rows, one per rank.
+
+    ``minibatch`` may be omitted when the schedule has one. Each rank's F/B/I/W of that
+    minibatch are kept in order, microbatch ``k * M + j`` written ``j``; U is dropped (run
+    ``optimizer.step()`` after PyTorch's ``step()``). Raises :class:`ScheduleError` when the
+    minibatch is not a flushed one (see :func:`flushed_minibatches`): PyTorch's runtime runs
+    one synchronous step, and an asynchronous minibatch is not one.
+    """
+    s = validate(schedule)
+    k = _chosen_minibatch(s, minibatch)
+    M = s.num_microbatches
+    first = k * M
+    return [
+        [f"{a.stage}{a.kind}{a.index - first}" for a in row
+         if a.kind != "U" and first <= a.index < first + M]
+        for row in s.ranks
+    ]
+
+
+def to_torch_csv(schedule: Schedule, minibatch: int | None = None) -> str:
+    """:func:`to_torch_rows` as CSV, the file ``_PipelineScheduleRuntime._load_csv`` reads."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(to_torch_rows(schedule, minibatch))
+    return buffer.getvalue()
+
+
+def _chosen_minibatch(s: Schedule, minibatch: int | None) -> int:
+    flushed = flushed_minibatches(s)
+    if not flushed:
+        raise ScheduleError(
+            f"schedule {s.name!r} (weight_mode={s.weight_mode!r}, warmup_minibatches="
+            f"{s.warmup_minibatches}) has no flushed minibatch: its minibatches overlap and "
+            "its updates fall between a microbatch's forward and backward, which PyTorch's "
+            "runtime (one synchronous step, no update action) cannot express; allowed: a "
+            "weight_mode='sync' schedule (naive, gpipe, 1f1b, interleaved, zb-h1) or a "
+            "warm-up minibatch of an asynchronous one (warmup_minibatches >= 1)"
+        )
+    if minibatch is None:
+        if s.num_minibatches == 1:
+            return 0
+        raise ScheduleError(
+            f"schedule {s.name!r} has {s.num_minibatches} minibatches and PyTorch's table "
+            f"holds one step: choose one (minibatch=, or --minibatch): {_span(flushed)}"
+        )
+    if isinstance(minibatch, bool) or not isinstance(minibatch, int) or minibatch not in flushed:
+        why = "" if s.weight_mode == "sync" else " (the flushed warm-up minibatches)"
+        raise ScheduleError(
+            f"minibatch={minibatch!r}: allowed: {_span(flushed)}{why} for schedule {s.name!r}"
+        )
+    return minibatch
+
+
+def _span(r: range) -> str:
+    return str(r.start) if len(r) == 1 else f"integers {r.start}..{r.stop - 1}"
+
+
+# ------------------------------------------------------------------------------ import
+
+
+def from_torch_order(pipeline_order, *, name: str = "custom",
+                     num_microbatches: int | None = None) -> Schedule:
+    """An engine :class:`Schedule` (one minibatch) from PyTorch's ``pipeline_order``.
+
+    ``pipeline_order`` is what a PyTorch schedule holds (``schedule.pipeline_order``, a dict
+    ``rank -> [_Action | None, ...]``), or a list of rows of its action strings (what
+    ``_dump_csv`` writes, see :func:`from_torch_csv`). ``None`` and blank cells (bubbles)
+    are skipped, communication, FSDP and REDUCE_GRAD actions are dropped (the engine moves
+    tensors itself), OVERLAP_F_B runs its sub-actions in order, as PyTorch's runtime does.
+    Each stage gets its update U0 after its last gradient. ``num_microbatches`` defaults to
+    the number of forwards of stage 0; ``chunks`` is stages per rank. The layout must be
+    PyTorch's "loop" one (stage ``s`` on rank ``s % P``): the V-shaped one of
+    ``ScheduleZBVZeroBubble`` and ``ScheduleDualPipeV`` is refused, naming the stage.
+
+    Not every ``pipeline_order`` is what its class runs: PyTorch 2.13's ``Schedule1F1B``
+    draws the last rank's forwards as microbatches 1..M (it executes its own loop, not the
+    drawing), which is refused as a microbatch out of range.
+    """
+    rows = _rows_of(pipeline_order)
+    actions = [[_engine_action(cell, rank, p) for p, cell in enumerate(row)] for rank, row
+               in enumerate(rows)]
+    actions = [[a for group in row for a in group] for row in actions]
+    P = len(actions)
+    if P == 0:
+        raise ScheduleError("empty pipeline_order: allowed: one list of actions per rank")
+    stages = sorted({a.stage for row in actions for a in row})
+    for rank, row in enumerate(actions):
+        for a in row:
+            if a.stage % P != rank:
+                raise ScheduleError(
+                    f"rank {rank} runs stage {a.stage} ({a}): the engine places stage s on "
+                    f"rank s % {P} (PyTorch's 'loop' layout); a V-shaped layout "
+                    "(ScheduleZBVZeroBubble, ScheduleDualPipeV) cannot be imported"
+                )
+    if not stages or len(stages) % P or stages != list(range(len(stages))):
+        raise ScheduleError(
+            f"pipeline_order names stages {stages}; allowed: 0..P*v-1 for P={P} ranks and "
+            "v >= 1 stages on each"
+        )
+    if num_microbatches is None:
+        num_microbatches = sum(1 for a in actions[0] if a.kind == "F" and a.stage == 0)
+    for rank, row in enumerate(actions):
+        for a in row:
+            if a.index >= num_microbatches:
+                raise ScheduleError(
+                    f"rank {rank}: {a} names microbatch {a.index}; allowed: 0.."
+                    f"{num_microbatches - 1} (PyTorch numbers a step's microbatches from 0; "
+                    f"num_microbatches={num_microbatches})"
+                )
+    return from_rows(actions, name=name, num_microbatches=num_microbatches,
+                     chunks=len(stages) // P, num_minibatches=1)
+
+
+def from_torch_csv(text: str, **kwargs) -> Schedule:
+    """:func:`from_torch_order` of a CSV in PyTorch's notation (``_dump_csv``'s output)."""
+    return from_torch_order(list(csv.reader(io.StringIO(text))), **kwargs)
+
+
+def _rows_of(pipeline_order) -> list[list]:
+    if isinstance(pipeline_order, Mapping):
+        ranks = sorted(pipeline_order)
+        if ranks != list(range(len(ranks))):
+            raise ScheduleError(f"pipeline_order has ranks {ranks}; allowed: 0..P-1, each once")
+        return [list(pipeline_order[r]) for r in ranks]
+    if isinstance(pipeline_order, str):
+        raise ScheduleError("pipeline_order is a string; allowed: a dict rank -> actions, a "
+                            "list of rows, or from_torch_csv(text) for CSV text")
+    return [list(row) for row in pipeline_order]
+
+
+def _engine_action(cell, rank: int, position: int) -> list[Action]:
+    """The engine actions one PyTorch cell stands for (none for bubbles and comms)."""
+    where = f"rank {rank} position {position}"
+    if cell is None or (isinstance(cell, str) and not cell.strip()):
+        return []
+    if isinstance(cell, str):
+        return _parse_torch_string(cell.strip(), where)
+    kind = getattr(cell, "computation_type", None)
+    if kind is None:
+        raise ScheduleError(f"{where}: {cell!r} is not a PyTorch _Action or action string")
+    kind = str(getattr(kind, "value", kind))
+    if kind == OVERLAP:
+        return [a for sub in (cell.sub_actions or ()) for a in _engine_action(sub, rank, position)]
+    return _compute_action(cell.stage_index, kind, cell.microbatch_index, where)
+
+
+def _parse_torch_string(text: str, where: str) -> list[Action]:
+    overlap = _OVERLAP_RE.match(text)
+    if overlap:
+        parts = [p.strip() for p in overlap.group(1).split(";") if p.strip()]
+        return [a for p in parts for a in _parse_torch_string(p, where)]
+    match = _TORCH_ACTION_RE.match(text)
+    if not match:
+        raise ScheduleError(
+            f"{where}: cannot parse PyTorch action {text!r}; expected "
+            "{stage}{F|B|I|W}{microbatch} (e.g. '2F0'), a communication action "
+            "(e.g. '1SEND_F0') or '(...;...)OVERLAP_F_B'"
+        )
+    stage, kind, index = match.groups()
+    return _compute_action(int(stage), kind, int(index) if index else None, where)
+
+
+def _compute_action(stage: int, kind: str, microbatch, where: str) -> list[Action]:
+    if kind in IGNORED_KINDS:
+        return []
+    if kind not in COMPUTE_KINDS:
+        allowed = ", ".join(COMPUTE_KINDS + IGNORED_KINDS + (OVERLAP,))
+        raise ScheduleError(f"{where}: unknown PyTorch action kind {kind!r}; allowed: {allowed}")
+    if microbatch is None:
+        raise ScheduleError(f"{where}: {stage}{kind} has no microbatch index")
+    return [Action(int(stage), kind, int(microbatch))]

@@ -1,0 +1,54 @@
+"""The handout folder works on its own: notebooks, adapter, README, linked engine files."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+from pipemare_lite.exercises import list_exercises
+from pipemare_lite.exercises.assign import build_student
+
+ROOT = Path(__file__).resolve().parents[1]
+ADAPTER = ROOT / "pipemare_lite" / "exercises" / "student_adapter.py"
+
+
+def test_handout_has_adapter_readme_and_every_linked_file(tmp_path):
+    written = build_student(ROOT / "chapters", tmp_path)
+    assert (tmp_path / "adapter.py").read_text() == ADAPTER.read_text()
+    readme = (tmp_path / "README.md").read_text()
+    assert "python adapter.py" in readme and "hand in" in readme.lower()
+    for exercise in list_exercises():
+        if any(p.name.startswith(f"{exercise.chapter:02d}_") for p in written):
+            assert f"`{exercise.signature}` | {exercise.points} |" in readme
+    for path in written:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "markdown":
+                continue
+            assert "](../" not in cell.source, (path.name, cell.source)
+            for target in re.findall(r"\]\((engine_source/[^)#\s]+)", cell.source):
+                assert (tmp_path / target).is_file(), target
+    assert not (tmp_path / "pipemare_lite").exists()  # would shadow the installed package
+
+
+def test_the_grading_template_is_the_students_adapter():
+    # tests/grading/adapter.py is what the repository documents; the package ships the same
+    assert (ROOT / "tests" / "grading" / "adapter.py").read_text() == ADAPTER.read_text()
+
+
+def test_adapter_pre_grades_the_notebooks_next_to_it(tmp_path):
+    (student,) = build_student(ROOT / "chapters", tmp_path, ["01"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    run = [sys.executable, "adapter.py"]
+    done = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    maximum = sum(e.points for e in list_exercises(1))
+    assert done.returncode == 1 and f"0 / {maximum} points" in done.stdout, done.stderr
+    assert "not attempted" in done.stdout
+    shutil.copyfile(ROOT / "chapters" / student.name, student)  # as if solved
+    done = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and f"{maximum} / {maximum} points" in done.stdout, done.stdout
