@@ -21,8 +21,8 @@ from torch import nn
 from pipemare_lite.executor import LocalExecutor
 from pipemare_lite.memory import MemoryProfile, memory_by_kind
 from pipemare_lite.methods import MethodOptions
-from pipemare_lite.schedules import Action, Schedule, build_schedule
-from pipemare_lite.staleness import weight_versions
+from pipemare_lite.schedules import Action, Schedule, async_pipeline, build_schedule
+from pipemare_lite.staleness import versions_from_trace, weight_versions
 from tests.references import gradient_accumulation, hand_pipeline, stashed_weights_sgd
 
 WIDTH, SAMPLES = 8, 4
@@ -105,6 +105,7 @@ CASES = {  # name: (schedule builder, options, warm-up minibatches)
     "2bw": ("2bw", MethodOptions(), 0),
     "async": ("async", MethodOptions(), 0),
     "async+T2": ("async", MethodOptions(discrepancy_correction=True, gamma=0.6), 0),
+    "async, B before F": ("async-backward-first", MethodOptions(), 0),
     "pipemare-W": ("async", MethodOptions(lr_rescheduling=True, rescheduling_horizon=3,
                                           discrepancy_correction=True,
                                           gamma=(0.5, 0.7, 0.9)), 1),
@@ -119,7 +120,10 @@ def test_methods_equal_hand_written_pipeline(case, shape):
     (P, N, K), lr = shape, 0.05
     if isinstance(options.gamma, tuple):
         options = dataclasses.replace(options, gamma=tuple(0.5 + 0.1 * s for s in range(P)))
-    schedule = build_schedule(builder, P, N, num_minibatches=K, warmup_minibatches=warmup)
+    if builder == "async-backward-first":
+        schedule = async_pipeline(P, N, K, warmup, backward_first=True)
+    else:
+        schedule = build_schedule(builder, P, N, num_minibatches=K, warmup_minibatches=warmup)
     initial = blocks(P, torch.float64)
     mbs = data(N * K, torch.float64, classes=False)
     lr_of = None
@@ -169,6 +173,32 @@ def test_versions_in_trace_equal_staleness_analysis(name, chunks, warmup):
     for rank, row in enumerate(schedule.ranks):  # each rank ran its own actions in order
         assert [e.action for e in result.trace.for_rank(rank)] == list(row)
     assert result.trace.source == "measured" and result.trace.unit == "s"
+    # the table read back from the recorded trace (applied versions from the recorded U's)
+    assert versions_from_trace(result.trace).rows == table.rows
+
+
+def test_backward_first_async_runs_and_its_recorded_versions_equal_the_analysis():
+    P, N, K = 3, 2, 5
+    schedule = async_pipeline(P, N, K, backward_first=True)
+    result = executor_for(schedule, blocks(P)).run(data(N * K))
+    measured = versions_from_trace(result.trace)
+    assert measured.rows == weight_versions(schedule).rows
+    usual = executor_for(build_schedule("async", P, N, num_minibatches=K), blocks(P)).run(
+        data(N * K))
+    # the same microbatches, and the backward-first forwards are never staler
+    before = {(r.stage, r.microbatch): r.forward_delay
+              for r in versions_from_trace(usual.trace).rows}
+    delays = [(before[(r.stage, r.microbatch)], r.forward_delay) for r in measured.rows
+              if r.forward_delay is not None]
+    assert all(old - 1 <= new <= old for old, new in delays)
+    assert any(new == old - 1 for old, new in delays)
+
+
+def test_versions_from_trace_needs_a_recorded_trace():
+    from pipemare_lite.simulate import simulate
+
+    with pytest.raises(ValueError, match="records no weight versions"):
+        versions_from_trace(simulate(build_schedule("async", 2, 2, num_minibatches=2)))
 
 
 # ---------------------------------------------------------------- bytes == memory model
