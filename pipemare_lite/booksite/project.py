@@ -185,7 +185,14 @@ mathjax2_config = {
         "processEscapes": True,
     },
     # the package ships the STIX-Web fonts only (as Jupyter's own MathJax setup uses)
-    "HTML-CSS": {"availableFonts": [], "webFont": "STIX-Web", "imageFont": None},
+    "HTML-CSS": {
+        "availableFonts": [],
+        "webFont": "STIX-Web",
+        "imageFont": None,
+        # MathJax's font-loading probe fetches url('about:blank'), which Chromium refuses
+        # (a console error) on pages opened from disk; a local() source fetches nothing
+        "styles": {"@font-face": {"font-family": "MathJax_Blank", "src": "local('MathJax_Blank')"}},
+    },
 }
 
 
@@ -203,6 +210,10 @@ _CSS = """/* pipemare-lite book site: the few things the theme does not style */
 .pml-chapter-meta { font-size: 0.9em; color: var(--pst-color-text-muted); }
 .pml-failed { color: #b00020; }
 .cell_output .plotly-graph-div { margin: 0.5rem 0; }
+/* source pages: quiet line numbers, and the line a chapter links to stands out */
+.highlight a[href^="#L-"] { text-decoration: none; }
+.highlight a[href^="#L-"] .linenos { color: var(--pst-color-text-muted); }
+.highlight a[id^="L-"]:target + a .linenos { background: var(--pst-color-accent); color: white; }
 """
 
 

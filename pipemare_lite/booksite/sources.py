@@ -43,9 +43,10 @@ def source_page(relative_path: str, code: str, linked_from: Sequence[tuple[str, 
         [
             "---",
             "orphan: true",
+            "html_theme.sidebar_secondary.remove: true",
             "---",
             "",
-            f"# `{relative_path}`",
+            f"# {relative_path}",
             "",
             f"The engine's source file as this book was built from it ({lines} lines)."
             + (f" Linked from {chapters}." if chapters else ""),
