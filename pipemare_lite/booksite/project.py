@@ -167,6 +167,7 @@ html_title = "pipemare-lite"
 html_static_path = ["_static"]
 html_extra_path = ["_extra"]
 html_css_files = ["book.css"]
+html_js_files = ["book.js"]
 html_copy_source = False
 html_show_sourcelink = False
 html_theme_options = {
@@ -205,6 +206,12 @@ def _plotly_where_figures_are(app, pagename, templatename, context, doctree):
 def setup(app):
     app.connect("html-page-context", _plotly_where_figures_are)
 '''
+
+_JS = """// pipemare-lite book site
+// Search result snippets are fetched from the result pages, which a page opened from disk
+// may not do (Chromium refuses file:// fetches): there, results come without snippets.
+DOCUMENTATION_OPTIONS.SHOW_SEARCH_SUMMARY = window.location.protocol !== "file:";
+"""
 
 _CSS = """/* pipemare-lite book site: the few things the theme does not style */
 .pml-chapter-meta { font-size: 0.9em; color: var(--pst-color-text-muted); }
@@ -328,6 +335,7 @@ class SiteProject:
         held = self._prune()
         copy_assets(self.src / "_static")
         atomic_write_text(self.src / "_static" / "book.css", _CSS)
+        atomic_write_text(self.src / "_static" / "book.js", _JS)
         atomic_write_text(self.src / "conf.py", conf_text())
         atomic_write_text(self.src / "index.md", front_page(held, self.chapters))
         (self.src / "_extra").mkdir(parents=True, exist_ok=True)
