@@ -62,9 +62,7 @@ def chromium(viewport: tuple[int, int] = (1280, 900)) -> Iterator[object]:
             executable_path=path, headless=True, args=["--no-sandbox", "--disable-gpu"]
         )
         try:
-            context = browser.new_context(
-                viewport={"width": viewport[0], "height": viewport[1]}
-            )
+            context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
             context.set_default_timeout(60_000)
             yield context
             context.close()

@@ -88,16 +88,20 @@ def site():
     start = time.perf_counter()
     with chromium() as context:
         visited = {p: _visit(context, p) for p in pages}
-    print(f"\nsmall site: built in {built_in:.1f} s, {len(pages)} pages checked in Chromium in "
-          f"{time.perf_counter() - start:.1f} s; screenshots in {SCREENSHOTS}")
+    print(
+        f"\nsmall site: built in {built_in:.1f} s, {len(pages)} pages checked in Chromium in "
+        f"{time.perf_counter() - start:.1f} s; screenshots in {SCREENSHOTS}"
+    )
     return visited
 
 
 def test_the_small_site_has_its_pages(site):
     names = {p.relative_to(SITE).as_posix() for p in site}
     assert {"index.html", "search.html", "genindex.html"} <= names
-    assert {"chapters/02_gpipe_and_the_bubble.html",
-            "chapters/03_1f1b_and_activation_memory.html"} <= names
+    assert {
+        "chapters/02_gpipe_and_the_bubble.html",
+        "chapters/03_1f1b_and_activation_memory.html",
+    } <= names
     # the engine's source pages that the chapters link to
     assert {"pipemare_lite/schedules/gpipe.html", "pipemare_lite/simulate.html"} <= names
 
@@ -180,9 +184,10 @@ def test_sidebar_parts_previous_next_and_download_link(site):
         download = page.locator("a.pml-download")
         assert download.get_attribute("href") == "02_gpipe_and_the_bubble.ipynb"
         downloaded = SITE / "chapters" / "02_gpipe_and_the_bubble.ipynb"
-        assert downloaded.read_bytes() == (
-            ROOT / "chapters" / "02_gpipe_and_the_bubble.ipynb"
-        ).read_bytes()  # the clean chapter, the one to run live
+        assert (
+            downloaded.read_bytes()
+            == (ROOT / "chapters" / "02_gpipe_and_the_bubble.ipynb").read_bytes()
+        )  # the clean chapter, the one to run live
         # the live widget's place: a note on opening the live notebook, no widget model
         note = page.locator(".pml-widget-note")
         assert note.count() >= 1 and "jupyter lab chapters/02_" in note.first.inner_text()
