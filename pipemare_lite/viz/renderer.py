@@ -33,26 +33,27 @@ RENDERER_NAME = "pipemare_lite"
 class FigureWithFallbackRenderer(PlotlyRenderer):
     """plotly's JSON bundle plus ``text/html``; the first figure it renders embeds plotly.js.
 
-    ``include_plotlyjs`` says whether the next figure still has to carry plotly.js; it
-    turns False after the first one (a figure cell re-run later relies on that first one:
-    :data:`pipemare_lite.viz.figure_html.NO_PLOTLY_NOTE` says so where it is missing).
+    "First" is per process (per kernel): plotly renders with a copy of the renderer, so
+    the renderer keeps no state itself. A figure cell re-run later relies on that first
+    figure's copy; where it is missing, the figure says so
+    (:data:`pipemare_lite.viz.figure_html.NO_PLOTLY_NOTE`) instead of staying empty.
     """
-
-    def __init__(self, config=None):
-        super().__init__(config=config)
-        self.include_plotlyjs = True
 
     def to_mimebundle(self, fig_dict):
         """``{plotly JSON, text/html}`` for one figure (plotly calls this for each display)."""
         bundle = super().to_mimebundle(fig_dict)
         html = figure_html(bundle[PLOTLY_MIMETYPE], f"pml-{uuid.uuid4().hex[:12]}")
-        if self.include_plotlyjs:
+        if not _PLOTLY_JS_SENT:
             from plotly.offline import get_plotlyjs
 
             html = plotly_js_html(get_plotlyjs()) + "\n" + html
-            self.include_plotlyjs = False
+            _PLOTLY_JS_SENT.append(True)
         bundle["text/html"] = html
         return bundle
+
+
+#: Not empty once this process has sent plotly.js with a figure.
+_PLOTLY_JS_SENT: list[bool] = []
 
 
 def _in_jupyter_kernel() -> bool:
