@@ -94,7 +94,12 @@ def watch(page) -> PageProblems:
         "console",
         lambda message: message.type == "error" and problems.console_errors.append(message.text),
     )
-    page.on("pageerror", lambda error: problems.page_errors.append(str(error)))
+    page.on(
+        "pageerror",
+        lambda error: problems.page_errors.append(
+            f"{error} at {' | '.join((error.stack or '').splitlines()[1:4]).strip()}"
+        ),
+    )
     page.on(
         "requestfailed",
         lambda request: problems.failed_requests.append(f"{request.url} ({request.failure})"),

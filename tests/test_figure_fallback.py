@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 
-import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
