@@ -19,7 +19,7 @@ SUBCOMMANDS = {
     "train": "train a model with a pipeline method on the local (or distributed) executor",
     "reproduce": "re-run a stored experiment and write data/results/",
     "assign": "write student copies (solutions stubbed) or executed solution copies",
-    "book": "execute every chapter and render the book to HTML",
+    "book": "execute every chapter, then build the book site (HTML, offline)",
 }
 
 
