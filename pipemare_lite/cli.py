@@ -26,7 +26,7 @@ SUBCOMMANDS = {
     "reproduce": "re-run a stored experiment and write data/results/",
     "assign": "write student copies (solutions stubbed) or executed solution copies",
     "grade": "grade a folder of student submissions into per-student reports and a class CSV",
-    "book": "execute every chapter and render the book to HTML",
+    "book": "execute every chapter, then build the book site (HTML, offline)",
 }
 
 
