@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from pipemare_lite import book
-from tests.browser import chromium, watch
+from tests.browser import chromium, chromium_path, watch
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "build" / "test-book"
@@ -77,6 +77,7 @@ def _visit(context, path: Path) -> VisitedPage:
 @pytest.fixture(scope="module")
 def site():
     """The small site, built now, and every page of it as Chromium showed it."""
+    chromium_path()  # skip (fail under CI) before a minute of building
     for folder in (SITE, SITE.with_name(f"{SITE.name}.sphinx")):
         shutil.rmtree(folder, ignore_errors=True)
     start = time.perf_counter()

@@ -121,6 +121,10 @@ def front_page(chapters: list[SiteChapter], folder: Path) -> str:
     its run time from this build; a part without chapters is left out.
     """
     lines = [
+        "---",
+        "html_theme.sidebar_secondary.remove: true",  # its headings are the sidebar's parts
+        "---",
+        "",
         "# pipemare-lite",
         "",
         "Pipeline-parallel training, from GPipe and 1F1B to PipeMare's asynchronous pipelines:",
@@ -401,5 +405,5 @@ class SiteProject:
         (self.out / SITE_MARKER).write_text(
             "Written by `python -m pipemare_lite book`; the next build replaces this folder.\n"
         )
-        pages = sum(1 for _ in self.out.rglob("*.html"))
+        pages = sum(1 for p in self.out.rglob("*.html") if "_static" not in p.parts)
         return SphinxRun(seconds, warnings, pages)
