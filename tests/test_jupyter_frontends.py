@@ -166,8 +166,14 @@ def _saved_notebook(page, path: Path):
     deadline = time.monotonic() + 60
     while path.stat().st_mtime_ns == before and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(0.5)  # let the write finish
-    return nbformat.read(path, as_version=4)
+    # the server may still be writing (an empty or partial file): read until it parses
+    while True:
+        time.sleep(0.5)
+        try:
+            return nbformat.read(path, as_version=4)
+        except (nbformat.reader.NotJSONError, ValueError):
+            if time.monotonic() > deadline:
+                raise
 
 
 def _shut_down_kernels(base: str, token: str) -> None:
