@@ -191,6 +191,8 @@ def test_chapter_02_runs_and_its_explorer_redraws(server):
     start = time.monotonic()
     url = f"{base}/{FRONT_ENDS[front_end].format(folder=front_end)}?token={token}"
     with chromium(viewport=(1400, 1000)) as context:
+        from playwright.sync_api import expect  # importable: chromium() checked it
+
         page = context.new_page()
         problems = watch(page)
         page.goto(url)
@@ -226,7 +228,8 @@ def test_chapter_02_runs_and_its_explorer_redraws(server):
         gantt = explorer.locator(".js-plotly-plot").first
         gantt.locator("svg.main-svg").first.wait_for(timeout=60_000)
         slider = explorer.locator(".widget-hslider:has(.widget-label:text-is('M microbatches'))")
-        assert slider.locator(".widget-readout").inner_text().strip() == "8"
+        # the readout fills in after the slider is drawn (it was empty once under load)
+        expect(slider.locator(".widget-readout")).to_have_text("8", timeout=60_000)
         boxes = "e => e.querySelectorAll('.point').length"
         before = gantt.evaluate(boxes)
 
@@ -242,6 +245,7 @@ def test_chapter_02_runs_and_its_explorer_redraws(server):
         page.wait_for_function(
             f"e => ({boxes})(e) > {before}", arg=gantt.element_handle(), timeout=60_000
         )
+        expect(slider.locator(".widget-readout")).not_to_have_text("8", timeout=60_000)
         assert int(slider.locator(".widget-readout").inner_text()) > 8
         explorer.screenshot(path=str(home / f"{front_end}-explorer.png"))
         known = KNOWN_FRONT_END_ERRORS.get(front_end, [])
