@@ -138,6 +138,7 @@ class RankResult:
         forward_versions, backward_versions, distances: ``{(stage, microbatch): int}``.
         learning_rates: ``{stage: [lr of update 0, 1, ...]}``.
         group_learning_rates: ``{stage: [[lr of each param group] per update]}``.
+        update_norms: ``{stage: [||w after - w before||_2 per update]}``.
         state_dicts: ``{stage: module state dict}`` at the end of the run.
         gradients: ``{stage: [[grad of each parameter] per update]}`` when recorded.
         peak_bytes: ``{stage: {kind: bytes}}`` when tracked.
@@ -157,6 +158,7 @@ class RankResult:
     peak_bytes: dict = field(default_factory=dict)
     wait_seconds: float = 0.0
     group_learning_rates: dict = field(default_factory=dict)
+    update_norms: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -470,7 +472,7 @@ class DistributedExecutor:
         return worker.backward_versions[action.index]
 
     def _result(self, marks, entries, versions, grads, peaks) -> RankResult:
-        fwd, bwd, dis, rates, states, group_rates = {}, {}, {}, {}, {}, {}
+        fwd, bwd, dis, rates, states, group_rates, norms = {}, {}, {}, {}, {}, {}, {}
         losses = {}
         for s, w in self.workers.items():
             n_rates, f_seen, b_seen, l_seen = marks[s]
@@ -479,6 +481,7 @@ class DistributedExecutor:
             dis.update({(s, m): w.distances[m] for m in w.backward_versions if m not in b_seen})
             rates[s] = list(w.learning_rates[n_rates:])
             group_rates[s] = [list(g) for g in w.group_learning_rates[n_rates:]]
+            norms[s] = list(w.update_norms[n_rates:])
             states[s] = {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
             if w.is_last:
                 losses = {m: v for m, v in sorted(w.losses.items()) if m not in l_seen}
@@ -486,7 +489,7 @@ class DistributedExecutor:
             self.rank, entries, losses, versions, fwd, bwd, dis, rates, states,
             gradients=grads if self.record_gradients else {},
             peak_bytes=peaks if self.track_bytes else {}, wait_seconds=self.wait_seconds,
-            group_learning_rates=group_rates,
+            group_learning_rates=group_rates, update_norms=norms,
         )
 
 
@@ -518,7 +521,7 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     fwd, bwd, dis = {}, {}, {}
     S = schedule.num_virtual_stages
     rates, states, grads = [None] * S, [None] * S, [[] for _ in range(S)]
-    group_rates = [None] * S
+    group_rates, norms = [None] * S, [[] for _ in range(S)]
     peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in range(S)]
     losses = {}
     for r in by_rank:
@@ -534,6 +537,8 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
             rates[s] = value
         for s, value in r.group_learning_rates.items():
             group_rates[s] = value
+        for s, value in r.update_norms.items():
+            norms[s] = value
         for s, value in r.state_dicts.items():
             states[s] = value
         for s, value in r.gradients.items():
@@ -546,8 +551,8 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     by_mb = dict(sorted(losses.items()))
     return DistRunResult(
         list(by_mb.values()), by_mb, trace, fwd, bwd, dis, rates, peaks,
-        group_learning_rates=group_rates, state_dicts=states, gradients=grads,
-        rank_results=list(by_rank),
+        group_learning_rates=group_rates, update_norms=norms, state_dicts=states,
+        gradients=grads, rank_results=list(by_rank),
     )
 
 
