@@ -465,3 +465,13 @@ def test_reproduce_check_prints_its_mode(capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "PASS, mode bitwise" in out or "PASS, mode range" in out
+
+
+def test_bad_job_counts_are_refused_by_name(capsys):
+    from pipemare_lite.experiments.paper_shape_runner import CellRunner
+
+    with pytest.raises(ValueError, match="jobs must be a positive integer, got 0"):
+        CellRunner(paper_shape.QUICK, True, jobs=0)
+    argv = ["reproduce", "paper-shape", "--quick", "--jobs", "0", "--out", "/nowhere"]
+    assert cli.main(argv) == 2
+    assert "--jobs must be a positive integer" in capsys.readouterr().err

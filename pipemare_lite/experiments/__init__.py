@@ -18,5 +18,5 @@ EXPERIMENTS = {"paper-shape": "pipemare_lite.experiments.paper_shape"}
 DESCRIPTIONS = {
     "paper-shape": "PipeMare's claims in miniature: granularity sweep P = 2..16 (ResNet, SGD) "
     "and P = 2, 8 (Transformer, Adam), 8 methods, T1/T2 sweeps, 3 seeds, verdicts "
-    "(full about 20 min on one idle core; --quick under 3 min)",
+    "(full: about 1,400 CPU-s, 2 processes; --quick: about 160 CPU-s)",
 }

@@ -122,7 +122,8 @@ thread per run; the progress bar on stderr shows an ETA). Amended after the firs
 measured 2-3 CPU-s per ResNet epoch with the evaluations and update norms (about 1,900
 CPU-s for the full run): ``reproduce`` trains in 2 processes on a 2-core machine
 (``--jobs``, one torch thread each; the numbers do not depend on it), about 16 minutes
-of wall time when the machine is idle. ``--quick`` (<= 3 minutes): the
+of wall time when the machine is idle. (The stored run's own wall and CPU times are in its
+``.meta.json``.) ``--quick`` (<= 3 minutes): the
 ResNet at P in {4, 16} for 1 epoch with the lr grid 0.01, 0.02, 0.05; the Transformer at
 P = 8 for 1 epoch with the grid 0.003, 0.01; no K or gamma sweep; the claims whose cells
 it lacks are left out.

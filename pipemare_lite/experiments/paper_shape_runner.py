@@ -1,4 +1,4 @@
-"""Running paper-shape's cells: every distinct training run once, in one or more processes.
+"""Running paper-shape's cells (chapter 10): every distinct training run once, in 1+ processes.
 
 :func:`pipemare_lite.experiments.paper_shape.run` plans cells (a row at one P, all its
 seeds) with :meth:`CellRunner.plan`, trains what is planned with
