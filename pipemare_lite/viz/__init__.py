@@ -10,11 +10,15 @@ here imports torch, and nothing keeps state: call a function, get a figure.
 - :func:`stability_map` (chapters 06, 08, 09), :func:`roots_figure`,
   :func:`trajectory_figure` (chapter 06);
 - :func:`loss_curves` (chapters 07-10).
+
+In a Jupyter kernel, importing this package makes figures carry an HTML fallback besides
+their plotly JSON, so exported notebooks show them too (:mod:`pipemare_lite.viz.renderer`).
 """
 
 from pipemare_lite.viz.curves import divergence_step, loss_curves
 from pipemare_lite.viz.gantt import gantt, gantt_pair, gantt_traces, idle_intervals
 from pipemare_lite.viz.memory import memory_bars
+from pipemare_lite.viz.renderer import use_in_jupyter
 from pipemare_lite.viz.stability import roots_figure, stability_map, trajectory_figure
 from pipemare_lite.viz.staleness import delay_bars, path_figure, staleness_heatmap
 
@@ -33,3 +37,5 @@ __all__ = [
     "loss_curves",
     "divergence_step",
 ]
+
+use_in_jupyter()
