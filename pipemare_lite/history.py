@@ -7,6 +7,8 @@ executor reports after each step:
 - the **loss** of a step is the mean over its microbatches, each computed with the weights
   its forward saw; a step counts once all of its microbatches have reported;
 - the **learning rate** of every stage at every update (T1 lowers the stale stages');
+- the **update norm** of every stage at every update, ``||w after - w before||_2`` (where
+  an asynchronous pipeline goes wrong first: chapter 07);
 - the **forward delay** of every stage, measured from the executed trace by
   :class:`ForwardDelayMeter` (never taken from a formula);
 - the **peak bytes** each stage held, by kind (weights, stash, T2 buffer, optimizer,
@@ -50,9 +52,13 @@ class History:
             optimizer's first param group).
         stage_lr_by_group: ``stage_lr_by_group[s][g][k]``, the same for every param group
             g (one group for sgd/adam/adamw; ``muon`` has a Muon and an AdamW group).
+        stage_update_norm: ``stage_update_norm[s][k]``, ``||w after - w before||_2`` of
+            stage s's update k (float64; non-finite from the update that left a non-finite
+            weight on; JSON writes it as null).
         evals: ``{"epoch", "step", "loss", "accuracy"}`` on the test set, after each epoch.
         diverged: True when a non-finite loss stopped the run.
         divergence: the readable report when diverged, else None.
+        divergence_step: the step (from 1) of the first non-finite loss, else None.
         forward_delay: per stage, mean measured forward delay in updates.
         forward_delay_max: per stage, largest measured forward delay.
         memory_bytes: peak bytes by kind (weights, stash, t2_buffer, optimizer,
@@ -66,9 +72,11 @@ class History:
     loss: list[float] = field(default_factory=list)
     stage_lr: list[list[float]] = field(default_factory=list)
     stage_lr_by_group: list[list[list[float]]] = field(default_factory=list)
+    stage_update_norm: list[list[float]] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
     diverged: bool = False
     divergence: str | None = None
+    divergence_step: int | None = None
     forward_delay: list[float] = field(default_factory=list)
     forward_delay_max: list[int] = field(default_factory=list)
     memory_bytes: dict[str, int] = field(default_factory=dict)
@@ -98,6 +106,7 @@ class History:
             "final_train_loss": self.loss[-1] if self.loss else math.nan,
             "diverged": self.diverged,
             "divergence": self.divergence,
+            "divergence_step": self.divergence_step,
             "steps": self.steps,
             "forward_delay": self.forward_delay,
             "forward_delay_max": self.forward_delay_max,
@@ -203,7 +212,8 @@ class HistoryRecorder:
         self.peaks: list[dict[str, int]] = [{} for _ in range(num_stages)]
 
     def record(self, result) -> None:
-        """Fold one ``run()`` result in: losses of complete steps, lrs, byte peaks, delays."""
+        """Fold one ``run()`` result in: losses of complete steps, lrs, update norms, byte
+        peaks, delays."""
         n, history = self.num_microbatches, self.history
         self.pending_losses.update(result.loss_by_microbatch)
         while True:
@@ -217,6 +227,11 @@ class HistoryRecorder:
         for stage_rates, new in zip(history.stage_lr, result.learning_rates):
             stage_rates.extend(float(r) for r in new)
         self._record_group_rates(result)
+        norms = getattr(result, "update_norms", None) or []  # executors without them: none
+        if norms and not history.stage_update_norm:
+            history.stage_update_norm = [[] for _ in norms]
+        for stage_norms, new in zip(history.stage_update_norm, norms):
+            stage_norms.extend(float(v) for v in new)
         for stage_peak, new in zip(self.peaks, result.peak_bytes):
             for kind, value in new.items():
                 stage_peak[kind] = max(stage_peak.get(kind, 0), int(value))

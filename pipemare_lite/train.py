@@ -516,6 +516,7 @@ class _TrainingRun:
         bad = [m for m, v in losses.items() if not math.isfinite(v)]
         if bad:  # weights are scanned only when the loss says something broke
             self.history.diverged = True
+            self.history.divergence_step = bad[0] // self.config["num_microbatches"] + 1
             self.history.divergence = divergence_report(
                 bad[0],
                 losses[bad[0]],

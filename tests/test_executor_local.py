@@ -292,6 +292,8 @@ def test_stop_save_load_continue_is_bitwise(case):
         assert torch.equal(got, want)
     rates = [a + b for a, b in zip(part1.learning_rates, part2.learning_rates)]
     assert rates == straight.learning_rates
+    norms = [a + b for a, b in zip(part1.update_norms, part2.update_norms)]
+    assert norms == straight.update_norms
     if builder in ("async", "pipedream", "2bw"):
         assert in_flight > 0  # the case really restores microbatches mid-flight
 

@@ -385,4 +385,5 @@ def test_dist_executor_reports_every_param_group_lr_like_the_local_one(one_rank_
     ranked = DistributedExecutor(schedule, {0: mlp(5, 6, 1, 4, seed=2)}, **kwargs).run(mbs)
     merged = merge_rank_results(schedule, [ranked])
     assert merged.group_learning_rates == local.group_learning_rates
+    assert merged.update_norms == local.update_norms and len(local.update_norms[0]) == 4
     assert [len(groups) for groups in local.group_learning_rates[0]] == [2] * 4

@@ -140,6 +140,7 @@ class RankResult:
         forward_versions, backward_versions, distances: ``{(stage, microbatch): int}``.
         learning_rates: ``{stage: [lr of update 0, 1, ...]}``.
         group_learning_rates: ``{stage: [[lr of each param group] per update]}``.
+        update_norms: ``{stage: [||w after - w before||_2 per update]}``.
         state_dicts: ``{stage: module state dict}`` at the end of the run.
         gradients: ``{stage: [[grad of each parameter] per update]}`` when recorded.
         peak_bytes: ``{stage: {kind: bytes}}`` when tracked.
@@ -159,6 +160,7 @@ class RankResult:
     peak_bytes: dict = field(default_factory=dict)
     wait_seconds: float = 0.0
     group_learning_rates: dict = field(default_factory=dict)
+    update_norms: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -540,7 +542,7 @@ class DistributedExecutor:
         return worker.backward_versions[action.index]
 
     def _result(self, entries, versions, grads, peaks) -> RankResult:
-        fwd, bwd, dis, rates, states, group_rates = {}, {}, {}, {}, {}, {}
+        fwd, bwd, dis, rates, states, group_rates, norms = {}, {}, {}, {}, {}, {}, {}
         losses = {}
         for s, w in self.workers.items():
             taken = w.take_records()  # this call's records only: a flat cost per step
@@ -549,6 +551,7 @@ class DistributedExecutor:
             dis.update({(s, m): taken.distances[m] for m in taken.backward_versions})
             rates[s] = taken.learning_rates
             group_rates[s] = taken.group_learning_rates
+            norms[s] = taken.update_norms
             states[s] = {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
             if w.is_last:
                 losses = dict(sorted(taken.losses.items()))
@@ -556,7 +559,7 @@ class DistributedExecutor:
             self.rank, entries, losses, versions, fwd, bwd, dis, rates, states,
             gradients=grads if self.record_gradients else {},
             peak_bytes=peaks if self.track_bytes else {}, wait_seconds=self.wait_seconds,
-            group_learning_rates=group_rates,
+            group_learning_rates=group_rates, update_norms=norms,
         )
 
 
@@ -588,7 +591,7 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     fwd, bwd, dis = {}, {}, {}
     S = schedule.num_virtual_stages
     rates, states, grads = [None] * S, [None] * S, [[] for _ in range(S)]
-    group_rates = [None] * S
+    group_rates, norms = [None] * S, [[] for _ in range(S)]
     peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in range(S)]
     losses = {}
     for r in by_rank:
@@ -604,6 +607,8 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
             rates[s] = value
         for s, value in r.group_learning_rates.items():
             group_rates[s] = value
+        for s, value in r.update_norms.items():
+            norms[s] = value
         for s, value in r.state_dicts.items():
             states[s] = value
         for s, value in r.gradients.items():
@@ -616,8 +621,8 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     by_mb = dict(sorted(losses.items()))
     return DistRunResult(
         list(by_mb.values()), by_mb, trace, fwd, bwd, dis, rates, peaks,
-        group_learning_rates=group_rates, state_dicts=states, gradients=grads,
-        rank_results=list(by_rank),
+        group_learning_rates=group_rates, update_norms=norms, state_dicts=states,
+        gradients=grads, rank_results=list(by_rank),
     )
 
 

@@ -84,6 +84,8 @@ class RunResult:
         learning_rates: ``learning_rates[stage][k]`` the lr (first param group) of update k.
         group_learning_rates: ``group_learning_rates[stage][k][g]``, the lr of param group g
             at update k (several groups: e.g. ``muon``'s Muon and AdamW parts).
+        update_norms: ``update_norms[stage][k]``, ``||w after - w before||_2`` of update k
+            (float64; non-finite once the update left a non-finite weight).
         peak_bytes: ``peak_bytes[stage][kind]``, the largest value seen after any action.
         bytes_over_time: ``(seconds, stage, {kind: bytes})`` after each of that stage's actions.
         peak_bytes_by_rank: ``[rank][kind]``, the largest sum over the rank's virtual stages
@@ -103,6 +105,7 @@ class RunResult:
     bytes_over_time: list[tuple[float, int, dict[str, int]]] = field(default_factory=list)
     peak_bytes_by_rank: list[dict[str, int]] = field(default_factory=list)
     group_learning_rates: list[list[list[float]]] = field(default_factory=list)
+    update_norms: list[list[float]] = field(default_factory=list)
 
 
 class LocalExecutor:
@@ -284,7 +287,7 @@ class LocalExecutor:
         return worker.backward_versions[action.index]
 
     def _result(self, entries, versions, peaks, over_time) -> RunResult:
-        forward, backward, distances, rates, group_rates = {}, {}, {}, [], []
+        forward, backward, distances, rates, group_rates, norms = {}, {}, {}, [], [], []
         losses: dict[int, float] = {}
         for s, worker in enumerate(self.workers):
             taken = worker.take_records()  # this call's records only: a flat cost per step
@@ -294,13 +297,15 @@ class LocalExecutor:
                 distances[(s, m)] = taken.distances[m]
             rates.append(taken.learning_rates)
             group_rates.append(taken.group_learning_rates)
+            norms.append(taken.update_norms)
             if s == self._last:
                 losses = taken.losses
         by_mb = dict(sorted(losses.items()))
         trace = Timeline(self.schedule, tuple(entries), unit="s", source="measured",
                          extra={"versions": versions, "distances": dict(distances)})
         return RunResult(list(by_mb.values()), by_mb, trace, forward, backward, distances,
-                         rates, peaks, over_time, group_learning_rates=group_rates)
+                         rates, peaks, over_time, group_learning_rates=group_rates,
+                         update_norms=norms)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:

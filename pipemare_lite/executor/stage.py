@@ -14,6 +14,7 @@ distributed one drive the *same* :class:`StageWorker`, so their numbers agree bi
     I(m):  gx = worker.input_grad(m, grad_y)  # split backward: input gradient only ...
     W(m):  worker.weight_grad(m)              # ... then the weight gradients
     U:     worker.update()                    # optimizer step on everything accumulated
+                                              # (records lr and update norm)
 
 The worker never sends or receives anything: moving ``y`` and ``gx`` between stages is the
 executor's job (a dict in one process, ``torch.distributed`` send/recv across processes).
@@ -105,6 +106,7 @@ class StageRecords:
         distances: ``microbatch -> backward version - forward version``.
         learning_rates: the lr of the first parameter group at each update.
         group_learning_rates: the lr of every parameter group at each update.
+        update_norms: ``||w after - w before||_2`` of each update (float64).
     """
 
     losses: dict[int, float] = field(default_factory=dict)
@@ -113,6 +115,7 @@ class StageRecords:
     distances: dict[int, int] = field(default_factory=dict)
     learning_rates: list[float] = field(default_factory=list)
     group_learning_rates: list[list[float]] = field(default_factory=list)
+    update_norms: list[float] = field(default_factory=list)
 
 
 class StageWorker:
@@ -173,6 +176,7 @@ class StageWorker:
         self.distances = fresh.distances
         self.learning_rates = fresh.learning_rates
         self.group_learning_rates = fresh.group_learning_rates
+        self.update_norms = fresh.update_norms
 
     def take_records(self) -> StageRecords:
         """What this stage did since the last call (:class:`StageRecords`); then forget it.
@@ -182,7 +186,8 @@ class StageWorker:
         (the cost of a step stays flat however long the run).
         """
         taken = StageRecords(self.losses, self.forward_versions, self.backward_versions,
-                             self.distances, self.learning_rates, self.group_learning_rates)
+                             self.distances, self.learning_rates, self.group_learning_rates,
+                             self.update_norms)
         self._start_records()
         return taken
 
@@ -339,8 +344,10 @@ class StageWorker:
         old = self.t2.snapshot() if self.t2 is not None else None
         self.learning_rates.append(self.optimizer.param_groups[0]["lr"])
         self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
+        before = [p.detach().clone() for p in self.params]
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.update_norms.append(update_norm(before, self.params))
         if self.t2 is not None:
             self.t2.after_update(old)
         self.versions.after_update()
@@ -428,6 +435,20 @@ class StageWorker:
         record.grad_output = stored["grad_output"]
         record.input_grad_done = stored["input_grad_done"]
         self.pending[microbatch] = record
+
+
+def update_norm(before, after) -> float:
+    """``||after - before||_2`` over all tensors, in float64 (chapter 07's per-stage evidence).
+
+    Float64 so that the norm of finite float32 weights never overflows: it is non-finite
+    exactly when ``after`` holds a non-finite value (``before`` being finite). Devices
+    without float64 (MPS) compute in float32.
+    """
+    squares = []
+    for old, new in zip(before, after, strict=True):
+        dtype = torch.float32 if new.device.type == "mps" else torch.float64
+        squares.append((new.detach().to(dtype) - old.to(dtype)).pow(2).sum().cpu())
+    return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
 
 
 def _module_device(module: nn.Module) -> torch.device:
