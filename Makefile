@@ -10,9 +10,9 @@ BOOK_ARGS ?=
 .PHONY: help setup book test test-fast lint format student solutions grade bench clean
 
 help:
-	@echo "make book       execute every chapter and render the HTML book into build/book/"
+	@echo "make book       execute every chapter, then build the book site into build/book/"
 	@echo "                (BOOK_ARGS=\"--chapters 03 --keep-going\" for a part of it)"
-	@echo "make test       unit tests + notebook checks (nbval), in .venv"
+	@echo "make test       unit tests + notebook checks (nbval) + the site in Chromium, in .venv"
 	@echo "make lint       ruff"
 	@echo "make student    the handout into student/: chapters with solutions stubbed, adapter.py, README"
 	@echo "make solutions  executed solution copies into solutions/"

@@ -14,6 +14,7 @@ import time
 
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.simulate import simulate
+from pipemare_lite.staleness import weight_versions
 from pipemare_lite.viz import gantt
 from pipemare_lite.widgets import (
     schedule_explorer,
@@ -72,9 +73,19 @@ def main() -> None:
 
         row(f"schedule_explorer {name} P={P} M~{M}", best_of(REPEATS, handler))
     staleness = staleness_explorer("async", 12, 8, minibatches=16)
-    pick = iter([5, 6] * REPEATS)
+    pick = iter([5, 6] * 3 * REPEATS)
     row("staleness_explorer async P=12 N=8 K=16",
         best_of(REPEATS, lambda: staleness.set(microbatch=next(pick))))
+    staleness.set(tick_order="backward_first")
+    row("staleness_explorer async P=12 N=8 K=16 BF",
+        best_of(REPEATS, lambda: staleness.set(microbatch=next(pick))))
+    # with an executed run's table beside the analysis (chapter 05); the analysis' own table
+    # stands in for it here: the same type and size, and no torch needed
+    ran = weight_versions(build_schedule("pipedream", 12, 8, num_minibatches=16))
+    with_run = staleness_explorer("pipedream", 12, 8, minibatches=16, measured=ran)
+    assert with_run.showing_measured
+    row("staleness_explorer pipedream 12,8,16 +run",
+        best_of(REPEATS, lambda: with_run.set(microbatch=next(pick))))
     stability = stability_explorer(alpha=0.3, tau=8, momentum=0.5, discrepancy=-1.0)
     # alpha and tau only move the marked point; momentum, s, lambda and T2 redo the map
     # (every timed call changes the value: the first value differs from the current one)

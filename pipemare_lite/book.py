@@ -1,154 +1,60 @@
-"""The book build: execute every chapter and render it to HTML that works offline.
+"""The book build: execute every chapter, then build the book site from the executed notebooks.
 
     python -m pipemare_lite book --out build/book [--chapters 00 03] [--timeout 300]
         [--record-timings data/results/chapter_times.json]
 
 Each chapter runs in a fresh ``python3`` kernel of *this* Python environment (never a
 kernelspec that happens to point elsewhere), with ``chapters/`` as the working directory and
-a per-cell timeout. Pages are rendered with nbconvert's ``lab`` template, minus everything
-that would reach the network: plotly.js is copied from the installed ``plotly`` package
-into the output folder and every page loads that copy; each plotly figure output
-(``application/vnd.plotly.v1+json``) becomes a ``<div>`` plus a ``Plotly.newPlot`` call.
-Formulas are typeset by a local copy of MathJax 2 (from ``jupyter-server-mathjax``).
-Widgets are not live in HTML: their output is replaced by a note, and chapters show a
-static fallback figure after each widget.
+a per-cell timeout; the build prints which chapter runs and how long it took, and a failing
+chapter stops it, naming the chapter, the cell and the error. The executed notebooks then
+become the book site (:mod:`pipemare_lite.booksite`: Sphinx, myst-nb and sphinx-book-theme,
+offline: local plotly.js and MathJax), written to ``--out``.
 """
 
 from __future__ import annotations
 
 import datetime
-import filecmp
-import html
 import json
 import os
 import platform
-import re
-import shutil
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 
 import nbformat
 
+from pipemare_lite.booksite.pages import WIDGET_MIMETYPE, offline_outputs
+from pipemare_lite.booksite.project import (
+    MATHJAX_DIR,
+    MATHJAX_PATH,
+    PLOTLY_JS,
+    SiteProject,
+    mathjax_source,
+    plotly_js_source,
+)
 from pipemare_lite.files import atomic_write_text
-from pipemare_lite.notebooks import (
-    TIMINGS_FILE,
-    chapter_info,
-    chapters_dir,
-    list_chapters,
-    meta_path,
-)
+from pipemare_lite.notebooks import chapter_info, chapters_dir, list_chapters, meta_path
+from pipemare_lite.viz.figure_html import PLOTLY_MIMETYPE, figure_html
 
-PLOTLY_MIMETYPE = "application/vnd.plotly.v1+json"
-WIDGET_MIMETYPE = "application/vnd.jupyter.widget-view+json"
-PLOTLY_JS = "plotly.min.js"
-MATHJAX_DIR = "mathjax"
-#: MathJax 2 entry point inside MATHJAX_DIR, with the one configuration the package ships
-MATHJAX_URL = f"{MATHJAX_DIR}/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
-
-# The lab template without its network scripts: require.js (which would also hide plotly.js's
-# global behind AMD), MathJax and mermaid from a CDN, and the widget manager from unpkg.
-# MathJax comes from the local copy when there is one.
-_PAGE_TEMPLATE = """{%- extends 'index.html.j2' -%}
-{%- block html_head_js_requirejs -%}
-<script src="__PLOTLY_JS__"></script>
-{%- endblock html_head_js_requirejs -%}
-{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
-{%- block html_head_js_mathjax -%}
-{%- if resources.local_mathjax -%}{{ mathjax(resources.local_mathjax) }}{%- endif -%}
-{%- endblock html_head_js_mathjax -%}
-{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
-{%- block body_header -%}
-{{ super() }}
-<nav class="pml-nav"><a href="index.html">&larr; pipemare-lite: contents</a></nav>
-{%- endblock body_header -%}
-""".replace("__PLOTLY_JS__", PLOTLY_JS)
-
-_WIDGET_NOTE = (
-    '<div class="pml-widget-note"><em>Interactive widget: live when you run this chapter in '
-    "Jupyter. The static figure after it shows the same thing in the HTML book.</em></div>"
-)
-
-
-def plotly_js_source() -> Path:
-    """The ``plotly.min.js`` shipped inside the installed ``plotly`` package."""
-    path = Path(str(resources.files("plotly") / "package_data" / PLOTLY_JS))
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: is the plotly package installed completely?")
-    return path
-
-
-def mathjax_source() -> Path | None:
-    """MathJax 2's folder from the installed ``jupyter_server_mathjax`` package, if present."""
-    try:
-        folder = Path(str(resources.files("jupyter_server_mathjax") / "static"))
-    except ModuleNotFoundError:
-        return None
-    return folder if (folder / "MathJax.js").is_file() else None
-
-
-def copy_assets(out: Path) -> bool:
-    """Copy plotly.js (required) and MathJax (if installed) into ``out``; True with MathJax.
-
-    MathJax is about 10 MB in 600 files: copied once, then reused while its version matches.
-    """
-    shutil.copyfile(plotly_js_source(), out / PLOTLY_JS)
-    source = mathjax_source()
-    if source is None:
-        return False
-    target = out / MATHJAX_DIR
-    if (target / "MathJax.js").is_file() and filecmp.cmp(
-        source / "MathJax.js", target / "MathJax.js", shallow=False
-    ):
-        return True
-    # copy beside, then swap: an interrupted copy never looks like a complete one
-    partial = out / f".{MATHJAX_DIR}-partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(source, partial)
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-    return True
-
-
-def figure_html(figure: dict, div_id: str) -> str:
-    """A ``<div>`` plus the script that draws a plotly figure JSON into it (local plotly.js)."""
-    # "</" inside a JSON string would close the <script> element early
-    as_js = json.dumps(
-        {
-            "data": figure.get("data", []),
-            "layout": figure.get("layout", {}),
-            "config": {"responsive": True, **figure.get("config", {})},
-        }
-    ).replace("</", "<\\/")
-    height = figure.get("layout", {}).get("height")
-    style = f"height:{int(height)}px;" if isinstance(height, int | float) else "height:450px;"
-    return (
-        f'<div id="{div_id}" class="plotly-graph-div" style="{style}width:100%;"></div>\n'
-        f"<script>(function(){{var f={as_js};"
-        f'Plotly.newPlot("{div_id}", f.data, f.layout, f.config);}})();</script>'
-    )
-
-
-def offline_outputs(nb, page_id: str):
-    """Rewrite outputs for the static page, in place: plotly JSON to HTML, widgets to a note."""
-    for c, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        for o, output in enumerate(cell.get("outputs", [])):
-            data = output.get("data")
-            if not data:
-                continue
-            if PLOTLY_MIMETYPE in data:
-                output["data"] = {
-                    "text/html": figure_html(data[PLOTLY_MIMETYPE], f"{page_id}-fig-{c}-{o}")
-                }
-            elif WIDGET_MIMETYPE in data:
-                output["data"] = {"text/html": _WIDGET_NOTE}
-    nb.metadata.pop("widgets", None)
-    return nb
+__all__ = [
+    "MATHJAX_DIR",
+    "MATHJAX_PATH",
+    "PLOTLY_JS",
+    "PLOTLY_MIMETYPE",
+    "WIDGET_MIMETYPE",
+    "ChapterResult",
+    "build_book",
+    "execute_chapter",
+    "figure_html",
+    "mathjax_source",
+    "offline_outputs",
+    "plotly_js_source",
+    "record_timings",
+    "select_chapters",
+]
 
 
 def _kernel_manager():
@@ -220,23 +126,6 @@ def execute_chapter(path: Path, timeout: int) -> tuple[object, float, str]:
     return nb, time.perf_counter() - start, error
 
 
-def render_page(nb, title: str, page_id: str, mathjax: bool = False) -> str:
-    """HTML for one executed chapter: lab styling, local plotly.js (and MathJax), no network."""
-    from jinja2 import DictLoader
-    from nbconvert import HTMLExporter
-
-    exporter = HTMLExporter(
-        template_name="lab",
-        extra_loaders=[DictLoader({"pipemare_book.html.j2": _PAGE_TEMPLATE})],
-        template_file="pipemare_book.html.j2",
-    )
-    nb = offline_outputs(nb, page_id)
-    nb.metadata["title"] = title
-    extra = {"local_mathjax": MATHJAX_URL if mathjax else ""}
-    body, _ = exporter.from_notebook_node(nb, resources=extra)
-    return body
-
-
 def select_chapters(names: Sequence[str] | None, directory: Path) -> list[Path]:
     """Chapters to build: all, or those named by number (``03``), stem or file name or path."""
     every = list_chapters(directory)
@@ -270,12 +159,13 @@ def build_book(
     record: str | Path | None = None,
     command: str = "python -m pipemare_lite book",
 ) -> list[ChapterResult]:
-    """Execute chapters, render them, write ``index.html``; returns one result per chapter.
+    """Execute chapters, then build the book site into ``out``; one result per chapter.
 
-    Stops at the first chapter that fails (its page is still written, showing the error)
-    unless ``keep_going``; the caller turns failures into a non-zero exit either way.
-    With ``record`` (a ``.json`` path), the measured run times also go there, with a
-    ``.meta.json`` naming ``command`` and the machine (:func:`record_timings`).
+    Stops running chapters at the first one that fails (its page still shows the error)
+    unless ``keep_going``; the caller turns failures into a non-zero exit either way. The
+    site holds every chapter built now or by an earlier build into the same ``out`` (while
+    its notebook exists). With ``record`` (a ``.json`` path), the measured run times also
+    go there, with a ``.meta.json`` naming ``command`` and the machine (:func:`record_timings`).
     """
     log = log or (lambda message: print(message, flush=True))
     if timeout <= 0:
@@ -286,26 +176,26 @@ def build_book(
     paths = select_chapters(chapters, folder)
     if not paths:
         raise ValueError(f"no chapter notebooks (NN_snake_case.ipynb) in {folder}")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    mathjax = copy_assets(out)
-    if not mathjax:
-        log("[book] jupyter-server-mathjax not installed: formulas stay as LaTeX source")
+    site = SiteProject(out, folder, folder.parent)
+    site.check_output()  # before minutes of running chapters, not after
 
     results: list[ChapterResult] = []
-    for path in paths:
+    for index, path in enumerate(paths, start=1):
         title = chapter_info(path).title
-        log(f"[book] running {path.name} ...")
+        log(f"[book] ({index}/{len(paths)}) running {path.name} ...")
         nb, seconds, error = execute_chapter(path, timeout)
-        page = out / f"{path.stem}.html"
-        atomic_write_text(page, render_page(nb, title, path.stem[:2], mathjax))
+        page = site.add_chapter(path, nb, seconds, error)
         results.append(ChapterResult(path.stem, title, page, seconds, error))
         log(f"[book] {path.name}: {'ok' if not error else 'FAILED'} in {seconds:.1f} s")
         if error:
             log(f"[book] {path.name} failed:\n{error}")
             if not keep_going:
                 break
-    write_index(out, results, folder)
+    log("[book] building the site (Sphinx, myst-nb, sphinx-book-theme) ...")
+    built = site.build()
+    log(f"[book] site: {built.pages} pages in {built.seconds:.1f} s")
+    for warning in built.warnings:
+        log(f"[book] sphinx: {warning}")
     if record is not None:
         for written in record_timings(record, results, command, folder):
             log(f"[book] wrote {written}")
@@ -370,101 +260,3 @@ def record_timings(
     meta_file = meta_path(path)
     atomic_write_text(meta_file, json.dumps(meta, indent=1) + "\n")
     return path, meta_file
-
-
-_CODE_SPAN = re.compile(r"`([^`]+)`")
-_STRONG = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
-_EMPHASIS = re.compile(r"(?<![\w*])([*_])(?=\S)(.+?)(?<=\S)\1(?![\w*])")
-_LINK = re.compile(r"\[([^\]]+)\]\([^)\s]*\)")
-
-
-def inline_markdown(text: str) -> str:
-    """HTML for one line of chapter Markdown (a title or promise) in the index page.
-
-    Escapes HTML first, so a ``<`` in the text can never become a tag, then renders the
-    inline Markdown chapters use in their first cell: code spans, ``**strong**``,
-    ``*emphasis*`` / ``_emphasis_``; a link keeps only its text (the index links pages
-    itself). Nothing inside a code span is interpreted.
-    """
-    pieces = _CODE_SPAN.split(html.escape(text, quote=True))
-    out = []
-    for i, piece in enumerate(pieces):
-        if i % 2:  # the inside of a code span: literal
-            out.append(f"<code>{piece}</code>")
-            continue
-        piece = _LINK.sub(r"\1", piece)
-        piece = _STRONG.sub(r"<strong>\1</strong>", piece)
-        out.append(_EMPHASIS.sub(r"<em>\2</em>", piece))
-    return "".join(out)
-
-
-def write_index(out: Path, results: Sequence[ChapterResult], folder: Path) -> Path:
-    """``index.html`` listing every page built now or earlier, and ``timings.json`` beside it.
-
-    Pages from earlier builds (``--chapters`` builds a few) stay listed while their chapter
-    still exists; chapters that failed now are listed as failed.
-    """
-    timings_path = out / TIMINGS_FILE
-    try:
-        timings = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
-    except ValueError:
-        timings = {}
-    for r in results:
-        timings.pop(f"{r.name}.ipynb", None)
-        if r.ok:
-            timings[f"{r.name}.ipynb"] = round(r.seconds, 1)
-    existing = {p.name for p in list_chapters(folder)}
-    timings = {
-        k: v
-        for k, v in sorted(timings.items())
-        if k in existing and (out / k.replace(".ipynb", ".html")).is_file()
-    }
-    atomic_write_text(timings_path, json.dumps(timings, indent=1) + "\n")
-
-    failed = {f"{r.name}.ipynb": r for r in results if not r.ok}
-    rows = []
-    for path in list_chapters(folder):
-        if path.name not in timings and path.name not in failed:
-            continue
-        info = chapter_info(path)
-        title, promise = inline_markdown(info.title), inline_markdown(info.promise)
-        number = path.name[:2]
-        if path.name in failed:
-            status = '<span class="failed">failed: see the page for the error</span>'
-        else:
-            status = f"ran in {timings[path.name]:.1f} s"
-        rows.append(
-            f'<li><a href="{path.stem}.html">{number} · {title}</a> '
-            f'<span class="time">{status}</span><br><span class="promise">{promise}</span></li>'
-        )
-    index = out / "index.html"
-    atomic_write_text(index, _INDEX.replace("__ROWS__", "\n".join(rows)))
-    return index
-
-
-_INDEX = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1.0">
-<title>pipemare-lite: pipeline-parallel training, from GPipe to PipeMare</title>
-<style>
-body { font-family: system-ui, sans-serif; max-width: 48rem; margin: 3rem auto; padding: 0 1rem;
-       line-height: 1.5; color: #222; }
-li { margin: 0.4rem 0; }
-.time { color: #666; font-size: 0.9em; margin-left: 0.5rem; }
-.failed { color: #b00020; }
-.promise { color: #444; font-size: 0.95em; }
-</style>
-</head>
-<body>
-<h1>pipemare-lite</h1>
-<p>Pipeline-parallel training, from GPipe to PipeMare: the chapters as executed by the last
-book build. Times are wall-clock run times measured by that build on this machine. Figures
-are live; widgets are live only in Jupyter (<code>.venv/bin/jupyter lab chapters/</code>).</p>
-<ol start="0" style="list-style: none; padding-left: 0">
-__ROWS__
-</ol>
-</body>
-</html>
-"""

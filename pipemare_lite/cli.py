@@ -13,6 +13,12 @@ import sys
 
 from pipemare_lite import __version__
 
+#: The project's input errors: every check of a user's value raises ValueError (or a
+#: subclass, e.g. ScheduleError) naming the value and what is allowed. The CLI prints these
+#: as one line and exits with 2; anything else (a KeyError included) is a bug in the code
+#: and keeps its traceback.
+INPUT_ERRORS = (ValueError,)
+
 #: subcommand -> one-line help. The module is pipemare_lite.commands.<name with - as _>.
 SUBCOMMANDS = {
     "schedule": "build a pipeline schedule, simulate it and print the timeline and metrics",
@@ -20,7 +26,7 @@ SUBCOMMANDS = {
     "reproduce": "re-run a stored experiment and write data/results/",
     "assign": "write student copies (solutions stubbed) or executed solution copies",
     "grade": "grade a folder of student submissions into per-student reports and a class CSV",
-    "book": "execute every chapter and render the book to HTML",
+    "book": "execute every chapter, then build the book site (HTML, offline)",
 }
 
 
@@ -54,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return int(_module(args.command).run(args) or 0)
-    except (ValueError, KeyError) as exc:  # bad input: a message, not a traceback
+    except INPUT_ERRORS as exc:  # bad input: a message, not a traceback
         print(f"pipemare-lite {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -152,4 +152,5 @@ def compare_with_torch_pipelining(info, job: ComparisonJob) -> dict:
         # this rank is the end of its last action (its U)
         step = executor.run(feed, stop_after_updates=k)
         out["our_seconds"].append(max(end for _, _, _, end in step.entries))
+    executor.close()
     return out

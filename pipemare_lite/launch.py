@@ -559,7 +559,8 @@ def ping(info: RankInfo, payload: Any = None, *, sleep: float = 0.0,
         raise RuntimeError(f"ping: rank {info.rank} fails on purpose (fail_rank={fail_rank})")
     time.sleep(sleep)
     value = torch.tensor([float(info.rank)], device=info.device)
-    dist.all_reduce(value)
+    with faults.communication("ping's all-reduce"):
+        dist.all_reduce(value)
     return {
         "rank": info.rank,
         "world_size": info.world_size,

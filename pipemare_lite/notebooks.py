@@ -65,6 +65,35 @@ PLANNED_CHAPTERS: dict[int, str] = {
 }
 
 
+@dataclass(frozen=True)
+class BookPart:
+    """A part of the book: the chapters numbered ``first`` to ``last`` (both included)."""
+
+    title: str
+    first: int
+    last: int
+
+
+#: The book's parts, in order; the book site groups its table of contents by them. A
+#: chapter numbered past the last part's range joins the last part.
+BOOK_PARTS: tuple[BookPart, ...] = (
+    BookPart("Synchronous pipelines", 0, 4),
+    BookPart("Asynchronous pipelines", 5, 7),
+    BookPart("PipeMare's fixes", 8, 10),
+    BookPart("Real processes and beyond", 11, 12),
+)
+
+
+def book_part(number: int) -> BookPart:
+    """The part that chapter ``number`` belongs to (from its number alone, no file list)."""
+    if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+        raise ValueError(f"chapter number must be an integer >= 0, got {number!r}")
+    for part in BOOK_PARTS:
+        if part.first <= number <= part.last:
+            return part
+    return BOOK_PARTS[-1]
+
+
 # --------------------------------------------------------------------------- listing
 
 

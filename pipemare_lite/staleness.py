@@ -26,6 +26,10 @@ So a split backward's ``version_at_backward`` is the version current at ``I``, a
 ``version_applied`` is taken at the first update after ``W`` (which is when the gradient
 joins the stage's accumulator).
 
+:func:`weight_versions` derives all this from the schedule alone; :func:`versions_from_trace`
+builds the same table from what an executor recorded while it ran the schedule with real
+tensors, so the two can be compared (chapter 05 does, and so do the tests).
+
 Nothing here hard-codes a delay: the closed forms at the bottom (:func:`expected_forward_delay`)
 sit beside the measurement so tests and chapters can compare them. Torch-free.
 """
@@ -257,6 +261,51 @@ def _check_held(wanted: int, current: int, stage: int, microbatch: int, when: st
         )
 
 
+def versions_from_trace(trace) -> VersionTable:
+    """The versions an executor RECORDED while it ran a schedule, as a :class:`VersionTable`.
+
+    ``trace`` is a measured :class:`~pipemare_lite.timeline.Timeline` (``RunResult.trace`` of
+    the local or the distributed executor): ``trace.extra["versions"]`` holds, per action
+    string, the weight version the stage's worker handed that action (``"2F5": 1``; for a
+    ``U``, the version it updated). Each rank's entries are read in the order they ran; the
+    version a gradient is applied to is that of the stage's first ``U`` after its ``B`` (or
+    ``W``). Nothing is derived from the schedule's rules: comparing this table with
+    :func:`weight_versions` (the analysis) checks the executor against the analysis.
+    """
+    versions = getattr(trace, "extra", {}).get("versions")
+    if not versions:
+        raise ValueError(
+            "the trace records no weight versions (trace.extra['versions'] is empty); pass the "
+            "trace of an executor run (RunResult.trace), not a simulated timeline"
+        )
+    schedule = trace.schedule
+    width = schedule.total_microbatches  # an executed action belongs to the schedule
+    found: list[tuple[int, int, int | None, int | None]] = []
+    for rank in range(schedule.num_stages):
+        at_forward: dict[int, int] = {}
+        at_backward: dict[int, int] = {}
+        applied: dict[int, int] = {}
+        pending: dict[int, list[int]] = {}  # stage -> keys whose gradient awaits an update
+        for entry in trace.for_rank(rank):
+            action = entry.action
+            version = versions[str(action)]
+            if action.kind == UPDATE:
+                for key in pending.pop(action.stage, ()):
+                    applied[key] = version
+                continue
+            key = action.stage * width + action.index
+            if action.kind == FORWARD:
+                at_forward[key] = version
+            elif action.kind in (BACKWARD, INPUT_GRAD):
+                at_backward[key] = version
+            if action.kind in (BACKWARD, WEIGHT_GRAD):  # the gradient is complete
+                pending.setdefault(action.stage, []).append(key)
+        found += [(key, v, at_backward.get(key), applied.get(key)) for key, v in at_forward.items()]
+    found.sort(key=itemgetter(0))
+    return VersionTable(schedule=schedule,
+                        rows=tuple(_version_rows(found, width, schedule.num_microbatches)))
+
+
 def microbatch_path(
     table_or_schedule: VersionTable | Schedule, microbatch: int
 ) -> list[VersionRow]:
@@ -394,7 +443,8 @@ def expected_forward_delay(
 
 
 def exact_forward_delay(
-    name: str, num_stages: int, num_microbatches: int, stage: int, position: int
+    name: str, num_stages: int, num_microbatches: int, stage: int, position: int,
+    *, backward_first: bool = False,
 ) -> int:
     """Exact steady-state forward delay of the microbatch at ``position`` in its minibatch.
 
@@ -405,11 +455,12 @@ def exact_forward_delay(
     - Lock-step ``async``: F(m) runs at tick m + s and B(m) at tick m + D + s with
       D = 2(P - s) - 1 (= 2(P - i) + 1 for 1-indexed i). Update j follows B((j+1)N - 1) in its
       tick. Inside a tick our builder (``schedules/async_pipeline.py``) runs F, then B, then
-      U (``_ASYNC_BACKWARD_FIRST = False`` below), so update j precedes F(m) iff
-      (j+1)N - 1 + D < m, giving v = floor((m - D) / N) and delay
-      ``ceil((D - j) / N)``: the recalled ``ceil(D / N)`` at j = 0, and one less for the
-      later positions once j passes D mod N (never more than one less since j < N).
-      (If the backward ran first in a tick the delay would be ``ceil((D - 1 - j) / N)``.)
+      U, so update j precedes F(m) iff (j+1)N - 1 + D < m, giving v = floor((m - D) / N)
+      and delay ``ceil((D - j) / N)``: the recalled ``ceil(D / N)`` at j = 0, and one less
+      for the later positions once j passes D mod N (never more than one less since j < N).
+      With ``backward_first=True`` (the builder's option: B and U before F in a tick) update
+      j precedes F(m) already when (j+1)N - 1 + D = m: the gap is D - 1 slots and the delay
+      ``ceil((D - 1 - j) / N)``, one less exactly when N divides D - 1 - j (for N = 1: always).
     - ``pipedream`` (1F1B, warm-up of w = P - 1 - s forwards, then F and B alternating):
       F(m) comes right after B(m - w - 1), so v = floor((m - w) / N) and the delay is
       ``ceil((w - j) / N)``; for N = 1 that is P - 1 - s for every microbatch.
@@ -418,20 +469,18 @@ def exact_forward_delay(
     _check_sizes(num_stages, num_microbatches, stage)
     if not 0 <= position < num_microbatches:
         raise ValueError(f"position {position} out of range 0..{num_microbatches - 1}")
+    if backward_first and name not in ("async", "pipemare"):
+        raise ValueError(f"backward_first applies to the lock-step 'async' schedule, not {name!r}")
     if name in SYNC_NAMES:
         return 0
     if name == "2bw":
         return 1
     if name in ("async", "pipemare"):
-        gap = 2 * (num_stages - stage) - 1 - (1 if _ASYNC_BACKWARD_FIRST else 0)
+        gap = 2 * (num_stages - stage) - 1 - (1 if backward_first else 0)
         return math.ceil((gap - position) / num_microbatches)
     if name == "pipedream":
         return math.ceil((num_stages - 1 - stage - position) / num_microbatches)
     raise ValueError(f"no closed form for schedule {name!r}; known: {_known_names()}")
-
-
-#: Whether the async builder runs a tick's backward before its forward (see exact_forward_delay).
-_ASYNC_BACKWARD_FIRST = False
 
 
 def _known_names() -> str:

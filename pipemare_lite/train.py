@@ -271,17 +271,22 @@ def fit(
     )
     if resume and Path(checkpoint_path).exists():
         run.resume_from(checkpoint_path)
-    with _progress_bar(progress, run) as show_progress:
-        run.start_clock()
-        while run.step < run.total_steps and not run.history.diverged:
-            run.train_one_step()
-            show_progress(run.history)
-            if run.ends_period(eval_every or run.steps_per_epoch) or run.history.diverged:
-                run.evaluate()
-            if on_step is not None:
-                on_step(run.step, run.history)
-            if checkpoint_every and run.ends_period(checkpoint_every):
-                run.save_to(checkpoint_path)
+    try:
+        with _progress_bar(progress, run) as show_progress:
+            run.start_clock()
+            while run.step < run.total_steps and not run.history.diverged:
+                run.train_one_step()
+                show_progress(run.history)
+                if run.ends_period(eval_every or run.steps_per_epoch) or run.history.diverged:
+                    run.evaluate()
+                if on_step is not None:
+                    on_step(run.step, run.history)
+                if checkpoint_every and run.ends_period(checkpoint_every):
+                    run.save_to(checkpoint_path)
+    finally:
+        close = getattr(run.engine, "close", None)  # executors holding threads (dist)
+        if close is not None:
+            close()
     history = run.finish()
     if history.diverged and on_divergence == "raise":
         raise DivergenceError(history.divergence, history)

@@ -30,8 +30,9 @@ fi
 
 # Reinstall only when pyproject.toml changed since the last successful install.
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "[bootstrap] installing pipemare-lite[test] (editable)"
-  "$VPY" -m pip install --quiet -e ".[test]"
+  # [classroom] too: the nbgrader/otter round trips are part of `make test`, not skipped
+  echo "[bootstrap] installing pipemare-lite[test,classroom] (editable)"
+  "$VPY" -m pip install --quiet -e ".[test,classroom]"
   # The kernel "python3" inside .venv (not --user: that would repoint every other Jupyter of
   # this user to this checkout). `make test` and `make book` start .venv's Python directly.
   "$VPY" -m ipykernel install --sys-prefix --name python3 >/dev/null 2>&1 || true

@@ -1,7 +1,8 @@
-"""The book build: executes chapters, renders offline HTML with live plotly figures, indexes them.
+"""The book build: executes chapters and builds the book site (Sphinx, myst-nb) offline.
 
-Builds tiny fixture chapters (a plotly figure, a failing cell) in a temporary folder, so the
-test does not depend on how long the real chapters take.
+Builds tiny fixture chapters (a plotly figure, a widget, a formula, a link to an engine
+file, a failing cell) in a temporary folder, so the test does not depend on how long the
+real chapters take. The site in a browser: tests/test_book_site_browser.py.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 from importlib import resources
 from pathlib import Path
 
@@ -24,13 +23,16 @@ FIGURE_CELL = """import plotly.graph_objects as go
 fig = go.Figure(go.Bar(x=["F", "B"], y=[3, 5]))
 fig.update_layout(title="</script> must not end the page's script")
 fig"""
+WIDGET_CELL = "import ipywidgets\nipywidgets.IntSlider(value=3)"
+#: The fixture's title cell: a promise with Markdown, HTML that must stay text, a formula.
+PROMISE = "Measure its *bubble* with `gpipe` <i>now</i>: $x^2$."
 
 
-def _chapter(folder: Path, name: str, *code: str) -> Path:
+def _chapter(folder: Path, name: str, *code: str, promise: str = "A promise.") -> Path:
     number = name[:2]
     nb = new_notebook(
         cells=[
-            new_markdown_cell(f"# {number} · Fixture {name}\n\nA promise."),
+            new_markdown_cell(f"# {number} · Fixture {name}\n\n{promise}"),
             *(new_code_cell(c) for c in code),
         ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
@@ -42,75 +44,155 @@ def _chapter(folder: Path, name: str, *code: str) -> Path:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One build of a one-chapter book with a plotly figure (one kernel start)."""
-    chapters = tmp_path_factory.mktemp("chapters")
-    _chapter(chapters, "07_figure_fixture", FIGURE_CELL, "import os\nprint(os.getcwd())")
-    out = tmp_path_factory.mktemp("book")
+    """One build of a one-chapter book: a figure, a widget, a formula, an engine link."""
+    root = tmp_path_factory.mktemp("repo")
+    chapters = root / "chapters"
+    chapters.mkdir()
+    (root / "pkg").mkdir()
+    (root / "pkg" / "engine.py").write_text(
+        '"""An engine file."""\n\n\ndef step():\n    return 1\n'
+    )
+    path = _chapter(
+        chapters,
+        "07_figure_fixture",
+        FIGURE_CELL,
+        "import os\nprint(os.getcwd())",
+        WIDGET_CELL,
+        FIGURE_CELL,
+        promise=PROMISE,
+    )
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(new_markdown_cell("The engine's [step](../pkg/engine.py) function."))
+    nbformat.write(nb, path)
+    out = root / "build" / "book"
     results = book.build_book(out=out, directory=chapters, timeout=120, log=lambda m: None)
     return chapters, out, results
 
 
-@pytest.mark.slow  # starts a kernel: a few seconds
+def _pages(out: Path) -> list[Path]:
+    return sorted(p for p in out.rglob("*.html") if "_static" not in p.parts)
+
+
+@pytest.mark.slow  # starts a kernel and Sphinx: several seconds
 def test_index_links_every_executed_chapter(built):
     chapters, out, results = built
     assert [r.name for r in results] == ["07_figure_fixture"] and results[0].ok
+    assert results[0].html == out / "chapters" / "07_figure_fixture.html"
     index = (out / "index.html").read_text()
-    assert 'href="07_figure_fixture.html"' in index
+    assert 'href="chapters/07_figure_fixture.html"' in index
     assert "Fixture 07_figure_fixture" in index  # title read from the first heading
-    assert (out / "07_figure_fixture.html").is_file()
+    assert (out / "chapters" / "07_figure_fixture.html").is_file()
     timings = json.loads((out / "timings.json").read_text())
     assert set(timings) == {"07_figure_fixture.ipynb"} and timings["07_figure_fixture.ipynb"] > 0
+    # the front page says how long the chapter ran, with the time this build measured
+    assert f"ran in {timings['07_figure_fixture.ipynb']:.1f} s" in index
 
 
-@pytest.mark.slow  # starts a kernel: a few seconds
-def test_pages_load_no_script_from_the_network(built):
+@pytest.mark.slow  # starts a kernel and Sphinx: several seconds
+def test_pages_load_nothing_from_the_network(built):
     _, out, _ = built
-    for page in (out / "index.html", out / "07_figure_fixture.html"):
-        sources = re.findall(r"<script[^>]*\bsrc=[\"']([^\"']+)", page.read_text())
-        assert all("cdn." not in s and "://" not in s for s in sources), sources
-    page = (out / "07_figure_fixture.html").read_text()
-    sources = re.findall(r"<script[^>]*\bsrc=[\"']([^\"']+)", page)
-    assert sources[0] == book.PLOTLY_JS
-    for source in sources:  # every script the page loads was copied beside it
-        assert (out / source.split("?")[0]).is_file(), source
+    pages = _pages(out)
+    assert len(pages) >= 4  # front page, chapter, source page, search, index
+    for page in pages:
+        text = page.read_text()
+        sources = re.findall(r"<script[^>]*\bsrc=[\"']([^\"']+)", text)
+        for link in re.findall(r"<link\b[^>]*>", text):  # what the page loads, not rel=next
+            if re.search(r'rel="(stylesheet|preload|modulepreload|icon)"', link):
+                sources.append(re.search(r'href="([^"]+)"', link).group(1))
+        assert all("cdn." not in s and "://" not in s for s in sources), (page, sources)
+        for source in sources:  # every script and stylesheet the page loads is in the site
+            assert (page.parent / source.split("?")[0]).is_file(), (page, source)
 
 
-@pytest.mark.slow  # starts a kernel: a few seconds
+@pytest.mark.slow  # starts a kernel and Sphinx: several seconds
 def test_formulas_use_the_local_mathjax_copy(built):
     _, out, _ = built
-    if book.mathjax_source() is None:
-        pytest.skip("jupyter-server-mathjax is not installed")
-    page = (out / "07_figure_fixture.html").read_text()
-    assert f'src="{book.MATHJAX_URL}"' in page
-    assert (out / "mathjax" / "MathJax.js").is_file()
+    page = (out / "chapters" / "07_figure_fixture.html").read_text()
+    assert f'src="../_static/{book.MATHJAX_PATH}"' in page
+    assert (out / "_static" / "mathjax" / "MathJax.js").is_file()
+    assert "\\(x^2\\)" in page  # the formula, for MathJax to typeset
 
 
-@pytest.mark.slow  # starts a kernel: a few seconds
-def test_plotly_js_is_the_installed_copy(built):
+@pytest.mark.slow  # starts a kernel and Sphinx: several seconds
+def test_plotly_js_is_the_installed_copy_loaded_where_figures_are(built):
     _, out, _ = built
     shipped = Path(str(resources.files("plotly") / "package_data" / "plotly.min.js"))
-    assert (out / "plotly.min.js").read_bytes() == shipped.read_bytes()
+    assert (out / "_static" / "plotly.min.js").read_bytes() == shipped.read_bytes()
+    assert len(list(out.rglob("plotly*.js"))) == 1  # one copy for every page
+    chapter = (out / "chapters" / "07_figure_fixture.html").read_text()
+    assert re.search(r'<script src="\.\./_static/plotly\.min\.js[?"]', chapter)
+    assert "plotly.min.js" not in (out / "index.html").read_text()  # no figure there
 
 
-@pytest.mark.slow  # starts a kernel: a few seconds
+@pytest.mark.slow  # starts a kernel and Sphinx: several seconds
 def test_figure_becomes_a_div_drawn_by_newplot(built):
     _, out, _ = built
-    page = (out / "07_figure_fixture.html").read_text()
+    page = (out / "chapters" / "07_figure_fixture.html").read_text()
     divs = re.findall(r'<div[^>]*class="plotly-graph-div"[^>]*>', page)
     div_ids = [re.search(r'id="([^"]+)"', d).group(1) for d in divs]
-    assert len(div_ids) == 1
-    assert f'Plotly.newPlot("{div_ids[0]}"' in page
+    assert len(div_ids) == 2 and len(set(div_ids)) == 2
+    for div_id in div_ids:
+        assert f'document.getElementById("{div_id}")' in page
+    assert page.count("Plotly.newPlot(d,f.data,f.layout,f.config)") == 2
     assert "<\\/script> must not end" in page  # the title survived, escaped
     assert "application/vnd.plotly.v1+json" not in page
+    assert page.count("Copyright 2012") == 0  # no inline copy of plotly.js
 
 
-@pytest.mark.slow  # starts a kernel: a few seconds
+@pytest.mark.slow  # starts a kernel and Sphinx: several seconds
+def test_widget_becomes_a_note_on_opening_the_live_notebook(built):
+    _, out, _ = built
+    page = (out / "chapters" / "07_figure_fixture.html").read_text()
+    assert page.count('class="pml-widget-note') == 1
+    assert ".venv/bin/jupyter lab chapters/07_figure_fixture.ipynb" in page
+    assert "The figure after this cell is its static copy" in page  # a figure follows it
+    assert "application/vnd.jupyter.widget" not in page and "require.js" not in page
+
+
+@pytest.mark.slow  # starts a kernel and Sphinx: several seconds
+def test_chapter_page_offers_the_clean_notebook_for_download(built):
+    chapters, out, _ = built
+    page = (out / "chapters" / "07_figure_fixture.html").read_text()
+    assert 'href="07_figure_fixture.ipynb" download' in page
+    downloaded = out / "chapters" / "07_figure_fixture.ipynb"
+    assert downloaded.read_bytes() == (chapters / "07_figure_fixture.ipynb").read_bytes()
+
+
+@pytest.mark.slow  # starts a kernel and Sphinx: several seconds
+def test_engine_links_open_the_published_source_page(built):
+    _, out, _ = built
+    page = (out / "chapters" / "07_figure_fixture.html").read_text()
+    assert 'href="../pkg/engine.html"' in page
+    source = (out / "pkg" / "engine.html").read_text()
+    assert 'id="L-4"' in source and "step" in source
+    assert 'href="../chapters/07_figure_fixture.html"' in source  # linked from the chapter
+
+
+@pytest.mark.slow  # starts a kernel and Sphinx: several seconds
+def test_front_page_renders_the_promise_markdown_and_keeps_html_as_text(built):
+    _, out, _ = built
+    index = (out / "index.html").read_text()
+    assert "Measure its <em>bubble</em>" in index
+    assert '<span class="pre">gpipe</span></code>' in index
+    assert "&lt;i&gt;now" in index and "<i>now" not in index
+    assert "*bubble*" not in index
+
+
+@pytest.mark.slow  # starts a kernel and Sphinx: several seconds
 def test_chapters_run_with_the_chapters_folder_as_working_directory(built):
     chapters, out, _ = built
-    assert str(chapters) in (out / "07_figure_fixture.html").read_text()
+    assert str(chapters) in (out / "chapters" / "07_figure_fixture.html").read_text()
 
 
-@pytest.mark.slow  # starts a kernel: a few seconds
+@pytest.mark.slow  # starts a kernel and Sphinx: several seconds
+def test_no_temporary_file_is_left_behind(built):
+    _, out, _ = built
+    leftovers = [p for p in out.parent.rglob("*") if p.name.startswith(".") and "tmp" in p.name]
+    assert not leftovers, leftovers
+    assert not list(out.parent.rglob(".mathjax-partial"))
+
+
+@pytest.mark.slow  # starts kernels and Sphinx: several seconds
 def test_failing_chapter_fails_the_build_with_its_name_and_error(tmp_path, capsys):
     chapters = tmp_path / "chapters"
     chapters.mkdir()
@@ -122,14 +204,18 @@ def test_failing_chapter_fails_the_build_with_its_name_and_error(tmp_path, capsy
     assert cli.main(argv) == 1
     printed = capsys.readouterr().out
     assert "01_broken" in printed and "the planted error" in printed
-    assert not (out / "02_fine.html").exists()  # stopped at the first failure
+    assert "raise ValueError" in printed  # the cell that raised
+    assert not (out / "chapters" / "02_fine.html").exists()  # stopped at the first failure
+    assert "the planted error" in (out / "chapters" / "01_broken.html").read_text()
 
     record = tmp_path / "results" / "chapter_times.json"
     keep_going = argv + ["--keep-going", "--record-timings", str(record)]
     assert cli.main(keep_going) == 1  # failures still fail, the rest is built
     index = (out / "index.html").read_text()
-    assert (out / "02_fine.html").is_file() and 'href="02_fine.html"' in index
-    assert "failed" in index.split('href="01_broken.html"')[1].split("</li>")[0]
+    index = index[index.index("<article") :]  # the front page's text, not the sidebar
+    assert (out / "chapters" / "02_fine.html").is_file()
+    assert 'href="chapters/02_fine.html"' in index
+    assert "failed" in index.split('href="chapters/01_broken.html"')[1].split("</li>")[0]
     # the recorded times: the chapter that ran, with the command that measured it
     recorded = json.loads(record.read_text())
     assert list(recorded) == ["02_fine.ipynb"] and 0 < recorded["02_fine.ipynb"] < 60
@@ -137,6 +223,41 @@ def test_failing_chapter_fails_the_build_with_its_name_and_error(tmp_path, capsy
     assert meta["command"].startswith("python -m pipemare_lite book --out ")
     assert "--keep-going" in meta["command"] and f"--record-timings {record}" in meta["command"]
     assert meta["measured_now"] == ["02_fine.ipynb"] and meta["failed_now"] == ["01_broken.ipynb"]
+
+
+@pytest.mark.slow  # starts kernels and Sphinx twice: several seconds
+def test_a_partial_build_keeps_earlier_chapters_and_forgets_deleted_ones(tmp_path):
+    chapters, out = tmp_path / "chapters", tmp_path / "book"
+    chapters.mkdir()
+    _chapter(chapters, "00_first", "print(0)")
+    second = _chapter(chapters, "03_second", "print(3)")
+    book.build_book(out=out, directory=chapters, timeout=60, log=lambda m: None)
+    first_times = json.loads((out / "timings.json").read_text())
+    assert set(first_times) == {"00_first.ipynb", "03_second.ipynb"}
+
+    second.unlink()
+    _chapter(chapters, "05_third", "print(5)")
+    book.build_book(out=out, chapters=["05"], directory=chapters, timeout=60, log=lambda m: None)
+    times = json.loads((out / "timings.json").read_text())
+    assert times["00_first.ipynb"] == first_times["00_first.ipynb"]  # not run again, kept
+    assert set(times) == {"00_first.ipynb", "05_third.ipynb"}  # 03 deleted: gone
+    assert not (out / "chapters" / "03_second.html").exists()
+    index = (out / "index.html").read_text()
+    index = index[index.index("<article") :]  # the front page's text, not the sidebar
+    # grouped by part from the chapter numbers: 00 is synchronous, 05 asynchronous
+    assert index.index("Synchronous pipelines") < index.index("00 · Fixture 00_first")
+    assert index.index("Asynchronous pipelines") < index.index("05 · Fixture 05_third")
+    assert "03_second" not in index
+
+
+def test_build_refuses_an_output_folder_that_is_not_a_book(tmp_path):
+    _chapter(tmp_path, "00_intro")
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("precious")
+    with pytest.raises(ValueError, match="not a book build"):
+        book.build_book(out=out, directory=tmp_path, log=lambda m: None)
+    assert (out / "thesis.tex").read_text() == "precious"
 
 
 def test_offline_outputs_rewrites_figures_and_widgets():
@@ -186,115 +307,11 @@ def test_readme_links_resolve_and_commands_exist():
         assert re.search(rf"^{target}:", makefile, re.MULTILINE), f"Makefile has no {target}:"
 
 
-#: the start of the skip reason conftest.py looks for to print its end-of-run warning
-NO_BROWSER = "no headless chromium installed"
-
-
-def _browser_or_skip() -> str:
-    """The browser's path; a skip only where installing one was impossible (.ci/run).
-
-    ``.ci/run`` installs Debian's chromium when it is missing and, where it cannot, says why
-    in ``PIPEMARE_NO_BROWSER``. Under ``CI=true`` without that reason the browser was
-    expected, so its absence is a failure, not a skip.
-    """
-    found = [shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")]
-    browser = next((b for b in found if b), None)
-    if browser is not None:
-        return browser
-    reason = os.environ.get("PIPEMARE_NO_BROWSER", "")
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes") and not reason:
-        pytest.fail(
-            "CI=true but no chromium is on PATH: run CI through .ci/run (it installs "
-            "Debian's chromium), or set PIPEMARE_NO_BROWSER to why it cannot be installed"
-        )
-    pytest.skip(f"{NO_BROWSER}: {reason or 'install Debian chromium (apt-get install chromium)'}")
-
-
-@pytest.mark.slow  # a headless browser (CI installs one: .ci/run)
-def test_a_browser_draws_the_figure_offline(built):
-    """End to end: the page, opened from disk, draws the plotly figure (an SVG appears)."""
-    browser = _browser_or_skip()
-    _, out, _ = built
-    page = (out / "07_figure_fixture.html").resolve()
-    done = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
-         "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert 'class="main-svg"' in done.stdout, done.stderr[-2000:]
-
-
-def test_a_missing_browser_skips_only_where_installing_was_impossible(monkeypatch):
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    monkeypatch.delenv("PIPEMARE_NO_BROWSER", raising=False)
-    monkeypatch.setenv("CI", "true")  # CI expects .ci/run to have installed one
-    with pytest.raises(pytest.fail.Exception, match="CI=true but no chromium"):
-        _browser_or_skip()
-    monkeypatch.setenv("PIPEMARE_NO_BROWSER", "no apt-get here")
-    with pytest.raises(pytest.skip.Exception, match=f"{NO_BROWSER}: no apt-get here"):
-        _browser_or_skip()
-    monkeypatch.delenv("PIPEMARE_NO_BROWSER")
-    monkeypatch.delenv("CI")  # a laptop without chromium: a skip that says how to install
-    with pytest.raises(pytest.skip.Exception, match="apt-get install chromium"):
-        _browser_or_skip()
-    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
-    assert _browser_or_skip() == "/usr/bin/chromium"
-
-
-def test_inline_markdown_renders_emphasis_and_code_after_escaping_html():
-    assert (
-        book.inline_markdown("its idle time (the *bubble*)")
-        == "its idle time (the <em>bubble</em>)"
-    )
-    assert book.inline_markdown("**all** M, _then_ `2 * 3 * 4`") == (
-        "<strong>all</strong> M, <em>then</em> <code>2 * 3 * 4</code>"
-    )
-    # HTML in a promise is text, also inside emphasis and code
-    assert book.inline_markdown('*<b>x</b>* `<script>` & "q"') == (
-        "<em>&lt;b&gt;x&lt;/b&gt;</em> <code>&lt;script&gt;</code> &amp; &quot;q&quot;"
-    )
-    # what is not emphasis stays as written; a link keeps its text
-    assert book.inline_markdown("P * M and snake_case_name") == "P * M and snake_case_name"
-    assert book.inline_markdown("see [chapter 02](02_x.ipynb)") == "see chapter 02"
-
-
-def test_index_renders_the_promise_markdown(tmp_path):
-    chapters, out = tmp_path / "chapters", tmp_path / "book"
-    chapters.mkdir()
-    out.mkdir()
-    path = _chapter(chapters, "02_markdown_promise")
-    nb = nbformat.read(path, as_version=4)
-    nb.cells[0].source = "# 02 · The `gpipe` schedule\n\nMeasure its *bubble* <i>now</i>."
-    nbformat.write(nb, path)
-    (out / "02_markdown_promise.html").write_text("<html></html>")
-    result = book.ChapterResult("02_markdown_promise", "t", out / "x.html", 1.25)
-    index = book.write_index(out, [result], chapters).read_text()
-    assert "The <code>gpipe</code> schedule" in index
-    assert "Measure its <em>bubble</em> &lt;i&gt;now&lt;/i&gt;." in index
-    assert "*bubble*" not in index
-
-
-def test_index_and_timings_are_replaced_not_rewritten(tmp_path):
-    chapters, out = tmp_path / "chapters", tmp_path / "book"
-    chapters.mkdir()
-    out.mkdir()
-    _chapter(chapters, "03_timed")
-    (out / "03_timed.html").write_text("<html></html>")
-    (out / "timings.json").write_text('{"03_timed.ipynb": 9.0}\n')
-    inode = (out / "timings.json").stat().st_ino
-    result = book.ChapterResult("03_timed", "t", out / "03_timed.html", 2.04)
-    book.write_index(out, [result], chapters)
-    assert (out / "timings.json").stat().st_ino != inode
-    assert json.loads((out / "timings.json").read_text()) == {"03_timed.ipynb": 2.0}
-    assert sorted(p.name for p in out.iterdir()) == ["03_timed.html", "index.html", "timings.json"]
-
-
 def _result(name: str, seconds: float, error: str = "") -> book.ChapterResult:
     return book.ChapterResult(name, name, Path(f"{name}.html"), seconds, error)
 
 
 def test_recorded_timings_merge_drop_failures_and_carry_their_meta(tmp_path):
-    import os
     import platform
 
     from pipemare_lite import __version__, notebooks

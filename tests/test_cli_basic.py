@@ -60,3 +60,28 @@ def test_book_with_an_unknown_chapter_names_the_allowed_ones(tmp_path, capsys):
     argv = ["book", "--out", str(tmp_path / "out"), "--chapters-dir", str(tmp_path)]
     assert cli.main(argv + ["--chapters", "09"]) == 2
     assert "allowed: 00_only" in capsys.readouterr().err
+
+
+def test_an_internal_key_error_is_a_traceback_not_bad_input(monkeypatch, capsys):
+    # only the project's input errors (ValueError and its subclasses) become "error: ..."
+    # with exit code 2; a KeyError from inside is a bug and must show its traceback
+    from pipemare_lite.commands import schedule
+
+    def broken(args):
+        raise KeyError("seed")
+
+    monkeypatch.setattr(schedule, "run", broken)
+    with pytest.raises(KeyError, match="seed"):
+        cli.main(["schedule", "gpipe", "-P", "2", "-M", "2"])
+    assert "error:" not in capsys.readouterr().err
+
+
+def test_the_train_module_entry_point_shows_an_internal_key_error(monkeypatch):
+    from pipemare_lite.commands import train
+
+    def broken(args, **options):
+        raise KeyError("stage_lr")
+
+    monkeypatch.setattr(train, "run_from_args", broken)
+    with pytest.raises(KeyError, match="stage_lr"):
+        train.main(["--method", "1f1b"])

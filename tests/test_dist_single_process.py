@@ -88,6 +88,24 @@ def test_one_rank_equals_the_local_executor(one_rank_group, method):
         assert torch.equal(dist_result.state_dicts[0][name], value)
 
 
+def test_every_parameter_groups_learning_rate_is_reported(one_rank_group):
+    schedule = build_method_schedule("pipemare", 1, 2, num_minibatches=3)
+    options = method_options("pipemare")
+
+    def two_groups(params):
+        return torch.optim.SGD([{"params": params[0::2], "lr": 0.1},
+                                {"params": params[1::2], "lr": 0.01}])
+
+    mbs = data(schedule.total_microbatches)
+    with DistributedExecutor(schedule, stages(1)(), loss_fn=F.cross_entropy,
+                             optimizer_factory=two_groups, method_options=options) as executor:
+        rank = executor.run(mbs)
+    local = LocalExecutor(schedule, stages(1)(), loss_fn=F.cross_entropy,
+                          optimizer_factory=two_groups, method_options=options).run(mbs)
+    assert rank.group_learning_rates[0] == local.group_learning_rates[0]
+    assert [len(groups) for groups in rank.group_learning_rates[0]] == [2, 2, 2]
+
+
 def test_stages_on_one_rank_hand_messages_over_in_memory(one_rank_group):
     # an interleaved schedule with P=1 and 3 chunks: three virtual stages on rank 0
     from pipemare_lite.schedules.interleaved import interleaved
@@ -102,6 +120,66 @@ def test_stages_on_one_rank_hand_messages_over_in_memory(one_rank_group):
                           optimizer_factory=OPTIMIZER).run(mbs)
     assert result.loss_by_microbatch == local.loss_by_microbatch
     assert result.versions == local.trace.extra["versions"]
+
+
+class CountedStage(torch.nn.Module):
+    """A stage that counts its forward calls; ``mode`` picks what its forward does."""
+
+    def __init__(self, mode: str):
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 6)
+        self.mode, self.calls = mode, 0
+
+    def forward(self, x):
+        type(self).calls += 1  # on the class: the probe runs copies of the module
+        if self.mode == "bug":
+            raise ValueError("a bug in the user's stage")
+        y = self.linear(x)
+        if self.mode == "reads values" and y.sum() > 1e9:  # data-dependent Python control
+            return y * 0.5
+        if self.mode == "cpu constant":
+            return y + torch.ones(6)  # made in forward, on the CPU, not on the input's device
+        return y
+
+
+def interleaved_with(stage: torch.nn.Module):
+    """Three virtual stages on rank 0; ``stage`` is the middle one."""
+    from pipemare_lite.schedules.interleaved import interleaved
+
+    modules = stages(3)()
+    modules[1] = stage
+    return interleaved(1, 2, 3, 2), modules
+
+
+def test_an_error_in_a_stage_surfaces_from_the_shape_probe_naming_it(one_rank_group):
+    CountedStage.calls = 0
+    schedule, modules = interleaved_with(CountedStage("bug"))
+    executor = DistributedExecutor(schedule, modules, loss_fn=F.cross_entropy,
+                                   optimizer_factory=OPTIMIZER)
+    with pytest.raises(RuntimeError, match=r"stage 1 on rank 0.*\(3, 6\) torch.float32 input"
+                                           r".*ValueError: a bug in the user's stage") as info:
+        executor.run(data(schedule.total_microbatches))
+    assert isinstance(info.value.__cause__, ValueError)
+    assert CountedStage.calls == 1  # not re-run on a CPU copy fed with zeros
+
+
+@pytest.mark.parametrize("mode, calls", [("reads values", 2), ("cpu constant", 1)])
+def test_the_shape_probe_handles_what_meta_tensors_cannot_do(one_rank_group, mode, calls):
+    # reading values: no meta kernel can, so a CPU copy runs on zeros (randomness restored);
+    # a constant made on the CPU inside forward is moved to meta: the probe stays on meta
+    CountedStage.calls = 0
+    schedule, modules = interleaved_with(CountedStage(mode))
+    mbs = data(schedule.total_microbatches)
+    executor = DistributedExecutor(schedule, modules, loss_fn=F.cross_entropy,
+                                   optimizer_factory=OPTIMIZER)
+    state = torch.get_rng_state()
+    table = executor.probe_shapes(mbs)
+    assert torch.equal(state, torch.get_rng_state())  # the probe draws no random number
+    assert table[(0, ((3, 5), torch.float32))] == ((3, 6), torch.float32)  # into stage 1
+    assert table[(1, ((3, 5), torch.float32))] == ((3, 6), torch.float32)  # out of stage 1
+    assert CountedStage.calls == calls
+    result = executor.run(mbs)
+    assert len(result.loss_by_microbatch) == schedule.total_microbatches
 
 
 def test_stop_and_continue_gives_the_same_numbers(one_rank_group):
@@ -196,3 +274,43 @@ def test_failure_reports_land_in_the_store():
     assert read_positions(store, 3)[2].state == "failed: ValueError: bad value 7"
     # the first reason holds: a later failure does not overwrite it
     assert claim_abort(store, "rank 0 failed too") == read_abort(store)
+
+
+class BrokenWork:
+    """A Work whose wait fails the way the transport fails when a peer is gone."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def is_completed(self):
+        return True
+
+    def wait(self, timeout=None):
+        raise RuntimeError(self.text)
+
+
+def test_an_error_is_an_echo_by_where_it_came_from_not_by_its_words():
+    from pipemare_lite.executor import faults
+
+    # a stage's own error is a cause even when its text mentions NCCL or a closed connection
+    for text in ("NCCL is not what failed here", "Connection reset by peer (my own check)"):
+        store = dist.HashStore()
+        board = StatusBoard(1, 3, store)
+        board.fail(RuntimeError(text))
+        assert read_abort(store).startswith("rank 1 failed at")
+        assert not faults.is_communication_error_text(read_failures(store, 3)[1])
+    # what the transport raises while waiting for a message is the echo of a peer's failure,
+    # whatever the library's words
+    for polling in (True, False):
+        for text in ("Connection reset by peer", "pair.cc:537 Read error"):
+            store = dist.HashStore()
+            board = StatusBoard(2, 3, store)
+            waiter = Waiter(board, 5.0, polling=polling)
+            with pytest.raises(faults.PeerConnectionError, match=text) as info:
+                waiter.wait(BrokenWork(text), "activation of stage 1 microbatch 0")
+            assert isinstance(info.value.__cause__, RuntimeError)
+            assert faults.is_communication_error(info.value)
+            board.fail(info.value)
+            assert read_abort(store) is None  # an echo does not claim the abort
+            assert faults.is_communication_error_text(read_failures(store, 3)[2])
+            waiter.close()

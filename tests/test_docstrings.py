@@ -21,7 +21,8 @@ import pipemare_lite
 #: Tooling around the book (CLI, book build, notebook tooling, classroom build), not the
 #: engine it teaches: no chapter to name.
 NOT_ENGINE = re.compile(
-    r"^pipemare_lite\.(__main__|cli|commands(\..*)?|book|notebooks|envcheck|exercises\.assign)$"
+    r"^pipemare_lite\.(__main__|cli|commands(\..*)?|book|booksite(\..*)?|notebooks|envcheck"
+    r"|exercises\.assign)$"
 )
 CHAPTER_MENTION = re.compile(r"\bchapters?\s+\d{1,2}\b", re.IGNORECASE)
 

@@ -21,8 +21,8 @@ from torch import nn
 from pipemare_lite.executor import LocalExecutor
 from pipemare_lite.memory import MemoryProfile, memory_by_kind
 from pipemare_lite.methods import MethodOptions
-from pipemare_lite.schedules import Action, Schedule, build_schedule
-from pipemare_lite.staleness import weight_versions
+from pipemare_lite.schedules import Action, Schedule, async_pipeline, build_schedule
+from pipemare_lite.staleness import versions_from_trace, weight_versions
 from tests.references import gradient_accumulation, hand_pipeline, stashed_weights_sgd
 
 WIDTH, SAMPLES = 8, 4
@@ -105,6 +105,7 @@ CASES = {  # name: (schedule builder, options, warm-up minibatches)
     "2bw": ("2bw", MethodOptions(), 0),
     "async": ("async", MethodOptions(), 0),
     "async+T2": ("async", MethodOptions(discrepancy_correction=True, gamma=0.6), 0),
+    "async, B before F": ("async-backward-first", MethodOptions(), 0),
     "pipemare-W": ("async", MethodOptions(lr_rescheduling=True, rescheduling_horizon=3,
                                           discrepancy_correction=True,
                                           gamma=(0.5, 0.7, 0.9)), 1),
@@ -119,7 +120,10 @@ def test_methods_equal_hand_written_pipeline(case, shape):
     (P, N, K), lr = shape, 0.05
     if isinstance(options.gamma, tuple):
         options = dataclasses.replace(options, gamma=tuple(0.5 + 0.1 * s for s in range(P)))
-    schedule = build_schedule(builder, P, N, num_minibatches=K, warmup_minibatches=warmup)
+    if builder == "async-backward-first":
+        schedule = async_pipeline(P, N, K, warmup, backward_first=True)
+    else:
+        schedule = build_schedule(builder, P, N, num_minibatches=K, warmup_minibatches=warmup)
     initial = blocks(P, torch.float64)
     mbs = data(N * K, torch.float64, classes=False)
     lr_of = None
@@ -169,6 +173,32 @@ def test_versions_in_trace_equal_staleness_analysis(name, chunks, warmup):
     for rank, row in enumerate(schedule.ranks):  # each rank ran its own actions in order
         assert [e.action for e in result.trace.for_rank(rank)] == list(row)
     assert result.trace.source == "measured" and result.trace.unit == "s"
+    # the table read back from the recorded trace (applied versions from the recorded U's)
+    assert versions_from_trace(result.trace).rows == table.rows
+
+
+def test_backward_first_async_runs_and_its_recorded_versions_equal_the_analysis():
+    P, N, K = 3, 2, 5
+    schedule = async_pipeline(P, N, K, backward_first=True)
+    result = executor_for(schedule, blocks(P)).run(data(N * K))
+    measured = versions_from_trace(result.trace)
+    assert measured.rows == weight_versions(schedule).rows
+    usual = executor_for(build_schedule("async", P, N, num_minibatches=K), blocks(P)).run(
+        data(N * K))
+    # the same microbatches, and the backward-first forwards are never staler
+    before = {(r.stage, r.microbatch): r.forward_delay
+              for r in versions_from_trace(usual.trace).rows}
+    delays = [(before[(r.stage, r.microbatch)], r.forward_delay) for r in measured.rows
+              if r.forward_delay is not None]
+    assert all(old - 1 <= new <= old for old, new in delays)
+    assert any(new == old - 1 for old, new in delays)
+
+
+def test_versions_from_trace_needs_a_recorded_trace():
+    from pipemare_lite.simulate import simulate
+
+    with pytest.raises(ValueError, match="records no weight versions"):
+        versions_from_trace(simulate(build_schedule("async", 2, 2, num_minibatches=2)))
 
 
 # ---------------------------------------------------------------- bytes == memory model
@@ -345,6 +375,31 @@ def test_t1_composes_with_a_base_scheduler_in_the_executor():
         assert result.learning_rates[s] == pytest.approx(expected, rel=1e-15)
 
 
+def two_group_sgd(lr: float):
+    """SGD with two parameter groups: weights at ``lr``, biases at a tenth of it."""
+    def factory(params):
+        return torch.optim.SGD([{"params": params[0::2], "lr": lr},
+                                {"params": params[1::2], "lr": lr / 10}])
+    return factory
+
+
+def test_every_parameter_groups_learning_rate_is_recorded():
+    P, N, K, horizon, lr = 2, 2, 4, 3, 0.1
+    schedule = build_schedule("async", P, N, num_minibatches=K)
+    executor = LocalExecutor(
+        schedule, blocks(P), loss_fn=nn.functional.cross_entropy,
+        optimizer_factory=two_group_sgd(lr),
+        method_options=MethodOptions(lr_rescheduling=True, rescheduling_horizon=horizon))
+    result = executor.run(data(N * K))
+    for s, tau in enumerate(executor.forward_delays):
+        factors = [tau ** -(1 - min(k / horizon, 1)) for k in range(K)]
+        rates = result.group_learning_rates[s]
+        assert [len(groups) for groups in rates] == [2] * K
+        assert [g[0] for g in rates] == pytest.approx([lr * f for f in factors], rel=1e-15)
+        assert [g[1] for g in rates] == pytest.approx([lr / 10 * f for f in factors], rel=1e-15)
+        assert result.learning_rates[s] == [g[0] for g in rates]  # the first group, as before
+
+
 # ---------------------------------------------------------------- errors and devices
 def test_wrong_number_of_stage_modules_is_an_early_error():
     schedule = build_schedule("gpipe", 3, 2)
@@ -492,3 +547,42 @@ def test_resume_with_dropout_and_batchnorm_buffers_is_bitwise():
     for got, want in zip(resumed_stages, straight_stages):
         for (name, a), (_, b) in zip(got.state_dict().items(), want.state_dict().items()):
             assert torch.equal(a, b), name
+
+
+def test_loading_a_checkpoint_leaves_the_callers_random_stream_alone():
+    # the executor's randomness (dropout) continues the checkpoint's stream; the caller's
+    # stream is neither set by load_state_dict nor advanced by the resumed run, and what the
+    # caller draws in between does not change the resumed run
+    def make():
+        torch.manual_seed(5)
+        return [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Dropout(0.25))
+                for _ in range(2)] + [nn.Linear(WIDTH, WIDTH)]
+    P, N, K = 3, 2, 5
+    schedule = build_schedule("async", P, N, num_minibatches=K)
+    mbs = data(N * K)
+    straight_executor = executor_for(schedule, make())
+    torch.manual_seed(11)
+    straight = straight_executor.run(mbs)
+    first = executor_for(schedule, make())
+    torch.manual_seed(11)
+    part1 = first.run(mbs, stop_after_updates=2)
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=False)
+
+    torch.manual_seed(999)
+    before = torch.get_rng_state()
+    second = executor_for(schedule, make())
+    torch.manual_seed(999)
+    second.load_state_dict(saved)
+    assert torch.equal(torch.get_rng_state(), before), "load_state_dict set the caller's RNG"
+    torch.randn(7)  # the caller draws: the executor's stream must not notice
+    drawn = torch.get_rng_state()
+    part2 = second.run(mbs, stop_after_updates=4)
+    assert torch.equal(torch.get_rng_state(), drawn), "the resumed run moved the caller's RNG"
+    # saved again from a resumed executor: its own stream goes into the checkpoint
+    third = executor_for(schedule, make())
+    third.load_state_dict(second.state_dict())
+    part3 = third.run(mbs)
+    assert part1.losses + part2.losses + part3.losses == straight.losses

@@ -1,4 +1,4 @@
-"""The exercises of chapters 00-04, 06 and 07, checked against the engine.
+"""The exercises of chapters 00-07, checked against the engine.
 
 Plain solutions written here from the definitions (the order rules, the closed forms) must
 pass every exercise; stubs must be "not attempted yet"; typical wrong answers must fail
@@ -18,7 +18,6 @@ from fractions import Fraction
 import pytest
 
 from pipemare_lite.exercises import EXERCISES, check, run_checks
-from pipemare_lite.exercises.exercise import format_call
 from pipemare_lite.schedules import build_schedule
 
 # --- plain solutions, written from the definitions ----------------------------------------
@@ -83,6 +82,39 @@ def interleaved_idle_fraction(P, M, v):
 
 def p2p_messages_per_microbatch(P, v):
     return 2 * (v * P - 1)
+
+
+def version_hooks(params, weights):
+    index_of = {id(p): i for i, p in enumerate(params)}
+
+    def pack(t):  # a parameter, or a view of one (Linear saves weight.t()), becomes a marker
+        base = t if id(t) in index_of else t._base
+        if base is None or id(base) not in index_of:
+            return t
+        view = None if base is t else (t.size(), t.stride(), t.storage_offset())
+        return ("weight", index_of[id(base)], view)
+
+    def unpack(packed):
+        if not (isinstance(packed, tuple) and packed[0] == "weight"):
+            return packed
+        _, i, view = packed
+        return weights[i] if view is None else weights[i].as_strided(*view)
+
+    return pack, unpack
+
+
+def async_forward_delay(P, N, stage, position):
+    # count the updates before the forward of a microbatch m = kN + position deep in the run:
+    # update j runs in the tick of B((j+1)N - 1), on this stage tick (j+1)N - 1 + 2P-1-stage;
+    # F(m) runs at tick m + stage, and inside a tick F comes before B and U
+    k = 10 * P + 10
+    m = k * N + position
+    before = sum(1 for j in range(k) if (j + 1) * N - 1 + 2 * P - 1 - stage < m + stage)
+    return k - before  # the gradient of minibatch k is applied to version k
+
+
+def pipedream_stash_copies(P, N):
+    return [-(-(P - 1 - s) // N) for s in range(P)]  # ceil((P-1-s)/N) without math
 
 
 def smallest_m_below(P, target):
@@ -160,6 +192,9 @@ SOLUTIONS = {
     "ex06_1": delayed_gd,
     "ex06_2": delayed_gd_coefficients,
     "ex06_3": max_stable_step,
+    "ex05_1": version_hooks,
+    "ex05_2": async_forward_delay,
+    "ex05_3": pipedream_stash_copies,
     "ex07_1": first_to_blow_up,
     "ex07_2": largest_stable_depth,
 }
@@ -193,6 +228,10 @@ WRONG = {
     "ex06_2": lambda alpha, lam, tau, momentum: delayed_gd_coefficients(alpha, lam, tau, 0.0),
     # the approximation pi / (2 tau + 1), and no momentum at all
     "ex06_3": lambda tau, momentum: math.pi / (2 * tau + 1),
+    "ex05_1": lambda params, weights: (lambda t: t.clone(), lambda t: t),  # always F's weights
+    # the recalled worst case, ignoring the position in the minibatch
+    "ex05_2": lambda P, N, stage, position: -(-(2 * (P - stage) - 1) // N),
+    "ex05_3": lambda P, N: [P - 1 - s for s in range(P)],  # one copy per in-flight microbatch
     # always the first stage
     "ex07_1": lambda lr, sharpness, delays: 0,
     # the delay in microbatches, not updates (N ignored)
@@ -248,7 +287,7 @@ def test_wrong_answer_fails_with_hint_and_hides_the_expected_value(exercise_id):
         return
     failing = result.failing_case  # the case the message shows (every case runs)
     assert failing in exercise.cases()
-    call = format_call(exercise.function_name, failing)
+    call = exercise.describe_case(failing)  # the call, or a harness case in words
     assert call in said
     said = said.replace(call, "")
     expected = exercise.reference(*failing.values())
@@ -320,6 +359,8 @@ def test_checks_import_no_torch():
         sys.modules["torch"] = None  # any import of torch now fails
         from pipemare_lite.exercises import list_exercises, run_checks
         for exercise in list_exercises():
+            if exercise.needs_torch:  # checked on real tensors (chapter 05's hooks)
+                continue
             answer = exercise.reference if exercise.kind == "function" else 1
             result = run_checks(exercise.id, answer)
             assert result.status in ("passed", "failed"), result.message
@@ -450,6 +491,180 @@ def test_largest_stable_step_reference_is_the_closed_form_where_one_exists():
                                                     abs=1e-8)
     assert reference(1, 0.5) == pytest.approx(0.5, abs=1e-8)
     assert reference(0, 0.9) == pytest.approx(2 * 1.9, abs=1e-8)
+
+
+# --- chapter 05: the measured references, and answers that only call the engine -----------
+
+
+def test_engine_closed_forms_agree_with_the_measured_references():
+    # the engine's own closed forms are right, but a student may not hand them in (below)
+    from pipemare_lite.memory import peak_stash_copies
+    from pipemare_lite.staleness import exact_forward_delay
+
+    for case in EXERCISES["ex05_2"].cases():
+        expected = EXERCISES["ex05_2"].reference(**case)
+        assert exact_forward_delay("async", *case.values()) == expected, case
+    for case in EXERCISES["ex05_3"].cases():
+        P, N = case["P"], case["N"]
+        assert EXERCISES["ex05_3"].reference(**case) == [
+            math.ceil((P - 1 - s) / N) for s in range(P)]
+        longer = peak_stash_copies(build_schedule("pipedream", P, N, num_minibatches=4 * P + 4))
+        assert longer == EXERCISES["ex05_3"].reference(**case)  # the long run's value
+
+
+def _calls_engine_directly(P, N, stage, position):
+    from pipemare_lite.staleness import exact_forward_delay
+
+    return exact_forward_delay("async", P, N, stage, position)
+
+
+def _through_an_alias(P, N, stage, position):
+    return renamed("async", P, N, stage, position)
+
+
+def _through_a_module(P, N, stage, position):
+    return staleness.expected_forward_delay("async", P, N, stage, position)
+
+
+def _my_helper(P, N, stage, position):
+    return _calls_engine_directly(P, N, stage, position)
+
+
+def _through_a_helper(P, N, stage, position):
+    return _my_helper(P, N, stage, position)
+
+
+def _reads_the_versions_table(P, N, stage, position):
+    # the chapter measures with weight_versions before ex05_2: an answer may not
+    from pipemare_lite.staleness import steady_state_minibatches, weight_versions
+
+    schedule = build_schedule("async", P, N, num_minibatches=math.ceil((2 * P - 1) / N) + 3)
+    steady = steady_state_minibatches(schedule)
+    return next(r.forward_delay for r in weight_versions(schedule).rows
+                if r.stage == stage and r.minibatch in steady and r.microbatch % N == position)
+
+
+def _measures_instead_of_deriving(P, N):
+    from pipemare_lite.memory import peak_stash_copies
+
+    return peak_stash_copies(build_schedule("pipedream", P, N, num_minibatches=40))
+
+
+def _through_the_memory_model(P, N):
+    # the memory model of chapters 01 and 03, in units of one weight copy per stage
+    from pipemare_lite.memory import MemoryProfile, memory_by_kind
+
+    profile = MemoryProfile(param_bytes=[1] * P, activation_bytes=[0] * P)
+    schedule = build_schedule("pipedream", P, N, num_minibatches=40)
+    return [kinds["stash"] for kinds in memory_by_kind(schedule, profile)]
+
+
+from pipemare_lite import staleness  # noqa: E402  (used by _through_a_module)
+from pipemare_lite.staleness import exact_forward_delay as renamed  # noqa: E402
+
+
+@pytest.mark.parametrize("exercise_id, answer, named", [
+    ("ex05_2", _calls_engine_directly, "`exact_forward_delay`"),
+    ("ex05_2", _through_an_alias, "`exact_forward_delay`"),
+    ("ex05_2", _through_a_module, "`expected_forward_delay`"),
+    ("ex05_2", _through_a_helper, "`exact_forward_delay`"),
+    ("ex05_2", lambda P, N, stage, position: renamed("async", P, N, stage, position),
+     "`exact_forward_delay`"),
+    ("ex05_2", _reads_the_versions_table, "`weight_versions`"),
+    ("ex05_3", _measures_instead_of_deriving, "`peak_stash_copies`"),
+    ("ex05_3", _through_the_memory_model, "`memory_by_kind`"),
+], ids=lambda v: getattr(v, "__name__", str(v)))
+def test_an_answer_that_calls_the_engines_solution_fails(exercise_id, answer, named):
+    # each of these returns the right numbers: without the check they would pass
+    case = EXERCISES[exercise_id].cases()[0]
+    assert answer(*case.values()) == EXERCISES[exercise_id].reference(**case)
+    result = run_checks(exercise_id, answer)
+    assert result.status == "failed", result.message
+    assert f"uses the engine's {named}" in result.message and "yourself" in result.message
+
+
+def test_an_answer_may_read_the_schedule_it_derives_from():
+    # the builders are the chapter's instruments from its first cell: counting the updates
+    # before a forward in the engine's own order is a derivation, and passes
+    def async_forward_delay(P, N, stage, position):
+        k = math.ceil((2 * P - 1) / N) + 1  # a minibatch of the steady state
+        row = build_schedule("async", P, N, num_minibatches=k + 3).ranks[stage]
+        m = k * N + position
+        forward = next(i for i, a in enumerate(row) if a.kind == "F" and a.index == m)
+        return k - sum(a.kind == "U" for a in row[:forward])  # applied to k, read k - delay
+
+    assert run_checks("ex05_2", async_forward_delay).passed
+
+
+def test_a_helper_that_only_shares_an_engine_name_is_fine():
+    def peak_stash_copies(P, N):  # the student's own function, named like the engine's
+        return [-(-(P - 1 - s) // N) for s in range(P)]
+
+    def answer(P, N):
+        return peak_stash_copies(P, N)
+
+    assert run_checks("ex05_3", answer).passed
+
+
+def test_version_hooks_without_a_view_fail_on_linear_and_pass_on_conv():
+    # a pack hook that only recognises the parameters themselves misses Linear's weight.t()
+    def parameters_only(params, weights):
+        index_of = {id(p): i for i, p in enumerate(params)}
+        return ((lambda t: ("w", index_of[id(t)]) if id(t) in index_of else t),
+                (lambda t: weights[t[1]] if isinstance(t, tuple) else t))
+
+    result = run_checks("ex05_1", parameters_only)
+    # every case runs: the three stages with a Linear fail when the backward must read the
+    # stash (the view passed through reads the live weight); with the live weights, and on
+    # the Conv2d stage (which saves the parameter itself), it is right: 5 of 8
+    assert result.status == "failed" and result.cases_passed == 5, result.message
+    assert result.failing_case == {"model": "linear", "backward_reads": "stash"}
+    assert "on a linear stage" in result.message
+    from pipemare_lite.exercises.harness import gradients_with_hooks
+    from pipemare_lite.exercises.references import stage_worker_gradients
+
+    for reads in ("stash", "live"):
+        got = gradients_with_hooks(parameters_only, "conv", reads)
+        expected = stage_worker_gradients("conv", reads)
+        assert EXERCISES["ex05_1"].compare(got, expected) is None
+
+
+def test_version_hooks_that_call_the_engines_hooks_are_rejected():
+    from pipemare_lite.executor.stage import StageWorker
+    from pipemare_lite.methods.versions import param_ref
+
+    def through_param_ref(params, weights):
+        index_of = {id(p): i for i, p in enumerate(params)}
+
+        def pack(t):
+            ref = param_ref(t, index_of)
+            return t if ref is None else ref
+
+        return pack, lambda t: t
+
+    def through_a_worker(params, weights):
+        return StageWorker._packer, StageWorker._unpacker
+
+    for answer, named in ((through_param_ref, "`param_ref`"), (through_a_worker, "`StageWorker`")):
+        result = run_checks("ex05_1", answer)
+        assert result.status == "failed" and f"uses the engine's {named}" in result.message, (
+            result.message)
+
+
+def test_the_gradient_comparator_names_what_is_wrong_without_the_values():
+    from pipemare_lite.exercises.compare import compare_gradients
+
+    right = ([[1.0, 2.0]], [[[0.5]], [0.25]])
+    assert compare_gradients(right, right) is None
+    assert compare_gradients(([[1.0, 2.0 + 1e-13]], [[[0.5]], [0.25]]), right) is None
+    assert "input gradient" in compare_gradients(([[1.0, 2.5]], right[1]), right)
+    assert "parameter 1 without" in compare_gradients((right[0], [[[0.5]], None]), right)
+    assert "parameter 0 a gradient" in compare_gradients((right[0], [[[0.4]], [0.25]]), right)
+    assert "one gradient per parameter" in compare_gradients((right[0], [[[0.5]]]), right)
+    assert "expected an input gradient" in compare_gradients("hooks", right)
+    for problem in (compare_gradients(([[1.0, 2.5]], right[1]), right),
+                    compare_gradients((right[0], [[[0.4]], [0.25]]), right)):
+        assert "0.5" not in problem and "0.25" not in problem and "2.0" not in problem
 
 
 # --- chapter 07: stages on chapter 06's map ------------------------------------------------

@@ -8,9 +8,11 @@ display) must not contain
 1. a line of its solution (whitespace and comments ignored, short generic lines skipped);
 2. the expression its solution returns (also in markdown, e.g. "(P-1)/(M+P-1)");
 3. the name of an engine function that answers it (``Exercise.engine_answers``) in code: an
-   import, a call, a ``show_source``. The simulator itself (``simulate``, ``metrics``) is
-   the book's measuring instrument and may appear: an answer that calls it is rejected by
-   ``check`` and grading instead (tests/test_exercises_chapters.py).
+   import, a call, a ``show_source``. The book's measuring instruments may appear: the
+   simulator (``simulate``, ``metrics``), the memory model (``memory_by_kind``, chapters 01
+   and 03) and the staleness analysis (``weight_versions``, ``versions_from_trace``, chapter
+   05); an answer that calls one is rejected by ``check`` and grading instead
+   (tests/test_exercises_chapters.py).
 
 Chapters are found by their file names, so a new chapter is covered without editing this
 file.
@@ -35,7 +37,9 @@ from pipemare_lite.exercises.registry import find_by_name
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
 #: Engine names a chapter may use before an exercise that they answer (see rule 3).
-MEASURING_INSTRUMENTS = {"simulate", "metrics"}
+MEASURING_INSTRUMENTS = {
+    "simulate", "metrics", "memory_by_kind", "weight_versions", "versions_from_trace"
+}
 #: Normalized solution lines shorter than this are too generic to search for ("M += 1").
 MIN_LINE = 12
 #: Normalized returned expressions shorter than this are skipped ("1/P"), and so are bare

@@ -33,8 +33,18 @@ ROOT = Path(__file__).resolve().parents[1]
 FUNCTION_EXERCISES = [e for e in list_exercises() if e.kind == "function"]
 
 
+#: For exercises whose answer a harness uses (it calls the answer with other arguments than
+#: the case's and uses what it returns), a wrong answer that still runs: with ``return 0``
+#: the harness itself would raise, and no patched comparator could make it pass.
+WRONG_BUT_RUNNING = {
+    "ex05_1": "def version_hooks(params, weights):\n    return (lambda t: t), (lambda t: t)\n",
+}
+
+
 def _zero_function(exercise) -> str:
-    """``def name(args): return 0`` for a function exercise."""
+    """``def name(args): return 0`` for a function exercise (see :data:`WRONG_BUT_RUNNING`)."""
+    if exercise.harness is not None:
+        return WRONG_BUT_RUNNING[exercise.id]
     arguments = ", ".join(exercise.cases()[0])
     return f"def {exercise.function_name}({arguments}):\n    return 0\n"
 

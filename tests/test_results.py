@@ -1,12 +1,13 @@
 """Stored experiment results: well-formed, internally consistent, and reproducible anywhere.
 
 ``data/results/paper_shape*.json`` come from ``python -m pipemare_lite reproduce paper-shape
-[--quick]``. These tests read them as plain JSON (never executing anything from them),
-re-derive the decisions recorded in them from the stored seeds, and re-run one seed of one
-quick row through the fingerprint-aware check (``pipemare_lite.experiments.record``):
-bitwise on the machine that wrote the file, within the widened seed range elsewhere. They
-also show that the check rejects a perturbed method, and that the same seed on the same
-machine gives the same numbers bitwise.
+[--quick]`` (the command each file names). These tests read them as plain JSON (never
+executing anything from them), re-derive the decisions recorded in them from the stored
+seeds (lr choice, summaries, verdicts, closed-form bytes and utilizations, measured delays),
+and re-run one seed of the quick check cell through the fingerprint-aware check
+(``pipemare_lite.experiments.record``): bitwise on the machine that wrote the file, within
+the widened seed range elsewhere. They also show that the check rejects a perturbed
+method, and that the same seed on the same machine gives the same numbers bitwise.
 """
 
 import json
@@ -17,7 +18,8 @@ import numpy as np
 import pytest
 
 from pipemare_lite import cli
-from pipemare_lite.experiments import paper_shape, record
+from pipemare_lite.experiments import paper_shape, paper_shape_claims, record, stage_evidence
+from pipemare_lite.experiments.paper_shape_table import markdown
 
 RESULTS = Path(__file__).resolve().parents[1] / "data" / "results"
 STEMS = ["paper_shape", "paper_shape_quick"]
@@ -35,50 +37,101 @@ def stored(request):
     return request.param, _strict_json(RESULTS / f"{request.param}.json")
 
 
+def _rows(results, **match):
+    return [r for r in results["rows"] if all(r[k] == v for k, v in match.items())]
+
+
+# ------------------------------------------------------------ what the files say
+
+
+def test_every_file_names_the_command_that_regenerates_it(stored):
+    stem, results = stored
+    meta = _strict_json(RESULTS / f"{stem}.meta.json")
+    command = paper_shape.command_for(results["quick"])
+    assert results["command"] == meta["command"] == command
+    assert command.endswith("--quick") == results["quick"] == stem.endswith("_quick")
+    table = (RESULTS / f"{stem}.md").read_text()
+    assert table.startswith("# PipeMare's shape in miniature")
+    assert f"`{command}`" in table.splitlines()[2]
+    from pipemare_lite.commands.reproduce import command_for
+
+    assert command_for("paper-shape", results["quick"]) == command
+
+
 def test_meta_files_record_how_and_where_the_results_were_made(stored):
     stem, results = stored
     meta = _strict_json(RESULTS / f"{stem}.meta.json")
-    for key in ("command", "package_version", "seeds", "date", "fingerprint", "platform"):
+    for key in ("command", "package_version", "seeds", "date", "fingerprint", "platform",
+                "wall_seconds", "cpu_seconds"):
         assert key in meta, key
-    assert meta["command"].startswith("python -m pipemare_lite reproduce paper-shape")
-    assert meta["command"].endswith("--quick") == results["quick"] == stem.endswith("_quick")
     assert meta["seeds"] == results["config"]["seeds"]
     fingerprint = meta["fingerprint"]
     assert set(fingerprint) == set(record.machine_fingerprint(1)), "fingerprint fields changed"
     assert fingerprint["torch_threads"] == results["torch_threads"] == paper_shape.THREADS
     for key in ("cpu_model", "torch_cpu_capability", "blas", "mkl", "torch_version"):
         assert fingerprint[key], key
-    assert (RESULTS / f"{stem}.md").read_text().startswith("# PipeMare's shape in miniature")
+
+
+def test_the_stored_table_is_the_markdown_of_the_stored_results(stored):
+    stem, results = stored
+    assert (RESULTS / f"{stem}.md").read_text() == markdown(results)
 
 
 def test_stored_config_is_the_experiment_definition(stored):
     _, results = stored
     expected = paper_shape.config_for(results["quick"])
-    assert results["config"] == json.loads(json.dumps(expected.__dict__))
+    assert results["config"] == json.loads(json.dumps(paper_shape.asdict(expected)))
     assert len(expected.seeds) >= 3
+    if not results["quick"]:  # the design's minimums
+        assert expected.resnet.granularities == (2, 4, 8, 16)
+        assert len(expected.k_fractions) >= 3 and len(expected.gammas) >= 3
+        assert len(expected.transformer.granularities) >= 2
+
+
+def test_every_cell_of_the_design_is_stored_once(stored):
+    _, results = stored
+    config = paper_shape.config_for(results["quick"])
+    seen = [(r["model"], r["sweep"], r["P"], r["label"], r["lr"], r["t1_k_fraction"],
+             r["gamma"]) for r in results["rows"]]  # fmt: skip
+    assert len(seen) == len(set(seen))
+    for setting in config.settings():
+        for P in setting.granularities:
+            labels = [r["label"] for r in _rows(results, model=setting.name, sweep="grid", P=P)]
+            assert labels == list(paper_shape.LABELS), (setting.name, P)
+        assert [r["lr"] for r in _rows(results, model=setting.name, sweep="lr")] == list(
+            setting.lr_grid)
+    finest = config.resnet.granularities[-1]
+    assert [r["t1_k_fraction"] for r in _rows(results, sweep="k")] == list(config.k_fractions)
+    assert [r["gamma"] for r in _rows(results, sweep="gamma")] == list(config.gammas)
+    assert all(r["P"] == finest for r in _rows(results, sweep="k") + _rows(results, sweep="gamma"))
 
 
 def test_every_row_has_every_seed_and_its_summary_follows(stored):
     _, results = stored
-    seeds = results["config"]["seeds"]
+    config = results["config"]
     for row in results["rows"]:
+        if row["not_run"]:
+            assert row["seeds"] == [] and row["method"] == "2bw", row["label"]
+            continue
+        seeds = config["check_seeds"] if row["sweep"] == "check" else config["seeds"]
         assert [s["seed"] for s in row["seeds"]] == seeds, row["label"]
-        for key in paper_shape.CHECK_METRICS:
+        for key in paper_shape.SUMMARY_METRICS:
             assert row["summary"][key] == record.seed_summary(s[key] for s in row["seeds"])
         assert row["diverged_seeds"] == sum(s["diverged"] for s in row["seeds"])
-        assert len({s["final_accuracy"] for s in row["seeds"]}) > 1, "seeds did not vary"
+    sync = _rows(results, model="resnet", sweep="grid", label=paper_shape.SYNC)[0]
+    assert len({s["final_accuracy"] for s in sync["seeds"]}) > 1, "seeds did not vary"
 
 
-def test_chosen_lr_follows_the_stated_rule(stored):
+def test_chosen_lr_follows_the_stated_rule_and_every_row_uses_it(stored):
     _, results = stored
     margin = results["config"]["fine_margin"]
-    assert paper_shape.choose_lr(results["lr_sweep"], margin) == results["chosen_lr"]
-    assert [r["lr"] for r in results["lr_sweep"]] == results["config"]["lr_grid"]
-    sync_row = results["rows"][0]
-    sweep_entry = next(r for r in results["lr_sweep"] if r["lr"] == results["chosen_lr"])
-    for key in paper_shape.CHECK_METRICS:
-        assert sync_row["summary"][key] == sweep_entry[key]
-    assert all(r["lr"] == results["chosen_lr"] for r in results["rows"])
+    for model, part in results["models"].items():
+        assert paper_shape.choose_lr(part["lr_sweep"], margin) == part["chosen_lr"]
+        for entry, row in zip(part["lr_sweep"], _rows(results, model=model, sweep="lr")):
+            assert entry["final_accuracy"] == row["summary"]["final_accuracy"]
+            assert row["label"] == paper_shape.SYNC
+        others = [r for r in results["rows"] if r["model"] == model and r["sweep"] != "lr"]
+        assert others and all(r["lr"] == part["chosen_lr"] for r in others)
 
 
 def test_choose_lr_uses_the_mean_over_seeds_and_refuses_a_diverged_seed():
@@ -93,67 +146,146 @@ def test_choose_lr_uses_the_mean_over_seeds_and_refuses_a_diverged_seed():
         paper_shape.choose_lr([entry(0.1, [float("nan")], 1)], 0.02)
 
 
-def test_shape_verdict_follows_from_the_stored_rows(stored):
+def test_sync_is_bitwise_the_same_at_every_granularity(stored):
+    # one network, cut differently: 1F1B computes the same numbers at every P
     _, results = stored
-    rows = {r["label"]: r for r in results["rows"]}
-    for r in rows.values():  # stored JSON writes a diverged run's NaN as null
-        for s in r["seeds"]:
-            for key in ("final_accuracy", "final_loss"):
-                s[key] = float("nan") if s[key] is None else s[key]
-    checks = paper_shape.shape_checks(rows, results["config"]["fine_margin"])
-    assert [c["verdict"] for c in checks] == [c["verdict"] for c in results["shape"]]
-    assert {c["verdict"] for c in checks} <= {"held", "did not hold", "not separable from noise"}
-    assert [r["label"] for r in results["rows"]] == [v[0] for v in paper_shape.VARIANTS]
+    for model, part in results["models"].items():
+        assert part["sync_bitwise_same_at_every_P"], model
+        rows = _rows(results, model=model, sweep="grid", label=paper_shape.SYNC)
+        assert len({json.dumps(r["seeds"][0]["evals"]) for r in rows}) == 1
 
 
-def _row(label, accuracies):
-    seeds = [{"seed": i, "final_accuracy": a, "diverged": False} for i, a in enumerate(accuracies)]
-    memory = {"weights": 1, "optimizer": 1, "activations": 1}
-    return {
-        "label": label,
-        "seeds": seeds,
-        "diverged_seeds": 0,
-        "memory_bytes": memory,
-        "utilization": {"utilization": 1.0 if label == "sync (1F1B)" else 0.5},
-    }
-
-
-def test_a_claim_is_held_only_where_the_seed_ranges_separate():
-    def verdict_of_first_claim(sync, plain):
-        rows = {label: _row(label, [0.5, 0.5]) for label, _, _ in paper_shape.VARIANTS}
-        rows["sync (1F1B)"] = _row("sync (1F1B)", sync)
-        rows["async"] = _row("async", plain)
-        return paper_shape.shape_checks(rows, 0.02)[0]["verdict"]
-
-    assert verdict_of_first_claim([0.90, 0.92], [0.50, 0.60]) == "held"
-    # means 0.90 vs 0.85 would say "held"; the ranges overlap, so noise cannot tell
-    assert verdict_of_first_claim([0.80, 1.00], [0.70, 0.99]) == "not separable from noise"
-    assert verdict_of_first_claim([0.80, 0.81], [0.85, 0.90]) == "did not hold"
-
-
-def test_utilization_of_sync_is_the_gpipe_formula(stored):
+def test_claims_follow_from_the_stored_rows(stored):
     _, results = stored
-    cfg = results["config"]
-    sync = results["rows"][0]["utilization"]["utilization"]
-    n, p = cfg["num_microbatches"], cfg["num_stages"]
-    assert sync == pytest.approx(n / (n + p - 1))
+    claims = paper_shape_claims.claims(results)
+    assert claims == results["claims"]
+    assert {c["verdict"] for c in claims} <= {"held", "did not hold", "not separable from noise"}
+    numbers = [c["number"] for c in claims]
+    assert numbers[:3] == ["1", "2", "3"] and "10a" in numbers and "13" in numbers
 
 
-def test_stored_weight_memory_matches_the_model_size(stored):
+def _row(label, accuracies, diverged=()):
+    seeds = [{"seed": i, "final_accuracy": a, "diverged": i in diverged}
+             for i, a in enumerate(accuracies)]  # fmt: skip
+    return {"label": label, "seeds": seeds, "diverged_seeds": len(diverged)}
+
+
+def test_a_quality_claim_is_held_only_where_the_seed_ranges_separate():
+    assert paper_shape_claims.below([0.50, 0.60], [0.90, 0.92], 0.01) == "held"
+    # means 0.85 vs 0.90 would say "held"; the ranges overlap, so noise cannot tell
+    assert paper_shape_claims.below([0.70, 0.99], [0.80, 1.00], 0.01) == "not separable from noise"
+    assert paper_shape_claims.below([0.85, 0.90], [0.80, 0.81], 0.01) == "did not hold"
+    assert paper_shape_claims.above([0.5, 0.6], [0.3, 0.49]) == "held"
+    assert paper_shape_claims.above([0.5, 0.6], [0.55, 0.7]) == "not separable from noise"
+    assert paper_shape_claims.above([0.5, 0.6], [0.6, 0.7]) == "did not hold"
+    assert paper_shape_claims.at_least([0.92, 0.93], [0.90, 0.92], 0.01) == "held"
+    assert paper_shape_claims.at_least([0.80, 0.95], [0.90, 0.92], 0.01) == (
+        "not separable from noise")
+    assert paper_shape_claims.at_least([0.80, 0.85], [0.90, 0.92], 0.01) == "did not hold"
+    # a diverged seed counts as accuracy 0, whatever its last evaluation said
+    assert paper_shape_claims.qualities(_row("x", [0.9, 0.1], diverged=(1,))) == [0.9, 0.0]
+
+
+def test_utilization_of_sync_is_the_bubble_formula_and_async_beats_it(stored):
+    _, results = stored
+    for row in _rows(results, sweep="grid", label=paper_shape.SYNC):
+        n, p = row["num_microbatches"], row["P"]
+        assert row["utilization"]["utilization"] == pytest.approx(n / (n + p - 1))
+    for row in _rows(results, sweep="grid", label="async"):
+        assert row["utilization"]["steady_state_utilization"] == pytest.approx(1.0)
+
+
+def test_measured_stage0_delays_are_the_ones_the_design_states(stored):
+    _, results = stored
+    for row in _rows(results, sweep="grid"):
+        if row["not_run"] or row["num_microbatches"] != 2:
+            continue
+        P, delay = row["P"], row["forward_delay_max"][0]
+        expected = {"async": P, "pipemare": P, "pipedream": P // 2, "1f1b": 0}
+        if row["method"] in expected and row["warmup_minibatches"] == 0:
+            assert delay == expected[row["method"]], (row["model"], row["label"], P)
+    for row in _rows(results, sweep="grid", label="2BW"):
+        if not row["not_run"]:
+            assert row["forward_delay_max"][0] == 1
+            assert row["num_microbatches"] >= row["P"] - 1
+
+
+def test_stored_memory_matches_the_model_size(stored):
     # closed forms: one fp32 copy of the weights; SGD momentum keeps one buffer of the same
-    # size; T2 keeps one delta of the same size; only PipeDream stashes
-    from pipemare_lite.models import small_resnet
+    # size, Adam two (plus a 4-byte step count per tensor); T2 keeps one delta of the same
+    # size; only PipeDream and 2BW hold extra weight versions
+    import torch
 
     _, results = stored
-    cfg = results["config"]
-    model = small_resnet(cfg["channels"], cfg["blocks"], 10, 1, 8)
-    weight_bytes = sum(p.numel() * 4 for p in model.parameters())
+    config = paper_shape.config_for(results["quick"])
+    for setting in config.settings():
+        data = paper_shape.load_data(setting)
+        params = list(paper_shape.build_model(setting, data, 0).parameters())
+        weight_bytes = sum(p.numel() * 4 for p in params)
+        optimizer = weight_bytes if setting.optimizer == "sgd" else (
+            2 * weight_bytes + 4 * len(params))
+        for row in _rows(results, model=setting.name):
+            if row["not_run"]:
+                continue
+            for memory in [row["memory_bytes"]] + [s["memory_bytes"] for s in row["seeds"]]:
+                assert memory["weights"] == weight_bytes
+                assert memory["optimizer"] == optimizer, (setting.name, row["label"])
+                assert memory["t2_buffer"] == (weight_bytes if row["t2"] else 0)
+                assert (memory["stash"] > 0) == (row["method"] in ("pipedream", "2bw"))
+        assert torch.get_num_threads() >= 1
+
+
+def test_stage_evidence_is_stored_for_every_asynchronous_seed(stored):
+    _, results = stored
     for row in results["rows"]:
-        for memory in [row["memory_bytes"]] + [s["memory_bytes"] for s in row["seeds"]]:
-            assert memory["weights"] == weight_bytes
-            assert memory["optimizer"] == weight_bytes
-            assert memory["t2_buffer"] == (weight_bytes if row["t2"] else 0)
-            assert (memory["stash"] > 0) == (row["method"] == "pipedream")
+        for s in row["seeds"]:
+            P = row["P"]
+            assert len(s["update_norm_windows"]) == len(s["first_non_finite_update"]) == P
+            if row["label"] == paper_shape.SYNC:
+                assert s["blowup_onset"] is None and s["excess"] is None
+            else:
+                assert len(s["blowup_onset"]) == len(s["excess"]) == P
+                finite = [k for k in s["first_non_finite_update"] if k is not None]
+                onset = [k for k in s["blowup_onset"] if k is not None]
+                if finite:  # a non-finite update is an onset at the latest
+                    assert onset and min(onset) <= min(finite)
+
+
+# ------------------------------------------------------------ stage evidence, alone
+
+
+def test_stage_evidence_against_hand_computed_values():
+    nan = math.nan
+    norms = [[1.0, 2.0, 30.0, nan], [1.0, 1.0, 1.0, 1.0], [5.0, None, 1.0]]
+    sync = [[1.0, 1.0, 1.0, 1.0], [1.0, 0.5, 0.2, 0.1], [1.0, 1.0, 1.0]]
+    assert stage_evidence.first_non_finite(norms) == [3, None, 1]
+    assert stage_evidence.blowup_onset(norms, sync, 10.0) == [2, 3, 1]
+    assert stage_evidence.blowup_onset(norms, sync, 4.0) == [2, 2, 0]
+    ratios = stage_evidence.excess(norms, sync)
+    assert ratios[0] == pytest.approx(math.sqrt((1 + 4 + 900) / 3))
+    assert ratios[1] == pytest.approx(math.sqrt(4 / (1 + 0.25 + 0.04 + 0.01)))
+    assert ratios[2] == pytest.approx(math.sqrt(26 / 2))
+    assert stage_evidence.earliest([3, 1, None, 1]) == [1, 3]
+    assert stage_evidence.earliest([None, None]) == []
+    assert stage_evidence.window_rms([3.0, 4.0, 2.0], 2) == [pytest.approx(math.sqrt(12.5)), 2.0]
+    assert math.isnan(stage_evidence.window_rms([1.0, nan], 2)[0])
+    assert stage_evidence.window_mean([1.0, 3.0, 5.0], 2) == [2.0, 5.0]
+    with pytest.raises(ValueError, match="stages"):
+        stage_evidence.excess([[1.0]], [[1.0], [1.0]])
+    with pytest.raises(ValueError, match="factor"):
+        stage_evidence.blowup_onset([[1.0]], [[1.0]], 0)
+    with pytest.raises(ValueError, match="width"):
+        stage_evidence.window_rms([1.0], 0)
+
+
+def test_reproduce_lists_its_experiments_and_their_commands(capsys):
+    assert cli.main(["reproduce", "--list", "--out", str(RESULTS)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("paper-shape: ")
+    for quick in (False, True):
+        assert paper_shape.command_for(quick) in out
+    assert cli.main(["reproduce"]) == 2
+    assert "--list" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------ the record module, alone
@@ -275,12 +407,20 @@ def quick():
 
 @pytest.fixture(scope="module")
 def again(quick):
-    """The first seed of the check row, re-run once for the tests below (about 1-3 s)."""
+    """The first seed of the check cell, re-run once for the tests below (a few seconds)."""
     return paper_shape.rerun(quick[0])
 
 
 def _foreign(meta):
     return dict(meta["fingerprint"], cpu_model="Some Other CPU", torch_cpu_capability="AVX2")
+
+
+def test_the_check_cell_has_enough_seeds_for_a_useful_margin(quick):
+    results, _ = quick
+    row = paper_shape.check_row(results)
+    assert len(row["seeds"]) >= 8
+    accuracies = [s["final_accuracy"] for s in row["seeds"]]
+    assert record.range_margin(accuracies) < 0.5  # a margin of 36 s (3 seeds) rejects nothing
 
 
 def test_the_quick_check_row_passes_here_in_the_mode_the_fingerprint_decides(quick, again):
@@ -303,9 +443,8 @@ def test_the_quick_check_on_a_foreign_machine_compares_seed_ranges(quick, again)
 
 
 def test_the_quick_check_rejects_a_wrong_delay(quick):
-    # the sync row computed with an asynchronous pipeline's delays (the 1F1B row's code
-    # "gone asynchronous"): on any machine the check must fail, in range mode on the
-    # metrics themselves, not only on the bytes the changed schedule keeps
+    # the sync row computed with an asynchronous pipeline's delays: on any machine the check
+    # must fail, in range mode on the metrics themselves, not only on the exact keys
     results, meta = quick
     perturbed = paper_shape.rerun(results, method="async")
     here = paper_shape.compare(results, meta, perturbed)
@@ -318,7 +457,7 @@ def test_the_quick_check_rejects_a_wrong_delay(quick):
 
 def test_same_seed_same_machine_same_numbers(quick, again):
     second = paper_shape.rerun(quick[0])
-    assert second == again  # exact equality: every loss, accuracy and byte count
+    assert second == again  # exact equality: every loss, accuracy, norm and byte count
 
 
 def test_reproduce_check_prints_its_mode(capsys):
@@ -326,3 +465,13 @@ def test_reproduce_check_prints_its_mode(capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "PASS, mode bitwise" in out or "PASS, mode range" in out
+
+
+def test_bad_job_counts_are_refused_by_name(capsys):
+    from pipemare_lite.experiments.paper_shape_runner import CellRunner
+
+    with pytest.raises(ValueError, match="jobs must be a positive integer, got 0"):
+        CellRunner(paper_shape.QUICK, True, jobs=0)
+    argv = ["reproduce", "paper-shape", "--quick", "--jobs", "0", "--out", "/nowhere"]
+    assert cli.main(argv) == 2
+    assert "--jobs must be a positive integer" in capsys.readouterr().err

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipemare_lite.schedules import Action, Schedule
+from pipemare_lite.schedules import Action, Schedule, async_pipeline
 from pipemare_lite.schedules.registry import build_schedule
 from pipemare_lite.staleness import (
     exact_forward_delay,
@@ -261,3 +261,47 @@ def test_any_builder_gives_sane_versions(name, P, M, K, W):
             assert r.discrepancy == 0
         if r.minibatch < warmup and name != "2bw":
             assert r.forward_delay == 0
+
+
+def _tick_reference_delay(P, N, K, stage, m, backward_first):
+    """Forward delay from tick numbers alone (independent of the builder): F(m) at tick
+    m + s, B(m) at tick m + 2P-1-s, update j in the tick of B((j+1)N - 1); an update of the
+    same tick precedes F only when backward comes first."""
+    forward_tick = m + stage
+    update_ticks = [(j + 1) * N - 1 + 2 * P - 1 - stage for j in range(K)]
+    seen = sum(t < forward_tick or (backward_first and t == forward_tick) for t in update_ticks)
+    return m // N - seen  # the gradient of minibatch k = m // N is applied to version k
+
+
+@pytest.mark.parametrize("P, N", GRID)
+def test_backward_first_tick_order_shortens_the_gap_by_one_slot(P, N):
+    K = _minibatches_for(P, N)
+    first = async_pipeline(P, N, K, backward_first=True)
+    usual = async_pipeline(P, N, K)
+    assert first.notes and "before F" in first.notes[-1] and not usual.notes
+    # the same actions on every rank, only each tick's F moved after its B (and U)
+    assert [sorted(map(str, r)) for r in first.ranks] == [sorted(map(str, r)) for r in usual.ranks]
+    steady = set(steady_state_minibatches(first))
+    by_key = {(r.stage, r.microbatch): r for r in weight_versions(usual).rows}
+    for r in weight_versions(first).rows:
+        if r.minibatch not in steady:
+            continue
+        j = r.microbatch % N
+        assert r.forward_delay == _tick_reference_delay(P, N, K, r.stage, r.microbatch, True)
+        assert r.forward_delay == exact_forward_delay("async", P, N, r.stage, j,
+                                                      backward_first=True)
+        before = by_key[(r.stage, r.microbatch)].forward_delay
+        assert before == _tick_reference_delay(P, N, K, r.stage, r.microbatch, False)
+        # one slot shorter: one update fewer exactly when N divides the shorter gap - j
+        shorter_gap = 2 * (P - r.stage) - 2
+        assert before - r.forward_delay == (1 if (shorter_gap - j) % N == 0 else 0)
+    if N == 1:
+        assert all(r.forward_delay == 2 * (P - r.stage) - 2
+                   for r in weight_versions(first).rows if r.minibatch in steady)
+
+
+def test_backward_first_is_refused_outside_the_lock_step_schedule():
+    with pytest.raises(ValueError, match="backward_first applies to the lock-step 'async'"):
+        exact_forward_delay("pipedream", 4, 2, 0, 0, backward_first=True)
+    with pytest.raises(ValueError, match="backward_first='yes': allowed: True or False"):
+        async_pipeline(2, 2, 2, backward_first="yes")

@@ -28,6 +28,9 @@ TORCH_FREE = [
     "pipemare_lite.widgets",
     "pipemare_lite.exercises",
     "pipemare_lite.commands.schedule",
+    "pipemare_lite.experiments.stage_evidence",
+    "pipemare_lite.experiments.paper_shape_claims",
+    "pipemare_lite.experiments.paper_shape_table",
 ]
 
 # Runs in the child: block torch, import each module, report what failed and why.

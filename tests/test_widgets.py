@@ -131,6 +131,72 @@ def test_staleness_explorer_path_and_picker():
     assert w.error is None
 
 
+def test_staleness_tables_put_measurement_beside_both_closed_forms():
+    P, N = 4, 4
+    w = staleness_explorer("async", stages=P, microbatches=N, minibatches=8, microbatch=18)
+    rows = cells(w.summary.value)
+    assert rows[0][3].startswith("derived: ceil((2(P - stage) - 1 - j) / N)")
+    assert rows[0][4].startswith("recalled: ceil((2(P - i) + 1) / N)")
+    for stage, row in enumerate(rows[1:]):
+        derived = [math.ceil((2 * (P - stage) - 1 - j) / N) for j in range(N)]
+        assert row[2] == ", ".join(map(str, derived))  # measured, one value per position
+        assert row[3] == ", ".join(map(str, derived))
+        assert row[4] == str(math.ceil((2 * (P - (stage + 1)) + 1) / N))
+    # the followed microbatch (18 = minibatch 4, position 2): delay and formula per stage
+    path = cells(w.path_table.value)
+    assert path[0][-1] == "derived at j = 2" and "j = 2 of minibatch 4" in w.path_table.value
+    for stage, row in enumerate(path[1:]):
+        assert row[4] == row[5] == str(math.ceil((2 * (P - stage) - 1 - 2) / N))
+
+
+def test_staleness_explorer_tick_order_b_before_f_is_one_slot_shorter():
+    P, N = 3, 1
+    w = staleness_explorer("async", stages=P, microbatches=N, minibatches=10)
+    usual = w.figure.data[0].z
+    w.controls["tick_order"].value = "backward_first"
+    assert w.error is None and "ceil((2(P - stage) - 2 - j) / N)" in w.summary.value
+    shorter = w.figure.data[0].z
+    for stage in range(P):  # per-microbatch updates: every steady delay is one smaller
+        for m in range(2 * P, 10 - 1):
+            assert usual[stage][m] == 2 * (P - stage) - 1
+            assert shorter[stage][m] == 2 * (P - stage) - 2
+    w.controls["method"].value = "pipedream"
+    assert w.error is not None and "applies to the lock-step 'async'" in w.error
+    with pytest.raises(ValueError, match="unknown tick order"):
+        staleness_explorer(tick_order="sideways")
+
+
+def test_staleness_explorer_shows_an_executed_run_while_the_controls_match():
+    torch = pytest.importorskip("torch")
+    from pipemare_lite.executor import LocalExecutor
+    from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.staleness import versions_from_trace
+
+    P, N, K = 3, 2, 5
+    torch.manual_seed(0)
+    stages = [torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()) for _ in range(P)]
+    executor = LocalExecutor(build_schedule("pipedream", P, N, num_minibatches=K), stages,
+                             loss_fn=torch.nn.functional.mse_loss,
+                             optimizer_factory=lambda p: torch.optim.SGD(p, lr=0.01))
+    result = executor.run([(torch.randn(2, 4), torch.randn(2, 4)) for _ in range(N * K)])
+    measured = versions_from_trace(result.trace)
+    w = staleness_explorer("pipedream", stages=P, microbatches=N, minibatches=K,
+                           measured=measured, microbatch=6)
+    assert w.showing_measured
+    rows = cells(w.summary.value)
+    assert rows[0][3] == "executed run (local executor), mean (min..max)"
+    assert all(row[1] == row[3] for row in rows[1:])  # executed == analysis, every stage
+    path = cells(w.path_table.value)
+    assert all(row[-1] == f"{row[1]} / {row[2]} / {row[3]}" for row in path[1:])
+    w.controls["stages"].value = 4  # another schedule than the one that ran
+    assert not w.showing_measured and "these controls describe another schedule" in (
+        w.summary.value)
+    w.controls["stages"].value = P
+    assert w.showing_measured
+    with pytest.raises(TypeError, match="measured must be a VersionTable"):
+        staleness_explorer(measured=result)
+
+
 def test_staleness_explorer_shows_warmup_refusal():
     w = staleness_explorer("gpipe", stages=3, microbatches=2)
     w.controls["warmup"].value = 1

@@ -1,4 +1,4 @@
-"""``pipemare-lite book``: execute every chapter and render the book to HTML (build/book/)."""
+"""``pipemare-lite book``: execute every chapter, then build the book site (build/book/)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ from pathlib import Path
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Options of the ``book`` subcommand."""
-    parser.add_argument("--out", default="build/book", help="output folder (default build/book)")
+    parser.add_argument(
+        "--out",
+        default="build/book",
+        help="output folder of the site, replaced as a whole (default build/book); the "
+        "Sphinx project is kept beside it (build/book.sphinx)",
+    )
     parser.add_argument(
         "--chapters",
         nargs="+",

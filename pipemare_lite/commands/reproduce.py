@@ -1,4 +1,7 @@
-"""``pipemare-lite reproduce NAME [--quick] [--check]``: re-run a stored experiment (chapter 10).
+"""``pipemare-lite reproduce NAME [--quick] [--check]``, ``reproduce --list`` (chapter 10).
+
+``--list`` prints the experiments with a line each, and the command that regenerates each
+stored file.
 
 Writes ``<out>/<name>.json`` (``<name>_quick.json`` with ``--quick``), a ``.meta.json``
 beside it (command, package version, seeds, date, time taken, and the machine's
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -27,13 +31,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the experiment name and options."""
     from pipemare_lite.experiments import EXPERIMENTS
 
-    parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    parser.add_argument("experiment", nargs="?", choices=sorted(EXPERIMENTS),
+                        help="the experiment to run (see --list)")
+    parser.add_argument("--list", action="store_true",
+                        help="list the experiments and the commands that regenerate them")
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="the small variant (one epoch); written to <name>_quick.json",
+        help="the small variant (minutes, not tens of minutes); written to <name>_quick.json",
     )
     parser.add_argument("--out", default="data/results", help="directory for the results")
+    parser.add_argument(
+        "--jobs", type=int, default=min(2, os.cpu_count() or 1),
+        help="training processes at once, one torch thread each (default: 2 where there are "
+        "2 cores); the numbers do not depend on it, only the wall time",
+    )  # fmt: skip
     parser.add_argument(
         "--check",
         action="store_true",
@@ -62,34 +74,61 @@ def _check(module, args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def command_for(experiment: str, quick: bool) -> str:
+    """The exact command that regenerates an experiment's stored files."""
+    return f"python -m pipemare_lite reproduce {experiment}" + (" --quick" if quick else "")
+
+
+def _list(out: Path) -> int:
+    """Print each experiment, its description and its stored files' commands."""
+    from pipemare_lite.experiments import DESCRIPTIONS, EXPERIMENTS
+
+    for name in sorted(EXPERIMENTS):
+        print(f"{name}: {DESCRIPTIONS.get(name, '')}")
+        for quick in (False, True):
+            stem = name.replace("-", "_") + ("_quick" if quick else "")
+            stored = "stored" if (out / f"{stem}.json").exists() else "not stored"
+            print(f"  {out / stem}.json ({stored}): {command_for(name, quick)}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the experiment, write results, meta and table; print the table."""
     from pipemare_lite import __version__
     from pipemare_lite.experiments import EXPERIMENTS, record
 
+    if args.list:
+        return _list(Path(args.out))
+    if args.experiment is None:
+        raise ValueError(f"name an experiment ({', '.join(sorted(EXPERIMENTS))}) or use --list")
     module = importlib.import_module(EXPERIMENTS[args.experiment])
     if args.check:
         return _check(module, args)
     started, cpu = time.perf_counter(), time.process_time()
-    results = module.run(quick=args.quick)
+    if not isinstance(args.jobs, int) or args.jobs < 1:
+        raise ValueError(f"--jobs must be a positive integer, got {args.jobs!r}")
+    results = module.run(quick=args.quick, jobs=args.jobs)
     stem = _stem(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / f"{stem}.json", results)
-    table = module.markdown(results)
-    atomic_write_text(out / f"{stem}.md", table)
-    command = f"python -m pipemare_lite reproduce {args.experiment}"
     meta = record.meta_record(
-        command=command + (" --quick" if args.quick else ""),
+        command=command_for(args.experiment, args.quick),
         package_version=__version__,
         seeds=results["config"]["seeds"],
         threads=results["torch_threads"],
         extra={
             "wall_seconds": round(time.perf_counter() - started, 1),
-            "cpu_seconds": round(time.process_time() - cpu, 1),
+            # the experiment's own count includes its worker processes
+            "cpu_seconds": results.get("cpu_seconds", round(time.process_time() - cpu, 1)),
+            "jobs": args.jobs,
         },
     )
     write_json(out / f"{stem}.meta.json", meta)
+    # from the results as stored (tuples read back as lists), so the table is what a reader
+    # of the JSON would compute; last: the results and meta are safe if it fails
+    table = module.markdown(json.loads((out / f"{stem}.json").read_text()))
+    atomic_write_text(out / f"{stem}.md", table)
     print(table)
     print(f"wrote {out / (stem + '.json')} (+ .meta.json, .md)", file=sys.stderr)
     return 0

@@ -28,6 +28,8 @@ import math
 import os
 import sys
 
+from pipemare_lite.cli import INPUT_ERRORS
+
 #: model name -> dataset it trains on by default.
 DEFAULT_DATASET = {"mlp": "digits", "resnet": "digits", "transformer": "reverse"}
 #: Exit status of a run that diverged under ``--on-divergence raise`` (2 is bad input).
@@ -374,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run_from_args(args, prog="pipemare_lite.train")
-    except (ValueError, KeyError) as exc:
+    except INPUT_ERRORS as exc:  # bad input only: a bug keeps its traceback
         print(f"pipemare_lite.train: error: {exc}", file=sys.stderr)
         return 2
 

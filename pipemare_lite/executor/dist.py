@@ -56,7 +56,9 @@ from functools import partial
 
 import torch
 import torch.distributed as dist
+import torch.utils._pytree as pytree
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from pipemare_lite.executor import faults
 from pipemare_lite.executor.local import RunResult
@@ -183,23 +185,55 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype) -> tuple:
+class _NeedsValues(NotImplementedError):
+    """A forward read a tensor's values (``.item()``, ``if tensor:``): meta tensors have none."""
+
+
+class _MetaProbe(TorchDispatchMode):
+    """Run a forward on meta tensors: stray non-meta tensors (a constant the forward made on
+    the CPU) join the meta ones, and a read of values raises :class:`_NeedsValues`."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise _NeedsValues(f"{func} reads a tensor's values")
+        flat = pytree.tree_leaves((args, kwargs))
+        if any(isinstance(t, torch.Tensor) and t.is_meta for t in flat):
+            args, kwargs = pytree.tree_map_only(
+                torch.Tensor, lambda t: t if t.is_meta or t.dim() == 0 else t.to("meta"),
+                (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype, *,
+                      name: str = "a stage") -> tuple:
     """``(shape, dtype)`` of ``module``'s output for an input of ``shape``/``dtype``.
 
-    Runs a copy on meta tensors (no compute, no randomness, the real module untouched); a
-    module that cannot run on meta is run as a copy on zeros with the random state restored.
+    Runs a copy on meta tensors (no compute, no randomness, the real module untouched). Only
+    what meta tensors cannot do, told by the error's type (``NotImplementedError``: an
+    operator without a meta kernel, an output whose shape depends on values, a read of
+    values), falls back to a CPU copy run on zeros with the random state restored. Any
+    other error is the stage's own and surfaces at once, as a RuntimeError naming ``name``
+    (e.g. ``"stage 2 on rank 1"``) with the original error as its cause.
     """
+    where = f"{name}: its forward failed in the shape probe on a {shape} {dtype} input"
     try:
         ghost = copy.deepcopy(module).to("meta")
-        with torch.no_grad():
+        with torch.no_grad(), _MetaProbe():
             out = ghost(torch.empty(shape, dtype=dtype, device="meta"))
-    except Exception:
-        ghost = copy.deepcopy(module).cpu()
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            out = ghost(torch.zeros(shape, dtype=dtype))
+    except NotImplementedError:
+        try:
+            ghost = copy.deepcopy(module).cpu()
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                out = ghost(torch.zeros(shape, dtype=dtype))
+        except Exception as exc:
+            raise RuntimeError(f"{where} (run on zeros, as meta tensors could not): "
+                               f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise RuntimeError(f"{where}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(out, torch.Tensor):
         raise TypeError(
-            f"a stage returned {type(out).__name__}; the distributed executor sends one tensor "
+            f"{name} returned {type(out).__name__}; the distributed executor sends one tensor "
             "per stage boundary"
         )
     return tuple(out.shape), out.dtype
@@ -228,6 +262,10 @@ class DistributedExecutor:
         record_gradients: keep a copy of the gradients each update applies.
         track_bytes: record each stage's peak bytes by kind (costs time per action).
         fault: a :class:`Fault` to inject (tests, chapter 11).
+
+    Use it as a context manager (``with DistributedExecutor(...) as executor:``) or call
+    :meth:`close`: the helper threads of its waits end with the job. It creates no process
+    group of its own (the launcher's or torchrun's group outlives the job).
     """
 
     def __init__(
@@ -286,6 +324,7 @@ class DistributedExecutor:
         self.transport: P2PTransport | None = None
         self._uniform = False
         self._first_meta = None
+        self._failed = False  # a run raised: close() does not wait for the threads
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
         S = self.schedule.num_virtual_stages
@@ -303,6 +342,28 @@ class DistributedExecutor:
                 f"rank {self.rank} holds stages {self.stages}; no module for {missing}"
             )
         return {s: modules[s] for s in self.stages}
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self, *, wait: float | None = None) -> None:
+        """Stop the threads this executor started (safe to call twice).
+
+        A finished run already stopped them (its transport closed); this covers a run
+        stopped early (``stop_after_updates``) or failed. ``wait`` bounds the seconds spent
+        joining them (see :meth:`pipemare_lite.executor.faults.Waiter.close`); by default
+        5, or 0 after a failed run (a thread waiting on a dead peer's message must not delay
+        the error report).
+        """
+        if wait is None:
+            wait = 0.0 if self._failed else 5.0
+        if self.transport is not None:
+            self.transport.waiter.close(wait=wait)
+
+    def __enter__(self) -> DistributedExecutor:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._failed = self._failed or exc_type is not None
+        self.close()
 
     # ------------------------------------------------------------------ shapes
     def probe_shapes(self, microbatches: Sequence) -> dict:
@@ -325,9 +386,12 @@ class DistributedExecutor:
             box = [None]
             if owner == self.rank:
                 module = self.workers[s].module
-                box[0] = {key: probe_output_meta(module, *meta) for key, meta in current.items()}
-            dist.broadcast_object_list(box, src=owner,
-                                       device=self.device if self.backend == "nccl" else None)
+                name = f"stage {s} on rank {self.rank}"
+                box[0] = {key: probe_output_meta(module, *meta, name=name)
+                          for key, meta in current.items()}
+            with faults.communication(f"the shape broadcast of stage {s} from rank {owner}"):
+                dist.broadcast_object_list(
+                    box, src=owner, device=self.device if self.backend == "nccl" else None)
             current = box[0]
             for key, meta in current.items():
                 table[(s, key)] = meta
@@ -377,14 +441,19 @@ class DistributedExecutor:
         transport for the next call). Collect the ranks' results with
         :func:`merge_rank_results`.
         """
+        try:
+            return self._run(microbatches, stop_after_updates)
+        except BaseException:
+            self._failed = True
+            raise
+
+    def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
         schedule, rank = self.schedule, self.rank
         if self.transport is None:
             self._start(microbatches)
         transport = self.transport
         row = schedule.ranks[rank]
         last = schedule.num_virtual_stages - 1
-        marks = {s: (len(w.learning_rates), set(w.forward_versions), set(w.backward_versions),
-                     set(w.losses)) for s, w in self.workers.items()}
         entries, versions = [], {}
         grads = {s: [] for s in self.stages}
         peaks = {s: dict.fromkeys(BYTE_KINDS, 0) for s in self.stages}
@@ -396,7 +465,8 @@ class DistributedExecutor:
                 w.versions.version >= stop_after_updates for w in self.workers.values())
 
         self.board.at(self.position, len(row), _upcoming(row, self.position), "barrier")
-        dist.barrier()
+        with faults.communication("the barrier before the run"):
+            dist.barrier()
         origin = time.perf_counter()  # common time origin: everyone just left the barrier
         while not done():
             position = self.position
@@ -454,7 +524,7 @@ class DistributedExecutor:
             transport.close()
         else:
             self.board.at(self.position, len(row), _upcoming(row, self.position), "between runs")
-        return self._result(marks, entries, versions, grads, peaks)
+        return self._result(entries, versions, grads, peaks)
 
     def _check_uniform(self, x, m: int) -> None:
         if self._uniform and (tuple(x.shape), x.dtype) != self._first_meta:
@@ -471,20 +541,20 @@ class DistributedExecutor:
             return worker.versions.version - 1
         return worker.backward_versions[action.index]
 
-    def _result(self, marks, entries, versions, grads, peaks) -> RankResult:
+    def _result(self, entries, versions, grads, peaks) -> RankResult:
         fwd, bwd, dis, rates, states, group_rates, norms = {}, {}, {}, {}, {}, {}, {}
         losses = {}
         for s, w in self.workers.items():
-            n_rates, f_seen, b_seen, l_seen = marks[s]
-            fwd.update({(s, m): v for m, v in w.forward_versions.items() if m not in f_seen})
-            bwd.update({(s, m): v for m, v in w.backward_versions.items() if m not in b_seen})
-            dis.update({(s, m): w.distances[m] for m in w.backward_versions if m not in b_seen})
-            rates[s] = list(w.learning_rates[n_rates:])
-            group_rates[s] = [list(g) for g in w.group_learning_rates[n_rates:]]
-            norms[s] = list(w.update_norms[n_rates:])
+            taken = w.take_records()  # this call's records only: a flat cost per step
+            fwd.update({(s, m): v for m, v in taken.forward_versions.items()})
+            bwd.update({(s, m): v for m, v in taken.backward_versions.items()})
+            dis.update({(s, m): taken.distances[m] for m in taken.backward_versions})
+            rates[s] = taken.learning_rates
+            group_rates[s] = taken.group_learning_rates
+            norms[s] = taken.update_norms
             states[s] = {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
             if w.is_last:
-                losses = {m: v for m, v in sorted(w.losses.items()) if m not in l_seen}
+                losses = dict(sorted(taken.losses.items()))
         return RankResult(
             self.rank, entries, losses, versions, fwd, bwd, dis, rates, states,
             gradients=grads if self.record_gradients else {},
@@ -608,14 +678,14 @@ def dist_worker(info, jobs: Sequence[DistJob]) -> list[RankResult]:
     """Process body used by :func:`run_distributed_jobs`: run each job in turn (chapter 11)."""
     results = []
     for job in jobs:
-        executor = DistributedExecutor(
+        with DistributedExecutor(
             job.schedule, job.stages(), loss_fn=job.loss_fn,
             optimizer_factory=job.optimizer_factory, method_options=job.method_options,
             lr_scheduler_factory=job.lr_scheduler_factory, rank=info.rank, device=info.device,
             board=info.board, op_timeout=info.op_timeout,
             record_gradients=job.record_gradients, track_bytes=job.track_bytes, fault=job.fault,
-        )
-        results.append(executor.run(job.microbatches))
+        ) as executor:
+            results.append(executor.run(job.microbatches))
     return results
 
 

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from pipemare_lite.executor import faults
 from pipemare_lite.executor.dist import DistributedExecutor, merge_rank_results
 from pipemare_lite.executor.stage import StageWorker
 from pipemare_lite.methods.registry import MethodOptions
@@ -74,8 +75,9 @@ class DistExecutor:
         mine = self.engine.run(microbatches, stop_after_updates=stop_after_updates)
         mine.state_dicts = {}  # weights travel by broadcast below, not in the gather
         gathered = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, mine)
-        self._broadcast_weights()
+        with faults.communication("gathering the ranks' results"):
+            dist.all_gather_object(gathered, mine)
+            self._broadcast_weights()
         return merge_rank_results(self.schedule, gathered)
 
     def _broadcast_weights(self) -> None:
@@ -94,6 +96,10 @@ class DistExecutor:
                     dist.broadcast(buffer, src=owner)
                     if buffer.data_ptr() != target.data_ptr():
                         target.copy_(buffer)
+
+    def close(self) -> None:
+        """Stop the engine's helper threads (fit() calls it when the run ends)."""
+        self.engine.close()
 
     def state_dict(self) -> dict:
         """Not supported with the distributed executor."""

@@ -9,8 +9,10 @@ every failure end the job quickly and say what happened:
   daemon thread publishes that note to a side channel (a ``torch.distributed`` key-value
   store) every tenth of a second (so a killed rank's last known place is at most that old);
 - a rank that raises writes ``failed/<rank>`` and, unless its error is only the echo of
-  another rank's failure (a closed connection), claims the ``abort`` key; the launcher
-  claims ``abort`` when a child dies without a word (e.g. SIGKILL) or the run times out;
+  another rank's failure (told by its origin: an abort it saw, or the communication
+  library failing in a wait on a peer, :class:`PeerConnectionError`), claims the ``abort``
+  key; the launcher claims ``abort`` when a child dies without a word (e.g. SIGKILL) or
+  the run times out;
 - the same thread polls ``abort``; every wait on a message (:class:`Waiter`) checks the
   flag and its own per-operation deadline, so the other ranks raise :class:`PeerFailedError`
   or :class:`OpTimeoutError` instead of hanging;
@@ -29,6 +31,7 @@ they never collide with torch's own keys.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -53,6 +56,16 @@ class PeerFailedError(PipelineFault):
 
 class OpTimeoutError(PipelineFault):
     """A wait on a message took longer than the per-operation timeout."""
+
+
+class PeerConnectionError(PipelineFault):
+    """The communication library failed while this rank waited for a peer (a message or a
+    collective): the connection broke, almost always because that peer failed first.
+
+    Raised, from the library's own error, by the waits of this module (:class:`Waiter`,
+    :func:`wait_work`) and inside :func:`communication` blocks. Its type, not its words,
+    marks a failure as the echo of another rank's (:func:`is_communication_error`).
+    """
 
 
 @dataclass
@@ -138,21 +151,48 @@ def format_positions(positions: dict[int, Position], world_size: int) -> str:
     return "\n".join(lines)
 
 
-#: Words in an error message that mark it as the echo of another rank's failure.
-ECHO_MARKERS = ("Connection closed by peer", "Connection reset", "pair closure", "NCCL")
+#: Types whose failure reports are echoes of another rank's failure, not causes.
+ECHO_TYPES = (PeerFailedError, PeerConnectionError)
 
 
 def is_communication_error(exc: BaseException) -> bool:
-    """True for errors that are a consequence of another rank's failure, not a cause."""
-    if isinstance(exc, PeerFailedError):
-        return True
-    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in ECHO_MARKERS)
+    """True for errors that are a consequence of another rank's failure, not a cause.
+
+    Told by where the error came from: an abort seen on the side channel
+    (:class:`PeerFailedError`) or the communication library failing inside a wait on a peer
+    (:class:`PeerConnectionError`). Any other error, whatever its text, is a cause.
+    """
+    return isinstance(exc, ECHO_TYPES)
 
 
 def is_communication_error_text(report: str) -> bool:
-    """:func:`is_communication_error` for a failure report read from the store."""
+    """:func:`is_communication_error` for a failure report read from the store.
+
+    A report starts with the error's type name (``"PeerConnectionError: ..."``, written by
+    :meth:`StatusBoard.fail`), which is what is checked.
+    """
     first = report.splitlines()[0] if report else ""
-    return first.startswith("PeerFailedError") or any(m in first for m in ECHO_MARKERS)
+    return first.split(":", 1)[0] in {t.__name__ for t in ECHO_TYPES}
+
+
+@contextlib.contextmanager
+def communication(what: str):
+    """Turn an error of the communication library inside the block (a collective such as a
+    barrier or a broadcast) into :class:`PeerConnectionError` naming ``what``."""
+    try:
+        yield
+    except PipelineFault:
+        raise
+    except RuntimeError as exc:  # gloo and NCCL raise RuntimeError (or subclasses)
+        raise PeerConnectionError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _raise_from_wait(exc: BaseException, what: str):
+    """Raise for ``exc``, which a Work's ``wait()`` raised while waiting for ``what``: a
+    :class:`PeerConnectionError` from it, unless it is one of ours (or not an Exception)."""
+    if isinstance(exc, PipelineFault) or not isinstance(exc, Exception):
+        raise exc
+    raise PeerConnectionError(f"waiting for {what}: {type(exc).__name__}: {exc}") from exc
 
 
 class StatusBoard:
@@ -317,7 +357,10 @@ def wait_work(work, board: StatusBoard | None, what: str, timeout: float) -> Non
             pause = min(pause * 2, 1e-3)
         if board is not None:
             board.note("compute")
-    work.wait()  # raises the communication error, if any
+    try:
+        work.wait()  # raises the communication error, if any
+    except Exception as exc:
+        _raise_from_wait(exc, what)
 
 
 def _check(board: StatusBoard | None, deadline: float, what: str, timeout: float) -> None:
@@ -340,6 +383,10 @@ class Waiter:
     matching receive, which may depend on a receive of ours). With NCCL, whose
     ``is_completed()`` is truthful, the main thread polls (:func:`wait_work`).
 
+    The helper threads belong to one run: :meth:`close` stops them (the transport's
+    ``close`` and the executor's ``close`` call it), so a process that runs many jobs holds
+    no more threads after the last than after the first.
+
     Args:
         board: the rank's status board (abort flag, position), or None.
         timeout: seconds any single wait may take.
@@ -356,6 +403,7 @@ class Waiter:
         self._send_errors: list = []
         self._recv_queue = None
         self._send_queue = None
+        self._threads: list[tuple[threading.Thread, object]] = []  # (thread, its job queue)
 
     def _thread(self, name: str):
         import queue
@@ -364,15 +412,46 @@ class Waiter:
 
         def serve():
             while True:
-                work, done, box = jobs.get()
+                job = jobs.get()
+                if job is None:  # close(): no more work for this thread
+                    return
+                work, done, box = job
                 try:
                     work.wait()
                 except BaseException as exc:  # handed to the main thread
                     box["error"] = exc
                 done.set()
 
-        threading.Thread(target=serve, name=name, daemon=True).start()
+        thread = threading.Thread(target=serve, name=name, daemon=True)
+        thread.start()
+        self._threads.append((thread, jobs))
         return jobs
+
+    def close(self, wait: float = 5.0) -> None:
+        """Stop the helper threads; safe to call twice (a later wait starts new ones).
+
+        Each thread first finishes the waits already handed to it, so with every send
+        complete (after :meth:`drain`) it ends at once. ``wait`` bounds the seconds spent
+        joining them (0 after a failure: a thread blocked on a dead peer's message must not
+        delay the error report; it is a daemon and ends with the process). A thread still
+        alive after the bound is reported with a warning, not left silently.
+        """
+        threads, self._threads = self._threads, []
+        self._recv_queue = self._send_queue = None
+        for _thread, jobs in threads:
+            jobs.put(None)
+        if wait <= 0:
+            return
+        deadline = time.monotonic() + wait
+        for thread, _jobs in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        alive = [thread.name for thread, _jobs in threads if thread.is_alive()]
+        if alive:
+            import warnings
+
+            warnings.warn(f"rank {self.board.rank if self.board else '?'}: helper thread(s) "
+                          f"{alive} still wait on a message after {wait:g} s (a send nobody "
+                          "received); they end with the process", RuntimeWarning, stacklevel=2)
 
     def wait(self, work, what: str) -> None:
         """Block until ``work`` is done; raise on abort, timeout or a communication error."""
@@ -392,7 +471,7 @@ class Waiter:
             if self.board is not None:
                 self.board.note("compute")
         if "error" in box:
-            raise box["error"]
+            _raise_from_wait(box["error"], what)
 
     def reap(self, work, keep_alive, what: str) -> None:
         """Let a send complete in the background; ``keep_alive`` (its tensor) lives until then."""
@@ -423,5 +502,5 @@ class Waiter:
             while not done.wait(self.SLICE):
                 _check(self.board, deadline, f"{what} to be received", self.timeout)
             if "error" in box:
-                raise box["error"]
+                _raise_from_wait(box["error"], f"{what} to be received")
         self._sends = []

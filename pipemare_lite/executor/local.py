@@ -23,6 +23,12 @@ after ``load_state_dict(state)``, continues with ``run(microbatches)`` and produ
 trajectory bitwise as an uninterrupted run. The state holds Python objects (use
 ``torch.save``/``torch.load(weights_only=False)``).
 
+Randomness (dropout): an executor draws from the process's random stream, and its state
+records that stream. One restored from a checkpoint continues the checkpoint's stream on
+its own: ``load_state_dict`` keeps it in the executor, and each ``run`` swaps it in and back
+out (``torch.random.fork_rng``), so loading a checkpoint and resuming leave the caller's
+stream as they found it.
+
 Loss scaling (the same as one-device gradient accumulation, chapter 02): microbatch m's
 loss is ``loss_fn(output, target)`` (a mean over its samples); the backward starts from
 ``loss / N``; gradients add up in microbatch order on each stage. ``RunResult.losses`` are
@@ -41,7 +47,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 
 import torch
 from torch import nn
@@ -147,6 +152,9 @@ class LocalExecutor:
         self.activations: dict[tuple[int, int], torch.Tensor] = {}  # input of (stage, mb)
         self.gradients: dict[tuple[int, int], torch.Tensor] = {}    # grad of output of (s, mb)
         self.targets: dict[int, object] = {}  # read at stage 0's F, used at the last stage
+        # the random state of a checkpoint this executor continues ({"cpu", "cuda"}), or
+        # None: draw from the process's stream (see the module docstring)
+        self._rng: dict | None = None
 
     @property
     def finished(self) -> bool:
@@ -198,16 +206,33 @@ class LocalExecutor:
         minibatch by minibatch is ``for k in range(1, K + 1): run(mbs, stop_after_updates=k)``;
         each call returns what it ran, and the pieces add up to one uninterrupted run.
         """
+        if self._rng is None:
+            return self._run(microbatches, stop_after_updates)
+        cuda = "cuda" in self._rng
+        devices = list(range(torch.cuda.device_count())) if cuda else []
+        with torch.random.fork_rng(devices=devices):  # the caller's stream stays untouched
+            torch.set_rng_state(self._rng["cpu"])
+            if cuda:
+                torch.cuda.set_rng_state_all(self._rng["cuda"])
+            try:
+                return self._run(microbatches, stop_after_updates)
+            finally:
+                self._rng = self._current_rng(cuda)
+
+    @staticmethod
+    def _current_rng(cuda: bool) -> dict:
+        rng = {"cpu": torch.get_rng_state()}
+        if cuda:
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return rng
+
+    def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RunResult:
         if len(microbatches) < self.schedule.total_microbatches:
             raise ValueError(f"schedule {self.schedule.name!r} runs "
                              f"{self.schedule.total_microbatches} microbatches "
                              f"({self.schedule.num_minibatches} x {self.schedule.num_microbatches}"
                              f"), got {len(microbatches)}")
         workers, rows, positions = self.workers, self.schedule.ranks, self.positions
-        # what earlier calls already reported: the workers' records only grow (in order)
-        marks = [(len(w.learning_rates), len(w.forward_versions), len(w.backward_versions))
-                 for w in workers]
-        losses_before = len(workers[-1].losses)
         entries: list[TimedAction] = []
         versions: dict[str, int] = {}
         meter = _BytesMeter(workers, self.schedule)
@@ -249,8 +274,7 @@ class LocalExecutor:
                 raise RuntimeError(f"schedule {self.schedule.name!r} is stuck: no rank can run "
                                    f"its next action ({', '.join(stuck)}); a dependency is "
                                    "missing or ordered after its consumer")
-        result = self._result(marks, losses_before, entries, versions, meter.peaks,
-                              meter.over_time)
+        result = self._result(entries, versions, meter.peaks, meter.over_time)
         result.peak_bytes_by_rank = meter.rank_peaks()
         return result
 
@@ -262,18 +286,21 @@ class LocalExecutor:
             return worker.versions.version - 1  # the version the update read
         return worker.backward_versions[action.index]
 
-    def _result(self, marks, losses_before, entries, versions, peaks, over_time) -> RunResult:
+    def _result(self, entries, versions, peaks, over_time) -> RunResult:
         forward, backward, distances, rates, group_rates, norms = {}, {}, {}, [], [], []
-        for s, (worker, (n_rates, n_forward, n_backward)) in enumerate(zip(self.workers, marks)):
-            forward.update(((s, m), v) for m, v in
-                           islice(worker.forward_versions.items(), n_forward, None))
-            for m, v in islice(worker.backward_versions.items(), n_backward, None):
+        losses: dict[int, float] = {}
+        for s, worker in enumerate(self.workers):
+            taken = worker.take_records()  # this call's records only: a flat cost per step
+            forward.update(((s, m), v) for m, v in taken.forward_versions.items())
+            for m, v in taken.backward_versions.items():
                 backward[(s, m)] = v
-                distances[(s, m)] = worker.distances[m]
-            rates.append(worker.learning_rates[n_rates:])
-            group_rates.append(worker.group_learning_rates[n_rates:])
-            norms.append(worker.update_norms[n_rates:])
-        by_mb = dict(sorted(islice(self.workers[-1].losses.items(), losses_before, None)))
+                distances[(s, m)] = taken.distances[m]
+            rates.append(taken.learning_rates)
+            group_rates.append(taken.group_learning_rates)
+            norms.append(taken.update_norms)
+            if s == self._last:
+                losses = taken.losses
+        by_mb = dict(sorted(losses.items()))
         trace = Timeline(self.schedule, tuple(entries), unit="s", source="measured",
                          extra={"versions": versions, "distances": dict(distances)})
         return RunResult(list(by_mb.values()), by_mb, trace, forward, backward, distances,
@@ -283,9 +310,11 @@ class LocalExecutor:
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         """Everything needed to continue bitwise (see the module docstring)."""
-        rng = {"cpu": torch.get_rng_state()}
-        if any(w.device.type == "cuda" for w in self.workers):  # no CUDA call on CPU runs
-            rng["cuda"] = torch.cuda.get_rng_state_all()
+        if self._rng is not None:  # continuing a checkpoint's stream
+            rng = {k: v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v]
+                   for k, v in self._rng.items()}
+        else:  # no CUDA call on CPU runs
+            rng = self._current_rng(any(w.device.type == "cuda" for w in self.workers))
         return {
             "schedule": (self.schedule.name, self.schedule.rows()),
             "positions": list(self.positions),
@@ -309,9 +338,10 @@ class LocalExecutor:
         self.targets = dict(state["targets"])
         for worker, stage_state in zip(self.workers, state["stages"]):
             worker.load_state_dict(stage_state)
-        torch.set_rng_state(state["rng"]["cpu"])
+        # kept for run(), not set on the process: the caller's random stream is its own
+        self._rng = {"cpu": state["rng"]["cpu"].clone()}
         if "cuda" in state["rng"]:
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+            self._rng["cuda"] = [t.clone() for t in state["rng"]["cuda"]]
 
 
 class _BytesMeter:

@@ -95,6 +95,29 @@ class _Pending:
         self.saved_bytes = sum(distinct.values())
 
 
+@dataclass
+class StageRecords:
+    """What a stage did between two :meth:`StageWorker.take_records` calls, in order.
+
+    Attributes:
+        losses: ``microbatch -> unscaled loss`` (last stage only).
+        forward_versions: ``microbatch -> weight version its forward read``.
+        backward_versions: ``microbatch -> version its backward used``.
+        distances: ``microbatch -> backward version - forward version``.
+        learning_rates: the lr of the first parameter group at each update.
+        group_learning_rates: the lr of every parameter group at each update.
+        update_norms: ``||w after - w before||_2`` of each update (float64).
+    """
+
+    losses: dict[int, float] = field(default_factory=dict)
+    forward_versions: dict[int, int] = field(default_factory=dict)
+    backward_versions: dict[int, int] = field(default_factory=dict)
+    distances: dict[int, int] = field(default_factory=dict)
+    learning_rates: list[float] = field(default_factory=list)
+    group_learning_rates: list[list[float]] = field(default_factory=list)
+    update_norms: list[float] = field(default_factory=list)
+
+
 class StageWorker:
     """One (virtual) stage: its module, optimizer, weight versions and pending microbatches.
 
@@ -140,14 +163,33 @@ class StageWorker:
         self._weight_bytes = sum(p.nbytes for p in self.params)
         self._activation_bytes = 0
         self._optimizer_bytes = self._count_optimizer_bytes()
-        # What happened, for traces and tests (not needed to continue training).
-        self.losses: dict[int, float] = {}
-        self.forward_versions: dict[int, int] = {}
-        self.backward_versions: dict[int, int] = {}
-        self.distances: dict[int, int] = {}
-        self.learning_rates: list[float] = []  # first param group's lr per update
-        self.group_learning_rates: list[list[float]] = []  # every group's lr per update
-        self.update_norms: list[float] = []  # ||w after - w before||_2 per update
+        # What happened since the executor last took it (see take_records): for results
+        # and traces, not needed to continue training.
+        self._start_records()
+
+    # ------------------------------------------------------------------ records
+    def _start_records(self) -> None:
+        fresh = StageRecords()
+        self.losses = fresh.losses
+        self.forward_versions = fresh.forward_versions
+        self.backward_versions = fresh.backward_versions
+        self.distances = fresh.distances
+        self.learning_rates = fresh.learning_rates
+        self.group_learning_rates = fresh.group_learning_rates
+        self.update_norms = fresh.update_norms
+
+    def take_records(self) -> StageRecords:
+        """What this stage did since the last call (:class:`StageRecords`); then forget it.
+
+        The executors call it at the end of every ``run()``: each run reports only its own
+        actions, and reading them costs what the run did, not what the whole training did
+        (the cost of a step stays flat however long the run).
+        """
+        taken = StageRecords(self.losses, self.forward_versions, self.backward_versions,
+                             self.distances, self.learning_rates, self.group_learning_rates,
+                             self.update_norms)
+        self._start_records()
+        return taken
 
     # ------------------------------------------------------------------ forward
     def forward(self, microbatch: int, x: torch.Tensor, target=None) -> torch.Tensor:

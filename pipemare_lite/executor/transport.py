@@ -344,8 +344,14 @@ class P2PTransport:
         return buffer
 
     def close(self) -> None:
-        """Wait until every send has completed (call at the end of the run)."""
-        self.waiter.drain()
+        """Wait until every send has completed, then stop the waiter's helper threads (call
+        at the end of the run; safe to call twice)."""
+        try:
+            self.waiter.drain()
+        except BaseException:
+            self.waiter.close(wait=0)  # a failed run: report it now, do not join
+            raise
+        self.waiter.close()
         if self._recv_work:
             left = ", ".join(str(k) for k in self._recv_work)
             raise RuntimeError(f"rank {self.rank}: receives posted but never used: {left}")
@@ -367,3 +373,6 @@ class _BlockingWaiter:
         for work, _ in self._sends:
             work.wait()
         self._sends = []
+
+    def close(self, wait: float = 0.0) -> None:
+        """Nothing to stop: this waiter has no threads."""

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipemare_lite.exercises import evaluate as ev
-from pipemare_lite.exercises.exercise import Exercise, format_call
+from pipemare_lite.exercises.exercise import Exercise
 from pipemare_lite.exercises.hashing import matches_hash
-from pipemare_lite.exercises.originality import rejection
+from pipemare_lite.exercises.originality import rejection, resolve
 
 PASSED, FAILED, NOT_ATTEMPTED, ERROR = "passed", "failed", "not attempted", "error"
 #: Environment variable that makes every failing ``check`` raise (for graders).
@@ -94,6 +94,13 @@ def _representative(failing: list[int], cases: list[dict]) -> int:
     return next((i for i in failing if not _is_degenerate(cases[i])), failing[0])
 
 
+def _mistake_value(exercise: Exercise, mistake, arguments: dict[str, Any]):
+    """What the known mistake gives on one case (through the exercise's harness, if any)."""
+    if exercise.harness is not None:
+        return resolve(exercise.harness)(mistake.answer, *arguments.values())
+    return mistake.answer(*arguments.values())
+
+
 def _matching_mistake(exercise: Exercise, cases, outcomes, failing: list[int]) -> str | None:
     """The message of the known mistake that gives the student's values on every failing case."""
     shown = [i for i in failing if outcomes[i].error is None]
@@ -102,7 +109,8 @@ def _matching_mistake(exercise: Exercise, cases, outcomes, failing: list[int]) -
     for mistake in exercise.mistakes:
         try:
             if all(
-                exercise.compare(outcomes[i].value, mistake.answer(*cases[i].values())) is None
+                exercise.compare(outcomes[i].value, _mistake_value(exercise, mistake, cases[i]))
+                is None
                 for i in shown
             ):
                 return mistake.message
@@ -150,7 +158,7 @@ def _judge_function(exercise: Exercise, evaluation: ev.Evaluation, cases: list[d
         return CheckResult(exercise.id, PASSED, message, total, total)
     shown = _representative(failing, cases)
     status = ERROR if evaluation.outcomes[shown].error is not None else FAILED
-    message = f"❌ {exercise.id}: {format_call(name, cases[shown])} {problems[shown]}."
+    message = f"❌ {exercise.id}: {exercise.describe_case(cases[shown])} {problems[shown]}."
     mistake = _matching_mistake(exercise, cases, evaluation.outcomes, failing)
     if mistake:
         message += f"\n   A known mistake: {mistake}"
@@ -210,7 +218,9 @@ def run_checks(exercise_id: str, answer) -> CheckResult:
     exercise = get_exercise(exercise_id)
     if exercise.kind == "constant":
         return judge(exercise, ev.read_constant(answer))
-    evaluation = ev.run_function(answer, exercise.cases(), exercise.engine_answers)
+    evaluation = ev.run_function(
+        answer, exercise.cases(), exercise.engine_answers, exercise.harness
+    )
     return judge(exercise, evaluation)
 
 

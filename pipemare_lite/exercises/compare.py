@@ -3,7 +3,8 @@
 Every comparator has the signature ``compare(answer, expected) -> str | None``: ``None``
 means equal; otherwise a short description built only from the student's own answer and
 the shape of the task (number of ranks, position of the first difference), never from the
-expected value. Used by the exercises of chapters 00-06. Torch-free.
+expected value. Used by the exercises of chapters 00-06 (ex05_1's gradients arrive as
+nested lists). Torch-free.
 """
 
 from __future__ import annotations
@@ -186,6 +187,52 @@ def compare_polynomial(answer, expected) -> str | None:
     for k, (value, good) in enumerate(zip(mine, right)):
         if not math.isclose(value, good, rel_tol=REL_TOL, abs_tol=ABS_TOL):
             return f"the coefficient of z^{degree - k} is {value:.6g} in yours, which is not right"
+    return None
+
+
+def _flat_reals(value) -> list[float] | None:
+    """The numbers of a nested list (a tensor's ``tolist()``), flattened; None if not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Real):
+        return [float(value)]
+    if not isinstance(value, (list, tuple)):
+        return None
+    flat: list[float] = []
+    for item in value:
+        inner = _flat_reals(item)
+        if inner is None:
+            return None
+        flat += inner
+    return flat
+
+
+def _same_reals(answer, expected) -> bool:
+    mine, right = _flat_reals(answer), _flat_reals(expected)
+    return (
+        mine is not None
+        and right is not None
+        and len(mine) == len(right)
+        and all(math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL) for a, b in zip(mine, right))
+    )
+
+
+def compare_gradients(answer, expected) -> str | None:
+    """``(input gradient, [parameter gradients])`` as nested lists, each close to the
+    expected one (ex05_1: what a backward computed under the student's hooks)."""
+    if not (isinstance(answer, (list, tuple)) and len(answer) == 2):
+        return f"gave {_short(answer)}; expected an input gradient and parameter gradients"
+    (grad_x, grads), (right_x, right_grads) = answer, expected
+    if grad_x is None or not _same_reals(grad_x, right_x):
+        return ("gives an input gradient that is not the one a backward with the chosen "
+                "weights computes")
+    if not isinstance(grads, (list, tuple)) or len(grads) != len(right_grads):
+        return "does not give one gradient per parameter"
+    for i, (got, right) in enumerate(zip(grads, right_grads)):
+        if got is None:
+            return f"leaves parameter {i} without a gradient"
+        if not _same_reals(got, right):
+            return f"gives parameter {i} a gradient that is not the right one"
     return None
 
 

@@ -23,6 +23,7 @@ from pipemare_lite.exercises.originality import (
     engine_origin,
     forbidden_codes,
     referenced_engine_answers,
+    resolve,
 )
 
 #: Evaluation.status values.
@@ -83,9 +84,18 @@ def is_stub_value(value) -> bool:
 
 
 def run_function(
-    answer, cases: Iterable[dict[str, Any]], engine_answers: Iterable[str] = ()
+    answer,
+    cases: Iterable[dict[str, Any]],
+    engine_answers: Iterable[str] = (),
+    harness: str | None = None,
 ) -> Evaluation:
-    """Call ``answer`` on every case (a dict of arguments, in call order) and record it."""
+    """Call ``answer`` on every case (a dict of arguments, in call order) and record it.
+
+    With ``harness`` (the dotted name of a function of
+    :mod:`~pipemare_lite.exercises.harness`), each case runs ``harness(answer, *values)``
+    instead: for an answer that is a tool the harness uses, not a value. The engine functions
+    the answer must not call are watched while the harness runs, the answer's code included.
+    """
     if not callable(answer):
         return Evaluation(NOT_CALLABLE, detail=type(answer).__name__)
     engine_answers = tuple(engine_answers)
@@ -96,10 +106,14 @@ def run_function(
     if referenced:
         return Evaluation(USES_ENGINE, detail=", ".join(referenced))
     codes = forbidden_codes(engine_answers)
+    run = answer
+    if harness is not None:
+        use = resolve(harness)
+        run = lambda *values: use(answer, *values)  # noqa: E731
     outcomes = []
     for arguments in cases:
         try:
-            value, called = call_watching(answer, tuple(arguments.values()), codes)
+            value, called = call_watching(run, tuple(arguments.values()), codes)
         except NotImplementedError:
             return Evaluation(NOT_ATTEMPTED)
         except (Exception, SystemExit) as exc:  # the student's bug: one line, no traceback

@@ -14,9 +14,11 @@ description of what is wrong that never contains the expected value (see
 
 Optional fields (all with defaults, so an exercise written with only the fields above keeps
 working): ``points`` (its weight in a grade), ``mistakes`` (known wrong answers, recognised
-and named in the feedback: :class:`Mistake`) and ``engine_answers`` (engine functions that
+and named in the feedback: :class:`Mistake`), ``engine_answers`` (engine functions that
 answer the exercise; an answer that calls one is rejected, see
-:mod:`pipemare_lite.exercises.originality`). Torch-free.
+:mod:`pipemare_lite.exercises.originality`), and, for an answer that is a tool rather than a
+value (chapter 05's saved-tensor hooks), ``harness`` (how to use it on a case, see
+:mod:`pipemare_lite.exercises.harness`) with ``case_text`` (how to name a case). Torch-free.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import Any
 
 _ID_RE = re.compile(r"^ex(\d{2})_(\d+)$")
 _DOTTED_RE = re.compile(r"^pipemare_lite(\.[A-Za-z_]\w*)+$")
+#: Where harnesses live: a module the grading worker may import (no reference answers).
+_HARNESS_MODULE = "pipemare_lite.exercises.harness"
 
 
 @dataclass(frozen=True)
@@ -64,13 +68,21 @@ class Exercise:
             of the right value.
         diagnose: for constant exercises, optional ``diagnose(value)`` -> an extra remark on a
             wrong value (e.g. what the engine measures at that value), never the answer.
-        needs_torch: True if checking it imports torch (none of chapters 00-04 does).
+        needs_torch: True if checking it imports torch (of chapters 00-06 only ex05_1).
         points: what a right answer is worth in a grade (default 1).
         mistakes: known wrong answers (:class:`Mistake`), named when a student's answer
             agrees with one on every case it got wrong.
         engine_answers: dotted names of engine functions that answer the exercise
             (``"pipemare_lite.formulas.idle_fraction_gpipe"``); an answer that calls one of
             them, directly or through helpers, is rejected by ``check`` and by grading.
+        harness: for a function exercise whose answer is not called on a case directly,
+            the dotted name of a function in :mod:`pipemare_lite.exercises.harness`;
+            ``harness(answer, *case.values())`` uses the answer and returns the value
+            compared with ``reference(*case.values())``. It runs where the answer runs
+            (``check``'s process, or the grading worker).
+        case_text: optional ``case_text(case)`` -> how a failing case is named to the
+            student (default: the call ``name(arg=value, ...)``, which would mislead when a
+            harness, not the student, is given the case's arguments).
     """
 
     id: str
@@ -88,6 +100,8 @@ class Exercise:
     points: int = 1
     mistakes: tuple[Mistake, ...] = ()
     engine_answers: tuple[str, ...] = ()
+    harness: str | None = None
+    case_text: Callable[[dict[str, Any]], str] | None = None
 
     def __post_init__(self) -> None:
         match = _ID_RE.match(self.id)
@@ -116,6 +130,20 @@ class Exercise:
                 f"exercise {self.id!r}: engine_answers must be dotted names like "
                 f"'pipemare_lite.formulas.idle_fraction_gpipe', got {bad!r}"
             )
+        if self.harness is not None and (
+            not is_function or not str(self.harness).startswith(_HARNESS_MODULE + ".")
+        ):
+            raise ValueError(
+                f"exercise {self.id!r}: harness must name a function of {_HARNESS_MODULE} "
+                f"(e.g. '{_HARNESS_MODULE}.gradients_with_hooks') on a function exercise, "
+                f"got {self.harness!r}"
+            )
+
+    def describe_case(self, arguments: dict[str, Any]) -> str:
+        """How a failing case is named to the student (``case_text``, else the call)."""
+        if self.case_text is not None:
+            return self.case_text(arguments)
+        return format_call(self.function_name, arguments)
 
     @property
     def kind(self) -> str:

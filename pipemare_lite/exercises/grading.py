@@ -318,6 +318,7 @@ def _job(pending: dict[Path, list[Exercise]], folder: Path, timeout: float, memo
                         "kind": e.kind,
                         "cases": e.cases() if e.kind == "function" else [],
                         "engine_answers": list(e.engine_answers),
+                        "harness": e.harness,
                     }
                     for e in exercises
                 ],

@@ -2,7 +2,8 @@
 
 Each function asks the engine (imported lazily, so importing the exercises stays cheap and
 torch-free) and reshapes its answer into the form an exercise asks for, e.g. one row of
-``"2F0"``-style strings per rank without the ``U`` (update) actions. Chapters 00-04 and 06.
+``"2F0"``-style strings per rank without the ``U`` (update) actions. Chapters 00-06
+(chapter 05's ex05_1 runs real tensors: its reference imports torch when called).
 """
 
 from __future__ import annotations
@@ -79,6 +80,65 @@ def p2p_messages_counted(P: int, v: int) -> int:
         schedule.rank_of(s) != schedule.rank_of(s + 1) for s in range(len(expected) - 1)
     )
     return 2 * hops
+
+
+# --- chapter 05: weight versions, delays and stashes ---------------------------------------
+
+
+def measured_forward_delay(name: str, P: int, N: int, stage: int, position: int) -> int:
+    """The steady-state forward delay of ``stage`` at ``position``, read off the schedule.
+
+    Builds ``name`` with enough minibatches for a steady state, takes every microbatch at
+    ``position`` in the steady minibatches (``staleness.steady_state_minibatches``) and
+    checks that they all met the same delay (they must: the pipeline repeats).
+    """
+    import math
+
+    from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.staleness import steady_state_minibatches, weight_versions
+
+    schedule = build_schedule(name, P, N, num_minibatches=math.ceil((2 * P - 1) / N) + 3)
+    steady = set(steady_state_minibatches(schedule))
+    delays = {r.forward_delay for r in weight_versions(schedule).rows
+              if r.stage == stage and r.minibatch in steady and r.microbatch % N == position}
+    if len(delays) != 1:
+        raise RuntimeError(f"{name} P={P} N={N}: stage {stage}, position {position} met delays "
+                           f"{sorted(delays)} in the steady state; expected one value")
+    return delays.pop()
+
+
+def peak_stash_copies_measured(P: int, N: int, K: int) -> list[int]:
+    """Per stage, the most stashed copies PipeDream holds over K minibatches (memory model)."""
+    from pipemare_lite.memory import peak_stash_copies
+    from pipemare_lite.schedules import build_schedule
+
+    return peak_stash_copies(build_schedule("pipedream", P, N, num_minibatches=K))
+
+
+def stage_worker_gradients(model: str, backward_reads: str) -> tuple:
+    """The engine's answer to ex05_1: ``(grad of input, [grad of each parameter])`` as lists.
+
+    A :class:`~pipemare_lite.executor.stage.StageWorker` (weight mode ``stash`` when the
+    backward must read the copy from F, ``async`` when it reads the live weights) runs F,
+    then an update that adds ``delta`` to every parameter (SGD with lr 1 on the gradient
+    -delta), then B, on the stage :func:`~pipemare_lite.exercises.harness.hook_stage` builds.
+    """
+    import torch
+
+    from pipemare_lite.executor.stage import StageWorker
+    from pipemare_lite.exercises.harness import hook_stage, plain_gradients
+
+    mode = {"stash": "stash", "live": "async"}[backward_reads]
+    module, x, grad_y, delta = hook_stage(model)
+    params = list(module.parameters())
+    worker = StageWorker(1, module, torch.optim.SGD(params, lr=1.0), weight_mode=mode,
+                         is_last=False, num_microbatches=1, num_minibatches=2)
+    worker.forward(0, x)
+    for p, d in zip(params, delta):
+        p.grad = -d
+    worker.update()
+    grad_x = worker.backward(0, grad_y)
+    return plain_gradients(grad_x, [p.grad for p in params])
 
 
 # --- chapter 06: delayed gradient descent on a quadratic ----------------------------------

@@ -18,6 +18,9 @@ ex03_2     ``peak_activations_1f1b(P, M) -> list[int]``           simulated peak
 ex04_1     ``interleaved_idle_fraction(P, M, v) -> float``        simulated idle, interleaved
 ex04_2     ``p2p_messages_per_microbatch(P, v) -> int``           hops counted in interleaved
 ex04_3     ``count_p2p_messages(schedule) -> int``                ``simulate.p2p_messages``
+ex05_1     ``version_hooks(params, weights) -> (pack, unpack)``   StageWorker stash/async grads
+ex05_2     ``async_forward_delay(P, N, stage, position) -> int``  weight versions of ``"async"``
+ex05_3     ``pipedream_stash_copies(P, N) -> list[int]``          memory model, long pipedream
 ex06_1     ``delayed_gd(alpha, lam, tau, steps) -> list``         ``theory.simulate_delayed_gd``
 ex06_2     ``delayed_gd_coefficients(alpha, lam, tau, m)``        ``characteristic_polynomial``
 ex06_3     ``max_stable_step(tau, momentum) -> float``            roots + bisection (theory)
@@ -27,18 +30,18 @@ ex07_2     ``largest_stable_depth(step, N) -> int``               stage 0's dela
 
 Rows are one list per rank of action strings ``{stage}{F|B}{microbatch}`` (``"2F0"``,
 ``"1B3"``) in execution order, updates (``U``) left out. Torch-free: the chapter modules
-import the engine only when a check runs.
+import the engine only when a check runs (ex05_1, on real tensors, then imports torch).
 """
 
 from __future__ import annotations
 
-from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch06, ch07
+from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07
 from pipemare_lite.exercises.exercise import Exercise
 
 #: exercise id -> :class:`Exercise`, in book order.
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
-    for module in (ch00, ch01, ch02, ch03, ch04, ch06, ch07)
+    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07)
     for exercise in module.EXERCISES
 }
 

@@ -4,7 +4,8 @@ Started by :mod:`pipemare_lite.exercises.grading` as
 ``python -m pipemare_lite.exercises.worker FD``, once per submission (and again after an
 answer that timed out or crashed it). It reads its job from stdin (pickled by the grader,
 before any student code runs): the notebooks, and for each exercise the name to read, the
-cases to call it on and the engine functions it must not call. Then it
+cases to call it on, the engine functions it must not call and, for an answer that a
+harness uses (:mod:`~pipemare_lite.exercises.harness`), the harness's name. Then it
 
 1. caps its own memory, CPU time and file sizes (:func:`resource.setrlimit`);
 2. makes the registry, the references and the chapter modules unimportable (and
@@ -35,7 +36,8 @@ from pathlib import Path
 
 #: Submodules of pipemare_lite.exercises the worker itself needs; all others are blocked.
 ALLOWED = frozenset(
-    {"check", "evaluate", "exercise", "hashing", "loader", "originality", "plain", "worker"}
+    {"check", "evaluate", "exercise", "harness", "hashing", "loader", "originality", "plain",
+     "worker"}
 )
 PACKAGE = "pipemare_lite.exercises"
 
@@ -139,7 +141,9 @@ def main(argv: list[str]) -> int:
             if task["kind"] == "constant":
                 evaluation = evaluate.read_constant(answer)
             else:
-                evaluation = evaluate.run_function(answer, task["cases"], task["engine_answers"])
+                evaluation = evaluate.run_function(
+                    answer, task["cases"], task["engine_answers"], task.get("harness")
+                )
             _send(report, {"event": "result", "id": task["id"], **_encoded(evaluation)})
     report.close()
     return 0

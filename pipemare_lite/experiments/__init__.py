@@ -1,13 +1,22 @@
 """Stored experiments: definitions that ``pipemare-lite reproduce NAME`` runs (chapter 10).
 
 Each experiment module provides ``run(quick: bool) -> dict`` (JSON-ready results, with
-the ``torch_threads`` they ran with and values over several seeds), ``markdown(results) ->
-str`` (the table a chapter shows) and ``check(results, meta)`` (re-runs one row and
-compares it with the stored seeds: a :class:`~pipemare_lite.experiments.record.CheckReport`).
-Results are written to ``data/results/<name>.json`` with a ``<name>.meta.json`` beside them
-(command, package version, seeds, date, machine fingerprint); quick variants to
-``<name>_quick.json``. :mod:`pipemare_lite.experiments.record` holds what is shared.
+the ``torch_threads`` they ran with, the ``command`` that regenerates them and values over
+several seeds), ``markdown(results) -> str`` (the table a chapter shows) and
+``check(results, meta)`` (re-runs one row and compares it with the stored seeds: a
+:class:`~pipemare_lite.experiments.record.CheckReport`). Results are written to
+``data/results/<name>.json`` with a ``<name>.meta.json`` beside them (command, package
+version, seeds, date, machine fingerprint); quick variants to ``<name>_quick.json``.
+:mod:`pipemare_lite.experiments.record` holds what is shared. ``reproduce --list`` prints
+:data:`EXPERIMENTS` with :data:`DESCRIPTIONS`.
 """
 
 #: experiment name -> module under pipemare_lite.experiments
 EXPERIMENTS = {"paper-shape": "pipemare_lite.experiments.paper_shape"}
+
+#: experiment name -> one line for ``reproduce --list``
+DESCRIPTIONS = {
+    "paper-shape": "PipeMare's claims in miniature: granularity sweep P = 2..16 (ResNet, SGD) "
+    "and P = 2, 8 (Transformer, Adam), 8 methods, T1/T2 sweeps, 3 seeds, verdicts "
+    "(full: about 1,400 CPU-s, 2 processes; --quick: about 160 CPU-s)",
+}

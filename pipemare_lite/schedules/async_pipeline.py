@@ -10,7 +10,9 @@ the backward of microbatch t-(2P-1-i), when they exist:
 
 The last stage runs B(m) one tick after F(m); stage i's B(m) comes 2(P-1-i)+1 ticks after its
 F(m) (2(P-i)+1 with 1-indexed i). Inside a tick the order is F, then B, then U: the forward of
-a tick sees the weights as they were when the tick began.
+a tick sees the weights as they were when the tick began. With ``backward_first=True`` the
+same ticks run B (and its U) before F, so a tick's forward already sees that tick's update:
+the F-to-update gap is one microbatch slot shorter (chapter 05 compares both).
 """
 
 from __future__ import annotations
@@ -20,35 +22,52 @@ from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.one_f_one_b import clamp_notes
 from pipemare_lite.schedules.pipedream import flushed_warmup_order
 
+#: The note a ``backward_first`` schedule carries (how the staleness analysis can tell).
+TICK_ORDER_NOTE_BACKWARD_FIRST = "tick order: B (and U) before F in every tick"
 
-def async_order(stage: int, num_stages: int, N: int, K: int, warmup: int = 0) -> list:
-    """Stage ``stage``'s lock-step order over minibatches ``warmup .. K-1`` (N per update)."""
+
+def async_order(stage: int, num_stages: int, N: int, K: int, warmup: int = 0,
+                backward_first: bool = False) -> list:
+    """Stage ``stage``'s lock-step order over minibatches ``warmup .. K-1`` (N per update).
+
+    Each tick holds at most one F and one B (then its U); ``backward_first`` puts B first.
+    """
     first, end = warmup * N, K * N  # microbatches first .. end-1 run asynchronously
     order = []
     for tick in range(end - first + 2 * num_stages - 1):
         forward = first + tick - stage
         backward = first + tick - (2 * num_stages - 1 - stage)
-        if first <= forward < end:
+        if first <= forward < end and not backward_first:
             order.append(("F", stage, forward))
         if first <= backward < end:
             order.append(("B", stage, backward))
             if backward % N == N - 1:  # this backward completes a group of N: update
                 order.append(("U", stage, backward // N))
+        if first <= forward < end and backward_first:
+            order.append(("F", stage, forward))
     return order
 
 
 def async_pipeline(
-    num_stages: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0
+    num_stages: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0,
+    *, backward_first: bool = False,
 ) -> Schedule:
     """PipeMare's asynchronous pipeline (``weight_mode="async"``), one update per N microbatches.
 
     ``num_microbatches`` is N, microbatches per update. The first ``warmup_minibatches``
     minibatches run as flushed 1F1B (PipeMare-W); T1/T2 are executor options, not order.
+    ``backward_first=True`` runs each tick's B (and U) before its F; the schedule's notes
+    then say so (its name stays "async").
     """
     P, N, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
     check_builder_args("async", P, N, K, warmup=W)
-    orders = [flushed_warmup_order(s, P, N, W) + async_order(s, P, N, K, W) for s in range(P)]
+    if not isinstance(backward_first, bool):
+        raise ValueError(f"backward_first={backward_first!r}: allowed: True or False")
+    orders = [flushed_warmup_order(s, P, N, W) + async_order(s, P, N, K, W, backward_first)
+              for s in range(P)]
     notes = clamp_notes(P, N) if W else []  # only the flushed warm-up has a 1F1B warm-up
+    if backward_first:
+        notes.append(TICK_ORDER_NOTE_BACKWARD_FIRST)
     return make_schedule(
         "async", P, N, orders, num_minibatches=K, weight_mode="async", warmup_minibatches=W,
         notes=notes,

@@ -11,11 +11,15 @@ here imports torch, and nothing keeps state: call a function, get a figure.
   :func:`trajectory_figure` (chapter 06);
 - :func:`loss_curves` (chapters 07-10);
 - :func:`update_norm_figure`, :func:`stage_map_figure` (chapter 07): per-stage evidence.
+
+In a Jupyter kernel, importing this package makes figures carry an HTML fallback besides
+their plotly JSON, so exported notebooks show them too (:mod:`pipemare_lite.viz.renderer`).
 """
 
 from pipemare_lite.viz.curves import divergence_step, loss_curves
 from pipemare_lite.viz.gantt import gantt, gantt_pair, gantt_traces, idle_intervals
 from pipemare_lite.viz.memory import memory_bars
+from pipemare_lite.viz.renderer import use_in_jupyter
 from pipemare_lite.viz.stability import roots_figure, stability_map, trajectory_figure
 from pipemare_lite.viz.stages import stage_map_figure, update_norm_figure
 from pipemare_lite.viz.staleness import delay_bars, path_figure, staleness_heatmap
@@ -37,3 +41,5 @@ __all__ = [
     "update_norm_figure",
     "stage_map_figure",
 ]
+
+use_in_jupyter()

@@ -82,6 +82,24 @@ def test_ex04_3_count_p2p_messages(grade):
     grade("ex04_3")
 
 
+@pytest.mark.ex05_1
+def test_ex05_1_version_hooks(grade):
+    """Exercise 5.1: version_hooks(params, weights) -> (pack, unpack)."""
+    grade("ex05_1")
+
+
+@pytest.mark.ex05_2
+def test_ex05_2_async_forward_delay(grade):
+    """Exercise 5.2: async_forward_delay(P, N, stage, position) -> int."""
+    grade("ex05_2")
+
+
+@pytest.mark.ex05_3
+def test_ex05_3_pipedream_stash_copies(grade):
+    """Exercise 5.3: pipedream_stash_copies(P, N) -> list[int]."""
+    grade("ex05_3")
+
+
 @pytest.mark.ex06_1
 def test_ex06_1_delayed_gd(grade):
     """Exercise 6.1: delayed_gd(alpha, lam, tau, steps) -> list[float]."""

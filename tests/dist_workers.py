@@ -1,0 +1,43 @@
+"""Process bodies for multi-process tests (importable by name, as :func:`launch` needs)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import torch.distributed as dist
+
+from pipemare_lite.executor.dist import dist_worker
+
+
+def resources_after_each_job(info, jobs) -> list[dict]:
+    """Run ``jobs`` one after another in this launch; after each, what the process holds.
+
+    Per job: the Python threads alive (their names), the OS threads of the process (gloo's
+    own threads included, Linux only) and whether the launch's process group is still
+    initialized. A thread that was just joined may still be listed by the OS for a moment,
+    so the OS count is the smallest of several reads over a fifth of a second: a thread that
+    stays (a leak) is in every read.
+    """
+    seen = []
+    for job in jobs:
+        dist_worker(info, [job])
+        seen.append({
+            "threads": sorted(t.name for t in threading.enumerate()),
+            "os_threads": _settled_os_threads(),
+            "default_group_alive": dist.is_initialized(),
+        })
+    return seen
+
+
+def _settled_os_threads(reads: int = 10, pause: float = 0.02) -> int | None:
+    """The fewest OS threads of this process over ``reads`` reads (None off Linux)."""
+    tasks = f"/proc/{os.getpid()}/task"
+    if not os.path.isdir(tasks):
+        return None
+    counts = []
+    for _ in range(reads):
+        counts.append(len(os.listdir(tasks)))
+        time.sleep(pause)
+    return min(counts)
