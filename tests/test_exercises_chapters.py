@@ -1,4 +1,4 @@
-"""The exercises of chapters 00-06, checked against the engine.
+"""The exercises of chapters 00-07, checked against the engine.
 
 Plain solutions written here from the definitions (the order rules, the closed forms) must
 pass every exercise; stubs must be "not attempted yet"; typical wrong answers must fail
@@ -152,6 +152,30 @@ def max_stable_step(tau, momentum):
         low, high = (middle, high) if stable(middle) else (low, middle)
     return low
 
+
+def first_to_blow_up(lr, sharpness, delays):
+    # each stage's recurrence w[t+1] = w[t] - lr lam w[t-tau]; growth = largest |root|
+    import numpy as np
+
+    growth = []
+    for lam, tau in zip(sharpness, delays):
+        polynomial = np.zeros(tau + 2)
+        polynomial[0], polynomial[1] = 1.0, -1.0
+        polynomial[-1] += lr * lam
+        growth.append(max(abs(np.roots(polynomial))) if lam > 0 else 1.0)
+    unstable = [s for s, g in enumerate(growth) if g > 1.0]
+    return max(unstable, key=lambda s: (growth[s], -s)) if unstable else None
+
+
+def largest_stable_depth(step, num_microbatches):
+    P = 0
+    while True:
+        tau = -(-(2 * (P + 1) - 1) // num_microbatches)  # stage 0 of P + 1 stages
+        if step >= 2 * math.sin(math.pi / (2 * (2 * tau + 1))):
+            return P
+        P += 1
+
+
 SOLUTIONS = {
     "ex00_1": gpipe_action_count,
     "ex01_1": naive_utilization,
@@ -171,6 +195,8 @@ SOLUTIONS = {
     "ex05_1": version_hooks,
     "ex05_2": async_forward_delay,
     "ex05_3": pipedream_stash_copies,
+    "ex07_1": first_to_blow_up,
+    "ex07_2": largest_stable_depth,
 }
 
 # --- typical mistakes ---------------------------------------------------------------------
@@ -206,6 +232,10 @@ WRONG = {
     # the recalled worst case, ignoring the position in the minibatch
     "ex05_2": lambda P, N, stage, position: -(-(2 * (P - stage) - 1) // N),
     "ex05_3": lambda P, N: [P - 1 - s for s in range(P)],  # one copy per in-flight microbatch
+    # always the first stage
+    "ex07_1": lambda lr, sharpness, delays: 0,
+    # the delay in microbatches, not updates (N ignored)
+    "ex07_2": lambda step, num_microbatches: largest_stable_depth(step, 1),
 }
 
 
@@ -635,3 +665,79 @@ def test_the_gradient_comparator_names_what_is_wrong_without_the_values():
     for problem in (compare_gradients(([[1.0, 2.5]], right[1]), right),
                     compare_gradients((right[0], [[[0.4]], [0.25]]), right)):
         assert "0.5" not in problem and "0.25" not in problem and "2.0" not in problem
+
+
+# --- chapter 07: stages on chapter 06's map ------------------------------------------------
+
+
+def _furthest_outside(lr, sharpness, delays):
+    ratios = [lr * lam / (2 * math.sin(math.pi / (2 * (2 * tau + 1))))
+              for lam, tau in zip(sharpness, delays)]
+    return ratios.index(max(ratios)) if max(ratios) >= 1 else None
+
+
+def _pipedream_delay_depth(step, num_microbatches):
+    P = 0
+    while step < 2 * math.sin(math.pi / (2 * (2 * math.ceil(P / num_microbatches) + 1))):
+        P += 1
+    return P
+
+
+def test_chapter_07_known_mistakes_are_named():
+    named = {
+        "ex07_1": (_furthest_outside, "furthest outside"),
+        "ex07_2": (_pipedream_delay_depth, "PipeDream's delay"),
+    }
+    for exercise_id, (answer, words) in named.items():
+        message = run_checks(exercise_id, answer).message
+        assert "A known mistake:" in message and words in message, message
+
+
+def test_chapter_07_answers_that_call_the_engine_are_rejected():
+    from pipemare_lite import stage_stability
+
+    wrappers = {
+        "ex07_1": [stage_stability.fastest_growing_stage,
+                   lambda lr, lam, tau: max(
+                       (p for p in stage_stability.stage_points(lr, lam, tau) if p.radius > 1),
+                       key=lambda p: p.radius, default=None)],
+        "ex07_2": [stage_stability.largest_stable_pipeline,
+                   lambda step, n: stage_stability.largest_stable_pipeline(step, n, 10**6)],
+    }
+    for exercise_id, answers in wrappers.items():
+        for answer in answers:
+            result = run_checks(exercise_id, answer)
+            assert result.status == "failed", result.message
+            assert "uses the engine's" in result.message
+
+
+def test_chapter_07_may_use_chapter_06_and_05_instruments():
+    # the bound, the roots and chapter 05's delay formula are shown before chapter 07
+    from pipemare_lite.staleness import expected_forward_delay
+    from pipemare_lite.theory import spectral_radius, stability_bound
+
+    def first_to_blow_up(lr, sharpness, delays):
+        radii = [spectral_radius(lr, lam, tau) for lam, tau in zip(sharpness, delays)]
+        best = max(radii)
+        return radii.index(best) if best > 1 else None
+
+    def largest_stable_depth(step, n):
+        P = 0
+        while step < stability_bound(expected_forward_delay("async", P + 1, n, 0)):
+            P += 1
+        return P
+
+    assert run_checks("ex07_1", first_to_blow_up).passed
+    assert run_checks("ex07_2", largest_stable_depth).passed
+
+
+def test_chapter_07_cases_start_with_the_chapter_setting_and_travel():
+    import pickle
+
+    growth = EXERCISES["ex07_1"].cases()
+    assert growth[0]["delays"] == [8, 7, 6, 5, 4, 3, 2, 1]  # P = 8, N = 2
+    assert any(EXERCISES["ex07_1"].reference(**c) is None for c in growth)
+    depth = EXERCISES["ex07_2"].cases()
+    assert depth[0] == {"step": 0.25, "num_microbatches": 2}
+    assert any(EXERCISES["ex07_2"].reference(**c) == 0 for c in depth)
+    assert pickle.loads(pickle.dumps(growth)) == growth

@@ -21,6 +21,7 @@ TORCH_FREE = [
     "pipemare_lite.staleness",
     "pipemare_lite.memory",
     "pipemare_lite.theory",
+    "pipemare_lite.stage_stability",
     "pipemare_lite.files",
     "pipemare_lite.show",
     "pipemare_lite.viz",

@@ -234,3 +234,16 @@ def compare_gradients(answer, expected) -> str | None:
         if not _same_reals(got, right):
             return f"gives parameter {i} a gradient that is not the right one"
     return None
+
+
+def compare_stage_or_none(answer, expected) -> str | None:
+    """A stage number (an int) or None, equal to ``expected``; a wrong one is only called
+    wrong (naming the right stage, or that there is none, would give the answer away)."""
+    if answer is None:
+        return None if expected is None else "returned no stage, which is not right"
+    if isinstance(answer, bool) or not isinstance(answer, numbers.Integral):
+        return (f"returned {_short(answer)} ({type(answer).__name__}); expected a stage "
+                "number (an int), or no stage at all")
+    if expected is not None and int(answer) == int(expected):
+        return None
+    return f"returned stage {int(answer)}, which is not right"

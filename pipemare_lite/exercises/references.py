@@ -165,3 +165,20 @@ def largest_stable_alpha_lam(tau: int, momentum: float) -> float:
     return largest_stable_step(
         lambda x: spectral_radius(x, 1.0, tau, momentum), high=5.0, grid=500
     )
+
+
+# --- chapter 07: the stages of a pipeline on chapter 06's map ------------------------------
+
+
+def fastest_growing_stage(lr: float, sharpness: list[float], delays: list[int]) -> int | None:
+    """The engine's stage whose quadratic grows fastest (largest spectral radius > 1)."""
+    from pipemare_lite.stage_stability import fastest_growing_stage as engine
+
+    return engine(lr, sharpness, delays)
+
+
+def largest_stable_pipeline(step: float, num_microbatches: int) -> int:
+    """The engine's largest P whose stage 0 stays inside the stable region at ``step``."""
+    from pipemare_lite.stage_stability import largest_stable_pipeline as engine
+
+    return engine(step, num_microbatches)

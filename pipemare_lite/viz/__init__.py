@@ -9,7 +9,8 @@ here imports torch, and nothing keeps state: call a function, get a figure.
 - :func:`memory_bars` (chapters 03, 05, 10);
 - :func:`stability_map` (chapters 06, 08, 09), :func:`roots_figure`,
   :func:`trajectory_figure` (chapter 06);
-- :func:`loss_curves` (chapters 07-10).
+- :func:`loss_curves` (chapters 07-10);
+- :func:`update_norm_figure`, :func:`stage_map_figure` (chapter 07): per-stage evidence.
 
 In a Jupyter kernel, importing this package makes figures carry an HTML fallback besides
 their plotly JSON, so exported notebooks show them too (:mod:`pipemare_lite.viz.renderer`).
@@ -20,6 +21,7 @@ from pipemare_lite.viz.gantt import gantt, gantt_pair, gantt_traces, idle_interv
 from pipemare_lite.viz.memory import memory_bars
 from pipemare_lite.viz.renderer import use_in_jupyter
 from pipemare_lite.viz.stability import roots_figure, stability_map, trajectory_figure
+from pipemare_lite.viz.stages import stage_map_figure, update_norm_figure
 from pipemare_lite.viz.staleness import delay_bars, path_figure, staleness_heatmap
 
 __all__ = [
@@ -36,6 +38,8 @@ __all__ = [
     "trajectory_figure",
     "loss_curves",
     "divergence_step",
+    "update_norm_figure",
+    "stage_map_figure",
 ]
 
 use_in_jupyter()

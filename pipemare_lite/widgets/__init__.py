@@ -5,7 +5,9 @@
 - :func:`staleness_explorer` (chapter 05): method, P, N, warm-up -> delay heatmap and one
   microbatch's path through the weight versions;
 - :func:`stability_explorer` (chapter 06): step, delay, curvature, momentum, discrepancy
-  and T2 -> iterates, characteristic roots and the stability map.
+  and T2 -> iterates, characteristic roots and the stability map;
+- :func:`granularity_explorer` (chapter 07): P, method and lr -> the trained runs' losses
+  and every stage on the stability map (twin: :func:`granularity_explorer_static`).
 
 Each returns an ``ipywidgets.VBox`` with ``controls`` (name -> control widget) and
 ``update()``. The HTML book has no kernel, so each explorer has a static twin,
@@ -14,6 +16,11 @@ Each returns an ``ipywidgets.VBox`` with ``controls`` (name -> control widget) a
 whose slider steps were computed in advance. Nothing here imports torch.
 """
 
+from pipemare_lite.widgets.granularity_explorer import (
+    GranularityExplorer,
+    granularity_explorer,
+    granularity_explorer_static,
+)
 from pipemare_lite.widgets.schedule_explorer import ScheduleExplorer, schedule_explorer
 from pipemare_lite.widgets.stability_explorer import StabilityExplorer, stability_explorer
 from pipemare_lite.widgets.staleness_explorer import StalenessExplorer, staleness_explorer
@@ -33,4 +40,7 @@ __all__ = [
     "ScheduleExplorer",
     "StalenessExplorer",
     "StabilityExplorer",
+    "granularity_explorer",
+    "granularity_explorer_static",
+    "GranularityExplorer",
 ]

@@ -116,3 +116,15 @@ def test_ex06_2_delayed_gd_coefficients(grade):
 def test_ex06_3_max_stable_step(grade):
     """Exercise 6.3: max_stable_step(tau, momentum) -> float."""
     grade("ex06_3")
+
+
+@pytest.mark.ex07_1
+def test_ex07_1_first_to_blow_up(grade):
+    """Exercise 7.1: first_to_blow_up(lr, sharpness, delays) -> int | None."""
+    grade("ex07_1")
+
+
+@pytest.mark.ex07_2
+def test_ex07_2_largest_stable_depth(grade):
+    """Exercise 7.2: largest_stable_depth(step, num_microbatches) -> int."""
+    grade("ex07_2")
