@@ -37,8 +37,10 @@ def test_handout_has_adapter_readme_and_every_linked_file(tmp_path):
 
 
 def test_the_grading_template_is_the_students_adapter():
-    # tests/grading/adapter.py is what the repository documents; the package ships the same
-    assert (ROOT / "tests" / "grading" / "adapter.py").read_text() == ADAPTER.read_text()
+    # tests/grading/adapter.py is what the repository documents: a link to the one copy the
+    # package ships, so the two can never drift
+    template = ROOT / "tests" / "grading" / "adapter.py"
+    assert template.is_symlink() and template.resolve() == ADAPTER.resolve()
 
 
 def test_adapter_pre_grades_the_notebooks_next_to_it(tmp_path):
