@@ -363,14 +363,14 @@ class _BytesMeter:
         held = self.now[stage] = self.workers[stage].bytes_held()
         self.over_time.append((seconds, stage, held))
         peak = self.peaks[stage]
-        for kind, value in held.items():
-            if value > peak[kind]:
+        for kind, value in held.items():  # a method's hooks may add kinds of their own
+            if value > peak.get(kind, 0):
                 peak[kind] = value
         rank_peak = self.shared_peaks.get(rank)
         if rank_peak is not None:
-            for kind in BYTE_KINDS:
-                total = sum(self.now[s][kind] for s in self.stages_of[rank])
-                if total > rank_peak[kind]:
+            for kind in held:
+                total = sum(self.now[s].get(kind, 0) for s in self.stages_of[rank])
+                if total > rank_peak.get(kind, 0):
                     rank_peak[kind] = total
 
     def rank_peaks(self) -> list[dict[str, int]]:
