@@ -25,6 +25,10 @@ ENV_VAR = "PIPEMARE_PLUGINS"
 _LOADED: list[str] = []
 
 
+class PluginError(ValueError):
+    """A plugin module could not be imported (bad input: the CLI exits with code 2)."""
+
+
 def env_plugins() -> list[str]:
     """The modules named in ``PIPEMARE_PLUGINS`` (empty when unset)."""
     return [name.strip() for name in os.environ.get(ENV_VAR, "").split(",") if name.strip()]
@@ -34,7 +38,8 @@ def load_plugins(modules: Iterable[str] = (), *, from_env: bool = True) -> list[
     """Import ``modules`` (and, with ``from_env``, those in ``PIPEMARE_PLUGINS``) once each.
 
     Returns every plugin imported in this process so far. A module that cannot be imported
-    raises ImportError naming it and the ways plugins are given.
+    raises :class:`PluginError` naming it and the ways plugins are given (the ImportError
+    as its cause); an error inside the module propagates as it is.
     """
     names = list(modules) + (env_plugins() if from_env else [])
     for name in names:
@@ -45,7 +50,7 @@ def load_plugins(modules: Iterable[str] = (), *, from_env: bool = True) -> list[
         try:
             importlib.import_module(name)
         except ImportError as exc:
-            raise ImportError(
+            raise PluginError(
                 f"plugin {name!r} could not be imported in process {os.getpid()}: {exc} "
                 f"(plugins come from --plugin, launch(imports=...) and {ENV_VAR}; the module "
                 "must be importable on sys.path, e.g. through PYTHONPATH)"
