@@ -1,4 +1,5 @@
-"""Plugins: a user's module imported in every process of a run, before it starts.
+"""Plugins: a user's module imported in every process of a run, before it starts
+(introduced in chapter 11, where runs get one process per rank).
 
 A method (or schedule, executor ...) registered by a module exists only in the processes
 that imported that module: the ranks of ``launch()`` and of ``torchrun`` are other

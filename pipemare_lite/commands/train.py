@@ -86,7 +86,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument(
         "--plugin", action="append", default=[], metavar="MODULE",
         help="import MODULE first, in every process (repeatable), e.g. one that calls "
-        f"register_method; also read from {PLUGINS_ENV}=MODULE[,MODULE...] (torchrun: every rank)",
+        f"register_method; also read from {PLUGINS_ENV} (comma-separated modules; torchrun: every "
+        "rank)",
     )
     parser.add_argument("--model", choices=sorted(MODELS), default="mlp", help="model")
     parser.add_argument(

@@ -116,7 +116,9 @@ class LocalExecutor:
         stage_modules: one module per virtual stage (``schedule.num_virtual_stages``).
         loss_fn: ``loss_fn(output, target)``, mean over the microbatch's samples.
         optimizer_factory: ``optimizer_factory(params) -> torch.optim.Optimizer``, per stage.
-        method_options: T1/T2 switches (:class:`~pipemare_lite.methods.MethodOptions`).
+        method_options: T1/T2 switches and the method whose hooks every stage builds
+            (:class:`~pipemare_lite.methods.MethodOptions`; see
+            :func:`~pipemare_lite.methods.method_options`).
         devices: one ``torch.device`` per virtual stage (default: where each module is).
         lr_scheduler_factory: ``factory(optimizer) -> scheduler`` per stage; with T1 on, T1
             multiplies on top of it.

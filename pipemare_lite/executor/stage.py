@@ -54,7 +54,8 @@ from pipemare_lite.methods.discrepancy import DiscrepancyHooks
 from pipemare_lite.methods.hooks import MethodHooks
 from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
 
-#: Byte kinds reported per stage, as the memory model (:mod:`pipemare_lite.memory`) names them.
+#: Byte kinds reported per stage, as the memory model (:mod:`pipemare_lite.memory`) names them;
+#: a method's hooks may add kinds of their own (weight prediction: ``prediction``).
 BYTE_KINDS = ("weights", "stash", "t2_buffer", "optimizer", "activations")
 
 

@@ -1,5 +1,5 @@
 """Method hooks: how a training method changes the weights a stage's forward and backward see
-(the extension point for new methods; see docs/write-a-method.md).
+(the extension point for new methods, introduced in chapter 12; see docs/write-a-method.md).
 
 A method is a schedule, a weight mode (:mod:`pipemare_lite.methods.versions`), options, and
 optionally *hooks*: one :class:`MethodHooks` object per stage, made by the method's factory
@@ -21,8 +21,8 @@ W`` of a Linear). A hook never edits the live parameters; the optimizer does.
 
 PipeMare's T2 is written through the same points
 (:class:`pipemare_lite.methods.discrepancy.DiscrepancyHooks`), and so is weight prediction
-(:mod:`pipemare_lite.methods.weight_prediction`). Torch-free: hooks work on whatever tensors
-the stage hands them.
+(:mod:`pipemare_lite.methods.weight_prediction`). This module itself needs no torch: hooks
+work on the tensors the stage hands them.
 """
 
 from __future__ import annotations

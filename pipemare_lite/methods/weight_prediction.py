@@ -1,5 +1,5 @@
 """Weight prediction ("wpred"): a new method in one file, through the public API only
-(the worked example of docs/write-a-method.md).
+(the worked example of docs/write-a-method.md; introduced in chapter 12).
 
 In an asynchronous pipeline, microbatch m's backward on a stage comes ``s`` updates after its
 forward (``s``: its delay, known from the schedule). Without a fix the forward reads ``w`` and
