@@ -187,3 +187,32 @@ def test_weight_prediction_is_bitwise_equal_locally_under_launch_and_under_torch
     assert by_cli["memory_bytes"]["prediction"] > 0
     for key in SAME:
         assert torchrun[key] == by_cli[key], key
+
+
+def test_a_checkpoint_from_before_hooks_stores_t2_under_t2_and_still_resumes(one_thread):
+    P, N, K, stop = 3, 2, 4, 2
+    schedule = build_method_schedule("pipemare", P, N, num_minibatches=K)
+    g = torch.Generator().manual_seed(2)
+    mbs = [(torch.randn(4, 8, generator=g), torch.randint(0, 8, (4,), generator=g))
+           for _ in range(N * K)]
+
+    def executor(stages):
+        return LocalExecutor(schedule, stages, loss_fn=nn.functional.cross_entropy,
+                             optimizer_factory=lambda ps: torch.optim.SGD(ps, lr=0.1),
+                             method_options=method_options("pipemare", gamma=0.5))
+
+    straight_stages = blocks(P)
+    straight = executor(straight_stages).run(mbs)
+    first = executor(blocks(P))
+    part1 = first.run(mbs, stop_after_updates=stop)
+    state = first.state_dict()
+    for stage in state["stages"]:  # the layout written before T2 became hooks
+        stage["t2"] = stage.pop("hooks")
+    assert any(stage["t2"]["delta"][0].abs().sum() > 0 for stage in state["stages"])
+    resumed_stages = blocks(P)
+    second = executor(resumed_stages)
+    second.load_state_dict(state)
+    part2 = second.run(mbs)
+    assert part1.losses + part2.losses == straight.losses
+    for got, want in zip(resumed_stages, straight_stages):
+        assert all(torch.equal(a, b) for a, b in zip(got.parameters(), want.parameters()))
