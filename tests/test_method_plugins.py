@@ -100,14 +100,15 @@ def test_the_environment_variable_names_plugins_looked_up_on_a_miss(monkeypatch)
 
 
 def test_the_command_line_loads_plugins_and_refuses_a_missing_one(capsys):
+    from pipemare_lite.cli import main as cli_main
     from pipemare_lite.train import main
 
-    assert main(["--plugin", "no_such_plugin_module", "--method", "wpred"]) == 2
+    assert main(["--plugin", "no_such_plugin_module", "--method", "wpred"]) == 2  # torchrun's
     assert "could not be imported" in capsys.readouterr().err
     options = ["--plugin", PLUGIN, "--method", "fixture-stash", "--stages", "2",
                "--microbatches", "2", "--batch-size", "64", "--epochs", "1", "--width", "16",
                "--json", "--no-progress"]
-    assert main(options) == 0
+    assert cli_main(["train", *options]) == 0  # pipemare-lite train
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] > 0 and summary["memory_bytes"]["fixture_copies"] > 0
 
