@@ -62,8 +62,9 @@ class History:
         forward_delay: per stage, mean measured forward delay in updates.
         forward_delay_max: per stage, largest measured forward delay.
         memory_bytes: peak bytes by kind (weights, stash, t2_buffer, optimizer,
-            activations), each the sum over stages of that stage's peak: what P devices
-            each holding one stage need at most.
+            activations, and any kind a method's hooks declare, e.g. ``prediction``), each
+            the sum over stages of that stage's peak: what P devices each holding one stage
+            need at most.
         memory_bytes_by_stage: the per-stage peaks themselves.
         wall_seconds: wall time spent in training and evaluation (summed over resumes).
     """

@@ -10,7 +10,10 @@ From Python (a notebook included)::
 The worker must live in an importable module (not in the notebook itself): children are
 started with ``forkserver`` (``spawn`` where that is missing), which pickles the function by
 name. ``torch`` and this package are preloaded into the fork server once, so a launch costs
-a fork, not a fresh ``import torch`` per rank.
+a fork, not a fresh ``import torch`` per rank. What the parent registered (a method, a
+schedule) is not there: ``imports=["my_methods"]`` imports those modules in every rank
+before the worker runs, as do the modules named in ``PIPEMARE_PLUGINS``
+(:mod:`pipemare_lite.plugins`).
 
 What :func:`launch` guarantees:
 
@@ -54,7 +57,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,8 +178,10 @@ def _child_main(
     launcher_pid: int,
     op_timeout: float,
     num_threads: int | None,
+    imports: tuple = (),
 ) -> None:
-    """Body of one child process: init, run the worker, write the result, exit."""
+    """Body of one child process: init, import the plugins, run the worker, write the
+    result, exit."""
     import torch
     import torch.distributed as dist
 
@@ -205,6 +210,9 @@ def _child_main(
         _init_group(backend, store, rank, world_size, device, op_timeout)
         global _CURRENT
         info = _CURRENT = RankInfo(rank, world_size, rank, backend, device, board, op_timeout)
+        from pipemare_lite.plugins import load_plugins
+
+        load_plugins(imports)  # the parent's PIPEMARE_PLUGINS travel in ``imports``
         result = worker_fn(info, *args, **kwargs)
         _write(Path(result_dir) / f"rank{rank}.pkl", ("ok", result))
         board.finish()
@@ -278,6 +286,7 @@ def launch(
     start_method: str | None = None,
     num_threads: int | None = 1,
     grace: float = ABORT_GRACE,
+    imports: Sequence[str] = (),
 ) -> list:
     """Run ``worker_fn(info, *args, **kwargs)`` in ``world_size`` processes; return the results.
 
@@ -296,6 +305,9 @@ def launch(
             math, and no oversubscription); None leaves torch's default.
         grace: seconds the ranks get to stop and report after an abort, before the
             launcher terminates (then kills) them.
+        imports: modules every rank imports before ``worker_fn`` runs (plugins that
+            register methods, schedules ...), after those in this process's
+            ``PIPEMARE_PLUGINS``. Each is imported here first, so a typo fails at once.
 
     Returns:
         ``[result of rank 0, result of rank 1, ...]``.
@@ -308,6 +320,14 @@ def launch(
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     if timeout <= 0 or op_timeout <= 0:
         raise ValueError(f"timeouts must be > 0, got timeout={timeout}, op_timeout={op_timeout}")
+    if isinstance(imports, str):
+        raise ValueError(f"imports is a list of module names, got the string {imports!r}")
+    from pipemare_lite.plugins import env_plugins, load_plugins
+
+    load_plugins(imports)  # here first: a module that does not import fails before any fork
+    # the children get the environment's plugins explicitly: a fork server started earlier
+    # would hand them an older environment
+    imports = tuple(env_plugins()) + tuple(imports)
     import torch.distributed as dist
 
     backend = choose_backend(world_size, backend)
@@ -325,7 +345,8 @@ def launch(
             proc = ctx.Process(
                 target=_child_main,
                 args=(rank, world_size, master_addr, port, backend, worker_fn, args,
-                      kwargs or {}, result_dir, os.getpid(), op_timeout, num_threads),
+                      kwargs or {}, result_dir, os.getpid(), op_timeout, num_threads,
+                      imports),
                 name=f"pipemare-rank{rank}",
                 daemon=True,
             )

@@ -214,7 +214,9 @@ def fit(
         model: an ``nn.Sequential``; it is trained in place (its stages share its modules).
         data: a :class:`~pipemare_lite.datasets.Dataset`.
         method: a name from :data:`pipemare_lite.methods.METHODS` (gpipe, 1f1b, pipedream,
-            2bw, async, pipemare ...).
+            2bw, async, pipemare ...), or one added with
+            :func:`~pipemare_lite.methods.register_method` (docs/write-a-method.md; other
+            processes need the plugin too: :mod:`pipemare_lite.plugins`).
         num_stages: P, pipeline stages (at most ``len(model)``).
         num_microbatches: N, microbatches per minibatch (one update per minibatch).
         epochs, batch_size: passes over the training set and samples per minibatch.

@@ -23,6 +23,7 @@ TORCH_FREE = [
     "pipemare_lite.theory",
     "pipemare_lite.stage_stability",
     "pipemare_lite.files",
+    "pipemare_lite.plugins",
     "pipemare_lite.show",
     "pipemare_lite.viz",
     "pipemare_lite.widgets",

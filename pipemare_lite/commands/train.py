@@ -29,6 +29,8 @@ import os
 import sys
 
 from pipemare_lite.cli import INPUT_ERRORS
+from pipemare_lite.plugins import ENV_VAR as PLUGINS_ENV
+from pipemare_lite.plugins import load_plugins
 
 #: model name -> dataset it trains on by default.
 DEFAULT_DATASET = {"mlp": "digits", "resnet": "digits", "transformer": "reverse"}
@@ -79,7 +81,13 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument(
         "--method",
         required=True,
-        help=f"pipeline method, one of: {', '.join(METHODS)}",
+        help=f"pipeline method, one of: {', '.join(METHODS)} (or one a --plugin registers)",
+    )
+    parser.add_argument(
+        "--plugin", action="append", default=[], metavar="MODULE",
+        help="import MODULE first, in every process (repeatable), e.g. one that calls "
+        f"register_method; also read from {PLUGINS_ENV} (comma-separated modules; torchrun: every "
+        "rank)",
     )
     parser.add_argument("--model", choices=sorted(MODELS), default="mlp", help="model")
     parser.add_argument(
@@ -280,6 +288,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     from pipemare_lite.history import DivergenceError
     from pipemare_lite.train import fit
 
+    load_plugins(getattr(args, "plugin", None) or ())  # before the method's name is looked up
     for name in ("stages", "microbatches", "chunks"):  # before they size the model
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -367,7 +376,16 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m pipemare_lite.train``: the same options as ``pipemare-lite train``.
 
     The entry point torchrun launches (chapter 11); bad input exits with code 2 and a message.
+    ``--plugin`` modules are imported before the parser is built, so ``--help`` lists the
+    methods they register.
     """
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--plugin", action="append", default=[])
+    try:
+        load_plugins(early.parse_known_args(argv)[0].plugin)
+    except INPUT_ERRORS as exc:
+        print(f"pipemare_lite.train: error: {exc}", file=sys.stderr)
+        return 2
     parser = add_train_arguments(
         argparse.ArgumentParser(
             prog="python -m pipemare_lite.train", description="train a model with a pipeline method"

@@ -518,7 +518,7 @@ class DistributedExecutor:
             versions[str(action)] = self._version_of(worker, action)
             if self.track_bytes:
                 for k, value in worker.bytes_held().items():
-                    peaks[s][k] = max(peaks[s][k], value)
+                    peaks[s][k] = max(peaks[s].get(k, 0), value)  # hooks add kinds
         if self.finished:
             self.board.at(len(row), len(row), "", "draining sends")
             transport.close()

@@ -116,7 +116,9 @@ class LocalExecutor:
         stage_modules: one module per virtual stage (``schedule.num_virtual_stages``).
         loss_fn: ``loss_fn(output, target)``, mean over the microbatch's samples.
         optimizer_factory: ``optimizer_factory(params) -> torch.optim.Optimizer``, per stage.
-        method_options: T1/T2 switches (:class:`~pipemare_lite.methods.MethodOptions`).
+        method_options: T1/T2 switches and the method whose hooks every stage builds
+            (:class:`~pipemare_lite.methods.MethodOptions`; see
+            :func:`~pipemare_lite.methods.method_options`).
         devices: one ``torch.device`` per virtual stage (default: where each module is).
         lr_scheduler_factory: ``factory(optimizer) -> scheduler`` per stage; with T1 on, T1
             multiplies on top of it.
@@ -363,14 +365,14 @@ class _BytesMeter:
         held = self.now[stage] = self.workers[stage].bytes_held()
         self.over_time.append((seconds, stage, held))
         peak = self.peaks[stage]
-        for kind, value in held.items():
-            if value > peak[kind]:
+        for kind, value in held.items():  # a method's hooks may add kinds of their own
+            if value > peak.get(kind, 0):
                 peak[kind] = value
         rank_peak = self.shared_peaks.get(rank)
         if rank_peak is not None:
-            for kind in BYTE_KINDS:
-                total = sum(self.now[s][kind] for s in self.stages_of[rank])
-                if total > rank_peak[kind]:
+            for kind in held:
+                total = sum(self.now[s].get(kind, 0) for s in self.stages_of[rank])
+                if total > rank_peak.get(kind, 0):
                     rank_peak[kind] = total
 
     def rank_peaks(self) -> list[dict[str, int]]:

@@ -1,4 +1,5 @@
-"""Building a stage worker: optimizer, LR scheduler, T1 on top, T2's gamma (chapters 08-11).
+"""Building a stage worker: optimizer, LR scheduler, T1 on top, the method's hooks (T2 among
+them) (chapters 08-11).
 
 Both executors build their :class:`~pipemare_lite.executor.stage.StageWorker` objects here,
 so the local executor (one process) and the distributed one (one process per rank) start
@@ -13,17 +14,49 @@ import torch
 from torch import nn
 
 from pipemare_lite.executor.stage import StageWorker
+from pipemare_lite.methods.hooks import MethodHooks, StageInfo
 from pipemare_lite.methods.lr_rescheduling import LRRescheduling, stage_forward_delays
-from pipemare_lite.methods.registry import MethodOptions
+from pipemare_lite.methods.registry import MethodOptions, get_method, t2_hooks
 from pipemare_lite.schedules.actions import Schedule
 
 
 def check_method_options(schedule: Schedule, options: MethodOptions) -> None:
     """Raise early if ``options`` cannot run on ``schedule`` (T2, chapter 09, needs an async
-    schedule)."""
+    schedule; a method with its own hooks does not take T2's switch) or name a method this
+    process does not know."""
     if options.discrepancy_correction and schedule.weight_mode != "async":
         raise ValueError(f"T2 needs an async schedule; {schedule.name!r} has weight_mode "
                          f"{schedule.weight_mode!r}")
+    factory = hooks_factory(options)
+    if options.discrepancy_correction and factory is not t2_hooks:
+        raise ValueError(f"method {options.method!r} brings its own hooks; T2 (t2=True) is "
+                         "PipeMare's hook and does not compose with them: build it into the "
+                         "method's hooks instead")
+
+
+def hooks_factory(options: MethodOptions):
+    """The factory ``info -> MethodHooks | None`` of ``options.method`` (the built-in one,
+    T2 when switched on, when no method is named)."""
+    return t2_hooks if options.method is None else get_method(options.method).hooks
+
+
+def build_hooks(schedule: Schedule, stage: int, module: nn.Module, optimizer,
+                options: MethodOptions) -> MethodHooks | None:
+    """The method's hooks for one stage (see :mod:`pipemare_lite.methods.hooks`)."""
+    factory = hooks_factory(options)
+    if factory is None:
+        return None
+    info = StageInfo(
+        stage=stage, num_stages=schedule.num_virtual_stages,
+        params=[p for p in module.parameters() if p.requires_grad],
+        names=[n for n, p in module.named_parameters() if p.requires_grad],
+        optimizer=optimizer, schedule=schedule, options=options,
+    )
+    hooks = factory(info)
+    if hooks is not None and not isinstance(hooks, MethodHooks):
+        raise TypeError(f"method {options.method!r}: its hooks factory returned {hooks!r}, "
+                        "not a MethodHooks (or None)")
+    return hooks
 
 
 def rescheduling_delays(schedule: Schedule, options: MethodOptions) -> list[int] | None:
@@ -52,8 +85,8 @@ def build_stage_worker(
     ``delays`` is given (``delays[stage]`` is the stage's tau, from
     :func:`rescheduling_delays`; off during the schedule's ``warmup_minibatches`` W, then
     annealed over ``options.rescheduling_horizon`` or the ``num_minibatches - W``
-    asynchronous updates), and T2 with the stage's gamma when
-    ``options.discrepancy_correction`` is on.
+    asynchronous updates), and the method's hooks (:func:`build_hooks`: T2 with the
+    stage's gamma when ``options.discrepancy_correction`` is on, or a registered method's).
     """
     if device is not None:
         module.to(device)
@@ -71,5 +104,5 @@ def build_stage_worker(
         is_last=stage == schedule.num_virtual_stages - 1,
         num_microbatches=schedule.num_microbatches, num_minibatches=schedule.num_minibatches,
         loss_fn=loss_fn, device=device, lr_scheduler=scheduler,
-        discrepancy_gamma=options.gamma_for(stage) if options.discrepancy_correction else None,
+        hooks=build_hooks(schedule, stage, module, optimizer, options),
     )

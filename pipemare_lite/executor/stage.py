@@ -29,13 +29,15 @@ followed by ``optimizer.step(); optimizer.zero_grad()``, bitwise in float32.
 
 Weight versions (chapter 05, :mod:`pipemare_lite.methods.versions`): the forward runs under
 saved-tensor hooks that replace every saved parameter by a :class:`ParamRef`; the backward
-is handed the version the weight mode asks for (current, stashed, 2BW's held one, or T2's
-``w - d * delta``). With a split backward the version is chosen at I and reused at W.
+is handed the version the weight mode asks for (current, stashed, 2BW's held one), unless
+the method's hooks (:mod:`pipemare_lite.methods.hooks`) choose other weights for the forward
+or the backward (T2's ``w - d * delta``, weight prediction's extrapolated copy). With a split
+backward the weights are chosen at I and reused at W.
 
 Checkpoints: :meth:`StageWorker.state_dict` holds weights, accumulated gradients, optimizer
-and scheduler state, versions and held copies, T2's buffer and every pending (forwarded, not
-yet backwarded) microbatch as its input and the tensors its forward saved; on
-:meth:`load_state_dict` the forward is re-run while the pack hook hands back the stored
+and scheduler state, versions and held copies, the hooks' state (T2's buffer) and every
+pending (forwarded, not yet backwarded) microbatch as its input and the tensors its forward
+saved; on :meth:`load_state_dict` the forward is re-run while the pack hook hands back the stored
 tensors in order, so the rebuilt graph's backward is bitwise the original one.
 """
 
@@ -48,10 +50,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from pipemare_lite.methods.discrepancy import DiscrepancyCorrection
+from pipemare_lite.methods.discrepancy import DiscrepancyHooks
+from pipemare_lite.methods.hooks import MethodHooks
 from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
 
-#: Byte kinds reported per stage, as the memory model (:mod:`pipemare_lite.memory`) names them.
+#: Byte kinds reported per stage, as the memory model (:mod:`pipemare_lite.memory`) names them;
+#: a method's hooks may add kinds of their own (weight prediction: ``prediction``).
 BYTE_KINDS = ("weights", "stash", "t2_buffer", "optimizer", "activations")
 
 
@@ -133,13 +137,17 @@ class StageWorker:
         device: where the module lives; inputs are moved here.
         lr_scheduler: optional scheduler stepped after every update.
         discrepancy_gamma: T2's gamma; None switches T2 off (needs weight mode ``async``).
+            Shorthand for ``hooks=DiscrepancyHooks(params, gamma)``.
+        hooks: the method's :class:`~pipemare_lite.methods.hooks.MethodHooks` for this
+            stage (which weights F and B see, what happens at an update, bytes it holds).
     """
 
     def __init__(self, stage: int, module: nn.Module, optimizer: torch.optim.Optimizer, *,
                  weight_mode: str, is_last: bool, num_microbatches: int,
                  num_minibatches: int = 1, loss_fn: Callable | None = None,
                  device: torch.device | str | None = None, lr_scheduler=None,
-                 discrepancy_gamma: float | None = None) -> None:
+                 discrepancy_gamma: float | None = None,
+                 hooks: MethodHooks | None = None) -> None:
         if is_last and loss_fn is None:
             raise ValueError("the last stage needs a loss_fn(output, target)")
         if discrepancy_gamma is not None and weight_mode != "async":
@@ -156,8 +164,11 @@ class StageWorker:
         self.versions = WeightVersions(self.params, weight_mode,
                                        num_microbatches=num_microbatches,
                                        num_minibatches=num_minibatches)
-        self.t2 = (None if discrepancy_gamma is None
-                   else DiscrepancyCorrection(self.params, discrepancy_gamma))
+        if discrepancy_gamma is not None:
+            if hooks is not None:
+                raise ValueError("give T2 either as discrepancy_gamma or inside hooks, not both")
+            hooks = DiscrepancyHooks(self.params, discrepancy_gamma)
+        self.hooks = hooks
         self.pending: dict[int, _Pending] = {}
         # running byte counts, so that reading them after every action stays cheap
         self._weight_bytes = sum(p.nbytes for p in self.params)
@@ -220,18 +231,23 @@ class StageWorker:
     def _build_graph(self, record: _Pending) -> torch.Tensor:
         """Run the forward under the hooks; sets ``record.root``; returns the detached output."""
         weights, index_of = None, self._index_of
-        versions = self.versions
+        versions, hooks = self.versions, self.hooks
         older = record.version != versions.version
-        if older and (versions.mode == "2bw" or record.version in versions.held):
+        copies = None
+        if hooks is not None and record.replay is None:  # a replay's saved tensors are stored
+            copies = hooks.forward_weights(record.microbatch, record.version)
+        if copies is None and older and (versions.mode == "2bw" or record.version in versions.held):
             # 2BW (or a replayed stash forward): read the held copy, not the live weights.
             # A replayed async forward reads the live weights: its saved tensors are stored.
             copies = self.versions.weights(record.version)
+        if copies is not None:
             weights = {name: _HeldVersion.apply(p, c)
                        for name, p, c in zip(self._names, self.params, copies)}
             index_of = {id(t): i for i, t in enumerate(weights.values())}
         # sync: no update can come between F and B (WeightVersions refuses it), so the
         # backward reads exactly the tensors the forward saved and the hooks only take note
-        live = versions.mode == "sync"
+        # (unless the method's hooks may choose the backward's weights)
+        live = versions.mode == "sync" and hooks is None
         with torch.autograd.graph.saved_tensors_hooks(self._packer(record, index_of, live),
                                                       self._unpacker(record)):
             if weights is None:
@@ -279,14 +295,16 @@ class StageWorker:
 
     # ------------------------------------------------------------------ backward
     def _choose_backward_weights(self, record: _Pending) -> None:
+        """The weights B(m)'s products use: the hooks' choice, else the weight mode's.
+
+        The version recorded is the weight mode's (the hooks may hand other values).
+        """
         m, current = record.microbatch, self.versions.version
         mode = self.versions.mode
-        if mode in ("stash", "2bw"):
-            record.weights, used = self.versions.weights(record.version), record.version
-        elif self.t2 is not None:
-            record.weights, used = self.t2.backward_weights(current - record.version), current
-        else:
-            record.weights, used = self.versions.weights(current), current
+        used = record.version if mode in ("stash", "2bw") else current
+        chosen = (None if self.hooks is None
+                  else self.hooks.backward_weights(m, record.version, current))
+        record.weights = self.versions.weights(used) if chosen is None else chosen
         self.backward_versions[m] = used
         self.distances[m] = used - record.version  # the discrepancy (T2's d when T2 is on)
 
@@ -336,20 +354,23 @@ class StageWorker:
         del self.pending[record.microbatch]
         self._activation_bytes -= record.saved_bytes
         self.versions.release(record.version)
+        if self.hooks is not None:
+            self.hooks.backward_done(record.microbatch)
 
     # ------------------------------------------------------------------ update
     def update(self) -> None:
         """U: one optimizer step on the accumulated gradients, then zero them (to None)."""
         self.versions.before_update()
-        old = self.t2.snapshot() if self.t2 is not None else None
+        if self.hooks is not None:
+            self.hooks.before_update()
         self.learning_rates.append(self.optimizer.param_groups[0]["lr"])
         self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
         before = [p.detach().clone() for p in self.params]
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.update_norms.append(update_norm(before, self.params))
-        if self.t2 is not None:
-            self.t2.after_update(old)
+        if self.hooks is not None:
+            self.hooks.after_update()
         self.versions.after_update()
         self._optimizer_bytes = self._count_optimizer_bytes()  # state appears at first step
         if self.lr_scheduler is not None:
@@ -360,15 +381,20 @@ class StageWorker:
         """Real bytes this stage holds now, by kind (see :data:`BYTE_KINDS`).
 
         ``activations`` counts, per pending microbatch, the distinct tensors the pack hook
-        kept (by address and size; parameters excluded: they are weights or stash).
+        kept (by address and size; parameters excluded: they are weights or stash). The
+        method's hooks add what they declare (T2: ``t2_buffer``; a new method its own kinds).
         """
-        return {
+        held = {
             "weights": self._weight_bytes,
             "stash": self.versions.held_bytes(),
-            "t2_buffer": 0 if self.t2 is None else self.t2.buffer_bytes(),
+            "t2_buffer": 0,
             "optimizer": self._optimizer_bytes,
             "activations": self._activation_bytes,
         }
+        if self.hooks is not None:
+            for kind, value in self.hooks.bytes_held().items():
+                held[kind] = held.get(kind, 0) + int(value)
+        return held
 
     def _count_optimizer_bytes(self) -> int:
         return sum(t.nbytes for state in self.optimizer.state.values()
@@ -391,7 +417,7 @@ class StageWorker:
             "lr_scheduler": (None if self.lr_scheduler is None
                              else copy.deepcopy(self.lr_scheduler.state_dict())),
             "versions": self.versions.state_dict(),
-            "t2": None if self.t2 is None else self.t2.state_dict(),
+            "hooks": None if self.hooks is None else self.hooks.state_dict(),
             "pending": pending,
         }
 
@@ -406,8 +432,9 @@ class StageWorker:
         if self.lr_scheduler is not None and state["lr_scheduler"] is not None:
             self.lr_scheduler.load_state_dict(copy.deepcopy(state["lr_scheduler"]))
         self.versions.load_state_dict(state["versions"])
-        if self.t2 is not None and state["t2"] is not None:
-            self.t2.load_state_dict(state["t2"])
+        hooks_state = state.get("hooks", state.get("t2"))  # "t2": checkpoints before hooks
+        if self.hooks is not None and hooks_state is not None:
+            self.hooks.load_state_dict(hooks_state)
         for m in sorted(state["pending"]):
             self._replay(m, state["pending"][m])
         self._optimizer_bytes = self._count_optimizer_bytes()

@@ -5,10 +5,15 @@
 - :mod:`~pipemare_lite.methods.lr_rescheduling`: PipeMare's T1 scheduler;
 - :mod:`~pipemare_lite.methods.discrepancy`: PipeMare's T2 correction;
 - :mod:`~pipemare_lite.methods.registry`: method names -> schedule builder, weight mode,
-  default options.
+  default options, hooks; :func:`register_method` adds one;
+- :mod:`~pipemare_lite.methods.hooks`: the per-stage hooks a method uses to choose the
+  weights of each forward and backward (docs/write-a-method.md);
+- :mod:`~pipemare_lite.methods.weight_prediction`: a method written only through the public
+  API (a plugin: not imported here).
 """
 
-from pipemare_lite.methods.discrepancy import DiscrepancyCorrection
+from pipemare_lite.methods.discrepancy import DiscrepancyCorrection, DiscrepancyHooks
+from pipemare_lite.methods.hooks import MethodHooks, StageInfo
 from pipemare_lite.methods.lr_rescheduling import (
     LRRescheduling,
     rescheduling_factor,
@@ -21,6 +26,8 @@ from pipemare_lite.methods.registry import (
     build_method_schedule,
     get_method,
     method_options,
+    register_method,
+    t2_hooks,
 )
 from pipemare_lite.methods.versions import ParamRef, WeightVersions
 
@@ -34,6 +41,11 @@ __all__ = [
     "WeightVersions",
     "ParamRef",
     "DiscrepancyCorrection",
+    "DiscrepancyHooks",
+    "MethodHooks",
+    "StageInfo",
+    "register_method",
+    "t2_hooks",
     "LRRescheduling",
     "rescheduling_factor",
     "stage_forward_delays",

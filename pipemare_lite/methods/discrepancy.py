@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import torch
 
+from pipemare_lite.methods.hooks import MethodHooks
+
 
 class DiscrepancyCorrection:
     """One stage's T2 state: the ``delta`` buffer and its update rule."""
@@ -63,3 +65,43 @@ class DiscrepancyCorrection:
         """Restore what :meth:`state_dict` returned."""
         self.gamma = float(state["gamma"])
         self.delta = [d.to(p.device).clone() for d, p in zip(state["delta"], self.params)]
+
+
+class DiscrepancyHooks(MethodHooks):
+    """T2 as a method's hooks (:mod:`pipemare_lite.methods.hooks`): PipeMare goes through the
+    same extension point as any new method.
+
+    Before each update it keeps ``w_old``; after it, ``delta`` takes the step; a backward
+    whose forward read ``v_F`` while the stage is at ``v`` uses ``w - (v - v_F) * delta``.
+    Holds one weight-sized buffer, reported as ``t2_buffer``.
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], gamma: float) -> None:
+        self.correction = DiscrepancyCorrection(params, gamma)
+        self._old: list[torch.Tensor] | None = None
+
+    def backward_weights(self, microbatch: int, forward_version: int, version: int):
+        """``w - (version - forward_version) * delta``."""
+        return self.correction.backward_weights(version - forward_version)
+
+    def before_update(self) -> None:
+        """Keep ``w_old``."""
+        self._old = self.correction.snapshot()
+
+    def after_update(self) -> None:
+        """``delta <- gamma * delta + (1 - gamma) * (w_new - w_old)``."""
+        self.correction.after_update(self._old)
+        self._old = None
+
+    def bytes_held(self) -> dict[str, int]:
+        """The ``delta`` buffer, as ``t2_buffer``."""
+        return {"t2_buffer": self.correction.buffer_bytes()}
+
+    def state_dict(self) -> dict:
+        """``gamma`` and ``delta`` (the layout older checkpoints stored under ``"t2"``)."""
+        return self.correction.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output (or an old checkpoint's ``"t2"`` entry)."""
+        self.correction.load_state_dict(state)
+

@@ -15,11 +15,18 @@ pipemare        async               async        T1 + T2 (+ warm-up when warmup_
 
 Each PipeMare technique is switchable on its own through :class:`MethodOptions`, so the
 ablations of chapter 09 (async, +T1, +T2, +both, +warm-up) are just different options.
+
+New methods: :func:`register_method` (a schedule builder, a weight mode, default options and
+per-stage hooks, :mod:`pipemare_lite.methods.hooks`); the built-in ones above are registered
+through it too, with :func:`t2_hooks` as their hooks. A method registered in one process is
+unknown in the others until they import its module: see :mod:`pipemare_lite.plugins`
+(``--plugin MODULE``, ``launch(..., imports=[...])``, ``PIPEMARE_PLUGINS``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from pipemare_lite.schedules.actions import WEIGHT_MODES
@@ -39,6 +46,9 @@ class MethodOptions:
         warmup_minibatches: W, the first minibatches run flushed (synchronous); the
             schedule builder lays them out, the executor just follows the schedule. T1 is
             off during them (no delay to compensate) and starts its clock at update W.
+        method: the registered method whose hooks every stage builds (set by
+            :func:`method_options`); None: the built-in hooks (T2 when switched on). A name,
+            not the hooks themselves, so that options travel to other processes as text.
     """
 
     lr_rescheduling: bool = False
@@ -46,6 +56,7 @@ class MethodOptions:
     discrepancy_correction: bool = False
     gamma: float | Sequence[float] = 0.9
     warmup_minibatches: int = 0
+    method: str | None = None
 
     def gamma_for(self, stage: int) -> float:
         """T2's gamma for one virtual stage."""
@@ -57,60 +68,158 @@ class MethodOptions:
         return float(gammas[stage])
 
 
+def t2_hooks(info):
+    """The built-in methods' hooks: PipeMare's T2
+    (:class:`~pipemare_lite.methods.discrepancy.DiscrepancyHooks`) when ``info.options``
+    switches it on, else none."""
+    if not info.options.discrepancy_correction:
+        return None
+    from pipemare_lite.methods.discrepancy import DiscrepancyHooks  # torch only when used
+
+    return DiscrepancyHooks(info.params, info.options.gamma_for(info.stage))
+
+
 @dataclass(frozen=True)
 class MethodSpec:
-    """One named method: the builder it uses, its weight mode and default options."""
+    """One named method: its schedule builder, weight mode, default options and hooks.
+
+    ``hooks(info: StageInfo) -> MethodHooks | None`` is called once per stage (see
+    :mod:`pipemare_lite.methods.hooks`); None: no hooks. ``module`` names where the hooks
+    live (the module other processes must import).
+    """
 
     name: str
     builder: str
     weight_mode: str
     options: MethodOptions = field(default_factory=MethodOptions)
     description: str = ""
+    hooks: Callable | None = t2_hooks
+    module: str = "pipemare_lite.methods.registry"
 
     def __post_init__(self) -> None:
         if self.weight_mode not in WEIGHT_MODES:
-            raise ValueError(f"method {self.name!r}: unknown weight mode {self.weight_mode!r}")
+            raise ValueError(f"method {self.name!r}: unknown weight mode {self.weight_mode!r}; "
+                             f"allowed: {', '.join(WEIGHT_MODES)}")
 
 
-METHODS: dict[str, MethodSpec] = {
-    spec.name: spec
-    for spec in (
-        MethodSpec("gpipe", "gpipe", "sync", description="all forwards, all backwards, flush"),
-        MethodSpec("1f1b", "1f1b", "sync", description="one forward one backward, flush"),
-        MethodSpec("interleaved", "interleaved", "sync", description="1F1B over v chunks"),
-        MethodSpec("zb-h1", "zb-h1", "sync", description="zero-bubble H1: split backward"),
-        MethodSpec("pipedream", "pipedream", "stash", description="async, weight stashing"),
-        MethodSpec("2bw", "2bw", "2bw", description="PipeDream-2BW: two weight versions"),
-        MethodSpec("async", "async", "async", description="async, no stash (discrepancy)"),
-        MethodSpec("pipemare", "async", "async",
-                   MethodOptions(lr_rescheduling=True, discrepancy_correction=True),
-                   description="async + T1 lr rescheduling + T2 discrepancy correction"),
-    )
-}
+#: Every method known in this process, by name (built-ins below, plugins as they import).
+METHODS: dict[str, MethodSpec] = {}
+
+
+def register_method(name: str, *, schedule: str, weight_mode: str,
+                    options: MethodOptions | None = None, hooks: Callable | None = None,
+                    description: str = "", replace_existing: bool = False) -> MethodSpec:
+    """Make ``name`` a method for :func:`~pipemare_lite.train.fit`, the CLI and the executors.
+
+    Args:
+        name: the method's name (``fit(method=name)``, ``--method name``).
+        schedule: the schedule builder's name (see
+            :func:`pipemare_lite.schedules.build_schedule`).
+        weight_mode: ``sync``, ``stash``, ``2bw`` or ``async``: which version a backward
+            reads when the hooks do not choose (:mod:`pipemare_lite.methods.versions`).
+        options: default :class:`MethodOptions` (T1, T2, warm-up); fit's switches override.
+        hooks: ``hooks(info: StageInfo) -> MethodHooks | None``, called once per stage
+            (:mod:`pipemare_lite.methods.hooks`). A module-level function, so that every
+            process of a distributed run finds it after importing the same module.
+        description: one line for listings.
+        replace_existing: allow replacing a method of that name.
+
+    Returns the :class:`MethodSpec`. Only the processes that run this know the method:
+    load the module in every process with ``--plugin MODULE``, ``launch(..., imports=[...])``
+    or ``PIPEMARE_PLUGINS`` (:mod:`pipemare_lite.plugins`).
+    """
+    if not isinstance(name, str) or not name or name != name.strip():
+        raise ValueError(f"method name must be a non-empty string without surrounding spaces, "
+                         f"got {name!r}")
+    if name in METHODS and not replace_existing:
+        raise ValueError(f"method {name!r} is already registered (by {METHODS[name].module}); "
+                         "pass replace_existing=True to replace it")
+    if hooks is not None and not callable(hooks):
+        raise ValueError(f"method {name!r}: hooks must be a function info -> MethodHooks | None, "
+                         f"got {hooks!r}")
+    if not isinstance(schedule, str):
+        raise ValueError(f"method {name!r}: schedule must be a schedule builder's name, "
+                         f"got {schedule!r}")
+    module = getattr(hooks, "__module__", None) or "pipemare_lite.methods.registry"
+    spec = MethodSpec(name, schedule, weight_mode, options or MethodOptions(), description,
+                      hooks, module)
+    METHODS[name] = spec
+    return spec
+
+
+for _name, _builder, _mode, _options, _description in (
+    ("gpipe", "gpipe", "sync", None, "all forwards, all backwards, flush"),
+    ("1f1b", "1f1b", "sync", None, "one forward one backward, flush"),
+    ("interleaved", "interleaved", "sync", None, "1F1B over v chunks"),
+    ("zb-h1", "zb-h1", "sync", None, "zero-bubble H1: split backward"),
+    ("pipedream", "pipedream", "stash", None, "async, weight stashing"),
+    ("2bw", "2bw", "2bw", None, "PipeDream-2BW: two weight versions"),
+    ("async", "async", "async", None, "async, no stash (discrepancy)"),
+    ("pipemare", "async", "async",
+     MethodOptions(lr_rescheduling=True, discrepancy_correction=True),
+     "async + T1 lr rescheduling + T2 discrepancy correction"),
+):
+    register_method(_name, schedule=_builder, weight_mode=_mode, options=_options,
+                    hooks=t2_hooks, description=_description)
 
 
 def get_method(name: str) -> MethodSpec:
-    """The :class:`MethodSpec` called ``name``; raises ValueError listing allowed names."""
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown method {name!r}; allowed: {', '.join(METHODS)}") from None
+    """The :class:`MethodSpec` called ``name``.
+
+    A name not registered here is looked up once more after importing the modules named in
+    ``PIPEMARE_PLUGINS``; then ValueError says where it looked and how to load a plugin.
+    """
+    spec = METHODS.get(name)
+    if spec is None:
+        from pipemare_lite.plugins import load_plugins
+
+        load_plugins()  # the environment's plugins (each imported once per process)
+        spec = METHODS.get(name)
+    if spec is None:
+        raise ValueError(unknown_method_message(name))
+    return spec
+
+
+def unknown_method_message(name) -> str:
+    """Why ``name`` is unknown in this process, and how to make it known."""
+    from pipemare_lite.plugins import ENV_VAR, loaded_plugins
+
+    rank = os.environ.get("RANK")
+    where = f"process {os.getpid()}" + (f", rank {rank}" if rank is not None else "")
+    loaded = loaded_plugins()
+    return (
+        f"unknown method {name!r}: not in pipemare_lite.methods.METHODS of {where} "
+        f"(plugins imported here: {', '.join(loaded) if loaded else 'none'}); allowed: "
+        f"{', '.join(METHODS)}. A method added with register_method() exists only in the "
+        "processes that imported its module: load it in every process with --plugin MODULE "
+        "(command line), launch(..., imports=['MODULE']) (Python) or the environment variable "
+        f"{ENV_VAR}=MODULE[,MODULE...] (torchrun: read by every rank)"
+    )
 
 
 def method_options(name: str, **overrides) -> MethodOptions:
-    """The method's default options with some switched, e.g. ``lr_rescheduling=False``."""
-    return replace(get_method(name).options, **overrides)
+    """The method's default options with some switched, e.g. ``lr_rescheduling=False``.
+
+    They carry the method's name, so that every stage builds that method's hooks.
+    """
+    return replace(get_method(name).options, **{"method": name, **overrides})
 
 
 def build_method_schedule(name: str, num_stages: int, num_microbatches: int, *,
                           num_minibatches: int = 1, chunks: int = 1,
                           options: MethodOptions | None = None):
-    """The schedule a method runs (warm-up minibatches taken from ``options``)."""
+    """The schedule a method runs (warm-up minibatches taken from ``options``).
+
+    The builder's order with the method's weight mode (a method may read another
+    builder's schedule with other versions).
+    """
     from pipemare_lite.schedules import build_schedule  # builders live with the schedules
 
     spec = get_method(name)
     options = spec.options if options is None else options
-    return build_schedule(spec.builder, num_stages, num_microbatches, chunks=chunks,
-                          num_minibatches=num_minibatches,
-                          warmup_minibatches=options.warmup_minibatches)
+    schedule = build_schedule(spec.builder, num_stages, num_microbatches, chunks=chunks,
+                              num_minibatches=num_minibatches,
+                              warmup_minibatches=options.warmup_minibatches)
+    if schedule.weight_mode != spec.weight_mode:
+        schedule = replace(schedule, weight_mode=spec.weight_mode)
+    return schedule
