@@ -135,15 +135,6 @@ def layer_profile(layers: list[Layer], num_stages: int, *, optimizer: str = "mom
         optimizer=optimizer, dtype_bytes=dtype_bytes)
 
 
-def long_enough(num_stages: int, num_microbatches: int) -> int:
-    """Minibatches after which every stage's stash and activations have reached their peak.
-
-    The slowest to fill is stage 0 of the asynchronous pipeline: a microbatch's round trip
-    is 2P-1 ticks, ceil((2P-1)/N) minibatches; two more make sure the peak is seen.
-    """
-    return math.ceil((2 * num_stages - 1) / num_microbatches) + 2
-
-
 def weight_memory(method: str, profile: MemoryProfile, num_microbatches: int) -> dict[str, int]:
     """Weights, stash, T2 buffer and optimizer state of ``method``, summed over the stages.
 
@@ -151,13 +142,12 @@ def weight_memory(method: str, profile: MemoryProfile, num_microbatches: int) ->
     (:func:`long_enough`); ``"pipemare"`` counts T2's buffer. Activations are left out:
     they depend on the schedule, not on how the method treats the weights.
     """
-    from pipemare_lite.methods.registry import build_method_schedule, get_method
     from pipemare_lite.memory import memory_by_kind
+    from pipemare_lite.tradeoff import long_enough, method_schedule
 
     P = len(profile.param_bytes)
-    t2 = get_method(method).options.discrepancy_correction
-    schedule = build_method_schedule(method, P, num_microbatches,
-                                     num_minibatches=long_enough(P, num_microbatches))
+    schedule, t2 = method_schedule(method, P, num_microbatches,
+                                   long_enough(P, num_microbatches))
     peaks = memory_by_kind(schedule, profile, t2=t2)
     kinds = ("weights", "stash", "t2_buffer", "optimizer")
     return {kind: sum(d[kind] for d in peaks) for kind in kinds}

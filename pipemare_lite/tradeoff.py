@@ -32,6 +32,24 @@ TRADEOFF_METHODS = {
     "async": "async",
     "pipemare": "PipeMare",
 }
+#: method -> (schedule it runs, whether T2's buffer is kept): the registry's
+#: (:mod:`pipemare_lite.methods.registry`, equal in tests/test_tradeoff.py), repeated here
+#: because importing ``pipemare_lite.methods`` imports torch. PipeMare without warm-up.
+SCHEDULE_OF = {"gpipe": ("gpipe", False), "1f1b": ("1f1b", False), "zb-h1": ("zb-h1", False),
+               "pipedream": ("pipedream", False), "2bw": ("2bw", False),
+               "async": ("async", False), "pipemare": ("async", True)}
+
+
+def method_schedule(method: str, num_stages: int, num_microbatches: int,
+                    num_minibatches: int = 1):
+    """The schedule ``method`` runs (PipeMare without warm-up) and whether T2 is on."""
+    from pipemare_lite.schedules import build_schedule
+
+    if method not in SCHEDULE_OF:
+        raise ValueError(f"unknown method {method!r}; allowed: {', '.join(SCHEDULE_OF)}")
+    name, t2 = SCHEDULE_OF[method]
+    return build_schedule(name, num_stages, num_microbatches,
+                          num_minibatches=num_minibatches), t2
 
 
 @dataclass(frozen=True)
@@ -56,33 +74,34 @@ class TradeoffRow:
     device_memory: dict | None = None
 
 
-def _long_run(P: int, N: int) -> int:
-    # minibatches until stage 0's round trip (2P - 1 ticks) is covered, and two more
-    return -(-(2 * P - 1) // N) + 2
+def long_enough(num_stages: int, num_microbatches: int) -> int:
+    """Minibatches after which every stage's stash and activations have reached their peak.
+
+    The slowest to fill is stage 0 of the asynchronous pipeline: a microbatch's round trip
+    is 2P-1 ticks, ceil((2P-1)/N) minibatches; two more make sure the peak is seen.
+    """
+    return -(-(2 * num_stages - 1) // num_microbatches) + 2
 
 
 def tradeoff_row(method: str, profile: MemoryProfile, num_microbatches: int) -> TradeoffRow:
     """The table's row for ``method`` on ``profile`` (one stage per profile entry)."""
-    from pipemare_lite.methods.registry import build_method_schedule, get_method
     from pipemare_lite.schedules.validate import ScheduleError
     from pipemare_lite.simulate import OpCosts, simulate_and_measure
 
     if method not in TRADEOFF_METHODS:
         raise ValueError(f"unknown method {method!r}; allowed: {', '.join(TRADEOFF_METHODS)}")
     P, N = len(profile.param_bytes), num_microbatches
-    spec = get_method(method)
-    flushed = spec.weight_mode == "sync"
+    flushed = method in ("gpipe", "1f1b", "zb-h1")
     try:
-        schedule = build_method_schedule(method, P, N,
-                                         num_minibatches=2 if flushed else _long_run(P, N))
+        schedule, t2 = method_schedule(method, P, N, 2 if flushed else long_enough(P, N))
     except (ScheduleError, ValueError) as error:
         return TradeoffRow(method, TRADEOFF_METHODS[method], dict.fromkeys(KINDS, 0), 0, None,
                            str(error), dict.fromkeys(KINDS, 0))
-    peaks = memory_by_kind(schedule, profile, t2=spec.options.discrepancy_correction)
+    peaks = memory_by_kind(schedule, profile, t2=t2)
     memory = {kind: sum(d[kind] for d in peaks) for kind in KINDS}
     costs = OpCosts(forward=1.0, backward=2.0)
     if flushed:
-        one = build_method_schedule(method, P, N, num_minibatches=1)
+        one, _ = method_schedule(method, P, N)
         utilization = simulate_and_measure(one, costs)[1].utilization
     else:
         utilization = simulate_and_measure(schedule, costs)[1].steady_state_utilization

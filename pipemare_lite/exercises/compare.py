@@ -272,7 +272,8 @@ def compare_name_or_none(answer, expected) -> str | None:
     if answer is None:
         return None if expected is None else "returned None (nothing fits), which is not right"
     if not isinstance(answer, str):
-        return f"returned {_short(answer)} ({type(answer).__name__}); expected a method name or None"
+        return (f"returned {_short(answer)} ({type(answer).__name__}); expected a method name "
+                "or None")
     if answer == expected:
         return None
     return f"returned {answer!r}, which is not right"

@@ -27,15 +27,15 @@ from pipemare_lite.widgets.granularity_explorer import (
 from pipemare_lite.widgets.schedule_explorer import ScheduleExplorer, schedule_explorer
 from pipemare_lite.widgets.stability_explorer import StabilityExplorer, stability_explorer
 from pipemare_lite.widgets.staleness_explorer import StalenessExplorer, staleness_explorer
-from pipemare_lite.widgets.tradeoff_explorer import (
-    TradeoffExplorer,
-    tradeoff_explorer,
-    tradeoff_explorer_static,
-)
 from pipemare_lite.widgets.static import (
     schedule_explorer_static,
     stability_explorer_static,
     staleness_explorer_static,
+)
+from pipemare_lite.widgets.tradeoff_explorer import (
+    TradeoffExplorer,
+    tradeoff_explorer,
+    tradeoff_explorer_static,
 )
 
 __all__ = [
