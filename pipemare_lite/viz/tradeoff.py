@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from pipemare_lite.memory import KINDS
 from pipemare_lite.viz.colors import memory_kind_color
-from pipemare_lite.viz.memory import KIND_LABELS, byte_unit
+from pipemare_lite.viz.memory import _UNITS, KIND_LABELS, byte_unit
 
 #: Opacity of a bar over the budget.
 OVER_BUDGET_OPACITY = 0.3
@@ -86,7 +86,7 @@ def tradeoff_figure(rows: Sequence, budget_bytes: float, *, pick: str | None = N
 
 
 def _unit_named(unit_bytes: float) -> tuple[str, float]:
-    for name, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("bytes", 1)):
+    for name, size in _UNITS:  # the binary units memory_bars uses
         if unit_bytes == size:
             return name, size
     raise ValueError(f"unit_bytes={unit_bytes!r}: allowed: 1, 2**10, 2**20 or 2**30")
