@@ -1,4 +1,4 @@
-"""The exercises of chapters 00-07, checked against the engine.
+"""The exercises of chapters 00-07 and 10, checked against the engine.
 
 Plain solutions written here from the definitions (the order rules, the closed forms) must
 pass every exercise; stubs must be "not attempted yet"; typical wrong answers must fail
@@ -176,6 +176,22 @@ def largest_stable_depth(step, num_microbatches):
         P += 1
 
 
+def weight_memory_by_kind(method, param_bytes, num_microbatches, optimizer):
+    P, W = len(param_bytes), sum(param_bytes)
+    stash = {"pipedream": sum(-(-(P - 1 - s) // num_microbatches) * b
+                              for s, b in enumerate(param_bytes)),
+             "2bw": W}.get(method, 0)
+    return {"weights": W, "stash": stash, "t2_buffer": W if method == "pipemare" else 0,
+            "optimizer": {"sgd": 0, "momentum": 1, "adam": 2}[optimizer] * W}
+
+
+def pick_for_budget(rows, budget_bytes):
+    fitting = [(r["utilization"], -r["device_peak"], -i, r["method"])
+               for i, r in enumerate(rows)
+               if r["utilization"] is not None and r["device_peak"] <= budget_bytes]
+    return max(fitting)[3] if fitting else None
+
+
 SOLUTIONS = {
     "ex00_1": gpipe_action_count,
     "ex01_1": naive_utilization,
@@ -197,6 +213,8 @@ SOLUTIONS = {
     "ex05_3": pipedream_stash_copies,
     "ex07_1": first_to_blow_up,
     "ex07_2": largest_stable_depth,
+    "ex10_1": weight_memory_by_kind,
+    "ex10_2": pick_for_budget,
 }
 
 # --- typical mistakes ---------------------------------------------------------------------
@@ -236,6 +254,13 @@ WRONG = {
     "ex07_1": lambda lr, sharpness, delays: 0,
     # the delay in microbatches, not updates (N ignored)
     "ex07_2": lambda step, num_microbatches: largest_stable_depth(step, 1),
+    # PipeDream's stash with an update per microbatch (N ignored)
+    "ex10_1": lambda method, param_bytes, n, optimizer: weight_memory_by_kind(
+        method, param_bytes, 1, optimizer),
+    # the smallest peak that fits
+    "ex10_2": lambda rows, budget: min(
+        (r for r in rows if r["utilization"] is not None and r["device_peak"] <= budget),
+        key=lambda r: r["device_peak"], default={"method": None})["method"],
 }
 
 
@@ -741,3 +766,73 @@ def test_chapter_07_cases_start_with_the_chapter_setting_and_travel():
     assert depth[0] == {"step": 0.25, "num_microbatches": 2}
     assert any(EXERCISES["ex07_2"].reference(**c) == 0 for c in depth)
     assert pickle.loads(pickle.dumps(growth)) == growth
+
+
+# --- chapter 10 ---------------------------------------------------------------------------
+
+
+def _no_t2_buffer(method, param_bytes, num_microbatches, optimizer):
+    return {**weight_memory_by_kind(method, param_bytes, num_microbatches, optimizer),
+            "t2_buffer": 0}
+
+
+def _strictly_below(rows, budget_bytes):
+    return pick_for_budget(rows, budget_bytes - 1)
+
+
+def test_chapter_10_known_mistakes_are_named():
+    named = {
+        "ex10_1": [(WRONG["ex10_1"], "one copy per in-flight microbatch"),
+                   (_no_t2_buffer, "T2 buffer")],
+        "ex10_2": [(WRONG["ex10_2"], "smallest memory that fits"),
+                   (_strictly_below, "equals the budget")],
+    }
+    for exercise_id, cases in named.items():
+        for answer, words in cases:
+            message = run_checks(exercise_id, answer).message
+            assert "A known mistake:" in message and words in message, message
+
+
+def test_chapter_10_answers_that_call_the_engine_are_rejected():
+    from pipemare_lite import paper_arithmetic, tradeoff
+    from pipemare_lite.memory import MemoryProfile
+
+    def via_weight_memory(method, param_bytes, n, optimizer):
+        profile = MemoryProfile(param_bytes, [0] * len(param_bytes), optimizer)
+        return paper_arithmetic.weight_memory(method, profile, n)
+
+    def via_pick(rows, budget):
+        table = [tradeoff.TradeoffRow(r["method"], r["method"], {}, r["device_peak"],
+                                      r["utilization"],
+                                      None if r["utilization"] is not None else "no")
+                 for r in rows]
+        return tradeoff.pick_method(table, budget)
+
+    for exercise_id, answer in (("ex10_1", via_weight_memory), ("ex10_2", via_pick)):
+        result = run_checks(exercise_id, answer)
+        assert result.status == "failed" and "uses the engine's" in result.message, result.message
+
+
+def test_chapter_10_may_use_the_memory_model():
+    # the memory model is the instrument the chapter shows before exercise 1
+    from pipemare_lite.memory import MemoryProfile, memory_by_kind
+    from pipemare_lite.schedules import build_schedule
+
+    def weight_memory_by_kind(method, param_bytes, n, optimizer):
+        P = len(param_bytes)
+        name = "async" if method == "pipemare" else method
+        schedule = build_schedule(name, P, n, num_minibatches=-(-(2 * P - 1) // n) + 2)
+        peaks = memory_by_kind(schedule, MemoryProfile(param_bytes, [0] * P, optimizer),
+                               t2=method == "pipemare")
+        return {k: sum(d[k] for d in peaks) for k in ("weights", "stash", "t2_buffer", "optimizer")}
+
+    assert run_checks("ex10_1", weight_memory_by_kind).passed
+
+
+def test_chapter_10_cases_start_with_the_chapter_setting():
+    weights = EXERCISES["ex10_1"].cases()
+    assert weights[0]["method"] == "pipedream" and len(weights[0]["param_bytes"]) == 4
+    assert {c["method"] for c in weights} == {"1f1b", "pipedream", "2bw", "async", "pipemare"}
+    picks = EXERCISES["ex10_2"].cases()
+    answers = [EXERCISES["ex10_2"].reference(**c) for c in picks]
+    assert None in answers and len({a for a in answers if a}) >= 3

@@ -32,6 +32,8 @@ TORCH_FREE = [
     "pipemare_lite.experiments.stage_evidence",
     "pipemare_lite.experiments.paper_shape_claims",
     "pipemare_lite.experiments.paper_shape_table",
+    "pipemare_lite.paper_arithmetic",
+    "pipemare_lite.tradeoff",
 ]
 
 # Runs in the child: block torch, import each module, report what failed and why.

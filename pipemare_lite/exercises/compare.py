@@ -247,3 +247,33 @@ def compare_stage_or_none(answer, expected) -> str | None:
     if expected is not None and int(answer) == int(expected):
         return None
     return f"returned stage {int(answer)}, which is not right"
+
+
+def compare_bytes_by_kind(answer, expected) -> str | None:
+    """A dict of bytes by memory kind with exactly ``expected``'s keys, each an equal int;
+    a wrong kind is named with the student's own value and whether it is too high or low."""
+    if not isinstance(answer, dict):
+        return f"returned {_short(answer)} ({type(answer).__name__}); expected a dict of bytes"
+    missing, extra = sorted(set(expected) - set(answer)), sorted(set(answer) - set(expected))
+    if missing or extra:
+        return (f"the keys are not right: missing {missing}, unexpected {extra}; expected one "
+                "entry per kind")
+    for kind in expected:
+        value = answer[kind]
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            return f"{kind}: {_short(value)} is not an int number of bytes"
+        if int(value) != int(expected[kind]):
+            return f"{kind}: {int(value)} bytes is not right: {_direction(value, expected[kind])}"
+    return None
+
+
+def compare_name_or_none(answer, expected) -> str | None:
+    """A name (a str) or None, equal to ``expected``; a wrong one is only called wrong."""
+    if answer is None:
+        return None if expected is None else "returned None (nothing fits), which is not right"
+    if not isinstance(answer, str):
+        return (f"returned {_short(answer)} ({type(answer).__name__}); expected a method name "
+                "or None")
+    if answer == expected:
+        return None
+    return f"returned {answer!r}, which is not right"

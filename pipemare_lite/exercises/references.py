@@ -182,3 +182,26 @@ def largest_stable_pipeline(step: float, num_microbatches: int) -> int:
     from pipemare_lite.stage_stability import largest_stable_pipeline as engine
 
     return engine(step, num_microbatches)
+
+
+# --- chapter 10: the trade-off table --------------------------------------------------------
+
+
+def weight_memory_by_kind(method: str, param_bytes: list[int], num_microbatches: int,
+                          optimizer: str) -> dict[str, int]:
+    """The memory model's weights, stash, T2 buffer and optimizer bytes over a long run."""
+    from pipemare_lite.memory import MemoryProfile
+    from pipemare_lite.paper_arithmetic import weight_memory
+
+    profile = MemoryProfile(list(param_bytes), [0] * len(param_bytes), optimizer)
+    return weight_memory(method, profile, num_microbatches)
+
+
+def method_for_budget(rows: list[dict], budget_bytes: float) -> str | None:
+    """The engine's pick (:func:`pipemare_lite.tradeoff.pick_method`) on plain dict rows."""
+    from pipemare_lite.tradeoff import TradeoffRow, pick_method
+
+    table = [TradeoffRow(r["method"], r["method"], {}, r["device_peak"], r["utilization"],
+                         None if r["utilization"] is not None else "not possible")
+             for r in rows]
+    return pick_method(table, budget_bytes)

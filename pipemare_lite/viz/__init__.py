@@ -10,7 +10,8 @@ here imports torch, and nothing keeps state: call a function, get a figure.
 - :func:`stability_map` (chapters 06, 08, 09), :func:`roots_figure`,
   :func:`trajectory_figure` (chapter 06);
 - :func:`loss_curves` (chapters 07-10);
-- :func:`update_norm_figure`, :func:`stage_map_figure` (chapter 07): per-stage evidence.
+- :func:`update_norm_figure`, :func:`stage_map_figure` (chapter 07): per-stage evidence;
+- :func:`tradeoff_figure` (chapter 10): every method's busiest device against a budget.
 
 In a Jupyter kernel, importing this package makes figures carry an HTML fallback besides
 their plotly JSON, so exported notebooks show them too (:mod:`pipemare_lite.viz.renderer`).
@@ -23,6 +24,7 @@ from pipemare_lite.viz.renderer import use_in_jupyter
 from pipemare_lite.viz.stability import roots_figure, stability_map, trajectory_figure
 from pipemare_lite.viz.stages import stage_map_figure, update_norm_figure
 from pipemare_lite.viz.staleness import delay_bars, path_figure, staleness_heatmap
+from pipemare_lite.viz.tradeoff import tradeoff_figure
 
 __all__ = [
     "gantt",
@@ -40,6 +42,7 @@ __all__ = [
     "divergence_step",
     "update_norm_figure",
     "stage_map_figure",
+    "tradeoff_figure",
 ]
 
 use_in_jupyter()

@@ -7,7 +7,10 @@
 - :func:`stability_explorer` (chapter 06): step, delay, curvature, momentum, discrepancy
   and T2 -> iterates, characteristic roots and the stability map;
 - :func:`granularity_explorer` (chapter 07): P, method and lr -> the trained runs' losses
-  and every stage on the stability map (twin: :func:`granularity_explorer_static`).
+  and every stage on the stability map (twin: :func:`granularity_explorer_static`);
+- :func:`tradeoff_explorer` (chapter 10): P, N, a memory budget and the methods whose
+  quality is accepted -> every method's busiest device and the pick (twin:
+  :func:`tradeoff_explorer_static`).
 
 Each returns an ``ipywidgets.VBox`` with ``controls`` (name -> control widget) and
 ``update()``. The HTML book has no kernel, so each explorer has a static twin,
@@ -29,6 +32,11 @@ from pipemare_lite.widgets.static import (
     stability_explorer_static,
     staleness_explorer_static,
 )
+from pipemare_lite.widgets.tradeoff_explorer import (
+    TradeoffExplorer,
+    tradeoff_explorer,
+    tradeoff_explorer_static,
+)
 
 __all__ = [
     "schedule_explorer",
@@ -43,4 +51,7 @@ __all__ = [
     "granularity_explorer",
     "granularity_explorer_static",
     "GranularityExplorer",
+    "tradeoff_explorer",
+    "tradeoff_explorer_static",
+    "TradeoffExplorer",
 ]

@@ -128,3 +128,15 @@ def test_ex07_1_first_to_blow_up(grade):
 def test_ex07_2_largest_stable_depth(grade):
     """Exercise 7.2: largest_stable_depth(step, num_microbatches) -> int."""
     grade("ex07_2")
+
+
+@pytest.mark.ex10_1
+def test_ex10_1_weight_memory_by_kind(grade):
+    """Exercise 10.1: weight_memory_by_kind(method, param_bytes, num_microbatches, optimizer)."""
+    grade("ex10_1")
+
+
+@pytest.mark.ex10_2
+def test_ex10_2_pick_for_budget(grade):
+    """Exercise 10.2: pick_for_budget(rows, budget_bytes) -> str | None."""
+    grade("ex10_2")
