@@ -520,7 +520,16 @@ def init_from_env(
         store = connect()
     except Exception:  # no side channel: per-operation timeouts still apply
         store = None
-    board = faults.StatusBoard(rank, world_size, store, store_factory=connect).start()
+    # under torchrun the agent is our parent: exit with it (a killed machine leaves no
+    # orphans), and say which rank was lost when a peer disappears (executor/lost.py)
+    agent = os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else None
+    board = faults.StatusBoard(rank, world_size, store, store_factory=connect,
+                               launcher_pid=agent, exit_with_parent=True)
+    if agent is not None:
+        from pipemare_lite.executor import lost
+
+        lost.install(board, lost.Topology.from_env())
+    board.start()
     global _CURRENT
     _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout)
     # Tear down before the interpreter does: a watchdog thread still inside a store call, or

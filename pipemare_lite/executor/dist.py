@@ -571,10 +571,10 @@ class _TimedWaiter(faults.Waiter):
         super().__init__(executor.board, executor.op_timeout, polling=polling)
         self.executor = executor
 
-    def wait(self, work, what: str) -> None:
+    def wait(self, work, what: str, peer: int | None = None) -> None:
         start = time.perf_counter()
         try:
-            super().wait(work, what)
+            super().wait(work, what, peer)
         finally:
             self.executor.wait_seconds += time.perf_counter() - start
 

@@ -302,7 +302,8 @@ class P2PTransport:
             verb = "post send" if op.src == self.rank else "post recv"
             print(f"[rank {self.rank}] {verb} {op}", flush=True)
         if op.src == self.rank:
-            self.waiter.reap(dist.isend(tensor, dst=op.dst, tag=tag), tensor, str(op))
+            self.waiter.reap(dist.isend(tensor, dst=op.dst, tag=tag), tensor, str(op),
+                             peer=op.dst)
         else:
             shape, dtype = self.meta(op)
             buffer = torch.empty(shape, dtype=dtype, device=self.device)
@@ -338,7 +339,7 @@ class P2PTransport:
             self._post(op)
         self._post_ahead()
         work, buffer = self._recv_work.pop(message.key)
-        self.waiter.wait(work, str(message))
+        self.waiter.wait(work, str(message), peer=message.src)
         if self.verbose:
             print(f"[rank {self.rank}] received {message}", flush=True)
         return buffer
@@ -363,10 +364,10 @@ class _BlockingWaiter:
     def __init__(self) -> None:
         self._sends: list = []
 
-    def wait(self, work, what: str) -> None:
+    def wait(self, work, what: str, peer: int | None = None) -> None:
         work.wait()
 
-    def reap(self, work, keep_alive, what: str) -> None:
+    def reap(self, work, keep_alive, what: str, peer: int | None = None) -> None:
         self._sends.append((work, keep_alive))
 
     def drain(self) -> None:
