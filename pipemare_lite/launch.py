@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipemare_lite.executor import faults
+from pipemare_lite.executor import faults, placement
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
 ABORT_GRACE = 5.0
@@ -84,6 +84,8 @@ class RankInfo:
         device: ``torch.device("cpu")`` with gloo, ``cuda:<local_rank>`` with NCCL.
         board: this rank's :class:`~pipemare_lite.executor.faults.StatusBoard`.
         op_timeout: seconds any single wait on a message may take.
+        placement: the rank's :class:`~pipemare_lite.executor.placement.Placement`
+            (device, backend, where weights, optimizer state and messages live).
     """
 
     rank: int
@@ -93,6 +95,7 @@ class RankInfo:
     device: Any
     board: faults.StatusBoard
     op_timeout: float
+    placement: Any = None
 
 
 _CURRENT: RankInfo | None = None
@@ -125,25 +128,22 @@ class LaunchError(RuntimeError):
 
 
 def choose_backend(world_size: int, backend: str | None = None) -> str:
-    """``backend`` if given; else NCCL when CUDA has at least one device per rank, else gloo."""
-    if backend is not None:
-        if backend not in ("gloo", "nccl"):
-            raise ValueError(f"backend {backend!r} is not supported; allowed: 'gloo', 'nccl', None")
-        return backend
+    """``backend`` if given; else NCCL when CUDA has at least one device per rank, else gloo
+    (the decision lives in :mod:`pipemare_lite.executor.placement`)."""
+    return placement.choose_backend(world_size, backend)
+
+
+def _place(backend: str, rank: int, local_rank: int, local_world_size: int):
+    """This rank's :class:`~pipemare_lite.executor.placement.Placement` and torch device
+    (gloo computes on the CPU, NCCL on ``cuda:<local rank>``, made the current device)."""
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
-        return "nccl"
-    return "gloo"
-
-
-def _device_for(backend: str, local_rank: int):
-    import torch
-
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
+    where = placement.plan(rank, local_rank, local_world_size, backend=backend,
+                           device="cuda" if backend == "nccl" else "cpu")
+    device = torch.device(where.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return where, device
 
 
 def _init_group(backend, store, rank, world_size, device, op_timeout):
@@ -201,10 +201,11 @@ def _child_main(
     ).start()
     code = 0
     try:
-        device = _device_for(backend, rank)
+        where, device = _place(backend, rank, rank, world_size)
         _init_group(backend, store, rank, world_size, device, op_timeout)
         global _CURRENT
-        info = _CURRENT = RankInfo(rank, world_size, rank, backend, device, board, op_timeout)
+        info = _CURRENT = RankInfo(rank, world_size, rank, backend, device, board, op_timeout,
+                                   where)
         result = worker_fn(info, *args, **kwargs)
         _write(Path(result_dir) / f"rank{rank}.pkl", ("ok", result))
         board.finish()
@@ -505,8 +506,9 @@ def init_from_env(
         torch.set_num_threads(num_threads)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    backend = choose_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)), backend)
-    device = _device_for(backend, local_rank)
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    backend = choose_backend(local_world_size, backend)
+    where, device = _place(backend, rank, local_rank, local_world_size)
     kwargs = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(
         backend, timeout=datetime.timedelta(seconds=op_timeout + 30.0), **kwargs
@@ -531,7 +533,7 @@ def init_from_env(
         lost.install(board, lost.Topology.from_env())
     board.start()
     global _CURRENT
-    _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout)
+    _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout, where)
     # Tear down before the interpreter does: a watchdog thread still inside a store call, or
     # a process group destroyed during finalization, can abort the process at exit (seen as
     # a flaky SIGABRT of rank 0 under load after its work was done).
