@@ -73,7 +73,8 @@ def test_impossible_placements_are_refused_by_name(kwargs, message):
 
 
 def test_this_machine_and_the_launcher_agree():
-    from pipemare_lite.launch import _place, choose_backend as launch_choice
+    from pipemare_lite.launch import _place
+    from pipemare_lite.launch import choose_backend as launch_choice
 
     count = placement.cuda_device_count()
     assert launch_choice(2) == choose_backend(2, cuda_devices=count)
