@@ -79,6 +79,7 @@ def dry_run_config() -> CheckConfig:
 def environment() -> dict:
     """Torch, CUDA and NCCL versions and the devices torch sees (no CUDA call without CUDA)."""
     import torch
+    import torch.distributed as dist
 
     cuda = torch.cuda.is_available()
     devices = []
@@ -89,7 +90,9 @@ def environment() -> dict:
                             "memory_gib": round(props.total_memory / 2**30, 1),
                             "capability": f"{props.major}.{props.minor}"})
     nccl = None
-    if cuda and torch.distributed.is_nccl_available():
+    if cuda and dist.is_nccl_available():
+        import torch.cuda.nccl
+
         version = torch.cuda.nccl.version()
         nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
     return {"torch": torch.__version__, "cuda_build": torch.version.cuda,
@@ -205,6 +208,27 @@ def _utilization(trace) -> dict:
     return {**report, "op_costs_seconds": asdict(costs)}
 
 
+def plan_runs(stages: int, gpus: int) -> tuple[list[str], str | None, str | None, list[dict]]:
+    """What the check runs where, with ``gpus`` CUDA devices (0: the CPU dry run).
+
+    Returns ``(local executor's stage devices, distributed backend or None, why the
+    distributed run is skipped or None, each rank's placement as a dict)``.
+    """
+    from pipemare_lite.executor import placement
+
+    devices = placement.local_stage_devices(stages, cuda_devices=gpus)
+    if gpus >= stages:
+        backend, skip = "nccl", None
+    elif gpus == 0:
+        backend, skip = "gloo", None
+    else:
+        return devices, None, (f"NCCL needs one GPU per rank: {stages} ranks, {gpus} GPU(s); "
+                               "the local executor ran several stages per GPU instead"), []
+    ranks = [placement.plan(r, r, stages, backend=backend, cuda_devices=gpus).to_dict()
+             for r in range(stages)]
+    return devices, backend, skip, ranks
+
+
 def check(*, dry_run: bool, config: CheckConfig | None = None, methods=METHODS,
           timeout: float = 240.0, log=print) -> dict:
     """Run the check and return the report (see the module docstring for what it holds).
@@ -215,7 +239,6 @@ def check(*, dry_run: bool, config: CheckConfig | None = None, methods=METHODS,
     import torch
 
     from pipemare_lite import __version__
-    from pipemare_lite.executor import placement
 
     started = time.perf_counter()
     env = environment()
@@ -225,16 +248,7 @@ def check(*, dry_run: bool, config: CheckConfig | None = None, methods=METHODS,
     config = config or (dry_run_config() if dry_run else CheckConfig())
     stages = config.stages or max(2, gpus)
     use = 0 if dry_run else gpus
-    devices = placement.local_stage_devices(stages, cuda_devices=use)
-    if use >= stages:
-        backend, skip = "nccl", None
-    elif use == 0:
-        backend, skip = "gloo", None
-    else:
-        backend, skip = None, (f"NCCL needs one GPU per rank: {stages} ranks, {use} GPU(s); "
-                               "the local executor ran several stages per GPU instead")
-    ranks = [placement.plan(r, r, stages, backend=backend, cuda_devices=use).to_dict()
-             for r in range(stages)] if backend else []
+    devices, backend, skip, ranks = plan_runs(stages, use)
     log(f"gpu-check: {'dry run on the CPU' if dry_run else f'{gpus} GPU(s)'}, P={stages}, "
         f"N={config.microbatches}, {config.steps} steps, stages on {', '.join(devices)}")
     runs = {}

@@ -68,6 +68,29 @@ def test_agreement_tells_bitwise_close_and_different_apart():
     assert agreement(broken, reference)["verdict"] == "different"
 
 
+@pytest.mark.parametrize(
+    "stages, gpus, devices, backend",
+    [
+        (2, 2, ["cuda:0", "cuda:1"], "nccl"),
+        (2, 4, ["cuda:0", "cuda:1"], "nccl"),  # more GPUs than stages: the first P
+        (4, 2, ["cuda:0", "cuda:1", "cuda:0", "cuda:1"], None),  # NCCL needs a GPU per rank
+        (2, 1, ["cuda:0", "cuda:0"], None),  # one GPU: several stages on it
+        (2, 0, ["cpu", "cpu"], "gloo"),  # the dry run
+    ],
+)
+def test_what_runs_where_with_a_fake_gpu_count(stages, gpus, devices, backend):
+    from pipemare_lite.gpu_check import plan_runs
+
+    local, chosen, skip, ranks = plan_runs(stages, gpus)
+    assert (local, chosen) == (devices, backend)
+    if backend is None:
+        assert "NCCL needs one GPU per rank" in skip and ranks == []
+    else:
+        assert skip is None and [r["backend"] for r in ranks] == [backend] * stages
+        expected = [f"cuda:{r}" for r in range(stages)] if gpus else ["cpu"] * stages
+        assert [r["device"] for r in ranks] == [r["messages"] for r in ranks] == expected
+
+
 def test_step_seconds_waits_for_the_slowest_rank():
     from pipemare_lite.schedules.actions import Action
     from pipemare_lite.timeline import TimedAction

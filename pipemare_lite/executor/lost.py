@@ -185,6 +185,7 @@ def install(board: faults.StatusBoard, topology: Topology) -> None:
             os._exit(SIGTERM_EXIT)
 
     sys.excepthook = on_exception
-    signal.signal(signal.SIGTERM, on_sigterm)
+    if threading.current_thread() is threading.main_thread():  # signals go to the main thread
+        signal.signal(signal.SIGTERM, on_sigterm)
     # the watchdog thread must not share the main thread's store client: direct evidence only
     board.before_exit = lambda reason: reporter(reason, use_store=False)
