@@ -1,5 +1,7 @@
 """The GPU check: one command that confirms the engine's GPU paths and writes a JSON report.
 
+It goes with chapter 11 (the distributed engine on real processes and devices).
+
 ``python -m pipemare_lite gpu-check --out report.json`` (or ``scripts/gpu_check.sh``) on a
 machine with one or several CUDA GPUs, in well under 5 minutes:
 

@@ -37,6 +37,12 @@ From a shell, the same training runs under ``torchrun`` (one process per rank; t
         -m pipemare_lite.train --executor dist ...
     # (--node-rank 1 on the second machine; --max-restarts 0 keeps failures visible)
 
+The two-machine form is tested as two torchrun "nodes" on one host
+(``tests/test_multinode.py``). Under torchrun a worker exits with its agent (its parent),
+and when a peer disappears it prints which rank it lost before it exits
+(:mod:`pipemare_lite.executor.lost`). Devices and backend come from
+:mod:`pipemare_lite.executor.placement`.
+
 ``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
 ``MASTER_PORT``; :func:`init_from_env` reads them.
 """
