@@ -93,3 +93,39 @@ def test_an_unreachable_store_names_the_ranks_of_its_node():
     # on the store's own node, an unreachable store means our agent is gone, not a peer
     home = Topology.from_env(torchrun_env(1, 4, 2))
     assert diagnose(faults.StatusBoard(1, 4), home, FakeStore({}, dead=True), 0.01) == {}
+
+
+HOOKED = """
+import os, signal, sys, time
+sys.path.insert(0, {root!r})
+from tests.test_lost_rank import FakeStore, torchrun_env
+from pipemare_lite.executor import faults, lost
+
+board = faults.StatusBoard(0, 2, FakeStore({{0: 1, 1: 1}}, live=(0,)))
+board.at(4, 10, "0B1", "wait gradient of stage 1 microbatch 1")
+lost.install(board, lost.Topology.from_env(torchrun_env(0, 2, 1)))
+if {how!r} == "sigterm":
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)  # the handler exits before this ends
+raise faults.PeerConnectionError("gathering the ranks' results: RuntimeError: reset")
+"""
+
+
+@pytest.mark.parametrize("how, code, cause", [
+    ("sigterm", 143, "SIGTERM from torchrun's agent"),
+    ("exception", 1, "PeerConnectionError"),
+])
+def test_a_stopping_worker_prints_one_line_naming_the_lost_rank(how, code, cause):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", HOOKED.format(root=root, how=how)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == code, done.stderr
+    lines = [x for x in done.stderr.splitlines() if x.startswith("pipemare_lite: rank")]
+    assert lines == [f"pipemare_lite: rank 0 (node 0) stops ({cause}) at action 4/10 (0B1): "
+                     "lost rank 1 (node 1): its heartbeat stopped for 1.5 s"], done.stderr
+    if how == "exception":  # the traceback still comes first
+        assert "Traceback" in done.stderr.split(lines[0])[0]

@@ -93,8 +93,12 @@ def marked(mark: str) -> list[int]:
 
 
 def rank_of(pid: int) -> int | None:
-    """The ``RANK`` a torchrun worker runs as (None for an agent)."""
-    for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+    """The ``RANK`` a torchrun worker runs as (None for an agent or a finished process)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    for item in environ.split(b"\0"):
         if item.startswith(b"RANK="):
             return int(item[5:])
     return None
