@@ -17,7 +17,10 @@ every failure end the job quickly and say what happened:
   flag and its own per-operation deadline, so the other ranks raise :class:`PeerFailedError`
   or :class:`OpTimeoutError` instead of hanging;
 - a backstop: when the main thread does not stop within ``exit_grace`` seconds of an
-  abort (stuck in compute or in a blocking collective), the thread ends the process.
+  abort (stuck in compute or in a blocking collective), the thread ends the process;
+- the thread also publishes a heartbeat, and a wait whose link to its peer breaks notes
+  that peer as lost: under torchrun, :mod:`pipemare_lite.executor.lost` reads both to name
+  the rank a worker lost (a machine that died) before it exits.
 
 ::
 
@@ -195,7 +198,7 @@ def _raise_from_wait(exc: BaseException, what: str, board: StatusBoard | None = 
     evidence that this peer was lost (:meth:`StatusBoard.note_lost`)."""
     if isinstance(exc, PipelineFault) or not isinstance(exc, Exception):
         raise exc
-    first = (str(exc).strip().splitlines() or [""])[0]
+    first = (str(exc).strip().splitlines() or [""])[0][:200]  # gloo's messages run long
     if board is not None and peer is not None:
         board.note_lost(peer, f"the link to it broke while waiting for {what} ({first})")
     raise PeerConnectionError(f"waiting for {what}: {type(exc).__name__}: {exc}") from exc
