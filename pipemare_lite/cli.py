@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "assign": "write student copies (solutions stubbed) or executed solution copies",
     "grade": "grade a folder of student submissions into per-student reports and a class CSV",
     "book": "execute every chapter, then build the book site (HTML, offline)",
+    "gpu-check": "check the GPU paths (local executor on GPUs, NCCL) and write a JSON report",
 }
 
 

@@ -40,6 +40,12 @@ From a shell, the same training runs under ``torchrun`` (one process per rank; t
         -m pipemare_lite.train --executor dist ...
     # (--node-rank 1 on the second machine; --max-restarts 0 keeps failures visible)
 
+The two-machine form is tested as two torchrun "nodes" on one host
+(``tests/test_multinode.py``). Under torchrun a worker exits with its agent (its parent),
+and when a peer disappears it prints which rank it lost before it exits
+(:mod:`pipemare_lite.executor.lost`). Devices and backend come from
+:mod:`pipemare_lite.executor.placement`.
+
 ``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
 ``MASTER_PORT``; :func:`init_from_env` reads them.
 """
@@ -62,7 +68,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipemare_lite.executor import faults
+from pipemare_lite.executor import faults, placement
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
 ABORT_GRACE = 5.0
@@ -87,6 +93,8 @@ class RankInfo:
         device: ``torch.device("cpu")`` with gloo, ``cuda:<local_rank>`` with NCCL.
         board: this rank's :class:`~pipemare_lite.executor.faults.StatusBoard`.
         op_timeout: seconds any single wait on a message may take.
+        placement: the rank's :class:`~pipemare_lite.executor.placement.Placement`
+            (device, backend, where weights, optimizer state and messages live).
     """
 
     rank: int
@@ -96,6 +104,7 @@ class RankInfo:
     device: Any
     board: faults.StatusBoard
     op_timeout: float
+    placement: Any = None
 
 
 _CURRENT: RankInfo | None = None
@@ -128,25 +137,22 @@ class LaunchError(RuntimeError):
 
 
 def choose_backend(world_size: int, backend: str | None = None) -> str:
-    """``backend`` if given; else NCCL when CUDA has at least one device per rank, else gloo."""
-    if backend is not None:
-        if backend not in ("gloo", "nccl"):
-            raise ValueError(f"backend {backend!r} is not supported; allowed: 'gloo', 'nccl', None")
-        return backend
+    """``backend`` if given; else NCCL when CUDA has at least one device per rank, else gloo
+    (the decision lives in :mod:`pipemare_lite.executor.placement`)."""
+    return placement.choose_backend(world_size, backend)
+
+
+def _place(backend: str, rank: int, local_rank: int, local_world_size: int):
+    """This rank's :class:`~pipemare_lite.executor.placement.Placement` and torch device
+    (gloo computes on the CPU, NCCL on ``cuda:<local rank>``, made the current device)."""
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
-        return "nccl"
-    return "gloo"
-
-
-def _device_for(backend: str, local_rank: int):
-    import torch
-
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
+    where = placement.plan(rank, local_rank, local_world_size, backend=backend,
+                           device="cuda" if backend == "nccl" else "cpu")
+    device = torch.device(where.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return where, device
 
 
 def _init_group(backend, store, rank, world_size, device, op_timeout):
@@ -206,10 +212,11 @@ def _child_main(
     ).start()
     code = 0
     try:
-        device = _device_for(backend, rank)
+        where, device = _place(backend, rank, rank, world_size)
         _init_group(backend, store, rank, world_size, device, op_timeout)
         global _CURRENT
-        info = _CURRENT = RankInfo(rank, world_size, rank, backend, device, board, op_timeout)
+        info = _CURRENT = RankInfo(rank, world_size, rank, backend, device, board, op_timeout,
+                                   where)
         from pipemare_lite.plugins import load_plugins
 
         load_plugins(imports)  # the parent's PIPEMARE_PLUGINS travel in ``imports``
@@ -526,8 +533,9 @@ def init_from_env(
         torch.set_num_threads(num_threads)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    backend = choose_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)), backend)
-    device = _device_for(backend, local_rank)
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    backend = choose_backend(local_world_size, backend)
+    where, device = _place(backend, rank, local_rank, local_world_size)
     kwargs = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(
         backend, timeout=datetime.timedelta(seconds=op_timeout + 30.0), **kwargs
@@ -541,9 +549,18 @@ def init_from_env(
         store = connect()
     except Exception:  # no side channel: per-operation timeouts still apply
         store = None
-    board = faults.StatusBoard(rank, world_size, store, store_factory=connect).start()
+    # under torchrun the agent is our parent: exit with it (a killed machine leaves no
+    # orphans), and say which rank was lost when a peer disappears (executor/lost.py)
+    agent = os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else None
+    board = faults.StatusBoard(rank, world_size, store, store_factory=connect,
+                               launcher_pid=agent, exit_with_parent=True)
+    if agent is not None:
+        from pipemare_lite.executor import lost
+
+        lost.install(board, lost.Topology.from_env())
+    board.start()
     global _CURRENT
-    _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout)
+    _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout, where)
     # Tear down before the interpreter does: a watchdog thread still inside a store call, or
     # a process group destroyed during finalization, can abort the process at exit (seen as
     # a flaky SIGABRT of rank 0 under load after its work was done).

@@ -60,7 +60,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pipemare_lite.executor import faults
+from pipemare_lite.executor import faults, placement
 from pipemare_lite.executor.local import RunResult
 from pipemare_lite.executor.setup import (
     build_stage_worker,
@@ -427,7 +427,9 @@ class DistributedExecutor:
         table = self.probe_shapes(microbatches)
         self.transport = P2PTransport(
             self.plan, self.rank, partial(self._message_meta, table, microbatches),
-            device=self.device, waiter=_TimedWaiter(self, polling=self.backend != "gloo"),
+            device=placement.message_device(self.backend, self.device),
+            pinned=placement.pin_messages(self.backend, self.device),
+            waiter=_TimedWaiter(self, polling=self.backend != "gloo"),
             use_tags=self.backend == "gloo",
             receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
             verbose=os.environ.get("PIPEMARE_P2P_VERBOSE") == "1",
@@ -571,10 +573,10 @@ class _TimedWaiter(faults.Waiter):
         super().__init__(executor.board, executor.op_timeout, polling=polling)
         self.executor = executor
 
-    def wait(self, work, what: str) -> None:
+    def wait(self, work, what: str, peer: int | None = None) -> None:
         start = time.perf_counter()
         try:
-            super().wait(work, what)
+            super().wait(work, what, peer)
         finally:
             self.executor.wait_seconds += time.perf_counter() - start
 

@@ -17,7 +17,10 @@ every failure end the job quickly and say what happened:
   flag and its own per-operation deadline, so the other ranks raise :class:`PeerFailedError`
   or :class:`OpTimeoutError` instead of hanging;
 - a backstop: when the main thread does not stop within ``exit_grace`` seconds of an
-  abort (stuck in compute or in a blocking collective), the thread ends the process.
+  abort (stuck in compute or in a blocking collective), the thread ends the process;
+- the thread also publishes a heartbeat, and a wait whose link to its peer breaks notes
+  that peer as lost: under torchrun, :mod:`pipemare_lite.executor.lost` reads both to name
+  the rank a worker lost (a machine that died) before it exits.
 
 ::
 
@@ -187,11 +190,17 @@ def communication(what: str):
         raise PeerConnectionError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
-def _raise_from_wait(exc: BaseException, what: str):
+def _raise_from_wait(exc: BaseException, what: str, board: StatusBoard | None = None,
+                     peer: int | None = None):
     """Raise for ``exc``, which a Work's ``wait()`` raised while waiting for ``what``: a
-    :class:`PeerConnectionError` from it, unless it is one of ours (or not an Exception)."""
+    :class:`PeerConnectionError` from it, unless it is one of ours (or not an Exception).
+    With the ``peer`` of a point-to-point message, the board notes the broken link as
+    evidence that this peer was lost (:meth:`StatusBoard.note_lost`)."""
     if isinstance(exc, PipelineFault) or not isinstance(exc, Exception):
         raise exc
+    first = (str(exc).strip().splitlines() or [""])[0][:200]  # gloo's messages run long
+    if board is not None and peer is not None:
+        board.note_lost(peer, f"the link to it broke while waiting for {what} ({first})")
     raise PeerConnectionError(f"waiting for {what}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -208,8 +217,15 @@ class StatusBoard:
         store: the store for the main thread's writes (failure reports), or None.
         store_factory: makes a second client for the watchdog thread; defaults to ``store``.
         launcher_pid: when set, the watchdog ends this process if that process disappears
-            (so a killed notebook kernel leaves no orphan workers).
+            (so a killed notebook kernel leaves no orphan workers), or, with
+            ``exit_with_parent``, as soon as this process's parent is no longer that process
+            (a torchrun worker whose agent was killed: the agent's pid may linger as a zombie).
         exit_grace: seconds the main thread gets to stop on its own after an abort.
+
+    The watchdog also publishes a heartbeat (``beat/<rank>``, a counter) on every tick, so a
+    rank can tell which peers stopped (:func:`stalled_ranks`); ``lost`` collects direct
+    evidence of lost peers (a broken link to them) and ``before_exit`` (when set) is called
+    with the reason just before the watchdog ends the process.
     """
 
     def __init__(
@@ -220,6 +236,7 @@ class StatusBoard:
         *,
         store_factory: Callable[[], object] | None = None,
         launcher_pid: int | None = None,
+        exit_with_parent: bool = False,
         exit_grace: float = 10.0,
     ) -> None:
         self.rank = rank
@@ -227,7 +244,11 @@ class StatusBoard:
         self.store = store
         self._store_factory = store_factory or (lambda: store)
         self.launcher_pid = launcher_pid
+        self.exit_with_parent = exit_with_parent
         self.exit_grace = exit_grace
+        self.lost: dict[int, str] = {}
+        self.store_lost = False  # the watchdog found the side-channel store unreachable
+        self.before_exit: Callable[[str], None] | None = None
         self.position = Position(rank)
         self.abort_reason: str | None = None
         self._finished = False
@@ -243,6 +264,10 @@ class StatusBoard:
         """Change only the state of the current position (``wait act 1F3 from rank 0``)."""
         p = self.position
         self.position = Position(p.rank, p.index, p.total, p.action, state)
+
+    def note_lost(self, peer: int, why: str) -> None:
+        """Record evidence that ``peer`` is gone (the first piece of evidence is kept)."""
+        self.lost.setdefault(peer, why)
 
     def check(self) -> None:
         """Raise :class:`PeerFailedError` when the run was aborted."""
@@ -297,12 +322,16 @@ class StatusBoard:
                 store = None
         published = None
         abort_seen_at = None
+        beat = 0
         while not self._stop.wait(PUBLISH_INTERVAL):
-            if self.launcher_pid is not None and not _pid_alive(self.launcher_pid):
-                os._exit(3)  # the launcher is gone: nobody will collect our result
+            if self._launcher_gone():
+                self._exit(3, "its launcher (pid "
+                           f"{self.launcher_pid}) is gone")  # nobody will collect our result
             if store is None:
                 continue
             try:
+                beat += 1
+                store.set(_key(f"beat/{self.rank}"), str(beat))
                 if self.position != published:
                     published = self.position
                     store.set(_key(f"status/{self.rank}"), published.to_json())
@@ -313,6 +342,7 @@ class StatusBoard:
                         abort_seen_at = time.monotonic()
             except Exception:
                 # The store's host died (the launcher or torchrun's agent): stop waiting.
+                self.store_lost = True
                 self.abort_reason = self.abort_reason or "the side-channel store is unreachable"
                 abort_seen_at = abort_seen_at or time.monotonic()
             if (
@@ -320,7 +350,53 @@ class StatusBoard:
                 and not self._finished
                 and time.monotonic() - abort_seen_at > self.exit_grace
             ):
-                os._exit(4)  # backstop: the main thread is stuck outside any wait
+                # backstop: the main thread is stuck outside any wait
+                self._exit(4, f"stopped {self.exit_grace:g} s after the abort "
+                           f"({self.abort_reason}) without its main thread noticing")
+
+    def _launcher_gone(self) -> bool:
+        if self.launcher_pid is None:
+            return False
+        if self.exit_with_parent and os.getppid() != self.launcher_pid:
+            return True
+        return not _pid_alive(self.launcher_pid)
+
+    def _exit(self, code: int, reason: str) -> None:
+        """End the process from the watchdog thread, after ``before_exit`` had its say."""
+        if self.before_exit is not None:
+            try:
+                self.before_exit(reason)
+            except BaseException:
+                pass
+        os._exit(code)
+
+
+def read_beats(store, world_size: int) -> dict[int, int]:
+    """``rank -> heartbeat counter`` for every rank that published one."""
+    beats = {}
+    for rank in range(world_size):
+        key = _key(f"beat/{rank}")
+        if store.check([key]):
+            beats[rank] = int(store.get(key))
+    return beats
+
+
+def stalled_ranks(store, world_size: int, window: float, *, exclude=()) -> list[int]:
+    """Ranks whose heartbeat did not advance during ``window`` seconds, leaving out
+    ``exclude`` and ranks whose last status says they finished or failed (their watchdog
+    stopped on purpose). Raises what the store raises when it is unreachable."""
+    before = read_beats(store, world_size)
+    time.sleep(window)
+    after = read_beats(store, world_size)
+    positions = read_positions(store, world_size)
+    stalled = []
+    for rank in range(world_size):
+        state = positions[rank].state if rank in positions else ""
+        if rank in exclude or state == "done" or state.startswith("failed"):
+            continue
+        if after.get(rank) == before.get(rank):
+            stalled.append(rank)
+    return stalled
 
 
 def _pid_alive(pid: int) -> bool:
@@ -334,7 +410,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def wait_work(work, board: StatusBoard | None, what: str, timeout: float) -> None:
+def wait_work(work, board: StatusBoard | None, what: str, timeout: float,
+              peer: int | None = None) -> None:
     """Wait for a Work by polling ``is_completed()``, checking the abort flag and a deadline.
 
     For backends whose ``is_completed()`` tells the truth (NCCL). Gloo's point-to-point
@@ -360,7 +437,7 @@ def wait_work(work, board: StatusBoard | None, what: str, timeout: float) -> Non
     try:
         work.wait()  # raises the communication error, if any
     except Exception as exc:
-        _raise_from_wait(exc, what)
+        _raise_from_wait(exc, what, board, peer)
 
 
 def _check(board: StatusBoard | None, deadline: float, what: str, timeout: float) -> None:
@@ -453,10 +530,12 @@ class Waiter:
                           f"{alive} still wait on a message after {wait:g} s (a send nobody "
                           "received); they end with the process", RuntimeWarning, stacklevel=2)
 
-    def wait(self, work, what: str) -> None:
-        """Block until ``work`` is done; raise on abort, timeout or a communication error."""
+    def wait(self, work, what: str, peer: int | None = None) -> None:
+        """Block until ``work`` is done; raise on abort, timeout or a communication error.
+
+        ``peer``: the rank at the other end (noted as lost when the link to it breaks)."""
         if self.polling:
-            wait_work(work, self.board, what, self.timeout)
+            wait_work(work, self.board, what, self.timeout, peer)
             return
         if self._recv_queue is None:
             self._recv_queue = self._thread("pml-recv-waiter")
@@ -471,20 +550,20 @@ class Waiter:
             if self.board is not None:
                 self.board.note("compute")
         if "error" in box:
-            _raise_from_wait(box["error"], what)
+            _raise_from_wait(box["error"], what, self.board, peer)
 
-    def reap(self, work, keep_alive, what: str) -> None:
+    def reap(self, work, keep_alive, what: str, peer: int | None = None) -> None:
         """Let a send complete in the background; ``keep_alive`` (its tensor) lives until then."""
         if self.polling:
             self._sends = [s for s in self._sends if not s[0].is_completed()]
-            self._sends.append((work, keep_alive, what, None, None))
+            self._sends.append((work, keep_alive, what, None, None, peer))
             return
         if self._send_queue is None:
             self._send_queue = self._thread("pml-send-waiter")
         done, box = threading.Event(), {}
         self._send_queue.put((work, done, box))
         self._sends = [s for s in self._sends if not s[3].is_set()]
-        self._sends.append((work, keep_alive, what, done, box))
+        self._sends.append((work, keep_alive, what, done, box, peer))
 
     def pending_sends(self) -> int:
         """Sends handed to :meth:`reap` and not known to be complete."""
@@ -494,13 +573,13 @@ class Waiter:
 
     def drain(self) -> None:
         """Wait until every reaped send is complete (the end of a run)."""
-        for work, _tensor, what, done, box in self._sends:
+        for work, _tensor, what, done, box, peer in self._sends:
             if self.polling:
-                wait_work(work, self.board, f"{what} to be received", self.timeout)
+                wait_work(work, self.board, f"{what} to be received", self.timeout, peer)
                 continue
             deadline = time.monotonic() + self.timeout
             while not done.wait(self.SLICE):
                 _check(self.board, deadline, f"{what} to be received", self.timeout)
             if "error" in box:
-                _raise_from_wait(box["error"], f"{what} to be received")
+                _raise_from_wait(box["error"], f"{what} to be received", self.board, peer)
         self._sends = []

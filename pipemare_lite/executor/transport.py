@@ -255,7 +255,11 @@ class P2PTransport:
         plan: from :func:`plan_communication`.
         rank: this rank.
         meta: ``message -> (shape, dtype)`` of its tensor (from the shape probe).
-        device: where receive buffers live (``cuda:<local rank>`` with NCCL).
+        device: where send and receive buffers live (``cuda:<local rank>`` with NCCL, the
+            CPU with gloo: :func:`pipemare_lite.executor.placement.message_device`); a
+            tensor elsewhere is copied there before it is sent.
+        pinned: CPU buffers in page-locked memory (gloo with CUDA compute,
+            :func:`pipemare_lite.executor.placement.pin_messages`).
         waiter: waits on Works; the distributed executor passes a
             :class:`pipemare_lite.executor.faults.Waiter` (abort flag, per-operation
             timeout, gloo and NCCL); default: plain blocking waits.
@@ -274,6 +278,7 @@ class P2PTransport:
         meta: Callable[[Message], tuple],
         *,
         device=None,
+        pinned: bool = False,
         waiter=None,
         use_tags: bool = True,
         receives_ahead: int = 0,
@@ -284,7 +289,8 @@ class P2PTransport:
         self.plan = plan
         self.rank = rank
         self.meta = meta
-        self.device = device if device is not None else torch.device("cpu")
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.pinned = pinned
         self.order = PostingOrder(plan, rank)
         self.use_tags = use_tags
         self.waiter = waiter or _BlockingWaiter()
@@ -302,10 +308,12 @@ class P2PTransport:
             verb = "post send" if op.src == self.rank else "post recv"
             print(f"[rank {self.rank}] {verb} {op}", flush=True)
         if op.src == self.rank:
-            self.waiter.reap(dist.isend(tensor, dst=op.dst, tag=tag), tensor, str(op))
+            self.waiter.reap(dist.isend(tensor, dst=op.dst, tag=tag), tensor, str(op),
+                             peer=op.dst)
         else:
             shape, dtype = self.meta(op)
-            buffer = torch.empty(shape, dtype=dtype, device=self.device)
+            buffer = torch.empty(shape, dtype=dtype, device=self.device,
+                                 pin_memory=self.pinned)
             self._recv_work[op.key] = (dist.irecv(buffer, src=op.src, tag=tag), buffer)
 
     def send(self, message: Message, tensor) -> None:
@@ -321,6 +329,12 @@ class P2PTransport:
                 f"the shape probe said {tuple(shape)} {dtype}"
             )
         tensor = tensor.contiguous()
+        if tensor.device != self.device:  # e.g. a CUDA activation sent with gloo
+            import torch
+
+            staged = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.device,
+                                 pin_memory=self.pinned)
+            tensor = staged.copy_(tensor)
         for op in self.order.to_post_for(message):
             self._post(op, tensor if op is message else None)
         self._post_ahead()
@@ -338,7 +352,7 @@ class P2PTransport:
             self._post(op)
         self._post_ahead()
         work, buffer = self._recv_work.pop(message.key)
-        self.waiter.wait(work, str(message))
+        self.waiter.wait(work, str(message), peer=message.src)
         if self.verbose:
             print(f"[rank {self.rank}] received {message}", flush=True)
         return buffer
@@ -363,10 +377,10 @@ class _BlockingWaiter:
     def __init__(self) -> None:
         self._sends: list = []
 
-    def wait(self, work, what: str) -> None:
+    def wait(self, work, what: str, peer: int | None = None) -> None:
         work.wait()
 
-    def reap(self, work, keep_alive, what: str) -> None:
+    def reap(self, work, keep_alive, what: str, peer: int | None = None) -> None:
         self._sends.append((work, keep_alive))
 
     def drain(self) -> None:
