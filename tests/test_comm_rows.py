@@ -88,7 +88,7 @@ def test_rows_are_the_schedule_plus_each_message_at_both_ends(name, P, M, v, K, 
         consumed_at = receiver.index(_consumer(schedule, message))
         assert produced_at < send[0], f"{message} sent before it exists"
         assert recv[0] < consumed_at, f"{message} received after it is needed"
-    for rank, row in enumerate(rows):  # rule 2: a pair's operations in seq order
+    for row in rows:  # rule 2: a pair's operations in seq order
         for peer in range(P):
             seqs = [x.message.seq for x in row if isinstance(x, CommOp) and x.peer == peer]
             assert seqs == sorted(seqs)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipemare_lite.schedules.comm_rows import comm_op
 from pipemare_lite.schedules.comm_plan import (  # noqa: F401  (re-exported: the plan lives there)
     ACTIVATION,
     GRADIENT,
@@ -51,6 +50,7 @@ from pipemare_lite.schedules.comm_plan import (  # noqa: F401  (re-exported: the
     PostingOrder,
     plan_communication,
 )
+from pipemare_lite.schedules.comm_rows import comm_op
 
 
 class P2PTransport:

@@ -1,4 +1,4 @@
-"""Communication as rows: each rank's actions with its SENDs and RECVs, in posting order (chapter 11).
+"""Communication as rows: each rank's actions with its SENDs and RECVs in posting order (ch. 11).
 
 A schedule lists compute only (``F``, ``B``, ``I``, ``W``, ``U``). The distributed executor
 adds the point-to-point operations itself, by the rule of
@@ -16,10 +16,11 @@ schedule. For one rank, action by action (the executor's loop)::
 Operations are spelled as in PyTorch's ``pipeline_order_with_comms``: ``0SEND_F3`` (stage 0
 sends the activation of microbatch 3), ``1RECV_F3`` (stage 1 receives it), ``1SEND_B3``
 (stage 1 sends the gradient of its input), ``0RECV_B3``. PyTorch's lowering
-(``_add_send_recv``) puts every send in the same place but each receive as early as its
-message exists; here a receive is posted as late as rule 2 allows, plus
-``receives_ahead``. ``tests/test_comm_rows.py`` checks the rows against what a real gloo run
-posted and against PyTorch's lowering.
+(``_add_send_recv``) puts every send in the same place and has each rank receive in the
+same order, but posts a receive where its sender's send falls in a simulated global order;
+here a receive is posted as late as rule 2 allows, plus ``receives_ahead``.
+``tests/test_comm_rows.py`` checks the rows against what a real gloo run posted and against
+PyTorch's lowering.
 
 Torch-free.
 """
@@ -103,7 +104,8 @@ def comm_rows(schedule: Schedule, *, receives_ahead: int = RECEIVES_AHEAD) -> li
             for rank in range(schedule.num_stages)]
 
 
-def comm_row_strings(schedule: Schedule, *, receives_ahead: int = RECEIVES_AHEAD) -> list[list[str]]:
+def comm_row_strings(schedule: Schedule, *,
+                     receives_ahead: int = RECEIVES_AHEAD) -> list[list[str]]:
     """:func:`comm_rows` as strings (``"0F3"``, ``"0SEND_F3"``): PyTorch's spelling."""
     return [[str(item) for item in row]
             for row in comm_rows(schedule, receives_ahead=receives_ahead)]

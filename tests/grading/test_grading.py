@@ -128,3 +128,15 @@ def test_ex07_1_first_to_blow_up(grade):
 def test_ex07_2_largest_stable_depth(grade):
     """Exercise 7.2: largest_stable_depth(step, num_microbatches) -> int."""
     grade("ex07_2")
+
+
+@pytest.mark.ex11_1
+def test_ex11_1_gpipe_comm_rows(grade):
+    """Exercise 11.1: gpipe_comm_rows(P, M) -> list[list[str]]."""
+    grade("ex11_1")
+
+
+@pytest.mark.ex11_2
+def test_ex11_2_utilization_from_trace(grade):
+    """Exercise 11.2: utilization_from_trace(entries, num_ranks) -> float."""
+    grade("ex11_2")
