@@ -26,7 +26,7 @@ ex06_2     ``delayed_gd_coefficients(alpha, lam, tau, m)``        ``characterist
 ex06_3     ``max_stable_step(tau, momentum) -> float``            roots + bisection (theory)
 ex07_1     ``first_to_blow_up(lr, sharpness, delays)``            largest spectral radius > 1
 ex07_2     ``largest_stable_depth(step, N) -> int``               stage 0's delay vs the bound
-ex11_1     ``gpipe_comm_rows(P, M) -> list[list[str]]``           ``comm_rows``, receives when needed
+ex11_1     ``gpipe_comm_rows(P, M) -> list[list[str]]``           ``comm_rows``, no receive ahead
 ex11_2     ``utilization_from_trace(entries, num_ranks)``         ``metrics(trace).utilization``
 =========  ====================================================  =============================
 
