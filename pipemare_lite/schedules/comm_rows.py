@@ -1,4 +1,4 @@
-"""Communication as rows: each rank's actions with its SENDs and RECVs in posting order (ch. 11).
+"""Communication as rows: each rank's actions with its SENDs and RECVs, in posting order.
 
 A schedule lists compute only (``F``, ``B``, ``I``, ``W``, ``U``). The distributed executor
 adds the point-to-point operations itself, by the rule of
@@ -22,7 +22,7 @@ here a receive is posted as late as rule 2 allows, plus ``receives_ahead``.
 ``tests/test_comm_rows.py`` checks the rows against what a real gloo run posted and against
 PyTorch's lowering.
 
-Torch-free.
+Introduced in chapter 11. Torch-free.
 """
 
 from __future__ import annotations
