@@ -249,8 +249,9 @@ def test_p2p_verbose_is_an_argument_and_prints_the_posts():
     from pipemare_lite.launch import launch
     from tests.dist_workers import verbose_gpipe_output
 
-    outputs = launch(verbose_gpipe_output, 2, timeout=120)
-    assert "[rank 0] post send activation of stage 0 microbatch 1" in outputs[0]
-    assert "[rank 1] received activation of stage 0 microbatch 0" in outputs[1]
-    assert "[rank 1] post send gradient of stage 1 microbatch 0" in outputs[1]
-    assert "[rank 0] post recv gradient of stage 1 microbatch 1" in outputs[0]
+    for via_env in (False, True):  # the argument, or the environment variable as before
+        outputs = launch(verbose_gpipe_output, 2, args=(via_env,), timeout=120)
+        assert "[rank 0] post send activation of stage 0 microbatch 1" in outputs[0]
+        assert "[rank 1] received activation of stage 0 microbatch 0" in outputs[1]
+        assert "[rank 1] post send gradient of stage 1 microbatch 0" in outputs[1]
+        assert "[rank 0] post recv gradient of stage 1 microbatch 1" in outputs[0]
