@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import os
 import threading
 import time
@@ -41,3 +44,32 @@ def _settled_os_threads(reads: int = 10, pause: float = 0.02) -> int | None:
         counts.append(len(os.listdir(tasks)))
         time.sleep(pause)
     return min(counts)
+
+
+def verbose_gpipe_output(info, via_env: bool = False) -> str:
+    """Run a tiny P=2 GPipe with ``p2p_verbose=True`` and the environment variable unset, or
+    (``via_env``) with the argument left at None and ``PIPEMARE_P2P_VERBOSE=1``; return what
+    this rank printed."""
+    import torch
+    import torch.nn.functional as F
+
+    from pipemare_lite.executor.dist import DistributedExecutor
+    from pipemare_lite.models import mlp
+    from pipemare_lite.partition import partition
+    from pipemare_lite.schedules import build_schedule
+
+    if via_env:
+        os.environ["PIPEMARE_P2P_VERBOSE"] = "1"
+    else:
+        os.environ.pop("PIPEMARE_P2P_VERBOSE", None)
+    schedule = build_schedule("gpipe", 2, 2)
+    stages = partition(mlp(in_features=4, hidden=4, depth=2, out_features=3, seed=0), 2)
+    data = [(torch.ones(2, 4), torch.zeros(2, dtype=torch.long)) for _ in range(2)]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), DistributedExecutor(
+        schedule, stages, loss_fn=F.cross_entropy,
+        optimizer_factory=functools.partial(torch.optim.SGD, lr=0.1), rank=info.rank,
+        board=info.board, p2p_verbose=None if via_env else True,
+    ) as executor:
+        executor.run(data)
+    return printed.getvalue()

@@ -192,6 +192,25 @@ def pick_for_budget(rows, budget_bytes):
     return max(fitting)[3] if fitting else None
 
 
+def gpipe_comm_rows(P, M):
+    # all forwards, then all backwards; a receive just before its action, a send just after
+    rows = []
+    for r in range(P):
+        row = []
+        for m in range(M):
+            row += [f"{r}RECV_F{m}"] * (r > 0) + [f"{r}F{m}"] + [f"{r}SEND_F{m}"] * (r < P - 1)
+        for m in range(M):
+            row += [f"{r}RECV_B{m}"] * (r < P - 1) + [f"{r}B{m}"] + [f"{r}SEND_B{m}"] * (r > 0)
+        rows.append(row + [f"{r}U0"])
+    return rows
+
+
+def utilization_from_trace(entries, num_ranks):
+    busy = sum(end - start for _rank, _action, start, end in entries)
+    makespan = max(e[3] for e in entries) - min(e[2] for e in entries)
+    return busy / (num_ranks * makespan)
+
+
 SOLUTIONS = {
     "ex00_1": gpipe_action_count,
     "ex01_1": naive_utilization,
@@ -215,6 +234,8 @@ SOLUTIONS = {
     "ex07_2": largest_stable_depth,
     "ex10_1": weight_memory_by_kind,
     "ex10_2": pick_for_budget,
+    "ex11_1": gpipe_comm_rows,
+    "ex11_2": utilization_from_trace,
 }
 
 # --- typical mistakes ---------------------------------------------------------------------
@@ -261,6 +282,11 @@ WRONG = {
     "ex10_2": lambda rows, budget: min(
         (r for r in rows if r["utilization"] is not None and r["device_peak"] <= budget),
         key=lambda r: r["device_peak"], default={"method": None})["method"],
+    # no update at the end of the row
+    "ex11_1": lambda P, M: [row[:-1] for row in gpipe_comm_rows(P, M)],
+    # busy time over the last end: the makespan measured from 0
+    "ex11_2": lambda entries, num_ranks: sum(e[3] - e[2] for e in entries) / (
+        num_ranks * max(e[3] for e in entries)),
 }
 
 
@@ -836,3 +862,76 @@ def test_chapter_10_cases_start_with_the_chapter_setting():
     picks = EXERCISES["ex10_2"].cases()
     answers = [EXERCISES["ex10_2"].reference(**c) for c in picks]
     assert None in answers and len({a for a in answers if a}) >= 3
+
+
+# --- chapter 11: real processes ------------------------------------------------------------
+
+
+def _receives_after(P, M):
+    rows = gpipe_comm_rows(P, M)
+    for row in rows:  # swap each receive with the action after it
+        i = 0
+        while i < len(row) - 1:
+            if "RECV" in row[i] and "_" not in row[i + 1]:
+                row[i], row[i + 1] = row[i + 1], row[i]
+                i += 1
+            i += 1
+    return rows
+
+
+def _mean_of_spans(entries, num_ranks):
+    shares = []
+    for rank in range(num_ranks):
+        mine = [e for e in entries if e[0] == rank]
+        busy = sum(e[3] - e[2] for e in mine)
+        shares.append(busy / (max(e[3] for e in mine) - min(e[2] for e in mine)))
+    return sum(shares) / num_ranks
+
+
+def test_chapter_11_known_mistakes_are_named():
+    named = {
+        "ex11_1": (_receives_after, "after the action"),
+        "ex11_2": (_mean_of_spans, "own span"),
+    }
+    for exercise_id, (answer, words) in named.items():
+        message = run_checks(exercise_id, answer).message
+        assert "A known mistake:" in message and words in message, message
+
+
+def test_chapter_11_answers_that_call_the_engine_are_rejected():
+    from pipemare_lite.schedules.comm_rows import comm_row_strings, comm_rows
+    from pipemare_lite.simulate import metrics
+
+    def rows_by_engine(P, M):
+        return [[str(x) for x in row]
+                for row in comm_rows(build_schedule("gpipe", P, M), receives_ahead=0)]
+
+    def by_metrics(entries, num_ranks):
+        from pipemare_lite.executor.utilization import measured_costs  # noqa: F401
+        from pipemare_lite.schedules.actions import Action
+        from pipemare_lite.timeline import TimedAction, Timeline
+
+        timed = tuple(TimedAction(r, Action.parse(a), s, e) for r, a, s, e in entries)
+        return metrics(Timeline(build_schedule("naive", num_ranks, 1), timed)).utilization
+
+    wrappers = {
+        "ex11_1": [rows_by_engine,
+                   lambda P, M: comm_row_strings(build_schedule("gpipe", P, M), receives_ahead=0)],
+        "ex11_2": [by_metrics],
+    }
+    for exercise_id, answers in wrappers.items():
+        for answer in answers:
+            result = run_checks(exercise_id, answer)
+            assert result.status == "failed", result.message
+            assert "uses the engine's" in result.message
+
+
+def test_chapter_11_cases_cover_the_edges_and_travel():
+    import pickle
+
+    rows = EXERCISES["ex11_1"].cases()
+    assert rows[0] == {"P": 2, "M": 4} and {"P": 1, "M": 3} in rows
+    traces = EXERCISES["ex11_2"].cases()
+    assert all(min(e[2] for e in c["entries"]) > 0 for c in traces)  # never from 0
+    assert {c["num_ranks"] for c in traces} >= {1, 2, 4}
+    assert pickle.loads(pickle.dumps(traces)) == traces

@@ -15,6 +15,8 @@ TORCH_FREE = [
     "pipemare_lite.schedules",
     "pipemare_lite.schedules.io",
     "pipemare_lite.schedules.torch_notation",
+    "pipemare_lite.schedules.comm_plan",
+    "pipemare_lite.schedules.comm_rows",
     "pipemare_lite.simulate",
     "pipemare_lite.formulas",
     "pipemare_lite.timeline",

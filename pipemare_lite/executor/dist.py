@@ -71,6 +71,7 @@ from pipemare_lite.executor.stage import BYTE_KINDS, StageWorker
 from pipemare_lite.executor.transport import (
     ACTIVATION,
     GRADIENT,
+    RECEIVES_AHEAD,  # receives each rank posts per peer before it needs them
     Message,
     P2PTransport,
     plan_communication,
@@ -86,8 +87,6 @@ from pipemare_lite.schedules.actions import (
 )
 from pipemare_lite.timeline import TimedAction, Timeline
 
-#: Receives each rank posts per peer before it needs them (see :class:`P2PTransport`).
-RECEIVES_AHEAD = 2
 #: Kinds of :class:`Fault`.
 FAULT_KINDS = ("raise", "kill", "hang")
 
@@ -145,6 +144,9 @@ class RankResult:
         gradients: ``{stage: [[grad of each parameter] per update]}`` when recorded.
         peak_bytes: ``{stage: {kind: bytes}}`` when tracked.
         wait_seconds: total time this rank spent waiting for messages.
+        posted: with ``record_posts``, this rank's actions and the point-to-point
+            operations its transport posted, in order, spelled as
+            :func:`pipemare_lite.schedules.comm_rows.comm_row_strings` spells them.
     """
 
     rank: int
@@ -161,6 +163,7 @@ class RankResult:
     wait_seconds: float = 0.0
     group_learning_rates: dict = field(default_factory=dict)
     update_norms: dict = field(default_factory=dict)
+    posted: list = field(default_factory=list)
 
 
 @dataclass
@@ -172,11 +175,15 @@ class DistRunResult(RunResult):
         gradients: ``gradients[stage][k]`` the parameter gradients applied by update k
             (when ``record_gradients=True``).
         rank_results: the raw :class:`RankResult` of each rank.
+        posted: ``posted[rank]`` the rank's actions and posted operations, in order (when
+            ``record_posts=True``; compare with
+            :func:`pipemare_lite.schedules.comm_rows.comm_row_strings`).
     """
 
     state_dicts: list = field(default_factory=list)
     gradients: list = field(default_factory=list)
     rank_results: list = field(default_factory=list)
+    posted: list = field(default_factory=list)
 
 
 def _synchronize(device: torch.device) -> None:
@@ -262,6 +269,12 @@ class DistributedExecutor:
         record_gradients: keep a copy of the gradients each update applies.
         track_bytes: record each stage's peak bytes by kind (costs time per action).
         fault: a :class:`Fault` to inject (tests, chapter 11).
+        p2p_verbose: print every send and receive this rank posts and every receive it
+            completes (the communication's text trace, on the process's stdout); None: on
+            when the environment variable ``PIPEMARE_P2P_VERBOSE`` is ``1``.
+        record_posts: keep the order of actions and posted operations in
+            :attr:`RankResult.posted` (chapter 11 compares it with
+            :func:`pipemare_lite.schedules.comm_rows.comm_rows`).
 
     Use it as a context manager (``with DistributedExecutor(...) as executor:``) or call
     :meth:`close`: the helper threads of its waits end with the job. It creates no process
@@ -284,6 +297,8 @@ class DistributedExecutor:
         record_gradients: bool = False,
         track_bytes: bool = False,
         fault: Fault | None = None,
+        p2p_verbose: bool | None = None,
+        record_posts: bool = False,
     ) -> None:
         if not dist.is_initialized():
             raise RuntimeError("DistributedExecutor needs an initialized process group "
@@ -318,6 +333,10 @@ class DistributedExecutor:
         self.record_gradients = record_gradients
         self.track_bytes = track_bytes
         self.fault = fault if fault is not None and fault.rank == self.rank else None
+        if p2p_verbose is None:
+            p2p_verbose = os.environ.get("PIPEMARE_P2P_VERBOSE") == "1"
+        self.p2p_verbose = p2p_verbose
+        self.posted: list | None = [] if record_posts else None
         self.plan = plan_communication(schedule)
         self.wait_seconds = 0.0
         self.position = 0  # next action of this rank's row
@@ -432,7 +451,7 @@ class DistributedExecutor:
             waiter=_TimedWaiter(self, polling=self.backend != "gloo"),
             use_tags=self.backend == "gloo",
             receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
-            verbose=os.environ.get("PIPEMARE_P2P_VERBOSE") == "1",
+            verbose=self.p2p_verbose, posted=self.posted,
         )
 
     def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None) -> RankResult:
@@ -459,6 +478,7 @@ class DistributedExecutor:
         entries, versions = [], {}
         grads = {s: [] for s in self.stages}
         peaks = {s: dict.fromkeys(BYTE_KINDS, 0) for s in self.stages}
+        first_post = len(self.posted) if self.posted is not None else 0
 
         def done() -> bool:
             if stop_after_updates is None:
@@ -513,6 +533,8 @@ class DistributedExecutor:
                 worker.update()
             _synchronize(self.device)
             end = time.perf_counter()
+            if self.posted is not None:
+                self.posted.append(str(action))  # between its receives and its send
             if send is not None:
                 transport.send(*send)
             self.position += 1
@@ -526,7 +548,8 @@ class DistributedExecutor:
             transport.close()
         else:
             self.board.at(self.position, len(row), _upcoming(row, self.position), "between runs")
-        return self._result(entries, versions, grads, peaks)
+        posted = self.posted[first_post:] if self.posted is not None else []
+        return self._result(entries, versions, grads, peaks, posted)
 
     def _check_uniform(self, x, m: int) -> None:
         if self._uniform and (tuple(x.shape), x.dtype) != self._first_meta:
@@ -543,7 +566,7 @@ class DistributedExecutor:
             return worker.versions.version - 1
         return worker.backward_versions[action.index]
 
-    def _result(self, entries, versions, grads, peaks) -> RankResult:
+    def _result(self, entries, versions, grads, peaks, posted) -> RankResult:
         fwd, bwd, dis, rates, states, group_rates, norms = {}, {}, {}, {}, {}, {}, {}
         losses = {}
         for s, w in self.workers.items():
@@ -561,7 +584,7 @@ class DistributedExecutor:
             self.rank, entries, losses, versions, fwd, bwd, dis, rates, states,
             gradients=grads if self.record_gradients else {},
             peak_bytes=peaks if self.track_bytes else {}, wait_seconds=self.wait_seconds,
-            group_learning_rates=group_rates, update_norms=norms,
+            group_learning_rates=group_rates, update_norms=norms, posted=list(posted),
         )
 
 
@@ -624,7 +647,7 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     return DistRunResult(
         list(by_mb.values()), by_mb, trace, fwd, bwd, dis, rates, peaks,
         group_learning_rates=group_rates, update_norms=norms, state_dicts=states,
-        gradients=grads, rank_results=list(by_rank),
+        gradients=grads, rank_results=list(by_rank), posted=[r.posted for r in by_rank],
     )
 
 
@@ -652,6 +675,8 @@ class DistJob:
     record_gradients: bool = False
     track_bytes: bool = False
     fault: Fault | None = None
+    p2p_verbose: bool | None = None
+    record_posts: bool = False
 
 
 @dataclass(frozen=True)
@@ -686,6 +711,7 @@ def dist_worker(info, jobs: Sequence[DistJob]) -> list[RankResult]:
             lr_scheduler_factory=job.lr_scheduler_factory, rank=info.rank, device=info.device,
             board=info.board, op_timeout=info.op_timeout,
             record_gradients=job.record_gradients, track_bytes=job.track_bytes, fault=job.fault,
+            p2p_verbose=job.p2p_verbose, record_posts=job.record_posts,
         ) as executor:
             results.append(executor.run(job.microbatches))
     return results
@@ -716,13 +742,16 @@ def run_distributed(schedule: Schedule, stages: Callable[[], Sequence[nn.Module]
                     method_options: MethodOptions | None = None,
                     lr_scheduler_factory: Callable | None = None,
                     record_gradients: bool = False, track_bytes: bool = False,
-                    fault: Fault | None = None, **launch_kwargs) -> DistRunResult:
+                    fault: Fault | None = None, p2p_verbose: bool | None = None,
+                    record_posts: bool = False, **launch_kwargs) -> DistRunResult:
     """Run ``schedule`` with one process per rank and return the gathered result (chapter 11).
 
     The distributed twin of ``LocalExecutor(schedule, stages(), ...).run(microbatches)``:
     same losses, versions and final weights, bitwise on CPU. See :class:`DistJob` for what
-    must be picklable.
+    must be picklable; ``p2p_verbose`` and ``record_posts`` are
+    :class:`DistributedExecutor`'s.
     """
     job = DistJob(schedule, stages, microbatches, loss_fn, optimizer_factory, method_options,
-                  lr_scheduler_factory, record_gradients, track_bytes, fault)
+                  lr_scheduler_factory, record_gradients, track_bytes, fault, p2p_verbose,
+                  record_posts)
     return run_distributed_jobs([job], **launch_kwargs)[0]

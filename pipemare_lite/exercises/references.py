@@ -205,3 +205,28 @@ def method_for_budget(rows: list[dict], budget_bytes: float) -> str | None:
                          None if r["utilization"] is not None else "not possible")
              for r in rows]
     return pick_method(table, budget_bytes)
+
+
+# --- chapter 11: real processes -----------------------------------------------------------
+
+
+def gpipe_just_in_time_rows(P: int, M: int) -> list[list[str]]:
+    """The engine's comm rows of GPipe with receives posted only when needed."""
+    from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.schedules.comm_rows import comm_row_strings
+
+    return comm_row_strings(build_schedule("gpipe", P, M), receives_ahead=0)
+
+
+def trace_utilization(entries: list, num_ranks: int) -> float:
+    """``metrics(trace).utilization`` of a trace given as ``[rank, action, start, end]`` rows."""
+    from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.schedules.actions import Action
+    from pipemare_lite.simulate import metrics
+    from pipemare_lite.timeline import TimedAction, Timeline
+
+    # metrics reads the number of ranks (and whether backwards are split) off the schedule
+    carrier = build_schedule("naive", num_ranks, 1)
+    timed = tuple(TimedAction(rank, Action.parse(action), start, end)
+                  for rank, action, start, end in entries)
+    return metrics(Timeline(carrier, timed, unit="s", source="measured")).utilization

@@ -28,6 +28,8 @@ ex07_1     ``first_to_blow_up(lr, sharpness, delays)``            largest spectr
 ex07_2     ``largest_stable_depth(step, N) -> int``               stage 0's delay vs the bound
 ex10_1     ``weight_memory_by_kind(method, param_bytes, N, opt)``  memory model, long run
 ex10_2     ``pick_for_budget(rows, budget_bytes) -> str | None``  ``tradeoff.pick_method``
+ex11_1     ``gpipe_comm_rows(P, M) -> list[list[str]]``           ``comm_rows``, no receive ahead
+ex11_2     ``utilization_from_trace(entries, num_ranks)``         ``metrics(trace).utilization``
 =========  ====================================================  =============================
 
 Rows are one list per rank of action strings ``{stage}{F|B}{microbatch}`` (``"2F0"``,
@@ -37,13 +39,13 @@ import the engine only when a check runs (ex05_1, on real tensors, then imports 
 
 from __future__ import annotations
 
-from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch10
+from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch10, ch11
 from pipemare_lite.exercises.exercise import Exercise
 
 #: exercise id -> :class:`Exercise`, in book order.
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
-    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch10)
+    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch10, ch11)
     for exercise in module.EXERCISES
 }
 

@@ -10,7 +10,9 @@
   and every stage on the stability map (twin: :func:`granularity_explorer_static`);
 - :func:`tradeoff_explorer` (chapter 10): P, N, a memory budget and the methods whose
   quality is accepted -> every method's busiest device and the pick (twin:
-  :func:`tradeoff_explorer_static`).
+  :func:`tradeoff_explorer_static`);
+- :func:`trace_explorer` (chapter 11): a measured run and the simulator fed its costs ->
+  both Gantt charts and utilization per rank (twin: :func:`trace_explorer_static`).
 
 Each returns an ``ipywidgets.VBox`` with ``controls`` (name -> control widget) and
 ``update()``. The HTML book has no kernel, so each explorer has a static twin,
@@ -31,6 +33,11 @@ from pipemare_lite.widgets.static import (
     schedule_explorer_static,
     stability_explorer_static,
     staleness_explorer_static,
+)
+from pipemare_lite.widgets.trace_explorer import (
+    TraceExplorer,
+    trace_explorer,
+    trace_explorer_static,
 )
 from pipemare_lite.widgets.tradeoff_explorer import (
     TradeoffExplorer,
@@ -54,4 +61,7 @@ __all__ = [
     "tradeoff_explorer",
     "tradeoff_explorer_static",
     "TradeoffExplorer",
+    "trace_explorer",
+    "trace_explorer_static",
+    "TraceExplorer",
 ]

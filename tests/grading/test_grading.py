@@ -140,3 +140,15 @@ def test_ex10_1_weight_memory_by_kind(grade):
 def test_ex10_2_pick_for_budget(grade):
     """Exercise 10.2: pick_for_budget(rows, budget_bytes) -> str | None."""
     grade("ex10_2")
+
+
+@pytest.mark.ex11_1
+def test_ex11_1_gpipe_comm_rows(grade):
+    """Exercise 11.1: gpipe_comm_rows(P, M) -> list[list[str]]."""
+    grade("ex11_1")
+
+
+@pytest.mark.ex11_2
+def test_ex11_2_utilization_from_trace(grade):
+    """Exercise 11.2: utilization_from_trace(entries, num_ranks) -> float."""
+    grade("ex11_2")

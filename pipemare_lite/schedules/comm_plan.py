@@ -1,0 +1,217 @@
+"""The messages of a schedule and the order each rank posts them: pure bookkeeping (chapter 11).
+
+Torch-free, so the communication of any schedule can be planned, printed
+(:mod:`pipemare_lite.schedules.comm_rows`) and checked without processes. The transport
+that sends the tensors, and the argument for why this order cannot deadlock, are in
+:mod:`pipemare_lite.executor.transport`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipemare_lite.schedules.actions import Schedule
+
+#: Receives each rank posts per peer before it needs them (see :meth:`PostingOrder.receives_ahead`).
+RECEIVES_AHEAD = 2
+ACTIVATION, GRADIENT = "activation", "gradient"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One tensor from one rank to another.
+
+    Attributes:
+        kind: ``"activation"`` (output of ``F(stage, m)``) or ``"gradient"`` (gradient with
+            respect to the input of ``stage``, from ``B``/``I(stage, m)``).
+        stage: the virtual stage that produces it.
+        microbatch: the (global) microbatch index.
+        src, dst: sending and receiving rank.
+        seq: position in the global message order (also the gloo tag).
+    """
+
+    kind: str
+    stage: int
+    microbatch: int
+    src: int
+    dst: int
+    seq: int
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """``(kind, stage, microbatch)``: unique within a schedule."""
+        return (self.kind, self.stage, self.microbatch)
+
+    @property
+    def consumer_stage(self) -> int:
+        """The stage that uses it: stage+1 for an activation, stage-1 for a gradient."""
+        return self.stage + 1 if self.kind == ACTIVATION else self.stage - 1
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind} of stage {self.stage} microbatch {self.microbatch} "
+            f"(rank {self.src} -> rank {self.dst}, seq {self.seq})"
+        )
+
+
+@dataclass
+class CommPlan:
+    """Who sends what to whom, derived from a schedule (see the module docstring).
+
+    Attributes:
+        schedule: the schedule.
+        messages: ``key -> Message`` for every tensor that leaves a stage.
+        produces: ``(rank, position) -> messages`` the action there produces.
+        consumes: ``(rank, position) -> messages`` the action there needs.
+        pair_order: ``(rank, peer) -> messages`` between the two ranks (both directions),
+            in ``seq`` order; identical for ``(a, b)`` and ``(b, a)``.
+    """
+
+    schedule: Schedule
+    messages: dict
+    produces: dict
+    consumes: dict
+    pair_order: dict
+
+    def sends_of(self, rank: int) -> list[Message]:
+        """Messages ``rank`` sends to another rank, in seq order."""
+        return sorted(
+            (m for m in self.messages.values() if m.src == rank and m.dst != rank),
+            key=lambda m: m.seq,
+        )
+
+    def recvs_of(self, rank: int) -> list[Message]:
+        """Messages ``rank`` receives from another rank, in seq order."""
+        return sorted(
+            (m for m in self.messages.values() if m.dst == rank and m.src != rank),
+            key=lambda m: m.seq,
+        )
+
+
+def _produced(schedule: Schedule, stage: int, kind: str, index: int, split: bool):
+    """Keys of the messages an action produces (none for W and U)."""
+    last = schedule.num_virtual_stages - 1
+    if kind == "F" and stage < last:
+        return [(ACTIVATION, stage, index)]
+    if kind == ("I" if split else "B") and stage > 0:
+        return [(GRADIENT, stage, index)]
+    return []
+
+
+def _consumed(schedule: Schedule, stage: int, kind: str, index: int, split: bool):
+    """Keys of the messages an action needs (an I/B needs the next stage's gradient)."""
+    last = schedule.num_virtual_stages - 1
+    if kind == "F" and stage > 0:
+        return [(ACTIVATION, stage - 1, index)]
+    if kind == ("I" if split else "B") and stage < last:
+        return [(GRADIENT, stage + 1, index)]
+    return []
+
+
+def plan_communication(schedule: Schedule) -> CommPlan:
+    """Derive every message of ``schedule`` with its global ``seq`` (introduced in chapter 11).
+
+    Raises:
+        pipemare_lite.schedules.validate.ScheduleError: the schedule deadlocks (the report
+            names the stuck actions) or a message is consumed but never produced.
+    """
+    from pipemare_lite.schedules.validate import ScheduleError, execution_order
+
+    split = schedule.split_backward
+    messages: dict = {}
+    produces: dict = {}
+    consumes: dict = {}
+    for rank, position in execution_order(schedule):
+        action = schedule.ranks[rank][position]
+        made = []
+        for kind, stage, mb in _produced(schedule, action.stage, action.kind, action.index, split):
+            key = (kind, stage, mb)
+            if key in messages:
+                raise ScheduleError(f"{action} on rank {rank} produces {kind} {key} twice")
+            dst_stage = stage + 1 if kind == ACTIVATION else stage - 1
+            message = Message(
+                kind, stage, mb, rank, schedule.rank_of(dst_stage), seq=len(messages)
+            )
+            messages[key] = message
+            made.append(message)
+        if made:
+            produces[(rank, position)] = made
+    for rank, position, action in schedule.actions():
+        keys = _consumed(schedule, action.stage, action.kind, action.index, split)
+        needed = []
+        for key in keys:
+            if key not in messages:
+                raise ScheduleError(
+                    f"{action} on rank {rank} needs {key}, which no action produces"
+                )
+            needed.append(messages[key])
+        if needed:
+            consumes[(rank, position)] = needed
+    pair_order: dict = {}
+    for message in sorted(messages.values(), key=lambda m: m.seq):
+        if message.src == message.dst:
+            continue
+        pair_order.setdefault((message.src, message.dst), []).append(message)
+        pair_order.setdefault((message.dst, message.src), []).append(message)
+    return CommPlan(schedule, messages, produces, consumes, pair_order)
+
+
+class PostingOrder:
+    """Rule 2 of the module docstring for one rank, without any tensors (pure bookkeeping).
+
+    :meth:`to_post_for` says which operations must be posted, in order, so that message
+    ``m`` can be sent or waited for. Shared by :class:`P2PTransport` and the tests' model of
+    an in-order (NCCL-like) network.
+    """
+
+    def __init__(self, plan: CommPlan, rank: int) -> None:
+        self.plan = plan
+        self.rank = rank
+        self.cursor = {peer: 0 for (r, peer) in plan.pair_order if r == rank}
+        self.posted: set = set()
+
+    def to_post_for(self, message: Message) -> list[Message]:
+        """Operations to post now (in order) so that ``message``'s own operation is posted.
+
+        Empty when ``message`` is already posted (a receive posted early). Raises
+        RuntimeError if a *send* would have to be posted out of its own action's turn:
+        that would mean the plan does not follow this rank's action order.
+        """
+        if message.key in self.posted:
+            return []
+        peer = message.dst if message.src == self.rank else message.src
+        order = self.plan.pair_order[(self.rank, peer)]
+        start = self.cursor[peer]
+        todo = []
+        for i in range(start, len(order)):
+            op = order[i]
+            if op.src == self.rank and op is not message:
+                raise RuntimeError(
+                    f"rank {self.rank}: posting {message} needs the earlier send {op} first, "
+                    "but that send has not been produced yet (plan does not match the schedule)"
+                )
+            todo.append(op)
+            if op is message:
+                self.cursor[peer] = i + 1
+                for posted in todo:
+                    self.posted.add(posted.key)
+                return todo
+        raise RuntimeError(f"rank {self.rank}: {message} is not in the plan for pair {peer}")
+
+    def receives_ahead(self, limit: int) -> list[Message]:
+        """Up to ``limit`` receives per peer that may be posted now, ahead of need.
+
+        Only the receives next in a pair's order, before this rank's next send on that
+        pair: posting them keeps both ranks' per-pair order (rule 2), and the data of a
+        message can then arrive while this rank still computes.
+        """
+        todo = []
+        for peer, start in self.cursor.items():
+            order = self.plan.pair_order[(self.rank, peer)]
+            i = start
+            while i < len(order) and i - start < limit and order[i].dst == self.rank:
+                todo.append(order[i])
+                self.posted.add(order[i].key)
+                i += 1
+            self.cursor[peer] = i
+        return todo
