@@ -55,7 +55,8 @@ def from_rows(
     each stage gets one update per minibatch, placed right after that stage's last gradient
     of the minibatch, which is where a flushed schedule puts it). ``num_microbatches`` may be
     None when the rows hold updates: it is then the number of gradients before stage 0's
-    first update. ``weight_mode`` None derives it (see the module's docstring).
+    first update, or, without updates, every microbatch the rows name (one minibatch).
+    ``weight_mode`` None derives it (see the module's docstring).
     """
     ranks = []
     for r, row in enumerate(rows):
@@ -95,17 +96,17 @@ def from_rows(
         if unflushed is not None:
             raise ScheduleError(
                 f"schedule {name!r} does not flush ({unflushed}), so what its backwards "
-                "read is ambiguous: declare weight_mode 'stash' (PipeDream: B uses the copy "
+                "read is ambiguous: declare weight_mode (--weight-mode) 'stash' (PipeDream: B uses the copy "
                 "stashed at F), '2bw' or 'async' (no stash: B uses the current weights)"
             )
     return validate(schedule)
 
 
 def _infer_microbatches(ranks, has_updates: bool) -> int:
-    """Gradients of stage 0 before its first update: the microbatches per minibatch."""
+    """Gradients of stage 0 before its first update: the microbatches per minibatch; rows
+    without updates are one minibatch (every microbatch they name)."""
     if not has_updates:
-        raise ScheduleError("the rows hold no updates (U), so num_microbatches cannot be "
-                            "inferred; give num_microbatches (an integer >= 1)")
+        return max(1 + max((a.index for row in ranks for a in row), default=-1), 1)
     split = any(a.kind == "I" for row in ranks for a in row)
     grad = "W" if split else "B"
     row = next((row for row in ranks if any(a.stage == 0 for a in row)), [])
