@@ -301,6 +301,8 @@ def launch(
         ``[result of rank 0, result of rank 1, ...]``.
 
     Raises:
+        MainGuardError: called at the top level of a script, outside
+            ``if __name__ == "__main__":`` (:mod:`pipemare_lite.main_guard`).
         LaunchError: a rank raised, died or timed out; the message names it and lists every
             rank's last position in its schedule. No child is alive when it is raised.
     """
@@ -308,10 +310,13 @@ def launch(
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     if timeout <= 0 or op_timeout <= 0:
         raise ValueError(f"timeouts must be > 0, got timeout={timeout}, op_timeout={op_timeout}")
+    from pipemare_lite.main_guard import check_main_guard
+
+    ctx = _context(start_method)
+    check_main_guard("launch()", ctx.get_start_method())  # before any child re-imports
     import torch.distributed as dist
 
     backend = choose_backend(world_size, backend)
-    ctx = _context(start_method)
     listener = _listen(master_addr)
     port = listener.getsockname()[1]
     store = dist.TCPStore(

@@ -485,9 +485,6 @@ class _TrainingRun:
         else:  # a registered or hand-written schedule (pipemare_lite.run_schedule)
             schedule = run_schedule.schedule_for_run(schedule, num_stages, n, self.total_steps,
                                                      chunks, config["warmup"])
-        if len(model) < num_stages * chunks:
-            raise ValueError(f"schedule {schedule.name!r} has {num_stages * chunks} stages but "
-                             f"the model has only {len(model)} layers to split among them")
         self.stages = partition(model, num_stages * chunks, balance=balance)
         engine_options = dict(
             loss_fn=loss_fn or classification_loss,

@@ -90,8 +90,13 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
         if not isinstance(made, Schedule):
             from pipemare_lite.schedules.io import from_rows
 
-            return from_rows(made, name=name, num_microbatches=M, chunks=v,
-                             weight_mode=weight_mode, num_minibatches=K, warmup_minibatches=W)
+            try:
+                return from_rows(made, name=name, num_microbatches=M, chunks=v,
+                                 weight_mode=weight_mode, num_minibatches=K,
+                                 warmup_minibatches=W)
+            except ScheduleError as exc:
+                raise ScheduleError(f"schedule builder {name!r} (asked for P={P}, M={M}, "
+                                    f"K={K}, v={v}, W={W}): {exc}") from None
         if made.name != name:
             raise ScheduleError(f"schedule builder {name!r} returned a schedule named "
                                 f"{made.name!r}; name it {name!r}")
