@@ -72,6 +72,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from pipemare_lite import run_schedule
 from pipemare_lite.checkpoint import (
     decode_state,
     encode_state,
@@ -99,7 +100,6 @@ from pipemare_lite.optimizers import (
     make_optimizer_factory,
     with_grad_clipping,
 )
-from pipemare_lite import run_schedule
 from pipemare_lite.partition import partition
 
 __all__ = [  # fit and what it uses, wherever it lives
@@ -480,8 +480,8 @@ class _TrainingRun:
         )
         chunks = config["chunks"]
         if schedule is None:
-            schedule = build_method_schedule(method, num_stages, n, num_minibatches=self.total_steps,
-                                             chunks=chunks, options=options)
+            schedule = build_method_schedule(method, num_stages, n, chunks=chunks,
+                                             num_minibatches=self.total_steps, options=options)
         else:  # a registered or hand-written schedule (pipemare_lite.run_schedule)
             schedule = run_schedule.schedule_for_run(schedule, num_stages, n, self.total_steps,
                                                      chunks, config["warmup"])

@@ -175,7 +175,8 @@ def test_cli_trains_and_simulates_a_csv_schedule(tmp_path, capsys):
     assert "give --method (a pipeline method) or --schedule" in capsys.readouterr().err
     assert main(["schedule", "--from", str(EXAMPLE)]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("custom: P=2 stages, M=4 microbatches, K=1 minibatches, weight mode sync")
+    assert text.startswith(
+        "custom: P=2 stages, M=4 microbatches, K=1 minibatches, weight mode sync")
     assert "rank 1  | .  F0 B0 -- F1 B1" in text
     bad = tmp_path / "bad.txt"
     bad.write_text("0F0")

@@ -17,7 +17,8 @@ from pipemare_lite.launch import launch, ping
 
 
 def test_guarded_lines_find_the_main_block():
-    source = "x = 1\nif __name__ == '__main__':\n    run()\n    more()\nif '__main__' == __name__:\n    y()\n"
+    source = ("x = 1\nif __name__ == '__main__':\n    run()\n    more()\n"
+              "if '__main__' == __name__:\n    y()\n")
     assert guarded_lines(source) == [range(2, 5), range(5, 7)]
     assert guarded_lines("if __name__ != '__main__':\n    run()\n") == []
 

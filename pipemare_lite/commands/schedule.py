@@ -34,8 +34,8 @@ import json
 import math
 
 from pipemare_lite.schedules import ALIASES, WEIGHT_MODES, Schedule, build_schedule
-from pipemare_lite.schedules.registry import is_asynchronous, schedule_names
 from pipemare_lite.schedules.io import to_csv
+from pipemare_lite.schedules.registry import is_asynchronous, schedule_names
 from pipemare_lite.schedules.torch_notation import to_torch_csv
 from pipemare_lite.simulate import OpCosts, ScheduleMetrics, simulate_and_measure
 from pipemare_lite.staleness import stage_delays, steady_state_minibatches

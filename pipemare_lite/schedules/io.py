@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-
 from pathlib import Path
 
 from pipemare_lite.schedules.actions import Action, Schedule
@@ -96,8 +95,9 @@ def from_rows(
         if unflushed is not None:
             raise ScheduleError(
                 f"schedule {name!r} does not flush ({unflushed}), so what its backwards "
-                "read is ambiguous: declare weight_mode (--weight-mode) 'stash' (PipeDream: B uses the copy "
-                "stashed at F), '2bw' or 'async' (no stash: B uses the current weights)"
+                "read is ambiguous: declare weight_mode (--weight-mode) 'stash' (PipeDream: "
+                "B uses the copy stashed at F), '2bw' or 'async' (no stash: B uses the "
+                "current weights)"
             )
     return validate(schedule)
 
