@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipemare_lite.executor import faults
+from pipemare_lite.executor import faults, under_torchrun
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
 ABORT_GRACE = 5.0
@@ -525,7 +525,9 @@ def init_from_env(
         store = connect()
     except Exception:  # no side channel: per-operation timeouts still apply
         store = None
-    board = faults.StatusBoard(rank, world_size, store, store_factory=connect).start()
+    board = faults.StatusBoard(rank, world_size, store, store_factory=connect)
+    under_torchrun.install(board)  # quiet, readable exits when the agent stops us or dies
+    board.start()
     global _CURRENT
     _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout)
     # Tear down before the interpreter does: a watchdog thread still inside a store call, or

@@ -1,4 +1,4 @@
-"""Which schedule a :func:`~pipemare_lite.train.fit` run executes (docs/write-a-schedule.md).
+"""Which schedule a ``fit()`` run executes (chapter 07; docs/write-a-schedule.md).
 
 Three ways to say it:
 

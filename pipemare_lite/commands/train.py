@@ -413,10 +413,27 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     args = parser.parse_args(argv)
+    return _run_reporting_faults(args, "pipemare_lite.train")
+
+
+def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
+    """:func:`run_from_args`; bad input exits 2 with a message, and a distributed rank's
+    pipeline failure exits 1 with a message and every rank's position (a bug keeps its
+    traceback). See :mod:`pipemare_lite.executor.under_torchrun`."""
+    from pipemare_lite.executor.faults import PipelineFault
+
     try:
-        return run_from_args(args, prog="pipemare_lite.train")
+        return run_from_args(args, prog=prog)
+    except PipelineFault as exc:
+        from pipemare_lite.executor.under_torchrun import failure_report
+
+        report = failure_report(exc)
+        if report is None:
+            raise
+        print(f"{prog}: {report}", file=sys.stderr)
+        return 1
     except INPUT_ERRORS as exc:  # bad input only: a bug keeps its traceback
-        print(f"pipemare_lite.train: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
 
 

@@ -227,6 +227,8 @@ class StatusBoard:
         self.store = store
         self._store_factory = store_factory or (lambda: store)
         self.launcher_pid = launcher_pid
+        self.launcher_name = "the launcher"  # as the exit message names it
+        self.launcher_is_parent = False  # then a re-parented process means it is gone
         self.exit_grace = exit_grace
         self.position = Position(rank)
         self.abort_reason: str | None = None
@@ -298,8 +300,17 @@ class StatusBoard:
         published = None
         abort_seen_at = None
         while not self._stop.wait(PUBLISH_INTERVAL):
-            if self.launcher_pid is not None and not _pid_alive(self.launcher_pid):
-                os._exit(3)  # the launcher is gone: nobody will collect our result
+            if self.launcher_pid is not None and (
+                not _pid_alive(self.launcher_pid)
+                or self.launcher_is_parent and os.getppid() != self.launcher_pid
+            ):
+                # the launcher is gone: nobody will collect our result, and its store is
+                # gone too (each failed call would print a C++ stack trace): one line, exit
+                line = (f"rank {self.rank}: {self.launcher_name} (pid {self.launcher_pid}) "
+                        f"is gone; stopping ({self.position.describe()})\n")
+                with contextlib.suppress(OSError):
+                    os.write(2, line.encode())
+                os._exit(3)
             if store is None:
                 continue
             try:

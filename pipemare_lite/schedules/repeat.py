@@ -1,4 +1,4 @@
-"""A schedule for a whole run from a one-minibatch pattern (docs/write-a-schedule.md).
+"""A whole run from a one-minibatch pattern (chapter 07's fit; docs/write-a-schedule.md).
 
 A hand-written schedule is usually one minibatch: each rank's forwards, backwards and its
 update. :func:`repeat_schedule` lays that pattern out K times, minibatch k's microbatch
