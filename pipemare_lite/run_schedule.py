@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.io import SCHEDULE_SUFFIXES, load_schedule, to_csv
-from pipemare_lite.schedules.registry import BUILDERS, build_schedule, schedule_names
+from pipemare_lite.schedules.registry import ALIASES, BUILDERS, build_schedule, schedule_names
 from pipemare_lite.schedules.repeat import schedule_for_steps
 
 
@@ -62,10 +62,11 @@ def resolve(schedule, weight_mode: str | None = None, method: str | None = None
     if isinstance(schedule, Schedule):
         return ScheduleChoice(label=_label(schedule), given=schedule,
                               weight_mode=schedule.weight_mode)
-    if isinstance(schedule, str) and schedule in BUILDERS:
+    if isinstance(schedule, str) and ALIASES.get(schedule, schedule) in BUILDERS:
         from pipemare_lite.schedules.validate import weight_mode_of
 
-        return ScheduleChoice(label=schedule, name=schedule, weight_mode=weight_mode_of(schedule))
+        mode = weight_mode_of(ALIASES.get(schedule, schedule))
+        return ScheduleChoice(label=schedule, name=schedule, weight_mode=mode)
     if isinstance(schedule, (str, os.PathLike)) and \
             str(schedule).lower().endswith(SCHEDULE_SUFFIXES):
         loaded = load_schedule(schedule, weight_mode=weight_mode)

@@ -98,6 +98,6 @@ def test_a_killed_agent_ends_every_rank_quietly(tmp_path):
             assert f"rank {rank}: torchrun's agent (pid {agent.pid}) is gone; stopping" in err
         # at most the one store call each rank had in flight prints a C++ trace
         assert err.count("Exception raised from") <= 2, err[-3000:]
-        assert err.count("Broken pipe") == 0
+        assert err.count("Broken pipe") <= 2  # it was ~190 in 10 s
     finally:
         end_all(agent, ranks)

@@ -70,6 +70,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     """
     from pipemare_lite.methods import METHODS
     from pipemare_lite.models import MODELS
+    from pipemare_lite.schedules.actions import WEIGHT_MODES
     from pipemare_lite.train import DIVERGENCE_ACTIONS, EXECUTORS, LR_SCHEDULES, OPTIMIZERS
 
     parser.formatter_class = _DefaultsHelpFormatter
@@ -87,7 +88,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "file (one minibatch, repeated each step, or the whole run; "
         "docs/write-a-schedule.md); with --method too, its T1/T2 defaults apply",
     )
-    parser.add_argument("--weight-mode", default=None, choices=("sync", "stash", "2bw", "async"),
+    parser.add_argument("--weight-mode", default=None, choices=WEIGHT_MODES,
                         help="a --schedule CSV file: what its backwards read (default: derived "
                         "when it flushes)")
     parser.add_argument("--model", choices=sorted(MODELS), default="mlp", help="model")
