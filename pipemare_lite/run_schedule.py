@@ -16,7 +16,7 @@ JSON file, the method given beside a CSV file, or derived when the schedule flus
 :mod:`pipemare_lite.schedules.io`); an undeclared schedule that does not flush is refused. A
 ``method`` given beside a schedule brings its options (T1, T2) and must have the same
 weight mode. Everything is checked before any training, with errors that name the value.
-Torch-free.
+Imports torch only to look up a method's weight mode.
 """
 
 from __future__ import annotations

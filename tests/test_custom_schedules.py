@@ -182,3 +182,20 @@ def test_cli_trains_and_simulates_a_csv_schedule(tmp_path, capsys):
     bad.write_text("0F0")
     assert main(["schedule", "--from", str(bad)]) == 2
     assert "unknown suffix '.txt'; allowed: .csv, .json" in capsys.readouterr().err
+
+
+def test_a_json_schedule_is_read_by_fit_and_the_cli(data, tmp_path, capsys):
+    from pipemare_lite.schedules.io import to_json
+
+    path = tmp_path / "pipedream.json"
+    path.write_text(to_json(build_schedule("pipedream", 2, 2, num_minibatches=4)))
+    history = fit(model(), data, schedule=path, batch_size=16, epochs=1, lr=0.05)
+    reference = fit(model(), data, method="pipedream", num_stages=2, num_microbatches=2,
+                    batch_size=16, epochs=1, lr=0.05)
+    assert history.loss == reference.loss  # the file's weight mode (stash) is the method's
+    assert main(["schedule", "--from", str(path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["schedule"], summary["weight_mode"], summary["minibatches"]) == (
+        "pipedream", "stash", 4)
+    assert main(["schedule", "--from", str(path), "--microbatches", "2"]) == 2
+    assert "a JSON schedule says these itself" in capsys.readouterr().err
