@@ -24,7 +24,12 @@ import json
 from pathlib import Path
 
 from pipemare_lite.schedules.actions import Action, Schedule
-from pipemare_lite.schedules.validate import ScheduleError, first_unflushed_forward, validate
+from pipemare_lite.schedules.validate import (
+    ScheduleError,
+    first_unflushed_forward,
+    validate,
+    weight_mode_of,
+)
 
 #: Marker and version written into every JSON schedule.
 JSON_FORMAT, JSON_VERSION = "pipemare-lite-schedule", 1
@@ -55,7 +60,8 @@ def from_rows(
     of the minibatch, which is where a flushed schedule puts it). ``num_microbatches`` may be
     None when the rows hold updates: it is then the number of gradients before stage 0's
     first update, or, without updates, every microbatch the rows name (one minibatch).
-    ``weight_mode`` None derives it (see the module's docstring).
+    ``weight_mode`` None takes the mode a builder's ``name`` implies, else derives it (see
+    the module's docstring).
     """
     ranks = []
     for r, row in enumerate(rows):
@@ -79,6 +85,7 @@ def from_rows(
         num_minibatches = _infer_minibatches(ranks, num_microbatches, has_updates)
     if not has_updates:
         ranks = _add_updates(ranks, num_microbatches)
+    weight_mode = weight_mode or weight_mode_of(name)  # a builder's name says its mode
     schedule = Schedule(
         name=name,
         num_stages=len(ranks),
