@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from pipemare_lite.data_cache import cached_arrays
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -62,12 +64,14 @@ def _split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndar
 
 
 def digits(*, test_fraction: float = 0.25, seed: int = 0) -> Dataset:
-    """scikit-learn's 8x8 digits as ``(N, 1, 8, 8)`` floats in [0, 1]; split seeded by ``seed``."""
-    from sklearn.datasets import load_digits
+    """scikit-learn's 8x8 digits as ``(N, 1, 8, 8)`` floats in [0, 1]; split seeded by ``seed``.
 
-    bunch = load_digits()
-    images = torch.tensor(bunch.images / 16.0, dtype=torch.float32).unsqueeze(1)
-    labels = torch.tensor(bunch.target, dtype=torch.int64)
+    The decoded arrays are cached (:mod:`pipemare_lite.data_cache`), keyed by the
+    scikit-learn version, so later calls skip importing scikit-learn.
+    """
+    arrays = cached_arrays(f"digits-sklearn-{_version('scikit-learn')}", _load_digits)
+    images = torch.tensor(arrays["images"] / 16.0, dtype=torch.float32).unsqueeze(1)
+    labels = torch.tensor(arrays["target"], dtype=torch.int64)
     train, test = _split(len(labels), test_fraction, seed)
     return Dataset(
         name="digits",
@@ -82,6 +86,22 @@ def digits(*, test_fraction: float = 0.25, seed: int = 0) -> Dataset:
             "Handwritten Digits data (Alpaydin & Kaynak, 1998), shipped with scikit-learn"
         ),
     )
+
+
+def _load_digits() -> dict[str, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    return {"images": np.asarray(bunch.images), "target": np.asarray(bunch.target)}
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "none"
 
 
 def _templates(num_classes: int, width: int) -> np.ndarray:

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipemare_lite.executor import faults, placement
+from pipemare_lite.executor import faults, placement, under_torchrun
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
 ABORT_GRACE = 5.0
@@ -320,6 +320,8 @@ def launch(
         ``[result of rank 0, result of rank 1, ...]``.
 
     Raises:
+        MainGuardError: called at the top level of a script, outside
+            ``if __name__ == "__main__":`` (:mod:`pipemare_lite.main_guard`).
         LaunchError: a rank raised, died or timed out; the message names it and lists every
             rank's last position in its schedule. No child is alive when it is raised.
     """
@@ -335,10 +337,14 @@ def launch(
     # the children get the environment's plugins explicitly: a fork server started earlier
     # would hand them an older environment
     imports = tuple(env_plugins()) + tuple(imports)
+
+    from pipemare_lite.main_guard import check_main_guard
+
+    ctx = _context(start_method)
+    check_main_guard("launch()", ctx.get_start_method())  # before any child re-imports
     import torch.distributed as dist
 
     backend = choose_backend(world_size, backend)
-    ctx = _context(start_method)
     listener = _listen(master_addr)
     port = listener.getsockname()[1]
     store = dist.TCPStore(
@@ -550,14 +556,17 @@ def init_from_env(
     except Exception:  # no side channel: per-operation timeouts still apply
         store = None
     # under torchrun the agent is our parent: exit with it (a killed machine leaves no
-    # orphans), and say which rank was lost when a peer disappears (executor/lost.py)
-    agent = os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else None
+    # orphans), say which rank was lost when a peer disappears (executor/lost.py), and
+    # turn the agent's SIGTERM into every rank's position (executor/under_torchrun.py,
+    # installed second so that its SIGTERM report runs first, then lost.py's)
+    agent = os.getppid() if under_torchrun.under_torchrun() else None
     board = faults.StatusBoard(rank, world_size, store, store_factory=connect,
                                launcher_pid=agent, exit_with_parent=True)
     if agent is not None:
         from pipemare_lite.executor import lost
 
         lost.install(board, lost.Topology.from_env())
+    under_torchrun.install(board)
     board.start()
     global _CURRENT
     _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout, where)

@@ -66,11 +66,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from pipemare_lite import run_schedule
 from pipemare_lite.checkpoint import (
     decode_state,
     encode_state,
@@ -117,12 +119,12 @@ RECORDED_SETTINGS = (
     "method", "num_stages", "num_microbatches", "epochs", "lr", "batch_size", "optimizer",
     "momentum", "weight_decay", "seed", "t1", "t1_anneal_updates", "t2", "gamma", "warmup",
     "balance", "chunks", "on_divergence", "executor", "lr_schedule", "lr_warmup",
-    "lr_step_size", "lr_gamma", "loss_fn", "clip_grad_norm",
+    "lr_step_size", "lr_gamma", "loss_fn", "clip_grad_norm", "schedule",
 )
 #: What a checkpoint written before a setting existed is taken to have had.
 _SETTINGS_ADDED_LATER = {
     "lr_schedule": "constant", "lr_warmup": 0, "lr_step_size": None, "lr_gamma": None,
-    "loss_fn": None, "clip_grad_norm": None,
+    "loss_fn": None, "clip_grad_norm": None, "schedule": None,
 }
 
 
@@ -173,9 +175,9 @@ def fit(
     model: nn.Sequential,
     data: Dataset,
     *,
-    method: str,
-    num_stages: int,
-    num_microbatches: int,
+    method: str | None = None,
+    num_stages: int | None = None,
+    num_microbatches: int | None = None,
     epochs: int,
     lr: float | None = None,
     batch_size: int,
@@ -205,6 +207,7 @@ def fit(
     checkpoint_every: int | None = None,
     resume: bool = False,
     executor: str = "local",
+    schedule=None,
 ) -> History:
     """Train ``model`` on ``data`` with a pipeline ``method``; return the :class:`History`.
 
@@ -216,9 +219,11 @@ def fit(
         method: a name from :data:`pipemare_lite.methods.METHODS` (gpipe, 1f1b, pipedream,
             2bw, async, pipemare ...), or one added with
             :func:`~pipemare_lite.methods.register_method` (docs/write-a-method.md; other
-            processes need the plugin too: :mod:`pipemare_lite.plugins`).
-        num_stages: P, pipeline stages (at most ``len(model)``).
-        num_microbatches: N, microbatches per minibatch (one update per minibatch).
+            processes need the plugin too: :mod:`pipemare_lite.plugins`); optional with
+            ``schedule``.
+        num_stages: P, pipeline stages (at most ``len(model)``); a given schedule's own.
+        num_microbatches: N, microbatches per minibatch (one update per minibatch); a given
+            schedule's own.
         epochs, batch_size: passes over the training set and samples per minibatch.
         lr, optimizer, momentum, weight_decay: the per-stage optimizer: a name from
             :data:`OPTIMIZERS` (``sgd``, ``adam``, ``adamw``, ``muon``: Muon on 2-D weights,
@@ -260,8 +265,15 @@ def fit(
         checkpoint_path, checkpoint_every: save the full state every that many steps.
         resume: continue from ``checkpoint_path`` when it exists.
         executor: ``"local"`` or a name registered in :data:`EXECUTORS`.
+        schedule: run this schedule instead of the method's (:mod:`pipemare_lite.run_schedule`,
+            docs/write-a-schedule.md): a name registered with
+            :func:`~pipemare_lite.schedules.registry.register_schedule`, a
+            :class:`~pipemare_lite.schedules.Schedule` or a ``.csv``/``.json`` file, covering
+            the whole run or one minibatch (repeated once per step). With a method too, the
+            method's options (T1, T2) apply and its weight mode must be the schedule's.
     """
     arguments = dict(locals())
+    arguments["schedule"] = run_schedule.resolve(schedule, method=method)  # a bad file first
     _check_torch_options(arguments)
     config = _run_config(arguments)  # the settings, as the history and checkpoints record them
     _check_arguments(
@@ -270,6 +282,7 @@ def fit(
     run = _TrainingRun(
         model, data, config, gamma=gamma, balance=balance, devices=devices,
         optimizer=optimizer, lr_schedule=lr_schedule, loss_fn=loss_fn,
+        schedule=arguments["schedule"],
     )
     if resume and Path(checkpoint_path).exists():
         run.resume_from(checkpoint_path)
@@ -346,11 +359,23 @@ def _check_torch_options(arguments: dict) -> None:
 
 def _run_config(arguments: dict) -> dict:
     """fit()'s recorded settings from its arguments, with the method's defaults filled in."""
-    from pipemare_lite.methods import get_method
+    from pipemare_lite.methods import MethodOptions, get_method
     from pipemare_lite.optimizers import MUON_DEFAULT_MOMENTUM
 
-    spec = get_method(arguments["method"])  # an unknown method fails first
+    choice = arguments["schedule"]
+    if arguments["method"] is None and choice is None:
+        raise ValueError("give a method (one of the names in pipemare_lite.methods.METHODS) "
+                         "or a schedule")
+    # an unknown method fails first
+    spec = None if arguments["method"] is None else get_method(arguments["method"])
     config = {name: arguments[name] for name in RECORDED_SETTINGS}
+    if choice is not None:
+        run_schedule.check_method(choice, config["method"], spec and spec.weight_mode)
+        run_schedule.fill_sizes(choice, config)
+        config["schedule"] = choice.label
+    for name in ("num_stages", "num_microbatches"):
+        if config[name] is None:
+            raise ValueError(f"{name} is required (a positive integer) without a given schedule")
     optimizer = config["optimizer"]
     if callable(optimizer):
         config["optimizer"] = _callable_name(optimizer)
@@ -363,13 +388,14 @@ def _run_config(arguments: dict) -> dict:
     if config["loss_fn"] is not None:
         config["loss_fn"] = _callable_name(config["loss_fn"])
     t1, t2, gamma, balance = (config[k] for k in ("t1", "t2", "gamma", "balance"))
-    config["t1"] = spec.options.lr_rescheduling if t1 is None else bool(t1)
-    config["t2"] = spec.options.discrepancy_correction if t2 is None else bool(t2)
+    defaults = spec.options if spec is not None else MethodOptions()
+    config["t1"] = defaults.lr_rescheduling if t1 is None else bool(t1)
+    config["t2"] = defaults.discrepancy_correction if t2 is None else bool(t2)
     config["gamma"] = list(gamma) if isinstance(gamma, (list, tuple)) else gamma
     config["balance"] = balance if not isinstance(balance, tuple) else list(balance)
     config["dataset"] = arguments["data"].name
     if config["chunks"] is None:  # interleaving needs >= 2 chunks to differ from 1F1B
-        config["chunks"] = 2 if spec.name == "interleaved" else 1
+        config["chunks"] = 2 if spec is not None and spec.name == "interleaved" else 1
     return config
 
 
@@ -393,7 +419,7 @@ def _check_arguments(
             f"{config['num_microbatches']} microbatches; use a multiple of "
             f"{config['num_microbatches']}"
         )
-    if config["chunks"] > 1 and config["method"] != "interleaved":
+    if config["chunks"] > 1 and config["method"] != "interleaved" and not config["schedule"]:
         raise ValueError(
             f"chunks={config['chunks']} needs method 'interleaved'; "
             f"{config['method']!r} runs one chunk per rank"
@@ -438,9 +464,9 @@ class _TrainingRun:
 
     def __init__(
         self, model: nn.Sequential, data: Dataset, config: dict, *, gamma, balance, devices,
-        optimizer="sgd", lr_schedule=None, loss_fn=None,
+        optimizer="sgd", lr_schedule=None, loss_fn=None, schedule=None,
     ) -> None:
-        from pipemare_lite.methods import build_method_schedule, method_options
+        from pipemare_lite.methods import MethodOptions, build_method_schedule, method_options
 
         self.config, self.data = config, data
         method, num_stages, n = config["method"], config["num_stages"], config["num_microbatches"]
@@ -448,8 +474,7 @@ class _TrainingRun:
         self.total_steps = config["epochs"] * self.steps_per_epoch
         # bad schedule options fail here, before the (possibly long) schedule is built
         scheduler_factory = self._lr_schedule_factory(lr_schedule)
-        options = method_options(
-            method,
+        options = (MethodOptions if method is None else partial(method_options, method))(
             lr_rescheduling=config["t1"],
             rescheduling_horizon=config["t1_anneal_updates"],
             discrepancy_correction=config["t2"],
@@ -457,9 +482,12 @@ class _TrainingRun:
             warmup_minibatches=config["warmup"],
         )
         chunks = config["chunks"]
-        schedule = build_method_schedule(
-            method, num_stages, n, num_minibatches=self.total_steps, chunks=chunks, options=options
-        )
+        if schedule is None:
+            schedule = build_method_schedule(method, num_stages, n, chunks=chunks,
+                                             num_minibatches=self.total_steps, options=options)
+        else:  # a registered or hand-written schedule (pipemare_lite.run_schedule)
+            schedule = run_schedule.schedule_for_run(schedule, num_stages, n, self.total_steps,
+                                                     chunks, config["warmup"])
         self.stages = partition(model, num_stages * chunks, balance=balance)
         engine_options = dict(
             loss_fn=loss_fn or classification_loss,
@@ -601,7 +629,7 @@ def _progress_bar(progress: bool | None, run: _TrainingRun) -> Iterator[Callable
         return
     from tqdm.auto import tqdm
 
-    label = f"{run.config['method']} P={run.config['num_stages']}"
+    label = f"{run.config['method'] or run.config['schedule']} P={run.config['num_stages']}"
     bar = tqdm(total=run.total_steps, initial=run.step, desc=label, unit="step", leave=False)
 
     def show(history: History) -> None:

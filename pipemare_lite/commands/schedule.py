@@ -7,6 +7,13 @@ Introduced in chapter 02. Examples::
     python -m pipemare_lite schedule async --stages 4 --update-every 2 --minibatches 6 --json
     python -m pipemare_lite schedule zb-h1 --stages 4 --microbatches 8 --costs 1,2,1
     python -m pipemare_lite schedule interleaved -P 2 -M 4 --torch-csv > s.csv  # PyTorch's
+    python -m pipemare_lite schedule --from my_schedule.csv      # a hand-written schedule
+
+``--from FILE`` reads a ``.csv`` (one row of actions per rank) or ``.json`` schedule
+(:func:`pipemare_lite.schedules.io.load_schedule`, docs/write-a-schedule.md) instead of
+building one; for a CSV, ``--microbatches`` says how many microbatches a minibatch has
+(default: all the rows name, or what their updates imply) and ``--weight-mode`` what the
+backwards read (default: derived; needed when the schedule does not flush).
 
 ``--csv`` prints the engine's rows (with U, microbatches numbered over the whole run);
 ``--torch-csv`` prints one flushed minibatch (``--minibatch k``, needed when K > 1) in
@@ -26,8 +33,9 @@ import argparse
 import json
 import math
 
-from pipemare_lite.schedules import ALIASES, ASYNC_NAMES, SCHEDULE_NAMES, Schedule, build_schedule
+from pipemare_lite.schedules import ALIASES, WEIGHT_MODES, Schedule, build_schedule
 from pipemare_lite.schedules.io import to_csv
+from pipemare_lite.schedules.registry import is_asynchronous, schedule_names
 from pipemare_lite.schedules.torch_notation import to_torch_csv
 from pipemare_lite.simulate import OpCosts, ScheduleMetrics, simulate_and_measure
 from pipemare_lite.staleness import stage_delays, steady_state_minibatches
@@ -39,7 +47,12 @@ MAX_GRID_CELLS = 160
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``schedule`` (numbers are parsed in :func:`run` for clear messages)."""
-    parser.add_argument("name", help=f"one of: {', '.join(SCHEDULE_NAMES + tuple(ALIASES))}")
+    parser.add_argument("name", nargs="?",
+                        help=f"one of: {', '.join(schedule_names() + tuple(ALIASES))}")
+    parser.add_argument("--from", dest="from_file", metavar="FILE",
+                        help="read a .csv or .json schedule instead of building NAME")
+    parser.add_argument("--weight-mode", choices=WEIGHT_MODES,
+                        help="--from a CSV: what backwards read (default: derived)")
     parser.add_argument("--stages", "-P", metavar="P", help="pipeline stages (ranks)")
     parser.add_argument("--microbatches", "-M", metavar="M", help="microbatches per minibatch")
     parser.add_argument("--chunks", "-v", metavar="V", help="model chunks per rank (interleaved)")
@@ -91,11 +104,41 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _from_file(args) -> Schedule:
+    """``--from FILE``: the schedule a file holds (building options are refused)."""
+    from pipemare_lite.schedules.io import load_schedule
+
+    if args.name is not None:
+        raise ValueError(f"give a schedule NAME ({args.name!r}) or --from FILE, not both")
+    built = {"--chunks": args.chunks, "--update-every": args.update_every,
+             "--minibatches": None if args.minibatches == "1" else args.minibatches,
+             "--warmup": None if args.warmup == "0" else args.warmup}
+    given = [flag for flag, value in built.items() if value is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}: only for building a schedule; a file says it")
+    extra = {}
+    if args.microbatches is not None:
+        extra["num_microbatches"] = _integer("--microbatches", args.microbatches, 1)
+    if args.weight_mode is not None:
+        extra["weight_mode"] = args.weight_mode
+    schedule = load_schedule(args.from_file, **extra)
+    if args.stages is not None and _integer("--stages", args.stages, 1) != schedule.num_stages:
+        raise ValueError(f"--stages={args.stages} disagrees with {args.from_file}, which has "
+                         f"{schedule.num_stages} rank rows")
+    return schedule
+
+
 def _schedule_and_costs(args) -> tuple[Schedule, OpCosts]:
+    if args.from_file is not None:
+        return _from_file(args), parse_costs(args.costs, args.comm)
+    if args.weight_mode is not None:
+        raise ValueError("--weight-mode only applies with --from FILE (a builder sets its own)")
     name = args.name
+    if name is None:
+        raise ValueError("give a schedule NAME or --from FILE")
     key = ALIASES.get(name, name)
-    if key not in SCHEDULE_NAMES:
-        allowed = ", ".join(SCHEDULE_NAMES + tuple(ALIASES))
+    if key not in schedule_names():
+        allowed = ", ".join(schedule_names() + tuple(ALIASES))
         raise ValueError(f"unknown schedule {name!r}; allowed: {allowed}")
     if args.stages is None:
         raise ValueError("--stages is required (an integer >= 1)")
@@ -105,7 +148,7 @@ def _schedule_and_costs(args) -> tuple[Schedule, OpCosts]:
     )
     if args.update_every is not None:
         every = _integer("--update-every", args.update_every, 1)
-        if key not in ASYNC_NAMES and microbatches is not None and every != microbatches:
+        if not is_asynchronous(key) and microbatches is not None and every != microbatches:
             raise ValueError(
                 f"--update-every={every}: {name} updates once per minibatch of --microbatches="
                 f"{microbatches}; allowed: {microbatches} (or use an async schedule)"

@@ -72,6 +72,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     """
     from pipemare_lite.methods import METHODS
     from pipemare_lite.models import MODELS
+    from pipemare_lite.schedules.actions import WEIGHT_MODES
     from pipemare_lite.train import DIVERGENCE_ACTIONS, EXECUTORS, LR_SCHEDULES, OPTIMIZERS
 
     parser.formatter_class = _DefaultsHelpFormatter
@@ -80,8 +81,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                      "--on-divergence raise")
     parser.add_argument(
         "--method",
-        required=True,
-        help=f"pipeline method, one of: {', '.join(METHODS)} (or one a --plugin registers)",
+        default=None,
+        help=f"pipeline method, one of: {', '.join(METHODS)} (or one a --plugin registers; "
+        "required unless --schedule)",
     )
     parser.add_argument(
         "--plugin", action="append", default=[], metavar="MODULE",
@@ -89,6 +91,15 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         f"register_method; also read from {PLUGINS_ENV} (comma-separated modules; torchrun: every "
         "rank)",
     )
+    parser.add_argument(
+        "--schedule", default=None, metavar="NAME|FILE",
+        help="run this schedule instead of the method's: a registered name or a .csv/.json "
+        "file (one minibatch, repeated each step, or the whole run; "
+        "docs/write-a-schedule.md); with --method too, its T1/T2 defaults apply",
+    )
+    parser.add_argument("--weight-mode", default=None, choices=WEIGHT_MODES,
+                        help="a --schedule CSV file: what its backwards read (default: derived "
+                        "when it flushes)")
     parser.add_argument("--model", choices=sorted(MODELS), default="mlp", help="model")
     parser.add_argument(
         "--dataset",
@@ -96,12 +107,14 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         help="digits, signals, reverse, sort (default: digits for mlp/resnet, "
         "reverse for transformer)",
     )
-    parser.add_argument("--stages", type=int, default=4, help="pipeline stages P")
+    parser.add_argument("--stages", type=int, default=None,
+                        help="pipeline stages P (default: 4), or a --schedule file's own")
     parser.add_argument(
         "--chunks", type=int, default=None,
         help="model chunks per rank v (interleaved only; default 2 there)",
     )
-    parser.add_argument("--microbatches", type=int, default=4, help="microbatches per update N")
+    parser.add_argument("--microbatches", type=int, default=None,
+                        help="microbatches per update N (default: 4), or a --schedule file's own")
     parser.add_argument("--batch-size", type=int, default=32, help="samples per minibatch")
     parser.add_argument("--epochs", type=int, default=1, help="passes over the training set")
     parser.add_argument("--lr", type=float, default=0.05, help="base learning rate")
@@ -278,6 +291,30 @@ def build_model_and_data(
     ), data
 
 
+def _schedule_sizes(args: argparse.Namespace):
+    """Resolve ``--schedule``; fill in stages, microbatches and chunks (a file's own, else
+    4, 4 and the method's). Returns what ``fit(schedule=...)`` gets."""
+    from pipemare_lite import run_schedule
+
+    if args.method is None and args.schedule is None:
+        raise ValueError("give --method (a pipeline method) or --schedule (a name or a file)")
+    choice = run_schedule.resolve(args.schedule, args.weight_mode, args.method)
+    if choice is not None and choice.given is not None:
+        given = choice.given
+        for option, value in (("stages", given.num_stages),
+                              ("microbatches", given.num_microbatches),
+                              ("chunks", given.chunks)):
+            if getattr(args, option) not in (None, value):
+                raise ValueError(f"--{option}={getattr(args, option)} disagrees with "
+                                 f"--schedule {args.schedule}, which has {value}")
+            setattr(args, option, value)
+    args.stages = 4 if args.stages is None else args.stages
+    args.microbatches = 4 if args.microbatches is None else args.microbatches
+    if choice is None:
+        return None
+    return choice.given if choice.given is not None else choice.name
+
+
 def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -> int:
     """Train as the parsed arguments say; print a summary (or JSON); return the exit code.
 
@@ -289,12 +326,14 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     from pipemare_lite.train import fit
 
     load_plugins(getattr(args, "plugin", None) or ())  # before the method's name is looked up
+    schedule = _schedule_sizes(args)
     for name in ("stages", "microbatches", "chunks"):  # before they size the model
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be a positive integer, got {value}")
     _check_output_paths(args)
-    pieces = args.stages * (args.chunks or (2 if args.method == "interleaved" else 1))
+    interleaved = args.method == "interleaved" and args.schedule is None
+    pieces = args.stages * (args.chunks or (2 if interleaved else 1))
     model, data = build_model_and_data(
         args.model, args.dataset, pieces, args.width, args.layers, args.seed
     )
@@ -339,6 +378,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
             checkpoint_every=args.checkpoint_every,
             resume=args.resume,
             executor=args.executor,
+            schedule=schedule,
         )
     except DivergenceError as error:
         if reporter:
@@ -358,7 +398,8 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
         print(json.dumps(json_ready(summary), allow_nan=False))
         return 0
     print(
-        f"{args.method} on {data.name}, P={args.stages}, N={args.microbatches}: "
+        f"{args.method or history.config['schedule']} on {data.name}, P={args.stages}, "
+        f"N={args.microbatches}: "
         f"{history.steps} steps in {history.wall_seconds:.1f} s"
     )
     print(f"  test loss {history.final_loss:.4f}  test accuracy {history.final_accuracy:.4f}")
@@ -392,10 +433,29 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     args = parser.parse_args(argv)
+    return _run_reporting_faults(args, "pipemare_lite.train")
+
+
+def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
+    """:func:`run_from_args`; bad input exits 2 with a message, and a distributed rank's
+    pipeline failure exits 1 with a message and every rank's position (a bug keeps its
+    traceback). See :mod:`pipemare_lite.executor.under_torchrun`."""
+    from pipemare_lite.executor.faults import PipelineFault
+
     try:
-        return run_from_args(args, prog="pipemare_lite.train")
+        return run_from_args(args, prog=prog)
+    except PipelineFault as exc:
+        from pipemare_lite.executor.lost import report_caught
+        from pipemare_lite.executor.under_torchrun import failure_report
+
+        report = failure_report(exc)
+        if report is None:
+            raise
+        report_caught(exc)  # under torchrun: which rank was lost, with the evidence
+        print(f"{prog}: {report}", file=sys.stderr)
+        return 1
     except INPUT_ERRORS as exc:  # bad input only: a bug keeps its traceback
-        print(f"pipemare_lite.train: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
 
 

@@ -245,6 +245,7 @@ class StatusBoard:
         self._store_factory = store_factory or (lambda: store)
         self.launcher_pid = launcher_pid
         self.exit_with_parent = exit_with_parent
+        self.launcher_name = "its launcher"  # as the exit message names it
         self.exit_grace = exit_grace
         self.lost: dict[int, str] = {}
         self.store_lost = False  # the watchdog found the side-channel store unreachable
@@ -325,8 +326,13 @@ class StatusBoard:
         beat = 0
         while not self._stop.wait(PUBLISH_INTERVAL):
             if self._launcher_gone():
-                self._exit(3, "its launcher (pid "
-                           f"{self.launcher_pid}) is gone")  # nobody will collect our result
+                # nobody will collect our result, and the launcher's store is gone too (each
+                # failed call would print a C++ stack trace): one line, then exit
+                line = (f"rank {self.rank}: {self.launcher_name} (pid {self.launcher_pid}) "
+                        f"is gone; stopping ({self.position.describe()})\n")
+                with contextlib.suppress(OSError):
+                    os.write(2, line.encode())
+                self._exit(3, f"{self.launcher_name} (pid {self.launcher_pid}) is gone")
             if store is None:
                 continue
             try:

@@ -156,6 +156,17 @@ class _Reporter:
         print(report(self.board, self.topology, store, cause), file=sys.stderr, flush=True)
 
 
+_installed: _Reporter | None = None  # this process' reporter, once :func:`install` ran
+
+
+def report_caught(exc: BaseException) -> None:
+    """Print the one-line report for a pipeline fault that the caller caught (the command
+    line catches them, so the uncaught-exception hook never sees them); nothing when
+    :func:`install` did not run in this process."""
+    if _installed is not None:
+        _installed(type(exc).__name__)
+
+
 def install(board: faults.StatusBoard, topology: Topology) -> None:
     """Hook the report into an uncaught exception, SIGTERM and the watchdog's backstop.
 
@@ -163,7 +174,8 @@ def install(board: faults.StatusBoard, topology: Topology) -> None:
     does). An uncaught exception also goes to :meth:`StatusBoard.fail`, so a rank that fails
     for a reason of its own claims the abort and its peers stop with its name.
     """
-    reporter = _Reporter(board, topology)
+    global _installed
+    reporter = _installed = _Reporter(board, topology)
     previous_hook = sys.excepthook
 
     def on_exception(kind, value, tb):

@@ -7,7 +7,13 @@ indices are global over all minibatches (``k * M + j``), while PyTorch's table i
 of F/B/I/W only, microbatches numbered from 0. For PyTorch use
 :mod:`pipemare_lite.schedules.torch_notation` (``to_torch_csv``, ``from_torch_order``).
 JSON adds what rows cannot say (name, sizes, weight mode). Plain JSON and CSV only: reading
-never evaluates code. Torch-free.
+never evaluates code. :func:`load_schedule` reads either kind of file (``fit(schedule=path)``,
+``pipemare-lite schedule --from FILE``, ``train --schedule FILE``; docs/write-a-schedule.md).
+
+The weight mode (what a backward reads) is not in a CSV file. When it is not declared, it
+is derived: a schedule that flushes every minibatch is ``sync``; one that does not could be
+PipeDream's ``stash``, ``2bw`` or PipeMare's ``async``, and is refused until one is named.
+Torch-free.
 """
 
 from __future__ import annotations
@@ -15,9 +21,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 from pipemare_lite.schedules.actions import Action, Schedule
-from pipemare_lite.schedules.validate import ScheduleError, validate
+from pipemare_lite.schedules.validate import (
+    ScheduleError,
+    first_unflushed_forward,
+    validate,
+    weight_mode_of,
+)
 
 #: Marker and version written into every JSON schedule.
 JSON_FORMAT, JSON_VERSION = "pipemare-lite-schedule", 1
@@ -32,9 +44,9 @@ def from_rows(
     rows,
     *,
     name: str,
-    num_microbatches: int,
+    num_microbatches: int | None,
     chunks: int = 1,
-    weight_mode: str = "sync",
+    weight_mode: str | None = None,
     num_minibatches: int | None = None,
     warmup_minibatches: int = 0,
     notes: tuple[str, ...] = (),
@@ -45,7 +57,11 @@ def from_rows(
     table) are skipped. ``num_minibatches`` is inferred when not given: from the number of
     updates per stage, or, if the rows hold no ``U`` at all, from the microbatch count (then
     each stage gets one update per minibatch, placed right after that stage's last gradient
-    of the minibatch, which is where a flushed schedule puts it).
+    of the minibatch, which is where a flushed schedule puts it). ``num_microbatches`` may be
+    None when the rows hold updates: it is then the number of gradients before stage 0's
+    first update, or, without updates, every microbatch the rows name (one minibatch).
+    ``weight_mode`` None takes the mode a builder's ``name`` implies, else derives it (see
+    the module's docstring).
     """
     ranks = []
     for r, row in enumerate(rows):
@@ -63,10 +79,13 @@ def from_rows(
     if not ranks:
         raise ScheduleError("no rows: allowed: one row of actions per rank (at least one)")
     has_updates = any(a.kind == "U" for row in ranks for a in row)
+    if num_microbatches is None:
+        num_microbatches = _infer_microbatches(ranks, has_updates)
     if num_minibatches is None:
         num_minibatches = _infer_minibatches(ranks, num_microbatches, has_updates)
     if not has_updates:
         ranks = _add_updates(ranks, num_microbatches)
+    weight_mode = weight_mode or weight_mode_of(name)  # a builder's name says its mode
     schedule = Schedule(
         name=name,
         num_stages=len(ranks),
@@ -74,11 +93,39 @@ def from_rows(
         ranks=tuple(tuple(row) for row in ranks),
         num_minibatches=num_minibatches,
         chunks=chunks,
-        weight_mode=weight_mode,
+        weight_mode=weight_mode or "sync",
         warmup_minibatches=warmup_minibatches,
         notes=tuple(notes),
     )
+    if weight_mode is None:
+        unflushed = first_unflushed_forward(schedule)
+        if unflushed is not None:
+            raise ScheduleError(
+                f"schedule {name!r} does not flush ({unflushed}), so what its backwards "
+                "read is ambiguous: declare weight_mode (--weight-mode) 'stash' (PipeDream: "
+                "B uses the copy stashed at F), '2bw' or 'async' (no stash: B uses the "
+                "current weights)"
+            )
     return validate(schedule)
+
+
+def _infer_microbatches(ranks, has_updates: bool) -> int:
+    """Gradients of stage 0 before its first update: the microbatches per minibatch; rows
+    without updates are one minibatch (every microbatch they name)."""
+    if not has_updates:
+        return max(1 + max((a.index for row in ranks for a in row), default=-1), 1)
+    split = any(a.kind == "I" for row in ranks for a in row)
+    grad = "W" if split else "B"
+    row = next((row for row in ranks if any(a.stage == 0 for a in row)), [])
+    count = 0
+    for a in row:
+        if a.stage == 0 and a.kind == "U":
+            break
+        count += a.stage == 0 and a.kind == grad
+    if count < 1:
+        raise ScheduleError("stage 0 has no gradient before its first update; give "
+                            "num_microbatches (an integer >= 1)")
+    return count
 
 
 def _infer_minibatches(ranks, num_microbatches: int, has_updates: bool) -> int:
@@ -161,7 +208,7 @@ def from_json(text: str) -> Schedule:
         name=data["name"],
         num_microbatches=data["num_microbatches"],
         chunks=data.get("chunks", 1),
-        weight_mode=data.get("weight_mode", "sync"),
+        weight_mode=data.get("weight_mode"),
         num_minibatches=data.get("num_minibatches"),
         warmup_minibatches=data.get("warmup_minibatches", 0),
         notes=tuple(data.get("notes", ())),
@@ -179,3 +226,38 @@ def from_csv(text: str, **kwargs) -> Schedule:
     """Read :func:`to_csv` output; keyword arguments as for :func:`from_rows` (name, ...)."""
     rows = list(csv.reader(io.StringIO(text)))
     return from_rows(rows, **kwargs)
+
+
+#: File suffixes :func:`load_schedule` reads.
+SCHEDULE_SUFFIXES = (".csv", ".json")
+
+
+def load_schedule(path, **kwargs) -> Schedule:
+    """Read a schedule file: ``.json`` (:func:`from_json`) or ``.csv`` (:func:`from_csv`).
+
+    Keyword arguments are :func:`from_rows`'s, for a CSV (which holds only the rows): the
+    name defaults to "custom", ``num_microbatches`` to what the updates imply and the
+    weight mode to the derived one. A JSON file says all of this itself; keyword arguments
+    are refused with it.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in SCHEDULE_SUFFIXES:
+        raise ScheduleError(f"schedule file {str(path)!r}: unknown suffix {suffix!r}; allowed: "
+                            f"{', '.join(SCHEDULE_SUFFIXES)}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScheduleError(f"cannot read schedule file {str(path)!r}: {exc.strerror}") from None
+    try:
+        if suffix == ".json":
+            given = {k: v for k, v in kwargs.items() if v is not None}
+            if given:
+                raise ScheduleError(f"{', '.join(sorted(given))}: a JSON schedule says these "
+                                    "itself; give them only with a CSV file")
+            return from_json(text)
+        kwargs.setdefault("name", "custom")
+        kwargs.setdefault("num_microbatches", None)
+        return from_csv(text, **kwargs)
+    except ScheduleError as exc:
+        raise ScheduleError(f"{path.name}: {exc}") from None

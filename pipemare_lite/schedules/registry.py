@@ -1,16 +1,29 @@
-"""One entry point for every schedule: :func:`build_schedule` (introduced in chapter 02)."""
+"""One entry point for every schedule: :func:`build_schedule` (introduced in chapter 02).
+
+The book's builders are in :data:`BUILDERS`; a researcher adds one with
+:func:`register_schedule`, and from then on ``build_schedule``, ``fit(schedule=name)`` and
+the CLI (``--schedule NAME``) know it like the built-in ones (see docs/write-a-schedule.md).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pipemare_lite.schedules._build import gc_paused
-from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.actions import WEIGHT_MODES, Schedule
 from pipemare_lite.schedules.async_pipeline import async_pipeline
 from pipemare_lite.schedules.gpipe import gpipe
 from pipemare_lite.schedules.interleaved import interleaved
 from pipemare_lite.schedules.naive import naive
 from pipemare_lite.schedules.one_f_one_b import one_f_one_b
 from pipemare_lite.schedules.pipedream import pipedream, two_bw
-from pipemare_lite.schedules.validate import ScheduleError
+from pipemare_lite.schedules.validate import (
+    KNOWN_NAMES,
+    ScheduleError,
+    register_name,
+    validate,
+    weight_mode_of,
+)
 from pipemare_lite.schedules.zero_bubble import zb_h1
 
 #: Every schedule the book builds, in the order the chapters introduce them.
@@ -21,6 +34,81 @@ ALIASES = {"pipemare": "async"}
 
 #: Schedules with no flush, which accept ``warmup_minibatches``.
 ASYNC_NAMES = ("pipedream", "2bw", "async")
+
+#: name -> ``builder(P, M, K, v, W) -> Schedule``: one dispatch table (no if-chain), which
+#: :func:`register_schedule` extends.
+BUILDERS: dict[str, Callable[[int, int, int, int, int], Schedule]] = {
+    "naive": lambda P, M, K, v, W: naive(P, M, K),
+    "gpipe": lambda P, M, K, v, W: gpipe(P, M, K),
+    "1f1b": lambda P, M, K, v, W: one_f_one_b(P, M, K),
+    "interleaved": lambda P, M, K, v, W: interleaved(P, M, v, K),
+    "zb-h1": lambda P, M, K, v, W: zb_h1(P, M, K),
+    "pipedream": lambda P, M, K, v, W: pipedream(P, M, K, W),
+    "2bw": lambda P, M, K, v, W: two_bw(P, M, K, W),
+    "async": lambda P, M, K, v, W: async_pipeline(P, M, K, W),
+}
+
+
+def schedule_names() -> tuple[str, ...]:
+    """The built-in names (:data:`SCHEDULE_NAMES`), then every registered one."""
+    return SCHEDULE_NAMES + tuple(name for name in BUILDERS if name not in SCHEDULE_NAMES)
+
+
+def is_asynchronous(name: str) -> bool:
+    """True when schedule ``name`` does not flush (it accepts ``warmup_minibatches``)."""
+    key = ALIASES.get(name, name)
+    return key in ASYNC_NAMES or weight_mode_of(key) not in (None, "sync")
+
+
+def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync") -> None:
+    """Make ``build_schedule(name, ...)``, ``fit(schedule=name)`` and ``--schedule name`` work.
+
+    ``builder(num_stages, num_microbatches, *, num_minibatches, chunks, warmup_minibatches)``
+    returns a :class:`Schedule` named ``name``, or one row of action strings per rank
+    (``[["0F0", "0B0"], ...]``: read as :func:`~pipemare_lite.schedules.io.from_rows` does,
+    updates added after each minibatch's last gradient when the rows have none).
+    ``weight_mode`` declares what its backwards read (one of :data:`WEIGHT_MODES`): "sync"
+    schedules must flush every minibatch, which validation checks. Registering a built-in
+    name is refused; registering a name again replaces the builder.
+    """
+    if not isinstance(name, str) or not name.strip() or name in KNOWN_NAMES or name in ALIASES:
+        raise ScheduleError(
+            f"cannot register schedule {name!r}: give a new name (taken: "
+            f"{', '.join(KNOWN_NAMES + tuple(ALIASES))})"
+        )
+    if not callable(builder):
+        raise ScheduleError(f"register_schedule({name!r}): builder {builder!r} is not callable")
+    if weight_mode not in WEIGHT_MODES:
+        raise ScheduleError(
+            f"register_schedule({name!r}): weight_mode={weight_mode!r}; allowed: "
+            f"{', '.join(WEIGHT_MODES)}"
+        )
+    register_name(name, weight_mode)
+
+    def build(P: int, M: int, K: int, v: int, W: int) -> Schedule:
+        made = builder(P, M, num_minibatches=K, chunks=v, warmup_minibatches=W)
+        if not isinstance(made, Schedule):
+            from pipemare_lite.schedules.io import from_rows
+
+            try:
+                return from_rows(made, name=name, num_microbatches=M, chunks=v,
+                                 weight_mode=weight_mode, num_minibatches=K,
+                                 warmup_minibatches=W)
+            except ScheduleError as exc:
+                raise ScheduleError(f"schedule builder {name!r} (asked for P={P}, M={M}, "
+                                    f"K={K}, v={v}, W={W}): {exc}") from None
+        if made.name != name:
+            raise ScheduleError(f"schedule builder {name!r} returned a schedule named "
+                                f"{made.name!r}; name it {name!r}")
+        sizes = (made.num_stages, made.num_microbatches, made.num_minibatches, made.chunks)
+        if sizes != (P, M, K, v):
+            raise ScheduleError(
+                f"schedule builder {name!r} was asked for P={P}, M={M}, K={K}, v={v} and "
+                f"returned P={sizes[0]}, M={sizes[1]}, K={sizes[2]}, v={sizes[3]}"
+            )
+        return validate(made)
+
+    BUILDERS[name] = build
 
 
 def build_schedule(
@@ -34,41 +122,25 @@ def build_schedule(
 ) -> Schedule:
     """Build schedule ``name`` with P=``num_stages`` and M=``num_microbatches`` per minibatch.
 
-    ``chunks`` (v) only applies to "interleaved" (with v=1 it is 1F1B);
-    ``warmup_minibatches`` only to the asynchronous schedules (pipedream, 2bw, async);
-    ``num_minibatches`` (K) repeats flushed schedules K times and runs asynchronous ones for
-    K updates per stage. "pipemare" builds the "async" schedule (its name stays "async").
+    ``chunks`` (v) only applies to "interleaved" (with v=1 it is 1F1B) and to registered
+    schedules; ``warmup_minibatches`` only to the asynchronous schedules (pipedream, 2bw,
+    async, registered ones whose weight mode is not "sync"); ``num_minibatches`` (K) repeats
+    flushed schedules K times and runs asynchronous ones for K updates per stage. "pipemare"
+    builds the "async" schedule (its name stays "async").
     """
     key = ALIASES.get(name, name)
-    if key not in SCHEDULE_NAMES:
-        allowed = ", ".join(SCHEDULE_NAMES + tuple(ALIASES))
+    if key not in BUILDERS:
+        allowed = ", ".join(schedule_names() + tuple(ALIASES))
         raise ScheduleError(f"unknown schedule name {name!r}; allowed: {allowed}")
-    if chunks != 1 and key != "interleaved":
+    builtin = key in SCHEDULE_NAMES
+    if chunks != 1 and builtin and key != "interleaved":
         raise ScheduleError(f"{name}: chunks={chunks!r} only applies to 'interleaved'; allowed: 1")
-    if warmup_minibatches and key not in ASYNC_NAMES:
+    if warmup_minibatches and not is_asynchronous(key):
+        allowed = ", ".join(n for n in schedule_names() if is_asynchronous(n))
         raise ScheduleError(
             f"{name}: warmup_minibatches={warmup_minibatches!r} only applies to "
-            f"{', '.join(ASYNC_NAMES)}; allowed: 0"
+            f"{allowed}; allowed: 0"
         )
     with gc_paused():
-        return _build(
-            key, num_stages, num_microbatches, chunks, num_minibatches, warmup_minibatches
-        )
-
-
-def _build(key: str, P: int, M: int, v: int, K: int, W: int) -> Schedule:
-    if key == "naive":
-        return naive(P, M, K)
-    if key == "gpipe":
-        return gpipe(P, M, K)
-    if key == "1f1b":
-        return one_f_one_b(P, M, K)
-    if key == "interleaved":
-        return interleaved(P, M, v, K)
-    if key == "zb-h1":
-        return zb_h1(P, M, K)
-    if key == "pipedream":
-        return pipedream(P, M, K, W)
-    if key == "2bw":
-        return two_bw(P, M, K, W)
-    return async_pipeline(P, M, K, W)
+        return BUILDERS[key](num_stages, num_microbatches, num_minibatches, chunks,
+                             warmup_minibatches)

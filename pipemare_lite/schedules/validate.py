@@ -34,6 +34,20 @@ WEIGHT_MODE_OF = {
     "pipedream": "stash", "2bw": "2bw", "async": "async", "pipemare": "async",
 }  # fmt: skip
 
+#: Names added by :func:`pipemare_lite.schedules.registry.register_schedule`, with the
+#: weight mode each declared.
+REGISTERED_WEIGHT_MODES: dict[str, str] = {}
+
+
+def register_name(name: str, weight_mode: str) -> None:
+    """Let validate() accept schedules named ``name`` (declared with ``weight_mode``)."""
+    REGISTERED_WEIGHT_MODES[name] = weight_mode
+
+
+def weight_mode_of(name: str) -> str | None:
+    """The weight mode schedules called ``name`` must have (None: any, e.g. "custom")."""
+    return WEIGHT_MODE_OF.get(name) or REGISTERED_WEIGHT_MODES.get(name)
+
 #: Inclusive allowed ranges of the sizes (large enough for any book figure or benchmark).
 LIMITS = {
     "num_stages": (1, 1024),
@@ -57,8 +71,9 @@ def check_sizes(
     warmup_minibatches: int = 0,
 ) -> None:
     """Raise :class:`ScheduleError` naming any size outside :data:`LIMITS` or an unknown name."""
-    if name not in KNOWN_NAMES:
-        raise ScheduleError(f"unknown schedule name {name!r}; allowed: {', '.join(KNOWN_NAMES)}")
+    if name not in KNOWN_NAMES and name not in REGISTERED_WEIGHT_MODES:
+        allowed = ", ".join(KNOWN_NAMES + tuple(REGISTERED_WEIGHT_MODES))
+        raise ScheduleError(f"unknown schedule name {name!r}; allowed: {allowed}")
     values = {
         "num_stages": num_stages,
         "num_microbatches": num_microbatches,
@@ -71,7 +86,7 @@ def check_sizes(
             raise ScheduleError(
                 f"{name}: {key}={value!r} is out of range; allowed: integers {low}..{high}"
             )
-    if chunks > 1 and name not in ("interleaved", "custom"):
+    if chunks > 1 and name not in ("interleaved", "custom", *REGISTERED_WEIGHT_MODES):
         raise ScheduleError(
             f"{name}: chunks={chunks} is only allowed for 'interleaved' (allowed here: 1)"
         )
@@ -82,7 +97,7 @@ def check_sizes(
             f"allowed: integers 0..{num_minibatches}"
             " (num_minibatches)"
         )
-    if w and WEIGHT_MODE_OF.get(name) == "sync":
+    if w and weight_mode_of(name) == "sync":
         raise ScheduleError(
             f"{name}: warmup_minibatches={w} only applies to asynchronous schedules "
             "(async, pipedream, 2bw); allowed here: 0"
@@ -100,7 +115,7 @@ def validate(schedule: Schedule) -> Schedule:
         chunks=s.chunks,
         warmup_minibatches=s.warmup_minibatches,
     )
-    expected_mode = WEIGHT_MODE_OF.get(s.name)
+    expected_mode = weight_mode_of(s.name)
     if expected_mode and s.weight_mode != expected_mode:
         raise ScheduleError(
             f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
@@ -257,6 +272,21 @@ def _check_updates(s: Schedule) -> None:
                     )
                 updates[stage] += 1
                 grads[stage] = 0
+
+
+def first_unflushed_forward(s: Schedule) -> str | None:
+    """Where ``s`` runs ahead of a flush: the first forward of minibatch k >= 1 that a rank
+    runs before all of its stages applied update k-1 (None: every minibatch flushes)."""
+    M = s.num_microbatches
+    for rank, row in enumerate(s.ranks):
+        updates = dict.fromkeys(s.stages_of(rank), 0)
+        for position, a in enumerate(row):
+            if a.kind == "U" and a.stage in updates:
+                updates[a.stage] += 1
+            elif a.kind == "F" and min(updates.values()) < a.index // M:
+                return (f"{_at(rank, position, a)} starts minibatch {a.index // M} before "
+                        f"rank {rank} applied update {a.index // M - 1}")
+    return None
 
 
 def _check_forward(s: Schedule, rank, position, a, k: int, updates: dict, flushed: int) -> None:

@@ -1,0 +1,62 @@
+"""A whole run from a one-minibatch pattern (chapter 07's fit; docs/write-a-schedule.md).
+
+A hand-written schedule is usually one minibatch: each rank's forwards, backwards and its
+update. :func:`repeat_schedule` lays that pattern out K times, minibatch k's microbatch
+``j`` renumbered ``k * M + j`` and its update ``k``, which is what ``fit(schedule=...)``
+trains on when the schedule covers one minibatch and the run has K steps::
+
+    rank 0:  0F0 0F1 0B0 0B1 0U0  |  0F2 0F3 0B2 0B3 0U1  |  ...
+             minibatch 0          |  minibatch 1
+
+Each copy ends with its update before the next one starts, so a repeated pattern flushes
+between minibatches whatever its weight mode. Torch-free.
+"""
+
+from __future__ import annotations
+
+from pipemare_lite.schedules._build import gc_paused
+from pipemare_lite.schedules.actions import UPDATE, Action, Schedule
+from pipemare_lite.schedules.validate import ScheduleError, validate
+
+
+def repeat_schedule(pattern: Schedule, num_minibatches: int) -> Schedule:
+    """``pattern`` (one minibatch) run ``num_minibatches`` times, one after another."""
+    if pattern.num_minibatches != 1:
+        raise ScheduleError(
+            f"schedule {pattern.name!r} covers {pattern.num_minibatches} minibatches; "
+            "only a one-minibatch pattern can be repeated"
+        )
+    if isinstance(num_minibatches, bool) or not isinstance(num_minibatches, int) \
+            or num_minibatches < 1:
+        raise ScheduleError(f"num_minibatches={num_minibatches!r}: allowed: an integer >= 1")
+    M = pattern.num_microbatches
+    with gc_paused():
+        ranks = tuple(
+            tuple(
+                Action(a.stage, a.kind, a.index + (k if a.kind == UPDATE else k * M))
+                for k in range(num_minibatches)
+                for a in row
+            )
+            for row in pattern.ranks
+        )
+    notes = (*pattern.notes, f"one-minibatch pattern repeated {num_minibatches} times")
+    schedule = Schedule(
+        name=pattern.name, num_stages=pattern.num_stages, num_microbatches=M, ranks=ranks,
+        num_minibatches=num_minibatches, chunks=pattern.chunks,
+        weight_mode=pattern.weight_mode, warmup_minibatches=0, notes=notes,
+    )
+    with gc_paused():
+        return validate(schedule)
+
+
+def schedule_for_steps(schedule: Schedule, steps: int) -> Schedule:
+    """``schedule`` itself when it runs exactly ``steps`` minibatches, its one-minibatch
+    pattern repeated ``steps`` times, or a :class:`ScheduleError` saying which is allowed."""
+    if schedule.num_minibatches == steps:
+        return schedule
+    if schedule.num_minibatches == 1:
+        return repeat_schedule(schedule, steps)
+    raise ScheduleError(
+        f"schedule {schedule.name!r} runs {schedule.num_minibatches} minibatches but the run "
+        f"has {steps} steps; allowed: a one-minibatch pattern (repeated) or exactly {steps}"
+    )

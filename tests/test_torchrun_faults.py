@@ -1,0 +1,103 @@
+"""Under torchrun, failures end readably (pipemare_lite.executor.under_torchrun).
+
+- a rank killed mid-run: the agent stops the others with SIGTERM, and the first of them
+  prints every rank's position (no gloo "Connection reset by peer" traceback);
+- the agent killed: every rank says in one line that the agent is gone and exits within
+  seconds, instead of ~190 C++ "Broken pipe" stack traces over 10 s.
+
+Loopback only (torchrun --standalone picks a free port), bounded times, every process ended.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.test_launch import _alive, _children_of
+from tests.timeouts import hard_time_limit
+
+pytestmark = [pytest.mark.dist, pytest.mark.slow,
+              pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")]
+
+TRAIN = ["--executor", "dist", "--method", "1f1b", "--stages", "2", "--microbatches", "2",
+         "--batch-size", "8", "--epochs", "20", "--width", "8", "--no-progress"]
+
+
+@pytest.fixture(autouse=True)
+def hard_timeout():
+    with hard_time_limit(170):
+        yield
+
+
+def start_training(tmp_path):
+    """torchrun with 2 ranks; returns (agent, rank pids) once the first step is done."""
+    stream = tmp_path / "steps.jsonl"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", "2", "--max-restarts", "0",
+               "-m", "pipemare_lite.train", *TRAIN, "--jsonl", str(stream)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    agent = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                             stderr=open(tmp_path / "stderr.txt", "wb"))  # noqa: SIM115
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (stream.exists() and stream.read_text()):
+        assert agent.poll() is None, (tmp_path / "stderr.txt").read_text()[-3000:]
+        time.sleep(0.2)
+    ranks = [p for p in _children_of(agent.pid)
+             if b"pipemare_lite.train" in open(f"/proc/{p}/cmdline", "rb").read()]
+    assert stream.read_text() and len(ranks) == 2, "training did not start"
+    return agent, ranks
+
+
+def end_all(agent, ranks) -> None:
+    for pid in ranks:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    if agent.poll() is None:
+        agent.kill()
+    agent.wait(timeout=10)
+
+
+def test_a_killed_rank_is_reported_with_every_ranks_position(tmp_path):
+    agent, ranks = start_training(tmp_path)
+    try:
+        os.kill(ranks[1], signal.SIGKILL)
+        agent.wait(timeout=60)
+        assert agent.returncode != 0
+        err = (tmp_path / "stderr.txt").read_text()
+        # rank 0 either saw its connection to rank 1 break, or was stopped by the agent first
+        assert ("rank 0 stopped: PeerConnectionError: " in err
+                or "rank 0: stopped by torchrun (SIGTERM) (rank 0: action " in err), err[-3000:]
+        assert err.count("where each rank was:") == 1, err[-3000:]
+        report = err.split("where each rank was:\n", 1)[1].splitlines()
+        assert report[0].startswith("  rank 0: action ") and report[1].startswith(
+            "  rank 1: action ")
+        assert all(len(line) <= 160 for line in report[:2])
+        assert err.count("Traceback") <= 1  # torchrun's own ChildFailedError summary
+    finally:
+        end_all(agent, ranks)
+    assert not any(_alive(p) for p in ranks)
+
+
+def test_a_killed_agent_ends_every_rank_quietly(tmp_path):
+    agent, ranks = start_training(tmp_path)
+    try:
+        agent.kill()
+        agent.wait(timeout=10)
+        start = time.monotonic()
+        while time.monotonic() - start < 15 and any(_alive(p) for p in ranks):
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in ranks), "ranks outlived their agent"
+        assert time.monotonic() - start < 8
+        err = (tmp_path / "stderr.txt").read_text()
+        for rank in (0, 1):
+            assert f"rank {rank}: torchrun's agent (pid {agent.pid}) is gone; stopping" in err
+        # at most the one store call each rank had in flight prints a C++ trace
+        assert err.count("Exception raised from") <= 2, err[-3000:]
+        assert err.count("Broken pipe") <= 2  # it was ~190 in 10 s
+    finally:
+        end_all(agent, ranks)

@@ -1,0 +1,55 @@
+"""docs/write-a-schedule.md works as written: its commands and its Python blocks run."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from pipemare_lite.cli import main
+from pipemare_lite.schedules.registry import BUILDERS
+from pipemare_lite.schedules.validate import REGISTERED_WEIGHT_MODES
+
+ROOT = Path(__file__).parent.parent
+PAGE = (ROOT / "docs" / "write-a-schedule.md").read_text()
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", PAGE, flags=re.S)
+
+
+@pytest.fixture
+def in_root(monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    yield tmp_path
+    BUILDERS.pop("my-gpipe", None)
+    REGISTERED_WEIGHT_MODES.pop("my-gpipe", None)
+
+
+def test_the_csv_shown_is_the_example_file():
+    shown = blocks("")[0]
+    assert shown == (ROOT / "docs" / "examples" / "two_stage_1f1b.csv").read_text()
+
+
+def test_the_commands_run(in_root, capsys):
+    commands = [b.strip() for b in blocks("") if b.strip().startswith("python -m")]
+    assert len(commands) == 2
+    for command in commands:
+        argv = shlex.split(command)[3:]  # after "python -m pipemare_lite"
+        argv = [str(in_root / a) if a == "run.ckpt" else a for a in argv]
+        assert main(argv) == 0, command
+    out = capsys.readouterr().out
+    assert "custom: P=2 stages, M=4 microbatches" in out and "test accuracy" in out
+    assert (in_root / "run.ckpt").exists()
+
+
+def test_the_python_blocks_run(in_root, capsys):
+    python = blocks("python")
+    assert len(python) == 2
+    for code in python:
+        exec(compile(code, "write-a-schedule.md", "exec"), {"__name__": "doc"})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("21 True custom#")  # 1348 training digits // 64
+    assert lines[1] == "True"
