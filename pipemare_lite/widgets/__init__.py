@@ -7,7 +7,10 @@
 - :func:`stability_explorer` (chapter 06): step, delay, curvature, momentum, discrepancy
   and T2 -> iterates, characteristic roots and the stability map;
 - :func:`granularity_explorer` (chapter 07): P, method and lr -> the trained runs' losses
-  and every stage on the stability map (twin: :func:`granularity_explorer_static`).
+  and every stage on the stability map (twin: :func:`granularity_explorer_static`);
+- :func:`t1_explorer` (chapter 08): P, N, T1's horizon K, the base schedule and a curvature
+  -> every stage's learning rate over the run and its distance to the stability edge
+  (twin: :func:`t1_explorer_static`).
 
 Each returns an ``ipywidgets.VBox`` with ``controls`` (name -> control widget) and
 ``update()``. The HTML book has no kernel, so each explorer has a static twin,
@@ -29,6 +32,7 @@ from pipemare_lite.widgets.static import (
     stability_explorer_static,
     staleness_explorer_static,
 )
+from pipemare_lite.widgets.t1_explorer import T1Explorer, t1_explorer, t1_explorer_static
 
 __all__ = [
     "schedule_explorer",
@@ -43,4 +47,7 @@ __all__ = [
     "granularity_explorer",
     "granularity_explorer_static",
     "GranularityExplorer",
+    "t1_explorer",
+    "t1_explorer_static",
+    "T1Explorer",
 ]
