@@ -101,6 +101,7 @@ class T1Explorer(Explorer):
         self.table = widgets.HTML()
         self.delays: list[int] = []
         self.lrs: list[list[float]] = []
+        self._layout: dict | None = None
         c = controls
         super().__init__(controls, [widgets.HBox([c["P"], c["N"], c["K"]]),
                                     widgets.HBox([c["schedule"], c["lam"]]),
@@ -113,17 +114,19 @@ class T1Explorer(Explorer):
                                              step_size=self.step_size)
         title = _title(P, N, K, schedule, self.delays, self.lrs, lam)
         traces = t1_traces(self.lrs, self.delays, base=base, lam=lam)
+        if self._layout is None:  # the layout (two panels, axes) is built once
+            self._layout = t1_figure(self.lrs, self.delays, base=base, lam=lam, anneal_end=K,
+                                     title=title).layout.to_plotly_json()
         if len(self.figure.data) != len(traces):  # P changed, or the first drawing
-            fig = t1_figure(self.lrs, self.delays, base=base, lam=lam, anneal_end=K,
-                            title=title)
-            show_figure(self.figure, fig.data, fig.layout.to_plotly_json())
+            show_figure(self.figure, traces, dict(self._layout))
         else:  # same lines: move them
             with self.figure.batch_update():
                 for trace, new in zip(self.figure.data, traces):
                     trace.y, trace.name = new["y"], new["name"]
-                self.figure.layout.title.text = title
-                self.figure.layout.shapes = t1_shapes(K, True)
-                self.figure.layout.annotations[1].text = f"lr * lam / bound(tau), lam = {lam:.3g}"
+        with self.figure.batch_update():
+            self.figure.layout.title.text = title
+            self.figure.layout.shapes = t1_shapes(K, True)
+            self.figure.layout.annotations[1].text = f"lr * lam / bound(tau), lam = {lam:.3g}"
         self.table.value = stage_table_html(self.delays, self.lrs, lam, K)
 
 
