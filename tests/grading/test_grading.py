@@ -128,3 +128,15 @@ def test_ex07_1_first_to_blow_up(grade):
 def test_ex07_2_largest_stable_depth(grade):
     """Exercise 7.2: largest_stable_depth(step, num_microbatches) -> int."""
     grade("ex07_2")
+
+
+@pytest.mark.ex08_1
+def test_ex08_1_t1_factor(grade):
+    """Exercise 8.1: t1_factor(update, tau, horizon) -> float."""
+    grade("ex08_1")
+
+
+@pytest.mark.ex08_2
+def test_ex08_2_first_update_outside(grade):
+    """Exercise 8.2: first_update_outside(lr, lam, tau, horizon) -> int | None."""
+    grade("ex08_2")
