@@ -75,3 +75,12 @@ def test_t1_figure_without_curvature_has_one_panel():
     assert len(fig.data) == 2 and all(t.xaxis in (None, "x") for t in fig.data)
     with pytest.raises(ValueError, match="2 rows of learning rates for 1 delays"):
         t1_figure([[0.1], [0.2]], [1])
+
+
+def test_t1_figure_takes_one_curvature_per_stage():
+    fig = t1_figure([[0.1, 0.1], [0.2, 0.2]], [2, 1], lam=[3.0, 1.0])
+    ratios = [t for t in fig.data if t.xaxis == "x2"]
+    assert list(ratios[0].y) == pytest.approx([0.3 / stability_bound(2)] * 2)
+    assert list(ratios[1].y) == pytest.approx([0.2 / stability_bound(1)] * 2)
+    with pytest.raises(ValueError, match="3 curvatures for 2 stages"):
+        t1_figure([[0.1], [0.2]], [2, 1], lam=[1.0, 2.0, 3.0])

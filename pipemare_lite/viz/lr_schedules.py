@@ -5,9 +5,10 @@
 
 - left: every stage's learning rate against the update (log scale), the base schedule
   dashed, and a dotted line where T1's anneal ends (update W + K);
-- right, when a curvature ``lam`` is given: every stage's step measured against chapter
-  06's bound for its delay, ``lr_s(k) * lam / (2 sin(pi / (2 (2 tau_s + 1))))``; above 1 the
-  stage, seen as a quadratic with that curvature, is outside the stable region.
+- right, when a curvature ``lam`` is given (one for all stages, or one per stage): every
+  stage's step measured against chapter 06's bound for its delay,
+  ``lr_s(k) * lam_s / (2 sin(pi / (2 (2 tau_s + 1))))``; above 1 the stage, seen as a
+  quadratic with that curvature, is outside the stable region.
 
 Stage s has the same shade as in chapter 07's figures (dark: stage 0, the stalest). Plain
 lists in, a ``plotly.graph_objects.Figure`` out; nothing here imports torch.
@@ -32,8 +33,22 @@ def edge_ratios(row: Sequence[float], lam: float, tau: int) -> list[float]:
     return [value * lam / bound for value in row]
 
 
+def _per_stage(lam, P: int) -> list[float]:
+    if isinstance(lam, (int, float)):
+        return [float(lam)] * P
+    lams = [float(x) for x in lam]
+    if len(lams) != P:
+        raise ValueError(f"{len(lams)} curvatures for {P} stages; give one, or one per stage")
+    return lams
+
+
+def _lam_text(lam) -> str:
+    return f"lam = {lam:.3g}" if isinstance(lam, (int, float)) else "lam_s of each stage"
+
+
 def t1_traces(lrs: Sequence[Sequence[float]], delays: Sequence[int], *,
-              base: Sequence[float] | None = None, lam: float | None = None) -> list[dict]:
+              base: Sequence[float] | None = None,
+              lam: float | Sequence[float] | None = None) -> list[dict]:
     """The figure's traces as plain dicts, in a fixed order: the stages' lrs, the base, then
     (with ``lam``) the stages' edge ratios. A redraw with the same P restyles them in place."""
     if len(lrs) != len(delays):
@@ -54,9 +69,10 @@ def t1_traces(lrs: Sequence[Sequence[float]], delays: Sequence[int], *,
             "xaxis": "x", "yaxis": "y",
             "hovertemplate": "base<br>update %{x}: lr %{y:.4g}<extra></extra>"})
     if lam is not None:
+        lams = _per_stage(lam, P)
         traces += [{
             "type": "scatter", "name": f"stage {s}, lr * lam / bound", "x": updates,
-            "y": edge_ratios(row, lam, delays[s]), "mode": "lines", "showlegend": False,
+            "y": edge_ratios(row, lams[s], delays[s]), "mode": "lines", "showlegend": False,
             "legendgroup": f"stage {s}", "line": {"color": stage_color(s, P), "width": 2},
             "xaxis": "x2", "yaxis": "y2",
             "hovertemplate": f"stage {s}, tau {delays[s]}<br>update %{{x}}: "
@@ -66,20 +82,22 @@ def t1_traces(lrs: Sequence[Sequence[float]], delays: Sequence[int], *,
 
 
 def t1_figure(lrs: Sequence[Sequence[float]], delays: Sequence[int], *,
-              base: Sequence[float] | None = None, lam: float | None = None,
-              anneal_end: int | None = None, title: str | None = None) -> go.Figure:
+              base: Sequence[float] | None = None,
+              lam: float | Sequence[float] | None = None, anneal_end: int | None = None,
+              title: str | None = None) -> go.Figure:
     """Every stage's learning rate over the run (left) and its distance to the edge (right).
 
     Args:
         lrs: ``lrs[s][k]``, stage s's learning rate at update k.
         delays: each stage's delay tau_s (names the lines; places the bound).
         base: the base schedule ``lr(k)``, drawn dashed.
-        lam: a curvature; with it, the right panel shows ``lr_s(k) * lam / bound(tau_s)``.
+        lam: a curvature, or one per stage; with it, the right panel shows
+            ``lr_s(k) * lam_s / bound(tau_s)``.
         anneal_end: the update where T1's factor reaches 1 (W + K), marked dotted.
     """
     fig = make_subplots(rows=1, cols=2 if lam is not None else 1, horizontal_spacing=0.1,
                         subplot_titles=("learning rate of each stage",
-                                        f"lr * lam / bound(tau), lam = {lam:.3g}")
+                                        f"lr * lam / bound(tau), {_lam_text(lam)}")
                         if lam is not None else None)
     fig.add_traces(t1_traces(lrs, delays, base=base, lam=lam))
     fig.update_xaxes(title_text="update k", gridcolor="#EEEEEE")
