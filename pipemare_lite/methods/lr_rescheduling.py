@@ -20,6 +20,10 @@ while the pipeline is flushed, and its annealing clock starts at the first async
 update; by default ``K`` is the number of asynchronous minibatches (``num_minibatches - W``).
 How the paper (Yang et al., PipeMare, MLSys 2021) combines warm-up with T1 is recalled
 from its published form, not quoted from its text: read this as the book's definition.
+
+The formula itself (:func:`rescheduling_exponent`, :func:`rescheduling_factor`) lives in the
+torch-free :mod:`pipemare_lite.stage_lr`, beside each stage's learning rate over a whole run,
+so figures can draw it without torch; it is re-exported here.
 """
 
 from __future__ import annotations
