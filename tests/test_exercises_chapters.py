@@ -176,6 +176,20 @@ def largest_stable_depth(step, num_microbatches):
         P += 1
 
 
+def t1_factor(update, tau, horizon):
+    # p falls linearly from 1 to 0 over the horizon and stays 0; K = 0 switches T1 off
+    p = 0.0 if horizon == 0 else 1.0 - min(update / horizon, 1.0)
+    return tau ** -p
+
+
+def first_update_outside(lr, lam, tau, horizon):
+    bound = 2 * math.sin(math.pi / (2 * (2 * tau + 1)))
+    for k in range(horizon + 1):
+        if lr * lam * t1_factor(k, tau, horizon) >= bound:
+            return k
+    return None
+
+
 def weight_memory_by_kind(method, param_bytes, num_microbatches, optimizer):
     P, W = len(param_bytes), sum(param_bytes)
     stash = {"pipedream": sum(-(-(P - 1 - s) // num_microbatches) * b
@@ -232,6 +246,8 @@ SOLUTIONS = {
     "ex05_3": pipedream_stash_copies,
     "ex07_1": first_to_blow_up,
     "ex07_2": largest_stable_depth,
+    "ex08_1": t1_factor,
+    "ex08_2": first_update_outside,
     "ex10_1": weight_memory_by_kind,
     "ex10_2": pick_for_budget,
     "ex11_1": gpipe_comm_rows,
@@ -275,6 +291,10 @@ WRONG = {
     "ex07_1": lambda lr, sharpness, delays: 0,
     # the delay in microbatches, not updates (N ignored)
     "ex07_2": lambda step, num_microbatches: largest_stable_depth(step, 1),
+    # the delay's full division kept for ever (no anneal)
+    "ex08_1": lambda update, tau, horizon: 1 / tau,
+    # the bound of delay 1 for every stage
+    "ex08_2": lambda lr, lam, tau, horizon: first_update_outside(lr, lam, 1, horizon),
     # PipeDream's stash with an update per microbatch (N ignored)
     "ex10_1": lambda method, param_bytes, n, optimizer: weight_memory_by_kind(
         method, param_bytes, 1, optimizer),
@@ -794,6 +814,29 @@ def test_chapter_07_cases_start_with_the_chapter_setting_and_travel():
     assert pickle.loads(pickle.dumps(growth)) == growth
 
 
+# --- chapter 08: T1 -------------------------------------------------------------------------
+
+
+def test_chapter_08_known_mistakes_are_named():
+    def inverted(update, tau, horizon):
+        return tau ** -min(update / horizon, 1.0) if horizon else 1.0
+
+    def unclamped(update, tau, horizon):
+        return tau ** -(1.0 - update / horizon) if horizon else 1.0
+
+    def without_t1(lr, lam, tau, horizon):
+        return 0 if lr * lam >= 2 * math.sin(math.pi / (2 * (2 * tau + 1))) else None
+
+    named = {
+        "ex08_1": [(inverted, "the wrong way"), (unclamped, "stay 1")],
+        "ex08_2": [(without_t1, "ignores T1")],
+    }
+    for exercise_id, answers in named.items():
+        for answer, words in answers:
+            message = run_checks(exercise_id, answer).message
+            assert "A known mistake:" in message and words in message, message
+
+
 # --- chapter 10 ---------------------------------------------------------------------------
 
 
@@ -817,6 +860,24 @@ def test_chapter_10_known_mistakes_are_named():
         for answer, words in cases:
             message = run_checks(exercise_id, answer).message
             assert "A known mistake:" in message and words in message, message
+
+
+def test_chapter_08_answers_that_call_the_engine_are_rejected():
+    from pipemare_lite import stage_lr
+    from pipemare_lite.methods import lr_rescheduling
+
+    wrappers = {
+        "ex08_1": [stage_lr.rescheduling_factor, lr_rescheduling.rescheduling_factor,
+                   lambda update, tau, horizon: stage_lr.stage_lrs(
+                       1.0, [tau], update + 1, horizon=horizon)[0][update]],
+        "ex08_2": [lambda lr, lam, tau, horizon: stage_lr.first_unstable_update(
+            stage_lr.stage_lrs(lr, [tau], horizon + 1, horizon=horizon)[0], lam, tau)],
+    }
+    for exercise_id, answers in wrappers.items():
+        for answer in answers:
+            result = run_checks(exercise_id, answer)
+            assert result.status == "failed", result.message
+            assert "uses the engine's" in result.message
 
 
 def test_chapter_10_answers_that_call_the_engine_are_rejected():
@@ -924,6 +985,27 @@ def test_chapter_11_answers_that_call_the_engine_are_rejected():
             result = run_checks(exercise_id, answer)
             assert result.status == "failed", result.message
             assert "uses the engine's" in result.message
+
+
+def test_chapter_08_may_use_the_engine_factor_and_chapter_06_bound():
+    from pipemare_lite.stage_lr import rescheduling_factor
+    from pipemare_lite.theory import stability_bound
+
+    def first_update_outside(lr, lam, tau, horizon):
+        return next((k for k in range(horizon + 1)
+                     if lr * lam * rescheduling_factor(k, tau, horizon) >= stability_bound(tau)),
+                    None)
+
+    assert run_checks("ex08_2", first_update_outside).passed
+
+
+def test_chapter_08_cases_start_with_the_chapter_setting():
+    factor = EXERCISES["ex08_1"].cases()
+    assert factor[0] == {"update": 0, "tau": 8, "horizon": 168}  # stage 0 of P = 8, N = 2
+    assert any(c["horizon"] == 0 for c in factor) and any(c["update"] > c["horizon"]
+                                                          for c in factor)
+    outside = [EXERCISES["ex08_2"].reference(**c) for c in EXERCISES["ex08_2"].cases()]
+    assert None in outside and 0 in outside and any(k not in (None, 0) for k in outside)
 
 
 def test_chapter_11_cases_cover_the_edges_and_travel():

@@ -24,6 +24,7 @@ TORCH_FREE = [
     "pipemare_lite.memory",
     "pipemare_lite.theory",
     "pipemare_lite.stage_stability",
+    "pipemare_lite.stage_lr",
     "pipemare_lite.files",
     "pipemare_lite.plugins",
     "pipemare_lite.show",

@@ -249,6 +249,21 @@ def compare_stage_or_none(answer, expected) -> str | None:
     return f"returned stage {int(answer)}, which is not right"
 
 
+def compare_update_or_none(answer, expected) -> str | None:
+    """An update index (an int) or None, equal to ``expected``; a wrong one is called wrong
+    with its direction (earlier or later), never with the right update."""
+    if answer is None:
+        return None if expected is None else "returned no update (never), which is not right"
+    if isinstance(answer, bool) or not isinstance(answer, numbers.Integral):
+        return (f"returned {_short(answer)} ({type(answer).__name__}); expected an update "
+                "index (an int), or None for never")
+    if expected is None:
+        return f"returned update {int(answer)}, which is not right"
+    if int(answer) == int(expected):
+        return None
+    return f"returned update {int(answer)}, which is not right: {_direction(answer, expected)}"
+
+
 def compare_bytes_by_kind(answer, expected) -> str | None:
     """A dict of bytes by memory kind with exactly ``expected``'s keys, each an equal int;
     a wrong kind is named with the student's own value and whether it is too high or low."""

@@ -184,6 +184,24 @@ def largest_stable_pipeline(step: float, num_microbatches: int) -> int:
     return engine(step, num_microbatches)
 
 
+# --- chapter 08: T1, learning-rate rescheduling ---------------------------------------------
+
+
+def t1_factor(update: int, tau: float, horizon: int) -> float:
+    """The engine's T1 factor ``tau ** (-p_k)`` at update k (no warm-up: W = 0)."""
+    from pipemare_lite.stage_lr import rescheduling_factor
+
+    return rescheduling_factor(update, tau, horizon)
+
+
+def t1_first_unstable_update(lr: float, lam: float, tau: int, horizon: int) -> int | None:
+    """The engine's first update at which a stage with a constant base lr and T1 leaves
+    chapter 06's bound (the factor is 1 from update K on, so K + 1 updates decide it)."""
+    from pipemare_lite.stage_lr import first_unstable_update, stage_lrs
+
+    return first_unstable_update(stage_lrs(lr, [tau], horizon + 1, horizon=horizon)[0], lam, tau)
+
+
 # --- chapter 10: the trade-off table --------------------------------------------------------
 
 

@@ -26,6 +26,8 @@ ex06_2     ``delayed_gd_coefficients(alpha, lam, tau, m)``        ``characterist
 ex06_3     ``max_stable_step(tau, momentum) -> float``            roots + bisection (theory)
 ex07_1     ``first_to_blow_up(lr, sharpness, delays)``            largest spectral radius > 1
 ex07_2     ``largest_stable_depth(step, N) -> int``               stage 0's delay vs the bound
+ex08_1     ``t1_factor(update, tau, horizon) -> float``           the engine's T1 factor
+ex08_2     ``first_update_outside(lr, lam, tau, K)``              first T1 step over the bound
 ex10_1     ``weight_memory_by_kind(method, param_bytes, N, opt)``  memory model, long run
 ex10_2     ``pick_for_budget(rows, budget_bytes) -> str | None``  ``tradeoff.pick_method``
 ex11_1     ``gpipe_comm_rows(P, M) -> list[list[str]]``           ``comm_rows``, no receive ahead
@@ -39,13 +41,13 @@ import the engine only when a check runs (ex05_1, on real tensors, then imports 
 
 from __future__ import annotations
 
-from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch10, ch11
+from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch10, ch11
 from pipemare_lite.exercises.exercise import Exercise
 
 #: exercise id -> :class:`Exercise`, in book order.
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
-    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch10, ch11)
+    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch10, ch11)
     for exercise in module.EXERCISES
 }
 

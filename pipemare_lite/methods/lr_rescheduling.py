@@ -20,6 +20,10 @@ while the pipeline is flushed, and its annealing clock starts at the first async
 update; by default ``K`` is the number of asynchronous minibatches (``num_minibatches - W``).
 How the paper (Yang et al., PipeMare, MLSys 2021) combines warm-up with T1 is recalled
 from its published form, not quoted from its text: read this as the book's definition.
+
+The formula itself (:func:`rescheduling_exponent`, :func:`rescheduling_factor`) lives in the
+torch-free :mod:`pipemare_lite.stage_lr`, beside each stage's learning rate over a whole run,
+so figures can draw it without torch; it is re-exported here.
 """
 
 from __future__ import annotations
@@ -28,26 +32,13 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.stage_lr import (  # the formula, torch-free; re-exported here
+    rescheduling_exponent,
+    rescheduling_factor,
+)
 
-
-def rescheduling_exponent(update: int, horizon: int, start: int = 0) -> float:
-    """``p_k = 1 - min((k - W) / K, 1)`` for ``k >= W = start``, 0 before (warm-up).
-
-    ``K == 0`` switches the rescheduling off (p = 0).
-    """
-    if horizon < 0 or update < 0 or start < 0:
-        raise ValueError(f"update ({update}), horizon K ({horizon}) and start W ({start}) "
-                         "must be >= 0")
-    if horizon == 0 or update < start:
-        return 0.0
-    return 1.0 - min((update - start) / horizon, 1.0)
-
-
-def rescheduling_factor(update: int, tau: float, horizon: int, start: int = 0) -> float:
-    """``tau ** (-p_k)``: the factor T1 multiplies the base learning rate by."""
-    if tau < 1:
-        raise ValueError(f"T1 needs a delay tau >= 1, got {tau!r}")
-    return float(tau) ** (-rescheduling_exponent(update, horizon, start))
+__all__ = ["LRRescheduling", "rescheduling_exponent", "rescheduling_factor",
+           "stage_forward_delays"]
 
 
 def stage_forward_delays(schedule: Schedule) -> list[int]:

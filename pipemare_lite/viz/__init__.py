@@ -11,6 +11,8 @@ here imports torch, and nothing keeps state: call a function, get a figure.
   :func:`trajectory_figure` (chapter 06);
 - :func:`loss_curves` (chapters 07-10);
 - :func:`update_norm_figure`, :func:`stage_map_figure` (chapter 07): per-stage evidence;
+- :func:`t1_figure` (chapter 08): each stage's learning rate over a run, and its distance to
+  the stability edge of its delay.
 - :func:`tradeoff_figure` (chapter 10): every method's busiest device against a budget.
 
 In a Jupyter kernel, importing this package makes figures carry an HTML fallback besides
@@ -19,6 +21,7 @@ their plotly JSON, so exported notebooks show them too (:mod:`pipemare_lite.viz.
 
 from pipemare_lite.viz.curves import divergence_step, loss_curves
 from pipemare_lite.viz.gantt import gantt, gantt_pair, gantt_traces, idle_intervals
+from pipemare_lite.viz.lr_schedules import t1_figure
 from pipemare_lite.viz.memory import memory_bars
 from pipemare_lite.viz.renderer import use_in_jupyter
 from pipemare_lite.viz.stability import roots_figure, stability_map, trajectory_figure
@@ -42,6 +45,7 @@ __all__ = [
     "divergence_step",
     "update_norm_figure",
     "stage_map_figure",
+    "t1_figure",
     "tradeoff_figure",
 ]
 

@@ -8,6 +8,9 @@
   and T2 -> iterates, characteristic roots and the stability map;
 - :func:`granularity_explorer` (chapter 07): P, method and lr -> the trained runs' losses
   and every stage on the stability map (twin: :func:`granularity_explorer_static`);
+- :func:`t1_explorer` (chapter 08): P, N, T1's horizon K, the base schedule and a curvature
+  -> every stage's learning rate over the run and its distance to the stability edge
+  (twin: :func:`t1_explorer_static`);
 - :func:`tradeoff_explorer` (chapter 10): P, N, a memory budget and the methods whose
   quality is accepted -> every method's busiest device and the pick (twin:
   :func:`tradeoff_explorer_static`);
@@ -34,6 +37,7 @@ from pipemare_lite.widgets.static import (
     stability_explorer_static,
     staleness_explorer_static,
 )
+from pipemare_lite.widgets.t1_explorer import T1Explorer, t1_explorer, t1_explorer_static
 from pipemare_lite.widgets.trace_explorer import (
     TraceExplorer,
     trace_explorer,
@@ -58,6 +62,9 @@ __all__ = [
     "granularity_explorer",
     "granularity_explorer_static",
     "GranularityExplorer",
+    "t1_explorer",
+    "t1_explorer_static",
+    "T1Explorer",
     "tradeoff_explorer",
     "tradeoff_explorer_static",
     "TradeoffExplorer",

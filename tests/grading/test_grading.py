@@ -130,6 +130,18 @@ def test_ex07_2_largest_stable_depth(grade):
     grade("ex07_2")
 
 
+@pytest.mark.ex08_1
+def test_ex08_1_t1_factor(grade):
+    """Exercise 8.1: t1_factor(update, tau, horizon) -> float."""
+    grade("ex08_1")
+
+
+@pytest.mark.ex08_2
+def test_ex08_2_first_update_outside(grade):
+    """Exercise 8.2: first_update_outside(lr, lam, tau, horizon) -> int | None."""
+    grade("ex08_2")
+
+
 @pytest.mark.ex10_1
 def test_ex10_1_weight_memory_by_kind(grade):
     """Exercise 10.1: weight_memory_by_kind(method, param_bytes, num_microbatches, optimizer)."""
