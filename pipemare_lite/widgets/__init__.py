@@ -7,7 +7,9 @@
 - :func:`stability_explorer` (chapter 06): step, delay, curvature, momentum, discrepancy
   and T2 -> iterates, characteristic roots and the stability map;
 - :func:`granularity_explorer` (chapter 07): P, method and lr -> the trained runs' losses
-  and every stage on the stability map (twin: :func:`granularity_explorer_static`).
+  and every stage on the stability map (twin: :func:`granularity_explorer_static`);
+- :func:`t2_explorer` (chapter 09): step, delay, sensitivity and T2's gamma -> the stability
+  map without and with T2 and the gamma sweep (twin: :func:`t2_explorer_static`).
 
 Each returns an ``ipywidgets.VBox`` with ``controls`` (name -> control widget) and
 ``update()``. The HTML book has no kernel, so each explorer has a static twin,
@@ -29,6 +31,7 @@ from pipemare_lite.widgets.static import (
     stability_explorer_static,
     staleness_explorer_static,
 )
+from pipemare_lite.widgets.t2_explorer import T2Explorer, t2_explorer, t2_explorer_static
 
 __all__ = [
     "schedule_explorer",
@@ -43,4 +46,7 @@ __all__ = [
     "granularity_explorer",
     "granularity_explorer_static",
     "GranularityExplorer",
+    "t2_explorer",
+    "t2_explorer_static",
+    "T2Explorer",
 ]
