@@ -3,9 +3,10 @@
 Goal: one handler call (build + simulate + metrics + figure update) well under 100 ms for
 P <= 16, M <= 64 (and, for chapter 06's stability explorer and chapter 09's T2 explorer,
 delays up to 16 with the stability maps redone), so dragging a slider feels immediate. Also
-times the pure figure functions and the static slider twins. Run with ``python benchmarks/bench_widgets.py``
-(``make bench`` runs every benchmark). Times are the best of a few runs (least disturbed
-by other processes); the first call of a session (imports, first FigureWidget) is excluded.
+times the pure figure functions and the static slider twins. Run with
+``python benchmarks/bench_widgets.py`` (``make bench`` runs every benchmark). Times are the
+best of a few runs (least disturbed by other processes); the first call of a session
+(imports, first FigureWidget) is excluded.
 """
 
 from __future__ import annotations

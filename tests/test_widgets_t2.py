@@ -108,7 +108,7 @@ def test_static_twin_has_one_step_per_gamma_and_shows_one_heatmap_at_a_time():
     assert [s.label for s in steps] == ["0", "0.3", "0.9"]
     heatmaps = [i for i, t in enumerate(fig.data) if t.type == "heatmap"]
     assert len(heatmaps) == 3
-    for i, step in enumerate(steps):
+    for step in steps:
         visible, _, indexes = step.args
         shown = [idx for idx, v in zip(indexes, visible["visible"]) if v and idx in heatmaps]
         assert len(shown) == 1

@@ -35,8 +35,9 @@ from pipemare_lite.viz.stability import gamma_sweep_figure, stability_map
 from pipemare_lite.widgets._explorer import Explorer, figure_widget, show_plotly_figure
 from pipemare_lite.widgets.stability_explorer import MAP_TAUS
 
-#: Steps on the maps' (log) axis: fewer than chapter 06's, as this widget draws two maps.
-MAP_ALPHAS = np.geomspace(1e-3, 4.0, 60)
+#: Steps on the maps' (log) axis: from 0.01 (chapter 06 starts at 0.001 for momentum's
+#: small steps; there is no momentum here) with about chapter 06's resolution.
+MAP_ALPHAS = np.geomspace(1e-2, 4.0, 45)
 #: Steps the gamma sweep scans for the first unstable one before bisecting.
 SWEEP_ALPHAS = MAP_ALPHAS[::2]
 #: T2's gammas on the sweep (and the slider's steps): 0, 0.05, ..., 0.95.
@@ -99,7 +100,7 @@ class T2Explorer(Explorer):
     def __init__(self, alpha, tau, discrepancy, gamma) -> None:
         style = {"description_width": "initial"}
         controls = {
-            "alpha": widgets.FloatLogSlider(value=alpha, base=10, min=-3, max=math.log10(4),
+            "alpha": widgets.FloatLogSlider(value=alpha, base=10, min=-2, max=math.log10(4),
                                             step=0.01, description="step alpha*lambda",
                                             readout_format=".3g", style=style),
             "tau": widgets.IntSlider(value=tau, min=0, max=MAP_TAUS[-1], description="delay tau",
