@@ -26,6 +26,8 @@ ex06_2     ``delayed_gd_coefficients(alpha, lam, tau, m)``        ``characterist
 ex06_3     ``max_stable_step(tau, momentum) -> float``            roots + bisection (theory)
 ex07_1     ``first_to_blow_up(lr, sharpness, delays)``            largest spectral radius > 1
 ex07_2     ``largest_stable_depth(step, N) -> int``               stage 0's delay vs the bound
+ex09_1     ``t2_step(delta, w_old, w_new, gamma, d)``             ``DiscrepancyCorrection``
+ex09_2     ``updates_until_calibrated(gamma, tol) -> int``        T2's buffer, update by update
 =========  ====================================================  =============================
 
 Rows are one list per rank of action strings ``{stage}{F|B}{microbatch}`` (``"2F0"``,
@@ -35,13 +37,13 @@ import the engine only when a check runs (ex05_1, on real tensors, then imports 
 
 from __future__ import annotations
 
-from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07
+from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch09
 from pipemare_lite.exercises.exercise import Exercise
 
 #: exercise id -> :class:`Exercise`, in book order.
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
-    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07)
+    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch09)
     for exercise in module.EXERCISES
 }
 
