@@ -32,7 +32,8 @@ ex09_2     ``updates_until_calibrated(gamma, tol) -> int``        T2's buffer, u
 
 Rows are one list per rank of action strings ``{stage}{F|B}{microbatch}`` (``"2F0"``,
 ``"1B3"``) in execution order, updates (``U``) left out. Torch-free: the chapter modules
-import the engine only when a check runs (ex05_1, on real tensors, then imports torch).
+import the engine only when a check runs (ex05_1 and ex09_1, on real tensors, and ex09_2's
+reference then import torch).
 """
 
 from __future__ import annotations
