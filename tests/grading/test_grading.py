@@ -128,3 +128,15 @@ def test_ex07_1_first_to_blow_up(grade):
 def test_ex07_2_largest_stable_depth(grade):
     """Exercise 7.2: largest_stable_depth(step, num_microbatches) -> int."""
     grade("ex07_2")
+
+
+@pytest.mark.ex09_1
+def test_ex09_1_t2_step(grade):
+    """Exercise 9.1: t2_step(delta, w_old, w_new, gamma, distance) -> (new_delta, backward)."""
+    grade("ex09_1")
+
+
+@pytest.mark.ex09_2
+def test_ex09_2_updates_until_calibrated(grade):
+    """Exercise 9.2: updates_until_calibrated(gamma, tolerance) -> int."""
+    grade("ex09_2")
