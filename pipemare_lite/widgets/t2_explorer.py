@@ -24,6 +24,7 @@ import math
 
 import ipywidgets as widgets
 import numpy as np
+import plotly.graph_objects as go
 
 from pipemare_lite.theory import (
     discrepancy_matrix,
@@ -31,9 +32,11 @@ from pipemare_lite.theory import (
     stability_bound,
     stability_grid,
 )
+from pipemare_lite.viz.colors import ROOT_UNSTABLE_COLOR
 from pipemare_lite.viz.stability import gamma_sweep_figure, stability_map
 from pipemare_lite.widgets._explorer import Explorer, figure_widget, show_plotly_figure
 from pipemare_lite.widgets.stability_explorer import MAP_TAUS
+from pipemare_lite.widgets.static import MAX_STEPS, _slider
 
 #: Steps on the maps' (log) axis: from 0.01 (chapter 06 starts at 0.001 for momentum's
 #: small steps; there is no momentum here) with about chapter 06's resolution.
@@ -226,10 +229,6 @@ def t2_explorer_static(tau: int = 4, discrepancy: float = -1.0,
     line: where the stable region ended before T2) and without any discrepancy (black). Each
     step's title gives the largest stable step at ``tau`` with and without T2.
     """
-    import plotly.graph_objects as go
-
-    from pipemare_lite.widgets.static import MAX_STEPS, _slider
-
     gammas = [round(float(g), 2) for g in gammas]
     if not gammas or len(gammas) > MAX_STEPS:
         raise ValueError(f"gammas must hold 1..{MAX_STEPS} values, got {len(gammas)}")
@@ -243,13 +242,13 @@ def t2_explorer_static(tau: int = 4, discrepancy: float = -1.0,
                         alpha_title="step size alpha * lambda (log)",
                         bound_name="no discrepancy: 2 sin(pi/(2(2 tau+1)))")
     for g in gammas[1:]:
-        heat = go.Heatmap(fig.data[0])
-        heat.z, heat.visible, heat.showscale = (
-            stability_grid(MAP_ALPHAS, MAP_TAUS, sensitivity=discrepancy, gamma=g), False, False)
+        heat = go.Heatmap(fig.data[0])  # same colours, hover and colour bar; hidden at first
+        heat.z, heat.visible = (
+            stability_grid(MAP_ALPHAS, MAP_TAUS, sensitivity=discrepancy, gamma=g), False)
         fig.add_trace(heat)
     fig.add_trace(go.Scatter(name="largest stable step without T2", x=without,
                              y=list(range(len(MAP_TAUS))), mode="lines",
-                             line={"color": "#B2182B", "width": 3, "dash": "dash"},
+                             line={"color": ROOT_UNSTABLE_COLOR, "width": 3, "dash": "dash"},
                              hovertemplate="without T2: %{x:.4g}<extra></extra>"))
     k = len(gammas)
     titles = [f"s={discrepancy:g}, T2 gamma={g:g}: at tau={tau} the largest stable step is "
