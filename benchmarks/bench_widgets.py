@@ -1,11 +1,12 @@
 """Speed of the explorers: a control moves -> the figure is redrawn (prints ratios; no pass/fail).
 
 Goal: one handler call (build + simulate + metrics + figure update) well under 100 ms for
-P <= 16, M <= 64 (and, for chapter 06's stability explorer, delays up to 16 with the
-stability map redone), so dragging a slider feels immediate. Also times the pure figure
-functions and the static slider twins. Run with ``python benchmarks/bench_widgets.py``
-(``make bench`` runs every benchmark). Times are the best of a few runs (least disturbed
-by other processes); the first call of a session (imports, first FigureWidget) is excluded.
+P <= 16, M <= 64 (and, for chapter 06's stability explorer and chapter 09's T2 explorer,
+delays up to 16 with the stability maps redone), so dragging a slider feels immediate. Also
+times the pure figure functions and the static slider twins. Run with
+``python benchmarks/bench_widgets.py`` (``make bench`` runs every benchmark). Times are the
+best of a few runs (least disturbed by other processes); the first call of a session
+(imports, first FigureWidget) is excluded.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pipemare_lite.widgets import (
     stability_explorer_static,
     staleness_explorer,
     staleness_explorer_static,
+    t2_explorer,
+    t2_explorer_static,
 )
 
 GOAL = 0.100  # seconds per handler call
@@ -94,11 +97,22 @@ def main() -> None:
         moves = iter(values * REPEATS)
         row(f"stability_explorer move {control} (tau<=16)",
             best_of(REPEATS, lambda c=control, v=moves: stability.set(**{c: next(v)})))
+    # chapter 09's T2 explorer caches its maps and gamma sweeps: every timed call moves to a
+    # value not seen before, so it recomputes what that control needs (gamma: the map with
+    # T2; tau: the sweep; s: both maps and the sweep; alpha: nothing but markers)
+    t2 = t2_explorer(alpha=0.3, tau=8, discrepancy=-1.0, gamma=0.3)
+    for control, values in [("alpha", [0.2, 0.3]), ("gamma", [0.5, 0.55, 0.6, 0.65, 0.7]),
+                            ("tau", [16, 15, 14, 13, 12]),
+                            ("discrepancy", [-0.9, -0.8, -0.7, -0.6, -0.5])]:
+        moves = iter(values * REPEATS)
+        row(f"t2_explorer move {control} (tau<=16)",
+            best_of(REPEATS, lambda c=control, v=moves: t2.set(**{c: next(v)})))
     timeline = simulate(build_schedule("1f1b", 16, 64))
     row("viz.gantt() 1f1b P=16 M=64 (pure figure)", best_of(REPEATS, lambda: gantt(timeline)))
     row("schedule_explorer_static() P=4 M=1..16", best_of(2, schedule_explorer_static), None)
     row("staleness_explorer_static() P=2..8", best_of(2, staleness_explorer_static), None)
     row("stability_explorer_static() tau=0..10", best_of(2, stability_explorer_static), None)
+    row("t2_explorer_static() gamma=0..0.9", best_of(2, t2_explorer_static), None)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The exercises of chapters 00-07 and 10, checked against the engine.
+"""The exercises of chapters 00-11, checked against the engine.
 
 Plain solutions written here from the definitions (the order rules, the closed forms) must
 pass every exercise; stubs must be "not attempted yet"; typical wrong answers must fail
@@ -225,6 +225,20 @@ def utilization_from_trace(entries, num_ranks):
     return busy / (num_ranks * makespan)
 
 
+def t2_step(delta, w_old, w_new, gamma, distance):
+    # the running average of the changes, then back from the current weights by d averages
+    averaged = [gamma * d + (1 - gamma) * (new - old) for d, old, new in zip(delta, w_old, w_new)]
+    return averaged, [w - distance * d for w, d in zip(w_new, averaged)]
+
+
+def updates_until_calibrated(gamma, tolerance):
+    # delta_k = c (1 - gamma^k): the missing part gamma^k shrinks by gamma per update
+    k, missing = 1, gamma
+    while missing > tolerance:
+        k, missing = k + 1, missing * gamma
+    return k
+
+
 SOLUTIONS = {
     "ex00_1": gpipe_action_count,
     "ex01_1": naive_utilization,
@@ -252,6 +266,8 @@ SOLUTIONS = {
     "ex10_2": pick_for_budget,
     "ex11_1": gpipe_comm_rows,
     "ex11_2": utilization_from_trace,
+    "ex09_1": t2_step,
+    "ex09_2": updates_until_calibrated,
 }
 
 # --- typical mistakes ---------------------------------------------------------------------
@@ -307,6 +323,12 @@ WRONG = {
     # busy time over the last end: the makespan measured from 0
     "ex11_2": lambda entries, num_ranks: sum(e[3] - e[2] for e in entries) / (
         num_ranks * max(e[3] for e in entries)),
+    # the backward extrapolated from the weights before the update
+    "ex09_1": lambda delta, w_old, w_new, gamma, distance: (
+        t2_step(delta, w_old, w_new, gamma, distance)[0],
+        [w - distance * d for w, d in zip(w_old, t2_step(delta, w_old, w_new, gamma, 0)[0])]),
+    # one update too few: gamma^k < tolerance checked before counting the update
+    "ex09_2": lambda gamma, tolerance: updates_until_calibrated(gamma, tolerance) - 1,
 }
 
 
@@ -364,8 +386,9 @@ def test_wrong_answer_fails_with_hint_and_hides_the_expected_value(exercise_id):
     expected = exercise.reference(*failing.values())
     for text in _texts_of(expected):
         assert not re.search(rf"(?<![\w.]){re.escape(text)}(?![\w])", said), (text, said)
-    if isinstance(expected, list) and expected and isinstance(expected[0], list):
-        # every action it names is one the student wrote
+    if (exercise.harness is None and isinstance(expected, list) and expected
+            and isinstance(expected[0], list)):
+        # schedule rows: every action it names is one the student wrote
         written = {a for row in answer(*failing.values()) for a in row}
         assert set(re.findall(r"\d+[FBIWU]\d+", said)) <= written, said
 
@@ -1017,3 +1040,85 @@ def test_chapter_11_cases_cover_the_edges_and_travel():
     assert all(min(e[2] for e in c["entries"]) > 0 for c in traces)  # never from 0
     assert {c["num_ranks"] for c in traces} >= {1, 2, 4}
     assert pickle.loads(pickle.dumps(traces)) == traces
+
+
+# --- chapter 09: T2 on real tensors, and its buffer's start ---------------------------------
+
+
+def _swapped_gamma(delta, w_old, w_new, gamma, distance):
+    return t2_step(delta, w_old, w_new, 1 - gamma, distance)
+
+
+def _stale_average(delta, w_old, w_new, gamma, distance):
+    averaged, _ = t2_step(delta, w_old, w_new, gamma, distance)
+    return averaged, [w - distance * d for w, d in zip(w_new, delta)]
+
+
+def _forward_extrapolation(delta, w_old, w_new, gamma, distance):
+    return t2_step(delta, w_old, w_new, gamma, -distance)
+
+
+def test_chapter_09_known_mistakes_are_named():
+    named = {
+        ("ex09_1", _swapped_gamma): "swapped",
+        ("ex09_1", _stale_average): "average from before the update",
+        ("ex09_1", _forward_extrapolation): "further ahead",
+        ("ex09_1", WRONG["ex09_1"]): "weights before the update",
+        ("ex09_2", lambda gamma, tolerance: math.ceil(1 / (1 - gamma))): "memory",
+    }
+    for (exercise_id, answer), words in named.items():
+        message = run_checks(exercise_id, answer).message
+        assert "A known mistake:" in message and words in message, message
+        assert "update" in message or exercise_id == "ex09_2"
+
+
+def test_chapter_09_answers_that_call_the_engine_are_rejected():
+    from pipemare_lite.methods.discrepancy import DiscrepancyCorrection
+
+    def through_the_engine(delta, w_old, w_new, gamma, distance):
+        import torch
+
+        params = [torch.nn.Parameter(w.clone()) for w in w_new]
+        t2 = DiscrepancyCorrection(params, gamma)
+        t2.delta = [gamma * d for d in delta]
+        t2.after_update([w + (n - o) * 0 for w, o, n in zip(w_old, w_old, w_new)])
+        return t2.delta, t2.backward_weights(distance)
+
+    result = run_checks("ex09_1", through_the_engine)
+    assert result.status == "failed" and "uses the engine's" in result.message, result.message
+
+
+def test_chapter_09_t2_is_checked_on_real_tensors_of_every_model():
+    import pickle
+
+    import torch
+
+    from pipemare_lite.exercises.harness import T2_MODELS, t2_on_tensors, t2_sequence
+
+    cases = EXERCISES["ex09_1"].cases()
+    assert cases[0] == {"model": "linear", "gamma": 0.9, "distances": [0, 1, 2, 2, 3, 3]}
+    assert {c["model"] for c in cases} == set(T2_MODELS)
+    assert any(c["gamma"] == 0.0 for c in cases) and any(0 in c["distances"] for c in cases)
+    pickle.dumps(cases)
+    weights, changes = t2_sequence("mlp", 3)
+    assert all(w.dtype == torch.float64 for w in weights) and len(changes) == 3
+    # by hand, gamma 0: delta is the last change, the backward goes back d of them
+    steps = t2_on_tensors(t2_step, "linear", 0.0, [2])
+    w0, (c0,) = t2_sequence("linear", 1)
+    assert torch.allclose(torch.tensor(steps[0][0][0], dtype=torch.float64), c0[0])
+    assert torch.allclose(torch.tensor(steps[0][1][0], dtype=torch.float64),
+                          w0[0] + c0[0] - 2 * c0[0])
+    assert steps == EXERCISES["ex09_1"].reference("linear", 0.0, [2])
+
+
+def test_chapter_09_calibration_cases_avoid_fragile_counts():
+    from pipemare_lite.exercises.ch09 import _near_boundary
+
+    cases = EXERCISES["ex09_2"].cases()
+    assert cases[0] == {"gamma": 0.9, "tolerance": 0.01}
+    assert not any(_near_boundary(c["gamma"], c["tolerance"]) for c in cases)
+    # the closed form ceil(log tol / log gamma) agrees with the engine's buffer on every case
+    for case in cases:
+        g, tol = case["gamma"], case["tolerance"]
+        closed = 1 if g == 0 else max(1, math.ceil(math.log(tol) / math.log(g)))
+        assert EXERCISES["ex09_2"].reference(g, tol) == closed

@@ -38,6 +38,8 @@ FUNCTION_EXERCISES = [e for e in list_exercises() if e.kind == "function"]
 #: the harness itself would raise, and no patched comparator could make it pass.
 WRONG_BUT_RUNNING = {
     "ex05_1": "def version_hooks(params, weights):\n    return (lambda t: t), (lambda t: t)\n",
+    # no correction at all: the buffer stays as it came, the backward reads the new weights
+    "ex09_1": "def t2_step(delta, w_old, w_new, gamma, distance):\n    return delta, w_new\n",
 }
 
 

@@ -292,3 +292,18 @@ def compare_name_or_none(answer, expected) -> str | None:
     if answer == expected:
         return None
     return f"returned {answer!r}, which is not right"
+
+
+def compare_t2_steps(answer, expected) -> str | None:
+    """Per update ``[delta, backward weights]`` (nested lists), each close to the expected
+    one (ex09_1); says which update and which of the two is wrong first."""
+    if not isinstance(answer, (list, tuple)) or len(answer) != len(expected):
+        return f"gave {_short(answer)}; expected one (delta, backward weights) per update"
+    for k, (got, right) in enumerate(zip(answer, expected)):
+        if not (isinstance(got, (list, tuple)) and len(got) == 2):
+            return f"update {k}: expected a pair (new delta, backward weights)"
+        if not _same_reals(got[0], right[0]):
+            return f"update {k}: the new delta is not the right one"
+        if not _same_reals(got[1], right[1]):
+            return f"update {k}: the backward weights are not the right ones"
+    return None

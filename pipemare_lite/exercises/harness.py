@@ -11,8 +11,9 @@ the reference like any answer.
 A harness runs wherever the answer runs: in the notebook's process for ``check()``, and in
 the grading worker (:mod:`~pipemare_lite.exercises.worker`), which is why this module holds
 no reference answers and imports nothing of the exercise definitions. What a harness builds
-is seeded, so the grader's reference and the worker's run see the same tensors. Torch-free
-at import (a harness imports torch when it runs).
+is seeded, so the grader's reference and the worker's run see the same tensors. Chapter 09's
+``t2_on_tensors`` feeds ex09_1's T2 step a stage's updates one by one. Torch-free at import
+(a harness imports torch when it runs).
 """
 
 from __future__ import annotations
@@ -90,3 +91,60 @@ def gradients_with_hooks(version_hooks, model: str, backward_reads: str) -> tupl
             p.add_(d)
     y.backward(grad_y)
     return plain_gradients(x.grad, [p.grad for p in params])
+
+
+# --- chapter 09: T2 on real tensors -----------------------------------------------------------
+
+#: The parameter shapes ex09_1 is checked on: a Linear layer, a two-layer MLP, a Conv2d.
+T2_MODELS = {
+    "linear": [(4, 5), (4,)],
+    "mlp": [(6, 5), (6,), (4, 6), (4,)],
+    "conv": [(3, 2, 3, 3), (3,)],
+}
+
+
+def t2_sequence(model: str, updates: int):
+    """``(weights, changes)`` for one ex09_1 case: a stage's initial parameters and the change
+    each of ``updates`` optimizer steps makes to them (seeded, float64).
+
+    Raises:
+        ValueError: ``model`` is not one of :data:`T2_MODELS`.
+    """
+    import torch
+
+    if model not in T2_MODELS:
+        raise ValueError(f"unknown model {model!r}; allowed: {', '.join(T2_MODELS)}")
+    generator = torch.Generator().manual_seed(9)
+    weights = [torch.randn(*shape, generator=generator, dtype=torch.float64)
+               for shape in T2_MODELS[model]]
+    # steps that drift in one direction with noise around it, like SGD's
+    drift = [0.05 * torch.randn(*shape, generator=generator, dtype=torch.float64)
+             for shape in T2_MODELS[model]]
+    changes = [[d + 0.02 * torch.randn(*d.shape, generator=generator, dtype=torch.float64)
+                for d in drift] for _ in range(updates)]
+    return weights, changes
+
+
+def t2_on_tensors(t2_step, model: str, gamma: float, distances: list[int]) -> list:
+    """ex09_1: a stage's updates one by one, each followed by a backward ``distances[k]``
+    updates after its forward, with the student's ``t2_step`` keeping T2's state.
+
+    ``t2_step(delta, w_old, w_new, gamma, distance)`` gets T2's buffer before the update (one
+    tensor per parameter, zeros at first), the weights before and after it, and returns
+    ``(new_delta, backward_weights)``. Returns, per update, ``[new_delta, backward_weights]``
+    as nested lists of floats.
+    """
+    import torch
+
+    weights, changes = t2_sequence(model, len(distances))
+    delta = [torch.zeros_like(w) for w in weights]
+    steps = []
+    for change, distance in zip(changes, distances):
+        new = [w + c for w, c in zip(weights, change)]
+        delta, backward = t2_step([d.clone() for d in delta], [w.clone() for w in weights],
+                                  [w.clone() for w in new], gamma, distance)
+        delta = [torch.as_tensor(d, dtype=torch.float64) for d in delta]
+        steps.append([[d.tolist() for d in delta],
+                      [torch.as_tensor(b).tolist() for b in backward]])
+        weights = new
+    return steps

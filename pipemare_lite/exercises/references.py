@@ -248,3 +248,54 @@ def trace_utilization(entries: list, num_ranks: int) -> float:
     timed = tuple(TimedAction(rank, Action.parse(action), start, end)
                   for rank, action, start, end in entries)
     return metrics(Timeline(carrier, timed, unit="s", source="measured")).utilization
+
+
+# --- chapter 09: T2, discrepancy correction ------------------------------------------------
+
+
+def t2_engine_steps(model: str, gamma: float, distances: list[int]) -> list:
+    """The engine's answer to ex09_1: per update, ``[delta, backward weights]`` as lists.
+
+    A :class:`~pipemare_lite.methods.discrepancy.DiscrepancyCorrection` on the stage's real
+    parameters (from :func:`~pipemare_lite.exercises.harness.t2_sequence`): before each update
+    its snapshot, then the update in place, then ``after_update`` and
+    ``backward_weights(distances[k])``, as :class:`~pipemare_lite.executor.stage.StageWorker`
+    calls them.
+    """
+    import torch
+
+    from pipemare_lite.exercises.harness import t2_sequence
+    from pipemare_lite.methods.discrepancy import DiscrepancyCorrection
+
+    weights, changes = t2_sequence(model, len(distances))
+    params = [torch.nn.Parameter(w) for w in weights]
+    t2 = DiscrepancyCorrection(params, gamma)
+    steps = []
+    for change, distance in zip(changes, distances):
+        old = t2.snapshot()
+        with torch.no_grad():
+            for p, c in zip(params, change):
+                p.add_(c)
+        t2.after_update(old)
+        steps.append([[d.tolist() for d in t2.delta],
+                      [b.tolist() for b in t2.backward_weights(distance)]])
+    return steps
+
+
+def t2_calibration_updates(gamma: float, tolerance: float, limit: int = 100_000) -> int:
+    """Updates until the engine's T2 buffer, started at zero, is within ``tolerance`` of a
+    constant weight change (relative): a one-weight stage moved by 1.0 per update."""
+    import torch
+
+    from pipemare_lite.methods.discrepancy import DiscrepancyCorrection
+
+    weight = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    t2 = DiscrepancyCorrection([weight], gamma)
+    for k in range(1, limit + 1):
+        old = t2.snapshot()
+        with torch.no_grad():
+            weight.add_(1.0)
+        t2.after_update(old)
+        if abs(float(t2.delta[0]) - 1.0) <= tolerance:
+            return k
+    raise ValueError(f"T2 with gamma {gamma} is not within {tolerance} after {limit} updates")

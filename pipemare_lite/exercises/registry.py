@@ -32,22 +32,38 @@ ex10_1     ``weight_memory_by_kind(method, param_bytes, N, opt)``  memory model,
 ex10_2     ``pick_for_budget(rows, budget_bytes) -> str | None``  ``tradeoff.pick_method``
 ex11_1     ``gpipe_comm_rows(P, M) -> list[list[str]]``           ``comm_rows``, no receive ahead
 ex11_2     ``utilization_from_trace(entries, num_ranks)``         ``metrics(trace).utilization``
+ex09_1     ``t2_step(delta, w_old, w_new, gamma, d)``             ``DiscrepancyCorrection``
+ex09_2     ``updates_until_calibrated(gamma, tol) -> int``        T2's buffer, update by update
 =========  ====================================================  =============================
 
 Rows are one list per rank of action strings ``{stage}{F|B}{microbatch}`` (``"2F0"``,
 ``"1B3"``) in execution order, updates (``U``) left out. Torch-free: the chapter modules
-import the engine only when a check runs (ex05_1, on real tensors, then imports torch).
+import the engine only when a check runs (ex05_1 and ex09_1, on real tensors, and ex09_2's
+reference then import torch).
 """
 
 from __future__ import annotations
 
-from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch10, ch11
+from pipemare_lite.exercises import (
+    ch00,
+    ch01,
+    ch02,
+    ch03,
+    ch04,
+    ch05,
+    ch06,
+    ch07,
+    ch08,
+    ch09,
+    ch10,
+    ch11,
+)
 from pipemare_lite.exercises.exercise import Exercise
 
 #: exercise id -> :class:`Exercise`, in book order.
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
-    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch10, ch11)
+    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11)
     for exercise in module.EXERCISES
 }
 

@@ -8,7 +8,7 @@ here imports torch, and nothing keeps state: call a function, get a figure.
 - :func:`staleness_heatmap`, :func:`delay_bars`, :func:`path_figure` (chapter 05);
 - :func:`memory_bars` (chapters 03, 05, 10);
 - :func:`stability_map` (chapters 06, 08, 09), :func:`roots_figure`,
-  :func:`trajectory_figure` (chapter 06);
+  :func:`trajectory_figure` (chapter 06), :func:`gamma_sweep_figure` (chapter 09);
 - :func:`loss_curves` (chapters 07-10);
 - :func:`update_norm_figure`, :func:`stage_map_figure` (chapter 07): per-stage evidence;
 - :func:`t1_figure` (chapter 08): each stage's learning rate over a run, and its distance to
@@ -24,7 +24,12 @@ from pipemare_lite.viz.gantt import gantt, gantt_pair, gantt_traces, idle_interv
 from pipemare_lite.viz.lr_schedules import t1_figure
 from pipemare_lite.viz.memory import memory_bars
 from pipemare_lite.viz.renderer import use_in_jupyter
-from pipemare_lite.viz.stability import roots_figure, stability_map, trajectory_figure
+from pipemare_lite.viz.stability import (
+    gamma_sweep_figure,
+    roots_figure,
+    stability_map,
+    trajectory_figure,
+)
 from pipemare_lite.viz.stages import stage_map_figure, update_norm_figure
 from pipemare_lite.viz.staleness import delay_bars, path_figure, staleness_heatmap
 from pipemare_lite.viz.tradeoff import tradeoff_figure
@@ -41,6 +46,7 @@ __all__ = [
     "stability_map",
     "roots_figure",
     "trajectory_figure",
+    "gamma_sweep_figure",
     "loss_curves",
     "divergence_step",
     "update_norm_figure",

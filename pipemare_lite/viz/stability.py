@@ -5,7 +5,9 @@
   bound on the largest stable step overlaid as a line, so the reader sees the formula trace
   the edge of the measured stable region; optionally one marked point (a widget's setting);
 - :func:`roots_figure`: characteristic roots in the complex plane with the unit circle;
-- :func:`trajectory_figure`: the iterates ``w[t]`` of one or several runs.
+- :func:`trajectory_figure`: the iterates ``w[t]`` of one or several runs;
+- :func:`gamma_sweep_figure` (chapter 09): the largest stable step against T2's gamma,
+  beside the step without T2 and the one without any discrepancy.
 """
 
 from __future__ import annotations
@@ -223,5 +225,57 @@ def trajectory_figure(runs: dict, *, title: str | None = None, limit: float | No
                      range=None if limit is None else [-limit, limit])
     fig.update_layout(title={"text": title or "delayed gradient descent on a quadratic"},
                       height=360, width=width, margin={"l": 60, "r": 20, "t": 60, "b": 50},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
+    return fig
+
+
+def gamma_sweep_figure(
+    gammas: Sequence[float],
+    steps: Sequence[float],
+    *,
+    without: float,
+    no_discrepancy: float | None = None,
+    current: float | None = None,
+    title: str | None = None,
+    width: int | None = None,
+) -> go.Figure:
+    """The largest stable step for each of T2's ``gammas`` (a line), against two references.
+
+    ``steps[i]`` belongs to ``gammas[i]`` (e.g. from :func:`pipemare_lite.theory.t2_stable_steps`);
+    ``without`` is the largest stable step without T2 (a dashed line: above it T2 helps,
+    below it T2 hurts); ``no_discrepancy`` the one with no discrepancy at all, as with a
+    stash (dotted); ``current`` marks one gamma of ``gammas`` (a widget's setting).
+    """
+    gammas, steps = [float(g) for g in gammas], [float(s) for s in steps]
+    if len(gammas) != len(steps) or not gammas:
+        raise ValueError(f"need one step per gamma, got {len(steps)} steps for "
+                         f"{len(gammas)} gammas")
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        name="with T2", x=gammas, y=steps, mode="lines+markers",
+        line={"color": ROOT_STABLE_COLOR, "width": 2},
+        hovertemplate="gamma %{x:.3g}<br>largest stable step %{y:.4g}<extra></extra>"))
+    span = [min(gammas), max(gammas)]
+    fig.add_trace(go.Scatter(
+        name="without T2", x=span, y=[without, without], mode="lines",
+        line={"color": ROOT_UNSTABLE_COLOR, "dash": "dash", "width": 2},
+        hovertemplate="without T2: %{y:.4g}<extra></extra>"))
+    if no_discrepancy is not None:
+        fig.add_trace(go.Scatter(
+            name="no discrepancy (stash)", x=span, y=[no_discrepancy, no_discrepancy],
+            mode="lines", line={"color": BOUND_COLOR, "dash": "dot", "width": 1.5},
+            hovertemplate="no discrepancy: %{y:.4g}<extra></extra>"))
+    if current is not None:
+        if current not in gammas:
+            raise ValueError(f"current gamma {current!r} is not one of {gammas!r}")
+        fig.add_trace(go.Scatter(
+            name="current gamma", x=[current], y=[steps[gammas.index(current)]],
+            mode="markers", marker={"symbol": "x", "size": 13, "color": POINT_COLOR,
+                                    "line": {"width": 2, "color": "black"}},
+            hovertemplate="current: gamma %{x:.3g}, step %{y:.4g}<extra></extra>"))
+    fig.update_xaxes(title_text="T2 gamma")
+    fig.update_yaxes(title_text="largest stable step alpha * lambda", rangemode="tozero")
+    fig.update_layout(title={"text": title or "T2: largest stable step against gamma"},
+                      height=380, width=width, margin={"l": 60, "r": 20, "t": 70, "b": 50},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
     return fig

@@ -15,7 +15,9 @@
   quality is accepted -> every method's busiest device and the pick (twin:
   :func:`tradeoff_explorer_static`);
 - :func:`trace_explorer` (chapter 11): a measured run and the simulator fed its costs ->
-  both Gantt charts and utilization per rank (twin: :func:`trace_explorer_static`).
+  both Gantt charts and utilization per rank (twin: :func:`trace_explorer_static`);
+- :func:`t2_explorer` (chapter 09): step, delay, sensitivity and T2's gamma -> the stability
+  map without and with T2 and the gamma sweep (twin: :func:`t2_explorer_static`).
 
 Each returns an ``ipywidgets.VBox`` with ``controls`` (name -> control widget) and
 ``update()``. The HTML book has no kernel, so each explorer has a static twin,
@@ -38,6 +40,7 @@ from pipemare_lite.widgets.static import (
     staleness_explorer_static,
 )
 from pipemare_lite.widgets.t1_explorer import T1Explorer, t1_explorer, t1_explorer_static
+from pipemare_lite.widgets.t2_explorer import T2Explorer, t2_explorer, t2_explorer_static
 from pipemare_lite.widgets.trace_explorer import (
     TraceExplorer,
     trace_explorer,
@@ -71,4 +74,7 @@ __all__ = [
     "trace_explorer",
     "trace_explorer_static",
     "TraceExplorer",
+    "t2_explorer",
+    "t2_explorer_static",
+    "T2Explorer",
 ]

@@ -164,3 +164,15 @@ def test_ex11_1_gpipe_comm_rows(grade):
 def test_ex11_2_utilization_from_trace(grade):
     """Exercise 11.2: utilization_from_trace(entries, num_ranks) -> float."""
     grade("ex11_2")
+
+
+@pytest.mark.ex09_1
+def test_ex09_1_t2_step(grade):
+    """Exercise 9.1: t2_step(delta, w_old, w_new, gamma, distance) -> (new_delta, backward)."""
+    grade("ex09_1")
+
+
+@pytest.mark.ex09_2
+def test_ex09_2_updates_until_calibrated(grade):
+    """Exercise 9.2: updates_until_calibrated(gamma, tolerance) -> int."""
+    grade("ex09_2")
