@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def cached_arrays(key: str, build: Callable[[], dict[str, np.ndarray]]) -> dict[
     try:
         with np.load(path, allow_pickle=False) as stored:
             return {name: stored[name] for name in stored.files}
-    except (OSError, ValueError, EOFError):  # missing or damaged: rebuild
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):  # missing or damaged: rebuild
         pass
     arrays = build()
     try:

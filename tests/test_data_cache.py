@@ -32,3 +32,12 @@ def test_a_damaged_cache_file_is_rebuilt(tmp_path, monkeypatch):
     arrays = cached_arrays("k", lambda: {"a": np.arange(3)})
     assert arrays["a"].tolist() == [0, 1, 2]
     assert cached_arrays("k", lambda: {"a": np.zeros(1)})["a"].tolist() == [0, 1, 2]
+
+
+def test_a_truncated_npz_is_rebuilt(tmp_path, monkeypatch):
+    # a file cut short mid-write by another tool starts like a zip but is not one
+    monkeypatch.setenv("PIPEMARE_CACHE", str(tmp_path))
+    cached_arrays("k", lambda: {"a": np.arange(3)})
+    whole = (tmp_path / "k.npz").read_bytes()
+    (tmp_path / "k.npz").write_bytes(whole[: len(whole) // 2])
+    assert cached_arrays("k", lambda: {"a": np.arange(4)})["a"].tolist() == [0, 1, 2, 3]
