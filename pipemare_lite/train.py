@@ -63,6 +63,12 @@ from __future__ import annotations
 import math
 import os
 import sys
+
+if __name__ == "__main__":
+    # ``python -m pipemare_lite.train`` (torchrun's way) runs this file as ``__main__``; the
+    # command line then imports ``pipemare_lite.train``, which would execute it a second
+    # time and make a second ``fit``. One module under both names instead.
+    sys.modules.setdefault("pipemare_lite.train", sys.modules[__name__])
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager

@@ -85,3 +85,16 @@ def test_the_train_module_entry_point_shows_an_internal_key_error(monkeypatch):
     monkeypatch.setattr(train, "run_from_args", broken)
     with pytest.raises(KeyError, match="stage_lr"):
         train.main(["--method", "1f1b"])
+
+
+def test_python_m_train_executes_the_module_once():
+    # torchrun's entry point runs train.py as ``__main__``; the command line must not import
+    # it a second time as ``pipemare_lite.train`` (two ``fit`` functions, two module states)
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipemare_lite.train",
+                           "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--method" in done.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert "pipemare_lite.commands.train" in imported  # the probe sees our imports
+    assert "pipemare_lite.train" not in imported
