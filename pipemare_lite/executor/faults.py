@@ -483,7 +483,6 @@ class Waiter:
         self.timeout = timeout
         self.polling = polling
         self._sends: list = []
-        self._send_errors: list = []
         self._recv_queue = None
         self._send_queue = None
         self._threads: list[tuple[threading.Thread, object]] = []  # (thread, its job queue)

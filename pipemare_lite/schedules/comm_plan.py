@@ -73,20 +73,6 @@ class CommPlan:
     consumes: dict
     pair_order: dict
 
-    def sends_of(self, rank: int) -> list[Message]:
-        """Messages ``rank`` sends to another rank, in seq order."""
-        return sorted(
-            (m for m in self.messages.values() if m.src == rank and m.dst != rank),
-            key=lambda m: m.seq,
-        )
-
-    def recvs_of(self, rank: int) -> list[Message]:
-        """Messages ``rank`` receives from another rank, in seq order."""
-        return sorted(
-            (m for m in self.messages.values() if m.dst == rank and m.src != rank),
-            key=lambda m: m.seq,
-        )
-
 
 def _produced(schedule: Schedule, stage: int, kind: str, index: int, split: bool):
     """Keys of the messages an action produces (none for W and U)."""
