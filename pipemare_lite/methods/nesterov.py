@@ -19,7 +19,8 @@ For SGD with momentum (constant lr, no weight decay, ``nesterov=False``) the las
 ``s`` more updates *if no new gradient arrived*: the momentum already committed, decaying
 by ``mu`` per update. Weight prediction (:mod:`pipemare_lite.methods.weight_prediction`)
 instead assumes the whole last step repeats, ``w - s * step``; the two agree only as ``mu ->
-1``, and with ``mu = 0`` this method is plain ``async``.
+1``. With ``mu = 0`` nothing is looked ahead, but the backward still uses the forward's
+weights: PipeDream's weight stashing on the asynchronous schedule.
 
 How it differs from the paper: the paper changes NAG's update rule itself (the look-ahead
 step inside the optimizer, with its own momentum coefficient, and proves convergence for a
