@@ -176,6 +176,17 @@ def largest_stable_depth(step, num_microbatches):
         P += 1
 
 
+def look_ahead_factor(mu, s):
+    return sum(mu ** k for k in range(1, s + 1))
+
+
+def smallest_accumulation(P, max_delay):
+    N = 1
+    while math.ceil((2 * P - 1) / N) > max_delay:
+        N += 1
+    return N
+
+
 SOLUTIONS = {
     "ex00_1": gpipe_action_count,
     "ex01_1": naive_utilization,
@@ -197,6 +208,8 @@ SOLUTIONS = {
     "ex05_3": pipedream_stash_copies,
     "ex07_1": first_to_blow_up,
     "ex07_2": largest_stable_depth,
+    "ex12_1": look_ahead_factor,
+    "ex12_2": smallest_accumulation,
 }
 
 # --- typical mistakes ---------------------------------------------------------------------
@@ -236,6 +249,10 @@ WRONG = {
     "ex07_1": lambda lr, sharpness, delays: 0,
     # the delay in microbatches, not updates (N ignored)
     "ex07_2": lambda step, num_microbatches: largest_stable_depth(step, 1),
+    # weight prediction's scale, not the momentum's
+    "ex12_1": lambda mu, s: float(s),
+    # rounded the delay down
+    "ex12_2": lambda P, max_delay: max(1, (2 * P - 1) // max_delay),
 }
 
 
@@ -741,3 +758,27 @@ def test_chapter_07_cases_start_with_the_chapter_setting_and_travel():
     assert depth[0] == {"step": 0.25, "num_microbatches": 2}
     assert any(EXERCISES["ex07_2"].reference(**c) == 0 for c in depth)
     assert pickle.loads(pickle.dumps(growth)) == growth
+
+
+# --- chapter 12: beyond PipeMare ------------------------------------------------------------
+
+
+def test_chapter_12_known_mistakes_are_named_and_the_engine_is_rejected():
+    from pipemare_lite.methods.nesterov import look_ahead_factor as engine
+
+    message = run_checks("ex12_1", lambda mu, s: sum(mu ** k for k in range(s))).message
+    assert "A known mistake:" in message and "k = 0" in message, message
+    message = run_checks("ex12_2", lambda P, d: math.ceil(2 * P / d)).message
+    assert "A known mistake:" in message and "2P ticks" in message, message
+    result = run_checks("ex12_1", engine)
+    assert result.status == "failed" and "uses the engine's" in result.message
+    # chapter 05's delay formula is an instrument, not the answer
+    from pipemare_lite.staleness import expected_forward_delay
+
+    def smallest(P, max_delay):
+        N = 1
+        while expected_forward_delay("async", P, N, 0) > max_delay:
+            N += 1
+        return N
+
+    assert run_checks("ex12_2", smallest).passed

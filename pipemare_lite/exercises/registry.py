@@ -26,6 +26,8 @@ ex06_2     ``delayed_gd_coefficients(alpha, lam, tau, m)``        ``characterist
 ex06_3     ``max_stable_step(tau, momentum) -> float``            roots + bisection (theory)
 ex07_1     ``first_to_blow_up(lr, sharpness, delays)``            largest spectral radius > 1
 ex07_2     ``largest_stable_depth(step, N) -> int``               stage 0's delay vs the bound
+ex12_1     ``look_ahead_factor(mu, s) -> float``                  mu + mu**2 + ... + mu**s
+ex12_2     ``smallest_accumulation(P, max_delay) -> int``         first N with delay <= budget
 =========  ====================================================  =============================
 
 Rows are one list per rank of action strings ``{stage}{F|B}{microbatch}`` (``"2F0"``,
@@ -35,13 +37,13 @@ import the engine only when a check runs (ex05_1, on real tensors, then imports 
 
 from __future__ import annotations
 
-from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07
+from pipemare_lite.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch12
 from pipemare_lite.exercises.exercise import Exercise
 
 #: exercise id -> :class:`Exercise`, in book order.
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
-    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07)
+    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch12)
     for exercise in module.EXERCISES
 }
 

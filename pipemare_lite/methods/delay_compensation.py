@@ -23,6 +23,10 @@ updates (``w_{u-1} - w_u``), which the hook keeps while a microbatch may need th
 were tuned for its own tasks). A gradient of ``w_fwd`` is corrected towards ``w_now``; the
 forward and backward are left as the weight mode makes them (2BW: both at ``w_fwd``).
 
+Not the error-feedback correction of the 2026 one-step-delay study the book cites in
+chapter 12 (that method is not reproduced here): DC-ASGD is the older, plainly defined
+correction of the same delayed gradient.
+
 Costs: the mean-square buffer and the kept steps (one for 2BW), declared as ``dc_buffer``,
 and a few elementwise operations per update. Registered as ``dc`` (the ``2bw`` schedule and
 weight mode) when imported; the hooks themselves work for any weight mode.

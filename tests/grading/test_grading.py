@@ -128,3 +128,15 @@ def test_ex07_1_first_to_blow_up(grade):
 def test_ex07_2_largest_stable_depth(grade):
     """Exercise 7.2: largest_stable_depth(step, num_microbatches) -> int."""
     grade("ex07_2")
+
+
+@pytest.mark.ex12_1
+def test_ex12_1_look_ahead_factor(grade):
+    """Exercise 12.1: look_ahead_factor(mu, s) -> float."""
+    grade("ex12_1")
+
+
+@pytest.mark.ex12_2
+def test_ex12_2_smallest_accumulation(grade):
+    """Exercise 12.2: smallest_accumulation(P, max_delay) -> int."""
+    grade("ex12_2")
