@@ -297,3 +297,17 @@ def test_chapter_12_methods_are_bitwise_equal_locally_and_under_launch(method):
     for history in launched:
         for key in SAME:
             assert history[key] == local[key], key
+
+
+def test_the_command_line_trains_the_methods_through_the_plugin(capsys):
+    import json
+
+    from pipemare_lite.cli import main
+
+    for method in ("nesterov", "dc"):
+        assert main(["train", "--plugin", BEYOND, "--method", method, "--stages", "2",
+                     "--microbatches", "2", "--batch-size", "64", "--epochs", "1",
+                     "--width", "16", "--json", "--no-progress"]) == 0
+        summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        kind = {"nesterov": "prediction", "dc": "dc_buffer"}[method]
+        assert summary["steps"] > 0 and summary["memory_bytes"][kind] > 0
