@@ -26,8 +26,7 @@ from pipemare_lite.executor import LocalExecutor
 from pipemare_lite.methods import METHODS, method_options
 from pipemare_lite.methods.delay_compensation import DC_DECAY, DC_EPS, DC_LAMBDA
 from pipemare_lite.methods.registry import build_method_schedule
-
-WIDTH, SAMPLES = 8, 4
+from tests.test_weight_prediction import blocks, data, delays_of  # the same tiny pipeline
 
 
 @pytest.fixture(autouse=True)
@@ -36,34 +35,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def blocks(count: int, seed: int = 0) -> list[nn.Sequential]:
-    torch.manual_seed(seed)
-    return [nn.Sequential(nn.Linear(WIDTH, WIDTH), *([nn.ReLU()] if i < count - 1 else []))
-            for i in range(count)]
-
-
-def data(count: int, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    xs = torch.randn(count, SAMPLES, WIDTH, generator=g)
-    ts = torch.randint(0, WIDTH, (count, SAMPLES), generator=g)
-    return [(xs[i], ts[i]) for i in range(count)]
-
-
-def delays_of(row, stage: int) -> dict[int, int]:
-    """Updates of ``stage`` between F(m) and B(m), counted along its rank's row."""
-    updates, at, delays = 0, {}, {}
-    for a in row:
-        if a.stage != stage:
-            continue
-        if a.kind == "U":
-            updates += 1
-        elif a.kind == "F":
-            at[a.index] = updates
-        elif a.kind == "B":
-            delays[a.index] = updates - at[a.index]
-    return delays
 
 
 def hand_loop(schedule, modules, microbatches, make_optimizer, forward_weights, update):
