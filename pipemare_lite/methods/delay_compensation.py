@@ -29,7 +29,11 @@ correction of the same delayed gradient.
 
 Costs: the mean-square buffer and the kept steps (one for 2BW), declared as ``dc_buffer``,
 and a few elementwise operations per update. Registered as ``dc`` (the ``2bw`` schedule and
-weight mode) when imported; the hooks themselves work for any weight mode.
+weight mode) when this module is imported (a plugin, like ``wpred``: ``--plugin
+pipemare_lite.methods.delay_compensation`` or ``pipemare_lite.methods.beyond``). The hooks read only
+the versions the engine hands them, so nothing ties them to 2BW, but only the 2BW method is
+tested (tests/test_beyond_methods.py); a forward reading a version whose steps were dropped
+is refused.
 """
 
 from __future__ import annotations

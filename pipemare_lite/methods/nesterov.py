@@ -29,7 +29,9 @@ and backward read are moved along its momentum. It is the paper's idea expressed
 the hooks, not a reproduction of its algorithm or numbers. Costs: one step buffer and one
 look-ahead copy per microbatch in flight (the ``prediction`` bytes, as for ``wpred``).
 
-Registered as ``nesterov`` when imported (``pipemare_lite.methods`` imports it).
+Registered as ``nesterov`` when this module is imported; other processes must import it too
+(``--plugin pipemare_lite.methods.nesterov``, or :mod:`pipemare_lite.methods.beyond` for all
+of chapter 12's methods; see :mod:`pipemare_lite.plugins`).
 """
 
 from __future__ import annotations
