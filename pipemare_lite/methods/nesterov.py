@@ -22,9 +22,9 @@ instead assumes the whole last step repeats, ``w - s * step``; the two agree onl
 1``. With ``mu = 0`` nothing is looked ahead, but the backward still uses the forward's
 weights: PipeDream's weight stashing on the asynchronous schedule.
 
-How it differs from the paper: the paper changes NAG's update rule itself (the look-ahead
-step inside the optimizer, with its own momentum coefficient, and proves convergence for a
-fixed delay); here the stage's optimizer is left unchanged and only the weights the forward
+How it differs from the paper: the paper modifies the look-ahead step of NAG's update rule
+itself, inside the optimizer, and proves convergence for a fixed delay (its exact rule is
+in the paper and is not reproduced here); here the stage's optimizer is left unchanged and only the weights the forward
 and backward read are moved along its momentum. It is the paper's idea expressed through
 the hooks, not a reproduction of its algorithm or numbers. Costs: one step buffer and one
 look-ahead copy per microbatch in flight (the ``prediction`` bytes, as for ``wpred``).
