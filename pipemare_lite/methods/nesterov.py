@@ -24,10 +24,11 @@ weights: PipeDream's weight stashing on the asynchronous schedule.
 
 How it differs from the paper: the paper modifies the look-ahead step of NAG's update rule
 itself, inside the optimizer, and proves convergence for a fixed delay (its exact rule is
-in the paper and is not reproduced here); here the stage's optimizer is left unchanged and only the weights the forward
-and backward read are moved along its momentum. It is the paper's idea expressed through
-the hooks, not a reproduction of its algorithm or numbers. Costs: one step buffer and one
-look-ahead copy per microbatch in flight (the ``prediction`` bytes, as for ``wpred``).
+in the paper and is not reproduced here); here the stage's optimizer is left unchanged and
+only the weights the forward and backward read are moved along its momentum. It is the
+paper's idea expressed through the hooks, not a reproduction of its algorithm or numbers.
+Costs: one step buffer and one look-ahead copy per microbatch in flight (the
+``prediction`` bytes, as for ``wpred``).
 
 Registered as ``nesterov`` when this module is imported; other processes must import it too
 (``--plugin pipemare_lite.methods.nesterov``, or :mod:`pipemare_lite.methods.beyond` for all
