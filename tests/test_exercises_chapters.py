@@ -1,4 +1,4 @@
-"""The exercises of chapters 00-11, checked against the engine.
+"""The exercises of chapters 00-12, checked against the engine.
 
 Plain solutions written here from the definitions (the order rules, the closed forms) must
 pass every exercise; stubs must be "not attempted yet"; typical wrong answers must fail
@@ -239,6 +239,17 @@ def updates_until_calibrated(gamma, tolerance):
     return k
 
 
+def look_ahead_factor(mu, s):
+    return sum(mu ** k for k in range(1, s + 1))
+
+
+def smallest_accumulation(P, max_delay):
+    N = 1
+    while math.ceil((2 * P - 1) / N) > max_delay:
+        N += 1
+    return N
+
+
 SOLUTIONS = {
     "ex00_1": gpipe_action_count,
     "ex01_1": naive_utilization,
@@ -268,6 +279,8 @@ SOLUTIONS = {
     "ex11_2": utilization_from_trace,
     "ex09_1": t2_step,
     "ex09_2": updates_until_calibrated,
+    "ex12_1": look_ahead_factor,
+    "ex12_2": smallest_accumulation,
 }
 
 # --- typical mistakes ---------------------------------------------------------------------
@@ -329,6 +342,10 @@ WRONG = {
         [w - distance * d for w, d in zip(w_old, t2_step(delta, w_old, w_new, gamma, 0)[0])]),
     # one update too few: gamma^k < tolerance checked before counting the update
     "ex09_2": lambda gamma, tolerance: updates_until_calibrated(gamma, tolerance) - 1,
+    # weight prediction's scale, not the momentum's
+    "ex12_1": lambda mu, s: float(s),
+    # rounded the delay down
+    "ex12_2": lambda P, max_delay: max(1, (2 * P - 1) // max_delay),
 }
 
 
@@ -1122,3 +1139,27 @@ def test_chapter_09_calibration_cases_avoid_fragile_counts():
         g, tol = case["gamma"], case["tolerance"]
         closed = 1 if g == 0 else max(1, math.ceil(math.log(tol) / math.log(g)))
         assert EXERCISES["ex09_2"].reference(g, tol) == closed
+
+
+# --- chapter 12: beyond PipeMare ------------------------------------------------------------
+
+
+def test_chapter_12_known_mistakes_are_named_and_the_engine_is_rejected():
+    from pipemare_lite.methods.nesterov import look_ahead_factor as engine
+
+    message = run_checks("ex12_1", lambda mu, s: sum(mu ** k for k in range(s))).message
+    assert "A known mistake:" in message and "k = 0" in message, message
+    message = run_checks("ex12_2", lambda P, d: math.ceil(2 * P / d)).message
+    assert "A known mistake:" in message and "2P ticks" in message, message
+    result = run_checks("ex12_1", engine)
+    assert result.status == "failed" and "uses the engine's" in result.message
+    # chapter 05's delay formula is an instrument, not the answer
+    from pipemare_lite.staleness import expected_forward_delay
+
+    def smallest(P, max_delay):
+        N = 1
+        while expected_forward_delay("async", P, N, 0) > max_delay:
+            N += 1
+        return N
+
+    assert run_checks("ex12_2", smallest).passed

@@ -18,7 +18,13 @@ import numpy as np
 import pytest
 
 from pipemare_lite import cli
-from pipemare_lite.experiments import paper_shape, paper_shape_claims, record, stage_evidence
+from pipemare_lite.experiments import (
+    beyond_pipemare,
+    paper_shape,
+    paper_shape_claims,
+    record,
+    stage_evidence,
+)
 from pipemare_lite.experiments.paper_shape_table import markdown
 
 RESULTS = Path(__file__).resolve().parents[1] / "data" / "results"
@@ -281,9 +287,11 @@ def test_stage_evidence_against_hand_computed_values():
 def test_reproduce_lists_its_experiments_and_their_commands(capsys):
     assert cli.main(["reproduce", "--list", "--out", str(RESULTS)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("paper-shape: ")
+    names = [line.split(":")[0] for line in out.splitlines() if not line.startswith(" ")]
+    assert names == ["beyond-pipemare", "paper-shape"]  # sorted
     for quick in (False, True):
         assert paper_shape.command_for(quick) in out
+        assert beyond_pipemare.command_for(quick) in out
     assert cli.main(["reproduce"]) == 2
     assert "--list" in capsys.readouterr().err
 

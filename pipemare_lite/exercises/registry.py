@@ -34,6 +34,8 @@ ex11_1     ``gpipe_comm_rows(P, M) -> list[list[str]]``           ``comm_rows``,
 ex11_2     ``utilization_from_trace(entries, num_ranks)``         ``metrics(trace).utilization``
 ex09_1     ``t2_step(delta, w_old, w_new, gamma, d)``             ``DiscrepancyCorrection``
 ex09_2     ``updates_until_calibrated(gamma, tol) -> int``        T2's buffer, update by update
+ex12_1     ``look_ahead_factor(mu, s) -> float``                  mu + mu**2 + ... + mu**s
+ex12_2     ``smallest_accumulation(P, max_delay) -> int``         first N with delay <= budget
 =========  ====================================================  =============================
 
 Rows are one list per rank of action strings ``{stage}{F|B}{microbatch}`` (``"2F0"``,
@@ -57,13 +59,14 @@ from pipemare_lite.exercises import (
     ch09,
     ch10,
     ch11,
+    ch12,
 )
 from pipemare_lite.exercises.exercise import Exercise
 
 #: exercise id -> :class:`Exercise`, in book order.
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
-    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11)
+    for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12)
     for exercise in module.EXERCISES
 }
 

@@ -12,11 +12,14 @@ version, seeds, date, machine fingerprint); quick variants to ``<name>_quick.jso
 """
 
 #: experiment name -> module under pipemare_lite.experiments
-EXPERIMENTS = {"paper-shape": "pipemare_lite.experiments.paper_shape"}
+EXPERIMENTS = {"paper-shape": "pipemare_lite.experiments.paper_shape",
+               "beyond-pipemare": "pipemare_lite.experiments.beyond_pipemare"}
 
 #: experiment name -> one line for ``reproduce --list``
 DESCRIPTIONS = {
     "paper-shape": "PipeMare's claims in miniature: granularity sweep P = 2..16 (ResNet, SGD) "
     "and P = 2, 8 (Transformer, Adam), 8 methods, T1/T2 sweeps, 3 seeds, verdicts "
     "(full: about 1,400 CPU-s, 2 processes; --quick: about 160 CPU-s)",
+    "beyond-pipemare": "chapter 12: async, PipeMare, wpred, nesterov at P = 8 (SGD), async "
+    "with N = 1..8 (accumulation), 1F1B/2BW/2BW+dc with AdamW and Muon; 3 seeds",
 }

@@ -9,7 +9,10 @@
 - :mod:`~pipemare_lite.methods.hooks`: the per-stage hooks a method uses to choose the
   weights of each forward and backward (docs/write-a-method.md);
 - :mod:`~pipemare_lite.methods.weight_prediction`: a method written only through the public
-  API (a plugin: not imported here).
+  API (a plugin: not imported here);
+- chapter 12's other plugins, written the same way: :mod:`~pipemare_lite.methods.nesterov`
+  (look-ahead along the momentum) and :mod:`~pipemare_lite.methods.delay_compensation`
+  (DC-ASGD on 2BW); :mod:`~pipemare_lite.methods.beyond` imports all three.
 """
 
 from pipemare_lite.methods.discrepancy import DiscrepancyCorrection, DiscrepancyHooks

@@ -176,3 +176,15 @@ def test_ex09_1_t2_step(grade):
 def test_ex09_2_updates_until_calibrated(grade):
     """Exercise 9.2: updates_until_calibrated(gamma, tolerance) -> int."""
     grade("ex09_2")
+
+
+@pytest.mark.ex12_1
+def test_ex12_1_look_ahead_factor(grade):
+    """Exercise 12.1: look_ahead_factor(mu, s) -> float."""
+    grade("ex12_1")
+
+
+@pytest.mark.ex12_2
+def test_ex12_2_smallest_accumulation(grade):
+    """Exercise 12.2: smallest_accumulation(P, max_delay) -> int."""
+    grade("ex12_2")
