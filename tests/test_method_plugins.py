@@ -139,8 +139,8 @@ def test_a_plugin_method_is_unknown_on_the_ranks_until_imported_there():
     from pipemare_lite.executor.dist_fit import fit_worker
     from pipemare_lite.launch import LaunchError, launch
 
-    load_plugins([WPRED])  # known here, in the parent ...
-    args = (dict(FIT, model=(mlp, MODEL), data=(load, {"name": "digits"})),)
+    load_plugins([PLUGIN])  # known here, in the parent ...
+    args = (dict(FIT, method="fixture-stash", model=(mlp, MODEL), data=(load, {"name": "digits"})),)
     env = os.environ.pop(ENV_VAR, None)
     try:
         with pytest.raises(LaunchError) as error:  # ... but not in the children
@@ -149,7 +149,7 @@ def test_a_plugin_method_is_unknown_on_the_ranks_until_imported_there():
         if env is not None:
             os.environ[ENV_VAR] = env
     text = "\n".join(error.value.errors.values())
-    assert "unknown method 'wpred'" in text and ", rank " in text and "--plugin" in text
+    assert "unknown method 'fixture-stash'" in text and ", rank " in text and "--plugin" in text
 
 
 @pytest.mark.slow

@@ -8,11 +8,12 @@
   default options, hooks; :func:`register_method` adds one;
 - :mod:`~pipemare_lite.methods.hooks`: the per-stage hooks a method uses to choose the
   weights of each forward and backward (docs/write-a-method.md);
-- :mod:`~pipemare_lite.methods.weight_prediction`: a method written only through the public
-  API (a plugin: not imported here);
-- chapter 12's other plugins, written the same way: :mod:`~pipemare_lite.methods.nesterov`
-  (look-ahead along the momentum) and :mod:`~pipemare_lite.methods.delay_compensation`
-  (DC-ASGD on 2BW); :mod:`~pipemare_lite.methods.beyond` imports all three.
+- chapter 12's methods, each written only through the public API in one file, exactly as a
+  plugin would be: :mod:`~pipemare_lite.methods.weight_prediction` (``wpred``),
+  :mod:`~pipemare_lite.methods.nesterov` (look-ahead along the momentum) and
+  :mod:`~pipemare_lite.methods.delay_compensation` (``dc``: DC-ASGD on 2BW). This package
+  imports them (:mod:`~pipemare_lite.methods.beyond`), so they are built in: in
+  :data:`METHODS` of every process, reachable from ``fit`` and the CLI.
 """
 
 from pipemare_lite.methods.discrepancy import DiscrepancyCorrection, DiscrepancyHooks
@@ -53,3 +54,7 @@ __all__ = [
     "rescheduling_factor",
     "stage_forward_delays",
 ]
+
+# chapter 12's methods register themselves through the public API above (last: they
+# import it from this package)
+from pipemare_lite.methods import beyond as _beyond  # noqa: E402, F401

@@ -13,9 +13,10 @@ and the backward at the same ``w_hat``, so forward and backward agree. It costs 
 ``prediction`` bytes. A microbatch with ``s == 0`` (a flushed warm-up minibatch) reads the
 live weights and holds nothing.
 
-Registered as ``wpred`` when this module is imported. Other processes must import it too:
-``--plugin pipemare_lite.methods.weight_prediction``, ``launch(..., imports=[...])`` or
-``PIPEMARE_PLUGINS=pipemare_lite.methods.weight_prediction`` (see :mod:`pipemare_lite.plugins`).
+Registered as ``wpred`` when this module is imported; :mod:`pipemare_lite.methods` imports it,
+so it is built in. A method in a module of your own is not: every process must import it,
+with ``--plugin MODULE``, ``launch(..., imports=[...])`` or ``PIPEMARE_PLUGINS=MODULE`` (see
+:mod:`pipemare_lite.plugins`).
 """
 
 from __future__ import annotations
