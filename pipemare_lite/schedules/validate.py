@@ -109,8 +109,8 @@ def validate(schedule: Schedule) -> Schedule:
     if id(s) in _VALIDATED:  # already checked (the builder validated it): nothing can change
         return s
     codes = encode(s)
-    _check_complete(s, codes)
-    _check_updates(s)
+    split = _check_complete(s, codes)
+    _check_updates(s, split)
     order = code_order(s, codes)  # raises a deadlock report if dependencies cannot be met
     _remember(s, codes, order)
     return s
@@ -191,8 +191,11 @@ def _misplaced(s: Schedule, rank: int, position: int, a) -> str:
     )
 
 
-def _check_complete(s: Schedule, codes: list[list[int]]) -> None:
-    """Every action exactly once; nothing missing; backwards either all B or all I+W."""
+def _check_complete(s: Schedule, codes: list[list[int]]) -> bool:
+    """Every action exactly once; nothing missing; backwards either all B or all I+W.
+
+    Returns whether backwards are split (I+W), known here from the counts for free (the
+    ``split_backward`` property would scan every action again)."""
     S, T, K = s.num_virtual_stages, s.total_microbatches, s.num_minibatches
     n = S * T
     count = bytearray(4 * n + S * K)
@@ -216,9 +219,10 @@ def _check_complete(s: Schedule, codes: list[list[int]]) -> None:
     if updates.count(1) != S * K:
         stage, k = divmod(updates.index(0), K)
         raise ScheduleError(f"missing {stage}U{k}: every stage needs one update per minibatch")
+    return has_i
 
 
-def _check_updates(s: Schedule) -> None:
+def _check_updates(s: Schedule, split: bool) -> None:
     """U(s,k) applies exactly minibatch k's gradients; flushes flush; 2BW's version exists.
 
     Walking each rank's order once: a gradient (B, or W when split) of microbatch m must come
@@ -226,7 +230,7 @@ def _check_updates(s: Schedule) -> None:
     sync schedule, or k < warmup_minibatches), no F of minibatch k+1 may precede U(k) of any
     stage on that rank. In 2BW, F of minibatch k >= 2 needs update k-2 done on its stage.
     """
-    M, grad = s.num_microbatches, "W" if s.split_backward else "B"
+    M, grad = s.num_microbatches, "W" if split else "B"
     flushed = s.num_minibatches if s.weight_mode == "sync" else s.warmup_minibatches
     two_bw = s.weight_mode == "2bw"
     for rank, row in enumerate(s.ranks):
