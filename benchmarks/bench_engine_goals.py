@@ -44,7 +44,7 @@ def row(goal: str, measured: float, target: float, unit: str, note: str = "") ->
     """One table line; ``met`` means measured <= target (the goal's direction)."""
     ratio = measured / target
     met = "yes" if measured <= target else "no"
-    print(f"{goal:44} {measured:10.3f} {unit:3} {target:8.3f} {ratio:7.2f} {met:>4}  {note}",
+    print(f"{goal:50} {measured:10.3f} {unit:3} {target:8.3f} {ratio:7.2f} {met:>4}  {note}",
           flush=True)
 
 
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown goal(s) {', '.join(unknown)}; allowed: {', '.join(GOALS)}")
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-    print(f"{'goal':44} {'measured':>14} {'target':>8} {'ratio':>7} {'met':>4}  how")
+    print(f"{'goal':50} {'measured':>14} {'target':>8} {'ratio':>7} {'met':>4}  how")
     repeats = args.repeats
     if "train" in chosen:
         train_goal(repeats or 3)
