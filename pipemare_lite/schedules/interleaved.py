@@ -48,19 +48,14 @@ def interleaved(
             f"when chunks={v} > 1 (allowed: {multiples}, ...)"
         )
     orders = []
-    steps = v * M  # forward steps of a rank per minibatch (one per chunk and microbatch)
     for rank in range(P):
+        steps = v * M  # forward steps of this rank per minibatch (one per chunk and microbatch)
         warmup = P - 1 - rank if v == 1 else min(2 * (P - 1 - rank) + (v - 1) * P, steps)
-        # the rank's order within one minibatch as (kind, stage, microbatch offset): the
-        # same for every minibatch, so it is worked out once
-        minibatch_order = [
-            (kind, *_virtual_step(step, rank, P, v, backward=kind == "B"))
-            for kind, step in one_f_one_b_order(list(range(steps)), warmup)
-        ]
         order = []
         for k in range(num_minibatches):
-            first = k * M
-            order += [(kind, stage, first + offset) for kind, stage, offset in minibatch_order]
+            for kind, step in one_f_one_b_order(list(range(steps)), warmup):
+                stage, offset = _virtual_step(step, rank, P, v, backward=kind == "B")
+                order.append((kind, stage, k * M + offset))
             order += [("U", rank + c * P, k) for c in range(v)]
         orders.append(order)
     return make_schedule("interleaved", P, M, orders, num_minibatches=num_minibatches, chunks=v)
