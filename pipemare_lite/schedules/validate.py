@@ -318,7 +318,10 @@ def code_order(s: Schedule, rows: list[list[int]]) -> list[int]:
     n, T = s.num_virtual_stages * s.total_microbatches, s.total_microbatches
     done = bytearray(4 * n + s.num_virtual_stages * s.num_minibatches)
     position = [0] * s.num_stages
-    waiting: dict[int, list[int]] = {}
+    # waiter[code]: the rank parked on that action, or -1. One slot is enough: an action's
+    # dependents (dependency_codes) sit on at most one other rank, and a rank parked on an
+    # action of its own row waits forever anyway (the action comes later in that row).
+    waiter = [-1] * len(done)
     ready = deque(range(s.num_stages))
     order: list[int] = []
     append = order.append
@@ -345,15 +348,13 @@ def code_order(s: Schedule, rows: list[list[int]]) -> list[int]:
             else:
                 missing = -1
             if missing >= 0:
-                waiting.setdefault(missing, []).append(rank)
+                waiter[missing] = rank
                 break
             done[code] = 1
             append(code)
             p += 1
-            if waiting:  # most actions wake nobody: skip the lookup when no rank waits
-                woken = waiting.pop(code, None)
-                if woken:
-                    ready.extend(woken)
+            if waiter[code] >= 0:
+                ready.append(waiter[code])
         position[rank] = p
     if len(order) != sum(len(row) for row in rows):
         raise ScheduleError(_deadlock_report(s, rows, position, done))
