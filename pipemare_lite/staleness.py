@@ -40,7 +40,6 @@ import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from functools import cached_property
-from operator import itemgetter
 
 from pipemare_lite.schedules._build import gc_paused
 from pipemare_lite.schedules.actions import (
@@ -148,90 +147,86 @@ def weight_versions(schedule: Schedule) -> VersionTable:
     forward, an action repeated, an update numbered out of order, or (2bw) a microbatch that
     needs a version the stage no longer holds.
     """
-    # (stage, microbatch) is keyed as the integer stage * width + microbatch (cheaper than a
-    # tuple); width exceeds every microbatch index, which validation bounds by T
-    width = schedule.total_microbatches
-    if not is_validated(schedule):
+    stages, width = schedule.num_virtual_stages, schedule.total_microbatches
+    if not is_validated(schedule):  # unchecked: make room for any stage and index it names
+        stages = max([stages, *(a.stage + 1 for row in schedule.ranks for a in row)])
         width = max([width, *(a.index + 1 for row in schedule.ranks for a in row)])
-    found: list[tuple[int, int, int | None, int | None]] = []
+    columns = _Columns(stages, width)
     with gc_paused():  # many small acyclic objects: skip the collector's rescans of them
         for row in schedule.ranks:
-            found += _versions_on_rank(schedule, row, width)
-        found.sort(key=itemgetter(0))  # stage-major; stable, as a sort of the rows would be
-        rows = _version_rows(found, width, schedule.num_microbatches)
+            _versions_on_rank(schedule, row, columns)
+        rows = columns.rows(schedule.num_microbatches)
         return VersionTable(schedule=schedule, rows=tuple(rows))
 
 
-def _versions_on_rank(schedule: Schedule, actions, width: int) -> list[tuple]:
-    """One rank's ``(key, at_forward, at_backward, applied)`` with key = stage * width + m:
-    a per-stage version counter advanced by its own ``U`` actions."""
+class _Columns:
+    """Per stage, one list over the microbatches for each version (None: not seen yet).
+
+    Indexed ``[stage][microbatch]``, so reading them stage by stage gives the table's
+    stage-major order without sorting.
+    """
+
+    def __init__(self, stages: int, width: int) -> None:
+        self.at_forward = [[None] * width for _ in range(stages)]
+        self.at_backward = [[None] * width for _ in range(stages)]
+        self.applied = [[None] * width for _ in range(stages)]
+
+    def rows(self, M: int) -> list[VersionRow]:
+        """A :class:`VersionRow` per (stage, microbatch) that has a forward, stage-major."""
+        out = []
+        for stage, forwards in enumerate(self.at_forward):
+            backwards, applied = self.at_backward[stage], self.applied[stage]
+            out += [
+                VersionRow(stage, m, m // M, v, backwards[m], applied[m])
+                for m, v in enumerate(forwards)
+                if v is not None
+            ]
+        return out
+
+
+def _versions_on_rank(schedule: Schedule, actions, columns: _Columns) -> None:
+    """Fill ``columns`` for one rank's actions: a per-stage version counter advanced by its
+    own ``U`` actions (a stage's actions all live on one rank)."""
     version: dict[int, int] = {}  # stage -> current version
-    at_forward: dict[int, int] = {}
-    at_backward: dict[int, int] = {}
-    applied: dict[int, int] = {}
-    pending: dict[int, list[int]] = {}  # stage -> keys whose gradient awaits an update
+    pending: dict[int, list[int]] = {}  # stage -> microbatches whose gradient awaits an update
+    at_forward, at_backward, applied = columns.at_forward, columns.at_backward, columns.applied
     forward_as_is = schedule.weight_mode != "2bw"  # else 2bw's rule picks the version
     backward_as_is = schedule.weight_mode in ("sync", "async")  # else the forward's copy
     for action in actions:
-        kind, s = action.kind, action.stage
+        kind, s, m = action.kind, action.stage, action.index
         current = version.get(s, 0)
         if kind == UPDATE:
-            if action.index != current:
+            if m != current:
                 raise ValueError(
                     f"update {action} is update number {current} of stage {s}; "
                     f"expected {s}U{current}"
                 )
-            for key in pending.pop(s, ()):
-                applied[key] = current
+            done = applied[s]
+            for waiting in pending.pop(s, ()):
+                done[waiting] = current
             version[s] = current + 1
-            continue
-        key = s * width + action.index
-        if kind == FORWARD:
-            if key in at_forward:
+        elif kind == FORWARD:
+            if at_forward[s][m] is not None:
                 raise ValueError(f"forward {action} appears twice")
-            at_forward[key] = (
-                current if forward_as_is else _forward_version(schedule, action.index, current, s)
+            at_forward[s][m] = (
+                current if forward_as_is else _forward_version(schedule, m, current, s)
             )
         elif kind == BACKWARD or kind == INPUT_GRAD:
-            if key not in at_forward:
-                raise ValueError(f"{action} comes before its forward {s}F{action.index}")
-            if key in at_backward:
+            forward = at_forward[s][m]
+            if forward is None:
+                raise ValueError(f"{action} comes before its forward {s}F{m}")
+            if at_backward[s][m] is not None:
                 raise ValueError(f"backward {action} appears twice")
-            at_backward[key] = (
-                current
-                if backward_as_is
-                else _backward_version(schedule, at_forward[key], current, s, action)
+            at_backward[s][m] = (
+                current if backward_as_is else _backward_version(schedule, forward, current, s,
+                                                                 action)
             )
             if kind == BACKWARD:
-                pending.setdefault(s, []).append(key)
+                pending.setdefault(s, []).append(m)
         elif kind == WEIGHT_GRAD:
-            if key not in at_backward:
-                raise ValueError(f"{action} comes before its input gradient {s}I{action.index}")
-            pending.setdefault(s, []).append(key)
-    get_backward, get_applied = at_backward.get, applied.get
-    return [(key, v, get_backward(key), get_applied(key)) for key, v in at_forward.items()]
-
-
-def _version_rows(found, width: int, M: int) -> list[VersionRow]:
-    """A :class:`VersionRow` per ``(key, at_forward, at_backward, applied)`` of ``found``.
-
-    Fields are set with ``object.__setattr__`` as the frozen dataclass' ``__init__`` does,
-    without its per-field calls: a schedule has a row per stage and microbatch, a quarter
-    million for the largest. The objects are the ones ``VersionRow(...)`` would make.
-    """
-    new, set_field, out = object.__new__, object.__setattr__, []
-    append = out.append
-    for key, at_forward, at_backward, applied in found:
-        stage, microbatch = divmod(key, width)
-        row = new(VersionRow)
-        set_field(row, "stage", stage)
-        set_field(row, "microbatch", microbatch)
-        set_field(row, "minibatch", microbatch // M)
-        set_field(row, "version_at_forward", at_forward)
-        set_field(row, "version_at_backward", at_backward)
-        set_field(row, "version_applied", applied)
-        append(row)
-    return out
+            if at_backward[s][m] is None:
+                raise ValueError(f"{action} comes before its input gradient {s}I{m}")
+            pending.setdefault(s, []).append(m)
 
 
 def _forward_version(schedule: Schedule, microbatch: int, current: int, stage: int) -> int:
@@ -279,31 +274,25 @@ def versions_from_trace(trace) -> VersionTable:
             "trace of an executor run (RunResult.trace), not a simulated timeline"
         )
     schedule = trace.schedule
-    width = schedule.total_microbatches  # an executed action belongs to the schedule
-    found: list[tuple[int, int, int | None, int | None]] = []
+    # an executed action belongs to the schedule: its stage and index are in range
+    columns = _Columns(schedule.num_virtual_stages, schedule.total_microbatches)
     for rank in range(schedule.num_stages):
-        at_forward: dict[int, int] = {}
-        at_backward: dict[int, int] = {}
-        applied: dict[int, int] = {}
-        pending: dict[int, list[int]] = {}  # stage -> keys whose gradient awaits an update
+        pending: dict[int, list[int]] = {}  # stage -> microbatches whose gradient awaits an update
         for entry in trace.for_rank(rank):
             action = entry.action
             version = versions[str(action)]
+            s, m = action.stage, action.index
             if action.kind == UPDATE:
-                for key in pending.pop(action.stage, ()):
-                    applied[key] = version
+                for waiting in pending.pop(s, ()):
+                    columns.applied[s][waiting] = version
                 continue
-            key = action.stage * width + action.index
             if action.kind == FORWARD:
-                at_forward[key] = version
+                columns.at_forward[s][m] = version
             elif action.kind in (BACKWARD, INPUT_GRAD):
-                at_backward[key] = version
+                columns.at_backward[s][m] = version
             if action.kind in (BACKWARD, WEIGHT_GRAD):  # the gradient is complete
-                pending.setdefault(action.stage, []).append(key)
-        found += [(key, v, at_backward.get(key), applied.get(key)) for key, v in at_forward.items()]
-    found.sort(key=itemgetter(0))
-    return VersionTable(schedule=schedule,
-                        rows=tuple(_version_rows(found, width, schedule.num_microbatches)))
+                pending.setdefault(s, []).append(m)
+    return VersionTable(schedule=schedule, rows=tuple(columns.rows(schedule.num_microbatches)))
 
 
 def microbatch_path(

@@ -124,8 +124,8 @@ def validate(schedule: Schedule) -> Schedule:
     if id(s) in _VALIDATED:  # already checked (the builder validated it): nothing can change
         return s
     codes = encode(s)
-    _check_complete(s, codes)
-    _check_updates(s)
+    split = _check_complete(s, codes)
+    _check_updates(s, split)
     order = code_order(s, codes)  # raises a deadlock report if dependencies cannot be met
     _remember(s, codes, order)
     return s
@@ -206,8 +206,11 @@ def _misplaced(s: Schedule, rank: int, position: int, a) -> str:
     )
 
 
-def _check_complete(s: Schedule, codes: list[list[int]]) -> None:
-    """Every action exactly once; nothing missing; backwards either all B or all I+W."""
+def _check_complete(s: Schedule, codes: list[list[int]]) -> bool:
+    """Every action exactly once; nothing missing; backwards either all B or all I+W.
+
+    Returns whether backwards are split (I+W), known here from the counts for free (the
+    ``split_backward`` property would scan every action again)."""
     S, T, K = s.num_virtual_stages, s.total_microbatches, s.num_minibatches
     n = S * T
     count = bytearray(4 * n + S * K)
@@ -231,9 +234,10 @@ def _check_complete(s: Schedule, codes: list[list[int]]) -> None:
     if updates.count(1) != S * K:
         stage, k = divmod(updates.index(0), K)
         raise ScheduleError(f"missing {stage}U{k}: every stage needs one update per minibatch")
+    return has_i
 
 
-def _check_updates(s: Schedule) -> None:
+def _check_updates(s: Schedule, split: bool) -> None:
     """U(s,k) applies exactly minibatch k's gradients; flushes flush; 2BW's version exists.
 
     Walking each rank's order once: a gradient (B, or W when split) of microbatch m must come
@@ -241,7 +245,7 @@ def _check_updates(s: Schedule) -> None:
     sync schedule, or k < warmup_minibatches), no F of minibatch k+1 may precede U(k) of any
     stage on that rank. In 2BW, F of minibatch k >= 2 needs update k-2 done on its stage.
     """
-    M, grad = s.num_microbatches, "W" if s.split_backward else "B"
+    M, grad = s.num_microbatches, "W" if split else "B"
     flushed = s.num_minibatches if s.weight_mode == "sync" else s.warmup_minibatches
     two_bw = s.weight_mode == "2bw"
     for rank, row in enumerate(s.ranks):
@@ -344,7 +348,10 @@ def code_order(s: Schedule, rows: list[list[int]]) -> list[int]:
     n, T = s.num_virtual_stages * s.total_microbatches, s.total_microbatches
     done = bytearray(4 * n + s.num_virtual_stages * s.num_minibatches)
     position = [0] * s.num_stages
-    waiting: dict[int, list[int]] = {}
+    # waiter[code]: the rank parked on that action, or -1. One slot is enough: an action's
+    # dependents (dependency_codes) sit on at most one other rank, and a rank parked on an
+    # action of its own row waits forever anyway (the action comes later in that row).
+    waiter = [-1] * len(done)
     ready = deque(range(s.num_stages))
     order: list[int] = []
     append = order.append
@@ -371,15 +378,13 @@ def code_order(s: Schedule, rows: list[list[int]]) -> list[int]:
             else:
                 missing = -1
             if missing >= 0:
-                waiting.setdefault(missing, []).append(rank)
+                waiter[missing] = rank
                 break
             done[code] = 1
             append(code)
             p += 1
-            if waiting:  # most actions wake nobody: skip the lookup when no rank waits
-                woken = waiting.pop(code, None)
-                if woken:
-                    ready.extend(woken)
+            if waiter[code] >= 0:
+                ready.append(waiter[code])
         position[rank] = p
     if len(order) != sum(len(row) for row in rows):
         raise ScheduleError(_deadlock_report(s, rows, position, done))
