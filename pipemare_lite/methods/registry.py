@@ -29,7 +29,9 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from pipemare_lite.schedules.actions import WEIGHT_MODES
+from pipemare_lite.schedules.registry import METHOD_TABLE
+from pipemare_lite.schedules.validate import weight_mode_of
+from pipemare_lite.schedules.weight_modes import get_weight_mode
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,10 @@ class MethodSpec:
     module: str = "pipemare_lite.methods.registry"
 
     def __post_init__(self) -> None:
-        if self.weight_mode not in WEIGHT_MODES:
-            raise ValueError(f"method {self.name!r}: unknown weight mode {self.weight_mode!r}; "
-                             f"allowed: {', '.join(WEIGHT_MODES)}")
+        try:
+            get_weight_mode(self.weight_mode)
+        except ValueError as error:
+            raise ValueError(f"method {self.name!r}: {error}") from None
 
 
 #: Every method known in this process, by name (built-ins below, plugins as they import).
@@ -147,19 +150,10 @@ def register_method(name: str, *, schedule: str, weight_mode: str,
     return spec
 
 
-for _name, _builder, _mode, _options, _description in (
-    ("gpipe", "gpipe", "sync", None, "all forwards, all backwards, flush"),
-    ("1f1b", "1f1b", "sync", None, "one forward one backward, flush"),
-    ("interleaved", "interleaved", "sync", None, "1F1B over v chunks"),
-    ("zb-h1", "zb-h1", "sync", None, "zero-bubble H1: split backward"),
-    ("pipedream", "pipedream", "stash", None, "async, weight stashing"),
-    ("2bw", "2bw", "2bw", None, "PipeDream-2BW: two weight versions"),
-    ("async", "async", "async", None, "async, no stash (discrepancy)"),
-    ("pipemare", "async", "async",
-     MethodOptions(lr_rescheduling=True, discrepancy_correction=True),
-     "async + T1 lr rescheduling + T2 discrepancy correction"),
-):
-    register_method(_name, schedule=_builder, weight_mode=_mode, options=_options,
+# the book's methods, from the one table (each runs its schedule's weight mode)
+for _name, _builder, _t1, _t2, _description in METHOD_TABLE:
+    register_method(_name, schedule=_builder, weight_mode=weight_mode_of(_builder),
+                    options=MethodOptions(lr_rescheduling=_t1, discrepancy_correction=_t2),
                     hooks=t2_hooks, description=_description)
 
 

@@ -40,7 +40,8 @@ from pipemare_lite.schedules.zero_bubble import zb_h1
 #: name, ``builder(P, M, K, v, W) -> Schedule``, weight mode. Every list of names
 #: (:data:`SCHEDULE_NAMES`, :data:`ASYNC_NAMES`, :data:`BUILDERS`, the names validation
 #: accepts, staleness' closed forms, :data:`METHOD_TABLE`) is read from it.
-SCHEDULE_TABLE: tuple[tuple[str, Callable[[int, int, int, int, int], Schedule], WeightMode], ...] = (
+Builder = Callable[[int, int, int, int, int], Schedule]
+SCHEDULE_TABLE: tuple[tuple[str, Builder, WeightMode], ...] = (
     ("naive", lambda P, M, K, v, W: naive(P, M, K), SYNC),
     ("gpipe", lambda P, M, K, v, W: gpipe(P, M, K), SYNC),
     ("1f1b", lambda P, M, K, v, W: one_f_one_b(P, M, K), SYNC),
@@ -76,7 +77,7 @@ ASYNC_NAMES = tuple(name for name, _, mode in SCHEDULE_TABLE if not mode.flushes
 
 #: name -> ``builder(P, M, K, v, W) -> Schedule``: one dispatch table (no if-chain), which
 #: :func:`register_schedule` extends.
-BUILDERS: dict[str, Callable[[int, int, int, int, int], Schedule]] = {
+BUILDERS: dict[str, Builder] = {
     name: build for name, build, _ in SCHEDULE_TABLE
 }
 for _name, _, _mode in SCHEDULE_TABLE:
