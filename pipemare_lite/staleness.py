@@ -53,6 +53,7 @@ from pipemare_lite.schedules.actions import (
 )
 from pipemare_lite.schedules.registry import ALIASES, SCHEDULE_NAMES, SCHEDULE_TABLE
 from pipemare_lite.schedules.validate import is_validated
+from pipemare_lite.schedules.weight_modes import WeightMode
 
 #: Quantities a :class:`VersionTable` can turn into a stage x microbatch matrix.
 QUANTITIES = (
@@ -171,8 +172,9 @@ def _versions_on_rank(schedule: Schedule, actions, width: int) -> list[tuple]:
     at_backward: dict[int, int] = {}
     applied: dict[int, int] = {}
     pending: dict[int, list[int]] = {}  # stage -> keys whose gradient awaits an update
-    forward_as_is = schedule.mode.forward_reads_current  # else 2bw's rule picks the version
-    backward_as_is = not schedule.mode.backward_reads_forwards  # else the forward's copy
+    mode = schedule.mode
+    forward_as_is = mode.forward_reads_current  # else 2bw's rule picks the version
+    backward_as_is = not mode.backward_reads_forwards  # else the forward's copy
     for action in actions:
         kind, s = action.kind, action.stage
         current = version.get(s, 0)
@@ -201,7 +203,7 @@ def _versions_on_rank(schedule: Schedule, actions, width: int) -> list[tuple]:
             at_backward[key] = (
                 current
                 if backward_as_is
-                else _backward_version(schedule, at_forward[key], current, s, action)
+                else _backward_version(mode, at_forward[key], current, s, action)
             )
             if kind == BACKWARD:
                 pending.setdefault(s, []).append(key)
@@ -245,9 +247,8 @@ def _forward_version(schedule: Schedule, microbatch: int, current: int, stage: i
     return wanted
 
 
-def _backward_version(schedule: Schedule, forward: int, current: int, stage: int, action) -> int:
+def _backward_version(mode: WeightMode, forward: int, current: int, stage: int, action) -> int:
     """The version B (or I) reads: current for sync/async, the forward's copy for stash/2bw."""
-    mode = schedule.mode
     wanted = mode.version_at_backward(current, forward)
     if mode.versions_kept is not None:  # e.g. 2bw's two versions
         _check_held(mode, wanted, current, stage, action.index, "backward")
