@@ -85,3 +85,19 @@ def test_the_methods_run_their_schedules_mode():
         spec = METHODS[name]
         assert spec.builder == schedule and spec.weight_mode == weight_mode_of(schedule)
         assert (spec.options.lr_rescheduling, spec.options.discrepancy_correction) == (t1, t2)
+
+
+def test_a_method_takes_its_schedules_mode_unless_told():
+    from pipemare_lite.methods import METHODS, register_method
+
+    try:
+        assert register_method("t-modes-stash", schedule="pipedream").weight_mode == "stash"
+        told = register_method("t-modes-told", schedule="async", weight_mode="stash")
+        assert told.weight_mode == "stash"
+        with pytest.raises(ValueError, match="'custom' declares no weight mode; give weight_mode="):
+            register_method("t-modes-custom", schedule="custom")
+        with pytest.raises(ValueError, match="unknown weight mode 'none'; allowed: sync"):
+            register_method("t-modes-bad", schedule="gpipe", weight_mode="none")
+    finally:
+        for name in ("t-modes-stash", "t-modes-told", "t-modes-custom", "t-modes-bad"):
+            METHODS.pop(name, None)

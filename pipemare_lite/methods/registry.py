@@ -109,7 +109,7 @@ class MethodSpec:
 METHODS: dict[str, MethodSpec] = {}
 
 
-def register_method(name: str, *, schedule: str, weight_mode: str,
+def register_method(name: str, *, schedule: str, weight_mode: str | None = None,
                     options: MethodOptions | None = None, hooks: Callable | None = None,
                     description: str = "", replace_existing: bool = False) -> MethodSpec:
     """Make ``name`` a method for :func:`~pipemare_lite.train.fit`, the CLI and the executors.
@@ -119,7 +119,8 @@ def register_method(name: str, *, schedule: str, weight_mode: str,
         schedule: the schedule builder's name (see
             :func:`pipemare_lite.schedules.build_schedule`).
         weight_mode: ``sync``, ``stash``, ``2bw`` or ``async``: which version a backward
-            reads when the hooks do not choose (:mod:`pipemare_lite.methods.versions`).
+            reads when the hooks do not choose (:mod:`pipemare_lite.schedules.weight_modes`);
+            None: the schedule's own (a built-in or registered schedule name).
         options: default :class:`MethodOptions` (T1, T2, warm-up); fit's switches override.
         hooks: ``hooks(info: StageInfo) -> MethodHooks | None``, called once per stage
             (:mod:`pipemare_lite.methods.hooks`). A module-level function, so that every
@@ -143,6 +144,11 @@ def register_method(name: str, *, schedule: str, weight_mode: str,
     if not isinstance(schedule, str):
         raise ValueError(f"method {name!r}: schedule must be a schedule builder's name, "
                          f"got {schedule!r}")
+    if weight_mode is None:
+        weight_mode = weight_mode_of(schedule)
+        if weight_mode is None:
+            raise ValueError(f"method {name!r}: schedule {schedule!r} declares no weight mode; "
+                             "give weight_mode= (sync, stash, 2bw or async)")
     module = getattr(hooks, "__module__", None) or "pipemare_lite.methods.registry"
     spec = MethodSpec(name, schedule, weight_mode, options or MethodOptions(), description,
                       hooks, module)
@@ -152,7 +158,7 @@ def register_method(name: str, *, schedule: str, weight_mode: str,
 
 # the book's methods, from the one table (each runs its schedule's weight mode)
 for _name, _builder, _t1, _t2, _description in METHOD_TABLE:
-    register_method(_name, schedule=_builder, weight_mode=weight_mode_of(_builder),
+    register_method(_name, schedule=_builder,
                     options=MethodOptions(lr_rescheduling=_t1, discrepancy_correction=_t2),
                     hooks=t2_hooks, description=_description)
 
