@@ -38,6 +38,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from pipemare_lite.schedules.actions import BACKWARD, FORWARD, UPDATE, WEIGHT_GRAD, Schedule
+from pipemare_lite.schedules.weight_modes import STASH
 from pipemare_lite.staleness import weight_versions
 
 #: Optimizer state size in parameter copies.
@@ -118,7 +119,7 @@ def memory_by_kind(
             f"the profile has {len(profile.param_bytes)} stages but schedule {schedule.name!r} "
             f"has {schedule.num_virtual_stages} (virtual) stages"
         )
-    if t2 and schedule.weight_mode != "async":
+    if t2 and not schedule.mode.has_discrepancy:
         raise ValueError(
             f"t2=True needs an 'async' schedule (T2 corrects the no-stash discrepancy); "
             f"schedule {schedule.name!r} has weight_mode {schedule.weight_mode!r}"
@@ -132,7 +133,7 @@ def _versions_read(schedule: Schedule) -> dict[int, dict[int, int]]:
 
     In those modes that is the forward's version (also when the schedule has no backward).
     """
-    if schedule.weight_mode not in ("stash", "2bw"):
+    if not schedule.mode.backward_reads_forwards:
         return {}
     needed: dict[int, dict[int, int]] = {}
     for r in weight_versions(schedule).rows:
@@ -151,10 +152,13 @@ def _rank_peaks(schedule, rank, profile, needed: dict[int, dict[int, int]], t2) 
     current = {s: 0 for s in stages}
     # microbatches whose backward is not done, counted by the version they read (per stage)
     readers = {s: Counter() for s in stages}
-    if schedule.weight_mode == "2bw":  # a 2bw version must survive until its last reader
+    mode = schedule.mode
+    # stash: a forward adds a reader of its version; 2bw: a version must survive until its
+    # last reader, all known before any forward runs
+    stash_mode = mode.backward_reads_forwards and not mode.readers_known_up_front
+    if mode.backward_reads_forwards and mode.readers_known_up_front:
         for s in stages:
             readers[s].update(needed.get(s, {}).values())
-    stash_mode = schedule.weight_mode == "stash"
     param, activation = profile.param_bytes, profile.activation_bytes
     # stash = sum over stages of param_bytes x (distinct versions in readers older than the
     # current one), kept up to date as versions enter, leave, or become old (one per update)
@@ -218,7 +222,7 @@ def stash_over_pipemare_ratio(
     T2's delta buffer (no stash). Activations are left out: they depend on the schedule, not
     on how the method handles weights (chapter 10 shows them separately).
     """
-    if schedule_pipedream.weight_mode != "stash":
+    if schedule_pipedream.mode is not STASH:
         raise ValueError(
             f"schedule_pipedream must stash weights (weight_mode 'stash'), "
             f"got {schedule_pipedream.weight_mode!r}"

@@ -50,7 +50,9 @@ from pipemare_lite.schedules.actions import (
     WEIGHT_GRAD,
     Schedule,
 )
+from pipemare_lite.schedules.registry import ALIASES, SCHEDULE_NAMES, SCHEDULE_TABLE
 from pipemare_lite.schedules.validate import is_validated
+from pipemare_lite.schedules.weight_modes import WeightMode
 
 #: Quantities a :class:`VersionTable` can turn into a stage x microbatch matrix.
 QUANTITIES = (
@@ -190,8 +192,9 @@ def _versions_on_rank(schedule: Schedule, actions, columns: _Columns) -> None:
     version: dict[int, int] = {}  # stage -> current version
     pending: dict[int, list[int]] = {}  # stage -> microbatches whose gradient awaits an update
     at_forward, at_backward, applied = columns.at_forward, columns.at_backward, columns.applied
-    forward_as_is = schedule.weight_mode != "2bw"  # else 2bw's rule picks the version
-    backward_as_is = schedule.weight_mode in ("sync", "async")  # else the forward's copy
+    mode = schedule.mode
+    forward_as_is = mode.forward_reads_current  # else 2bw's rule picks the version
+    backward_as_is = not mode.backward_reads_forwards  # else the forward's copy
     for action in actions:
         kind, s, m = action.kind, action.stage, action.index
         current = version.get(s, 0)
@@ -218,7 +221,7 @@ def _versions_on_rank(schedule: Schedule, actions, columns: _Columns) -> None:
             if at_backward[s][m] is not None:
                 raise ValueError(f"backward {action} appears twice")
             at_backward[s][m] = (
-                current if backward_as_is else _backward_version(schedule, forward, current, s,
+                current if backward_as_is else _backward_version(mode, forward, current, s,
                                                                  action)
             )
             if kind == BACKWARD:
@@ -231,28 +234,30 @@ def _versions_on_rank(schedule: Schedule, actions, columns: _Columns) -> None:
 
 def _forward_version(schedule: Schedule, microbatch: int, current: int, stage: int) -> int:
     """The version F reads: the current one, or 2bw's ``max(k - 1, 0)`` for minibatch k."""
-    if schedule.weight_mode != "2bw":
+    mode = schedule.mode
+    if mode.forward_reads_current:
         return current
-    wanted = max(schedule.minibatch_of(microbatch) - 1, 0)
-    _check_held(wanted, current, stage, microbatch, "forward")
+    wanted = mode.version_at_forward(current, schedule.minibatch_of(microbatch))
+    _check_held(mode, wanted, current, stage, microbatch, "forward")
     return wanted
 
 
-def _backward_version(schedule: Schedule, forward: int, current: int, stage: int, action) -> int:
+def _backward_version(mode: WeightMode, forward: int, current: int, stage: int, action) -> int:
     """The version B (or I) reads: current for sync/async, the forward's copy for stash/2bw."""
-    if schedule.weight_mode in ("sync", "async"):
-        return current
-    if schedule.weight_mode == "2bw":
-        _check_held(forward, current, stage, action.index, "backward")
-    return forward
+    wanted = mode.version_at_backward(current, forward)
+    if mode.versions_kept is not None:  # e.g. 2bw's two versions
+        _check_held(mode, wanted, current, stage, action.index, "backward")
+    return wanted
 
 
-def _check_held(wanted: int, current: int, stage: int, microbatch: int, when: str) -> None:
-    """2bw keeps two versions (current and previous); anything else is a schedule error."""
-    if not current - 1 <= wanted <= current:
+def _check_held(mode, wanted: int, current: int, stage: int, microbatch: int, when: str) -> None:
+    """A mode keeps ``mode.versions_kept`` versions (2bw: current and previous); reading
+    any other is a schedule error."""
+    oldest = current - mode.versions_kept + 1
+    if not oldest <= wanted <= current:
         raise ValueError(
-            f"2bw: microbatch {microbatch} needs version {wanted} of stage {stage} at its {when}, "
-            f"but the stage holds only versions {max(current - 1, 0)} and {current}"
+            f"{mode.name}: microbatch {microbatch} needs version {wanted} of stage {stage} at its "
+            f"{when}, but the stage holds only versions {max(oldest, 0)}..{current}"
         )
 
 
@@ -398,7 +403,8 @@ def _as_table(table_or_schedule: VersionTable | Schedule) -> VersionTable:
 # Closed forms (steady state), beside the measurement.
 # ---------------------------------------------------------------------------------------------
 
-SYNC_NAMES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")
+#: The flushed schedules (forward delay 0), read from the one table.
+SYNC_NAMES = tuple(name for name, _, mode in SCHEDULE_TABLE if mode.flushes)
 
 
 def expected_forward_delay(
@@ -473,7 +479,7 @@ def exact_forward_delay(
 
 
 def _known_names() -> str:
-    return ", ".join((*SYNC_NAMES, "2bw", "async", "pipemare", "pipedream"))
+    return ", ".join((*SCHEDULE_NAMES, *ALIASES))
 
 
 def _check_sizes(num_stages: int, num_microbatches: int, stage: int) -> None:

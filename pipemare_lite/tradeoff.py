@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipemare_lite.memory import KINDS, MemoryProfile, memory_by_kind
+from pipemare_lite.schedules.registry import METHOD_TABLE, is_asynchronous
 
 #: The methods of the table, in the book's order, and how the chapter names them.
 TRADEOFF_METHODS = {
@@ -32,12 +33,11 @@ TRADEOFF_METHODS = {
     "async": "async",
     "pipemare": "PipeMare",
 }
-#: method -> (schedule it runs, whether T2's buffer is kept): the registry's
-#: (:mod:`pipemare_lite.methods.registry`, equal in tests/test_tradeoff.py), repeated here
-#: because importing ``pipemare_lite.methods`` imports torch. PipeMare without warm-up.
-SCHEDULE_OF = {"gpipe": ("gpipe", False), "1f1b": ("1f1b", False), "zb-h1": ("zb-h1", False),
-               "pipedream": ("pipedream", False), "2bw": ("2bw", False),
-               "async": ("async", False), "pipemare": ("async", True)}
+#: method -> (schedule it runs, whether T2's buffer is kept), read from the one table
+#: (:data:`pipemare_lite.schedules.registry.METHOD_TABLE`, torch-free, which
+#: :mod:`pipemare_lite.methods.registry` registers). PipeMare without warm-up.
+SCHEDULE_OF = {name: (schedule, t2) for name, schedule, _, t2, _ in METHOD_TABLE
+               if name in TRADEOFF_METHODS}
 
 
 def method_schedule(method: str, num_stages: int, num_microbatches: int,
@@ -91,7 +91,7 @@ def tradeoff_row(method: str, profile: MemoryProfile, num_microbatches: int) -> 
     if method not in TRADEOFF_METHODS:
         raise ValueError(f"unknown method {method!r}; allowed: {', '.join(TRADEOFF_METHODS)}")
     P, N = len(profile.param_bytes), num_microbatches
-    flushed = method in ("gpipe", "1f1b", "zb-h1")
+    flushed = not is_asynchronous(SCHEDULE_OF[method][0])
     try:
         schedule, t2 = method_schedule(method, P, N, 2 if flushed else long_enough(P, N))
     except (ScheduleError, ValueError) as error:

@@ -24,7 +24,7 @@ def check_method_options(schedule: Schedule, options: MethodOptions) -> None:
     """Raise early if ``options`` cannot run on ``schedule`` (T2, chapter 09, needs an async
     schedule; a method with its own hooks does not take T2's switch) or name a method this
     process does not know."""
-    if options.discrepancy_correction and schedule.weight_mode != "async":
+    if options.discrepancy_correction and not schedule.mode.has_discrepancy:
         raise ValueError(f"T2 needs an async schedule; {schedule.name!r} has weight_mode "
                          f"{schedule.weight_mode!r}")
     factory = hooks_factory(options)

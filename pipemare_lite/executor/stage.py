@@ -53,6 +53,7 @@ from torch import nn
 from pipemare_lite.methods.discrepancy import DiscrepancyHooks
 from pipemare_lite.methods.hooks import MethodHooks
 from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
+from pipemare_lite.schedules.weight_modes import get_weight_mode
 
 #: Byte kinds reported per stage, as the memory model (:mod:`pipemare_lite.memory`) names them;
 #: a method's hooks may add kinds of their own (weight prediction: ``prediction``).
@@ -150,7 +151,7 @@ class StageWorker:
                  hooks: MethodHooks | None = None) -> None:
         if is_last and loss_fn is None:
             raise ValueError("the last stage needs a loss_fn(output, target)")
-        if discrepancy_gamma is not None and weight_mode != "async":
+        if discrepancy_gamma is not None and not get_weight_mode(weight_mode).has_discrepancy:
             raise ValueError(f"T2 corrects the async discrepancy; weight mode {weight_mode!r} "
                              "has none (use weight_mode 'async')")
         self.stage, self.module, self.optimizer = stage, module, optimizer
@@ -236,7 +237,8 @@ class StageWorker:
         copies = None
         if hooks is not None and record.replay is None:  # a replay's saved tensors are stored
             copies = hooks.forward_weights(record.microbatch, record.version)
-        if copies is None and older and (versions.mode == "2bw" or record.version in versions.held):
+        if copies is None and older and (not versions.rule.forward_reads_current
+                                         or record.version in versions.held):
             # 2BW (or a replayed stash forward): read the held copy, not the live weights.
             # A replayed async forward reads the live weights: its saved tensors are stored.
             copies = self.versions.weights(record.version)
@@ -247,7 +249,7 @@ class StageWorker:
         # sync: no update can come between F and B (WeightVersions refuses it), so the
         # backward reads exactly the tensors the forward saved and the hooks only take note
         # (unless the method's hooks may choose the backward's weights)
-        live = versions.mode == "sync" and hooks is None
+        live = versions.rule.flushes and hooks is None
         with torch.autograd.graph.saved_tensors_hooks(self._packer(record, index_of, live),
                                                       self._unpacker(record)):
             if weights is None:
@@ -300,8 +302,7 @@ class StageWorker:
         The version recorded is the weight mode's (the hooks may hand other values).
         """
         m, current = record.microbatch, self.versions.version
-        mode = self.versions.mode
-        used = record.version if mode in ("stash", "2bw") else current
+        used = self.versions.rule.version_at_backward(current, record.version)
         chosen = (None if self.hooks is None
                   else self.hooks.backward_weights(m, record.version, current))
         record.weights = self.versions.weights(used) if chosen is None else chosen

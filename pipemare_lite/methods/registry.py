@@ -29,7 +29,9 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from pipemare_lite.schedules.actions import WEIGHT_MODES
+from pipemare_lite.schedules.registry import METHOD_TABLE
+from pipemare_lite.schedules.validate import weight_mode_of
+from pipemare_lite.schedules.weight_modes import get_weight_mode
 
 
 @dataclass(frozen=True)
@@ -97,16 +99,17 @@ class MethodSpec:
     module: str = "pipemare_lite.methods.registry"
 
     def __post_init__(self) -> None:
-        if self.weight_mode not in WEIGHT_MODES:
-            raise ValueError(f"method {self.name!r}: unknown weight mode {self.weight_mode!r}; "
-                             f"allowed: {', '.join(WEIGHT_MODES)}")
+        try:
+            get_weight_mode(self.weight_mode)
+        except ValueError as error:
+            raise ValueError(f"method {self.name!r}: {error}") from None
 
 
 #: Every method known in this process, by name (built-ins below, plugins as they import).
 METHODS: dict[str, MethodSpec] = {}
 
 
-def register_method(name: str, *, schedule: str, weight_mode: str,
+def register_method(name: str, *, schedule: str, weight_mode: str | None = None,
                     options: MethodOptions | None = None, hooks: Callable | None = None,
                     description: str = "", replace_existing: bool = False) -> MethodSpec:
     """Make ``name`` a method for :func:`~pipemare_lite.train.fit`, the CLI and the executors.
@@ -116,7 +119,8 @@ def register_method(name: str, *, schedule: str, weight_mode: str,
         schedule: the schedule builder's name (see
             :func:`pipemare_lite.schedules.build_schedule`).
         weight_mode: ``sync``, ``stash``, ``2bw`` or ``async``: which version a backward
-            reads when the hooks do not choose (:mod:`pipemare_lite.methods.versions`).
+            reads when the hooks do not choose (:mod:`pipemare_lite.schedules.weight_modes`);
+            None: the schedule's own (a built-in or registered schedule name).
         options: default :class:`MethodOptions` (T1, T2, warm-up); fit's switches override.
         hooks: ``hooks(info: StageInfo) -> MethodHooks | None``, called once per stage
             (:mod:`pipemare_lite.methods.hooks`). A module-level function, so that every
@@ -140,6 +144,11 @@ def register_method(name: str, *, schedule: str, weight_mode: str,
     if not isinstance(schedule, str):
         raise ValueError(f"method {name!r}: schedule must be a schedule builder's name, "
                          f"got {schedule!r}")
+    if weight_mode is None:
+        weight_mode = weight_mode_of(schedule)
+        if weight_mode is None:
+            raise ValueError(f"method {name!r}: schedule {schedule!r} declares no weight mode; "
+                             "give weight_mode= (sync, stash, 2bw or async)")
     module = getattr(hooks, "__module__", None) or "pipemare_lite.methods.registry"
     spec = MethodSpec(name, schedule, weight_mode, options or MethodOptions(), description,
                       hooks, module)
@@ -147,19 +156,10 @@ def register_method(name: str, *, schedule: str, weight_mode: str,
     return spec
 
 
-for _name, _builder, _mode, _options, _description in (
-    ("gpipe", "gpipe", "sync", None, "all forwards, all backwards, flush"),
-    ("1f1b", "1f1b", "sync", None, "one forward one backward, flush"),
-    ("interleaved", "interleaved", "sync", None, "1F1B over v chunks"),
-    ("zb-h1", "zb-h1", "sync", None, "zero-bubble H1: split backward"),
-    ("pipedream", "pipedream", "stash", None, "async, weight stashing"),
-    ("2bw", "2bw", "2bw", None, "PipeDream-2BW: two weight versions"),
-    ("async", "async", "async", None, "async, no stash (discrepancy)"),
-    ("pipemare", "async", "async",
-     MethodOptions(lr_rescheduling=True, discrepancy_correction=True),
-     "async + T1 lr rescheduling + T2 discrepancy correction"),
-):
-    register_method(_name, schedule=_builder, weight_mode=_mode, options=_options,
+# the book's methods, from the one table (each runs its schedule's weight mode)
+for _name, _builder, _t1, _t2, _description in METHOD_TABLE:
+    register_method(_name, schedule=_builder,
+                    options=MethodOptions(lr_rescheduling=_t1, discrepancy_correction=_t2),
                     hooks=t2_hooks, description=_description)
 
 

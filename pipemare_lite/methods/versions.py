@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pipemare_lite.schedules.actions import WEIGHT_MODES
+from pipemare_lite.schedules.weight_modes import get_weight_mode
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,9 @@ def param_ref(tensor: torch.Tensor, index_of: dict[int, int]) -> ParamRef | None
 class WeightVersions:
     """One stage's version counter and the old weight copies its method keeps alive.
 
-    ``mode`` is one of :data:`pipemare_lite.schedules.WEIGHT_MODES`. Reference counts say
+    ``mode`` is one of :data:`pipemare_lite.schedules.WEIGHT_MODES` (``self.mode`` keeps the
+    name, ``self.rule`` the :class:`~pipemare_lite.schedules.weight_modes.WeightMode`
+    asked which version F and B read). Reference counts say
     how many microbatches whose backward is not finished read each version (stash: those
     whose forward ran; 2bw: all of minibatch ``u + 1``, registered up front). A copy of
     version ``u`` is taken at the update that would overwrite it, only if something still
@@ -105,29 +107,26 @@ class WeightVersions:
 
     def __init__(self, params: Sequence[torch.Tensor], mode: str, *,
                  num_microbatches: int, num_minibatches: int) -> None:
-        if mode not in WEIGHT_MODES:
-            raise ValueError(f"unknown weight mode {mode!r}; allowed: {', '.join(WEIGHT_MODES)}")
+        self.rule = get_weight_mode(mode)  # ValueError naming the allowed modes
         self.params = list(params)
-        self.mode = mode
+        self.mode = self.rule.name
         self.num_microbatches = num_microbatches
         self.num_minibatches = num_minibatches
         self.version = 0
         self.held: dict[int, list[torch.Tensor]] = {}
         self.refcount: dict[int, int] = {}
         self._copy_bytes = sum(p.nbytes for p in self.params)  # one held copy
-        if mode == "2bw":
+        if self.rule.readers_known_up_front:
             # every reader is known up front: minibatch k reads version max(k-1, 0), and a
             # copy cannot come back once dropped, so forwards not yet run count as readers
             for minibatch in range(num_minibatches):
-                version = max(minibatch - 1, 0)
+                version = self.rule.version_at_forward(0, minibatch)  # not the current one
                 self.refcount[version] = self.refcount.get(version, 0) + num_microbatches
 
     # -- which version -------------------------------------------------------------------
     def forward_version(self, microbatch: int) -> int:
         """The version a forward of ``microbatch`` must read (2bw: max(k-1, 0))."""
-        if self.mode == "2bw":
-            return max(microbatch // self.num_microbatches - 1, 0)
-        return self.version
+        return self.rule.version_at_forward(self.version, microbatch // self.num_microbatches)
 
     def weights(self, version: int) -> list[torch.Tensor]:
         """Detached tensors holding ``version`` (the live parameters when it is current)."""
@@ -146,7 +145,7 @@ class WeightVersions:
 
         (2bw registered all its readers at construction, so nothing changes here.)
         """
-        if self.mode != "2bw":
+        if not self.rule.readers_known_up_front:
             self.refcount[version] = self.refcount.get(version, 0) + 1
 
     def release(self, version: int) -> None:
@@ -166,13 +165,13 @@ class WeightVersions:
     def before_update(self) -> None:
         """Keep a copy of the current version if it will still be read after the update."""
         v = self.version
-        if self.mode == "sync" and self.refcount:
+        if self.rule.flushes and self.refcount:
             raise RuntimeError(
                 f"weight_mode 'sync' but an update (version {v} -> {v + 1}) comes while "
                 f"{self.in_flight()} microbatch(es) are between forward and backward; use an "
                 "asynchronous weight mode (stash, 2bw, async) for unflushed schedules"
             )
-        if self.mode in ("stash", "2bw") and self.refcount.get(v):
+        if self.rule.backward_reads_forwards and self.refcount.get(v):
             self.held[v] = [p.detach().clone() for p in self.params]
 
     def after_update(self) -> None:

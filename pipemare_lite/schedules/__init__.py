@@ -1,6 +1,7 @@
 """Pipeline schedules as data (chapters 01-05, 07): builders, validation, import/export.
 
-Torch-free. See :mod:`pipemare_lite.schedules.actions` for the data model and
+Torch-free. See :mod:`pipemare_lite.schedules.actions` for the data model,
+:mod:`pipemare_lite.schedules.weight_modes` for what each weight mode's F and B read, and
 :func:`build_schedule` for the one entry point; each family has its own file
 (``gpipe.py``, ``one_f_one_b.py``, ``interleaved.py``, ``zero_bubble.py``, ``pipedream.py``,
 ``async_pipeline.py``) with one short builder a chapter can show.
@@ -25,6 +26,7 @@ from pipemare_lite.schedules.one_f_one_b import one_f_one_b
 from pipemare_lite.schedules.pipedream import pipedream, two_bw
 from pipemare_lite.schedules.registry import ALIASES, ASYNC_NAMES, SCHEDULE_NAMES, build_schedule
 from pipemare_lite.schedules.validate import ScheduleError, execution_order, validate
+from pipemare_lite.schedules.weight_modes import WeightMode, get_weight_mode
 from pipemare_lite.schedules.zero_bubble import zb_h1
 
 __all__ = [
@@ -32,6 +34,8 @@ __all__ = [
     "Schedule",
     "KINDS",
     "WEIGHT_MODES",
+    "WeightMode",
+    "get_weight_mode",
     "FORWARD",
     "BACKWARD",
     "INPUT_GRAD",

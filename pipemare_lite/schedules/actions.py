@@ -26,17 +26,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+# which weights a forward and a backward read, per weight mode: see weight_modes.py
+from pipemare_lite.schedules.weight_modes import WEIGHT_MODES, WeightMode, get_weight_mode
+
 #: Kinds of action. F, B, I and W are spelled as in ``torch.distributed.pipelining``; U is
 #: ours (PyTorch has no update action: see :mod:`pipemare_lite.schedules.torch_notation`).
 FORWARD, BACKWARD, INPUT_GRAD, WEIGHT_GRAD, UPDATE = "F", "B", "I", "W", "U"
 KINDS = (FORWARD, BACKWARD, INPUT_GRAD, WEIGHT_GRAD, UPDATE)
 
-#: Which weights a backward reads, per weight mode (see the design's semantics table).
-#: ``sync``: flushed schedules (F and B see the same version, nothing in between);
-#: ``stash``: PipeDream, B uses the copy stashed at F; ``2bw``: PipeDream-2BW, every
-#: microbatch of minibatch k runs F and B on version max(k-1, 0); ``async``: no stash, B uses
-#: whatever is current at B (PipeMare's T2 correction acts on top of this mode).
-WEIGHT_MODES = ("sync", "stash", "2bw", "async")
 
 _ACTION_RE = re.compile(r"^\s*(\d+)\s*([FBIWU])\s*(\d+)\s*$")
 
@@ -86,7 +83,7 @@ class Schedule:
         num_microbatches: microbatches per minibatch (M, or N in PipeMare's notation).
         num_minibatches: how many minibatches (optimizer steps per stage) the schedule runs.
         chunks: v, model chunks (virtual stages) per rank; 1 unless interleaved.
-        weight_mode: one of :data:`WEIGHT_MODES`.
+        weight_mode: one of :data:`WEIGHT_MODES` (the name; :attr:`mode` is the rule).
         warmup_minibatches: the first W minibatches run synchronously (flushed).
         ranks: ``ranks[r]`` is rank r's ordered tuple of actions.
         notes: human-readable remarks from the builder (e.g. a clamp it applied).
@@ -112,6 +109,12 @@ class Schedule:
                 f"schedule {self.name!r} has {len(self.ranks)} rank rows "
                 f"for {self.num_stages} stages"
             )
+
+    @property
+    def mode(self) -> WeightMode:
+        """The :class:`~pipemare_lite.schedules.weight_modes.WeightMode` named by
+        ``weight_mode``: ask it which versions F and B read."""
+        return get_weight_mode(self.weight_mode)
 
     @property
     def num_virtual_stages(self) -> int:

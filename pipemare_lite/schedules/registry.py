@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pipemare_lite.schedules._build import gc_paused
-from pipemare_lite.schedules.actions import WEIGHT_MODES, Schedule
+from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.async_pipeline import async_pipeline
 from pipemare_lite.schedules.gpipe import gpipe
 from pipemare_lite.schedules.interleaved import interleaved
@@ -18,35 +18,72 @@ from pipemare_lite.schedules.naive import naive
 from pipemare_lite.schedules.one_f_one_b import one_f_one_b
 from pipemare_lite.schedules.pipedream import pipedream, two_bw
 from pipemare_lite.schedules.validate import (
-    KNOWN_NAMES,
     ScheduleError,
+    declare_builtin,
+    known_names,
     register_name,
     validate,
     weight_mode_of,
 )
+from pipemare_lite.schedules.weight_modes import (
+    ASYNC,
+    STASH,
+    SYNC,
+    TWO_BW,
+    WEIGHT_MODES,
+    WeightMode,
+    get_weight_mode,
+)
 from pipemare_lite.schedules.zero_bubble import zb_h1
 
+#: The one table of the book's schedules, in the order the chapters introduce them:
+#: name, ``builder(P, M, K, v, W) -> Schedule``, weight mode. Every list of names
+#: (:data:`SCHEDULE_NAMES`, :data:`ASYNC_NAMES`, :data:`BUILDERS`, the names validation
+#: accepts, staleness' closed forms, :data:`METHOD_TABLE`) is read from it.
+Builder = Callable[[int, int, int, int, int], Schedule]
+SCHEDULE_TABLE: tuple[tuple[str, Builder, WeightMode], ...] = (
+    ("naive", lambda P, M, K, v, W: naive(P, M, K), SYNC),
+    ("gpipe", lambda P, M, K, v, W: gpipe(P, M, K), SYNC),
+    ("1f1b", lambda P, M, K, v, W: one_f_one_b(P, M, K), SYNC),
+    ("interleaved", lambda P, M, K, v, W: interleaved(P, M, v, K), SYNC),
+    ("zb-h1", lambda P, M, K, v, W: zb_h1(P, M, K), SYNC),
+    ("pipedream", lambda P, M, K, v, W: pipedream(P, M, K, W), STASH),
+    ("2bw", lambda P, M, K, v, W: two_bw(P, M, K, W), TWO_BW),
+    ("async", lambda P, M, K, v, W: async_pipeline(P, M, K, W), ASYNC),
+)
+
+#: The book's methods (:mod:`pipemare_lite.methods.registry` registers them): name, the
+#: schedule it runs (its weight mode is the schedule's), T1 on, T2 on, one line. Here, not
+#: in :mod:`pipemare_lite.methods`, so that torch-free code (the trade-off table) reads it.
+METHOD_TABLE: tuple[tuple[str, str, bool, bool, str], ...] = (
+    ("gpipe", "gpipe", False, False, "all forwards, all backwards, flush"),
+    ("1f1b", "1f1b", False, False, "one forward one backward, flush"),
+    ("interleaved", "interleaved", False, False, "1F1B over v chunks"),
+    ("zb-h1", "zb-h1", False, False, "zero-bubble H1: split backward"),
+    ("pipedream", "pipedream", False, False, "async, weight stashing"),
+    ("2bw", "2bw", False, False, "PipeDream-2BW: two weight versions"),
+    ("async", "async", False, False, "async, no stash (discrepancy)"),
+    ("pipemare", "async", True, True, "async + T1 lr rescheduling + T2 discrepancy correction"),
+)
+
 #: Every schedule the book builds, in the order the chapters introduce them.
-SCHEDULE_NAMES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1", "pipedream", "2bw", "async")
+SCHEDULE_NAMES = tuple(name for name, _, _ in SCHEDULE_TABLE)
 
 #: Other accepted spellings: PipeMare's order is the async pipeline (T1/T2 are executor options).
 ALIASES = {"pipemare": "async"}
 
 #: Schedules with no flush, which accept ``warmup_minibatches``.
-ASYNC_NAMES = ("pipedream", "2bw", "async")
+ASYNC_NAMES = tuple(name for name, _, mode in SCHEDULE_TABLE if not mode.flushes)
 
 #: name -> ``builder(P, M, K, v, W) -> Schedule``: one dispatch table (no if-chain), which
 #: :func:`register_schedule` extends.
-BUILDERS: dict[str, Callable[[int, int, int, int, int], Schedule]] = {
-    "naive": lambda P, M, K, v, W: naive(P, M, K),
-    "gpipe": lambda P, M, K, v, W: gpipe(P, M, K),
-    "1f1b": lambda P, M, K, v, W: one_f_one_b(P, M, K),
-    "interleaved": lambda P, M, K, v, W: interleaved(P, M, v, K),
-    "zb-h1": lambda P, M, K, v, W: zb_h1(P, M, K),
-    "pipedream": lambda P, M, K, v, W: pipedream(P, M, K, W),
-    "2bw": lambda P, M, K, v, W: two_bw(P, M, K, W),
-    "async": lambda P, M, K, v, W: async_pipeline(P, M, K, W),
+BUILDERS: dict[str, Builder] = {
+    name: build for name, build, _ in SCHEDULE_TABLE
 }
+for _name, _, _mode in SCHEDULE_TABLE:
+    declare_builtin(_name, _mode.name)
+for _alias, _name in ALIASES.items():
+    declare_builtin(_alias, weight_mode_of(_name))
 
 
 def schedule_names() -> tuple[str, ...]:
@@ -57,7 +94,8 @@ def schedule_names() -> tuple[str, ...]:
 def is_asynchronous(name: str) -> bool:
     """True when schedule ``name`` does not flush (it accepts ``warmup_minibatches``)."""
     key = ALIASES.get(name, name)
-    return key in ASYNC_NAMES or weight_mode_of(key) not in (None, "sync")
+    mode = weight_mode_of(key)
+    return mode is not None and not get_weight_mode(mode).flushes
 
 
 def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync") -> None:
@@ -71,14 +109,14 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
     schedules must flush every minibatch, which validation checks. Registering a built-in
     name is refused; registering a name again replaces the builder.
     """
-    if not isinstance(name, str) or not name.strip() or name in KNOWN_NAMES or name in ALIASES:
+    if not isinstance(name, str) or not name.strip() or name in known_names(builtin=True):
         raise ScheduleError(
             f"cannot register schedule {name!r}: give a new name (taken: "
-            f"{', '.join(KNOWN_NAMES + tuple(ALIASES))})"
+            f"{', '.join(known_names(builtin=True))})"
         )
     if not callable(builder):
         raise ScheduleError(f"register_schedule({name!r}): builder {builder!r} is not callable")
-    if weight_mode not in WEIGHT_MODES:
+    if weight_mode not in WEIGHT_MODES:  # the name; the rule is weight_modes.weight_mode(name)
         raise ScheduleError(
             f"register_schedule({name!r}): weight_mode={weight_mode!r}; allowed: "
             f"{', '.join(WEIGHT_MODES)}"

@@ -67,7 +67,7 @@ _OVERLAP_RE = re.compile(r"^\((.*)\)" + OVERLAP + "$")
 def flushed_minibatches(schedule: Schedule) -> range:
     """The minibatches that run flushed (no update of another minibatch inside them): all of
     a ``sync`` schedule, the first ``warmup_minibatches`` of an asynchronous one."""
-    if schedule.weight_mode == "sync":
+    if schedule.mode.flushes:
         return range(schedule.num_minibatches)
     return range(schedule.warmup_minibatches)
 
@@ -118,7 +118,7 @@ def _chosen_minibatch(s: Schedule, minibatch: int | None) -> int:
             f"holds one step: choose one (minibatch=, or --minibatch): {_span(flushed)}"
         )
     if isinstance(minibatch, bool) or not isinstance(minibatch, int) or minibatch not in flushed:
-        why = "" if s.weight_mode == "sync" else " (the flushed warm-up minibatches)"
+        why = "" if s.mode.flushes else " (the flushed warm-up minibatches)"
         raise ScheduleError(
             f"minibatch={minibatch!r}: allowed: {_span(flushed)}{why} for schedule {s.name!r}"
         )

@@ -20,23 +20,21 @@ import weakref
 from collections import deque
 
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.weight_modes import get_weight_mode
 
-#: Names validate() accepts: the builders', "pipemare" (the async order, PipeMare's name for
-#: it) and "custom" for hand-written or imported schedules.
-KNOWN_NAMES = (
-    "naive", "gpipe", "1f1b", "interleaved", "zb-h1", "pipedream", "2bw", "async", "pipemare",
-    "custom",
-)  # fmt: skip
-
-#: The weight mode each builder produces (a custom schedule may use any).
-WEIGHT_MODE_OF = {
-    "naive": "sync", "gpipe": "sync", "1f1b": "sync", "interleaved": "sync", "zb-h1": "sync",
-    "pipedream": "stash", "2bw": "2bw", "async": "async", "pipemare": "async",
-}  # fmt: skip
+#: The weight mode each builder's name produces (a "custom" schedule may use any). Filled
+#: from the one table, :data:`pipemare_lite.schedules.registry.SCHEDULE_TABLE` (which
+#: imports this module), with "pipemare" (the async order, PipeMare's name for it).
+BUILTIN_WEIGHT_MODES: dict[str, str] = {}
 
 #: Names added by :func:`pipemare_lite.schedules.registry.register_schedule`, with the
 #: weight mode each declared.
 REGISTERED_WEIGHT_MODES: dict[str, str] = {}
+
+
+def declare_builtin(name: str, weight_mode: str) -> None:
+    """A built-in schedule name and its weight mode (called for each row of the table)."""
+    BUILTIN_WEIGHT_MODES[name] = weight_mode
 
 
 def register_name(name: str, weight_mode: str) -> None:
@@ -44,9 +42,17 @@ def register_name(name: str, weight_mode: str) -> None:
     REGISTERED_WEIGHT_MODES[name] = weight_mode
 
 
+def known_names(*, builtin: bool = False) -> tuple[str, ...]:
+    """Names validate() accepts: the built-in ones and "custom", then (unless ``builtin``)
+    the registered ones."""
+    names = (*BUILTIN_WEIGHT_MODES, "custom")
+    return names if builtin else names + tuple(REGISTERED_WEIGHT_MODES)
+
+
 def weight_mode_of(name: str) -> str | None:
     """The weight mode schedules called ``name`` must have (None: any, e.g. "custom")."""
-    return WEIGHT_MODE_OF.get(name) or REGISTERED_WEIGHT_MODES.get(name)
+    return BUILTIN_WEIGHT_MODES.get(name) or REGISTERED_WEIGHT_MODES.get(name)
+
 
 #: Inclusive allowed ranges of the sizes (large enough for any book figure or benchmark).
 LIMITS = {
@@ -71,8 +77,8 @@ def check_sizes(
     warmup_minibatches: int = 0,
 ) -> None:
     """Raise :class:`ScheduleError` naming any size outside :data:`LIMITS` or an unknown name."""
-    if name not in KNOWN_NAMES and name not in REGISTERED_WEIGHT_MODES:
-        allowed = ", ".join(KNOWN_NAMES + tuple(REGISTERED_WEIGHT_MODES))
+    if name != "custom" and weight_mode_of(name) is None:
+        allowed = ", ".join(known_names())
         raise ScheduleError(f"unknown schedule name {name!r}; allowed: {allowed}")
     values = {
         "num_stages": num_stages,
@@ -97,10 +103,12 @@ def check_sizes(
             f"allowed: integers 0..{num_minibatches}"
             " (num_minibatches)"
         )
-    if w and weight_mode_of(name) == "sync":
+    mode = weight_mode_of(name)
+    if w and mode is not None and get_weight_mode(mode).flushes:
+        unflushed = (n for n, m in BUILTIN_WEIGHT_MODES.items() if not get_weight_mode(m).flushes)
         raise ScheduleError(
             f"{name}: warmup_minibatches={w} only applies to asynchronous schedules "
-            "(async, pipedream, 2bw); allowed here: 0"
+            f"({', '.join(unflushed)}); allowed here: 0"
         )
 
 
@@ -246,8 +254,8 @@ def _check_updates(s: Schedule, split: bool) -> None:
     stage on that rank. In 2BW, F of minibatch k >= 2 needs update k-2 done on its stage.
     """
     M, grad = s.num_microbatches, "W" if split else "B"
-    flushed = s.num_minibatches if s.weight_mode == "sync" else s.warmup_minibatches
-    two_bw = s.weight_mode == "2bw"
+    flushed = s.num_minibatches if s.mode.flushes else s.warmup_minibatches
+    two_bw = not s.mode.forward_reads_current  # F of minibatch k reads version k-1
     for rank, row in enumerate(s.ranks):
         updates = {stage: 0 for stage in s.stages_of(rank)}  # updates done per stage
         grads = dict.fromkeys(updates, 0)  # gradients of the current minibatch seen
@@ -300,7 +308,7 @@ def _check_forward(s: Schedule, rank, position, a, k: int, updates: dict, flushe
             f"{_at(rank, position, a)} starts minibatch {k} before rank {rank} applied "
             f"update {k - 1} (a flushed minibatch must update before the next starts)"
         )
-    if s.weight_mode == "2bw" and k >= 2 and updates[a.stage] < k - 1:
+    if not s.mode.forward_reads_current and k >= 2 and updates[a.stage] < k - 1:
         raise ScheduleError(
             f"{_at(rank, position, a)}: 2BW runs minibatch {k} on version {k - 1}, "
             f"made by update {k - 2} of stage {a.stage}, which comes later on this "
