@@ -47,6 +47,9 @@ def check_main_guard(function: str = "launch()", start_method: str = "forkserver
     if start_method == "fork":
         return
     main = sys.modules.get("__main__")
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None) or ""
+    if spec_name == "__main__" or spec_name.endswith(".__main__"):
+        return  # ``python -m package``: multiprocessing never re-runs a package's __main__
     path = getattr(main, "__file__", None)
     if not path or not str(path).endswith(".py"):
         return

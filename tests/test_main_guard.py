@@ -42,3 +42,18 @@ def test_an_unguarded_launch_is_explained_before_any_rank_starts(tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[0, 1]"
+
+
+def test_a_package_main_module_may_launch_at_its_top_level(tmp_path):
+    # ``python -m package`` (as ``python -m pipemare_lite gpu-check`` does): multiprocessing
+    # never re-runs a package's __main__ in the children, so no guard is needed there
+    root = str(__import__("pathlib").Path(__file__).parent.parent)
+    package = tmp_path / "launcher_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(SCRIPT.format(
+        root=root, call="print([r['rank'] for r in launch(ping, 2, timeout=60)])"))
+    done = subprocess.run([sys.executable, "-m", "launcher_pkg"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[0, 1]"
