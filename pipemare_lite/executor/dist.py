@@ -65,6 +65,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from pipemare_lite.executor import faults, placement
 from pipemare_lite.executor.interpreter import Interpreter, take_records
 from pipemare_lite.executor.local import RunResult
+from pipemare_lite.executor.recorder import BytesMeter, Recorder
 from pipemare_lite.executor.setup import (
     build_stage_worker,
     check_method_options,
@@ -328,6 +329,7 @@ class DistributedExecutor:
         self.p2p_verbose = p2p_verbose
         self.posted: list | None = [] if record_posts else None
         self.plan = plan_communication(schedule)
+        self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # trace keys
         self.wait_seconds = 0.0
         self.position = 0  # next action of this rank's row
         self.transport: P2PTransport | None = None
@@ -471,8 +473,8 @@ class DistributedExecutor:
         interpreter.transport.microbatches = microbatches
         interpreter.applied_gradients = ({s: [] for s in self.stages}
                                          if self.record_gradients else None)
-        entries, versions = [], {}
-        peaks = {s: dict.fromkeys(BYTE_KINDS, 0) for s in self.stages}
+        meter = BytesMeter(self.workers, {rank: self.stages}) if self.track_bytes else None
+        recorder = Recorder(interpreter, {rank: self._action_names}, meter)
         first_post = len(self.posted) if self.posted is not None else 0
 
         def done() -> bool:
@@ -484,7 +486,7 @@ class DistributedExecutor:
         self.board.at(self.position, len(row), _upcoming(row, self.position), "barrier")
         with faults.communication("the barrier before the run"):
             dist.barrier()
-        origin = time.perf_counter()  # common time origin: everyone just left the barrier
+        recorder.start()  # common time origin: everyone just left the barrier
         while not done():
             position = self.position
             action = row[position]
@@ -493,13 +495,7 @@ class DistributedExecutor:
                 self.fault.trigger(action)
             start, end = interpreter.step(action)
             self.position += 1
-            name = str(action)
-            entries.append((position, name, start - origin, end - origin))
-            versions[name] = interpreter.version_of(action)
-            if self.track_bytes:
-                for k, value in self.workers[action.stage].bytes_held().items():
-                    peak = peaks[action.stage]
-                    peak[k] = max(peak.get(k, 0), value)  # hooks add kinds
+            recorder.record(rank, position, action, start, end)
         interpreter.transport.microbatches = ()
         if self.finished:
             self.board.at(len(row), len(row), "", "draining sends")
@@ -507,8 +503,7 @@ class DistributedExecutor:
         else:
             self.board.at(self.position, len(row), _upcoming(row, self.position), "between runs")
         posted = self.posted[first_post:] if self.posted is not None else []
-        grads = interpreter.applied_gradients or {}
-        return self._result(entries, versions, grads, peaks, posted)
+        return self._result(recorder, interpreter.applied_gradients or {}, posted)
 
     def _check_uniform(self, x, m: int) -> None:
         if self._uniform and (tuple(x.shape), x.dtype) != self._first_meta:
@@ -517,15 +512,17 @@ class DistributedExecutor:
                 f"{self._first_meta}: with a lazy microbatch sequence the distributed executor "
                 "needs one shape (pass a list to allow several)")
 
-    def _result(self, entries, versions, grads, peaks, posted) -> RankResult:
+    def _result(self, recorder: Recorder, grads, posted) -> RankResult:
         taken = take_records(self.workers)
         states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
                   for s, w in self.workers.items()}
         return RankResult(
-            self.rank, entries, taken.losses, versions, taken.forward_versions,
+            self.rank, recorder.rank_entries(), taken.losses, recorder.versions,
+            taken.forward_versions,
             taken.backward_versions, taken.distances, taken.learning_rates, states,
             gradients=grads if self.record_gradients else {},
-            peak_bytes=peaks if self.track_bytes else {}, wait_seconds=self.wait_seconds,
+            peak_bytes=recorder.meter.peaks if self.track_bytes else {},
+            wait_seconds=self.wait_seconds,
             group_learning_rates=taken.group_learning_rates, update_norms=taken.update_norms,
             posted=list(posted),
         )

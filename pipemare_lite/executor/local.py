@@ -44,7 +44,6 @@ action, the weight version each F and B used, and the bytes each stage held.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -52,15 +51,16 @@ import torch
 from torch import nn
 
 from pipemare_lite.executor.interpreter import InProcessTransport, Interpreter, take_records
+from pipemare_lite.executor.recorder import BytesMeter, Recorder
 from pipemare_lite.executor.setup import (
     build_stage_worker,
     check_method_options,
     rescheduling_delays,
 )
-from pipemare_lite.executor.stage import BYTE_KINDS, StageWorker
+from pipemare_lite.executor.stage import StageWorker
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import UPDATE, Schedule
-from pipemare_lite.timeline import TimedAction, Timeline
+from pipemare_lite.timeline import Timeline
 
 
 @dataclass
@@ -211,11 +211,9 @@ class LocalExecutor:
         workers, rows, positions = self.workers, self.schedule.ranks, self.positions
         interpreter, transport, last = self.interpreter, self.transport, self._last
         transport.microbatches = microbatches
-        entries: list[TimedAction] = []
-        versions: dict[str, int] = {}
-        meter = _BytesMeter(workers, self.schedule)
+        stages_of = {r: self.schedule.stages_of(r) for r in range(len(rows))}
+        recorder = Recorder(interpreter, self._action_names, BytesMeter(workers, stages_of))
         lengths = [len(row) for row in rows]
-        names = self._action_names
         remaining = sum(lengths) - sum(positions)
 
         def reached() -> bool:  # versions only move at updates: checked after each U
@@ -223,7 +221,7 @@ class LocalExecutor:
                 w.versions.version >= stop_after_updates for w in workers)
 
         stopped = reached()
-        origin = time.perf_counter()
+        recorder.start()
         while remaining and not stopped:
             progressed = False
             for rank, row in enumerate(rows):  # one action per rank per round
@@ -235,9 +233,7 @@ class LocalExecutor:
                 positions[rank] = position + 1
                 remaining -= 1
                 progressed = True
-                entries.append(TimedAction(rank, action, start - origin, end - origin))
-                versions[names[rank][position]] = interpreter.version_of(action)
-                meter.after_action(rank, action.stage, end - origin)
+                recorder.record(rank, position, action, start, end)
                 if action.kind == UPDATE and reached():
                     stopped = True
                     break
@@ -247,18 +243,20 @@ class LocalExecutor:
                                    f"its next action ({', '.join(stuck)}); a dependency is "
                                    "missing or ordered after its consumer")
         transport.microbatches = ()  # the feed is the caller's: not kept between runs
-        result = self._result(entries, versions, meter.peaks, meter.over_time)
-        result.peak_bytes_by_rank = meter.rank_peaks()
-        return result
+        return self._result(recorder)
 
-    def _result(self, entries, versions, peaks, over_time) -> RunResult:
+    def _result(self, recorder: Recorder) -> RunResult:
         taken = take_records(dict(enumerate(self.workers)))
-        stages = range(len(self.workers))
-        trace = Timeline(self.schedule, tuple(entries), unit="s", source="measured",
-                         extra={"versions": versions, "distances": dict(taken.distances)})
+        stages, meter = range(len(self.workers)), recorder.meter
+        trace = Timeline(self.schedule, tuple(recorder.timed_actions()), unit="s",
+                         source="measured", extra={"versions": recorder.versions,
+                                                   "distances": dict(taken.distances)})
+        rank_peaks = meter.rank_peaks()
         return RunResult(list(taken.losses.values()), taken.losses, trace,
                          taken.forward_versions, taken.backward_versions, taken.distances,
-                         [taken.learning_rates[s] for s in stages], peaks, over_time,
+                         [taken.learning_rates[s] for s in stages],
+                         [meter.peaks[s] for s in stages], meter.over_time,
+                         peak_bytes_by_rank=[rank_peaks[r] for r in range(len(rank_peaks))],
                          group_learning_rates=[taken.group_learning_rates[s] for s in stages],
                          update_norms=[taken.update_norms[s] for s in stages])
 
@@ -297,38 +295,3 @@ class LocalExecutor:
         self._rng = {"cpu": state["rng"]["cpu"].clone()}
         if "cuda" in state["rng"]:
             self._rng["cuda"] = [t.clone() for t in state["rng"]["cuda"]]
-
-
-class _BytesMeter:
-    """Peaks of every byte kind per stage and per rank, read after each action."""
-
-    def __init__(self, workers: Sequence[StageWorker], schedule: Schedule) -> None:
-        self.workers = workers
-        self.now = [w.bytes_held() for w in workers]
-        self.stages_of = [schedule.stages_of(r) for r in range(schedule.num_stages)]
-        self.peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in workers]
-        # ranks holding several virtual stages (interleaved) sum them after each action;
-        # a rank with one stage has that stage's peaks
-        self.shared_peaks = {r: dict.fromkeys(BYTE_KINDS, 0)
-                             for r, stages in enumerate(self.stages_of) if len(stages) > 1}
-        self.over_time: list[tuple[float, int, dict[str, int]]] = []
-
-    def after_action(self, rank: int, stage: int, seconds: float) -> None:
-        """Read the stage's bytes after one of its actions; update the peaks."""
-        held = self.now[stage] = self.workers[stage].bytes_held()
-        self.over_time.append((seconds, stage, held))
-        peak = self.peaks[stage]
-        for kind, value in held.items():  # a method's hooks may add kinds of their own
-            if value > peak.get(kind, 0):
-                peak[kind] = value
-        rank_peak = self.shared_peaks.get(rank)
-        if rank_peak is not None:
-            for kind in held:
-                total = sum(self.now[s].get(kind, 0) for s in self.stages_of[rank])
-                if total > rank_peak.get(kind, 0):
-                    rank_peak[kind] = total
-
-    def rank_peaks(self) -> list[dict[str, int]]:
-        """``[rank][kind]``: the largest sum over the rank's stages after any of its actions."""
-        return [self.shared_peaks[r] if r in self.shared_peaks else dict(self.peaks[stages[0]])
-                for r, stages in enumerate(self.stages_of)]
