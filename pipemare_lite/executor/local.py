@@ -38,7 +38,10 @@ Execution order. Each rank runs its own actions in schedule order; the executor 
 ranks round-robin, one ready action each per round (an action is ready once its input has
 arrived), so the measured trace looks like a pipeline. The numbers depend only on each
 rank's own order, so any dependency-respecting interleaving gives the same result: the
-distributed executor relies on exactly this. The trace records the wall-clock time of every
+distributed executor relies on exactly this. Each action is run by the
+:class:`~pipemare_lite.executor.interpreter.Interpreter` the distributed executor runs too,
+here with the in-process transport (tensors in dicts); the
+:class:`~pipemare_lite.executor.recorder.Recorder` notes the wall-clock time of every
 action, the weight version each F and B used, and the bytes each stage held.
 """
 
