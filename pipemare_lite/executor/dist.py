@@ -518,8 +518,8 @@ class DistributedExecutor:
                   for s, w in self.workers.items()}
         return RankResult(
             self.rank, recorder.rank_entries(), taken.losses, recorder.versions,
-            taken.forward_versions,
-            taken.backward_versions, taken.distances, taken.learning_rates, states,
+            taken.forward_versions, taken.backward_versions, taken.distances,
+            taken.learning_rates, states,
             gradients=grads if self.record_gradients else {},
             peak_bytes=recorder.meter.peaks if self.track_bytes else {},
             wait_seconds=self.wait_seconds,
