@@ -7,7 +7,9 @@ dict, a rank here sends it with ``torch.distributed`` (:mod:`.transport`). A sta
 depend only on its own action order, so both executors agree bitwise (fp32, CPU, one thread
 per process); ``tests/test_dist_executor.py`` checks it for every method.
 
-One rank's loop::
+One rank's loop; each action is run by
+:class:`~pipemare_lite.executor.interpreter.Interpreter`, the very code the local executor
+runs, with this module's point-to-point transport::
 
     for i, action in enumerate(schedule.ranks[rank]):
         board.at(i, action)                       # the watchdog publishes where we are
@@ -61,13 +63,15 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pipemare_lite.executor import faults, placement
+from pipemare_lite.executor.interpreter import Interpreter, take_records
 from pipemare_lite.executor.local import RunResult
+from pipemare_lite.executor.recorder import BytesMeter, Recorder
 from pipemare_lite.executor.setup import (
     build_stage_worker,
     check_method_options,
     rescheduling_delays,
 )
-from pipemare_lite.executor.stage import BYTE_KINDS, StageWorker
+from pipemare_lite.executor.stage import BYTE_KINDS
 from pipemare_lite.executor.transport import (
     ACTIVATION,
     GRADIENT,
@@ -77,14 +81,7 @@ from pipemare_lite.executor.transport import (
     plan_communication,
 )
 from pipemare_lite.methods.registry import MethodOptions
-from pipemare_lite.schedules.actions import (
-    BACKWARD,
-    FORWARD,
-    INPUT_GRAD,
-    UPDATE,
-    WEIGHT_GRAD,
-    Schedule,
-)
+from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.timeline import TimedAction, Timeline
 
 #: Kinds of :class:`Fault`.
@@ -184,12 +181,6 @@ class DistRunResult(RunResult):
     gradients: list = field(default_factory=list)
     rank_results: list = field(default_factory=list)
     posted: list = field(default_factory=list)
-
-
-def _synchronize(device: torch.device) -> None:
-    """Wait for queued GPU work so that timings mean something (no-op on CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class _NeedsValues(NotImplementedError):
@@ -338,9 +329,11 @@ class DistributedExecutor:
         self.p2p_verbose = p2p_verbose
         self.posted: list | None = [] if record_posts else None
         self.plan = plan_communication(schedule)
+        self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # trace keys
         self.wait_seconds = 0.0
         self.position = 0  # next action of this rank's row
         self.transport: P2PTransport | None = None
+        self.interpreter: Interpreter | None = None  # built with the transport, at the start
         self._uniform = False
         self._first_meta = None
         self._failed = False  # a run raised: close() does not wait for the threads
@@ -453,6 +446,9 @@ class DistributedExecutor:
             receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
             verbose=self.p2p_verbose, posted=self.posted,
         )
+        self.interpreter = Interpreter(
+            self.workers, schedule.num_virtual_stages - 1, _PeerTransport(self),
+            devices=[self.device] if self.device.type == "cuda" else [])
 
     def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None) -> RankResult:
         """Run this rank's actions from where it stands; returns what this call did.
@@ -472,12 +468,13 @@ class DistributedExecutor:
         schedule, rank = self.schedule, self.rank
         if self.transport is None:
             self._start(microbatches)
-        transport = self.transport
         row = schedule.ranks[rank]
-        last = schedule.num_virtual_stages - 1
-        entries, versions = [], {}
-        grads = {s: [] for s in self.stages}
-        peaks = {s: dict.fromkeys(BYTE_KINDS, 0) for s in self.stages}
+        interpreter = self.interpreter
+        interpreter.transport.microbatches = microbatches
+        interpreter.applied_gradients = ({s: [] for s in self.stages}
+                                         if self.record_gradients else None)
+        meter = BytesMeter(self.workers, {rank: self.stages}) if self.track_bytes else None
+        recorder = Recorder(interpreter, {rank: self._action_names}, meter)
         first_post = len(self.posted) if self.posted is not None else 0
 
         def done() -> bool:
@@ -489,67 +486,24 @@ class DistributedExecutor:
         self.board.at(self.position, len(row), _upcoming(row, self.position), "barrier")
         with faults.communication("the barrier before the run"):
             dist.barrier()
-        origin = time.perf_counter()  # common time origin: everyone just left the barrier
+        recorder.start()  # common time origin: everyone just left the barrier
         while not done():
             position = self.position
             action = row[position]
             self.board.at(position, len(row), str(action))
             if self.fault is not None and self.fault.position == position:
                 self.fault.trigger(action)
-            s, m, kind = action.stage, action.index, action.kind
-            worker = self.workers[s]
-            send = None  # (message, tensor) to post once the action's time is taken
-            if kind == FORWARD:
-                if s == 0:
-                    x = microbatches[m][0]
-                    self._check_uniform(x, m)
-                else:
-                    x = transport.recv(self.plan.messages[(ACTIVATION, s - 1, m)])
-                target = microbatches[m][1] if s == last else None
-                start = time.perf_counter()
-                out = worker.forward(m, x, target)
-                if s < last:
-                    send = (self.plan.messages[(ACTIVATION, s, m)], out)
-            elif kind in (BACKWARD, INPUT_GRAD):
-                grad_y = (None if s == last
-                          else transport.recv(self.plan.messages[(GRADIENT, s + 1, m)]))
-                start = time.perf_counter()
-                run = worker.backward if kind == BACKWARD else worker.input_grad
-                grad_x = run(m, grad_y)
-                if s > 0:
-                    message = self.plan.messages[(GRADIENT, s, m)]
-                    if grad_x is None:  # the stage's output does not depend on its input
-                        shape, dtype = transport.meta(message)
-                        grad_x = torch.zeros(shape, dtype=dtype, device=self.device)
-                    send = (message, grad_x)
-            elif kind == WEIGHT_GRAD:
-                start = time.perf_counter()
-                worker.weight_grad(m)
-            else:
-                start = time.perf_counter()
-                if self.record_gradients:
-                    grads[s].append([None if p.grad is None else p.grad.detach().cpu().clone()
-                                     for p in worker.params])
-                worker.update()
-            _synchronize(self.device)
-            end = time.perf_counter()
-            if self.posted is not None:
-                self.posted.append(str(action))  # between its receives and its send
-            if send is not None:
-                transport.send(*send)
+            start, end = interpreter.step(action)
             self.position += 1
-            entries.append((position, str(action), start - origin, end - origin))
-            versions[str(action)] = self._version_of(worker, action)
-            if self.track_bytes:
-                for k, value in worker.bytes_held().items():
-                    peaks[s][k] = max(peaks[s].get(k, 0), value)  # hooks add kinds
+            recorder.record(rank, position, action, start, end)
+        interpreter.transport.microbatches = ()
         if self.finished:
             self.board.at(len(row), len(row), "", "draining sends")
-            transport.close()
+            self.transport.close()
         else:
             self.board.at(self.position, len(row), _upcoming(row, self.position), "between runs")
         posted = self.posted[first_post:] if self.posted is not None else []
-        return self._result(entries, versions, grads, peaks, posted)
+        return self._result(recorder, interpreter.applied_gradients or {}, posted)
 
     def _check_uniform(self, x, m: int) -> None:
         if self._uniform and (tuple(x.shape), x.dtype) != self._first_meta:
@@ -558,34 +512,64 @@ class DistributedExecutor:
                 f"{self._first_meta}: with a lazy microbatch sequence the distributed executor "
                 "needs one shape (pass a list to allow several)")
 
-    @staticmethod
-    def _version_of(worker: StageWorker, action) -> int:
-        if action.kind == FORWARD:
-            return worker.forward_versions[action.index]
-        if action.kind == UPDATE:
-            return worker.versions.version - 1
-        return worker.backward_versions[action.index]
-
-    def _result(self, entries, versions, grads, peaks, posted) -> RankResult:
-        fwd, bwd, dis, rates, states, group_rates, norms = {}, {}, {}, {}, {}, {}, {}
-        losses = {}
-        for s, w in self.workers.items():
-            taken = w.take_records()  # this call's records only: a flat cost per step
-            fwd.update({(s, m): v for m, v in taken.forward_versions.items()})
-            bwd.update({(s, m): v for m, v in taken.backward_versions.items()})
-            dis.update({(s, m): taken.distances[m] for m in taken.backward_versions})
-            rates[s] = taken.learning_rates
-            group_rates[s] = taken.group_learning_rates
-            norms[s] = taken.update_norms
-            states[s] = {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
-            if w.is_last:
-                losses = dict(sorted(taken.losses.items()))
+    def _result(self, recorder: Recorder, grads, posted) -> RankResult:
+        taken = take_records(self.workers)
+        states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
+                  for s, w in self.workers.items()}
         return RankResult(
-            self.rank, entries, losses, versions, fwd, bwd, dis, rates, states,
+            self.rank, recorder.rank_entries(), taken.losses, recorder.versions,
+            taken.forward_versions, taken.backward_versions, taken.distances,
+            taken.learning_rates, states,
             gradients=grads if self.record_gradients else {},
-            peak_bytes=peaks if self.track_bytes else {}, wait_seconds=self.wait_seconds,
-            group_learning_rates=group_rates, update_norms=norms, posted=list(posted),
+            peak_bytes=recorder.meter.peaks if self.track_bytes else {},
+            wait_seconds=self.wait_seconds,
+            group_learning_rates=taken.group_learning_rates, update_norms=taken.update_norms,
+            posted=list(posted),
         )
+
+
+class _PeerTransport:
+    """The distributed executor's transport for the :class:`Interpreter`: the plan's
+    messages through :class:`~pipemare_lite.executor.transport.P2PTransport`, the data
+    read from the rank's own copy of the feed."""
+
+    def __init__(self, executor: DistributedExecutor) -> None:
+        self.executor = executor
+        self.p2p = executor.transport
+        self.messages = executor.plan.messages
+        self.microbatches: Sequence = ()
+
+    def first_input(self, m: int):
+        """Stage 0's input of microbatch m (its shape checked against the probe's)."""
+        x = self.microbatches[m][0]
+        self.executor._check_uniform(x, m)
+        return x
+
+    def target(self, m: int):
+        """The last stage's target of microbatch m."""
+        return self.microbatches[m][1]
+
+    def activation(self, s: int, m: int):
+        """Receive the input of F(s, m) from stage s - 1."""
+        return self.p2p.recv(self.messages[(ACTIVATION, s - 1, m)])
+
+    def gradient(self, s: int, m: int):
+        """Receive the gradient of stage s's output from stage s + 1."""
+        return self.p2p.recv(self.messages[(GRADIENT, s + 1, m)])
+
+    def deliver(self, action, message) -> None:
+        """Post the send of the action's output (after noting the action, when recorded)."""
+        posted = self.executor.posted
+        if posted is not None:
+            posted.append(str(action))  # between its receives and its send
+        if message is None:
+            return
+        kind, s, m, tensor = message
+        plan_message = self.messages[(kind, s, m)]
+        if tensor is None:  # a gradient: the stage's output does not depend on its input
+            shape, dtype = self.p2p.meta(plan_message)
+            tensor = torch.zeros(shape, dtype=dtype, device=self.executor.device)
+        self.p2p.send(plan_message, tensor)
 
 
 class _TimedWaiter(faults.Waiter):

@@ -38,36 +38,32 @@ Execution order. Each rank runs its own actions in schedule order; the executor 
 ranks round-robin, one ready action each per round (an action is ready once its input has
 arrived), so the measured trace looks like a pipeline. The numbers depend only on each
 rank's own order, so any dependency-respecting interleaving gives the same result: the
-distributed executor relies on exactly this. The trace records the wall-clock time of every
+distributed executor relies on exactly this. Each action is run by the
+:class:`~pipemare_lite.executor.interpreter.Interpreter` the distributed executor runs too,
+here with the in-process transport (tensors in dicts); the
+:class:`~pipemare_lite.executor.recorder.Recorder` notes the wall-clock time of every
 action, the weight version each F and B used, and the bytes each stage held.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from pipemare_lite.executor.interpreter import InProcessTransport, Interpreter, take_records
+from pipemare_lite.executor.recorder import BytesMeter, Recorder
 from pipemare_lite.executor.setup import (
     build_stage_worker,
     check_method_options,
     rescheduling_delays,
 )
-from pipemare_lite.executor.stage import BYTE_KINDS, StageWorker
+from pipemare_lite.executor.stage import StageWorker
 from pipemare_lite.methods.registry import MethodOptions
-from pipemare_lite.schedules.actions import (
-    BACKWARD,
-    FORWARD,
-    INPUT_GRAD,
-    UPDATE,
-    WEIGHT_GRAD,
-    Action,
-    Schedule,
-)
-from pipemare_lite.timeline import TimedAction, Timeline
+from pipemare_lite.schedules.actions import UPDATE, Schedule
+from pipemare_lite.timeline import Timeline
 
 
 @dataclass
@@ -151,9 +147,11 @@ class LocalExecutor:
         self._last = stages - 1  # the virtual stage that computes the loss
         self._action_names = [[str(a) for a in row] for row in schedule.ranks]  # trace keys
         self.positions = [0] * schedule.num_stages
-        self.activations: dict[tuple[int, int], torch.Tensor] = {}  # input of (stage, mb)
-        self.gradients: dict[tuple[int, int], torch.Tensor] = {}    # grad of output of (s, mb)
-        self.targets: dict[int, object] = {}  # read at stage 0's F, used at the last stage
+        # tensors in transit live in the transport; the interpreter runs the actions
+        self.transport = InProcessTransport(self.workers)
+        self.interpreter = Interpreter(
+            self.workers, self._last, self.transport,
+            devices=[w.device for w in self.workers if w.device.type == "cuda"])
         # the random state of a checkpoint this executor continues ({"cpu", "cuda"}), or
         # None: draw from the process's stream (see the module docstring)
         self._rng: dict | None = None
@@ -164,41 +162,20 @@ class LocalExecutor:
         return all(p == len(row) for p, row in zip(self.positions, self.schedule.ranks))
 
     # ------------------------------------------------------------------ running
-    def _ready(self, action: Action) -> bool:
-        s, m, kind = action.stage, action.index, action.kind
-        if kind == FORWARD:
-            return s == 0 or (s, m) in self.activations
-        if kind == BACKWARD or kind == INPUT_GRAD:
-            return m in self.workers[s].pending and (s == self._last or (s, m) in self.gradients)
-        if kind == WEIGHT_GRAD:
-            record = self.workers[s].pending.get(m)
-            return record is not None and record.input_grad_done
-        return True
+    @property
+    def activations(self) -> dict[tuple[int, int], torch.Tensor]:
+        """Activations in transit: the input of F(stage, mb), keyed ``(stage, mb)``."""
+        return self.transport.activations
 
-    def _execute(self, action: Action, microbatches: Sequence) -> None:
-        s, m, last, kind = action.stage, action.index, self._last, action.kind
-        worker = self.workers[s]
-        if kind == FORWARD:
-            if s == 0:
-                if m >= len(microbatches):
-                    raise IndexError(f"action {action} needs microbatch {m}; only "
-                                     f"{len(microbatches)} were given")
-                x, self.targets[m] = microbatches[m]
-            else:
-                x = self.activations.pop((s, m))
-            out = worker.forward(m, x, self.targets.pop(m) if s == last else None)
-            if s < last:
-                self.activations[(s + 1, m)] = out.to(self.workers[s + 1].device)
-        elif kind == BACKWARD or kind == INPUT_GRAD:
-            grad_y = None if s == last else self.gradients.pop((s, m))
-            run = worker.backward if kind == BACKWARD else worker.input_grad
-            grad_x = run(m, grad_y)
-            if s > 0:
-                self.gradients[(s - 1, m)] = grad_x.to(self.workers[s - 1].device)
-        elif kind == WEIGHT_GRAD:
-            worker.weight_grad(m)
-        else:
-            worker.update()
+    @property
+    def gradients(self) -> dict[tuple[int, int], torch.Tensor]:
+        """Gradients in transit: the gradient of the output of (stage, mb)."""
+        return self.transport.gradients
+
+    @property
+    def targets(self) -> dict[int, object]:
+        """Targets read at stage 0's F, waiting for the last stage's."""
+        return self.transport.targets
 
     def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None) -> RunResult:
         """Execute the schedule (from where it stands) and return the losses and the trace.
@@ -235,12 +212,11 @@ class LocalExecutor:
                              f"({self.schedule.num_minibatches} x {self.schedule.num_microbatches}"
                              f"), got {len(microbatches)}")
         workers, rows, positions = self.workers, self.schedule.ranks, self.positions
-        entries: list[TimedAction] = []
-        versions: dict[str, int] = {}
-        meter = _BytesMeter(workers, self.schedule)
-        cuda = [w.device for w in workers if w.device.type == "cuda"]
+        interpreter, transport, last = self.interpreter, self.transport, self._last
+        transport.microbatches = microbatches
+        stages_of = {r: self.schedule.stages_of(r) for r in range(len(rows))}
+        recorder = Recorder(interpreter, self._action_names, BytesMeter(workers, stages_of))
         lengths = [len(row) for row in rows]
-        names = self._action_names
         remaining = sum(lengths) - sum(positions)
 
         def reached() -> bool:  # versions only move at updates: checked after each U
@@ -248,26 +224,19 @@ class LocalExecutor:
                 w.versions.version >= stop_after_updates for w in workers)
 
         stopped = reached()
-        clock = time.perf_counter
-        origin = clock()
+        recorder.start()
         while remaining and not stopped:
             progressed = False
             for rank, row in enumerate(rows):  # one action per rank per round
                 position = positions[rank]
-                if position == lengths[rank] or not self._ready(row[position]):
+                if position == lengths[rank] or not transport.ready(row[position], last):
                     continue
                 action = row[position]
-                start = clock()
-                self._execute(action, microbatches)
-                for device in cuda:  # timings are meaningless without a sync on GPUs
-                    torch.cuda.synchronize(device)
-                end = clock()
+                start, end = interpreter.step(action)
                 positions[rank] = position + 1
                 remaining -= 1
                 progressed = True
-                entries.append(TimedAction(rank, action, start - origin, end - origin))
-                versions[names[rank][position]] = self._version_of(action)
-                meter.after_action(rank, action.stage, end - origin)
+                recorder.record(rank, position, action, start, end)
                 if action.kind == UPDATE and reached():
                     stopped = True
                     break
@@ -276,38 +245,23 @@ class LocalExecutor:
                 raise RuntimeError(f"schedule {self.schedule.name!r} is stuck: no rank can run "
                                    f"its next action ({', '.join(stuck)}); a dependency is "
                                    "missing or ordered after its consumer")
-        result = self._result(entries, versions, meter.peaks, meter.over_time)
-        result.peak_bytes_by_rank = meter.rank_peaks()
-        return result
+        transport.microbatches = ()  # the feed is the caller's: not kept between runs
+        return self._result(recorder)
 
-    def _version_of(self, action: Action) -> int:
-        worker = self.workers[action.stage]
-        if action.kind == FORWARD:
-            return worker.forward_versions[action.index]
-        if action.kind == UPDATE:
-            return worker.versions.version - 1  # the version the update read
-        return worker.backward_versions[action.index]
-
-    def _result(self, entries, versions, peaks, over_time) -> RunResult:
-        forward, backward, distances, rates, group_rates, norms = {}, {}, {}, [], [], []
-        losses: dict[int, float] = {}
-        for s, worker in enumerate(self.workers):
-            taken = worker.take_records()  # this call's records only: a flat cost per step
-            forward.update(((s, m), v) for m, v in taken.forward_versions.items())
-            for m, v in taken.backward_versions.items():
-                backward[(s, m)] = v
-                distances[(s, m)] = taken.distances[m]
-            rates.append(taken.learning_rates)
-            group_rates.append(taken.group_learning_rates)
-            norms.append(taken.update_norms)
-            if s == self._last:
-                losses = taken.losses
-        by_mb = dict(sorted(losses.items()))
-        trace = Timeline(self.schedule, tuple(entries), unit="s", source="measured",
-                         extra={"versions": versions, "distances": dict(distances)})
-        return RunResult(list(by_mb.values()), by_mb, trace, forward, backward, distances,
-                         rates, peaks, over_time, group_learning_rates=group_rates,
-                         update_norms=norms)
+    def _result(self, recorder: Recorder) -> RunResult:
+        taken = take_records(dict(enumerate(self.workers)))
+        stages, meter = range(len(self.workers)), recorder.meter
+        trace = Timeline(self.schedule, tuple(recorder.timed_actions()), unit="s",
+                         source="measured", extra={"versions": recorder.versions,
+                                                   "distances": dict(taken.distances)})
+        rank_peaks = meter.rank_peaks()
+        return RunResult(list(taken.losses.values()), taken.losses, trace,
+                         taken.forward_versions, taken.backward_versions, taken.distances,
+                         [taken.learning_rates[s] for s in stages],
+                         [meter.peaks[s] for s in stages], meter.over_time,
+                         peak_bytes_by_rank=[rank_peaks[r] for r in range(len(rank_peaks))],
+                         group_learning_rates=[taken.group_learning_rates[s] for s in stages],
+                         update_norms=[taken.update_norms[s] for s in stages])
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
@@ -335,47 +289,12 @@ class LocalExecutor:
         if any(self.positions):
             raise RuntimeError("load_state_dict needs an executor that has not run yet")
         self.positions = list(state["positions"])
-        self.activations = dict(state["activations"])
-        self.gradients = dict(state["gradients"])
-        self.targets = dict(state["targets"])
+        self.transport.activations = dict(state["activations"])
+        self.transport.gradients = dict(state["gradients"])
+        self.transport.targets = dict(state["targets"])
         for worker, stage_state in zip(self.workers, state["stages"]):
             worker.load_state_dict(stage_state)
         # kept for run(), not set on the process: the caller's random stream is its own
         self._rng = {"cpu": state["rng"]["cpu"].clone()}
         if "cuda" in state["rng"]:
             self._rng["cuda"] = [t.clone() for t in state["rng"]["cuda"]]
-
-
-class _BytesMeter:
-    """Peaks of every byte kind per stage and per rank, read after each action."""
-
-    def __init__(self, workers: Sequence[StageWorker], schedule: Schedule) -> None:
-        self.workers = workers
-        self.now = [w.bytes_held() for w in workers]
-        self.stages_of = [schedule.stages_of(r) for r in range(schedule.num_stages)]
-        self.peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in workers]
-        # ranks holding several virtual stages (interleaved) sum them after each action;
-        # a rank with one stage has that stage's peaks
-        self.shared_peaks = {r: dict.fromkeys(BYTE_KINDS, 0)
-                             for r, stages in enumerate(self.stages_of) if len(stages) > 1}
-        self.over_time: list[tuple[float, int, dict[str, int]]] = []
-
-    def after_action(self, rank: int, stage: int, seconds: float) -> None:
-        """Read the stage's bytes after one of its actions; update the peaks."""
-        held = self.now[stage] = self.workers[stage].bytes_held()
-        self.over_time.append((seconds, stage, held))
-        peak = self.peaks[stage]
-        for kind, value in held.items():  # a method's hooks may add kinds of their own
-            if value > peak.get(kind, 0):
-                peak[kind] = value
-        rank_peak = self.shared_peaks.get(rank)
-        if rank_peak is not None:
-            for kind in held:
-                total = sum(self.now[s].get(kind, 0) for s in self.stages_of[rank])
-                if total > rank_peak.get(kind, 0):
-                    rank_peak[kind] = total
-
-    def rank_peaks(self) -> list[dict[str, int]]:
-        """``[rank][kind]``: the largest sum over the rank's stages after any of its actions."""
-        return [self.shared_peaks[r] if r in self.shared_peaks else dict(self.peaks[stages[0]])
-                for r, stages in enumerate(self.stages_of)]

@@ -34,16 +34,12 @@ the method's hooks (:mod:`pipemare_lite.methods.hooks`) choose other weights for
 or the backward (T2's ``w - d * delta``, weight prediction's extrapolated copy). With a split
 backward the weights are chosen at I and reused at W.
 
-Checkpoints: :meth:`StageWorker.state_dict` holds weights, accumulated gradients, optimizer
-and scheduler state, versions and held copies, the hooks' state (T2's buffer) and every
-pending (forwarded, not yet backwarded) microbatch as its input and the tensors its forward
-saved; on :meth:`load_state_dict` the forward is re-run while the pack hook hands back the stored
-tensors in order, so the rebuilt graph's backward is bitwise the original one.
+Checkpoints: :meth:`StageWorker.state_dict` and :meth:`StageWorker.load_state_dict` are
+:mod:`pipemare_lite.executor.replay`'s (saved state, and the replay of pending graphs).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -90,7 +86,6 @@ class _Pending:
     weights: list | None = None
     grad_output: torch.Tensor | None = None
     input_grad_done: bool = False
-    replay: list | None = None
     saved_bytes: int = 0
 
     def count_saved_bytes(self) -> None:
@@ -229,13 +224,30 @@ class StageWorker:
             self.losses[microbatch] = out.item()
         return out
 
-    def _build_graph(self, record: _Pending) -> torch.Tensor:
-        """Run the forward under the hooks; sets ``record.root``; returns the detached output."""
+    # The saved-tensor path, F(m) to B(m) (chapter 05). Autograd offers every tensor it
+    # saves to pack(); what pack returns is kept in the graph and given to unpack() when
+    # the backward needs it:
+    #
+    #   forward, F(m)                           backward, B(m) (or I(m) then W(m))
+    #   activation a --pack--> a ---------------> unpack(a) -> a
+    #   weight w_i   --pack--> ParamRef(i) -----> unpack(ref) -> record.weights[i]
+    #                  (+ record.saved, for      (the version the weight mode or the
+    #                   bytes and checkpoints)    method's hooks chose at B/I)
+    #
+    # So the backward's weights are picked late, at B, not frozen at F; sync keeps w
+    # itself (``live``). A checkpoint's replay swaps pack() for one that hands back the
+    # stored tensors (:mod:`pipemare_lite.executor.replay`).
+    def _build_graph(self, record: _Pending, pack: Callable | None = None) -> torch.Tensor:
+        """Run the forward under the hooks; sets ``record.root``; returns the detached output.
+
+        ``pack``: another pack hook (a checkpoint's replay, :mod:`.replay`, hands back the
+        stored saved tensors; the method's hooks are then not asked for weights).
+        """
         weights, index_of = None, self._index_of
         versions, hooks = self.versions, self.hooks
         older = record.version != versions.version
         copies = None
-        if hooks is not None and record.replay is None:  # a replay's saved tensors are stored
+        if hooks is not None and pack is None:  # a replay's saved tensors are stored
             copies = hooks.forward_weights(record.microbatch, record.version)
         if copies is None and older and (not versions.rule.forward_reads_current
                                          or record.version in versions.held):
@@ -250,8 +262,9 @@ class StageWorker:
         # backward reads exactly the tensors the forward saved and the hooks only take note
         # (unless the method's hooks may choose the backward's weights)
         live = versions.rule.flushes and hooks is None
-        with torch.autograd.graph.saved_tensors_hooks(self._packer(record, index_of, live),
-                                                      self._unpacker(record)):
+        if pack is None:
+            pack = self._packer(record, index_of, live)
+        with torch.autograd.graph.saved_tensors_hooks(pack, self._unpacker(record)):
             if weights is None:
                 y = self.module(record.input)
             else:
@@ -273,10 +286,6 @@ class StageWorker:
         saved = record.saved
 
         def pack(tensor: torch.Tensor):
-            if record.replay is not None:  # rebuilding after a checkpoint: stored, in order
-                stored = record.replay.pop(0)
-                saved.append(stored)
-                return stored
             ref = param_ref(tensor, index_of)
             if ref is None:
                 saved.append(tensor)
@@ -401,68 +410,24 @@ class StageWorker:
         return sum(t.nbytes for state in self.optimizer.state.values()
                    for t in state.values() if isinstance(t, torch.Tensor))
 
-    # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict:
-        """Everything needed to continue bitwise: see the module docstring."""
-        pending = {}
-        for m, r in self.pending.items():
-            pending[m] = {"version": r.version, "input": r.input.detach(), "target": r.target,
-                          "saved": list(r.saved),
-                          # chosen at I (split backward); may alias the live weights
-                          "weights": None if r.weights is None else [w.clone() for w in r.weights],
-                          "grad_output": r.grad_output, "input_grad_done": r.input_grad_done}
-        return {
-            "module": {k: v.detach().clone() for k, v in self.module.state_dict().items()},
-            "grads": [None if p.grad is None else p.grad.clone() for p in self.params],
-            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
-            "lr_scheduler": (None if self.lr_scheduler is None
-                             else copy.deepcopy(self.lr_scheduler.state_dict())),
-            "versions": self.versions.state_dict(),
-            "hooks": None if self.hooks is None else self.hooks.state_dict(),
-            "pending": pending,
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`'s output and rebuild the pending microbatches' graphs."""
-        if self.pending:
-            raise RuntimeError(f"stage {self.stage}: load_state_dict needs a fresh worker")
-        self.module.load_state_dict(state["module"])
-        for p, g in zip(self.params, state["grads"]):
-            p.grad = None if g is None else g.to(p.device).clone()
-        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
-        if self.lr_scheduler is not None and state["lr_scheduler"] is not None:
-            self.lr_scheduler.load_state_dict(copy.deepcopy(state["lr_scheduler"]))
-        self.versions.load_state_dict(state["versions"])
-        hooks_state = state.get("hooks", state.get("t2"))  # "t2": checkpoints before hooks
-        if self.hooks is not None and hooks_state is not None:
-            self.hooks.load_state_dict(hooks_state)
-        for m in sorted(state["pending"]):
-            self._replay(m, state["pending"][m])
+    def recount_bytes(self) -> None:
+        """Recount the running byte counts (after a checkpoint was loaded)."""
         self._optimizer_bytes = self._count_optimizer_bytes()
         self._activation_bytes = sum(r.saved_bytes for r in self.pending.values())
 
-    def _replay(self, microbatch: int, stored: dict) -> None:
-        """Rebuild one pending microbatch's graph from its stored saved tensors."""
-        x = stored["input"].to(self.device)
-        if self.stage > 0:
-            x.requires_grad_(True)
-        record = _Pending(microbatch, stored["version"], x, stored["target"],
-                          replay=list(stored["saved"]))
-        devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        buffers = [b.clone() for b in self.module.buffers()]  # e.g. BatchNorm running stats
-        with torch.random.fork_rng(devices=devices):  # a replay must not consume randomness
-            self._build_graph(record)
-        with torch.no_grad():  # nor move the module's buffers a second time
-            for buffer, before in zip(self.module.buffers(), buffers):
-                buffer.copy_(before)
-        if record.replay:
-            raise RuntimeError(f"stage {self.stage}: replay of microbatch {microbatch} used "
-                               f"{len(record.saved)} of {len(stored['saved'])} saved tensors")
-        record.replay = None
-        record.weights = stored["weights"]
-        record.grad_output = stored["grad_output"]
-        record.input_grad_done = stored["input_grad_done"]
-        self.pending[microbatch] = record
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """Everything needed to continue bitwise (:func:`.replay.stage_state`)."""
+        from pipemare_lite.executor import replay
+
+        return replay.stage_state(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output and rebuild the pending microbatches' graphs
+        (:func:`.replay.load_stage_state`)."""
+        from pipemare_lite.executor import replay
+
+        replay.load_stage_state(self, state)
 
 
 def update_norm(before, after) -> float:
