@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
+import pytest
+
 os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype")
 
 _chapter_seconds: dict[str, float] = defaultdict(float)
@@ -63,3 +65,16 @@ def _skip_reason(report) -> str:
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
         return str(longrepr[2])
     return str(longrepr or "")
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test, where results are compared bitwise (the kernels'
+    reduction order depends on the thread count); a module opts in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch  # here, not above: the torch-free tests must not import it
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -28,13 +28,7 @@ from pipemare_lite.methods.delay_compensation import DC_DECAY, DC_EPS, DC_LAMBDA
 from pipemare_lite.methods.registry import build_method_schedule
 from tests.test_weight_prediction import blocks, data, delays_of  # the same tiny pipeline
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons: conftest.py
 
 
 def hand_loop(schedule, modules, microbatches, make_optimizer, forward_weights, update):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from pipemare_lite.cli import main
 from pipemare_lite.commands.train import DIVERGED_EXIT_CODE, build_model_and_data
@@ -16,12 +15,7 @@ from pipemare_lite.train import fit
 SMALL = ["--stages", "2", "--microbatches", "2", "--batch-size", "256", "--width", "8"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons: conftest.py
 
 
 def _strict(text: str):

@@ -26,12 +26,7 @@ from pipemare_lite.train import fit
 EXAMPLE = Path(__file__).parent.parent / "docs" / "examples" / "two_stage_1f1b.csv"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons: conftest.py
 
 
 @pytest.fixture

@@ -28,12 +28,7 @@ from tests.references import gradient_accumulation, hand_pipeline, stashed_weigh
 WIDTH, SAMPLES = 8, 4
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons: conftest.py
 
 
 def blocks(num_blocks: int, dtype=torch.float32, seed: int = 0) -> list[nn.Sequential]:

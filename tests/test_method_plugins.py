@@ -30,12 +30,6 @@ PLUGIN = "tests.fixtures.plugin_method"
 WPRED = "pipemare_lite.methods.weight_prediction"
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def blocks(count: int) -> list[nn.Sequential]:

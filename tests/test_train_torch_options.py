@@ -35,12 +35,7 @@ def small_data() -> Dataset:
                    d.y_test[:40], 10, d.input_shape, d.provenance)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons: conftest.py
 
 
 def _model(seed=0):

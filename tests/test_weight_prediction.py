@@ -26,12 +26,7 @@ from pipemare_lite.methods.registry import build_method_schedule
 WIDTH, SAMPLES = 8, 4
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons: conftest.py
 
 
 def blocks(count: int, seed: int = 0) -> list[nn.Sequential]:
