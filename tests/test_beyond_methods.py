@@ -19,71 +19,22 @@ from dataclasses import replace
 import pytest
 import torch
 from torch import nn
-from torch.func import functional_call
 
 import pipemare_lite.methods.beyond  # noqa: F401  (registers wpred, nesterov, dc)
 from pipemare_lite.executor import LocalExecutor
 from pipemare_lite.methods import METHODS, method_options
 from pipemare_lite.methods.delay_compensation import DC_DECAY, DC_EPS, DC_LAMBDA
 from pipemare_lite.methods.registry import build_method_schedule
-from tests.test_weight_prediction import blocks, data, delays_of  # the same tiny pipeline
+from tests.test_weight_prediction import (  # the same tiny pipeline and plain walker
+    blocks,
+    data,
+    delays_of,
+    hand_loop,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons: conftest.py
 
 
-def hand_loop(schedule, modules, microbatches, make_optimizer, forward_weights, update):
-    """Walk the schedule by hand. ``forward_weights(s, m, live)`` -> the weights F(m) and
-    B(m) use (a dict by name); ``update(s, module, optimizer, finished)`` steps stage s, with
-    ``finished`` the microbatches whose backward ran since its last update. Returns the
-    losses in microbatch order."""
-    P, N = schedule.num_stages, schedule.num_microbatches
-    optimizers = [make_optimizer(list(m.parameters())) for m in modules]
-    inputs, grads, kept, losses = {}, {}, {}, {}
-    finished = [[] for _ in range(P)]
-    position = [0] * P
-    while any(position[r] < len(schedule.ranks[r]) for r in range(P)):
-        moved = False
-        for r in range(P):
-            if position[r] == len(schedule.ranks[r]):
-                continue
-            a = schedule.ranks[r][position[r]]
-            s, m, module = a.stage, a.index, modules[a.stage]
-            if a.kind == "F" and (s == 0 or (s, m) in inputs):
-                x = microbatches[m][0] if s == 0 else inputs.pop((s, m))
-                weights = forward_weights(s, m, dict(module.named_parameters()))
-                with torch.no_grad():
-                    y = functional_call(module, weights, (x,))
-                if s == P - 1:
-                    losses[m] = nn.functional.cross_entropy(y, microbatches[m][1]).item()
-                else:
-                    inputs[(s + 1, m)] = y
-                kept[(s, m)] = (x, weights)
-            elif a.kind == "B" and (s == P - 1 or (s, m) in grads):
-                x, weights = kept.pop((s, m))
-                leaves = {name: w.detach().clone().requires_grad_() for name, w in weights.items()}
-                x = x.clone().requires_grad_(s > 0)
-                y = functional_call(module, leaves, (x,))  # recomputed: same values
-                if s == P - 1:
-                    root, grad_y = nn.functional.cross_entropy(y, microbatches[m][1]) / N, None
-                else:
-                    root, grad_y = y, grads.pop((s, m))
-                torch.autograd.backward(root, grad_y)
-                for name, p in module.named_parameters():
-                    g = leaves[name].grad
-                    p.grad = g if p.grad is None else p.grad + g  # summed in backward order
-                if s > 0:
-                    grads[(s - 1, m)] = x.grad
-                finished[s].append(m)
-            elif a.kind == "U":
-                update(s, module, optimizers[s], finished[s])
-                optimizers[s].zero_grad(set_to_none=True)
-                finished[s] = []
-            else:
-                continue
-            position[r] += 1
-            moved = True
-        assert moved, "the hand loop is stuck: the schedule's dependencies are broken"
-    return [losses[m] for m in sorted(losses)]
 
 
 # ---------------------------------------------------------------- nesterov

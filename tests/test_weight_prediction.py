@@ -61,13 +61,15 @@ def delays_of(row, stage: int) -> dict[int, int]:
     return delays
 
 
-def hand_weight_prediction(schedule, modules, microbatches, make_optimizer):
-    """The method written out by hand: returns the losses in microbatch order."""
+def hand_loop(schedule, modules, microbatches, make_optimizer, forward_weights, update):
+    """Walk the schedule by hand. ``forward_weights(s, m, live)`` -> the weights F(m) and
+    B(m) use (a dict by name); ``update(s, module, optimizer, finished)`` steps stage s, with
+    ``finished`` the microbatches whose backward ran since its last update. Returns the
+    losses in microbatch order."""
     P, N = schedule.num_stages, schedule.num_microbatches
     optimizers = [make_optimizer(list(m.parameters())) for m in modules]
-    steps = [[torch.zeros_like(p) for p in m.parameters()] for m in modules]
-    delays = [delays_of(schedule.ranks[s], s) for s in range(P)]
     inputs, grads, kept, losses = {}, {}, {}, {}
+    finished = [[] for _ in range(P)]
     position = [0] * P
     while any(position[r] < len(schedule.ranks[r]) for r in range(P)):
         moved = False
@@ -78,9 +80,7 @@ def hand_weight_prediction(schedule, modules, microbatches, make_optimizer):
             s, m, module = a.stage, a.index, modules[a.stage]
             if a.kind == "F" and (s == 0 or (s, m) in inputs):
                 x = microbatches[m][0] if s == 0 else inputs.pop((s, m))
-                d = delays[s][m]
-                weights = {name: p.detach() - d * step if d else p.detach()
-                           for (name, p), step in zip(module.named_parameters(), steps[s])}
+                weights = forward_weights(s, m, dict(module.named_parameters()))
                 with torch.no_grad():
                     y = functional_call(module, weights, (x,))
                 if s == P - 1:
@@ -90,7 +90,7 @@ def hand_weight_prediction(schedule, modules, microbatches, make_optimizer):
                 kept[(s, m)] = (x, weights)
             elif a.kind == "B" and (s == P - 1 or (s, m) in grads):
                 x, weights = kept.pop((s, m))
-                leaves = {name: w.clone().requires_grad_() for name, w in weights.items()}
+                leaves = {name: w.detach().clone().requires_grad_() for name, w in weights.items()}
                 x = x.clone().requires_grad_(s > 0)
                 y = functional_call(module, leaves, (x,))  # recomputed: same values
                 if s == P - 1:
@@ -98,22 +98,41 @@ def hand_weight_prediction(schedule, modules, microbatches, make_optimizer):
                 else:
                     root, grad_y = y, grads.pop((s, m))
                 torch.autograd.backward(root, grad_y)
-                for (name, p) in module.named_parameters():
+                for name, p in module.named_parameters():
                     g = leaves[name].grad
                     p.grad = g if p.grad is None else p.grad + g  # summed in backward order
                 if s > 0:
                     grads[(s - 1, m)] = x.grad
+                finished[s].append(m)
             elif a.kind == "U":
-                before = [p.detach().clone() for p in module.parameters()]
-                optimizers[s].step()
+                update(s, module, optimizers[s], finished[s])
                 optimizers[s].zero_grad(set_to_none=True)
-                steps[s] = [b - p.detach() for b, p in zip(before, module.parameters())]
+                finished[s] = []
             else:
                 continue
             position[r] += 1
             moved = True
         assert moved, "the hand loop is stuck: the schedule's dependencies are broken"
     return [losses[m] for m in sorted(losses)]
+
+
+def hand_weight_prediction(schedule, modules, microbatches, make_optimizer):
+    """The method written out by hand: F and B of microbatch m run at ``w - s * step``, ``s``
+    its delay, ``step`` the stage's last update; returns the losses in microbatch order."""
+    steps = [{name: torch.zeros_like(p) for name, p in m.named_parameters()} for m in modules]
+    delays = [delays_of(schedule.ranks[s], s) for s in range(schedule.num_stages)]
+
+    def forward_weights(s, m, live):
+        d = delays[s][m]
+        return {name: p.detach() - d * steps[s][name] if d else p.detach()
+                for name, p in live.items()}
+
+    def update(s, module, optimizer, finished):
+        before = {name: p.detach().clone() for name, p in module.named_parameters()}
+        optimizer.step()
+        steps[s] = {name: before[name] - p.detach() for name, p in module.named_parameters()}
+
+    return hand_loop(schedule, modules, microbatches, make_optimizer, forward_weights, update)
 
 
 def run_wpred(schedule, modules, microbatches, make_optimizer, **run):
