@@ -29,7 +29,7 @@ book: setup
 
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope tests chapters \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --durations 25 tests chapters \
 		--nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		--nbval-cell-timeout $(CELL_TIMEOUT)
 
