@@ -28,7 +28,7 @@ from pipemare_lite.methods.registry import build_method_schedule
 from tests.test_weight_prediction import (  # the same tiny pipeline and plain walker
     blocks,
     data,
-    delays_of,
+    hand_look_ahead,
     hand_loop,
 )
 
@@ -40,21 +40,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons: conft
 # ---------------------------------------------------------------- nesterov
 def hand_nesterov(schedule, modules, microbatches, make_optimizer, mu):
     """The look-ahead by hand: ``w - (mu + ... + mu**s) * last_step``."""
-    steps = [{name: torch.zeros_like(p) for name, p in m.named_parameters()} for m in modules]
-    delays = [delays_of(schedule.ranks[s], s) for s in range(schedule.num_stages)]
-
-    def forward_weights(s, m, live):
-        d = delays[s][m]
-        factor = sum(mu ** k for k in range(1, d + 1))
-        return {name: p.detach() - factor * steps[s][name] if d else p.detach()
-                for name, p in live.items()}
-
-    def update(s, module, optimizer, finished):
-        before = {name: p.detach().clone() for name, p in module.named_parameters()}
-        optimizer.step()
-        steps[s] = {name: before[name] - p.detach() for name, p in module.named_parameters()}
-
-    return hand_loop(schedule, modules, microbatches, make_optimizer, forward_weights, update)
+    return hand_look_ahead(schedule, modules, microbatches, make_optimizer,
+                           lambda s: sum(mu ** k for k in range(1, s + 1)))
 
 
 def run(name, schedule, modules, microbatches, make_optimizer, **options):

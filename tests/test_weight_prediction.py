@@ -116,15 +116,17 @@ def hand_loop(schedule, modules, microbatches, make_optimizer, forward_weights, 
     return [losses[m] for m in sorted(losses)]
 
 
-def hand_weight_prediction(schedule, modules, microbatches, make_optimizer):
-    """The method written out by hand: F and B of microbatch m run at ``w - s * step``, ``s``
-    its delay, ``step`` the stage's last update; returns the losses in microbatch order."""
+def hand_look_ahead(schedule, modules, microbatches, make_optimizer, scale):
+    """Prediction by hand: F and B of microbatch m run at ``w - scale(s) * step``, ``s`` its
+    delay, ``step`` the stage's last update (no look-ahead at ``s == 0``); returns the
+    losses in microbatch order."""
     steps = [{name: torch.zeros_like(p) for name, p in m.named_parameters()} for m in modules]
     delays = [delays_of(schedule.ranks[s], s) for s in range(schedule.num_stages)]
 
     def forward_weights(s, m, live):
         d = delays[s][m]
-        return {name: p.detach() - d * steps[s][name] if d else p.detach()
+        factor = scale(d)
+        return {name: p.detach() - factor * steps[s][name] if d else p.detach()
                 for name, p in live.items()}
 
     def update(s, module, optimizer, finished):
@@ -133,6 +135,11 @@ def hand_weight_prediction(schedule, modules, microbatches, make_optimizer):
         steps[s] = {name: before[name] - p.detach() for name, p in module.named_parameters()}
 
     return hand_loop(schedule, modules, microbatches, make_optimizer, forward_weights, update)
+
+
+def hand_weight_prediction(schedule, modules, microbatches, make_optimizer):
+    """Weight prediction by hand: ``w - s * step``."""
+    return hand_look_ahead(schedule, modules, microbatches, make_optimizer, lambda s: s)
 
 
 def run_wpred(schedule, modules, microbatches, make_optimizer, **run):
