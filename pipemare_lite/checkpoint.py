@@ -115,7 +115,7 @@ def encode_state(value):
     """An executor state as tensors, numbers, strings, None, lists and str-keyed dicts.
 
     Tuples become ``{"__tuple__": [...]}``, dicts with other keys ``{"__items__": [[k, v],
-    ...]}`` and listed records ``{"__record__": name, "fields": {...}}`` (chapter 11).
+    ...]}`` and listed records ``{"__record__": name, "fields": {...}}``.
     """
     if isinstance(value, (torch.Tensor, bool, int, float, str, type(None))):
         return value
@@ -135,7 +135,7 @@ def encode_state(value):
 
 
 def decode_state(value):
-    """Inverse of :func:`encode_state` (chapter 11)."""
+    """Inverse of :func:`encode_state`."""
     if isinstance(value, list):
         return [decode_state(v) for v in value]
     if isinstance(value, dict):

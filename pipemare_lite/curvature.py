@@ -1,9 +1,9 @@
 """How curved the loss is along each stage's weights: chapter 06's lambda, measured (chapter 07).
 
-Chapter 06's stability bound is a bound on a product: a delay of tau updates is stable for
-``0 < alpha * lam < 2 sin(pi / (2 (2 tau + 1)))``, where ``lam`` is the curvature of the loss
-in the direction the step takes. For a network the curvature along stage s's weights is the
-**sharpness** of its block of the Hessian: the largest eigenvalue of
+The stability bound of delayed gradient descent is a bound on a product: a delay of tau
+updates is stable for ``0 < alpha * lam < 2 sin(pi / (2 (2 tau + 1)))``, where ``lam`` is
+the curvature of the loss in the direction the step takes. For a network the curvature
+along stage s's weights is the **sharpness** of its block of the Hessian: the largest eigenvalue of
 
     H_s = d^2 loss / d w_s^2     (w_s: all of stage s's parameters, the others held fixed),
 
@@ -16,8 +16,8 @@ value, whose largest-magnitude eigenvalue is then ``lam_max - mu``: the largest 
 eigenvalue, the one a gradient step oscillates along.
 
 What it does not say: a network is not a quadratic, its curvature changes as it trains, and
-the blocks are coupled (the full Hessian is not block-diagonal). Chapter 07 uses these
-numbers to *place* each stage on chapter 06's map, not to predict a step exactly.
+the blocks are coupled (the full Hessian is not block-diagonal). The book uses these
+numbers to *place* each stage on the stability map, not to predict a step exactly.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def stage_sharpness(
 
     Returns:
         ``[lam_0, ..., lam_{P-1}]``: stage s's sharpness, in the units of the loss per unit
-        of squared weight change, so that ``lr * lam_s`` is chapter 06's ``alpha * lam``. A
+        of squared weight change, so that ``lr * lam_s`` is the bound's ``alpha * lam``. A
         stage without parameters gets 0.0.
     """
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:

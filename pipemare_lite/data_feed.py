@@ -17,7 +17,7 @@ from pipemare_lite.datasets import Dataset, microbatches
 
 
 def epoch_order(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
-    """The shuffled sample order of one epoch: a pure function of ``(seed, epoch)`` (chapter 07)."""
+    """The shuffled sample order of one epoch: a pure function of ``(seed, epoch)``."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(num_samples, generator=generator)
 
@@ -26,7 +26,7 @@ class EpochMicrobatches(Sequence):
     """Lazy ``microbatches[m] -> (x, y)`` over the whole run, indexed by global microbatch.
 
     Microbatch m belongs to step ``k = m // N`` of epoch ``k // steps_per_epoch``; only the
-    epoch's order is kept in memory (introduced in chapter 07).
+    epoch's order is kept in memory.
     """
 
     def __init__(

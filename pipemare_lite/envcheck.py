@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class EnvReport:
-    """The environment as the engine sees it; ``str()`` is the text chapter 00 prints."""
+    """The environment as the engine sees it; ``str()`` is the text the book prints."""
 
     python: str
     platform: str

@@ -15,14 +15,14 @@ from torch import nn
 
 
 def classification_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy averaged over samples (and positions, for per-token logits) (chapter 07)."""
+    """Cross-entropy averaged over samples (and positions, for per-token logits)."""
     if output.dim() > 2:  # (B, T, V) logits against (B, T) targets
         return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
     return F.cross_entropy(output, target)
 
 
 def forward_through(stages: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
-    """Run ``x`` through the stages in order, moving it to each stage's device (chapter 07)."""
+    """Run ``x`` through the stages in order, moving it to each stage's device."""
     for stage in stages:
         device = next((p.device for p in stage.parameters()), x.device)
         x = stage(x.to(device))
@@ -31,7 +31,7 @@ def forward_through(stages: Sequence[nn.Module], x: torch.Tensor) -> torch.Tenso
 
 @torch.no_grad()
 def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> dict:
-    """Mean loss and accuracy on ``(x, y)`` (per position for sequences) (chapter 07).
+    """Mean loss and accuracy on ``(x, y)`` (per position for sequences).
 
     ``model`` is a module or a list of stages (possibly on different devices).
     """

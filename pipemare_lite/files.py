@@ -4,7 +4,7 @@ Everything the project writes that someone will read later (checkpoints, stored 
 ``data/results/``, chapter sources rewritten by the notebook tools, the book's timings) goes
 through :func:`atomic_write`: write a temporary file in the same folder, flush and fsync it,
 then ``os.replace`` it over the target (atomic on POSIX and Windows), then fsync the folder
-so the rename itself survives a power cut. Torch-free; used from chapter 08's checkpoints on.
+so the rename itself survives a power cut. Torch-free.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Base learning-rate schedules by name, as torch ``LRScheduler`` factories (chapters 07-08).
+"""Base learning-rate schedules by name, as torch ``LRScheduler`` factories (chapter 08).
 
 ``fit(lr_schedule=...)`` gives every stage a scheduler built by
 ``factory(optimizer) -> torch.optim.lr_scheduler.LRScheduler``. :func:`make_lr_schedule`

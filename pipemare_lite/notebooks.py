@@ -175,7 +175,7 @@ class ChapterRow:
 
 
 class ChapterTable:
-    """The path through the book, built from the chapters folder (shown in chapter 00).
+    """The path through the book, built from the chapters folder.
 
     Rows cover every planned chapter plus any extra chapter file; ``written`` tells which
     exist. ``seconds`` is a measured run time, never typed in: from the recorded

@@ -115,7 +115,7 @@ def check_optimizer_options(name: str, momentum: float | None, weight_decay: flo
 def make_optimizer_factory(
     name: str, lr: float, momentum: float | None = 0.0, weight_decay: float = 0.0
 ) -> Callable:
-    """``factory(params) -> optimizer`` for a name in :data:`OPTIMIZERS` (chapter 07).
+    """``factory(params) -> optimizer`` for a name in :data:`OPTIMIZERS`.
 
     Every stage builds its own optimizer over its own parameters with the factory.
     ``momentum`` is SGD's (None: 0) or Muon's (None: torch's default 0.95); a non-zero

@@ -123,7 +123,7 @@ def _in_jupyter() -> bool:
 
 
 def show_source(obj) -> None:
-    """Display ``obj``'s real source with a link to its file (introduced in chapter 01).
+    """Display ``obj``'s real source with a link to its file.
 
     In a Jupyter kernel: highlighted HTML with line numbers (the plain-text form travels
     along for text-only front ends and output checks). Elsewhere: printed as plain text.

@@ -6,7 +6,7 @@ recurrence ``w[t+1] = w[t] - lr * lam * w[t-tau]`` is stable exactly when
 A pipeline has one such picture per stage: stage s has its own measured forward delay
 ``tau_s`` (the history's ``forward_delay_max``) and its own curvature ``lam_s`` (its
 sharpness, :func:`pipemare_lite.curvature.stage_sharpness`). Putting the two together
-treats each stage as chapter 06's quadratic, on its own:
+treats each stage as that quadratic, on its own:
 
 - :func:`stage_points`: per stage, its point ``(lr * lam_s, tau_s)`` on the map, the bound at
   its delay, the largest stable learning rate ``bound / lam_s``, and the spectral radius of
@@ -18,7 +18,7 @@ treats each stage as chapter 06's quadratic, on its own:
 
 What the model leaves out: a network is not a quadratic (its curvature moves as it trains),
 the stages are coupled, and an asynchronous backward reads newer weights than its forward
-(the discrepancy, which chapter 06 showed can shift the region either way). Numpy only.
+(the discrepancy, which can shift the region either way). Numpy only.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _check(lr, sharpness: Sequence[float], delays: Sequence[int]) -> None:
 
 
 def stage_points(lr: float, sharpness: Sequence[float], delays: Sequence[int]) -> list[StagePoint]:
-    """Each stage's point on chapter 06's map at learning rate ``lr`` (see :class:`StagePoint`).
+    """Each stage's point on the stability map at learning rate ``lr`` (see :class:`StagePoint`).
 
     ``sharpness[s]`` and ``delays[s]`` belong to stage s (delays: non-negative integers).
     """

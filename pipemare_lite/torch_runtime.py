@@ -46,7 +46,7 @@ LOSS_SCALINGS = ("torch", "ours")
 
 @dataclass(frozen=True)
 class InteropCase:
-    """One step to run in both runtimes (chapter 11; see :func:`interop_worker`).
+    """One step to run in both runtimes (see :func:`interop_worker`).
 
     Attributes:
         label: a name for the results.
@@ -91,7 +91,7 @@ class InteropCase:
 
 
 def interop_worker(info, cases: Sequence[InteropCase]) -> dict:
-    """Process body: each case's step in PyTorch's runtime and in ours (chapter 11).
+    """Process body: each case's step in PyTorch's runtime and in ours.
 
     Returns this rank's ``{"rank", "pid", "master" (the rendezvous address:port),
     "cases"}``; ``cases`` holds per case ``{"label", "rows" (the engine schedule's rows that

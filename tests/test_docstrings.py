@@ -17,13 +17,11 @@ import re
 import pytest
 
 import pipemare_lite
+from pipemare_lite.module_map import MODULE_CHAPTERS, NO_CHAPTER
 
-#: Tooling around the book (CLI, book build, notebook tooling, classroom build), not the
-#: engine it teaches: no chapter to name.
-NOT_ENGINE = re.compile(
-    r"^pipemare_lite\.(__main__|cli|commands(\..*)?|book|booksite(\..*)?|notebooks|envcheck"
-    r"|exercises\.assign)$"
-)
+#: Tooling around the book (CLI, book build, classroom build), not the engine it teaches:
+#: no chapter to name. The module map says which (``-``), nothing else does.
+NOT_ENGINE = {name for name, chapter in MODULE_CHAPTERS.items() if chapter == NO_CHAPTER}
 CHAPTER_MENTION = re.compile(r"\bchapters?\s+\d{1,2}\b", re.IGNORECASE)
 
 
@@ -71,7 +69,7 @@ def _is_private(name: str) -> bool:
 
 
 @pytest.mark.parametrize(
-    "name", [m for m in MODULES if not NOT_ENGINE.match(m) and not _is_private(m)]
+    "name", [m for m in MODULES if m not in NOT_ENGINE and not _is_private(m)]
 )
 def test_engine_modules_name_the_chapter_that_introduces_them(name):
     if name == "pipemare_lite":

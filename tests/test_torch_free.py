@@ -37,6 +37,7 @@ TORCH_FREE = [
     "pipemare_lite.experiments.paper_shape_table",
     "pipemare_lite.paper_arithmetic",
     "pipemare_lite.tradeoff",
+    "pipemare_lite.module_map",
 ]
 
 # Runs in the child: block torch, import each module, report what failed and why.

@@ -1,4 +1,4 @@
-"""``pipemare-lite reproduce NAME [--quick] [--check]``, ``reproduce --list`` (chapter 10).
+"""``pipemare-lite reproduce NAME [--quick] [--check]``, ``reproduce --list``.
 
 ``--list`` prints the experiments with a line each, and the command that regenerates each
 stored file.

@@ -1,6 +1,6 @@
 """``pipemare-lite schedule NAME``: build a schedule, simulate it, print the timeline and metrics.
 
-Introduced in chapter 02. Examples::
+Examples::
 
     python -m pipemare_lite schedule 1f1b --stages 4 --microbatches 8
     python -m pipemare_lite schedule interleaved --stages 4 --microbatches 8 --chunks 2
@@ -241,7 +241,7 @@ def _delays(schedule: Schedule) -> dict:
     ``forward_delay`` / ``backward_delay``: means over every microbatch of the run, pipeline
     fill and drain included (zeros for flushed schedules); ``max_forward_delay``: the largest;
     ``steady_forward_delay``: the mean over the steady-state minibatches only (what the closed
-    forms of chapter 05 describe), or None when the run is too short to have a steady state.
+    forms describe), or None when the run is too short to have a steady state.
     """
     whole = stage_delays(schedule)
     steady_range = steady_state_minibatches(schedule)

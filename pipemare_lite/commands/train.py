@@ -6,7 +6,7 @@ form ``torchrun`` launches, one process per stage::
     pipemare-lite train --method pipemare --stages 4 --epochs 2
     torchrun --nproc-per-node 4 -m pipemare_lite.train --executor dist --method pipemare ...
 
-The options map one to one onto :func:`pipemare_lite.train.fit` (introduced in chapter 07);
+The options map one to one onto :func:`pipemare_lite.train.fit`;
 :func:`build_model_and_data` picks the model and dataset by name. Under torchrun every rank
 trains and rank 0 reports (and alone writes ``--out`` and ``--jsonl``).
 
@@ -53,7 +53,7 @@ class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 def json_ready(value):
     """``value`` with every NaN/inf replaced by None, so ``json.dumps`` writes strict JSON.
 
-    Used by ``--json`` and by the results ``pipemare-lite reproduce`` stores (chapter 07).
+    Used by ``--json`` and by the results ``pipemare-lite reproduce`` stores.
     """
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -67,7 +67,7 @@ def json_ready(value):
 def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the training options to ``parser`` (one definition for both entry points).
 
-    Each option is one argument of :func:`pipemare_lite.train.fit` (chapter 07); ``--help``
+    Each option is one argument of :func:`pipemare_lite.train.fit`; ``--help``
     shows the defaults and the exit codes.
     """
     from pipemare_lite.methods import METHODS
@@ -195,7 +195,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 
 
 def step_record(step: int, history) -> dict:
-    """One ``--jsonl`` line: what step ``step`` (counted from 1) did (chapter 07).
+    """One ``--jsonl`` line: what step ``step`` (counted from 1) did.
 
     Keys: ``step``; ``loss`` (the step's training loss, None until all of its microbatches
     reported); ``lr`` (``lr[stage][group]``, the learning rate each stage's update ``step``
@@ -262,7 +262,7 @@ def build_model_and_data(
 ):
     """The CLI's model and dataset: by default one model unit (layer/block) per stage.
 
-    Models and datasets are introduced in chapter 07; a model that does not fit the
+    A model that does not fit the
     dataset (a transformer on images, an MLP on tokens) is refused with the allowed names.
     """
     import torch
@@ -318,7 +318,7 @@ def _schedule_sizes(args: argparse.Namespace):
 def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -> int:
     """Train as the parsed arguments say; print a summary (or JSON); return the exit code.
 
-    The training is :func:`pipemare_lite.train.fit` (chapter 07). A run that diverges under
+    The training is :func:`pipemare_lite.train.fit`. A run that diverges under
     ``--on-divergence raise`` prints ``<prog>: diverged at step ...`` (the report) to
     stderr, still writes ``--out``, and returns :data:`DIVERGED_EXIT_CODE`.
     """
@@ -416,7 +416,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
 def main(argv: list[str] | None = None) -> int:
     """``python -m pipemare_lite.train``: the same options as ``pipemare-lite train``.
 
-    The entry point torchrun launches (chapter 11); bad input exits with code 2 and a message.
+    The entry point torchrun launches; bad input exits with code 2 and a message.
     ``--plugin`` modules are imported before the parser is built, so ``--help`` lists the
     methods they register.
     """
@@ -460,7 +460,7 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """``pipemare-lite train``: add the training options (chapter 07)."""
+    """``pipemare-lite train``: add the training options."""
     add_train_arguments(parser)
 
 

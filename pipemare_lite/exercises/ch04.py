@@ -151,7 +151,7 @@ EXERCISES = [
             Mistake("a boundary between two stages on the same rank sends no message",
                     _boundaries),
         ),
-        # depends_on (chapter 02) is a building block, not the answer: it may be used
+        # depends_on is a building block, not the answer: it may be used
         engine_answers=("pipemare_lite.simulate.p2p_messages",),
     ),
 ]

@@ -111,7 +111,7 @@ EXERCISES = [
         compare=compare_gradients,
         needs_torch=True,
         # the engine's hooks and the worker that runs them, shown right after the exercise.
-        # Not the LocalExecutor, which chapters 01-03 already ran: it hands out no hooks,
+        # Not the LocalExecutor, which the earlier chapters already ran: it hands out no hooks,
         # and a call of the worker's hooks through it is caught while the answer runs
         engine_answers=(
             "pipemare_lite.methods.versions.param_ref",
@@ -161,7 +161,7 @@ EXERCISES = [
         reference=lambda P, N: references.peak_stash_copies_measured(
             P, N, _long_run_minibatches(P, N)),
         compare=compare_int_list,
-        # The memory model (memory_by_kind) is the book's memory instrument since chapter 01:
+        # The memory model (memory_by_kind) is the book's memory instrument from the start:
         # it may appear before, but an answer that calls it is rejected. Its MemoryProfile
         # (sizes only) and the delay's closed forms, shown before this exercise, may be
         # used: that the copies equal PipeDream's worst-case delay is what is to be found.

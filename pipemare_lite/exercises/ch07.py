@@ -6,10 +6,10 @@
   stage is stable.
 - ``ex07_2`` ``largest_stable_depth(step, num_microbatches) -> int``: the largest number of
   stages P of a lock-step asynchronous pipeline whose stage 0 (delay ``ceil((2P-1)/N)``)
-  stays inside chapter 06's bound at ``lr * lam = step``; 0 when even one stage is outside.
+  stays inside the stability bound at ``lr * lam = step``; 0 when even one stage is outside.
 
 Both come before the engine's versions (:mod:`pipemare_lite.stage_stability`), which their
-``engine_answers`` name; chapter 06's bound and roots (:mod:`pipemare_lite.theory`) and
+``engine_answers`` name; the bound and roots (:mod:`pipemare_lite.theory`) and
 chapter 05's delay formula may be used. Numpy only: the checks import no torch.
 """
 

@@ -5,11 +5,11 @@
   ``p_k = 1 - min(k / K, 1)``, and 1 when ``K = 0`` (T1 off).
 - ``ex08_2`` ``first_update_outside(lr, lam, tau, horizon) -> int | None``: with a constant
   base lr, the first update at which the stage's T1 step ``lr * factor``, times the
-  curvature ``lam``, reaches chapter 06's bound for its delay; None if it never does.
+  curvature ``lam``, reaches the stability bound for its delay; None if it never does.
 
 Graded against the engine (:mod:`pipemare_lite.stage_lr`, whose factor the engine's
 ``LRRescheduling`` uses). ``ex08_2`` may use the engine's factor (shown after ``ex08_1``) and
-chapter 06's ``stability_bound``. Torch-free.
+:func:`pipemare_lite.theory.stability_bound`. Torch-free.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class Exercise:
             of the right value.
         diagnose: for constant exercises, optional ``diagnose(value)`` -> an extra remark on a
             wrong value (e.g. what the engine measures at that value), never the answer.
-        needs_torch: True if checking it imports torch (of chapters 00-06 only ex05_1).
+        needs_torch: True if checking it imports torch (e.g. ex05_1).
         points: what a right answer is worth in a grade (default 1).
         mistakes: known wrong answers (:class:`Mistake`), named when a student's answer
             agrees with one on every case it got wrong.

@@ -20,7 +20,6 @@ solution region defines a registered exercise's name):
 
 Cells tagged ``solution-only`` are left out. Solution regions that belong to no exercise
 (for instance in markdown) stay as they are, marked as nbgrader solution cells. Torch-free.
-Introduced in chapter 00 (for instructors).
 """
 
 from __future__ import annotations

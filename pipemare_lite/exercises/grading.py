@@ -18,7 +18,7 @@ An answer that loops past its timeout or crashes the worker costs that exercise 
 grader starts a new worker for the remaining ones. Each exercise is worth its ``points``
 when every case passes, nothing otherwise. :func:`grade_class` grades every submission of a
 folder and :func:`write_reports` writes one report per student (Markdown) and the class
-CSVs. ``python -m pipemare_lite grade FOLDER`` drives it. Introduced in chapter 00 (for
+CSVs. ``python -m pipemare_lite grade FOLDER`` drives it (for
 instructors: docs/instructors.md). Torch-free.
 """
 

@@ -1,7 +1,7 @@
 """The handout folder around the student copies: adapter, README, linked engine files.
 
-:func:`write_handout` completes what ``assign student`` writes (introduced in chapter 00,
-for instructors: docs/instructors.md) so that the folder works on its own, outside the
+:func:`write_handout` completes what ``assign student`` writes (for instructors:
+docs/instructors.md) so that the folder works on its own, outside the
 book's repository:
 
 - ``adapter.py``: the students' pre-grade script (a copy of

@@ -11,7 +11,7 @@ the reference like any answer.
 A harness runs wherever the answer runs: in the notebook's process for ``check()``, and in
 the grading worker (:mod:`~pipemare_lite.exercises.worker`), which is why this module holds
 no reference answers and imports nothing of the exercise definitions. What a harness builds
-is seeded, so the grader's reference and the worker's run see the same tensors. Chapter 09's
+is seeded, so the grader's reference and the worker's run see the same tensors.
 ``t2_on_tensors`` feeds ex09_1's T2 step a stage's updates one by one. Torch-free at import
 (a harness imports torch when it runs).
 """
@@ -93,7 +93,7 @@ def gradients_with_hooks(version_hooks, model: str, backward_reads: str) -> tupl
     return plain_gradients(x.grad, [p.grad for p in params])
 
 
-# --- chapter 09: T2 on real tensors -----------------------------------------------------------
+# --- ex09: T2 on real tensors ----------------------------------------------------------------
 
 #: The parameter shapes ex09_1 is checked on: a Linear layer, a two-layer MLP, a Conv2d.
 T2_MODELS = {

@@ -13,7 +13,7 @@ code in the grader when it is loaded, so answers travel as JSON with a few tags:
 - anything else: a :class:`ForeignValue` holding its type name and ``str()``, so a
   comparator can still say "returned a <type>; expected ...".
 
-Introduced in chapter 00 (for instructors: docs/instructors.md). Torch-free.
+For instructors: docs/instructors.md. Torch-free.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def p2p_messages_counted(P: int, v: int) -> int:
     return 2 * hops
 
 
-# --- chapter 05: weight versions, delays and stashes ---------------------------------------
+# --- ex05: weight versions, delays and stashes ---------------------------------------
 
 
 def measured_forward_delay(name: str, P: int, N: int, stage: int, position: int) -> int:
@@ -141,7 +141,7 @@ def stage_worker_gradients(model: str, backward_reads: str) -> tuple:
     return plain_gradients(grad_x, [p.grad for p in params])
 
 
-# --- chapter 06: delayed gradient descent on a quadratic ----------------------------------
+# --- ex06: delayed gradient descent on a quadratic ----------------------------------
 
 
 def delayed_gd_iterates(alpha: float, lam: float, tau: int, steps: int) -> list[float]:
@@ -167,7 +167,7 @@ def largest_stable_alpha_lam(tau: int, momentum: float) -> float:
     )
 
 
-# --- chapter 07: the stages of a pipeline on chapter 06's map ------------------------------
+# --- ex07: the stages of a pipeline on the stability map ------------------------------
 
 
 def fastest_growing_stage(lr: float, sharpness: list[float], delays: list[int]) -> int | None:
@@ -184,7 +184,7 @@ def largest_stable_pipeline(step: float, num_microbatches: int) -> int:
     return engine(step, num_microbatches)
 
 
-# --- chapter 08: T1, learning-rate rescheduling ---------------------------------------------
+# --- ex08: T1, learning-rate rescheduling ---------------------------------------------
 
 
 def t1_factor(update: int, tau: float, horizon: int) -> float:
@@ -202,7 +202,7 @@ def t1_first_unstable_update(lr: float, lam: float, tau: int, horizon: int) -> i
     return first_unstable_update(stage_lrs(lr, [tau], horizon + 1, horizon=horizon)[0], lam, tau)
 
 
-# --- chapter 10: the trade-off table --------------------------------------------------------
+# --- ex10: the trade-off table --------------------------------------------------------
 
 
 def weight_memory_by_kind(method: str, param_bytes: list[int], num_microbatches: int,
@@ -225,7 +225,7 @@ def method_for_budget(rows: list[dict], budget_bytes: float) -> str | None:
     return pick_method(table, budget_bytes)
 
 
-# --- chapter 11: real processes -----------------------------------------------------------
+# --- ex11: real processes -----------------------------------------------------------
 
 
 def gpipe_just_in_time_rows(P: int, M: int) -> list[list[str]]:
@@ -250,7 +250,7 @@ def trace_utilization(entries: list, num_ranks: int) -> float:
     return metrics(Timeline(carrier, timed, unit="s", source="measured")).utilization
 
 
-# --- chapter 09: T2, discrepancy correction ------------------------------------------------
+# --- ex09: T2, discrepancy correction ------------------------------------------------
 
 
 def t2_engine_steps(model: str, gamma: float, distances: list[int]) -> list:

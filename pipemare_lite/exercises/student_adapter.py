@@ -1,4 +1,4 @@
-"""Your adapter: pre-grade your notebooks on your own machine, as the instructor will (chapter 00).
+"""Your adapter: pre-grade your notebooks on your own machine, as the instructor will.
 
 Keep this file next to your chapter notebooks (``NN_name.ipynb``) and run::
 

@@ -19,8 +19,8 @@ harness uses (:mod:`~pipemare_lite.exercises.harness`), the harness's name. Then
 The worker never decides whether an answer is right; the grader trusts it only for what
 the student's code returned. It is a process boundary, not a sandbox: the student's code
 can still read and write files as the user running the grader (run untrusted submissions
-in a container or a throwaway account). Introduced in chapter 00 (for instructors:
-docs/instructors.md). Torch-free (the student's code may import torch).
+in a container or a throwaway account). For instructors:
+docs/instructors.md. Torch-free (the student's code may import torch).
 """
 
 from __future__ import annotations

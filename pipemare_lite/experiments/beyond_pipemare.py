@@ -1,6 +1,6 @@
 """``reproduce beyond-pipemare``: chapter 12's methods against PipeMare on chapter 07's network.
 
-Chapter 07's eight-unit MLP on digits at the finest granularity, P = 8 (one unit per stage),
+The eight-unit MLP on digits at the finest granularity, P = 8 (one unit per stage),
 every method over the same seeds, three groups:
 
 - **SGD with momentum** (N = 2 microbatches of 8 per update, 2 epochs): 1F1B (the synchronous
@@ -198,7 +198,7 @@ def _cell(summary: dict, digits: int = 3) -> str:
 
 
 def markdown(results: dict) -> str:
-    """The table chapter 12 shows: accuracy, delays, memory by kind (KiB), CPU ratio."""
+    """The table the chapter shows: accuracy, delays, memory by kind (KiB), CPU ratio."""
     base = {r["group"]: r for r in results["rows"] if r["method"] == "async"
             and r["num_microbatches"] == 2}
     async_cpu = (base.get("sgd") or results["rows"][0])["summary"]["cpu_seconds"]["mean"]

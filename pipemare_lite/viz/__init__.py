@@ -4,16 +4,19 @@ Every figure shares one colour scheme (:mod:`pipemare_lite.viz.colors`): one col
 microbatch, one pattern per op kind, one colour per memory kind and per method. Nothing
 here imports torch, and nothing keeps state: call a function, get a figure.
 
-- :func:`gantt`, :func:`gantt_pair` (chapters 01-04, 11): who computes what, when;
-- :func:`staleness_heatmap`, :func:`delay_bars`, :func:`path_figure` (chapter 05);
-- :func:`memory_bars` (chapters 03, 05, 10);
-- :func:`stability_map` (chapters 06, 08, 09), :func:`roots_figure`,
-  :func:`trajectory_figure` (chapter 06), :func:`gamma_sweep_figure` (chapter 09);
-- :func:`loss_curves` (chapters 07-10);
-- :func:`update_norm_figure`, :func:`stage_map_figure` (chapter 07): per-stage evidence;
-- :func:`t1_figure` (chapter 08): each stage's learning rate over a run, and its distance to
-  the stability edge of its delay.
-- :func:`tradeoff_figure` (chapter 10): every method's busiest device against a budget.
+- :func:`gantt`, :func:`gantt_pair`: who computes what, when;
+- :func:`staleness_heatmap`, :func:`delay_bars`, :func:`path_figure`: weight staleness;
+- :func:`memory_bars`: memory per device, by kind;
+- :func:`stability_map`, :func:`roots_figure`, :func:`trajectory_figure`,
+  :func:`gamma_sweep_figure`: delayed gradient descent on a quadratic;
+- :func:`loss_curves`: training runs side by side;
+- :func:`update_norm_figure`, :func:`stage_map_figure`: per-stage evidence;
+- :func:`t1_figure`: each stage's learning rate over a run, and its distance to the
+  stability edge of its delay;
+- :func:`tradeoff_figure`: every method's busiest device against a budget.
+
+The first figure is drawn in chapter 01; each module names the chapter that introduces it,
+and docs/module-map.md lists them all with the chapters that use them.
 
 In a Jupyter kernel, importing this package makes figures carry an HTML fallback besides
 their plotly JSON, so exported notebooks show them too (:mod:`pipemare_lite.viz.renderer`).

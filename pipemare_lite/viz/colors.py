@@ -149,7 +149,7 @@ def microbatch_colorscale(amount: float = 0.0) -> list[list]:
     return scale
 
 
-#: Stability maps (chapter 06): stable and unstable regions, and the closed-form bound line.
+#: Stability maps: stable and unstable regions, and the closed-form bound line.
 STABLE_COLOR = "#A6D96A"
 UNSTABLE_COLOR = "#F4A582"
 BOUND_COLOR = "#000000"

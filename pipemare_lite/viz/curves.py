@@ -5,8 +5,7 @@ A *history* is either a plain dict of lists, ``"step"`` and ``"loss"`` (optional
 what :func:`pipemare_lite.train.fit` returns (a ``History``, or its ``to_dict()``): its
 per-step ``loss``, and for other metrics its per-epoch ``evals``. Each run keeps its
 method's colour from :mod:`pipemare_lite.viz.colors`, and a run that blew up is marked
-where it did, so "async without fixes diverges, T1 recovers" is visible at a glance
-(chapters 07-10).
+where it did, so "async without fixes diverges, T1 recovers" is visible at a glance.
 """
 
 from __future__ import annotations

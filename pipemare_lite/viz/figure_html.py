@@ -1,6 +1,6 @@
 """A plotly figure as a ``<div>`` plus the script that draws it: the figure's HTML form.
 
-Every figure of the book (chapters 01 on) is plotly JSON, which JupyterLab draws itself.
+Every figure of the book is plotly JSON, which JupyterLab draws itself.
 Everything else needs HTML: the book site (where the page loads one local plotly.js) and a
 notebook exported with ``nbconvert --to html`` or shown by a previewer (where the first
 figure's HTML carries plotly.js, see :mod:`pipemare_lite.viz.renderer`). Both use

@@ -3,7 +3,7 @@
 One row per rank (rank 0 on top), one box per action, labelled with its microbatch and
 coloured by it (:mod:`pipemare_lite.viz.colors`); the op kind is told by pattern and shade;
 idle time is light grey. The same function draws the simulator's plan (cost units) and an
-executor's trace (seconds), and :func:`gantt_pair` stacks the two for comparison (chapter 11).
+executor's trace (seconds), and :func:`gantt_pair` stacks the two for comparison.
 
 Drawing uses one bar trace per op kind with ``base`` = start time, not one shape per box,
 so a P=16, M=64 schedule (thousands of boxes) redraws in milliseconds.

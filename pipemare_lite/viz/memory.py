@@ -1,4 +1,4 @@
-"""Memory per device, stacked by kind (introduced in chapter 03; chapters 05 and 10).
+"""Memory per device, stacked by kind (introduced in chapter 03).
 
 Draws :func:`pipemare_lite.memory.memory_by_kind`'s result: one bar per rank (or per method,
 whatever the list holds), one colour per memory kind from

@@ -9,8 +9,8 @@ do the second half too, but its HTML loads MathJax from a CDN; ours reaches no n
 first figure of a kernel carries plotly.js itself (about 4.8 MB, as plotly's ``notebook``
 renderer does), later figures use it.
 
-:func:`use_in_jupyter` (called when :mod:`pipemare_lite.viz` is imported, so from chapter 01
-on) makes it the default, but only in a Jupyter kernel whose renderer nobody chose: an
+:func:`use_in_jupyter` (called when :mod:`pipemare_lite.viz` is imported)
+makes it the default, but only in a Jupyter kernel whose renderer nobody chose: an
 explicit ``PLOTLY_RENDERER`` (the tests and the book build set ``plotly_mimetype`` to keep
 plain JSON) or a renderer plotly picked for another front end (VS Code, Colab) stays.
 Torch-free.

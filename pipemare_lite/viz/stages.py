@@ -4,7 +4,7 @@
   update index (log scale), from a history's ``stage_update_norm``, optionally beside a
   reference run (the synchronous one) drawn dashed: where an asynchronous run goes wrong,
   and which stage first;
-- :func:`stage_map_figure`: chapter 06's stability map (delay against ``lr * lam``) with
+- :func:`stage_map_figure`: the stability map (delay against ``lr * lam``) with
   each stage of one or more pipelines as a point, filled when inside the stable region and
   hollow when outside (points from :func:`pipemare_lite.stage_stability.stage_points`).
 

@@ -22,7 +22,7 @@ QUANTITY_LABELS = {
     "backward_delay": "backward delay (updates)",
     "discrepancy": "F-to-B discrepancy (updates)",
 }
-#: Sequential colour scales: delays in blues, the F/B discrepancy in reds (chapter 09's T2).
+#: Sequential colour scales: delays in blues, the F/B discrepancy in reds.
 QUANTITY_COLORSCALES = {
     "forward_delay": "Blues",
     "backward_delay": "Purples",

@@ -1,23 +1,26 @@
 """Interactive explorers for the chapters: thin ipywidgets factories over :mod:`pipemare_lite.viz`.
 
-- :func:`schedule_explorer` (chapters 02-05): schedule, P, M, v and F:B:W costs -> Gantt
+- :func:`schedule_explorer`: schedule, P, M, v and F:B:W costs -> Gantt
   chart plus measured numbers beside their closed forms;
-- :func:`staleness_explorer` (chapter 05): method, P, N, warm-up -> delay heatmap and one
+- :func:`staleness_explorer`: method, P, N, warm-up -> delay heatmap and one
   microbatch's path through the weight versions;
-- :func:`stability_explorer` (chapter 06): step, delay, curvature, momentum, discrepancy
+- :func:`stability_explorer`: step, delay, curvature, momentum, discrepancy
   and T2 -> iterates, characteristic roots and the stability map;
-- :func:`granularity_explorer` (chapter 07): P, method and lr -> the trained runs' losses
+- :func:`granularity_explorer`: P, method and lr -> the trained runs' losses
   and every stage on the stability map (twin: :func:`granularity_explorer_static`);
-- :func:`t1_explorer` (chapter 08): P, N, T1's horizon K, the base schedule and a curvature
+- :func:`t1_explorer`: P, N, T1's horizon K, the base schedule and a curvature
   -> every stage's learning rate over the run and its distance to the stability edge
   (twin: :func:`t1_explorer_static`);
-- :func:`tradeoff_explorer` (chapter 10): P, N, a memory budget and the methods whose
+- :func:`tradeoff_explorer`: P, N, a memory budget and the methods whose
   quality is accepted -> every method's busiest device and the pick (twin:
   :func:`tradeoff_explorer_static`);
-- :func:`trace_explorer` (chapter 11): a measured run and the simulator fed its costs ->
+- :func:`trace_explorer`: a measured run and the simulator fed its costs ->
   both Gantt charts and utilization per rank (twin: :func:`trace_explorer_static`);
-- :func:`t2_explorer` (chapter 09): step, delay, sensitivity and T2's gamma -> the stability
+- :func:`t2_explorer`: step, delay, sensitivity and T2's gamma -> the stability
   map without and with T2 and the gamma sweep (twin: :func:`t2_explorer_static`).
+
+The first explorer runs in chapter 00; each module names the chapter that introduces it, and
+docs/module-map.md lists them all with the chapters that use them.
 
 Each returns an ``ipywidgets.VBox`` with ``controls`` (name -> control widget) and
 ``update()``. The HTML book has no kernel, so each explorer has a static twin,

@@ -3,7 +3,7 @@
 The reader picks the number of stages P (among the pipelines that were trained), the method
 whose delays place the stages (async or PipeDream) and a learning rate; the widget shows the
 training loss of the runs at that P (trained at the chapter's lr, drawn as they were: the lr
-slider does not retrain anything), chapter 06's stability map with every stage at
+slider does not retrain anything), the stability map with every stage at
 ``(lr * lam_s, tau_s)`` (filled inside the stable region, hollow outside), and a table per
 stage: delay, curvature, ``lr * lam``, bound, largest stable lr, spectral radius.
 
@@ -143,7 +143,7 @@ def granularity_explorer(
     runs: Mapping, *, P: int | None = None, method: str = "async", lr: float | None = None,
     trained_lr: float,
 ) -> GranularityExplorer:
-    """A widget over the chapter's trained pipelines (introduced in chapter 07).
+    """A widget over the chapter's trained pipelines.
 
     Args:
         runs: ``{P: {"histories": {method: History}, "sharpness": [lam_s per stage]}}``, the

@@ -181,7 +181,7 @@ class ScheduleExplorer(Explorer):
             "comm": widgets.FloatSlider(value=0.0, min=0.0, max=2.0, step=0.1,
                                         description="comm latency", style=style),
         }
-        if not split_backward:  # one B slider until chapter 04 splits the backward
+        if not split_backward:  # one B slider while the backward is not split
             controls["weight"].layout.display = "none"
         self.figure = figure_widget()
         self.summary = widgets.HTML()
@@ -231,12 +231,12 @@ def schedule_explorer(
     weight: float = 1.0,
     split_backward: bool = True,
 ) -> ScheduleExplorer:
-    """A widget to explore pipeline schedules (introduced in chapter 02).
+    """A widget to explore pipeline schedules.
 
     Controls (``w.controls[name]``): ``schedule``, ``stages`` (P), ``microbatches`` (M),
     ``chunks`` (v, interleaved only), ``minibatches``, ``forward``/``backward``/``weight``
     (F, B = input-gradient and W = weight-gradient costs; an unsplit backward costs B + W)
-    and ``comm``. With ``split_backward=False`` (chapters 00-03, before chapter 04 splits the
+    and ``comm``. With ``split_backward=False`` (before chapter 04 splits the
     backward) there is one ``backward`` slider for the whole backward (default 2) and the W
     slider is hidden; a split schedule then costs I = W = B/2. With ``split_backward=True``
     (the default) ``backward`` is the input-gradient half (default 1).

@@ -206,7 +206,7 @@ def stability_explorer(
     t2: bool = False,
     gamma: float = 0.5,
 ) -> StabilityExplorer:
-    """A widget to explore delayed gradient descent on a quadratic (introduced in chapter 06).
+    """A widget to explore delayed gradient descent on a quadratic.
 
     Controls (``w.controls[name]``): ``alpha`` (step), ``tau`` (delay in updates, 0..16),
     ``lam`` (curvature lambda), ``momentum`` (heavy ball m), ``discrepancy`` (the backward

@@ -287,7 +287,7 @@ def staleness_explorer(
     microbatch: int = 0,
     measured: VersionTable | None = None,
 ) -> StalenessExplorer:
-    """A widget to explore weight staleness (introduced in chapter 05).
+    """A widget to explore weight staleness.
 
     Controls (``w.controls[name]``): ``method`` (a schedule name), ``quantity`` (heatmap),
     ``tick_order`` (``"forward_first"``, the engine's F-B-U, or ``"backward_first"``; the

@@ -133,7 +133,7 @@ class T1Explorer(Explorer):
 def t1_explorer(*, lr: float, total_updates: int, P: int = 8, N: int = 2, K: int | None = None,
                 schedule: str = "constant", lam: float = 5.0,
                 step_size: int | None = None) -> T1Explorer:
-    """A widget drawing each stage's T1 learning rate over a run (introduced in chapter 08).
+    """A widget drawing each stage's T1 learning rate over a run.
 
     Args:
         lr: the base learning rate; total_updates: the run's updates (each stage's).

@@ -14,7 +14,7 @@ Everything expensive is cached and recomputed only when its inputs move: the map
 T2 when s moves, the map with T2 when s or gamma move (one batched eigenvalue call per delay,
 :func:`~pipemare_lite.theory.stability_grid`), the gamma sweep when tau or s move; moving
 alpha only moves the markers. The figures come from :mod:`pipemare_lite.viz.stability`, the
-map's axes from chapter 06's explorer. Nothing here imports torch.
+map's axes from the stability explorer's. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from pipemare_lite.widgets._explorer import Explorer, figure_widget, show_plotly
 from pipemare_lite.widgets.stability_explorer import MAP_TAUS
 from pipemare_lite.widgets.static import MAX_STEPS, _slider
 
-#: Steps on the maps' (log) axis: from 0.01 (chapter 06 starts at 0.001 for momentum's
-#: small steps; there is no momentum here) with about chapter 06's resolution.
+#: Steps on the maps' (log) axis: from 0.01 (the stability explorer starts at 0.001 for
+#: momentum's small steps; there is no momentum here) at about its resolution.
 MAP_ALPHAS = np.geomspace(1e-2, 4.0, 45)
 #: Steps the gamma sweep scans for the first unstable one before bisecting.
 SWEEP_ALPHAS = MAP_ALPHAS[::2]
@@ -65,7 +65,7 @@ def _check_setting(alpha, tau, discrepancy, gamma) -> None:
 def largest_stable_steps(tau: int, discrepancy: float, gammas=GAMMAS) -> list[float]:
     """Largest stable ``alpha * lambda`` at delay ``tau`` for each gamma (None: without T2).
 
-    The edge of chapter 06's explorer (:func:`~.stability_explorer.stable_edge`:
+    The edge of the stability explorer (:func:`~.stability_explorer.stable_edge`:
     the first unstable step of :data:`SWEEP_ALPHAS`, then bisection on the exact radius, here to
     :data:`EDGE_TOL`), for every gamma at once: the transition matrix is affine in alpha, so
     each round of the search is one stacked eigenvalue call over all the gammas. Equal to
@@ -206,7 +206,7 @@ class T2Explorer(Explorer):
 
 def t2_explorer(alpha: float = 0.3, tau: int = 4, discrepancy: float = -1.0,
                 gamma: float = 0.3) -> T2Explorer:
-    """A widget comparing the discrepancy model with and without T2 (chapter 09).
+    """A widget comparing the discrepancy model with and without T2.
 
     Controls (``w.controls[name]``): ``alpha`` (the step alpha * lambda), ``tau`` (the
     forward's delay in updates, 0..16), ``discrepancy`` (the backward sensitivity s, in

@@ -89,7 +89,7 @@ class TraceExplorer(Explorer):
 
 def trace_explorer(traces: Mapping, *, run: str | None = None,
                    costs: str = "measured") -> TraceExplorer:
-    """A widget over measured runs (introduced in chapter 11).
+    """A widget over measured runs.
 
     Args:
         traces: ``{label: measured Timeline}``, e.g. ``{"1f1b": result.trace}``.

@@ -109,7 +109,7 @@ class TradeoffExplorer(Explorer):
 
 def tradeoff_explorer(tables: Mapping, *, P: int | None = None, N: int | None = None,
                       budget: float | None = None) -> TradeoffExplorer:
-    """A widget over the chapter's trade-off tables (introduced in chapter 10).
+    """A widget over the chapter's trade-off tables.
 
     Args:
         tables: ``{(P, N): [TradeoffRow, ...]}`` from :func:`pipemare_lite.tradeoff.tradeoff_table`,
