@@ -225,7 +225,7 @@ def docstring(name: str) -> str:
 def summary(name: str) -> str:
     """What the module holds, in one line: its docstring's first sentence, chapter pointer cut."""
     paragraph = " ".join(docstring(name).split("\n\n")[0].split())
-    sentence = re.split(r"(?<=[.:])\s+(?=[A-Z])", paragraph)[0] if paragraph else ""
+    sentence = re.split(r"(?<=\.)\s+(?=[A-Z])", paragraph)[0] if paragraph else ""
     sentence = re.sub(r"\s*\([^()]*\bchapters?\s+\d\d[^()]*\)", "", sentence)
     sentence = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", sentence)  # :mod:`x` -> `x`
     return sentence.replace("``", "`").strip().rstrip(".")
@@ -320,7 +320,7 @@ def _code_uses(source: str, modules: frozenset[str]) -> set[str]:
     lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
     try:
         tree = ast.parse("\n".join(lines))  # without IPython's magics and shell lines
-    except SyntaxError:  # still not Python: keep the import lines that parse
+    except SyntaxError:  # still not Python: keep the lines that parse on their own
         tree = ast.Module(body=[], type_ignores=[])
         for line in lines:
             try:
@@ -363,7 +363,7 @@ def notebook_uses(path: str | Path, modules: frozenset[str] | None = None) -> se
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         if cell["cell_type"] == "code":
             found |= _code_uses(source, modules)
-        found |= {m for m in (link.replace("/", ".") for link in _LINK.findall(source))}
+        found |= {link.replace("/", ".") for link in _LINK.findall(source)}
         found |= {_longest_module(d, modules) for d in _DOTTED.findall(source)}
         found |= {f"{PACKAGE}.exercises.ch{number}" for number in _CHECK.findall(source)}
         for command, argument in _COMMAND.findall(source):

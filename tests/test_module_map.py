@@ -4,6 +4,7 @@ and the chapters, and docs/module-map.md is what it generates.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -49,7 +50,13 @@ def importers():
 
 
 def test_every_module_is_in_the_map_once_and_every_key_is_a_module():
-    assert sorted(MODULE_CHAPTERS) == MODULES  # a dict: each key once
+    assert sorted(MODULE_CHAPTERS) == MODULES
+    # a key written twice in the literal would silently keep only its last value
+    tree = ast.parse(Path(module_map.__file__).read_text(encoding="utf-8"))
+    (table,) = [node.value for node in tree.body if isinstance(node, ast.AnnAssign)
+                and getattr(node.target, "id", None) == "MODULE_CHAPTERS"]
+    keys = [key.value for key in table.keys]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
     chapters = set(module_map.chapter_files())
     bad = {m: c for m, c in MODULE_CHAPTERS.items() if c != NO_CHAPTER and c not in chapters}
     assert not bad, f"not a chapter number of chapters/: {bad}"
