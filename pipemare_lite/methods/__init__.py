@@ -36,25 +36,11 @@ from pipemare_lite.methods.registry import (
 from pipemare_lite.methods.versions import ParamRef, WeightVersions
 
 __all__ = [
-    "METHODS",
-    "MethodOptions",
-    "MethodSpec",
-    "get_method",
-    "method_options",
-    "build_method_schedule",
-    "WeightVersions",
-    "ParamRef",
-    "DiscrepancyCorrection",
-    "DiscrepancyHooks",
-    "MethodHooks",
-    "StageInfo",
-    "register_method",
-    "t2_hooks",
-    "LRRescheduling",
-    "rescheduling_factor",
-    "stage_forward_delays",
+    "METHODS", "MethodOptions", "MethodSpec", "get_method", "method_options",
+    "build_method_schedule", "register_method", "t2_hooks", "MethodHooks", "StageInfo",
+    "WeightVersions", "ParamRef", "DiscrepancyCorrection", "DiscrepancyHooks",
+    "LRRescheduling", "rescheduling_factor", "stage_forward_delays",
 ]
 
-# chapter 12's methods register themselves through the public API above (last: they
-# import it from this package)
+# chapter 12's methods register themselves through the public API above (last: they import it)
 from pipemare_lite.methods import beyond as _beyond  # noqa: E402, F401
