@@ -5,8 +5,8 @@ Delayed gradient descent with delay ``tau`` is stable only for step sizes below 
 ``pi / (2 tau + 1)`` times the curvature limit (chapter 06), so PipeMare starts each stage
 with its step divided by its delay and anneals back to the normal schedule over ``K``
 updates: stage i at update k uses ``lr(k) * tau_i ** (-p_k)``, ``p_k`` falling from 1 to 0
-(the formula, torch-free so figures can draw it: :mod:`pipemare_lite.stage_lr`, whose
-:func:`rescheduling_exponent` and :func:`rescheduling_factor` are re-exported here).
+(the formula, torch-free so figures can draw it: :mod:`pipemare_lite.stage_lr`'s
+:func:`~pipemare_lite.stage_lr.rescheduling_factor`, re-exported here).
 ``tau_i >= 1`` is the stage's forward delay in updates, *measured* from the schedule
 (:func:`stage_forward_delays`), never taken from a formula.
 
@@ -23,13 +23,9 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.stage_lr import (  # the formula, torch-free; re-exported here
-    rescheduling_exponent,
-    rescheduling_factor,
-)
+from pipemare_lite.stage_lr import rescheduling_factor  # the formula, torch-free
 
-__all__ = ["LRRescheduling", "rescheduling_exponent", "rescheduling_factor",
-           "stage_forward_delays"]
+__all__ = ["LRRescheduling", "rescheduling_factor", "stage_forward_delays"]
 
 
 def stage_forward_delays(schedule: Schedule) -> list[int]:
