@@ -65,12 +65,7 @@ class LRRescheduling(LRScheduler):
 
     def __init__(self, optimizer: Optimizer, tau: float, horizon: int,
                  base: LRScheduler | None = None, start: int = 0) -> None:
-        if tau < 1:
-            raise ValueError(f"T1 needs a delay tau >= 1, got {tau!r}")
-        if horizon < 0:
-            raise ValueError(f"T1 horizon K must be >= 0, got {horizon!r}")
-        if start < 0:
-            raise ValueError(f"T1 start W (warm-up updates) must be >= 0, got {start!r}")
+        rescheduling_factor(0, tau, horizon, start)  # refuses a bad tau, K or W now, not later
         if base is not None and base.optimizer is not optimizer:
             raise ValueError("the base scheduler must drive the same optimizer as T1")
         self.tau, self.horizon, self.start, self.base = float(tau), int(horizon), int(start), base
