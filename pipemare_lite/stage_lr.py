@@ -9,16 +9,11 @@ PipeMare's T1 gives stage i at update k (0-indexed) the learning rate::
 with ``lr(k)`` the base schedule, ``tau_i >= 1`` the stage's forward delay in updates, K the
 anneal's horizon and W the first asynchronous update (0 without PipeMare-W's warm-up). The
 engine's scheduler (:class:`~pipemare_lite.methods.lr_rescheduling.LRRescheduling`) takes
-its factor from :func:`rescheduling_factor`; this module holds the formula itself, torch-free,
-so figures and widgets can draw a whole run's learning rates in a millisecond:
-
-- :func:`rescheduling_exponent`, :func:`rescheduling_factor`: ``p_k`` and ``tau ** (-p_k)``;
-- :func:`base_lr`: the closed forms of :mod:`pipemare_lite.lr_schedules`'s named schedules
-  (constant, cosine, step, with linear warm-up), which torch computes recursively; they agree
-  to rounding (``tests/test_stage_lr.py`` checks both against the engine's schedulers);
-- :func:`stage_lrs`: every stage's learning rate at every update of a run;
-- :func:`first_unstable_update`: the first update at which a stage's step, treated as
-  chapter 06's quadratic with curvature ``lam``, reaches the stability bound of its delay.
+its factor from :func:`rescheduling_factor`; the formula lives here, torch-free, so figures
+and widgets draw a whole run's learning rates (:func:`stage_lrs`) in a millisecond.
+:func:`base_lr` gives the named base schedules of :mod:`pipemare_lite.lr_schedules` in
+closed form (torch computes them recursively; ``tests/test_stage_lr.py`` checks they agree
+to rounding).
 """
 
 from __future__ import annotations

@@ -29,11 +29,10 @@ correction of the same delayed gradient.
 
 Costs: the mean-square buffer and the kept steps (one for 2BW), declared as ``dc_buffer``,
 and a few elementwise operations per update. Registered as ``dc`` (the ``2bw`` schedule and
-weight mode) when this module is imported (a plugin, like ``wpred``: ``--plugin
-pipemare_lite.methods.delay_compensation`` or ``pipemare_lite.methods.beyond``). The hooks read only
-the versions the engine hands them, so nothing ties them to 2BW, but only the 2BW method is
-tested (tests/test_beyond_methods.py); a forward reading a version whose steps were dropped
-is refused.
+weight mode) on import (:mod:`~pipemare_lite.methods.beyond`). The hooks read only the
+versions the engine hands them, so nothing ties them to 2BW, but only 2BW is tested
+(tests/test_beyond_methods.py); a forward reading a version whose steps were dropped is
+refused.
 """
 
 from __future__ import annotations
@@ -125,9 +124,8 @@ class DelayCompensation(MethodHooks):
         """Restore :meth:`state_dict`'s output."""
         def on(ts):
             return [t.to(p.device).clone() for t, p in zip(ts, self.params)]
-        self.updates = state["updates"]
+        self.updates, self.done = state["updates"], list(state["done"])
         self.version_of = dict(state["version_of"])
-        self.done = list(state["done"])
         self.steps = {u: on(s) for u, s in state["steps"].items()}
         self.mean_square = on(state["mean_square"])
 
@@ -137,7 +135,5 @@ def delay_compensation_hooks(info: StageInfo) -> DelayCompensation:
     return DelayCompensation(info)
 
 
-register_method(
-    "dc", schedule="2bw", weight_mode="2bw", hooks=delay_compensation_hooks,
-    description="2BW + DC-ASGD-a delay compensation of the one-step-stale gradient",
-)
+register_method("dc", schedule="2bw", weight_mode="2bw", hooks=delay_compensation_hooks,
+                description="2BW + DC-ASGD-a delay compensation of the one-step-stale gradient")

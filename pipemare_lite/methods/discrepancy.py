@@ -69,12 +69,7 @@ class DiscrepancyCorrection:
 
 class DiscrepancyHooks(MethodHooks):
     """T2 as a method's hooks (:mod:`pipemare_lite.methods.hooks`): PipeMare goes through the
-    same extension point as any new method.
-
-    Before each update it keeps ``w_old``; after it, ``delta`` takes the step; a backward
-    whose forward read ``v_F`` while the stage is at ``v`` uses ``w - (v - v_F) * delta``.
-    Holds one weight-sized buffer, reported as ``t2_buffer``.
-    """
+    same extension point as any new method. Holds one weight-sized buffer (``t2_buffer``)."""
 
     def __init__(self, params: Sequence[torch.Tensor], gamma: float) -> None:
         self.correction = DiscrepancyCorrection(params, gamma)

@@ -19,10 +19,8 @@ forward's weights are read as values (the weight gradient still reaches the live
 parameters), the backward's are the ones its products use (e.g. ``grad_input = grad_out @
 W`` of a Linear). A hook never edits the live parameters; the optimizer does.
 
-PipeMare's T2 is written through the same points
-(:class:`pipemare_lite.methods.discrepancy.DiscrepancyHooks`), and so is weight prediction
-(:mod:`pipemare_lite.methods.weight_prediction`). This module itself needs no torch: hooks
-work on the tensors the stage hands them.
+PipeMare's T2 (:class:`~pipemare_lite.methods.discrepancy.DiscrepancyHooks`) and chapter 12's
+methods are written through the same points. Torch-free: hooks work on the tensors handed in.
 """
 
 from __future__ import annotations

@@ -4,26 +4,17 @@
 Delayed gradient descent with delay ``tau`` is stable only for step sizes below about
 ``pi / (2 tau + 1)`` times the curvature limit (chapter 06), so PipeMare starts each stage
 with its step divided by its delay and anneals back to the normal schedule over ``K``
-updates. Stage i at update k (0-indexed) uses::
-
-    lr_i(k) = lr(k) * tau_i ** (-p_k)
-    p_k = 0                          for k <  W   (flushed warm-up: no delay to compensate)
-    p_k = 1 - min((k - W) / K, 1)    for k >= W
-
-where ``lr(k)`` is the base schedule (constant, or any other scheduler's value),
+updates: stage i at update k uses ``lr(k) * tau_i ** (-p_k)``, ``p_k`` falling from 1 to 0
+(the formula, torch-free so figures can draw it: :mod:`pipemare_lite.stage_lr`'s
+:func:`~pipemare_lite.stage_lr.rescheduling_factor`, re-exported here).
 ``tau_i >= 1`` is the stage's forward delay in updates, *measured* from the schedule
-(:func:`stage_forward_delays`), never taken from a formula, and ``W`` is the number of
-synchronous warm-up minibatches of PipeMare-W (``start``; 0 without warm-up).
+(:func:`stage_forward_delays`), never taken from a formula.
 
 The book's choice for warm-up plus T1: T1 compensates a delay, so it is off (factor 1)
 while the pipeline is flushed, and its annealing clock starts at the first asynchronous
-update; by default ``K`` is the number of asynchronous minibatches (``num_minibatches - W``).
-How the paper (Yang et al., PipeMare, MLSys 2021) combines warm-up with T1 is recalled
+update W; by default ``K`` is the number of asynchronous minibatches (``num_minibatches -
+W``). How the paper (Yang et al., PipeMare, MLSys 2021) combines warm-up with T1 is recalled
 from its published form, not quoted from its text: read this as the book's definition.
-
-The formula itself (:func:`rescheduling_exponent`, :func:`rescheduling_factor`) lives in the
-torch-free :mod:`pipemare_lite.stage_lr`, beside each stage's learning rate over a whole run,
-so figures can draw it without torch; it is re-exported here.
 """
 
 from __future__ import annotations
@@ -32,13 +23,9 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.stage_lr import (  # the formula, torch-free; re-exported here
-    rescheduling_exponent,
-    rescheduling_factor,
-)
+from pipemare_lite.stage_lr import rescheduling_factor  # the formula, torch-free
 
-__all__ = ["LRRescheduling", "rescheduling_exponent", "rescheduling_factor",
-           "stage_forward_delays"]
+__all__ = ["LRRescheduling", "rescheduling_factor", "stage_forward_delays"]
 
 
 def stage_forward_delays(schedule: Schedule) -> list[int]:
@@ -78,12 +65,7 @@ class LRRescheduling(LRScheduler):
 
     def __init__(self, optimizer: Optimizer, tau: float, horizon: int,
                  base: LRScheduler | None = None, start: int = 0) -> None:
-        if tau < 1:
-            raise ValueError(f"T1 needs a delay tau >= 1, got {tau!r}")
-        if horizon < 0:
-            raise ValueError(f"T1 horizon K must be >= 0, got {horizon!r}")
-        if start < 0:
-            raise ValueError(f"T1 start W (warm-up updates) must be >= 0, got {start!r}")
+        rescheduling_factor(0, tau, horizon, start)  # refuses a bad tau, K or W now, not later
         if base is not None and base.optimizer is not optimizer:
             raise ValueError("the base scheduler must drive the same optimizer as T1")
         self.tau, self.horizon, self.start, self.base = float(tau), int(horizon), int(start), base

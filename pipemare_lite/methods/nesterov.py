@@ -9,30 +9,23 @@ forward, so the look-ahead should reach ``s`` updates ahead.
 
 What this file implements, precisely. With momentum ``mu`` (the stage optimizer's own:
 ``momentum`` of SGD and Muon, ``betas[0]`` of Adam and AdamW, per parameter group) and
-``step = w_before - w_after`` of the stage's last update, the forward of m and its backward
-run at::
+``step = w_before - w_after`` of the stage's last update, m's forward and backward run at::
 
     w_hat = w - (mu + mu**2 + ... + mu**s) * step        s: m's delay, from the schedule
 
-For SGD with momentum (constant lr, no weight decay, ``nesterov=False``) the last step is
-``lr * v`` with ``v`` the velocity, and ``w_hat`` is exactly where the weights would be after
-``s`` more updates *if no new gradient arrived*: the momentum already committed, decaying
-by ``mu`` per update. Weight prediction (:mod:`pipemare_lite.methods.weight_prediction`)
-instead assumes the whole last step repeats, ``w - s * step``; the two agree only as ``mu ->
-1``. With ``mu = 0`` nothing is looked ahead, but the backward still uses the forward's
-weights: PipeDream's weight stashing on the asynchronous schedule.
+For SGD with momentum (constant lr, no weight decay, ``nesterov=False``) this is exactly
+where the weights would be after ``s`` more updates *if no new gradient arrived*: the
+momentum already committed, decaying by ``mu`` per update. Weight prediction
+(:mod:`~pipemare_lite.methods.weight_prediction`, the base class) assumes the whole last step
+repeats, ``w - s * step``; the two agree only as ``mu -> 1``. With ``mu = 0`` nothing is
+looked ahead, but the backward still uses the forward's weights (weight stashing).
 
-How it differs from the paper: the paper modifies the look-ahead step of NAG's update rule
-itself, inside the optimizer, and proves convergence for a fixed delay (its exact rule is
-in the paper and is not reproduced here); here the stage's optimizer is left unchanged and
-only the weights the forward and backward read are moved along its momentum. It is the
-paper's idea expressed through the hooks, not a reproduction of its algorithm or numbers.
-Costs: one step buffer and one look-ahead copy per microbatch in flight (the
-``prediction`` bytes, as for ``wpred``).
-
-Registered as ``nesterov`` when this module is imported; other processes must import it too
-(``--plugin pipemare_lite.methods.nesterov``, or :mod:`pipemare_lite.methods.beyond` for all
-of chapter 12's methods; see :mod:`pipemare_lite.plugins`).
+How it differs from the paper: the paper changes NAG's look-ahead step inside the optimizer
+and proves convergence for a fixed delay (its rule is not reproduced here); here the
+optimizer is unchanged and only the weights the forward and backward read move along its
+momentum: the paper's idea through the hooks, not its algorithm or numbers. Costs: as
+``wpred`` (the ``prediction`` bytes). Registered as ``nesterov`` on import
+(:mod:`~pipemare_lite.methods.beyond`).
 """
 
 from __future__ import annotations
@@ -81,7 +74,6 @@ def nesterov_hooks(info: StageInfo) -> NesterovLookAhead:
     return NesterovLookAhead(info)
 
 
-register_method(
-    "nesterov", schedule="async", weight_mode="async", hooks=nesterov_hooks,
-    description="async, forward and backward at the momentum look-ahead s updates ahead",
-)
+register_method("nesterov", schedule="async", weight_mode="async", hooks=nesterov_hooks,
+                description="async, forward and backward at the momentum look-ahead s "
+                            "updates ahead")

@@ -15,12 +15,9 @@ pipemare        async               async        T1 + T2 (+ warm-up when warmup_
 
 Each PipeMare technique is switchable on its own through :class:`MethodOptions`, so the
 ablations of chapter 09 (async, +T1, +T2, +both, +warm-up) are just different options.
-
-New methods: :func:`register_method` (a schedule builder, a weight mode, default options and
-per-stage hooks, :mod:`pipemare_lite.methods.hooks`); the built-in ones above are registered
-through it too, with :func:`t2_hooks` as their hooks. A method registered in one process is
-unknown in the others until they import its module: see :mod:`pipemare_lite.plugins`
-(``--plugin MODULE``, ``launch(..., imports=[...])``, ``PIPEMARE_PLUGINS``).
+:func:`register_method` adds a method (the built-ins above too, from ``METHOD_TABLE``, with
+:func:`t2_hooks`); other processes know it once they import its module
+(:mod:`pipemare_lite.plugins`).
 """
 
 from __future__ import annotations
@@ -128,9 +125,8 @@ def register_method(name: str, *, schedule: str, weight_mode: str | None = None,
         description: one line for listings.
         replace_existing: allow replacing a method of that name.
 
-    Returns the :class:`MethodSpec`. Only the processes that run this know the method:
-    load the module in every process with ``--plugin MODULE``, ``launch(..., imports=[...])``
-    or ``PIPEMARE_PLUGINS`` (:mod:`pipemare_lite.plugins`).
+    Returns the :class:`MethodSpec`, known only to the processes that ran this (load the
+    module in every process: :mod:`pipemare_lite.plugins`).
     """
     if not isinstance(name, str) or not name or name != name.strip():
         raise ValueError(f"method name must be a non-empty string without surrounding spaces, "
@@ -144,16 +140,14 @@ def register_method(name: str, *, schedule: str, weight_mode: str | None = None,
     if not isinstance(schedule, str):
         raise ValueError(f"method {name!r}: schedule must be a schedule builder's name, "
                          f"got {schedule!r}")
+    weight_mode = weight_mode_of(schedule) if weight_mode is None else weight_mode
     if weight_mode is None:
-        weight_mode = weight_mode_of(schedule)
-        if weight_mode is None:
-            raise ValueError(f"method {name!r}: schedule {schedule!r} declares no weight mode; "
-                             "give weight_mode= (sync, stash, 2bw or async)")
+        raise ValueError(f"method {name!r}: schedule {schedule!r} declares no weight mode; "
+                         "give weight_mode= (sync, stash, 2bw or async)")
     module = getattr(hooks, "__module__", None) or "pipemare_lite.methods.registry"
-    spec = MethodSpec(name, schedule, weight_mode, options or MethodOptions(), description,
-                      hooks, module)
-    METHODS[name] = spec
-    return spec
+    METHODS[name] = MethodSpec(name, schedule, weight_mode, options or MethodOptions(),
+                               description, hooks, module)
+    return METHODS[name]
 
 
 # the book's methods, from the one table (each runs its schedule's weight mode)
@@ -186,10 +180,9 @@ def unknown_method_message(name) -> str:
 
     rank = os.environ.get("RANK")
     where = f"process {os.getpid()}" + (f", rank {rank}" if rank is not None else "")
-    loaded = loaded_plugins()
     return (
         f"unknown method {name!r}: not in pipemare_lite.methods.METHODS of {where} "
-        f"(plugins imported here: {', '.join(loaded) if loaded else 'none'}); allowed: "
+        f"(plugins imported here: {', '.join(loaded_plugins()) or 'none'}); allowed: "
         f"{', '.join(METHODS)}. A method added with register_method() exists only in the "
         "processes that imported its module: load it in every process with --plugin MODULE "
         "(command line), launch(..., imports=['MODULE']) (Python) or the environment variable "

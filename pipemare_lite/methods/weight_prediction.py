@@ -13,10 +13,8 @@ and the backward at the same ``w_hat``, so forward and backward agree. It costs 
 ``prediction`` bytes. A microbatch with ``s == 0`` (a flushed warm-up minibatch) reads the
 live weights and holds nothing.
 
-Registered as ``wpred`` when this module is imported; :mod:`pipemare_lite.methods` imports it,
-so it is built in. A method in a module of your own is not: every process must import it,
-with ``--plugin MODULE``, ``launch(..., imports=[...])`` or ``PIPEMARE_PLUGINS=MODULE`` (see
-:mod:`pipemare_lite.plugins`).
+Registered as ``wpred`` on import; :mod:`pipemare_lite.methods` imports it, so it is built
+in. A module of your own is not: every process must import it (:mod:`pipemare_lite.plugins`).
 """
 
 from __future__ import annotations
@@ -84,7 +82,5 @@ def weight_prediction_hooks(info: StageInfo) -> WeightPrediction:
     return WeightPrediction(info)
 
 
-register_method(
-    "wpred", schedule="async", weight_mode="async", hooks=weight_prediction_hooks,
-    description="async, forward and backward at predicted weights w - s * lr * d",
-)
+register_method("wpred", schedule="async", weight_mode="async", hooks=weight_prediction_hooks,
+                description="async, forward and backward at predicted weights w - s * lr * d")

@@ -56,7 +56,7 @@ class Message:
 
 @dataclass
 class CommPlan:
-    """Who sends what to whom, derived from a schedule (see the module docstring).
+    """Who sends what to whom, derived from a schedule by :func:`plan_communication`.
 
     Attributes:
         schedule: the schedule.
@@ -74,24 +74,17 @@ class CommPlan:
     pair_order: dict
 
 
-def _produced(schedule: Schedule, stage: int, kind: str, index: int, split: bool):
-    """Keys of the messages an action produces (none for W and U)."""
+def _message_keys(schedule: Schedule, a, split: bool) -> tuple[list, list]:
+    """Keys of the messages action ``a`` produces and of those it needs (none for W, U):
+    F sends its activation to the next stage, B (I when split) the input's gradient back."""
     last = schedule.num_virtual_stages - 1
-    if kind == "F" and stage < last:
-        return [(ACTIVATION, stage, index)]
-    if kind == ("I" if split else "B") and stage > 0:
-        return [(GRADIENT, stage, index)]
-    return []
-
-
-def _consumed(schedule: Schedule, stage: int, kind: str, index: int, split: bool):
-    """Keys of the messages an action needs (an I/B needs the next stage's gradient)."""
-    last = schedule.num_virtual_stages - 1
-    if kind == "F" and stage > 0:
-        return [(ACTIVATION, stage - 1, index)]
-    if kind == ("I" if split else "B") and stage < last:
-        return [(GRADIENT, stage + 1, index)]
-    return []
+    if a.kind == "F":
+        return ([(ACTIVATION, a.stage, a.index)] if a.stage < last else [],
+                [(ACTIVATION, a.stage - 1, a.index)] if a.stage > 0 else [])
+    if a.kind == ("I" if split else "B"):
+        return ([(GRADIENT, a.stage, a.index)] if a.stage > 0 else [],
+                [(GRADIENT, a.stage + 1, a.index)] if a.stage < last else [])
+    return [], []
 
 
 def plan_communication(schedule: Schedule) -> CommPlan:
@@ -107,52 +100,39 @@ def plan_communication(schedule: Schedule) -> CommPlan:
     messages: dict = {}
     produces: dict = {}
     consumes: dict = {}
-    for rank, position in execution_order(schedule):
+    for rank, position in execution_order(schedule):  # seq: one execution of the schedule
         action = schedule.ranks[rank][position]
-        made = []
-        for kind, stage, mb in _produced(schedule, action.stage, action.kind, action.index, split):
-            key = (kind, stage, mb)
+        for key in _message_keys(schedule, action, split)[0]:
             if key in messages:
-                raise ScheduleError(f"{action} on rank {rank} produces {kind} {key} twice")
-            dst_stage = stage + 1 if kind == ACTIVATION else stage - 1
-            message = Message(
-                kind, stage, mb, rank, schedule.rank_of(dst_stage), seq=len(messages)
-            )
-            messages[key] = message
-            made.append(message)
-        if made:
-            produces[(rank, position)] = made
+                raise ScheduleError(f"{action} on rank {rank} produces {key[0]} {key} twice")
+            kind, stage, mb = key
+            dst = schedule.rank_of(stage + 1 if kind == ACTIVATION else stage - 1)
+            messages[key] = Message(kind, stage, mb, rank, dst, seq=len(messages))
+            produces.setdefault((rank, position), []).append(messages[key])
     for rank, position, action in schedule.actions():
-        keys = _consumed(schedule, action.stage, action.kind, action.index, split)
-        needed = []
-        for key in keys:
+        for key in _message_keys(schedule, action, split)[1]:
             if key not in messages:
-                raise ScheduleError(
-                    f"{action} on rank {rank} needs {key}, which no action produces"
-                )
-            needed.append(messages[key])
-        if needed:
-            consumes[(rank, position)] = needed
+                raise ScheduleError(f"{action} on rank {rank} needs {key}, which no action "
+                                    "produces")
+            consumes.setdefault((rank, position), []).append(messages[key])
     pair_order: dict = {}
-    for message in sorted(messages.values(), key=lambda m: m.seq):
-        if message.src == message.dst:
-            continue
-        pair_order.setdefault((message.src, message.dst), []).append(message)
-        pair_order.setdefault((message.dst, message.src), []).append(message)
+    for message in messages.values():  # inserted in seq order
+        if message.src != message.dst:
+            pair_order.setdefault((message.src, message.dst), []).append(message)
+            pair_order.setdefault((message.dst, message.src), []).append(message)
     return CommPlan(schedule, messages, produces, consumes, pair_order)
 
 
 class PostingOrder:
-    """Rule 2 of the module docstring for one rank, without any tensors (pure bookkeeping).
+    """The posting rule (rule 2 of :mod:`pipemare_lite.executor.transport`) for one rank.
 
-    :meth:`to_post_for` says which operations must be posted, in order, so that message
-    ``m`` can be sent or waited for. Shared by :class:`P2PTransport` and the tests' model of
-    an in-order (NCCL-like) network.
+    :meth:`to_post_for` says which operations must be posted, in order, so that a message
+    can be sent or waited for. Shared by the transport, the lowering into rows
+    (:mod:`~pipemare_lite.schedules.comm_rows`) and the tests' in-order network model.
     """
 
     def __init__(self, plan: CommPlan, rank: int) -> None:
-        self.plan = plan
-        self.rank = rank
+        self.plan, self.rank = plan, rank
         self.cursor = {peer: 0 for (r, peer) in plan.pair_order if r == rank}
         self.posted: set = set()
 

@@ -1,10 +1,9 @@
 """Communication as rows: each rank's actions with its SENDs and RECVs, in posting order.
 
-A schedule lists compute only (``F``, ``B``, ``I``, ``W``, ``U``). The distributed executor
-adds the point-to-point operations itself, by the rule of
-:mod:`pipemare_lite.executor.transport`; this lowering pass writes them into the rows, in
-exactly the order the transport posts them, so the communication can be read like the
-schedule. For one rank, action by action (the executor's loop)::
+A schedule lists compute only (``F``, ``B``, ``I``, ``W``, ``U``); the distributed executor
+adds the point-to-point operations by the rule of :mod:`pipemare_lite.executor.transport`.
+This lowering pass writes them into the rows in exactly the order the transport posts them,
+walking each rank's actions as the executor's loop does::
 
     before an action that needs a tensor from another rank:
         post every operation of that pair up to its RECV (rule 2: the pair's seq order),
@@ -13,16 +12,12 @@ schedule. For one rank, action by action (the executor's loop)::
     after an action that produced a tensor for another rank:
         post the pair's operations up to its SEND, then receives ahead again
 
-Operations are spelled as in PyTorch's ``pipeline_order_with_comms``: ``0SEND_F3`` (stage 0
-sends the activation of microbatch 3), ``1RECV_F3`` (stage 1 receives it), ``1SEND_B3``
-(stage 1 sends the gradient of its input), ``0RECV_B3``. PyTorch's lowering
-(``_add_send_recv``) puts every send in the same place and has each rank receive in the
-same order, but posts a receive where its sender's send falls in a simulated global order;
-here a receive is posted as late as rule 2 allows, plus ``receives_ahead``.
-``tests/test_comm_rows.py`` checks the rows against what a real gloo run posted and against
-PyTorch's lowering.
-
-Introduced in chapter 11. Torch-free.
+Spelled as PyTorch's ``pipeline_order_with_comms``: ``0SEND_F3`` (stage 0 sends the
+activation of microbatch 3), ``1RECV_F3``, ``1SEND_B3`` (the gradient of stage 1's input),
+``0RECV_B3``. PyTorch's ``_add_send_recv`` places the sends alike and receives in the same
+order, but posts a receive where its send falls in a simulated global order; here it is
+posted as late as rule 2 allows, plus ``receives_ahead``. ``tests/test_comm_rows.py``
+checks the rows against a real gloo run and PyTorch's lowering. Chapter 11. Torch-free.
 """
 
 from __future__ import annotations
@@ -135,11 +130,8 @@ def pair_streams(schedule: Schedule, a: int, b: int, *,
     RuntimeError if the rows break that (they never should).
     """
     rows = comm_rows(schedule, receives_ahead=receives_ahead)
-
-    def stream(rank: int, peer: int) -> list[CommOp]:
-        return [op for op in rows[rank] if isinstance(op, CommOp) and op.peer == peer]
-
-    left, right = stream(a, b), stream(b, a)
+    left, right = ([op for op in rows[r] if isinstance(op, CommOp) and op.peer == peer]
+                   for r, peer in ((a, b), (b, a)))
     if [op.message for op in left] != [op.message for op in right]:
         raise RuntimeError(f"ranks {a} and {b} post their pair's operations in different orders")
     return [(x.message.seq, x, y) for x, y in zip(left, right)]

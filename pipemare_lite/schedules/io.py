@@ -1,19 +1,16 @@
 """Schedules in and out: rows of action strings, JSON and CSV (introduced in chapter 02).
 
 One row per rank of ``{stage}{F|B|I|W|U}{index}`` strings: the engine's own notation, easy
-to read and to write by hand. It borrows ``torch.distributed.pipelining``'s spelling but is
-*not* a table PyTorch's runtime can load: it has an update action ``U``, and its microbatch
-indices are global over all minibatches (``k * M + j``), while PyTorch's table is one step
-of F/B/I/W only, microbatches numbered from 0. For PyTorch use
-:mod:`pipemare_lite.schedules.torch_notation` (``to_torch_csv``, ``from_torch_order``).
-JSON adds what rows cannot say (name, sizes, weight mode). Plain JSON and CSV only: reading
-never evaluates code. :func:`load_schedule` reads either kind of file (``fit(schedule=path)``,
-``pipemare-lite schedule --from FILE``, ``train --schedule FILE``; docs/write-a-schedule.md).
+to read and write by hand. It borrows ``torch.distributed.pipelining``'s spelling but is
+*not* a table PyTorch's runtime can load (it has an update action ``U``, and microbatch
+indices are global over all minibatches, ``k * M + j``); for PyTorch use
+:mod:`pipemare_lite.schedules.torch_notation`. JSON adds what rows cannot say (name, sizes,
+weight mode). Plain JSON and CSV only: reading never evaluates code. :func:`load_schedule`
+reads either file (``fit(schedule=path)``, ``--schedule FILE``; docs/write-a-schedule.md).
 
-The weight mode (what a backward reads) is not in a CSV file. When it is not declared, it
-is derived: a schedule that flushes every minibatch is ``sync``; one that does not could be
-PipeDream's ``stash``, ``2bw`` or PipeMare's ``async``, and is refused until one is named.
-Torch-free.
+A CSV holds no weight mode (what a backward reads). Undeclared, it is derived: a schedule
+that flushes every minibatch is ``sync``; one that does not could be ``stash``, ``2bw`` or
+``async``, and is refused until one is named. Torch-free.
 """
 
 from __future__ import annotations
@@ -40,28 +37,18 @@ def to_rows(schedule: Schedule) -> list[list[str]]:
     return schedule.rows()
 
 
-def from_rows(
-    rows,
-    *,
-    name: str,
-    num_microbatches: int | None,
-    chunks: int = 1,
-    weight_mode: str | None = None,
-    num_minibatches: int | None = None,
-    warmup_minibatches: int = 0,
-    notes: tuple[str, ...] = (),
-) -> Schedule:
+def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
+              weight_mode: str | None = None, num_minibatches: int | None = None,
+              warmup_minibatches: int = 0, notes: tuple[str, ...] = ()) -> Schedule:
     """A validated :class:`Schedule` from one row of action strings per rank.
 
-    ``name`` is a builder name or "custom". Blank cells (``""``, ``None``: idle slots in a
-    table) are skipped. ``num_minibatches`` is inferred when not given: from the number of
-    updates per stage, or, if the rows hold no ``U`` at all, from the microbatch count (then
-    each stage gets one update per minibatch, placed right after that stage's last gradient
-    of the minibatch, which is where a flushed schedule puts it). ``num_microbatches`` may be
-    None when the rows hold updates: it is then the number of gradients before stage 0's
-    first update, or, without updates, every microbatch the rows name (one minibatch).
-    ``weight_mode`` None takes the mode a builder's ``name`` implies, else derives it (see
-    the module's docstring).
+    ``name`` is a builder name or "custom". Blank cells (``""``, ``None``: idle slots) are
+    skipped. Rows without any ``U`` get one update per stage and minibatch, right after that
+    stage's last gradient of the minibatch (where a flushed schedule puts it).
+    ``num_microbatches`` None: the gradients before stage 0's first update, or, without
+    updates, every microbatch the rows name (one minibatch). ``num_minibatches`` None: the
+    updates per stage, or the microbatches divided by ``num_microbatches``. ``weight_mode``
+    None: the mode a builder's ``name`` implies, else derived (see the module's docstring).
     """
     ranks = []
     for r, row in enumerate(rows):
@@ -86,17 +73,11 @@ def from_rows(
     if not has_updates:
         ranks = _add_updates(ranks, num_microbatches)
     weight_mode = weight_mode or weight_mode_of(name)  # a builder's name says its mode
-    schedule = Schedule(
-        name=name,
-        num_stages=len(ranks),
-        num_microbatches=num_microbatches,
-        ranks=tuple(tuple(row) for row in ranks),
-        num_minibatches=num_minibatches,
-        chunks=chunks,
-        weight_mode=weight_mode or "sync",
-        warmup_minibatches=warmup_minibatches,
-        notes=tuple(notes),
-    )
+    schedule = Schedule(name=name, num_stages=len(ranks), num_microbatches=num_microbatches,
+                        ranks=tuple(tuple(row) for row in ranks),
+                        num_minibatches=num_minibatches, chunks=chunks,
+                        weight_mode=weight_mode or "sync",
+                        warmup_minibatches=warmup_minibatches, notes=tuple(notes))
     if weight_mode is None:
         unflushed = first_unflushed_forward(schedule)
         if unflushed is not None:
@@ -109,13 +90,16 @@ def from_rows(
     return validate(schedule)
 
 
+def _gradient_kind(ranks) -> str:
+    """The action that completes a gradient: ``W`` when the backward is split, else ``B``."""
+    return "W" if any(a.kind == "I" for row in ranks for a in row) else "B"
+
+
 def _infer_microbatches(ranks, has_updates: bool) -> int:
-    """Gradients of stage 0 before its first update: the microbatches per minibatch; rows
-    without updates are one minibatch (every microbatch they name)."""
+    """Gradients of stage 0 before its first update (rows without updates: one minibatch)."""
     if not has_updates:
         return max(1 + max((a.index for row in ranks for a in row), default=-1), 1)
-    split = any(a.kind == "I" for row in ranks for a in row)
-    grad = "W" if split else "B"
+    grad = _gradient_kind(ranks)
     row = next((row for row in ranks if any(a.stage == 0 for a in row)), [])
     count = 0
     for a in row:
@@ -129,9 +113,8 @@ def _infer_microbatches(ranks, has_updates: bool) -> int:
 
 
 def _infer_minibatches(ranks, num_microbatches: int, has_updates: bool) -> int:
-    if isinstance(num_microbatches, bool) or not isinstance(num_microbatches, int):
-        raise ScheduleError(f"num_microbatches={num_microbatches!r}: allowed: an integer >= 1")
-    if num_microbatches < 1:
+    if (isinstance(num_microbatches, bool) or not isinstance(num_microbatches, int)
+            or num_microbatches < 1):
         raise ScheduleError(f"num_microbatches={num_microbatches!r}: allowed: an integer >= 1")
     if has_updates:
         return 1 + max(a.index for row in ranks for a in row if a.kind == "U")
@@ -146,8 +129,7 @@ def _infer_minibatches(ranks, num_microbatches: int, has_updates: bool) -> int:
 
 def _add_updates(ranks, num_microbatches: int):
     """Insert U(k) after each stage's last gradient (B, or W if split) of minibatch k."""
-    split = any(a.kind == "I" for row in ranks for a in row)
-    grad = "W" if split else "B"
+    grad = _gradient_kind(ranks)
     out = []
     for row in ranks:
         last = {}  # (stage, minibatch) -> position of the last gradient
@@ -165,24 +147,16 @@ def _add_updates(ranks, num_microbatches: int):
     return out
 
 
+#: The :class:`Schedule` fields a JSON schedule stores beside its rows, in file order.
+JSON_FIELDS = ("name", "num_stages", "num_microbatches", "num_minibatches", "chunks",
+               "weight_mode", "warmup_minibatches")
+
+
 def to_json(schedule: Schedule) -> str:
     """The schedule as one JSON object (sizes, modes, notes and one row of strings per rank)."""
-    s = schedule
-    return json.dumps(
-        {
-            "format": JSON_FORMAT,
-            "version": JSON_VERSION,
-            "name": s.name,
-            "num_stages": s.num_stages,
-            "num_microbatches": s.num_microbatches,
-            "num_minibatches": s.num_minibatches,
-            "chunks": s.chunks,
-            "weight_mode": s.weight_mode,
-            "warmup_minibatches": s.warmup_minibatches,
-            "notes": list(s.notes),
-            "ranks": s.rows(),
-        }
-    )
+    return json.dumps({"format": JSON_FORMAT, "version": JSON_VERSION,
+                       **{key: getattr(schedule, key) for key in JSON_FIELDS},
+                       "notes": list(schedule.notes), "ranks": schedule.rows()})
 
 
 def from_json(text: str) -> Schedule:
@@ -195,24 +169,19 @@ def from_json(text: str) -> Schedule:
         raise ScheduleError(f"not a schedule: expected a JSON object with format {JSON_FORMAT!r}")
     if data.get("version") != JSON_VERSION:
         raise ScheduleError(f"schedule version {data.get('version')!r}; allowed: {JSON_VERSION}")
-    required = ("name", "num_stages", "num_microbatches", "ranks")
-    missing = [key for key in required if key not in data]
+    missing = [key for key in ("name", "num_stages", "num_microbatches", "ranks")
+               if key not in data]
     if missing:
         raise ScheduleError(f"schedule JSON lacks {', '.join(missing)}")
     if not isinstance(data["ranks"], list) or len(data["ranks"]) != data["num_stages"]:
         raise ScheduleError(
             f"schedule JSON has {len(data['ranks'])} rank rows for num_stages={data['num_stages']}"
         )
-    return from_rows(
-        data["ranks"],
-        name=data["name"],
-        num_microbatches=data["num_microbatches"],
-        chunks=data.get("chunks", 1),
-        weight_mode=data.get("weight_mode"),
-        num_minibatches=data.get("num_minibatches"),
-        warmup_minibatches=data.get("warmup_minibatches", 0),
-        notes=tuple(data.get("notes", ())),
-    )
+    return from_rows(data["ranks"], name=data["name"], num_microbatches=data["num_microbatches"],
+                     chunks=data.get("chunks", 1), weight_mode=data.get("weight_mode"),
+                     num_minibatches=data.get("num_minibatches"),
+                     warmup_minibatches=data.get("warmup_minibatches", 0),
+                     notes=tuple(data.get("notes", ())))
 
 
 def to_csv(schedule: Schedule) -> str:
@@ -224,8 +193,7 @@ def to_csv(schedule: Schedule) -> str:
 
 def from_csv(text: str, **kwargs) -> Schedule:
     """Read :func:`to_csv` output; keyword arguments as for :func:`from_rows` (name, ...)."""
-    rows = list(csv.reader(io.StringIO(text)))
-    return from_rows(rows, **kwargs)
+    return from_rows(list(csv.reader(io.StringIO(text))), **kwargs)
 
 
 #: File suffixes :func:`load_schedule` reads.

@@ -2,7 +2,7 @@
 
 PyTorch's runtime (``_PipelineScheduleRuntime``, the base of its ``Schedule*`` classes) reads
 a *compute-only* table: one CSV row per rank of ``{stage}{F|B|I|W}{microbatch}`` cells,
-the same spelling as ours but not the same schedule. Three differences:
+our spelling but not our schedule:
 
 =====================  ==============================  ===================================
                        the engine (``Schedule``)        PyTorch's runtime
@@ -12,28 +12,23 @@ microbatch numbers     global: ``k * M + j``            within the step: ``j`` i
 optimizer update       an action, ``{stage}U{k}``       none: ``optimizer.step()`` after
 =====================  ==============================  ===================================
 
-Stage numbers need no translation: PyTorch infers which rank holds a stage from the row it
-appears in, and the engine's interleaved layout (virtual stage ``s`` on rank ``s % P``) is
-PyTorch's "loop" layout, so ``0F0 ... 4F0`` on row 0 means stages 0 and 4 on rank 0 in both.
-Communication needs no cells either: the runtime's ``_load_csv`` lowers the table itself,
-adding SEND/RECV after every F, B or I whose neighbour stage is on another rank. (Load it
-into ``_PipelineScheduleRuntime``: the plain ``PipelineScheduleMulti`` loop posts receives
-by pairing each cell with the neighbours' cell at the same position, which needs idle
-cells placed so positions line up; this export writes none.)
+Stage numbers need no translation: the engine's interleaved layout (stage ``s`` on rank
+``s % P``) is PyTorch's "loop" layout. Communication needs no cells: the runtime's
+``_load_csv`` adds SEND/RECV itself (load the table into ``_PipelineScheduleRuntime``; the
+plain ``PipelineScheduleMulti`` pairs cells by position and would need idle cells, which
+this export writes none of).
 
-:func:`to_torch_rows` / :func:`to_torch_csv` write one flushed minibatch of an engine
-schedule (drop its U cells, renumber its microbatches from 0); a schedule with no flush
-(PipeDream, 2BW, async/PipeMare after their warm-up) has no such minibatch, and is refused.
-:func:`from_torch_order` reads a PyTorch ``pipeline_order`` (rank -> list of ``_Action`` or
-None), or rows of its strings, into an engine :class:`Schedule` with one update per stage
-after that stage's last gradient, where PyTorch's REDUCE_GRAD sits.
+:func:`to_torch_rows` / :func:`to_torch_csv` write one flushed minibatch (U dropped,
+microbatches renumbered from 0); a minibatch that does not flush (PipeDream, 2BW, async
+after its warm-up) is refused. :func:`from_torch_order` reads a ``pipeline_order`` (rank ->
+list of ``_Action`` or None, or rows of strings) into a :class:`Schedule` with one update
+per stage after its last gradient, where PyTorch's REDUCE_GRAD sits.
 
-Loss scaling is not part of the notation. PyTorch (``scale_grads=True``, the default)
-back-propagates each microbatch's plain loss, sums the gradients and divides by M at the end;
-the engine back-propagates ``loss / M`` (one-device accumulation). The two agree bitwise when
-M is a power of two; for any M, give PyTorch ``loss_fn = loss / M`` and ``scale_grads=False``
-(see :mod:`pipemare_lite.compare_pipelining`). Torch-free: ``_Action`` objects are read by
-their fields, never imported.
+Loss scaling is not part of the notation: PyTorch (``scale_grads=True``) sums the
+microbatches' plain-loss gradients and divides by M, the engine back-propagates ``loss /
+M``; bitwise equal when M is a power of two, for any M with ``loss_fn = loss / M`` and
+``scale_grads=False`` (:mod:`pipemare_lite.compare_pipelining`). Torch-free: ``_Action``
+objects are read by their fields, never imported.
 """
 
 from __future__ import annotations
@@ -55,13 +50,8 @@ IGNORED_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "
 #: PyTorch's container for a forward and a backward run back to back (DualPipeV).
 OVERLAP = "OVERLAP_F_B"
 
-_TORCH_ACTION_RE = re.compile(
-    r"^(\d+)(F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)$"
-)
+_TORCH_ACTION_RE = re.compile(rf"^(\d+)({'|'.join(COMPUTE_KINDS + IGNORED_KINDS)})(\d*)$")
 _OVERLAP_RE = re.compile(r"^\((.*)\)" + OVERLAP + "$")
-
-
-# ------------------------------------------------------------------------------ export
 
 
 def flushed_minibatches(schedule: Schedule) -> range:
@@ -82,14 +72,10 @@ def to_torch_rows(schedule: Schedule, minibatch: int | None = None) -> list[list
     one synchronous step, and an asynchronous minibatch is not one.
     """
     s = validate(schedule)
-    k = _chosen_minibatch(s, minibatch)
-    M = s.num_microbatches
-    first = k * M
-    return [
-        [f"{a.stage}{a.kind}{a.index - first}" for a in row
-         if a.kind != "U" and first <= a.index < first + M]
-        for row in s.ranks
-    ]
+    first = _chosen_minibatch(s, minibatch) * s.num_microbatches
+    return [[f"{a.stage}{a.kind}{a.index - first}" for a in row
+             if a.kind != "U" and first <= a.index < first + s.num_microbatches]
+            for row in s.ranks]
 
 
 def to_torch_csv(schedule: Schedule, minibatch: int | None = None) -> str:
@@ -129,31 +115,24 @@ def _span(r: range) -> str:
     return str(r.start) if len(r) == 1 else f"integers {r.start}..{r.stop - 1}"
 
 
-# ------------------------------------------------------------------------------ import
-
-
 def from_torch_order(pipeline_order, *, name: str = "custom",
                      num_microbatches: int | None = None) -> Schedule:
     """An engine :class:`Schedule` (one minibatch) from PyTorch's ``pipeline_order``.
 
-    ``pipeline_order`` is what a PyTorch schedule holds (``schedule.pipeline_order``, a dict
-    ``rank -> [_Action | None, ...]``), or a list of rows of its action strings (what
-    ``_dump_csv`` writes, see :func:`from_torch_csv`). ``None`` and blank cells (bubbles)
-    are skipped, communication, FSDP and REDUCE_GRAD actions are dropped (the engine moves
-    tensors itself), OVERLAP_F_B runs its sub-actions in order, as PyTorch's runtime does.
-    Each stage gets its update U0 after its last gradient. ``num_microbatches`` defaults to
-    the number of forwards of stage 0; ``chunks`` is stages per rank. The layout must be
-    PyTorch's "loop" one (stage ``s`` on rank ``s % P``): the V-shaped one of
-    ``ScheduleZBVZeroBubble`` and ``ScheduleDualPipeV`` is refused, naming the stage.
+    ``pipeline_order``: a PyTorch schedule's ``pipeline_order`` (dict ``rank -> [_Action |
+    None, ...]``) or rows of its action strings (``_dump_csv``'s, :func:`from_torch_csv`).
+    Bubbles are skipped, communication, FSDP and REDUCE_GRAD actions dropped (the engine
+    moves tensors itself), OVERLAP_F_B's sub-actions run in order, as in PyTorch's runtime;
+    each stage gets U0 after its last gradient. ``num_microbatches`` defaults to stage 0's
+    forwards. Only the "loop" layout (stage ``s`` on rank ``s % P``) is read: the V-shaped
+    one of ``ScheduleZBVZeroBubble`` and ``ScheduleDualPipeV`` is refused, naming the stage.
 
     Not every ``pipeline_order`` is what its class runs: PyTorch 2.13's ``Schedule1F1B``
     draws the last rank's forwards as microbatches 1..M (it executes its own loop, not the
     drawing), which is refused as a microbatch out of range.
     """
-    rows = _rows_of(pipeline_order)
-    actions = [[_engine_action(cell, rank, p) for p, cell in enumerate(row)] for rank, row
-               in enumerate(rows)]
-    actions = [[a for group in row for a in group] for row in actions]
+    actions = [[a for p, cell in enumerate(row) for a in _engine_action(cell, rank, p)]
+               for rank, row in enumerate(_rows_of(pipeline_order))]
     P = len(actions)
     if P == 0:
         raise ScheduleError("empty pipeline_order: allowed: one list of actions per rank")

@@ -29,18 +29,11 @@ FORWARDS = "forward's"  # the version this microbatch's forward read
 
 @dataclass(frozen=True)
 class WeightMode:
-    """One weight mode's rule (see the module's table).
-
-    Attributes:
-        name: the mode's name, as schedules and the CLI spell it.
-        forward_reads: :data:`CURRENT` or :data:`PREVIOUS_MINIBATCH`.
-        backward_reads: :data:`CURRENT` or :data:`FORWARDS`.
-        versions_kept: how many weight versions a stage holds at most; None: as many as
-            its in-flight forwards need (stash: depends on the schedule).
-        flushes: True when every minibatch must finish before the next starts (no update
-            can come between a microbatch's forward and backward).
-        description: one line for listings and errors.
-    """
+    """One weight mode's rule, a row of the module's table: ``name`` as schedules and the CLI
+    spell it; ``forward_reads`` :data:`CURRENT` or :data:`PREVIOUS_MINIBATCH`;
+    ``backward_reads`` :data:`CURRENT` or :data:`FORWARDS`; ``versions_kept`` per stage at
+    most (None: as many as its in-flight forwards need); ``flushes``: every minibatch
+    finishes before the next starts (no update between a microbatch's F and B)."""
 
     name: str
     forward_reads: str
