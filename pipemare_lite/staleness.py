@@ -112,7 +112,7 @@ class VersionTable:
 
     @cached_property
     def rows(self) -> tuple[VersionRow, ...]:
-        """One :class:`VersionRow` per (stage, microbatch) with a forward (built when first read)."""
+        """A :class:`VersionRow` per (stage, microbatch) with a forward (built on first read)."""
         M = self.schedule.num_microbatches
         return tuple(
             VersionRow(s, m, m // M, f, b, a)
