@@ -98,12 +98,8 @@ def simulate(schedule: Schedule, costs: OpCosts | None = None) -> Timeline:
     start, end = [0.0] * (4 * n + S * K), [0.0] * (4 * n + S * K)
     rank_free = [0.0] * P
     for code in order:
-        kind, offset = divmod(code, n)
-        if kind == 4:  # U: its gradients ran earlier on this rank
-            stage = offset // K
-            ready = rank_free[stage % P]
-        else:
-            stage = offset // T
+        if code < 4 * n:  # F, B, I or W of microbatch code % T on stage (code % n) // T
+            kind, stage = code // n, (code % n) // T
             ready = rank_free[stage % P]
             if kind == 0:  # F: after F of the previous stage
                 if stage and end[code - T] + comm > ready:
@@ -112,10 +108,13 @@ def simulate(schedule: Schedule, costs: OpCosts | None = None) -> Timeline:
                 if end[code - n] > ready:
                     ready = end[code - n]
             else:  # B or I: after its own F and the next stage's B or I
-                if end[offset] > ready:
-                    ready = end[offset]
+                if end[code % n] > ready:
+                    ready = end[code % n]
                 if stage < S - 1 and end[code + T] + comm > ready:
                     ready = end[code + T] + comm
+        else:  # U: its gradients ran earlier on this rank
+            kind, stage = 4, (code - 4 * n) // K
+            ready = rank_free[stage % P]
         start[code] = ready
         end[code] = rank_free[stage % P] = ready + duration[kind][stage]
     with gc_paused():  # a record per action: the collector would rescan them all, often

@@ -168,7 +168,7 @@ def weight_versions(schedule: Schedule) -> VersionTable:
         stages = max([stages, *(a.stage + 1 for row in schedule.ranks for a in row)])
         width = max([width, *(a.index + 1 for row in schedule.ranks for a in row)])
     at_forward, at_backward, applied = _grids(3, stages, width)
-    mode = schedule.mode
+    mode, M = schedule.mode, schedule.num_microbatches
     forward_as_is = mode.forward_reads_current  # else 2bw's rule picks the version
     backward_as_is = not mode.backward_reads_forwards  # else the forward's copy
     version = [0] * stages  # per stage: the current version
@@ -179,18 +179,16 @@ def weight_versions(schedule: Schedule) -> VersionTable:
         if kind == FORWARD:
             if at_forward[s][m] is not None:
                 raise ValueError(f"forward {action} appears twice")
-            at_forward[s][m] = (
-                current if forward_as_is else _forward_version(schedule, m, current, s)
-            )
+            at_forward[s][m] = current if forward_as_is else _held(
+                mode, mode.version_at_forward(current, m // M), current, s, m, "forward")
         elif kind == BACKWARD or kind == INPUT_GRAD:
             forward = at_forward[s][m]
             if forward is None:
                 raise ValueError(f"{action} comes before its forward {s}F{m}")
             if at_backward[s][m] is not None:
                 raise ValueError(f"backward {action} appears twice")
-            at_backward[s][m] = (
-                current if backward_as_is else _backward_version(mode, forward, current, s, m)
-            )
+            at_backward[s][m] = current if backward_as_is else _held(
+                mode, mode.version_at_backward(current, forward), current, s, m, "backward")
             if kind == BACKWARD:
                 pending[s].append(m)
         elif kind == WEIGHT_GRAD:
@@ -216,32 +214,17 @@ def _grids(count: int, stages: int, width: int) -> list[list[list[None]]]:
     return [[[None] * width for _ in range(stages)] for _ in range(count)]
 
 
-def _forward_version(schedule: Schedule, microbatch: int, current: int, stage: int) -> int:
-    """The version F reads: the current one, or 2bw's ``max(k - 1, 0)`` for minibatch k."""
-    mode = schedule.mode
-    wanted = mode.version_at_forward(current, schedule.minibatch_of(microbatch))
-    if not mode.forward_reads_current:
-        _check_held(mode, wanted, current, stage, microbatch, "forward")
-    return wanted
-
-
-def _backward_version(mode: WeightMode, forward: int, current: int, stage: int, m: int) -> int:
-    """The version B (or I) reads: current for sync/async, the forward's copy for stash/2bw."""
-    wanted = mode.version_at_backward(current, forward)
-    if mode.versions_kept is not None:  # e.g. 2bw's two versions
-        _check_held(mode, wanted, current, stage, m, "backward")
-    return wanted
-
-
-def _check_held(mode, wanted: int, current: int, stage: int, microbatch: int, when: str) -> None:
-    """A mode keeps ``mode.versions_kept`` versions (2bw: current and previous); reading
-    any other is a schedule error."""
-    oldest = current - mode.versions_kept + 1
+def _held(mode: WeightMode, wanted: int, current: int, stage: int, microbatch: int,
+          when: str) -> int:
+    """``wanted``, if the stage still holds it: a mode keeps ``mode.versions_kept`` versions
+    (2bw: current and previous; None: stash keeps what its forwards need)."""
+    oldest = 0 if mode.versions_kept is None else current - mode.versions_kept + 1
     if not oldest <= wanted <= current:
         raise ValueError(
             f"{mode.name}: microbatch {microbatch} needs version {wanted} of stage {stage} at its "
             f"{when}, but the stage holds only versions {max(oldest, 0)}..{current}"
         )
+    return wanted
 
 
 def versions_from_trace(trace) -> VersionTable:

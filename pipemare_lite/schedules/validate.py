@@ -346,20 +346,23 @@ def code_order(s: Schedule, rows: list[list[int]]) -> list[int]:
     waiter = [-1] * len(done)
     ready = deque(range(s.num_stages))
     order: list[int] = []
+    append = order.append
     while ready:
         rank = ready.popleft()
         row, p = rows[rank], position[rank]
-        while p < len(row):
+        end = len(row)
+        while p < end:
             code = row[p]
-            kind, offset = divmod(code, n)  # dependency_codes(), inlined: the hot path
-            if kind == 0:  # F: F of the previous stage
-                missing = code - T if offset >= T and not done[code - T] else -1
-            elif kind < 3:  # B or I: its own F, then B or I of the next stage
-                if not done[offset]:
-                    missing = offset
+            # dependency_codes(), inlined (this loop is the hot path); -1: nothing missing
+            if code < n:  # F: F of the previous stage
+                missing = code - T if code >= T and not done[code - T] else -1
+            elif code < 3 * n:  # B or I: its own F, then B or I of the next stage
+                own = code % n
+                if not done[own]:
+                    missing = own
                 else:
-                    missing = code + T if offset < n - T and not done[code + T] else -1
-            elif kind == 3:  # W: its own I
+                    missing = code + T if own < n - T and not done[code + T] else -1
+            elif code < 4 * n:  # W: its own I
                 missing = code - n if not done[code - n] else -1
             else:  # U: its gradients are earlier in this row
                 missing = -1
@@ -367,7 +370,7 @@ def code_order(s: Schedule, rows: list[list[int]]) -> list[int]:
                 waiter[missing] = rank
                 break
             done[code] = 1
-            order.append(code)
+            append(code)
             p += 1
             if waiter[code] >= 0:
                 ready.append(waiter[code])
