@@ -54,14 +54,8 @@ from pipemare_lite.schedules.validate import is_validated
 from pipemare_lite.schedules.weight_modes import WeightMode
 
 #: Quantities a :class:`VersionTable` can turn into a stage x microbatch matrix.
-QUANTITIES = (
-    "version_at_forward",
-    "version_at_backward",
-    "version_applied",
-    "forward_delay",
-    "backward_delay",
-    "discrepancy",
-)
+QUANTITIES = ("version_at_forward", "version_at_backward", "version_applied",
+              "forward_delay", "backward_delay", "discrepancy")
 
 
 @dataclass(frozen=True)
@@ -333,11 +327,8 @@ def stage_delays(
 def _summarize(stage: int, forward: list, backward: list, discrepancy: list) -> StageDelay:
     """min/mean/max of the three delays (zeros when there are none)."""
     values = {}
-    for name, xs in (
-        ("forward_delay", forward),
-        ("backward_delay", backward),
-        ("discrepancy", discrepancy),
-    ):
+    for name, xs in zip(("forward_delay", "backward_delay", "discrepancy"),
+                        (forward, backward, discrepancy)):
         xs = xs or (0,)
         values[f"min_{name}"] = min(xs)
         values[f"mean_{name}"] = sum(xs) / len(xs)
