@@ -181,6 +181,8 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
     first_code = {kind: code * n for kind, code in KIND_CODE.items()}
     seen = bytearray(4 * n + S * K)
     updates, grads = [0] * S, [0] * S  # per stage: updates done, gradients of the minibatch
+    flushed = K if s.mode.flushes else s.warmup_minibatches  # minibatches that must flush
+    two_bw = not s.mode.forward_reads_current  # 2BW: minibatch k reads version k-1
     problem = None
     rows = []
     for rank, row in enumerate(s.ranks):
@@ -210,9 +212,11 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
                         f"allowed: 0..{T - 1} (num_microbatches * num_minibatches = {T})"
                     )
                 code = first_code[kind] + stage * T + index
-                if kind == "F":
-                    if problem is None and index // M > low:
-                        problem = _forward_problem(s, rank, len(codes), a, low, updates)
+                if kind == "F":  # minibatch k may start early unless k-1 flushes (or 2BW)
+                    k = index // M
+                    if problem is None and k > low and (
+                            k <= flushed or two_bw and updates[stage] < k - 1):
+                        problem = _forward_problem(s, rank, len(codes), a, updates)
                 elif kind == "B" or kind == "W":  # a gradient: B, or W when split
                     if problem is None and index // M != updates[stage]:
                         problem = _update_problem(s, rank, len(codes), a, updates, grads)
@@ -240,20 +244,18 @@ def _update_problem(s: Schedule, rank, position, a, updates, grads) -> str:
             "gradients of its minibatch)")
 
 
-def _forward_problem(s: Schedule, rank, position, a, low: int, updates) -> str | None:
-    """A forward of minibatch k that runs before some stage of its rank applied update k-1:
-    wrong if minibatch k-1 is flushed (all of a sync schedule, the warm-up of an async one),
-    or in 2BW when its own stage has not made version k-1 (update k-2) yet."""
+def _forward_problem(s: Schedule, rank, position, a, updates) -> str:
+    """A forward of minibatch k that runs before some stage of its rank applied update k-1,
+    though minibatch k-1 is flushed (all of a sync schedule, the warm-up of an async one);
+    or in 2BW before its own stage made version k-1 (update k-2)."""
     k = a.index // s.num_microbatches
     flushed = s.num_minibatches if s.mode.flushes else s.warmup_minibatches
     if k <= flushed:
         return (f"{_at(rank, position, a)} starts minibatch {k} before rank {rank} applied "
                 f"update {k - 1} (a flushed minibatch must update before the next starts)")
-    if not s.mode.forward_reads_current and k >= 2 and updates[a.stage] < k - 1:
-        return (f"{_at(rank, position, a)}: 2BW runs minibatch {k} on version {k - 1}, made by "
-                f"update {k - 2} of stage {a.stage}, which comes later on this rank; use more "
-                "microbatches")
-    return None
+    return (f"{_at(rank, position, a)}: 2BW runs minibatch {k} on version {k - 1}, made by "
+            f"update {k - 2} of stage {a.stage}, which comes later on this rank; use more "
+            "microbatches")
 
 
 def _misplaced(s: Schedule, rank: int, position: int, a) -> str:
