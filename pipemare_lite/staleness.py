@@ -165,41 +165,42 @@ def weight_versions(schedule: Schedule) -> VersionTable:
     mode, M = schedule.mode, schedule.num_microbatches
     forward_as_is = mode.forward_reads_current  # else 2bw's rule picks the version
     backward_as_is = not mode.backward_reads_forwards  # else the forward's copy
-    version = [0] * stages  # per stage: the current version
-    pending: list[list[int]] = [[] for _ in range(stages)]  # gradients awaiting an update
-    for action in (a for row in schedule.ranks for a in row):  # rank by rank
-        kind, s, m = action.kind, action.stage, action.index
-        current = version[s]
-        if kind == FORWARD:
-            if at_forward[s][m] is not None:
-                raise ValueError(f"forward {action} appears twice")
-            at_forward[s][m] = current if forward_as_is else _held(
-                mode, mode.version_at_forward(current, m // M), current, s, m, "forward")
-        elif kind == BACKWARD or kind == INPUT_GRAD:
-            forward = at_forward[s][m]
-            if forward is None:
-                raise ValueError(f"{action} comes before its forward {s}F{m}")
-            if at_backward[s][m] is not None:
-                raise ValueError(f"backward {action} appears twice")
-            at_backward[s][m] = current if backward_as_is else _held(
-                mode, mode.version_at_backward(current, forward), current, s, m, "backward")
-            if kind == BACKWARD:
+    for row in schedule.ranks:  # a stage's actions all live on its rank: count per rank
+        version = [0] * stages  # per stage: the current version
+        pending: list[list[int]] = [[] for _ in range(stages)]  # gradients awaiting a U
+        for action in row:
+            kind, s, m = action.kind, action.stage, action.index
+            current = version[s]
+            if kind == FORWARD:
+                if at_forward[s][m] is not None:
+                    raise ValueError(f"forward {action} appears twice")
+                at_forward[s][m] = current if forward_as_is else _held(
+                    mode, mode.version_at_forward(current, m // M), current, s, m, "forward")
+            elif kind == BACKWARD or kind == INPUT_GRAD:
+                forward = at_forward[s][m]
+                if forward is None:
+                    raise ValueError(f"{action} comes before its forward {s}F{m}")
+                if at_backward[s][m] is not None:
+                    raise ValueError(f"backward {action} appears twice")
+                at_backward[s][m] = current if backward_as_is else _held(
+                    mode, mode.version_at_backward(current, forward), current, s, m, "backward")
+                if kind == BACKWARD:
+                    pending[s].append(m)
+            elif kind == WEIGHT_GRAD:
+                if at_backward[s][m] is None:
+                    raise ValueError(f"{action} comes before its input gradient {s}I{m}")
                 pending[s].append(m)
-        elif kind == WEIGHT_GRAD:
-            if at_backward[s][m] is None:
-                raise ValueError(f"{action} comes before its input gradient {s}I{m}")
-            pending[s].append(m)
-        else:  # UPDATE: applies every gradient the stage gathered since its last one
-            if m != current:
-                raise ValueError(
-                    f"update {action} is update number {current} of stage {s}; "
-                    f"expected {s}U{current}"
-                )
-            done = applied[s]
-            for waiting in pending[s]:
-                done[waiting] = current
-            pending[s] = []
-            version[s] = current + 1
+            else:  # UPDATE: applies every gradient the stage gathered since its last one
+                if m != current:
+                    raise ValueError(
+                        f"update {action} is update number {current} of stage {s}; "
+                        f"expected {s}U{current}"
+                    )
+                done = applied[s]
+                for waiting in pending[s]:
+                    done[waiting] = current
+                pending[s] = []
+                version[s] = current + 1
     return VersionTable(schedule, at_forward, at_backward, applied)
 
 
@@ -212,8 +213,8 @@ def _held(mode: WeightMode, wanted: int, current: int, stage: int, microbatch: i
           when: str) -> int:
     """``wanted``, if the stage still holds it: a mode keeps ``mode.versions_kept`` versions
     (2bw: current and previous; None: stash keeps what its forwards need)."""
-    oldest = 0 if mode.versions_kept is None else current - mode.versions_kept + 1
-    if not oldest <= wanted <= current:
+    oldest = None if mode.versions_kept is None else current - mode.versions_kept + 1
+    if oldest is not None and not oldest <= wanted <= current:
         raise ValueError(
             f"{mode.name}: microbatch {microbatch} needs version {wanted} of stage {stage} at its "
             f"{when}, but the stage holds only versions {max(oldest, 0)}..{current}"

@@ -173,17 +173,18 @@ def encode(s: Schedule) -> list[list[int]]:
 def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
     """One pass over every rank's row: ``(codes, seen, first update problem or None)``.
 
-    Raises at once for a misplaced action, an index out of range or a duplicate; ``seen``
-    marks every code present (for :func:`_check_complete`).
+    Raises for a misplaced action, an index out of range (at once) or a duplicate (after
+    the walk); ``seen`` marks every code present (for :func:`_check_complete`).
     """
     S, T, K, P = s.num_virtual_stages, s.total_microbatches, s.num_minibatches, s.num_stages
     n, M = S * T, s.num_microbatches
     first_code = {kind: code * n for kind, code in KIND_CODE.items()}
     seen = bytearray(4 * n + S * K)
+    gradient = "W" if s.split_backward else "B"  # the action that completes a gradient
     updates, grads = [0] * S, [0] * S  # per stage: updates done, gradients of the minibatch
     flushed = K if s.mode.flushes else s.warmup_minibatches  # minibatches that must flush
     two_bw = not s.mode.forward_reads_current  # 2BW: minibatch k reads version k-1
-    problem = None
+    problem = duplicate = None  # the first of each, raised in the order validate() checks
     rows = []
     for rank, row in enumerate(s.ranks):
         codes: list[int] = []
@@ -217,15 +218,17 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
                     if problem is None and k > low and (
                             k <= flushed or two_bw and updates[stage] < k - 1):
                         problem = _forward_problem(s, rank, len(codes), a, updates)
-                elif kind == "B" or kind == "W":  # a gradient: B, or W when split
+                elif kind == gradient:
                     if problem is None and index // M != updates[stage]:
                         problem = _update_problem(s, rank, len(codes), a, updates, grads)
                     grads[stage] += 1
-            if seen[code]:
-                raise ScheduleError(f"{_at(rank, len(codes), a)} appears twice")
+            if seen[code] and duplicate is None:
+                duplicate = f"{_at(rank, len(codes), a)} appears twice"
             seen[code] = 1
             append(code)
         rows.append(codes)
+    if duplicate:
+        raise ScheduleError(duplicate)
     return rows, seen, problem
 
 
@@ -272,8 +275,8 @@ def _check_complete(s: Schedule, seen: bytearray) -> None:
     """Nothing missing: every F, every B (or every I and W), one U per stage and minibatch."""
     S, T, K = s.num_virtual_stages, s.total_microbatches, s.num_minibatches
     n = S * T
-    has_b, has_i, has_w = (any(seen[c * n:(c + 1) * n]) for c in (1, 2, 3))
-    if has_b and (has_i or has_w):
+    has_b, has_i = any(seen[n:2 * n]), any(seen[2 * n:3 * n])
+    if has_b and has_i:
         raise ScheduleError("backwards must be all B or all I+W (split), not a mix")
     for kind in ("F", "I", "W") if has_i else ("F", "B"):
         block = seen[KIND_CODE[kind] * n:(KIND_CODE[kind] + 1) * n]
