@@ -19,15 +19,20 @@ import math
 from fractions import Fraction
 
 
-def _check(name: str, value, low: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name}={value!r}: allowed: an integer >= {low}")
+def _check(**sizes) -> None:
+    """Every size an integer >= 1 (a stage index ``s``: 0..P-1)."""
+    for name, value in sizes.items():
+        low = 0 if name == "s" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}={value!r}: allowed: an integer >= {low}")
+    if "s" in sizes and sizes["s"] >= sizes["P"]:
+        raise ValueError(f"s={sizes['s']}: allowed: 0..{sizes['P'] - 1}")
 
 
 def idle_fraction_naive(P: int) -> float:
     """Naive model parallelism (chapter 01): one microbatch in flight, so one rank works at a
     time. Each rank is busy M(F+B) out of a makespan P*M(F+B): idle fraction (P-1)/P."""
-    _check("P", P)
+    _check(P=P)
     return (P - 1) / P
 
 
@@ -40,8 +45,7 @@ def makespan_gpipe(P: int, M: int, forward: float = 1.0, backward: float = 2.0, 
     M*F + (P-1)(F+c) + M*B + (P-1)(B+c). 1F1B with c = 0 has the same makespan (it only
     reorders the work inside the same fill and drain).
     """
-    _check("P", P)
-    _check("M", M)
+    _check(P=P, M=M)
     return (M + P - 1) * (forward + backward) + 2 * (P - 1) * comm
 
 
@@ -51,8 +55,7 @@ def idle_fraction_gpipe(P: int, M: int) -> float:
     Derivation: each rank is busy M(F+B) out of a makespan (M+P-1)(F+B)
     (:func:`makespan_gpipe` with c = 0), so the idle share is (P-1)/(M+P-1), whatever F and B.
     """
-    _check("P", P)
-    _check("M", M)
+    _check(P=P, M=M)
     return (P - 1) / (M + P - 1)
 
 
@@ -62,8 +65,7 @@ idle_fraction_1f1b = idle_fraction_gpipe
 
 def bubble_ratio_gpipe(P: int, M: int) -> float:
     """GPipe and 1F1B: idle time / busy time = (P-1)(F+B) / (M(F+B)) = (P-1)/M."""
-    _check("P", P)
-    _check("M", M)
+    _check(P=P, M=M)
     return (P - 1) / M
 
 
@@ -81,17 +83,13 @@ def makespan_interleaved(P: int, M: int, v: int, forward: float = 1.0, backward:
     the work grows to v*M(F+B). With whole-stage costs F_s = v*F it reads
     M(F_s+B_s) + (P-1)(F_s+B_s)/v: the bubble shrinks by v.
     """
-    _check("P", P)
-    _check("M", M)
-    _check("v", v)
+    _check(P=P, M=M, v=v)
     return (v * M + P - 1) * (forward + backward)
 
 
 def idle_fraction_interleaved(P: int, M: int, v: int) -> float:
     """Interleaved 1F1B: (P-1)/(v*M+P-1), from :func:`makespan_interleaved` (busy v*M(F+B))."""
-    _check("P", P)
-    _check("M", M)
-    _check("v", v)
+    _check(P=P, M=M, v=v)
     return (P - 1) / (v * M + P - 1)
 
 
@@ -109,8 +107,7 @@ def makespan_zb_h1(P: int, M: int, forward=1.0, input_grad=1.0, weight_grad=1.0)
     bubble of (P-1)F, a third of 1F1B's (P-1)(F+B) for B = 2F (Qi et al., 2023). For
     M < P the warm-up is clamped and the makespan is larger; use the simulator.
     """
-    _check("P", P)
-    _check("M", M)
+    _check(P=P, M=M)
     if M < P:
         raise ValueError(f"makespan_zb_h1: M={M} < P={P}; allowed: M >= P (else simulate)")
     F, I, W = forward, input_grad, weight_grad
@@ -129,8 +126,7 @@ def makespan_no_flush(P: int, total_microbatches: int, forward=1.0, backward=2.0
     Derivation: without a flush the pipeline fills once and drains once for the whole run,
     exactly like one GPipe minibatch of T microbatches (:func:`makespan_gpipe`, c = 0).
     """
-    _check("P", P)
-    _check("total_microbatches", total_microbatches)
+    _check(P=P, total_microbatches=total_microbatches)
     return (total_microbatches + P - 1) * (forward + backward)
 
 
@@ -142,8 +138,7 @@ def idle_fraction_async_steady_state(P: int, N: int) -> float:
     wait for the pipeline to drain. Only the single fill and drain of the whole run
     (:func:`makespan_no_flush`) is idle.
     """
-    _check("P", P)
-    _check("N", N)
+    _check(P=P, N=N)
     return 0.0
 
 
@@ -154,15 +149,13 @@ def async_speedup_over_gpipe(P: int, N: int) -> float:
     pipeline's is 1 in steady state, and throughput is proportional to utilization. With
     PipeMare's fine-grained P = 107 stages: N = 32 gives 138/32 = 4.31, N = 8 gives 14.25.
     """
-    _check("P", P)
-    _check("N", N)
+    _check(P=P, N=N)
     return (N + P - 1) / N
 
 
 def peak_inflight_gpipe(P: int, M: int) -> int:
     """GPipe: every stage holds all M microbatches' activations before its first backward."""
-    _check("P", P)
-    _check("M", M)
+    _check(P=P, M=M)
     return M
 
 
@@ -173,11 +166,7 @@ def peak_inflight_1f1b(P: int, M: int, s: int) -> int:
     backward frees one; from then on each F is paired with a B, so the count stays at P-s.
     With fewer microbatches the warm-up is clamped and it holds all M.
     """
-    _check("P", P)
-    _check("M", M)
-    _check("s", s, low=0)
-    if s >= P:
-        raise ValueError(f"s={s}: allowed: 0..{P - 1}")
+    _check(P=P, M=M, s=s)
     return min(P - s, M)
 
 
@@ -188,11 +177,7 @@ def peak_inflight_zb_h1(P: int, M: int, s: int) -> int:
     microbatches whose weight gradient it defers: (P-1-s) + 1 + s = P, the peak of 1F1B's
     stage 0 (hence "same peak memory as 1F1B"); never more than the M it has.
     """
-    _check("P", P)
-    _check("M", M)
-    _check("s", s, low=0)
-    if s >= P:
-        raise ValueError(f"s={s}: allowed: 0..{P - 1}")
+    _check(P=P, M=M, s=s)
     return min(P, M)
 
 
@@ -204,11 +189,7 @@ def peak_inflight_async(P: int, total_microbatches: int, s: int) -> int:
     backwards: 2(P-s) microbatches in flight, twice 1F1B's P-s (PipeMare's schedule keeps
     every stage busy from the first tick instead of waiting in a warm-up).
     """
-    _check("P", P)
-    _check("total_microbatches", total_microbatches)
-    _check("s", s, low=0)
-    if s >= P:
-        raise ValueError(f"s={s}: allowed: 0..{P - 1}")
+    _check(P=P, total_microbatches=total_microbatches, s=s)
     return min(2 * (P - s), total_microbatches)
 
 
@@ -218,7 +199,7 @@ def microbatches_for_idle_below(P: int, target: float) -> int:
     Derivation: (P-1)/(M+P-1) < t  <=>  M > (P-1)(1-t)/t, so M = floor((P-1)(1-t)/t) + 1
     (computed with exact fractions, so a target like 0.2 is not spoiled by rounding).
     """
-    _check("P", P)
+    _check(P=P)
     if isinstance(target, bool) or not isinstance(target, (int, float, Fraction)):
         raise ValueError(f"target={target!r}: allowed: a number in (0, 1]")
     if not 0 < target <= 1:

@@ -124,24 +124,14 @@ def memory_by_kind(
             f"t2=True needs an 'async' schedule (T2 corrects the no-stash discrepancy); "
             f"schedule {schedule.name!r} has weight_mode {schedule.weight_mode!r}"
         )
-    needed = _versions_read(schedule)
+    # [stage][microbatch]: the version its backward reads, in the modes that stash (the
+    # forward's version); None: backwards read the current weights, nothing is stashed
+    stashes = schedule.mode.backward_reads_forwards
+    needed = weight_versions(schedule).version_at_forward if stashes else None
     return [_rank_peaks(schedule, rank, profile, needed, t2) for rank in range(schedule.num_stages)]
 
 
-def _versions_read(schedule: Schedule) -> dict[int, dict[int, int]]:
-    """stage -> microbatch -> the version its backward reads, for modes that stash.
-
-    In those modes that is the forward's version (also when the schedule has no backward).
-    """
-    if not schedule.mode.backward_reads_forwards:
-        return {}
-    needed: dict[int, dict[int, int]] = {}
-    for r in weight_versions(schedule).rows:
-        needed.setdefault(r.stage, {})[r.microbatch] = r.version_at_forward
-    return needed
-
-
-def _rank_peaks(schedule, rank, profile, needed: dict[int, dict[int, int]], t2) -> dict[str, int]:
+def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
     """Walk one rank's actions and keep the peak of every kind."""
     stages = schedule.stages_of(rank)
     fixed = {
@@ -152,13 +142,12 @@ def _rank_peaks(schedule, rank, profile, needed: dict[int, dict[int, int]], t2) 
     current = {s: 0 for s in stages}
     # microbatches whose backward is not done, counted by the version they read (per stage)
     readers = {s: Counter() for s in stages}
-    mode = schedule.mode
     # stash: a forward adds a reader of its version; 2bw: a version must survive until its
     # last reader, all known before any forward runs
-    stash_mode = mode.backward_reads_forwards and not mode.readers_known_up_front
-    if mode.backward_reads_forwards and mode.readers_known_up_front:
+    stash_mode = needed is not None and not schedule.mode.readers_known_up_front
+    if needed is not None and schedule.mode.readers_known_up_front:
         for s in stages:
-            readers[s].update(needed.get(s, {}).values())
+            readers[s].update(v for v in needed[s] if v is not None)
     param, activation = profile.param_bytes, profile.activation_bytes
     # stash = sum over stages of param_bytes x (distinct versions in readers older than the
     # current one), kept up to date as versions enter, leave, or become old (one per update)
@@ -178,19 +167,15 @@ def _rank_peaks(schedule, rank, profile, needed: dict[int, dict[int, int]], t2) 
                 readers[s][version] += 1
         elif kind == BACKWARD or kind == WEIGHT_GRAD:  # the microbatch's last backward action
             activations -= activation[s]
-            version = needed[s].get(action.index) if s in needed else None
+            version = None if needed is None else needed[s][action.index]
             if version is not None and _release(readers[s], version) and version < current[s]:
                 stash -= param[s]
-        if activations > peak_activations:
-            peak_activations = activations
-        if stash > peak_stash:
-            peak_stash = stash
-        if activations + stash > peak_varying:
-            peak_varying = activations + stash
+        peak_activations = max(peak_activations, activations)
+        peak_stash = max(peak_stash, stash)
+        peak_varying = max(peak_varying, activations + stash)
     peaks = dict(fixed, stash=peak_stash, activations=peak_activations)
     peaks = {kind: peaks[kind] for kind in KINDS}
-    fixed_total = sum(fixed.values())
-    return dict(peaks, total=sum(peaks.values()), peak_total=fixed_total + peak_varying)
+    return dict(peaks, total=sum(peaks.values()), peak_total=sum(fixed.values()) + peak_varying)
 
 
 def _release(counter: Counter, version: int) -> bool:

@@ -51,10 +51,9 @@ class OpCosts:
                 raise ValueError(f"OpCosts.{name}={value!r}: allowed: a number >= 0")
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"OpCosts.{name}={value!r}: allowed: a finite number >= 0")
-        # A zero-length F, B, I or W would make an action start and end at the same instant,
-        # so "held" activations and utilization lose their meaning; updates and comm may be 0.
-        for name in ("forward", "backward", "input_grad", "weight_grad"):
-            if getattr(self, name) == 0:
+            # a zero-length F, B, I or W would start and end at the same instant, so "held"
+            # activations and utilization lose their meaning; updates and comm may be free
+            if value == 0 and name not in ("update", "comm"):
                 raise ValueError(f"OpCosts.{name}=0: allowed: a finite number > 0 (compute "
                                  "ops take time; only update and comm may be 0)")
         if self.stage_multipliers is not None:
@@ -90,50 +89,39 @@ def simulate(schedule: Schedule, costs: OpCosts | None = None) -> Timeline:
     costs = OpCosts() if costs is None else costs
     codes, order = validated_order(schedule)
     S, T, P = schedule.num_virtual_stages, schedule.total_microbatches, schedule.num_stages
-    n = S * T
-    multiplier = costs.per_stage(schedule)
-    base = (costs.forward, costs.backward, costs.input_grad, costs.weight_grad, costs.update)
-    comm = costs.comm if P > 1 else 0.0  # F(s-1) and B/I(s+1) always run on another rank
+    n = S * T  # codes: kind * n + stage * T + microbatch for F, B, I, W; 4n + stage * K + k for U
     K = schedule.num_minibatches
-    end = [0.0] * (4 * n + S * K)
-    start_of = [0.0] * len(end)
+    base = (costs.forward, costs.backward, costs.input_grad, costs.weight_grad, costs.update)
+    duration = [[cost * x for x in costs.per_stage(schedule)] for cost in base]  # [kind][stage]
+    comm = costs.comm if P > 1 else 0.0  # F(s-1) and B/I(s+1) always run on another rank
+    start, end = [0.0] * (4 * n + S * K), [0.0] * (4 * n + S * K)
     rank_free = [0.0] * P
-    n2, n3, n4 = 2 * n, 3 * n, 4 * n
     for code in order:
-        if code < n:  # F: after F of the previous stage
-            stage = code // T
+        if code < 4 * n:  # F, B, I or W of microbatch code % T on stage (code % n) // T
+            kind, stage = code // n, (code % n) // T
             ready = rank_free[stage % P]
-            if code >= T and end[code - T] + comm > ready:
-                ready = end[code - T] + comm
-            kind = 0
-        elif code < n3:  # B or I: after own F and the next stage's B or I
-            kind = 1 if code < n2 else 2
-            own = code - kind * n
-            stage = own // T
-            ready = rank_free[stage % P]
-            if end[own] > ready:
-                ready = end[own]
-            if stage < S - 1 and end[code + T] + comm > ready:
-                ready = end[code + T] + comm
-        elif code < n4:  # W: after its own I
-            stage = (code - n3) // T
-            ready = rank_free[stage % P]
-            if end[code - n] > ready:
-                ready = end[code - n]
-            kind = 3
+            if kind == 0:  # F: after F of the previous stage
+                if stage and end[code - T] + comm > ready:
+                    ready = end[code - T] + comm
+            elif kind == 3:  # W: after its own I
+                if end[code - n] > ready:
+                    ready = end[code - n]
+            else:  # B or I: after its own F and the next stage's B or I
+                if end[code % n] > ready:
+                    ready = end[code % n]
+                if stage < S - 1 and end[code + T] + comm > ready:
+                    ready = end[code + T] + comm
         else:  # U: its gradients ran earlier on this rank
-            stage = (code - n4) // K
+            kind, stage = 4, (code - 4 * n) // K
             ready = rank_free[stage % P]
-            kind = 4
-        start_of[code] = ready
-        end[code] = rank_free[stage % P] = ready + base[kind] * multiplier[stage]
-    with gc_paused():
+        start[code] = ready
+        end[code] = rank_free[stage % P] = ready + duration[kind][stage]
+    with gc_paused():  # a record per action: the collector would rescan them all, often
         entries = tuple(
-            TimedAction(rank, action, start_of[c], end[c])
+            TimedAction(rank, action, start[c], end[c])
             for rank, (row, row_codes) in enumerate(zip(schedule.ranks, codes))
             for action, c in zip(row, row_codes)
         )
-        del start_of, end  # freed before the collector resumes, so it does not scan them
     return Timeline(schedule=schedule, entries=entries, extra={"costs": asdict(costs)})
 
 
@@ -323,14 +311,3 @@ def simulate_and_measure(
     timeline = simulate(schedule, costs)
     return timeline, metrics(timeline)
 
-
-__all__ = [
-    "OpCosts",
-    "ScheduleMetrics",
-    "ScheduleError",
-    "simulate",
-    "depends_on",
-    "simulate_step_by_step",
-    "metrics",
-    "simulate_and_measure",
-]

@@ -41,7 +41,6 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from functools import cached_property
 
-from pipemare_lite.schedules._build import gc_paused
 from pipemare_lite.schedules.actions import (
     BACKWARD,
     FORWARD,
@@ -55,14 +54,8 @@ from pipemare_lite.schedules.validate import is_validated
 from pipemare_lite.schedules.weight_modes import WeightMode
 
 #: Quantities a :class:`VersionTable` can turn into a stage x microbatch matrix.
-QUANTITIES = (
-    "version_at_forward",
-    "version_at_backward",
-    "version_applied",
-    "forward_delay",
-    "backward_delay",
-    "discrepancy",
-)
+QUANTITIES = ("version_at_forward", "version_at_backward", "version_applied",
+              "forward_delay", "backward_delay", "discrepancy")
 
 
 @dataclass(frozen=True)
@@ -83,36 +76,45 @@ class VersionRow:
     @property
     def forward_delay(self) -> int | None:
         """Updates between the forward's weights and the weights the gradient is applied to."""
-        if self.version_applied is None:
-            return None
-        return self.version_applied - self.version_at_forward
+        return _minus(self.version_applied, self.version_at_forward)
 
     @property
     def backward_delay(self) -> int | None:
         """Updates between the backward's weights and the weights the gradient is applied to."""
-        if self.version_applied is None or self.version_at_backward is None:
-            return None
-        return self.version_applied - self.version_at_backward
+        return _minus(self.version_applied, self.version_at_backward)
 
     @property
     def discrepancy(self) -> int | None:
         """Updates between the forward's and the backward's weights (T2's ``d``)."""
-        if self.version_at_backward is None:
-            return None
-        return self.version_at_backward - self.version_at_forward
+        return _minus(self.version_at_backward, self.version_at_forward)
+
+
+def _minus(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a - b
 
 
 @dataclass(frozen=True)
 class VersionTable:
-    """All :class:`VersionRow` of a schedule, stage-major (by stage, then microbatch)."""
+    """The versions of a schedule as three grids indexed ``[stage][microbatch]`` (None: that
+    microbatch has no such action on that stage); :attr:`rows` lists them as
+    :class:`VersionRow`, stage-major (by stage, then microbatch), where a forward ran."""
 
     schedule: Schedule
-    rows: tuple[VersionRow, ...]
+    version_at_forward: list[list[int | None]]
+    version_at_backward: list[list[int | None]]
+    version_applied: list[list[int | None]]
 
     @cached_property
-    def _index(self) -> dict[tuple[int, int], VersionRow]:
-        # built on the first lookup only: most callers read rows or stage_delays, not row()
-        return {(r.stage, r.microbatch): r for r in self.rows}
+    def rows(self) -> tuple[VersionRow, ...]:
+        """A :class:`VersionRow` per (stage, microbatch) with a forward (built on first read)."""
+        M = self.schedule.num_microbatches
+        return tuple(
+            VersionRow(s, m, m // M, f, b, a)
+            for s, grids in enumerate(zip(self.version_at_forward, self.version_at_backward,
+                                          self.version_applied))
+            for m, (f, b, a) in enumerate(zip(*grids))
+            if f is not None
+        )
 
     @property
     def num_stages(self) -> int:
@@ -126,9 +128,13 @@ class VersionTable:
 
     def row(self, stage: int, microbatch: int) -> VersionRow:
         """The row for (stage, microbatch); KeyError naming both if the schedule has none."""
-        if (stage, microbatch) not in self._index:
+        grid = self.version_at_forward
+        if not (0 <= stage < len(grid) and 0 <= microbatch < len(grid[stage])
+                and grid[stage][microbatch] is not None):
             raise KeyError(f"no forward of microbatch {microbatch} on stage {stage}")
-        return self._index[(stage, microbatch)]
+        return VersionRow(stage, microbatch, self.schedule.minibatch_of(microbatch),
+                          grid[stage][microbatch], self.version_at_backward[stage][microbatch],
+                          self.version_applied[stage][microbatch])
 
     def matrix(self, quantity: str = "forward_delay") -> list[list[int | None]]:
         """``matrix[stage][microbatch]`` of one quantity (None where undefined): a heatmap."""
@@ -145,120 +151,75 @@ class VersionTable:
 def weight_versions(schedule: Schedule) -> VersionTable:
     """Walk every rank's actions in order and record the versions each microbatch met.
 
-    Raises ValueError for a schedule whose bookkeeping is impossible: a backward before its
-    forward, an action repeated, an update numbered out of order, or (2bw) a microbatch that
-    needs a version the stage no longer holds.
+    Each stage has a version counter, advanced by its own ``U`` actions (a stage's actions
+    all live on one rank, so its rank's order is all that matters). Raises ValueError for a
+    schedule whose bookkeeping is impossible: a backward before its forward, an action
+    repeated, an update numbered out of order, or (2bw) a microbatch that needs a version
+    the stage no longer holds.
     """
     stages, width = schedule.num_virtual_stages, schedule.total_microbatches
     if not is_validated(schedule):  # unchecked: make room for any stage and index it names
         stages = max([stages, *(a.stage + 1 for row in schedule.ranks for a in row)])
         width = max([width, *(a.index + 1 for row in schedule.ranks for a in row)])
-    columns = _Columns(stages, width)
-    with gc_paused():  # many small acyclic objects: skip the collector's rescans of them
-        for row in schedule.ranks:
-            _versions_on_rank(schedule, row, columns)
-        rows = columns.rows(schedule.num_microbatches)
-        return VersionTable(schedule=schedule, rows=tuple(rows))
-
-
-class _Columns:
-    """Per stage, one list over the microbatches for each version (None: not seen yet).
-
-    Indexed ``[stage][microbatch]``, so reading them stage by stage gives the table's
-    stage-major order without sorting.
-    """
-
-    def __init__(self, stages: int, width: int) -> None:
-        self.at_forward = [[None] * width for _ in range(stages)]
-        self.at_backward = [[None] * width for _ in range(stages)]
-        self.applied = [[None] * width for _ in range(stages)]
-
-    def rows(self, M: int) -> list[VersionRow]:
-        """A :class:`VersionRow` per (stage, microbatch) that has a forward, stage-major."""
-        out = []
-        for stage, forwards in enumerate(self.at_forward):
-            backwards, applied = self.at_backward[stage], self.applied[stage]
-            out += [
-                VersionRow(stage, m, m // M, v, backwards[m], applied[m])
-                for m, v in enumerate(forwards)
-                if v is not None
-            ]
-        return out
-
-
-def _versions_on_rank(schedule: Schedule, actions, columns: _Columns) -> None:
-    """Fill ``columns`` for one rank's actions: a per-stage version counter advanced by its
-    own ``U`` actions (a stage's actions all live on one rank)."""
-    version: dict[int, int] = {}  # stage -> current version
-    pending: dict[int, list[int]] = {}  # stage -> microbatches whose gradient awaits an update
-    at_forward, at_backward, applied = columns.at_forward, columns.at_backward, columns.applied
-    mode = schedule.mode
+    at_forward, at_backward, applied = _grids(3, stages, width)
+    mode, M = schedule.mode, schedule.num_microbatches
     forward_as_is = mode.forward_reads_current  # else 2bw's rule picks the version
     backward_as_is = not mode.backward_reads_forwards  # else the forward's copy
-    for action in actions:
-        kind, s, m = action.kind, action.stage, action.index
-        current = version.get(s, 0)
-        if kind == UPDATE:
-            if m != current:
-                raise ValueError(
-                    f"update {action} is update number {current} of stage {s}; "
-                    f"expected {s}U{current}"
-                )
-            done = applied[s]
-            for waiting in pending.pop(s, ()):
-                done[waiting] = current
-            version[s] = current + 1
-        elif kind == FORWARD:
-            if at_forward[s][m] is not None:
-                raise ValueError(f"forward {action} appears twice")
-            at_forward[s][m] = (
-                current if forward_as_is else _forward_version(schedule, m, current, s)
-            )
-        elif kind == BACKWARD or kind == INPUT_GRAD:
-            forward = at_forward[s][m]
-            if forward is None:
-                raise ValueError(f"{action} comes before its forward {s}F{m}")
-            if at_backward[s][m] is not None:
-                raise ValueError(f"backward {action} appears twice")
-            at_backward[s][m] = (
-                current if backward_as_is else _backward_version(mode, forward, current, s,
-                                                                 action)
-            )
-            if kind == BACKWARD:
-                pending.setdefault(s, []).append(m)
-        elif kind == WEIGHT_GRAD:
-            if at_backward[s][m] is None:
-                raise ValueError(f"{action} comes before its input gradient {s}I{m}")
-            pending.setdefault(s, []).append(m)
+    for row in schedule.ranks:  # a stage's actions all live on its rank: count per rank
+        version = [0] * stages  # per stage: the current version
+        pending: list[list[int]] = [[] for _ in range(stages)]  # gradients awaiting a U
+        for action in row:
+            kind, s, m = action.kind, action.stage, action.index
+            current = version[s]
+            if kind == FORWARD:
+                if at_forward[s][m] is not None:
+                    raise ValueError(f"forward {action} appears twice")
+                at_forward[s][m] = current if forward_as_is else _held(
+                    mode, mode.version_at_forward(current, m // M), current, s, m, "forward")
+            elif kind == BACKWARD or kind == INPUT_GRAD:
+                forward = at_forward[s][m]
+                if forward is None:
+                    raise ValueError(f"{action} comes before its forward {s}F{m}")
+                if at_backward[s][m] is not None:
+                    raise ValueError(f"backward {action} appears twice")
+                at_backward[s][m] = current if backward_as_is else _held(
+                    mode, mode.version_at_backward(current, forward), current, s, m, "backward")
+                if kind == BACKWARD:
+                    pending[s].append(m)
+            elif kind == WEIGHT_GRAD:
+                if at_backward[s][m] is None:
+                    raise ValueError(f"{action} comes before its input gradient {s}I{m}")
+                pending[s].append(m)
+            else:  # UPDATE: applies every gradient the stage gathered since its last one
+                if m != current:
+                    raise ValueError(
+                        f"update {action} is update number {current} of stage {s}; "
+                        f"expected {s}U{current}"
+                    )
+                done = applied[s]
+                for waiting in pending[s]:
+                    done[waiting] = current
+                pending[s] = []
+                version[s] = current + 1
+    return VersionTable(schedule, at_forward, at_backward, applied)
 
 
-def _forward_version(schedule: Schedule, microbatch: int, current: int, stage: int) -> int:
-    """The version F reads: the current one, or 2bw's ``max(k - 1, 0)`` for minibatch k."""
-    mode = schedule.mode
-    if mode.forward_reads_current:
-        return current
-    wanted = mode.version_at_forward(current, schedule.minibatch_of(microbatch))
-    _check_held(mode, wanted, current, stage, microbatch, "forward")
-    return wanted
+def _grids(count: int, stages: int, width: int) -> list[list[list[None]]]:
+    """``count`` empty ``[stage][microbatch]`` grids (None: not seen yet)."""
+    return [[[None] * width for _ in range(stages)] for _ in range(count)]
 
 
-def _backward_version(mode: WeightMode, forward: int, current: int, stage: int, action) -> int:
-    """The version B (or I) reads: current for sync/async, the forward's copy for stash/2bw."""
-    wanted = mode.version_at_backward(current, forward)
-    if mode.versions_kept is not None:  # e.g. 2bw's two versions
-        _check_held(mode, wanted, current, stage, action.index, "backward")
-    return wanted
-
-
-def _check_held(mode, wanted: int, current: int, stage: int, microbatch: int, when: str) -> None:
-    """A mode keeps ``mode.versions_kept`` versions (2bw: current and previous); reading
-    any other is a schedule error."""
-    oldest = current - mode.versions_kept + 1
-    if not oldest <= wanted <= current:
+def _held(mode: WeightMode, wanted: int, current: int, stage: int, microbatch: int,
+          when: str) -> int:
+    """``wanted``, if the stage still holds it: a mode keeps ``mode.versions_kept`` versions
+    (2bw: current and previous; None: stash keeps what its forwards need)."""
+    oldest = None if mode.versions_kept is None else current - mode.versions_kept + 1
+    if oldest is not None and not oldest <= wanted <= current:
         raise ValueError(
             f"{mode.name}: microbatch {microbatch} needs version {wanted} of stage {stage} at its "
             f"{when}, but the stage holds only versions {max(oldest, 0)}..{current}"
         )
+    return wanted
 
 
 def versions_from_trace(trace) -> VersionTable:
@@ -280,24 +241,26 @@ def versions_from_trace(trace) -> VersionTable:
         )
     schedule = trace.schedule
     # an executed action belongs to the schedule: its stage and index are in range
-    columns = _Columns(schedule.num_virtual_stages, schedule.total_microbatches)
+    at_forward, at_backward, applied = _grids(3, schedule.num_virtual_stages,
+                                              schedule.total_microbatches)
+    pending: list[list[int]] = [[] for _ in range(schedule.num_virtual_stages)]
     for rank in range(schedule.num_stages):
-        pending: dict[int, list[int]] = {}  # stage -> microbatches whose gradient awaits an update
         for entry in trace.for_rank(rank):
             action = entry.action
             version = versions[str(action)]
             s, m = action.stage, action.index
             if action.kind == UPDATE:
-                for waiting in pending.pop(s, ()):
-                    columns.applied[s][waiting] = version
+                for waiting in pending[s]:
+                    applied[s][waiting] = version
+                pending[s] = []
                 continue
             if action.kind == FORWARD:
-                columns.at_forward[s][m] = version
+                at_forward[s][m] = version
             elif action.kind in (BACKWARD, INPUT_GRAD):
-                columns.at_backward[s][m] = version
+                at_backward[s][m] = version
             if action.kind in (BACKWARD, WEIGHT_GRAD):  # the gradient is complete
-                pending.setdefault(s, []).append(m)
-    return VersionTable(schedule=schedule, rows=tuple(columns.rows(schedule.num_microbatches)))
+                pending[s].append(m)
+    return VersionTable(schedule, at_forward, at_backward, applied)
 
 
 def microbatch_path(
@@ -305,7 +268,9 @@ def microbatch_path(
 ) -> list[VersionRow]:
     """The versions one microbatch met at every stage, in model order (the explorer's path)."""
     table = _as_table(table_or_schedule)
-    path = [r for r in table.rows if r.microbatch == microbatch]
+    grid = table.version_at_forward
+    path = [table.row(s, microbatch) for s in range(len(grid))
+            if 0 <= microbatch < len(grid[s]) and grid[s][microbatch] is not None]
     if not path:
         raise ValueError(
             f"microbatch {microbatch} is not in the schedule "
@@ -345,32 +310,27 @@ def stage_delays(
     A stage with nothing to count gets zeros and ``count=0``.
     """
     table = _as_table(table_or_schedule)
+    M, width = table.schedule.num_microbatches, table.num_microbatches
     chosen = None if minibatches is None else set(minibatches)
-    # per stage: the forward delays, backward delays and discrepancies, read from the fields
-    # (not the properties) because large tables have a quarter million rows
-    by_stage: list[tuple[list[int], list[int], list[int]]] = [
-        ([], [], []) for _ in range(table.num_stages)
-    ]
-    for r in table.rows:
-        applied = r.version_applied
-        if applied is not None and (chosen is None or r.minibatch in chosen):
-            forward, backward = r.version_at_forward, r.version_at_backward
-            delays = by_stage[r.stage]
-            delays[0].append(applied - forward)
-            delays[1].append(None if backward is None else applied - backward)
-            delays[2].append(None if backward is None else backward - forward)
-    return [_summarize(stage, *delays) for stage, delays in enumerate(by_stage)]
+    counted = [chosen is None or m // M in chosen for m in range(width)]
+    out = []
+    for stage in range(table.num_stages):
+        columns = (table.version_at_forward[stage], table.version_at_backward[stage],
+                   table.version_applied[stage], counted)
+        # the microbatches counted, as (forward's, backward's, applied) versions
+        kept = [(f, b, a) for f, b, a, keep in zip(*columns)
+                if keep and a is not None and f is not None]
+        out.append(_summarize(stage, [a - f for f, _, a in kept], [a - b for _, b, a in kept],
+                              [b - f for f, b, _ in kept]))
+    return out
 
 
 def _summarize(stage: int, forward: list, backward: list, discrepancy: list) -> StageDelay:
     """min/mean/max of the three delays (zeros when there are none)."""
     values = {}
-    for name, xs in (
-        ("forward_delay", forward),
-        ("backward_delay", backward),
-        ("discrepancy", discrepancy),
-    ):
-        xs = xs or [0]
+    for name, xs in zip(("forward_delay", "backward_delay", "discrepancy"),
+                        (forward, backward, discrepancy)):
+        xs = xs or (0,)
         values[f"min_{name}"] = min(xs)
         values[f"mean_{name}"] = sum(xs) / len(xs)
         values[f"max_{name}"] = max(xs)

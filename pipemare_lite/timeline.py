@@ -9,13 +9,14 @@ by side (chapters 02 and 11). Torch-free.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from pipemare_lite.schedules.actions import Action, Schedule
 
 
-@dataclass(frozen=True)
-class TimedAction:
-    """One action on one rank, with its start and end time."""
+class TimedAction(NamedTuple):
+    """One action on one rank, with its start and end time (a record: a simulated
+    timeline holds one per action, hundreds of thousands for large schedules)."""
 
     rank: int
     action: Action

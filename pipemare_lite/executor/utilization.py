@@ -7,13 +7,7 @@ two utilizations is what the real run lost to communication, waiting and noise.
 
 from __future__ import annotations
 
-from pipemare_lite.schedules.actions import (
-    BACKWARD,
-    FORWARD,
-    INPUT_GRAD,
-    UPDATE,
-    WEIGHT_GRAD,
-)
+from pipemare_lite.schedules.actions import BACKWARD, FORWARD, INPUT_GRAD, UPDATE, WEIGHT_GRAD
 from pipemare_lite.timeline import Timeline
 
 

@@ -12,6 +12,9 @@ dependencies
 can be met: a rank only waits for actions that some other rank will eventually run. If they
 cannot, the error is a deadlock report naming, per blocked rank, the action that waits forever
 and what it waits for. Torch-free.
+
+The checks read actions as integer codes, one per action of the run (see :data:`KIND_CODE`),
+so that "is it done?" is a lookup in a flat array; the simulator reads the same codes.
 """
 
 from __future__ import annotations
@@ -22,13 +25,11 @@ from collections import deque
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.weight_modes import get_weight_mode
 
-#: The weight mode each builder's name produces (a "custom" schedule may use any). Filled
-#: from the one table, :data:`pipemare_lite.schedules.registry.SCHEDULE_TABLE` (which
-#: imports this module), with "pipemare" (the async order, PipeMare's name for it).
+#: The weight mode of each built-in schedule name, filled from the one table
+#: (:data:`pipemare_lite.schedules.registry.SCHEDULE_TABLE`, which imports this module),
+#: and of each name added by :func:`~pipemare_lite.schedules.registry.register_schedule`.
+#: A "custom" schedule may use any mode.
 BUILTIN_WEIGHT_MODES: dict[str, str] = {}
-
-#: Names added by :func:`pipemare_lite.schedules.registry.register_schedule`, with the
-#: weight mode each declared.
 REGISTERED_WEIGHT_MODES: dict[str, str] = {}
 
 
@@ -77,15 +78,11 @@ def check_sizes(
     warmup_minibatches: int = 0,
 ) -> None:
     """Raise :class:`ScheduleError` naming any size outside :data:`LIMITS` or an unknown name."""
-    if name != "custom" and weight_mode_of(name) is None:
-        allowed = ", ".join(known_names())
-        raise ScheduleError(f"unknown schedule name {name!r}; allowed: {allowed}")
-    values = {
-        "num_stages": num_stages,
-        "num_microbatches": num_microbatches,
-        "num_minibatches": num_minibatches,
-        "chunks": chunks,
-    }
+    mode = weight_mode_of(name)
+    if name != "custom" and mode is None:
+        raise ScheduleError(f"unknown schedule name {name!r}; allowed: {', '.join(known_names())}")
+    values = {"num_stages": num_stages, "num_microbatches": num_microbatches,
+              "num_minibatches": num_minibatches, "chunks": chunks}
     for key, value in values.items():
         low, high = LIMITS[key]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -100,10 +97,8 @@ def check_sizes(
     if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= num_minibatches:
         raise ScheduleError(
             f"{name}: warmup_minibatches={w!r} is out of range; "
-            f"allowed: integers 0..{num_minibatches}"
-            " (num_minibatches)"
+            f"allowed: integers 0..{num_minibatches} (num_minibatches)"
         )
-    mode = weight_mode_of(name)
     if w and mode is not None and get_weight_mode(mode).flushes:
         unflushed = (n for n, m in BUILTIN_WEIGHT_MODES.items() if not get_weight_mode(m).flushes)
         raise ScheduleError(
@@ -113,16 +108,17 @@ def check_sizes(
 
 
 def validate(schedule: Schedule) -> Schedule:
-    """Check ``schedule`` completely; return it unchanged or raise :class:`ScheduleError`."""
+    """Check ``schedule`` completely; return it unchanged or raise :class:`ScheduleError`.
+
+    Three steps: one walk over each rank's row (placement, ranges, duplicates, and the
+    update bookkeeping of :func:`_update_problem`), a count that nothing is missing, then
+    :func:`code_order`, which finds an order that meets every dependency or reports the
+    deadlock.
+    """
     s = schedule
-    check_sizes(
-        name=s.name,
-        num_stages=s.num_stages,
-        num_microbatches=s.num_microbatches,
-        num_minibatches=s.num_minibatches,
-        chunks=s.chunks,
-        warmup_minibatches=s.warmup_minibatches,
-    )
+    check_sizes(name=s.name, num_stages=s.num_stages, num_microbatches=s.num_microbatches,
+                num_minibatches=s.num_minibatches, chunks=s.chunks,
+                warmup_minibatches=s.warmup_minibatches)
     expected_mode = weight_mode_of(s.name)
     if expected_mode and s.weight_mode != expected_mode:
         raise ScheduleError(
@@ -131,11 +127,13 @@ def validate(schedule: Schedule) -> Schedule:
         )
     if id(s) in _VALIDATED:  # already checked (the builder validated it): nothing can change
         return s
-    codes = encode(s)
-    split = _check_complete(s, codes)
-    _check_updates(s, split)
+    codes, seen, update_problem = _walk(s)
+    _check_complete(s, seen)
+    if update_problem:  # reported after "missing ...", which usually explains it
+        raise ScheduleError(update_problem)
     order = code_order(s, codes)  # raises a deadlock report if dependencies cannot be met
-    _remember(s, codes, order)
+    _VALIDATED[id(s)] = (codes, order)
+    weakref.finalize(s, _VALIDATED.pop, id(s), None)
     return s
 
 
@@ -143,12 +141,6 @@ def validate(schedule: Schedule) -> Schedule:
 # and execution order, so that the simulator does not redo the work the builder just did.
 # A Schedule is frozen (its ranks are tuples of frozen actions), so a check stays true.
 _VALIDATED: dict[int, tuple[list[list[int]], list[int]]] = {}
-
-
-def _remember(s: Schedule, codes, order) -> None:
-    if id(s) not in _VALIDATED:
-        _VALIDATED[id(s)] = (codes, order)
-        weakref.finalize(s, _VALIDATED.pop, id(s), None)
 
 
 def is_validated(s: Schedule) -> bool:
@@ -174,14 +166,30 @@ KIND_CODE = {"F": 0, "B": 1, "I": 2, "W": 3, "U": 4}
 
 def encode(s: Schedule) -> list[list[int]]:
     """Each rank's actions as integer codes (see :data:`KIND_CODE`), checking that every
-    action is on its stage's rank and its index is in range."""
+    action is on its stage's rank, its index is in range and it appears once."""
+    return _walk(s)[0]
+
+
+def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
+    """One pass over every rank's row: ``(codes, seen, first update problem or None)``.
+
+    Raises for a misplaced action, an index out of range (at once) or a duplicate (after
+    the walk); ``seen`` marks every code present (for :func:`_check_complete`).
+    """
     S, T, K, P = s.num_virtual_stages, s.total_microbatches, s.num_minibatches, s.num_stages
-    n = S * T
+    n, M = S * T, s.num_microbatches
     first_code = {kind: code * n for kind, code in KIND_CODE.items()}
+    seen = bytearray(4 * n + S * K)
+    gradient = "W" if s.split_backward else "B"  # the action that completes a gradient
+    updates, grads = [0] * S, [0] * S  # per stage: updates done, gradients of the minibatch
+    flushed = K if s.mode.flushes else s.warmup_minibatches  # minibatches that must flush
+    two_bw = not s.mode.forward_reads_current  # 2BW: minibatch k reads version k-1
+    problem = duplicate = None  # the first of each, raised in the order validate() checks
     rows = []
     for rank, row in enumerate(s.ranks):
         codes: list[int] = []
         append = codes.append
+        low = 0  # the fewest updates any stage of this rank has done
         for a in row:  # the position, needed only in errors, is len(codes)
             stage, kind, index = a.stage, a.kind, a.index
             if stage >= S or stage % P != rank:
@@ -192,16 +200,65 @@ def encode(s: Schedule) -> list[list[int]]:
                         f"{_at(rank, len(codes), a)} is update {index}; allowed: 0..{K - 1} "
                         f"(num_minibatches={K})"
                     )
-                append(4 * n + stage * K + index)
+                code = 4 * n + stage * K + index
+                if problem is None and (index != updates[stage] or grads[stage] != M):
+                    problem = _update_problem(s, rank, len(codes), a, updates, grads)
+                updates[stage] += 1
+                grads[stage] = 0
+                low = min(updates[x] for x in s.stages_of(rank))
             else:
                 if index >= T:
                     raise ScheduleError(
                         f"{_at(rank, len(codes), a)} names microbatch {index}; "
                         f"allowed: 0..{T - 1} (num_microbatches * num_minibatches = {T})"
                     )
-                append(first_code[kind] + stage * T + index)
+                code = first_code[kind] + stage * T + index
+                if kind == "F":  # minibatch k may start early unless k-1 flushes (or 2BW)
+                    k = index // M
+                    if problem is None and k > low and (
+                            k <= flushed or two_bw and updates[stage] < k - 1):
+                        problem = _forward_problem(s, rank, len(codes), a, updates)
+                elif kind == gradient:
+                    if problem is None and index // M != updates[stage]:
+                        problem = _update_problem(s, rank, len(codes), a, updates, grads)
+                    grads[stage] += 1
+            if seen[code] and duplicate is None:
+                duplicate = f"{_at(rank, len(codes), a)} appears twice"
+            seen[code] = 1
+            append(code)
         rows.append(codes)
-    return rows
+    if duplicate:
+        raise ScheduleError(duplicate)
+    return rows, seen, problem
+
+
+def _update_problem(s: Schedule, rank, position, a, updates, grads) -> str:
+    """U(s,k) applies exactly minibatch k's gradients: a gradient (B, or W when split) of
+    microbatch m comes after U(k-1) and before U(k) of its stage, k = m // M, and U(k)
+    after all M of them."""
+    M, stage = s.num_microbatches, a.stage
+    if a.kind != "U":
+        k = a.index // M
+        return (f"{_at(rank, position, a)} is a gradient of minibatch {k} but stage {stage} has "
+                f"done {updates[stage]} updates: U{k} must apply exactly minibatch {k}'s "
+                "gradients")
+    return (f"{_at(rank, position, a)} comes after {grads[stage]} of the {M} gradients of "
+            f"minibatch {a.index} on stage {stage} (updates must follow in order, each after all "
+            "gradients of its minibatch)")
+
+
+def _forward_problem(s: Schedule, rank, position, a, updates) -> str:
+    """A forward of minibatch k that runs before some stage of its rank applied update k-1,
+    though minibatch k-1 is flushed (all of a sync schedule, the warm-up of an async one);
+    or in 2BW before its own stage made version k-1 (update k-2)."""
+    k = a.index // s.num_microbatches
+    flushed = s.num_minibatches if s.mode.flushes else s.warmup_minibatches
+    if k <= flushed:
+        return (f"{_at(rank, position, a)} starts minibatch {k} before rank {rank} applied "
+                f"update {k - 1} (a flushed minibatch must update before the next starts)")
+    return (f"{_at(rank, position, a)}: 2BW runs minibatch {k} on version {k - 1}, made by "
+            f"update {k - 2} of stage {a.stage}, which comes later on this rank; use more "
+            "microbatches")
 
 
 def _misplaced(s: Schedule, rank: int, position: int, a) -> str:
@@ -214,76 +271,23 @@ def _misplaced(s: Schedule, rank: int, position: int, a) -> str:
     )
 
 
-def _check_complete(s: Schedule, codes: list[list[int]]) -> bool:
-    """Every action exactly once; nothing missing; backwards either all B or all I+W.
-
-    Returns whether backwards are split (I+W), known here from the counts for free (the
-    ``split_backward`` property would scan every action again)."""
+def _check_complete(s: Schedule, seen: bytearray) -> None:
+    """Nothing missing: every F, every B (or every I and W), one U per stage and minibatch."""
     S, T, K = s.num_virtual_stages, s.total_microbatches, s.num_minibatches
     n = S * T
-    count = bytearray(4 * n + S * K)
-    for rank, row in enumerate(codes):
-        for position, code in enumerate(row):
-            if count[code]:
-                raise ScheduleError(f"{_at(rank, position, s.ranks[rank][position])} appears twice")
-            count[code] = 1
-    has_b, has_i = any(count[n : 2 * n]), any(count[2 * n : 3 * n])
+    has_b, has_i = any(seen[n:2 * n]), any(seen[2 * n:3 * n])
     if has_b and has_i:
         raise ScheduleError("backwards must be all B or all I+W (split), not a mix")
-    kinds = ("F", "I", "W") if has_i else ("F", "B")
-    for kind in kinds:
-        block = count[KIND_CODE[kind] * n : (KIND_CODE[kind] + 1) * n]
+    for kind in ("F", "I", "W") if has_i else ("F", "B"):
+        block = seen[KIND_CODE[kind] * n:(KIND_CODE[kind] + 1) * n]
         if block.count(1) != n:
-            code = block.index(0)
-            stage, m = divmod(code, T)
+            stage, m = divmod(block.index(0), T)
             hint = " (the schedule splits backwards: it needs I and W)" if has_i else ""
             raise ScheduleError(f"missing {stage}{kind}{m} on rank {stage % s.num_stages}{hint}")
-    updates = count[4 * n :]
+    updates = seen[4 * n:]
     if updates.count(1) != S * K:
         stage, k = divmod(updates.index(0), K)
         raise ScheduleError(f"missing {stage}U{k}: every stage needs one update per minibatch")
-    return has_i
-
-
-def _check_updates(s: Schedule, split: bool) -> None:
-    """U(s,k) applies exactly minibatch k's gradients; flushes flush; 2BW's version exists.
-
-    Walking each rank's order once: a gradient (B, or W when split) of microbatch m must come
-    after U(k-1) and before U(k) of its stage, k = m // M. In a flushed minibatch k (all of a
-    sync schedule, or k < warmup_minibatches), no F of minibatch k+1 may precede U(k) of any
-    stage on that rank. In 2BW, F of minibatch k >= 2 needs update k-2 done on its stage.
-    """
-    M, grad = s.num_microbatches, "W" if split else "B"
-    flushed = s.num_minibatches if s.mode.flushes else s.warmup_minibatches
-    two_bw = not s.mode.forward_reads_current  # F of minibatch k reads version k-1
-    for rank, row in enumerate(s.ranks):
-        updates = {stage: 0 for stage in s.stages_of(rank)}  # updates done per stage
-        grads = dict.fromkeys(updates, 0)  # gradients of the current minibatch seen
-        for position, a in enumerate(row):
-            kind = a.kind
-            if kind == "F":
-                k = a.index // M
-                if k and (k <= flushed and min(updates.values()) < k or two_bw and k >= 2):
-                    _check_forward(s, rank, position, a, k, updates, flushed)
-            elif kind == grad:
-                k, stage = a.index // M, a.stage
-                if k != updates[stage]:
-                    raise ScheduleError(
-                        f"{_at(rank, position, a)} is a gradient of minibatch {k} but stage "
-                        f"{stage} has done {updates[stage]} updates: U{k} must apply exactly "
-                        f"minibatch {k}'s gradients"
-                    )
-                grads[stage] += 1
-            elif kind == "U":
-                stage = a.stage
-                if a.index != updates[stage] or grads[stage] != M:
-                    raise ScheduleError(
-                        f"{_at(rank, position, a)} comes after {grads[stage]} of the {M} "
-                        f"gradients of minibatch {a.index} on stage {stage} (updates must follow "
-                        "in order, each after all gradients of its minibatch)"
-                    )
-                updates[stage] += 1
-                grads[stage] = 0
 
 
 def first_unflushed_forward(s: Schedule) -> str | None:
@@ -301,21 +305,6 @@ def first_unflushed_forward(s: Schedule) -> str | None:
     return None
 
 
-def _check_forward(s: Schedule, rank, position, a, k: int, updates: dict, flushed: int) -> None:
-    """The forward ``a`` of minibatch ``k`` >= 1: flushed minibatches and 2BW's version."""
-    if 0 < k <= flushed and min(updates.values()) < k:
-        raise ScheduleError(
-            f"{_at(rank, position, a)} starts minibatch {k} before rank {rank} applied "
-            f"update {k - 1} (a flushed minibatch must update before the next starts)"
-        )
-    if not s.mode.forward_reads_current and k >= 2 and updates[a.stage] < k - 1:
-        raise ScheduleError(
-            f"{_at(rank, position, a)}: 2BW runs minibatch {k} on version {k - 1}, "
-            f"made by update {k - 2} of stage {a.stage}, which comes later on this "
-            "rank; use more microbatches"
-        )
-
-
 def _at(rank: int, position: int, action) -> str:
     return f"rank {rank} position {position}: {action}"
 
@@ -325,14 +314,14 @@ def dependency_codes(code: int, n: int, T: int) -> tuple[int, ...]:
     sit before it on the same rank (which :func:`validate` checks).
 
     F(s,m) needs F(s-1,m); B(s,m) needs F(s,m) and B(s+1,m); I likewise with I(s+1,m);
-    W(s,m) needs I(s,m). With codes kind * n + stage * T + m, "stage - 1" is ``code - T``.
+    W(s,m) needs I(s,m). With codes kind * n + stage * T + m, "stage - 1" is ``code - T``
+    and the forward of a B or I is ``code - kind * n``.
     """
     kind, offset = divmod(code, n)
     if kind == 0:
         return (code - T,) if offset >= T else ()
     if kind in (1, 2):
-        own_forward = code - kind * n
-        return (own_forward,) if offset >= n - T else (own_forward, code + T)
+        return (offset,) if offset >= n - T else (offset, code + T)
     if kind == 3:
         return (code - n,)
     return ()
@@ -363,27 +352,24 @@ def code_order(s: Schedule, rows: list[list[int]]) -> list[int]:
     ready = deque(range(s.num_stages))
     order: list[int] = []
     append = order.append
-    n2, n3, n4 = 2 * n, 3 * n, 4 * n
     while ready:
         rank = ready.popleft()
         row, p = rows[rank], position[rank]
         end = len(row)
         while p < end:
             code = row[p]
-            # the dependency checks of dependency_codes(), inlined: this loop is the hot path
-            if code < n:
+            # dependency_codes(), inlined (this loop is the hot path); -1: nothing missing
+            if code < n:  # F: F of the previous stage
                 missing = code - T if code >= T and not done[code - T] else -1
-            elif code < n3:
-                own = code - n if code < n2 else code - n2
+            elif code < 3 * n:  # B or I: its own F, then B or I of the next stage
+                own = code % n
                 if not done[own]:
                     missing = own
-                elif (code < n2 - T or n2 <= code < n3 - T) and not done[code + T]:
-                    missing = code + T
                 else:
-                    missing = -1
-            elif code < n4:
+                    missing = code + T if own < n - T and not done[code + T] else -1
+            elif code < 4 * n:  # W: its own I
                 missing = code - n if not done[code - n] else -1
-            else:
+            else:  # U: its gradients are earlier in this row
                 missing = -1
             if missing >= 0:
                 waiter[missing] = rank
