@@ -170,6 +170,7 @@ class StageWorker:
         self._weight_bytes = sum(p.nbytes for p in self.params)
         self._activation_bytes = 0
         self._optimizer_bytes = self._count_optimizer_bytes()
+        self._before: list[torch.Tensor] | None = None  # see _weights_before_update
         # What happened since the executor last took it (see take_records): for results
         # and traces, not needed to continue training.
         self._start_records()
@@ -375,7 +376,7 @@ class StageWorker:
             self.hooks.before_update()
         self.learning_rates.append(self.optimizer.param_groups[0]["lr"])
         self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
-        before = [p.detach().clone() for p in self.params]
+        before = self._weights_before_update()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.update_norms.append(update_norm(before, self.params))
@@ -385,6 +386,17 @@ class StageWorker:
         self._optimizer_bytes = self._count_optimizer_bytes()  # state appears at first step
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
+
+    def _weights_before_update(self) -> list[torch.Tensor]:
+        """The weights before this update, in the norm's dtype, in buffers kept across
+        updates (allocating and converting fresh copies at every update cost more than the
+        norm itself)."""
+        if self._before is None:
+            self._before = [torch.empty_like(p, dtype=_norm_dtype(p)) for p in self.params]
+        with torch.no_grad():
+            for copy, p in zip(self._before, self.params):
+                copy.copy_(p)
+        return self._before
 
     # ------------------------------------------------------------------ bytes
     def bytes_held(self) -> dict[str, int]:
@@ -439,9 +451,15 @@ def update_norm(before, after) -> float:
     """
     squares = []
     for old, new in zip(before, after, strict=True):
-        dtype = torch.float32 if new.device.type == "mps" else torch.float64
-        squares.append((new.detach().to(dtype) - old.to(dtype)).pow(2).sum().cpu())
+        # one temporary: sub promotes ``new`` to the norm's dtype (exactly), then squares it
+        # in place (``old`` is the worker's buffer, already in that dtype)
+        diff = torch.sub(new.detach(), old.to(_norm_dtype(new)))
+        squares.append(diff.mul_(diff).sum().cpu())
     return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
+
+
+def _norm_dtype(tensor: torch.Tensor) -> torch.dtype:
+    return torch.float32 if tensor.device.type == "mps" else torch.float64
 
 
 def _module_device(module: nn.Module) -> torch.device:
