@@ -379,7 +379,7 @@ class StageWorker:
         before = self._weights_before_update()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.update_norms.append(update_norm(before, self.params))
+        self.update_norms.append(_change_norm(before, self.params))
         if self.hooks is not None:
             self.hooks.after_update()
         self.versions.after_update()
@@ -449,12 +449,18 @@ def update_norm(before, after) -> float:
     exactly when ``after`` holds a non-finite value (``before`` being finite). Devices
     without float64 (MPS) compute in float32.
     """
+    copies = [old.to(_norm_dtype(new), copy=True) for old, new in zip(before, after, strict=True)]
+    return _change_norm(copies, after)
+
+
+def _change_norm(before: list[torch.Tensor], after) -> float:
+    """:func:`update_norm` with ``before`` already in the norm's dtype, which it overwrites
+    (the worker's buffers: no tensor is allocated). ``(before - after)**2`` is bitwise
+    ``(after - before)**2``: a difference only changes sign when its operands swap."""
     squares = []
     for old, new in zip(before, after, strict=True):
-        # one temporary: sub promotes ``new`` to the norm's dtype (exactly), then squares it
-        # in place (``old`` is the worker's buffer, already in that dtype)
-        diff = torch.sub(new.detach(), old.to(_norm_dtype(new)))
-        squares.append(diff.mul_(diff).sum().cpu())
+        old.sub_(new.detach())  # promotes ``new`` to the norm's dtype, exactly
+        squares.append(old.mul_(old).sum().cpu())
     return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
 
 
