@@ -170,6 +170,7 @@ class StageWorker:
         self._weight_bytes = sum(p.nbytes for p in self.params)
         self._activation_bytes = 0
         self._optimizer_bytes = self._count_optimizer_bytes()
+        self._before: list[torch.Tensor] | None = None  # see _weights_before_update
         # What happened since the executor last took it (see take_records): for results
         # and traces, not needed to continue training.
         self._start_records()
@@ -375,16 +376,27 @@ class StageWorker:
             self.hooks.before_update()
         self.learning_rates.append(self.optimizer.param_groups[0]["lr"])
         self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
-        before = [p.detach().clone() for p in self.params]
+        before = self._weights_before_update()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.update_norms.append(update_norm(before, self.params))
+        self.update_norms.append(_change_norm(before, self.params))
         if self.hooks is not None:
             self.hooks.after_update()
         self.versions.after_update()
         self._optimizer_bytes = self._count_optimizer_bytes()  # state appears at first step
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
+
+    def _weights_before_update(self) -> list[torch.Tensor]:
+        """The weights before this update, in the norm's dtype, in buffers kept across
+        updates (allocating and converting fresh copies at every update cost more than the
+        norm itself)."""
+        if self._before is None:
+            self._before = [torch.empty_like(p, dtype=_norm_dtype(p)) for p in self.params]
+        with torch.no_grad():
+            for copy, p in zip(self._before, self.params):
+                copy.copy_(p)
+        return self._before
 
     # ------------------------------------------------------------------ bytes
     def bytes_held(self) -> dict[str, int]:
@@ -437,11 +449,23 @@ def update_norm(before, after) -> float:
     exactly when ``after`` holds a non-finite value (``before`` being finite). Devices
     without float64 (MPS) compute in float32.
     """
+    copies = [old.to(_norm_dtype(new), copy=True) for old, new in zip(before, after, strict=True)]
+    return _change_norm(copies, after)
+
+
+def _change_norm(before: list[torch.Tensor], after) -> float:
+    """:func:`update_norm` with ``before`` already in the norm's dtype, which it overwrites
+    (the worker's buffers: no tensor is allocated). ``(before - after)**2`` is bitwise
+    ``(after - before)**2``: a difference only changes sign when its operands swap."""
     squares = []
     for old, new in zip(before, after, strict=True):
-        dtype = torch.float32 if new.device.type == "mps" else torch.float64
-        squares.append((new.detach().to(dtype) - old.to(dtype)).pow(2).sum().cpu())
+        old.sub_(new.detach())  # promotes ``new`` to the norm's dtype, exactly
+        squares.append(old.mul_(old).sum().cpu())
     return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
+
+
+def _norm_dtype(tensor: torch.Tensor) -> torch.dtype:
+    return torch.float32 if tensor.device.type == "mps" else torch.float64
 
 
 def _module_device(module: nn.Module) -> torch.device:
