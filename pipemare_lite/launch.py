@@ -158,7 +158,7 @@ def _place(backend: str, rank: int, local_rank: int, local_world_size: int):
 def _init_group(backend, store, rank, world_size, device, op_timeout):
     import torch.distributed as dist
 
-    # gloo's own timeout is a second line of defence behind wait_work's deadline.
+    # gloo's own timeout is a second line of defence behind the Waiter's deadline.
     timeout = datetime.timedelta(seconds=op_timeout + 30.0)
     kwargs = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(
@@ -304,7 +304,7 @@ def launch(
         world_size: number of processes (ranks), >= 1.
         timeout: seconds for the whole job; then every rank is stopped.
         op_timeout: seconds any single wait on a message may take (see
-            :func:`pipemare_lite.executor.faults.wait_work`).
+            :class:`pipemare_lite.executor.faults.Waiter`).
         backend: "gloo", "nccl" or None (NCCL when CUDA has a device per rank).
         master_addr: address the rendezvous store binds to (loopback by default).
         start_method: multiprocessing start method; default forkserver (spawn if missing).
