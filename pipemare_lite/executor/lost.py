@@ -18,7 +18,7 @@ Evidence, in order of strength:
    advance for :data:`HEARTBEAT_WINDOW` seconds while its status says it is neither done
    nor failed.
 
-:func:`install` (called by :func:`pipemare_lite.launch.init_from_env` under torchrun) hooks
+:func:`install` (called under torchrun by :func:`pipemare_lite.launch.init_from_env`) hooks
 the report into the three ways such a worker stops: an uncaught exception (the traceback,
 then the report, then ``os._exit(1)``: no atexit teardown that could wait on a dead peer),
 SIGTERM from the agent (the report, then exit 143), and the watchdog's backstop.
@@ -30,6 +30,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipemare_lite.executor import faults
@@ -167,12 +168,15 @@ def report_caught(exc: BaseException) -> None:
         _installed(type(exc).__name__)
 
 
-def install(board: faults.StatusBoard, topology: Topology) -> None:
+def install(board: faults.StatusBoard, topology: Topology,
+            sigterm_note: Callable[[], None] | None = None) -> None:
     """Hook the report into an uncaught exception, SIGTERM and the watchdog's backstop.
 
-    Call from the main thread of a torchrun worker (:func:`~pipemare_lite.launch.init_from_env`
-    does). An uncaught exception also goes to :meth:`StatusBoard.fail`, so a rank that fails
-    for a reason of its own claims the abort and its peers stop with its name.
+    Call from the main thread of a torchrun worker
+    (:func:`pipemare_lite.executor.under_torchrun.install` does). An uncaught exception also
+    goes to :meth:`StatusBoard.fail`, so a rank that fails for a reason of its own claims the
+    abort and its peers stop with its name. ``sigterm_note`` runs first on SIGTERM (every
+    rank's position, :mod:`pipemare_lite.executor.under_torchrun`).
     """
     global _installed
     reporter = _installed = _Reporter(board, topology)
@@ -188,6 +192,8 @@ def install(board: faults.StatusBoard, topology: Topology) -> None:
             os._exit(1)  # no atexit teardown: destroying a group with a dead peer can block
 
     def on_sigterm(signum, frame):
+        if sigterm_note is not None:
+            sigterm_note()
         if reporter.started:
             return  # a report is on its way (its writer exits); the agent kills after 30 s
         try:

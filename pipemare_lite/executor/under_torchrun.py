@@ -10,8 +10,8 @@ watchdog's backstop). Here:
   watchdog watch the agent's process (the rank's parent): when it disappears the rank says
   so in one line and exits (:meth:`StatusBoard._watch`), before touching the dead store;
   and it turns the agent's SIGTERM into one report, every rank's position, printed by the
-  first rank to claim it (the others print one line each), before the rank dies of that
-  signal as it would have;
+  first rank to claim it (the others print one line each), then the one line of
+  :mod:`pipemare_lite.executor.lost` naming the lost rank (exit 143, as for SIGTERM);
 - :func:`failure_report` gives the command line (``python -m pipemare_lite.train``) a rank's
   pipeline failure (an abort, a broken connection to a dead peer, a timeout) as a message
   with every rank's position instead of a traceback.
@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import datetime
 import os
-import signal
 import sys
 
-from pipemare_lite.executor import faults
+from pipemare_lite.executor import faults, lost
 
 #: Seconds the SIGTERM report may wait for the store (the agent that hosts it is stopping).
 STORE_TIMEOUT = 3.0
@@ -40,21 +39,22 @@ def under_torchrun() -> bool:
 
 
 def install(board: faults.StatusBoard) -> None:
-    """Watch the agent (this process' parent) and report on its SIGTERM (main thread only)."""
+    """Under torchrun (main thread only): watch the agent (this process's parent) and hook
+    the failure reports (:func:`pipemare_lite.executor.lost.install`), the agent's SIGTERM
+    first printing every rank's position (:func:`_sigterm_report`)."""
     if not under_torchrun():
         return
     board.launcher_pid = os.getppid()
     board.launcher_name = "torchrun's agent"
     board.exit_with_parent = True  # a killed agent may stay a zombie: watch the parent
-    previous = signal.getsignal(signal.SIGTERM)
 
-    def on_sigterm(signum, frame):
+    def on_sigterm():
+        global _reported
         if not _reported:
+            _reported = True
             _write(_sigterm_report(board))
-        signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)  # die of the signal, as torchrun expects
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    lost.install(board, lost.Topology.from_env(), sigterm_note=on_sigterm)
 
 
 def _write(text: str) -> None:
