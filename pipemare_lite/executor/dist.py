@@ -101,19 +101,16 @@ class Fault:
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
-            allowed = ", ".join(FAULT_KINDS)
-            raise ValueError(f"unknown fault kind {self.kind!r}; allowed: {allowed}")
+            raise ValueError(f"unknown fault kind {self.kind!r}; allowed: {', '.join(FAULT_KINDS)}")
         if self.position < 0 or self.rank < 0:
-            raise ValueError(
-                f"fault rank and position must be >= 0, got {self.rank}, {self.position}"
-            )
+            raise ValueError(f"fault rank and position must be >= 0, got {self.rank}, "
+                             f"{self.position}")
 
     def trigger(self, action) -> None:
         """Fail in the chosen way (called just before the action at ``position``)."""
         if self.kind == "raise":
-            raise RuntimeError(
-                f"injected fault on rank {self.rank} before action {self.position} ({action})"
-            )
+            raise RuntimeError(f"injected fault on rank {self.rank} before action "
+                               f"{self.position} ({action})")
         if self.kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         while True:  # hang: like a rank stuck in a kernel; only a kill ends it
@@ -122,24 +119,13 @@ class Fault:
 
 @dataclass
 class RankResult:
-    """What one rank returns (plain CPU tensors and Python values; picklable; chapter 11).
+    """What one rank returns (CPU tensors and Python values: picklable; chapter 11).
 
-    Attributes:
-        rank: the rank.
-        entries: ``(position, action string, start, end)`` in seconds from the common origin.
-        loss_by_microbatch: unscaled losses (only on the rank holding the last stage).
-        versions: ``{"1F3": 0, "1B3": 1, ...}`` weight version each F/B/I/W/U used.
-        forward_versions, backward_versions, distances: ``{(stage, microbatch): int}``.
-        learning_rates: ``{stage: [lr of update 0, 1, ...]}``.
-        group_learning_rates: ``{stage: [[lr of each param group] per update]}``.
-        update_norms: ``{stage: [||w after - w before||_2 per update]}``.
-        state_dicts: ``{stage: module state dict}`` at the end of the run.
-        gradients: ``{stage: [[grad of each parameter] per update]}`` when recorded.
-        peak_bytes: ``{stage: {kind: bytes}}`` when tracked.
-        wait_seconds: total time this rank spent waiting for messages.
-        posted: with ``record_posts``, this rank's actions and the point-to-point
-            operations its transport posted, in order, spelled as
-            :func:`pipemare_lite.schedules.comm_rows.comm_row_strings` spells them.
+    :class:`DistRunResult`'s fields for this rank's stages: per-stage values as ``{stage:
+    value}``, versions and distances as ``{(stage, microbatch): int}``, the losses only on
+    the rank of the last stage. Also ``entries``, ``(position, action string, start, end)``
+    in seconds from the common origin; ``versions``, ``{"1F3": 0, ...}`` the weight version
+    each action used; ``wait_seconds``, this rank's time waiting for messages so far.
     """
 
     rank: int
@@ -226,10 +212,8 @@ def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype, *,
     except Exception as exc:
         raise RuntimeError(f"{where}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(out, torch.Tensor):
-        raise TypeError(
-            f"{name} returned {type(out).__name__}; the distributed executor sends one tensor "
-            "per stage boundary"
-        )
+        raise TypeError(f"{name} returned {type(out).__name__}; the distributed executor sends "
+                        "one tensor per stage boundary")
     return tuple(out.shape), out.dtype
 
 
@@ -311,11 +295,9 @@ class DistributedExecutor:
         self.device = torch.device(device)
         options = method_options or MethodOptions()
         check_method_options(schedule, options)
-        self.options = options
         self.stages = schedule.stages_of(self.rank)
         modules = self._own_modules(stage_modules)
         delays = rescheduling_delays(schedule, options)
-        self.forward_delays = delays
         self.workers = {
             s: build_stage_worker(
                 schedule, s, modules[s], loss_fn=loss_fn, optimizer_factory=optimizer_factory,
@@ -328,9 +310,8 @@ class DistributedExecutor:
         self.record_gradients = record_gradients
         self.track_bytes = track_bytes
         self.fault = fault if fault is not None and fault.rank == self.rank else None
-        if p2p_verbose is None:
-            p2p_verbose = os.environ.get("PIPEMARE_P2P_VERBOSE") == "1"
-        self.p2p_verbose = p2p_verbose
+        self.p2p_verbose = (os.environ.get("PIPEMARE_P2P_VERBOSE") == "1" if p2p_verbose is None
+                            else p2p_verbose)
         self.posted: list | None = [] if record_posts else None
         self.plan = plan_communication(schedule)
         self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # trace keys
@@ -344,20 +325,16 @@ class DistributedExecutor:
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
         S = self.schedule.num_virtual_stages
-        if isinstance(stage_modules, Mapping):
-            modules = dict(stage_modules)
-        else:
-            modules = list(stage_modules)
-            if len(modules) != S:
+        if not isinstance(stage_modules, Mapping):
+            stage_modules = dict(enumerate(stage_modules))
+            if len(stage_modules) != S:
                 raise ValueError(f"schedule {self.schedule.name!r} has {S} virtual stages, got "
-                                 f"{len(modules)} stage modules")
-            modules = dict(enumerate(modules))
-        missing = [s for s in self.stages if s not in modules]
+                                 f"{len(stage_modules)} stage modules")
+        missing = [s for s in self.stages if s not in stage_modules]
         if missing:
-            raise ValueError(
-                f"rank {self.rank} holds stages {self.stages}; no module for {missing}"
-            )
-        return {s: modules[s] for s in self.stages}
+            raise ValueError(f"rank {self.rank} holds stages {self.stages}; no module for "
+                             f"{missing}")
+        return {s: stage_modules[s] for s in self.stages}
 
     @property
     def wait_seconds(self) -> float:

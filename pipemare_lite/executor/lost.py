@@ -134,30 +134,7 @@ def report(board: faults.StatusBoard, topology: Topology, store, cause: str,
     return f"{head}: " + "; ".join(parts)
 
 
-class _Reporter:
-    """Prints the report once, whichever of the three paths gets there first."""
-
-    def __init__(self, board: faults.StatusBoard, topology: Topology) -> None:
-        self.board = board
-        self.topology = topology
-        self._lock = threading.Lock()
-        self._done = False
-
-    @property
-    def started(self) -> bool:
-        """True once a report is being written (a second stop reason then waits for it)."""
-        return self._done
-
-    def __call__(self, cause: str, *, use_store: bool = True) -> None:
-        with self._lock:
-            if self._done:
-                return
-            self._done = True
-        store = self.board.store if use_store else None
-        print(report(self.board, self.topology, store, cause), file=sys.stderr, flush=True)
-
-
-_installed: _Reporter | None = None  # this process' reporter, once :func:`install` ran
+_installed = None  # this process's reporter, once :func:`install` ran
 
 
 def report_caught(exc: BaseException) -> None:
@@ -179,7 +156,14 @@ def install(board: faults.StatusBoard, topology: Topology,
     rank's position, :mod:`pipemare_lite.executor.under_torchrun`).
     """
     global _installed
-    reporter = _installed = _Reporter(board, topology)
+    once = threading.Lock()  # taken by the first report, never released: one per process
+
+    def reporter(cause: str, *, use_store: bool = True) -> None:
+        if once.acquire(blocking=False):
+            store = board.store if use_store else None
+            print(report(board, topology, store, cause), file=sys.stderr, flush=True)
+
+    _installed = reporter
     previous_hook = sys.excepthook
 
     def on_exception(kind, value, tb):
@@ -194,7 +178,7 @@ def install(board: faults.StatusBoard, topology: Topology,
     def on_sigterm(signum, frame):
         if sigterm_note is not None:
             sigterm_note()
-        if reporter.started:
+        if once.locked():
             return  # a report is on its way (its writer exits); the agent kills after 30 s
         try:
             board.note("failed: SIGTERM from torchrun's agent")
