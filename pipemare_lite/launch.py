@@ -176,21 +176,10 @@ def _connect(addr: str, port: int, seconds: float):
                          timeout=datetime.timedelta(seconds=seconds))
 
 
-def _child_main(
-    rank: int,
-    world_size: int,
-    addr: str,
-    port: int,
-    backend: str,
-    worker_fn: Callable,
-    args: tuple,
-    kwargs: dict,
-    result_dir: str,
-    launcher_pid: int,
-    op_timeout: float,
-    num_threads: int | None,
-    imports: tuple = (),
-) -> None:
+def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
+                worker_fn: Callable, args: tuple, kwargs: dict, result_dir: str,
+                launcher_pid: int, op_timeout: float, num_threads: int | None,
+                imports: tuple = ()) -> None:
     """Body of one child process: init, import the plugins, run the worker, write the
     result, exit."""
     import torch.distributed as dist
@@ -275,21 +264,11 @@ def _context(start_method: str | None):
     return ctx
 
 
-def launch(
-    worker_fn: Callable,
-    world_size: int,
-    *,
-    args: tuple = (),
-    kwargs: dict | None = None,
-    timeout: float = 600.0,
-    op_timeout: float = 120.0,
-    backend: str | None = None,
-    master_addr: str = "127.0.0.1",
-    start_method: str | None = None,
-    num_threads: int | None = 1,
-    grace: float = ABORT_GRACE,
-    imports: Sequence[str] = (),
-) -> list:
+def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: dict | None = None,
+           timeout: float = 600.0, op_timeout: float = 120.0, backend: str | None = None,
+           master_addr: str = "127.0.0.1", start_method: str | None = None,
+           num_threads: int | None = 1, grace: float = ABORT_GRACE,
+           imports: Sequence[str] = ()) -> list:
     """Run ``worker_fn(info, *args, **kwargs)`` in ``world_size`` processes; return the results.
 
     Introduced in chapter 11.
@@ -472,39 +451,28 @@ def _collect(procs, store, result_dir, exit_codes, reason, world_size) -> list:
     if len(results) == world_size and all(c == 0 for c in exit_codes.values()):
         return [results[r] for r in range(world_size)]
     positions = faults.read_positions(store, world_size)
-    reported = faults.read_failures(store, world_size)
-    for rank, text in reported.items():
+    for rank, text in faults.read_failures(store, world_size).items():
         errors.setdefault(rank, text)
-    failed = _blame(exit_codes, errors, reported, reason, world_size)
-    lines = [f"distributed run failed: {reason or 'a rank did not return a result'}"]
-    lines.append("failed rank(s): " + ", ".join(str(r) for r in failed))
-    lines.append("where each rank was:")
-    lines.append(faults.format_positions(positions, world_size))
-    for rank in failed:
-        if rank in errors:
-            first = errors[rank].strip().splitlines()[-1]
-            lines.append(f"rank {rank} error: {first}")
-        else:
-            lines.append(f"rank {rank}: no error report (exit code {exit_codes.get(rank)})")
+    failed = _blame(exit_codes, errors, reason, world_size)
+    lines = [f"distributed run failed: {reason or 'a rank did not return a result'}",
+             "failed rank(s): " + ", ".join(str(r) for r in failed), "where each rank was:",
+             faults.format_positions(positions, world_size)]
+    lines += [f"rank {r} error: {errors[r].strip().splitlines()[-1]}" if r in errors
+              else f"rank {r}: no error report (exit code {exit_codes.get(r)})" for r in failed]
     raise LaunchError(
         "\n".join(lines), failed_ranks=failed, positions=positions, errors=errors,
         exit_codes=exit_codes, pids={r: p.pid for r, p in enumerate(procs)},
     )
 
 
-def _blame(exit_codes, errors, reported, reason, world_size) -> list[int]:
-    """Order the failed ranks: the cause first (named in the abort reason), then the rest."""
+def _blame(exit_codes, errors, reason, world_size) -> list[int]:
+    """Order the failed ranks: the cause first (named in the abort reason, else a rank that
+    died without a report, else one that timed out), then the rest."""
     failed = [r for r in range(world_size) if exit_codes.get(r) != 0 or r in errors]
-    cause = None
-    if reason:
-        for r in failed:
-            if reason.startswith(f"rank {r} "):
-                cause = r
-                break
-    if cause is None:  # a rank that died without a report, else one that timed out
-        silent = [r for r in failed if r not in errors]
-        timed = [r for r in failed if "OpTimeoutError" in errors.get(r, "")]
-        cause = (silent or timed or failed or [None])[0]
+    named = [r for r in failed if reason and reason.startswith(f"rank {r} ")]
+    silent = [r for r in failed if r not in errors]
+    timed = [r for r in failed if "OpTimeoutError" in errors.get(r, "")]
+    cause = (named or silent or timed or failed or [None])[0]
     return ([cause] if cause is not None else []) + [r for r in failed if r != cause]
 
 

@@ -259,26 +259,17 @@ class DistributedExecutor:
     group of its own (the launcher's or torchrun's group outlives the job).
     """
 
-    def __init__(
-        self,
-        schedule: Schedule,
-        stage_modules: Sequence[nn.Module] | Mapping[int, nn.Module],
-        *,
-        loss_fn: Callable,
-        optimizer_factory: Callable,
-        method_options: MethodOptions | None = None,
-        lr_scheduler_factory: Callable | None = None,
-        rank: int | None = None,
-        device: torch.device | str | None = None,
-        board: faults.StatusBoard | None = None,
-        op_timeout: float = 120.0,
-        record_gradients: bool = False,
-        track_bytes: bool = False,
-        fault: Fault | None = None,
-        p2p_verbose: bool | None = None,
-        record_posts: bool = False,
-        gather_into: Sequence[nn.Module] | None = None,
-    ) -> None:
+    def __init__(self, schedule: Schedule,
+                 stage_modules: Sequence[nn.Module] | Mapping[int, nn.Module], *,
+                 loss_fn: Callable, optimizer_factory: Callable,
+                 method_options: MethodOptions | None = None,
+                 lr_scheduler_factory: Callable | None = None, rank: int | None = None,
+                 device: torch.device | str | None = None,
+                 board: faults.StatusBoard | None = None, op_timeout: float = 120.0,
+                 record_gradients: bool = False, track_bytes: bool = False,
+                 fault: Fault | None = None, p2p_verbose: bool | None = None,
+                 record_posts: bool = False,
+                 gather_into: Sequence[nn.Module] | None = None) -> None:
         if not dist.is_initialized():
             raise RuntimeError("DistributedExecutor needs an initialized process group "
                                "(use pipemare_lite.launch.launch or torchrun)")

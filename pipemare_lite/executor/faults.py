@@ -35,6 +35,7 @@ they never collide with torch's own keys.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import threading
@@ -229,17 +230,10 @@ class StatusBoard:
     with the reason just before the watchdog ends the process.
     """
 
-    def __init__(
-        self,
-        rank: int,
-        world_size: int,
-        store=None,
-        *,
-        store_factory: Callable[[], object] | None = None,
-        launcher_pid: int | None = None,
-        exit_with_parent: bool = False,
-        exit_grace: float = 10.0,
-    ) -> None:
+    def __init__(self, rank: int, world_size: int, store=None, *,
+                 store_factory: Callable[[], object] | None = None,
+                 launcher_pid: int | None = None, exit_with_parent: bool = False,
+                 exit_grace: float = 10.0) -> None:
         self.rank = rank
         self.world_size = world_size
         self.store = store
@@ -264,8 +258,7 @@ class StatusBoard:
 
     def note(self, state: str) -> None:
         """Change only the state of the current position (``wait act 1F3 from rank 0``)."""
-        p = self.position
-        self.position = Position(p.rank, p.index, p.total, p.action, state)
+        self.position = dataclasses.replace(self.position, state=state)
 
     def note_lost(self, peer: int, why: str) -> None:
         """Record evidence that ``peer`` is gone (the first piece of evidence is kept)."""
@@ -309,9 +302,8 @@ class StatusBoard:
     def start(self) -> StatusBoard:
         """Start the daemon thread that publishes the position and polls ``abort``."""
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._watch, name=f"pml-watchdog-{self.rank}", daemon=True
-            )
+            self._thread = threading.Thread(target=self._watch, daemon=True,
+                                            name=f"pml-watchdog-{self.rank}")
             self._thread.start()
         return self
 

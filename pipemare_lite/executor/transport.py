@@ -80,20 +80,10 @@ class P2PTransport:
             :mod:`pipemare_lite.schedules.comm_rows`), in posting order; None: not recorded.
     """
 
-    def __init__(
-        self,
-        plan: CommPlan,
-        rank: int,
-        meta: Callable[[Message], tuple],
-        *,
-        waiter,
-        device=None,
-        pinned: bool = False,
-        use_tags: bool = True,
-        receives_ahead: int = 0,
-        verbose: bool = False,
-        posted: list | None = None,
-    ) -> None:
+    def __init__(self, plan: CommPlan, rank: int, meta: Callable[[Message], tuple], *, waiter,
+                 device=None, pinned: bool = False, use_tags: bool = True,
+                 receives_ahead: int = 0, verbose: bool = False,
+                 posted: list | None = None) -> None:
         import torch
 
         self.plan = plan
