@@ -19,7 +19,6 @@ watchdog's backstop). Here:
 
 from __future__ import annotations
 
-import datetime
 import os
 import sys
 
@@ -66,10 +65,22 @@ def _write(text: str) -> None:
 
 
 def _store():
-    import torch.distributed as dist
+    from pipemare_lite.launch import _connect
 
-    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                         is_master=False, timeout=datetime.timedelta(seconds=STORE_TIMEOUT))
+    return _connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), STORE_TIMEOUT)
+
+
+def _short(text: str) -> str:
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= LINE_LIMIT else line[: LINE_LIMIT - 3] + "..."
+
+
+def _with_positions(head: str, store, world_size: int, intro: str = "") -> str:
+    """``head``, then every rank's position (:func:`faults.format_positions`), each line cut
+    to :data:`LINE_LIMIT` characters."""
+    lines = faults.format_positions(faults.read_positions(store, world_size), world_size)
+    return "\n".join([head, f"{intro}where each rank was:",
+                      *(_short(line) for line in lines.splitlines())])
 
 
 def _sigterm_report(board: faults.StatusBoard) -> str:
@@ -80,22 +91,10 @@ def _sigterm_report(board: faults.StatusBoard) -> str:
         store.set(faults._key(f"status/{board.rank}"), board.position.to_json())
         if store.add(faults._key("sigterm_report"), 1) != 1:
             return own
-        positions = faults.read_positions(store, board.world_size)
+        return _with_positions(own, store, board.world_size, "torchrun stops every rank when "
+                               "one exits (its summary names which); ")
     except Exception:  # the store went with the agent
         return own + " (the other ranks' positions are not readable)"
-    return (f"{own}\ntorchrun stops every rank when one exits (its summary names which); "
-            f"where each rank was:\n{_positions(positions, board.world_size)}")
-
-
-def _short(text: str) -> str:
-    line = text.splitlines()[0] if text else ""
-    return line if len(line) <= LINE_LIMIT else line[: LINE_LIMIT - 3] + "..."
-
-
-def _positions(positions: dict, world_size: int) -> str:
-    """:func:`faults.format_positions`, each line cut to :data:`LINE_LIMIT` characters."""
-    lines = faults.format_positions(positions, world_size).splitlines()
-    return "\n".join(_short(line) for line in lines)
 
 
 def failure_report(exc: BaseException) -> str | None:
@@ -111,7 +110,6 @@ def failure_report(exc: BaseException) -> str | None:
     info.board.fail(exc)
     text = _short(f"rank {info.rank} stopped: {type(exc).__name__}: {exc}")
     try:
-        positions = faults.read_positions(_store(), info.world_size)
+        return _with_positions(text, _store(), info.world_size)
     except Exception:
         return text
-    return f"{text}\nwhere each rank was:\n{_positions(positions, info.world_size)}"
