@@ -149,11 +149,8 @@ def claim_abort(store, reason: str) -> str:
 
 def format_positions(positions: dict[int, Position], world_size: int) -> str:
     """Every rank's position on its own line (ranks with no report say so)."""
-    lines = []
-    for rank in range(world_size):
-        pos = positions.get(rank)
-        lines.append(f"  {pos.describe()}" if pos else f"  rank {rank}: no status reported")
-    return "\n".join(lines)
+    return "\n".join(f"  {positions[r].describe()}" if r in positions
+                     else f"  rank {r}: no status reported" for r in range(world_size))
 
 
 #: Types whose failure reports are echoes of another rank's failure, not causes.
@@ -224,10 +221,10 @@ class StatusBoard:
             (a torchrun worker whose agent was killed: the agent's pid may linger as a zombie).
         exit_grace: seconds the main thread gets to stop on its own after an abort.
 
-    The watchdog also publishes a heartbeat (``beat/<rank>``, a counter) on every tick, so a
-    rank can tell which peers stopped (:func:`stalled_ranks`); ``lost`` collects direct
-    evidence of lost peers (a broken link to them) and ``before_exit`` (when set) is called
-    with the reason just before the watchdog ends the process.
+    The watchdog's heartbeat (``beat/<rank>``) tells which peers stopped
+    (:func:`stalled_ranks`); ``lost`` collects direct evidence (a broken link to a peer);
+    ``before_exit``, when set, is called with the reason just before the watchdog ends the
+    process.
     """
 
     def __init__(self, rank: int, world_size: int, store=None, *,
@@ -293,10 +290,8 @@ class StatusBoard:
         if self._thread is not None:
             self._thread.join(timeout=2 * PUBLISH_INTERVAL + 1.0)
         if self.store is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.store.set(_key(f"status/{self.rank}"), self.position.to_json())
-            except Exception:
-                pass
 
     # -- watchdog thread --------------------------------------------------------------
     def start(self) -> StatusBoard:
@@ -309,13 +304,9 @@ class StatusBoard:
 
     def _watch(self) -> None:
         store = None
-        if self.store is not None:
-            try:
-                store = self._store_factory()
-            except Exception:
-                store = None
-        published = None
-        abort_seen_at = None
+        with contextlib.suppress(Exception):
+            store = self._store_factory() if self.store is not None else None
+        published = abort_seen_at = None
         beat = 0
         while not self._stop.wait(PUBLISH_INTERVAL):
             if self._launcher_gone():
@@ -344,11 +335,8 @@ class StatusBoard:
                 self.store_lost = True
                 self.abort_reason = self.abort_reason or "the side-channel store is unreachable"
                 abort_seen_at = abort_seen_at or time.monotonic()
-            if (
-                abort_seen_at is not None
-                and not self._finished
-                and time.monotonic() - abort_seen_at > self.exit_grace
-            ):
+            if (abort_seen_at is not None and not self._finished
+                    and time.monotonic() - abort_seen_at > self.exit_grace):
                 # backstop: the main thread is stuck outside any wait
                 self._exit(4, f"stopped {self.exit_grace:g} s after the abort "
                            f"({self.abort_reason}) without its main thread noticing")
@@ -363,10 +351,8 @@ class StatusBoard:
     def _exit(self, code: int, reason: str) -> None:
         """End the process from the watchdog thread, after ``before_exit`` had its say."""
         if self.before_exit is not None:
-            try:
+            with contextlib.suppress(BaseException):
                 self.before_exit(reason)
-            except BaseException:
-                pass
         os._exit(code)
 
 
@@ -377,15 +363,9 @@ def stalled_ranks(store, world_size: int, window: float, *, exclude=()) -> list[
     before = read_beats(store, world_size)
     time.sleep(window)
     after = read_beats(store, world_size)
-    positions = read_positions(store, world_size)
-    stalled = []
-    for rank in range(world_size):
-        state = positions[rank].state if rank in positions else ""
-        if rank in exclude or state == "done" or state.startswith("failed"):
-            continue
-        if after.get(rank) == before.get(rank):
-            stalled.append(rank)
-    return stalled
+    states = {r: p.state for r, p in read_positions(store, world_size).items()}
+    return [r for r in range(world_size) if r not in exclude and after.get(r) == before.get(r)
+            and not (states.get(r, "") == "done" or states.get(r, "").startswith("failed"))]
 
 
 def _pid_alive(pid: int) -> bool:
