@@ -104,8 +104,6 @@ class Position:
     @classmethod
     def from_json(cls, text: str | bytes) -> Position:
         """Inverse of :meth:`to_json`."""
-        if isinstance(text, bytes):
-            text = text.decode()
         return cls(**json.loads(text))
 
 

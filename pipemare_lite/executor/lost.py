@@ -98,9 +98,9 @@ def diagnose(board: faults.StatusBoard, topology: Topology, store,
     ``store`` is a client of the side-channel store (None: only direct evidence). Takes at
     most ``window`` seconds (plus the store's answers) and never raises.
     """
-    lost = dict(board.lost)
-    if lost:
-        return lost
+    if board.lost:
+        return dict(board.lost)
+    stalled = []
     if not board.store_lost and store is not None:
         try:
             stalled = faults.stalled_ranks(store, topology.world_size, window,
@@ -113,11 +113,7 @@ def diagnose(board: faults.StatusBoard, topology: Topology, store,
         why = (f"the side-channel store at {topology.store_address}, hosted by torchrun's "
                f"agent on node {topology.store_node}, is unreachable")
         return {r: why for r in topology.ranks_of(topology.store_node)}
-    if store is None:
-        return lost
-    for rank in stalled:
-        lost[rank] = f"its heartbeat stopped for {window:g} s"
-    return lost
+    return {r: f"its heartbeat stopped for {window:g} s" for r in stalled}
 
 
 def report(board: faults.StatusBoard, topology: Topology, store, cause: str,
