@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from pipemare_lite.executor import faults, placement, under_torchrun
+from pipemare_lite.executor.placement import choose_backend  # noqa: F401  (chapter 11)
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
 ABORT_GRACE = 5.0
@@ -136,12 +137,6 @@ class LaunchError(RuntimeError):
         self.pids = pids
 
 
-def choose_backend(world_size: int, backend: str | None = None) -> str:
-    """``backend`` if given; else NCCL when CUDA has at least one device per rank, else gloo
-    (the decision lives in :mod:`pipemare_lite.executor.placement`)."""
-    return placement.choose_backend(world_size, backend)
-
-
 def _place(backend: str, rank: int, local_rank: int, local_world_size: int):
     """This rank's :class:`~pipemare_lite.executor.placement.Placement` and torch device
     (gloo computes on the CPU, NCCL on ``cuda:<local rank>``, made the current device)."""
@@ -155,44 +150,40 @@ def _place(backend: str, rank: int, local_rank: int, local_world_size: int):
     return where, device
 
 
-def _init_group(backend, store, rank, world_size, device, op_timeout):
-    import torch.distributed as dist
-
-    # gloo's own timeout is a second line of defence behind wait_work's deadline.
-    timeout = datetime.timedelta(seconds=op_timeout + 30.0)
-    kwargs = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(
-        backend,
-        store=dist.PrefixStore("pg/", store),
-        rank=rank,
-        world_size=world_size,
-        timeout=timeout,
-        **kwargs,
-    )
-
-
-def _child_main(
-    rank: int,
-    world_size: int,
-    addr: str,
-    port: int,
-    backend: str,
-    worker_fn: Callable,
-    args: tuple,
-    kwargs: dict,
-    result_dir: str,
-    launcher_pid: int,
-    op_timeout: float,
-    num_threads: int | None,
-    imports: tuple = (),
-) -> None:
-    """Body of one child process: init, import the plugins, run the worker, write the
-    result, exit."""
+def _join(backend: str, rank: int, world_size: int, local_rank: int, local_world_size: int,
+          op_timeout: float, num_threads: int | None, store=None):
+    """Place this rank and init its process group (on ``store`` under the prefix ``pg/``
+    when given, else from torchrun's environment); returns ``(placement, device)``."""
     import torch
     import torch.distributed as dist
 
     if num_threads is not None:
         torch.set_num_threads(num_threads)
+    where, device = _place(backend, rank, local_rank, local_world_size)
+    group = {"device_id": device} if backend == "nccl" else {}
+    if store is not None:
+        group.update(store=dist.PrefixStore("pg/", store), rank=rank, world_size=world_size)
+    # gloo's own timeout is a second line of defence behind the Waiter's deadline.
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=op_timeout + 30.0),
+                            **group)
+    return where, device
+
+
+def _connect(addr: str, port: int, seconds: float):
+    import torch.distributed as dist
+
+    return dist.TCPStore(addr, port, is_master=False,
+                         timeout=datetime.timedelta(seconds=seconds))
+
+
+def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
+                worker_fn: Callable, args: tuple, kwargs: dict, result_dir: str,
+                launcher_pid: int, op_timeout: float, num_threads: int | None,
+                imports: tuple = ()) -> None:
+    """Body of one child process: init, import the plugins, run the worker, write the
+    result, exit."""
+    import torch.distributed as dist
+
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world_size),
@@ -203,17 +194,13 @@ def _child_main(
     if backend == "gloo" and sys.platform == "linux" and addr in LOOPBACK:
         # gloo binds to the address the host name resolves to unless told an interface
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    def connect():
-        return dist.TCPStore(addr, port, is_master=False, timeout=datetime.timedelta(seconds=60))
-
     store = _connect_while_launcher_lives(addr, port, launcher_pid)
-    board = faults.StatusBoard(
-        rank, world_size, store, store_factory=connect, launcher_pid=launcher_pid
-    ).start()
+    board = faults.StatusBoard(rank, world_size, store, launcher_pid=launcher_pid,
+                               store_factory=lambda: _connect(addr, port, 60)).start()
     code = 0
     try:
-        where, device = _place(backend, rank, rank, world_size)
-        _init_group(backend, store, rank, world_size, device, op_timeout)
+        where, device = _join(backend, rank, world_size, rank, world_size, op_timeout,
+                              num_threads, store)
         global _CURRENT
         info = _CURRENT = RankInfo(rank, world_size, rank, backend, device, board, op_timeout,
                                    where)
@@ -245,15 +232,12 @@ def _connect_while_launcher_lives(addr: str, port: int, launcher_pid: int, patie
     A single long connect would keep an orphan alive for its whole timeout when the
     launcher dies while this child is still starting.
     """
-    import torch.distributed as dist
-
     deadline = time.monotonic() + patience
     while True:
         if not faults._pid_alive(launcher_pid):
             os._exit(3)
         try:
-            return dist.TCPStore(addr, port, is_master=False,
-                                 timeout=datetime.timedelta(seconds=2))
+            return _connect(addr, port, 2)
         except Exception:
             if time.monotonic() > deadline:
                 raise
@@ -280,21 +264,11 @@ def _context(start_method: str | None):
     return ctx
 
 
-def launch(
-    worker_fn: Callable,
-    world_size: int,
-    *,
-    args: tuple = (),
-    kwargs: dict | None = None,
-    timeout: float = 600.0,
-    op_timeout: float = 120.0,
-    backend: str | None = None,
-    master_addr: str = "127.0.0.1",
-    start_method: str | None = None,
-    num_threads: int | None = 1,
-    grace: float = ABORT_GRACE,
-    imports: Sequence[str] = (),
-) -> list:
+def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: dict | None = None,
+           timeout: float = 600.0, op_timeout: float = 120.0, backend: str | None = None,
+           master_addr: str = "127.0.0.1", start_method: str | None = None,
+           num_threads: int | None = 1, grace: float = ABORT_GRACE,
+           imports: Sequence[str] = ()) -> list:
     """Run ``worker_fn(info, *args, **kwargs)`` in ``world_size`` processes; return the results.
 
     Introduced in chapter 11.
@@ -304,7 +278,7 @@ def launch(
         world_size: number of processes (ranks), >= 1.
         timeout: seconds for the whole job; then every rank is stopped.
         op_timeout: seconds any single wait on a message may take (see
-            :func:`pipemare_lite.executor.faults.wait_work`).
+            :class:`pipemare_lite.executor.faults.Waiter`).
         backend: "gloo", "nccl" or None (NCCL when CUDA has a device per rank).
         master_addr: address the rendezvous store binds to (loopback by default).
         start_method: multiprocessing start method; default forkserver (spawn if missing).
@@ -477,39 +451,28 @@ def _collect(procs, store, result_dir, exit_codes, reason, world_size) -> list:
     if len(results) == world_size and all(c == 0 for c in exit_codes.values()):
         return [results[r] for r in range(world_size)]
     positions = faults.read_positions(store, world_size)
-    reported = faults.read_failures(store, world_size)
-    for rank, text in reported.items():
+    for rank, text in faults.read_failures(store, world_size).items():
         errors.setdefault(rank, text)
-    failed = _blame(exit_codes, errors, reported, reason, world_size)
-    lines = [f"distributed run failed: {reason or 'a rank did not return a result'}"]
-    lines.append("failed rank(s): " + ", ".join(str(r) for r in failed))
-    lines.append("where each rank was:")
-    lines.append(faults.format_positions(positions, world_size))
-    for rank in failed:
-        if rank in errors:
-            first = errors[rank].strip().splitlines()[-1]
-            lines.append(f"rank {rank} error: {first}")
-        else:
-            lines.append(f"rank {rank}: no error report (exit code {exit_codes.get(rank)})")
+    failed = _blame(exit_codes, errors, reason, world_size)
+    lines = [f"distributed run failed: {reason or 'a rank did not return a result'}",
+             "failed rank(s): " + ", ".join(str(r) for r in failed), "where each rank was:",
+             faults.format_positions(positions, world_size)]
+    lines += [f"rank {r} error: {errors[r].strip().splitlines()[-1]}" if r in errors
+              else f"rank {r}: no error report (exit code {exit_codes.get(r)})" for r in failed]
     raise LaunchError(
         "\n".join(lines), failed_ranks=failed, positions=positions, errors=errors,
         exit_codes=exit_codes, pids={r: p.pid for r, p in enumerate(procs)},
     )
 
 
-def _blame(exit_codes, errors, reported, reason, world_size) -> list[int]:
-    """Order the failed ranks: the cause first (named in the abort reason), then the rest."""
+def _blame(exit_codes, errors, reason, world_size) -> list[int]:
+    """Order the failed ranks: the cause first (named in the abort reason, else a rank that
+    died without a report, else one that timed out), then the rest."""
     failed = [r for r in range(world_size) if exit_codes.get(r) != 0 or r in errors]
-    cause = None
-    if reason:
-        for r in failed:
-            if reason.startswith(f"rank {r} "):
-                cause = r
-                break
-    if cause is None:  # a rank that died without a report, else one that timed out
-        silent = [r for r in failed if r not in errors]
-        timed = [r for r in failed if "OpTimeoutError" in errors.get(r, "")]
-        cause = (silent or timed or failed or [None])[0]
+    named = [r for r in failed if reason and reason.startswith(f"rank {r} ")]
+    silent = [r for r in failed if r not in errors]
+    timed = [r for r in failed if "OpTimeoutError" in errors.get(r, "")]
+    cause = (named or silent or timed or failed or [None])[0]
     return ([cause] if cause is not None else []) + [r for r in failed if r != cause]
 
 
@@ -524,9 +487,6 @@ def init_from_env(
     ``torch.set_num_threads`` as :func:`launch` does (one thread: bitwise-reproducible CPU
     sums, and P processes do not fight over the cores); None leaves torch's default.
     """
-    import torch
-    import torch.distributed as dist
-
     needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     missing = [k for k in needed if k not in os.environ]
     if missing:
@@ -535,37 +495,21 @@ def init_from_env(
             "`torchrun --nproc-per-node P -m pipemare_lite.train --executor dist ...`, or from "
             "Python launch(pipemare_lite.executor.dist_fit.fit_worker, P, args=(...,))"
         )
-    if num_threads is not None:
-        torch.set_num_threads(num_threads)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     backend = choose_backend(local_world_size, backend)
-    where, device = _place(backend, rank, local_rank, local_world_size)
-    kwargs = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(
-        backend, timeout=datetime.timedelta(seconds=op_timeout + 30.0), **kwargs
-    )
+    where, device = _join(backend, rank, world_size, local_rank, local_world_size, op_timeout,
+                          num_threads)
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-
-    def connect():
-        return dist.TCPStore(addr, port, is_master=False, timeout=datetime.timedelta(seconds=30))
-
     try:
-        store = connect()
+        store = _connect(addr, port, 30)
     except Exception:  # no side channel: per-operation timeouts still apply
         store = None
-    # under torchrun the agent is our parent: exit with it (a killed machine leaves no
-    # orphans), say which rank was lost when a peer disappears (executor/lost.py), and
-    # turn the agent's SIGTERM into every rank's position (executor/under_torchrun.py,
-    # installed second so that its SIGTERM report runs first, then lost.py's)
-    agent = os.getppid() if under_torchrun.under_torchrun() else None
-    board = faults.StatusBoard(rank, world_size, store, store_factory=connect,
-                               launcher_pid=agent, exit_with_parent=True)
-    if agent is not None:
-        from pipemare_lite.executor import lost
-
-        lost.install(board, lost.Topology.from_env())
+    board = faults.StatusBoard(rank, world_size, store,
+                               store_factory=lambda: _connect(addr, port, 30))
+    # under torchrun: exit with the agent (our parent) and say which rank was lost or where
+    # every rank was when it stops us (executor/under_torchrun.py, executor/lost.py)
     under_torchrun.install(board)
     board.start()
     global _CURRENT

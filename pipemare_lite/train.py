@@ -154,13 +154,13 @@ def _local_executor(schedule, stages, *, loss_fn, optimizer_factory, method_opti
 
 def _dist_executor(schedule, stages, **kwargs):
     # The distributed engine (one process per stage, launched by torchrun) offers fit() the
-    # LocalExecutor contract through pipemare_lite.executor.dist_fit.DistExecutor: run(),
-    # state_dict(), load_state_dict(), workers.
+    # LocalExecutor contract (run(), state_dict(), load_state_dict(), close()) through
+    # pipemare_lite.executor.dist_fit.fit_executor.
     try:
-        from pipemare_lite.executor.dist_fit import DistExecutor
+        from pipemare_lite.executor.dist_fit import fit_executor
     except ImportError as exc:
         raise ValueError(f"executor 'dist' is not available: {exc}") from exc
-    return DistExecutor(schedule, stages, **kwargs)
+    return fit_executor(schedule, stages, **kwargs)
 
 
 #: name -> ``factory(schedule, stage_modules, *, loss_fn, optimizer_factory, method_options,

@@ -31,24 +31,20 @@ call is guarded so the CPU path never touches CUDA. Randomness: each rank has it
 generator, so a model with dropout gives other masks than in one process (the book's models
 have no dropout).
 
-Entry points (this module: the engine and running it from Python):
-
-- :class:`DistributedExecutor`: one rank's engine, inside a process group (``torchrun``,
-  :func:`pipemare_lite.launch.launch`, or your own);
-- :func:`run_distributed` / :func:`run_distributed_jobs`: from Python or a notebook, start
-  the processes and gather one :class:`DistRunResult` per job (jobs share a launch);
-- :class:`Fault`: make a rank raise, die or hang, to watch the job stop (chapter 11).
-
-Elsewhere: ``fit(..., executor="dist")`` runs through
-:class:`pipemare_lite.executor.dist_fit.DistExecutor`; measured against simulated
-utilization is :mod:`pipemare_lite.executor.utilization`; the same step with PyTorch's own
-runtime is :mod:`pipemare_lite.compare_pipelining`; any flushed schedule of ours in PyTorch's
-runtime, and PyTorch's schedules in ours, is :mod:`pipemare_lite.torch_runtime`.
+Entry points: :class:`DistributedExecutor` (one rank's engine, inside a process group made
+by ``torchrun``, :func:`pipemare_lite.launch.launch` or your own; with ``gather_into`` it
+is also ``fit(..., executor="dist")``'s engine, :mod:`.dist_fit`); :func:`run_distributed`
+and :func:`run_distributed_jobs` start the processes from Python or a notebook and gather
+one :class:`DistRunResult` per job; :class:`Fault` makes a rank raise, die or hang.
+Measured against simulated utilization: :mod:`pipemare_lite.executor.utilization`; the
+same step in PyTorch's runtime: :mod:`pipemare_lite.compare_pipelining` and
+:mod:`pipemare_lite.torch_runtime`.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import signal
 import time
@@ -105,19 +101,16 @@ class Fault:
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
-            allowed = ", ".join(FAULT_KINDS)
-            raise ValueError(f"unknown fault kind {self.kind!r}; allowed: {allowed}")
+            raise ValueError(f"unknown fault kind {self.kind!r}; allowed: {', '.join(FAULT_KINDS)}")
         if self.position < 0 or self.rank < 0:
-            raise ValueError(
-                f"fault rank and position must be >= 0, got {self.rank}, {self.position}"
-            )
+            raise ValueError(f"fault rank and position must be >= 0, got {self.rank}, "
+                             f"{self.position}")
 
     def trigger(self, action) -> None:
         """Fail in the chosen way (called just before the action at ``position``)."""
         if self.kind == "raise":
-            raise RuntimeError(
-                f"injected fault on rank {self.rank} before action {self.position} ({action})"
-            )
+            raise RuntimeError(f"injected fault on rank {self.rank} before action "
+                               f"{self.position} ({action})")
         if self.kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         while True:  # hang: like a rank stuck in a kernel; only a kill ends it
@@ -126,24 +119,13 @@ class Fault:
 
 @dataclass
 class RankResult:
-    """What one rank returns (plain CPU tensors and Python values; picklable; chapter 11).
+    """What one rank returns (CPU tensors and Python values: picklable; chapter 11).
 
-    Attributes:
-        rank: the rank.
-        entries: ``(position, action string, start, end)`` in seconds from the common origin.
-        loss_by_microbatch: unscaled losses (only on the rank holding the last stage).
-        versions: ``{"1F3": 0, "1B3": 1, ...}`` weight version each F/B/I/W/U used.
-        forward_versions, backward_versions, distances: ``{(stage, microbatch): int}``.
-        learning_rates: ``{stage: [lr of update 0, 1, ...]}``.
-        group_learning_rates: ``{stage: [[lr of each param group] per update]}``.
-        update_norms: ``{stage: [||w after - w before||_2 per update]}``.
-        state_dicts: ``{stage: module state dict}`` at the end of the run.
-        gradients: ``{stage: [[grad of each parameter] per update]}`` when recorded.
-        peak_bytes: ``{stage: {kind: bytes}}`` when tracked.
-        wait_seconds: total time this rank spent waiting for messages.
-        posted: with ``record_posts``, this rank's actions and the point-to-point
-            operations its transport posted, in order, spelled as
-            :func:`pipemare_lite.schedules.comm_rows.comm_row_strings` spells them.
+    :class:`DistRunResult`'s fields for this rank's stages: per-stage values as ``{stage:
+    value}``, versions and distances as ``{(stage, microbatch): int}``, the losses only on
+    the rank of the last stage. Also ``entries``, ``(position, action string, start, end)``
+    in seconds from the common origin; ``versions``, ``{"1F3": 0, ...}`` the weight version
+    each action used; ``wait_seconds``, this rank's time waiting for messages so far.
     """
 
     rank: int
@@ -230,10 +212,8 @@ def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype, *,
     except Exception as exc:
         raise RuntimeError(f"{where}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(out, torch.Tensor):
-        raise TypeError(
-            f"{name} returned {type(out).__name__}; the distributed executor sends one tensor "
-            "per stage boundary"
-        )
+        raise TypeError(f"{name} returned {type(out).__name__}; the distributed executor sends "
+                        "one tensor per stage boundary")
     return tuple(out.shape), out.dtype
 
 
@@ -266,31 +246,30 @@ class DistributedExecutor:
         record_posts: keep the order of actions and posted operations in
             :attr:`RankResult.posted` (chapter 11 compares it with
             :func:`pipemare_lite.schedules.comm_rows.comm_rows`).
+        gather_into: every rank's copy of the whole model (all stage modules): then
+            :meth:`run` is collective, as ``fit(..., executor="dist")`` needs it
+            (:func:`~pipemare_lite.executor.dist_fit.fit_executor`): it gathers every
+            rank's result and returns the same :class:`DistRunResult` on all ranks (so they
+            take the same decisions), and broadcasts every stage's weights from its owner
+            into these modules (for evaluation). One gather and one broadcast per stage
+            tensor per call: fine for the book's models.
 
     Use it as a context manager (``with DistributedExecutor(...) as executor:``) or call
     :meth:`close`: the helper threads of its waits end with the job. It creates no process
     group of its own (the launcher's or torchrun's group outlives the job).
     """
 
-    def __init__(
-        self,
-        schedule: Schedule,
-        stage_modules: Sequence[nn.Module] | Mapping[int, nn.Module],
-        *,
-        loss_fn: Callable,
-        optimizer_factory: Callable,
-        method_options: MethodOptions | None = None,
-        lr_scheduler_factory: Callable | None = None,
-        rank: int | None = None,
-        device: torch.device | str | None = None,
-        board: faults.StatusBoard | None = None,
-        op_timeout: float = 120.0,
-        record_gradients: bool = False,
-        track_bytes: bool = False,
-        fault: Fault | None = None,
-        p2p_verbose: bool | None = None,
-        record_posts: bool = False,
-    ) -> None:
+    def __init__(self, schedule: Schedule,
+                 stage_modules: Sequence[nn.Module] | Mapping[int, nn.Module], *,
+                 loss_fn: Callable, optimizer_factory: Callable,
+                 method_options: MethodOptions | None = None,
+                 lr_scheduler_factory: Callable | None = None, rank: int | None = None,
+                 device: torch.device | str | None = None,
+                 board: faults.StatusBoard | None = None, op_timeout: float = 120.0,
+                 record_gradients: bool = False, track_bytes: bool = False,
+                 fault: Fault | None = None, p2p_verbose: bool | None = None,
+                 record_posts: bool = False,
+                 gather_into: Sequence[nn.Module] | None = None) -> None:
         if not dist.is_initialized():
             raise RuntimeError("DistributedExecutor needs an initialized process group "
                                "(use pipemare_lite.launch.launch or torchrun)")
@@ -307,11 +286,9 @@ class DistributedExecutor:
         self.device = torch.device(device)
         options = method_options or MethodOptions()
         check_method_options(schedule, options)
-        self.options = options
         self.stages = schedule.stages_of(self.rank)
         modules = self._own_modules(stage_modules)
         delays = rescheduling_delays(schedule, options)
-        self.forward_delays = delays
         self.workers = {
             s: build_stage_worker(
                 schedule, s, modules[s], loss_fn=loss_fn, optimizer_factory=optimizer_factory,
@@ -324,13 +301,12 @@ class DistributedExecutor:
         self.record_gradients = record_gradients
         self.track_bytes = track_bytes
         self.fault = fault if fault is not None and fault.rank == self.rank else None
-        if p2p_verbose is None:
-            p2p_verbose = os.environ.get("PIPEMARE_P2P_VERBOSE") == "1"
-        self.p2p_verbose = p2p_verbose
+        self.p2p_verbose = (os.environ.get("PIPEMARE_P2P_VERBOSE") == "1" if p2p_verbose is None
+                            else p2p_verbose)
         self.posted: list | None = [] if record_posts else None
         self.plan = plan_communication(schedule)
         self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # trace keys
-        self.wait_seconds = 0.0
+        self.gather_into = None if gather_into is None else list(gather_into)
         self.position = 0  # next action of this rank's row
         self.transport: P2PTransport | None = None
         self.interpreter: Interpreter | None = None  # built with the transport, at the start
@@ -340,20 +316,30 @@ class DistributedExecutor:
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
         S = self.schedule.num_virtual_stages
-        if isinstance(stage_modules, Mapping):
-            modules = dict(stage_modules)
-        else:
-            modules = list(stage_modules)
-            if len(modules) != S:
+        if not isinstance(stage_modules, Mapping):
+            stage_modules = dict(enumerate(stage_modules))
+            if len(stage_modules) != S:
                 raise ValueError(f"schedule {self.schedule.name!r} has {S} virtual stages, got "
-                                 f"{len(modules)} stage modules")
-            modules = dict(enumerate(modules))
-        missing = [s for s in self.stages if s not in modules]
+                                 f"{len(stage_modules)} stage modules")
+        missing = [s for s in self.stages if s not in stage_modules]
         if missing:
-            raise ValueError(
-                f"rank {self.rank} holds stages {self.stages}; no module for {missing}"
-            )
-        return {s: modules[s] for s in self.stages}
+            raise ValueError(f"rank {self.rank} holds stages {self.stages}; no module for "
+                             f"{missing}")
+        return {s: stage_modules[s] for s in self.stages}
+
+    @property
+    def wait_seconds(self) -> float:
+        """Seconds this rank has waited for messages so far."""
+        return self.transport.waiter.wait_seconds if self.transport is not None else 0.0
+
+    def state_dict(self) -> dict:
+        """Not supported: checkpoints need the local executor."""
+        raise NotImplementedError("checkpoints are not supported with executor 'dist'; "
+                                  "use executor 'local' for checkpoint/resume")
+
+    def load_state_dict(self, state: dict) -> None:
+        """Not supported: checkpoints need the local executor."""
+        self.state_dict()
 
     # ------------------------------------------------------------------ lifetime
     def close(self, *, wait: float | None = None) -> None:
@@ -441,7 +427,7 @@ class DistributedExecutor:
             self.plan, self.rank, partial(self._message_meta, table, microbatches),
             device=placement.message_device(self.backend, self.device),
             pinned=placement.pin_messages(self.backend, self.device),
-            waiter=_TimedWaiter(self, polling=self.backend != "gloo"),
+            waiter=faults.Waiter(self.board, self.op_timeout, polling=self.backend != "gloo"),
             use_tags=self.backend == "gloo",
             receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
             verbose=self.p2p_verbose, posted=self.posted,
@@ -450,19 +436,42 @@ class DistributedExecutor:
             self.workers, schedule.num_virtual_stages - 1, _PeerTransport(self),
             devices=[self.device] if self.device.type == "cuda" else [])
 
-    def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None) -> RankResult:
+    def run(self, microbatches: Sequence, *,
+            stop_after_updates: int | None = None) -> RankResult | DistRunResult:
         """Run this rank's actions from where it stands; returns what this call did.
 
         ``stop_after_updates=k`` stops once each of this rank's stages has made k updates
         (other ranks stop at their own k-th update; messages already sent wait in the
         transport for the next call). Collect the ranks' results with
-        :func:`merge_rank_results`.
+        :func:`merge_rank_results`, or pass ``gather_into`` to have every rank return the
+        merged result.
         """
         try:
-            return self._run(microbatches, stop_after_updates)
+            mine = self._run(microbatches, stop_after_updates)
+            return mine if self.gather_into is None else self._gather(mine)
         except BaseException:
             self._failed = True
             raise
+
+    def _gather(self, mine: RankResult) -> DistRunResult:
+        """Every rank's result on every rank; every stage's weights into ``gather_into``."""
+        mine.state_dicts = {}  # weights travel by broadcast, not in the gather
+        gathered = [None] * dist.get_world_size()
+        with faults.communication("gathering the ranks' results"), torch.no_grad():
+            dist.all_gather_object(gathered, mine)
+            for s, module in enumerate(self.gather_into):
+                owner = self.schedule.rank_of(s)
+                targets = list(module.state_dict().values())
+                if owner == self.rank:
+                    sources = list(self.workers[s].module.state_dict().values())
+                else:
+                    sources = [torch.empty_like(t, device=self.device) for t in targets]
+                for source, target in zip(sources, targets):
+                    buffer = source.detach().to(self.device)
+                    dist.broadcast(buffer, src=owner)
+                    if buffer.data_ptr() != target.data_ptr():
+                        target.copy_(buffer)
+        return merge_rank_results(self.schedule, gathered)
 
     def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
         schedule, rank = self.schedule, self.rank
@@ -572,20 +581,13 @@ class _PeerTransport:
         self.p2p.send(plan_message, tensor)
 
 
-class _TimedWaiter(faults.Waiter):
-    """A :class:`~pipemare_lite.executor.faults.Waiter` that adds its waits to the executor's
-    ``wait_seconds``."""
-
-    def __init__(self, executor: DistributedExecutor, *, polling: bool) -> None:
-        super().__init__(executor.board, executor.op_timeout, polling=polling)
-        self.executor = executor
-
-    def wait(self, work, what: str, peer: int | None = None) -> None:
-        start = time.perf_counter()
-        try:
-            super().wait(work, what, peer)
-        finally:
-            self.executor.wait_seconds += time.perf_counter() - start
+#: RankResult fields keyed by (stage, microbatch), action or microbatch: merged by update.
+_BY_KEY = ("versions", "forward_versions", "backward_versions", "distances",
+           "loss_by_microbatch")
+#: RankResult fields keyed by stage -> the default of a stage that no rank reported.
+_BY_STAGE = {"learning_rates": lambda: None, "group_learning_rates": lambda: None,
+             "update_norms": list, "state_dicts": lambda: None, "gradients": list,
+             "peak_bytes": lambda: dict.fromkeys(BYTE_KINDS, 0)}
 
 
 def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> DistRunResult:
@@ -596,42 +598,29 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     a simulated one.
     """
     by_rank = sorted(results, key=lambda r: r.rank)
-    entries, versions = [], {}
-    fwd, bwd, dis = {}, {}, {}
     S = schedule.num_virtual_stages
-    rates, states, grads = [None] * S, [None] * S, [[] for _ in range(S)]
-    group_rates, norms = [None] * S, [[] for _ in range(S)]
-    peaks = [dict.fromkeys(BYTE_KINDS, 0) for _ in range(S)]
-    losses = {}
+    keyed = {name: {} for name in _BY_KEY}
+    staged = {name: [default() for _ in range(S)] for name, default in _BY_STAGE.items()}
+    entries = []
     for r in by_rank:
         row = schedule.ranks[r.rank]
-        for position, _text, start, end in r.entries:
-            entries.append(TimedAction(r.rank, row[position], start, end))
-        versions.update(r.versions)
-        fwd.update(r.forward_versions)
-        bwd.update(r.backward_versions)
-        dis.update(r.distances)
-        losses.update(r.loss_by_microbatch)
-        for s, value in r.learning_rates.items():
-            rates[s] = value
-        for s, value in r.group_learning_rates.items():
-            group_rates[s] = value
-        for s, value in r.update_norms.items():
-            norms[s] = value
-        for s, value in r.state_dicts.items():
-            states[s] = value
-        for s, value in r.gradients.items():
-            grads[s] = value
-        for s, value in r.peak_bytes.items():
-            peaks[s] = value
+        entries += [TimedAction(r.rank, row[i], start, end) for i, _, start, end in r.entries]
+        for name, merged in keyed.items():
+            merged.update(getattr(r, name))
+        for name, per_stage in staged.items():
+            for s, value in getattr(r, name).items():
+                per_stage[s] = value
     trace = Timeline(schedule, tuple(entries), unit="s", source="measured",
-                     extra={"versions": versions, "distances": dict(dis),
+                     extra={"versions": keyed["versions"], "distances": dict(keyed["distances"]),
                             "wait_seconds": [r.wait_seconds for r in by_rank]})
-    by_mb = dict(sorted(losses.items()))
+    by_mb = dict(sorted(keyed["loss_by_microbatch"].items()))
     return DistRunResult(
-        list(by_mb.values()), by_mb, trace, fwd, bwd, dis, rates, peaks,
-        group_learning_rates=group_rates, update_norms=norms, state_dicts=states,
-        gradients=grads, rank_results=list(by_rank), posted=[r.posted for r in by_rank],
+        list(by_mb.values()), by_mb, trace, keyed["forward_versions"],
+        keyed["backward_versions"], keyed["distances"], staged["learning_rates"],
+        staged["peak_bytes"], group_learning_rates=staged["group_learning_rates"],
+        update_norms=staged["update_norms"], state_dicts=staged["state_dicts"],
+        gradients=staged["gradients"], rank_results=list(by_rank),
+        posted=[r.posted for r in by_rank],
     )
 
 
@@ -721,21 +710,19 @@ def run_distributed_jobs(jobs: Sequence[DistJob], **launch_kwargs) -> list[DistR
             for i, job in enumerate(jobs)]
 
 
+
 def run_distributed(schedule: Schedule, stages: Callable[[], Sequence[nn.Module]],
                     microbatches: Sequence, *, loss_fn: Callable, optimizer_factory: Callable,
-                    method_options: MethodOptions | None = None,
-                    lr_scheduler_factory: Callable | None = None,
-                    record_gradients: bool = False, track_bytes: bool = False,
-                    fault: Fault | None = None, p2p_verbose: bool | None = None,
-                    record_posts: bool = False, **launch_kwargs) -> DistRunResult:
+                    **options) -> DistRunResult:
     """Run ``schedule`` with one process per rank and return the gathered result (chapter 11).
 
     The distributed twin of ``LocalExecutor(schedule, stages(), ...).run(microbatches)``:
-    same losses, versions and final weights, bitwise on CPU. See :class:`DistJob` for what
-    must be picklable; ``p2p_verbose`` and ``record_posts`` are
-    :class:`DistributedExecutor`'s.
+    same losses, versions and final weights, bitwise on CPU. ``options`` are
+    :class:`DistJob`'s other fields (``method_options``, ``fault``, ``record_posts`` ...;
+    see there what must be picklable) and :func:`run_distributed_jobs`'s launch arguments.
     """
-    job = DistJob(schedule, stages, microbatches, loss_fn, optimizer_factory, method_options,
-                  lr_scheduler_factory, record_gradients, track_bytes, fault, p2p_verbose,
-                  record_posts)
+    fields = {f.name for f in dataclasses.fields(DistJob)}
+    job = DistJob(schedule, stages, microbatches, loss_fn, optimizer_factory,
+                  **{k: v for k, v in options.items() if k in fields})
+    launch_kwargs = {k: v for k, v in options.items() if k not in fields}
     return run_distributed_jobs([job], **launch_kwargs)[0]

@@ -35,6 +35,7 @@ they never collide with torch's own keys.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import threading
@@ -65,9 +66,9 @@ class PeerConnectionError(PipelineFault):
     """The communication library failed while this rank waited for a peer (a message or a
     collective): the connection broke, almost always because that peer failed first.
 
-    Raised, from the library's own error, by the waits of this module (:class:`Waiter`,
-    :func:`wait_work`) and inside :func:`communication` blocks. Its type, not its words,
-    marks a failure as the echo of another rank's (:func:`is_communication_error`).
+    Raised, from the library's own error, by the waits of :class:`Waiter` and inside
+    :func:`communication` blocks. Its type, not its words, marks a failure as the echo of
+    another rank's (:func:`is_communication_error`).
     """
 
 
@@ -103,8 +104,6 @@ class Position:
     @classmethod
     def from_json(cls, text: str | bytes) -> Position:
         """Inverse of :meth:`to_json`."""
-        if isinstance(text, bytes):
-            text = text.decode()
         return cls(**json.loads(text))
 
 
@@ -112,24 +111,25 @@ def _key(name: str) -> str:
     return KEY_PREFIX + name
 
 
+def _read_all(store, world_size: int, name: str, parse) -> dict:
+    """``rank -> parse(value of pml/<name>/<rank>)`` for every rank that wrote the key."""
+    keys = {rank: _key(f"{name}/{rank}") for rank in range(world_size)}
+    return {rank: parse(store.get(key)) for rank, key in keys.items() if store.check([key])}
+
+
 def read_positions(store, world_size: int) -> dict[int, Position]:
     """The last published position of every rank (a rank that published nothing is left out)."""
-    positions = {}
-    for rank in range(world_size):
-        key = _key(f"status/{rank}")
-        if store.check([key]):
-            positions[rank] = Position.from_json(store.get(key))
-    return positions
+    return _read_all(store, world_size, "status", Position.from_json)
 
 
 def read_failures(store, world_size: int) -> dict[int, str]:
     """``rank -> error text`` for every rank that reported a failure."""
-    failures = {}
-    for rank in range(world_size):
-        key = _key(f"failed/{rank}")
-        if store.check([key]):
-            failures[rank] = store.get(key).decode()
-    return failures
+    return _read_all(store, world_size, "failed", bytes.decode)
+
+
+def read_beats(store, world_size: int) -> dict[int, int]:
+    """``rank -> heartbeat counter`` for every rank that published one."""
+    return _read_all(store, world_size, "beat", int)
 
 
 def read_abort(store) -> str | None:
@@ -147,11 +147,8 @@ def claim_abort(store, reason: str) -> str:
 
 def format_positions(positions: dict[int, Position], world_size: int) -> str:
     """Every rank's position on its own line (ranks with no report say so)."""
-    lines = []
-    for rank in range(world_size):
-        pos = positions.get(rank)
-        lines.append(f"  {pos.describe()}" if pos else f"  rank {rank}: no status reported")
-    return "\n".join(lines)
+    return "\n".join(f"  {positions[r].describe()}" if r in positions
+                     else f"  rank {r}: no status reported" for r in range(world_size))
 
 
 #: Types whose failure reports are echoes of another rank's failure, not causes.
@@ -210,7 +207,7 @@ class StatusBoard:
     Introduced in chapter 11. ``store`` is a ``torch.distributed.Store`` (the main thread and
     the watchdog thread each use their own client: ``store_factory`` makes the thread's).
     Without a store (``store=None``) the board still records the position locally and
-    :func:`wait_work` still enforces per-operation timeouts.
+    :class:`Waiter` still enforces per-operation timeouts.
 
     Args:
         rank, world_size: this rank and the number of ranks.
@@ -222,23 +219,16 @@ class StatusBoard:
             (a torchrun worker whose agent was killed: the agent's pid may linger as a zombie).
         exit_grace: seconds the main thread gets to stop on its own after an abort.
 
-    The watchdog also publishes a heartbeat (``beat/<rank>``, a counter) on every tick, so a
-    rank can tell which peers stopped (:func:`stalled_ranks`); ``lost`` collects direct
-    evidence of lost peers (a broken link to them) and ``before_exit`` (when set) is called
-    with the reason just before the watchdog ends the process.
+    The watchdog's heartbeat (``beat/<rank>``) tells which peers stopped
+    (:func:`stalled_ranks`); ``lost`` collects direct evidence (a broken link to a peer);
+    ``before_exit``, when set, is called with the reason just before the watchdog ends the
+    process.
     """
 
-    def __init__(
-        self,
-        rank: int,
-        world_size: int,
-        store=None,
-        *,
-        store_factory: Callable[[], object] | None = None,
-        launcher_pid: int | None = None,
-        exit_with_parent: bool = False,
-        exit_grace: float = 10.0,
-    ) -> None:
+    def __init__(self, rank: int, world_size: int, store=None, *,
+                 store_factory: Callable[[], object] | None = None,
+                 launcher_pid: int | None = None, exit_with_parent: bool = False,
+                 exit_grace: float = 10.0) -> None:
         self.rank = rank
         self.world_size = world_size
         self.store = store
@@ -263,8 +253,7 @@ class StatusBoard:
 
     def note(self, state: str) -> None:
         """Change only the state of the current position (``wait act 1F3 from rank 0``)."""
-        p = self.position
-        self.position = Position(p.rank, p.index, p.total, p.action, state)
+        self.position = dataclasses.replace(self.position, state=state)
 
     def note_lost(self, peer: int, why: str) -> None:
         """Record evidence that ``peer`` is gone (the first piece of evidence is kept)."""
@@ -299,30 +288,23 @@ class StatusBoard:
         if self._thread is not None:
             self._thread.join(timeout=2 * PUBLISH_INTERVAL + 1.0)
         if self.store is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.store.set(_key(f"status/{self.rank}"), self.position.to_json())
-            except Exception:
-                pass
 
     # -- watchdog thread --------------------------------------------------------------
     def start(self) -> StatusBoard:
         """Start the daemon thread that publishes the position and polls ``abort``."""
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._watch, name=f"pml-watchdog-{self.rank}", daemon=True
-            )
+            self._thread = threading.Thread(target=self._watch, daemon=True,
+                                            name=f"pml-watchdog-{self.rank}")
             self._thread.start()
         return self
 
     def _watch(self) -> None:
         store = None
-        if self.store is not None:
-            try:
-                store = self._store_factory()
-            except Exception:
-                store = None
-        published = None
-        abort_seen_at = None
+        with contextlib.suppress(Exception):
+            store = self._store_factory() if self.store is not None else None
+        published = abort_seen_at = None
         beat = 0
         while not self._stop.wait(PUBLISH_INTERVAL):
             if self._launcher_gone():
@@ -351,11 +333,8 @@ class StatusBoard:
                 self.store_lost = True
                 self.abort_reason = self.abort_reason or "the side-channel store is unreachable"
                 abort_seen_at = abort_seen_at or time.monotonic()
-            if (
-                abort_seen_at is not None
-                and not self._finished
-                and time.monotonic() - abort_seen_at > self.exit_grace
-            ):
+            if (abort_seen_at is not None and not self._finished
+                    and time.monotonic() - abort_seen_at > self.exit_grace):
                 # backstop: the main thread is stuck outside any wait
                 self._exit(4, f"stopped {self.exit_grace:g} s after the abort "
                            f"({self.abort_reason}) without its main thread noticing")
@@ -370,21 +349,9 @@ class StatusBoard:
     def _exit(self, code: int, reason: str) -> None:
         """End the process from the watchdog thread, after ``before_exit`` had its say."""
         if self.before_exit is not None:
-            try:
+            with contextlib.suppress(BaseException):
                 self.before_exit(reason)
-            except BaseException:
-                pass
         os._exit(code)
-
-
-def read_beats(store, world_size: int) -> dict[int, int]:
-    """``rank -> heartbeat counter`` for every rank that published one."""
-    beats = {}
-    for rank in range(world_size):
-        key = _key(f"beat/{rank}")
-        if store.check([key]):
-            beats[rank] = int(store.get(key))
-    return beats
 
 
 def stalled_ranks(store, world_size: int, window: float, *, exclude=()) -> list[int]:
@@ -394,15 +361,9 @@ def stalled_ranks(store, world_size: int, window: float, *, exclude=()) -> list[
     before = read_beats(store, world_size)
     time.sleep(window)
     after = read_beats(store, world_size)
-    positions = read_positions(store, world_size)
-    stalled = []
-    for rank in range(world_size):
-        state = positions[rank].state if rank in positions else ""
-        if rank in exclude or state == "done" or state.startswith("failed"):
-            continue
-        if after.get(rank) == before.get(rank):
-            stalled.append(rank)
-    return stalled
+    states = {r: p.state for r, p in read_positions(store, world_size).items()}
+    return [r for r in range(world_size) if r not in exclude and after.get(r) == before.get(r)
+            and not (states.get(r, "") == "done" or states.get(r, "").startswith("failed"))]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -416,42 +377,32 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def wait_work(work, board: StatusBoard | None, what: str, timeout: float,
-              peer: int | None = None) -> None:
-    """Wait for a Work by polling ``is_completed()``, checking the abort flag and a deadline.
+class _Pending:
+    """One Work being waited for: polled (NCCL: ``is_completed()`` tells the truth) or, with
+    ``jobs``, handed to a helper thread that blocks in ``wait()`` (gloo)."""
 
-    For backends whose ``is_completed()`` tells the truth (NCCL). Gloo's point-to-point
-    works only report completion once someone called ``wait()``: use :class:`Waiter`.
-    The poll sleeps from 20 us up to 1 ms, so short waits stay short and long ones cost
-    little CPU.
+    def __init__(self, work, jobs=None) -> None:
+        self.work, self.error = work, None
+        self.event = None if jobs is None else threading.Event()
+        if jobs is not None:
+            jobs.put(self)
 
-    Raises:
-        PeerFailedError: the run was aborted while waiting.
-        OpTimeoutError: ``timeout`` seconds passed; the message names ``what``.
-    """
-    if not work.is_completed():
-        if board is not None:
-            board.note(f"wait {what}")
-        deadline = time.monotonic() + timeout
-        pause = 2e-5
-        while not work.is_completed():
-            _check(board, deadline, what, timeout)
+    def done(self, pause: float) -> bool:
+        """True when complete; else wait up to ``pause`` seconds and return False."""
+        if self.event is not None:
+            return self.event.wait(pause)
+        if self.work.is_completed():
+            return True
+        if pause:
             time.sleep(pause)
-            pause = min(pause * 2, 1e-3)
-        if board is not None:
-            board.note("compute")
-    try:
-        work.wait()  # raises the communication error, if any
-    except Exception as exc:
-        _raise_from_wait(exc, what, board, peer)
+        return False
 
-
-def _check(board: StatusBoard | None, deadline: float, what: str, timeout: float) -> None:
-    if board is not None:
-        board.check()
-    if time.monotonic() > deadline:
-        where = board.position.describe() if board is not None else ""
-        raise OpTimeoutError(f"waited more than {timeout:g} s for {what} ({where})")
+    def finish(self) -> None:
+        """Raise the communication error of a completed Work, if any."""
+        if self.event is None:
+            self.work.wait()
+        elif self.error is not None:
+            raise self.error
 
 
 class Waiter:
@@ -460,20 +411,22 @@ class Waiter:
     A blocking ``work.wait()`` cannot be interrupted, gloo's timed wait closes the connection
     when it expires, and gloo's ``is_completed()`` stays False until someone waits. So with
     gloo a helper thread does the blocking ``wait()`` and the main thread waits on an event
-    in slices of 50 ms, checking the abort flag and the deadline in between. Sends are
-    handed to a second thread that waits for them in the background, so their buffers are
-    freed as they complete (two threads: a send can only complete after its peer posted the
-    matching receive, which may depend on a receive of ours). With NCCL, whose
-    ``is_completed()`` is truthful, the main thread polls (:func:`wait_work`).
+    in slices of 50 ms, checking the abort flag and the deadline in between. Sends go to a
+    second thread, so their buffers are freed as they complete (two threads: a send only
+    completes after its peer posted the matching receive, which may depend on a receive of
+    ours). With NCCL (``polling=True``) the main thread polls ``is_completed()``, sleeping
+    from 20 us up to 1 ms, so short waits stay short and long ones cost little CPU.
 
-    The helper threads belong to one run: :meth:`close` stops them (the transport's
-    ``close`` and the executor's ``close`` call it), so a process that runs many jobs holds
-    no more threads after the last than after the first.
+    The helper threads belong to one run: :meth:`close` stops them (the transport's and the
+    executor's ``close`` call it), so a process that runs many jobs holds no more threads
+    after the last than after the first.
 
     Args:
         board: the rank's status board (abort flag, position), or None.
         timeout: seconds any single wait may take.
         polling: True for NCCL (poll ``is_completed``), False for gloo (helper threads).
+
+    ``wait_seconds`` adds up the time spent in :meth:`wait` (the trace's waiting time).
     """
 
     SLICE = 0.05
@@ -482,32 +435,79 @@ class Waiter:
         self.board = board
         self.timeout = timeout
         self.polling = polling
-        self._sends: list = []
-        self._recv_queue = None
-        self._send_queue = None
+        self.wait_seconds = 0.0
+        self._sends: list = []  # (pending, tensor kept alive until sent, what, peer)
+        self._queues: dict = {}  # helper thread name -> its job queue
         self._threads: list[tuple[threading.Thread, object]] = []  # (thread, its job queue)
 
-    def _thread(self, name: str):
-        import queue
+    def _pending(self, work, name: str) -> _Pending:
+        if self.polling:
+            return _Pending(work)
+        if name not in self._queues:
+            import queue
 
-        jobs: queue.SimpleQueue = queue.SimpleQueue()
+            jobs = self._queues[name] = queue.SimpleQueue()
 
-        def serve():
-            while True:
-                job = jobs.get()
-                if job is None:  # close(): no more work for this thread
-                    return
-                work, done, box = job
-                try:
-                    work.wait()
-                except BaseException as exc:  # handed to the main thread
-                    box["error"] = exc
-                done.set()
+            def serve():
+                while (job := jobs.get()) is not None:  # None: close(), no more work
+                    try:
+                        job.work.wait()
+                    except BaseException as exc:  # handed to the main thread
+                        job.error = exc
+                    job.event.set()
 
-        thread = threading.Thread(target=serve, name=name, daemon=True)
-        thread.start()
-        self._threads.append((thread, jobs))
-        return jobs
+            thread = threading.Thread(target=serve, name=name, daemon=True)
+            thread.start()
+            self._threads.append((thread, jobs))
+        return _Pending(work, self._queues[name])
+
+    def _await(self, pending: _Pending, what: str, peer: int | None) -> None:
+        """Wait for ``pending``, checking the abort flag and the deadline; raise
+        :class:`PeerConnectionError` (via :func:`_raise_from_wait`) if its Work failed."""
+        board = self.board
+        pause = 2e-5 if self.polling else self.SLICE
+        if not pending.done(0.0 if self.polling else pause):
+            before = board.position.state if board is not None else ""
+            if board is not None:
+                board.note(f"wait {what}")
+            deadline = time.monotonic() + self.timeout
+            while not pending.done(pause):
+                if board is not None:
+                    board.check()
+                if time.monotonic() > deadline:
+                    where = board.position.describe() if board is not None else ""
+                    raise OpTimeoutError(f"waited more than {self.timeout:g} s for {what} "
+                                         f"({where})")
+                if self.polling:
+                    pause = min(pause * 2, 1e-3)
+            if board is not None:
+                board.note(before)
+        try:
+            pending.finish()
+        except BaseException as exc:
+            _raise_from_wait(exc, what, board, peer)
+
+    def wait(self, work, what: str, peer: int | None = None) -> None:
+        """Block until ``work`` is done; raise on abort, timeout or a communication error.
+
+        ``peer``: the rank at the other end (noted as lost when the link to it breaks)."""
+        start = time.perf_counter()
+        try:
+            self._await(self._pending(work, "pml-recv-waiter"), what, peer)
+        finally:
+            self.wait_seconds += time.perf_counter() - start
+
+    def reap(self, work, keep_alive, what: str, peer: int | None = None) -> None:
+        """Let a send complete in the background; ``keep_alive`` (its tensor) lives until then."""
+        pending = self._pending(work, "pml-send-waiter")
+        self._sends = [s for s in self._sends if not s[0].done(0.0)]
+        self._sends.append((pending, keep_alive, what, peer))
+
+    def drain(self) -> None:
+        """Wait until every reaped send is complete (the end of a run)."""
+        for pending, _tensor, what, peer in self._sends:
+            self._await(pending, f"{what} to be received", peer)
+        self._sends = []
 
     def close(self, wait: float = 5.0) -> None:
         """Stop the helper threads; safe to call twice (a later wait starts new ones).
@@ -518,8 +518,7 @@ class Waiter:
         delay the error report; it is a daemon and ends with the process). A thread still
         alive after the bound is reported with a warning, not left silently.
         """
-        threads, self._threads = self._threads, []
-        self._recv_queue = self._send_queue = None
+        threads, self._threads, self._queues = self._threads, [], {}
         for _thread, jobs in threads:
             jobs.put(None)
         if wait <= 0:
@@ -534,57 +533,3 @@ class Waiter:
             warnings.warn(f"rank {self.board.rank if self.board else '?'}: helper thread(s) "
                           f"{alive} still wait on a message after {wait:g} s (a send nobody "
                           "received); they end with the process", RuntimeWarning, stacklevel=2)
-
-    def wait(self, work, what: str, peer: int | None = None) -> None:
-        """Block until ``work`` is done; raise on abort, timeout or a communication error.
-
-        ``peer``: the rank at the other end (noted as lost when the link to it breaks)."""
-        if self.polling:
-            wait_work(work, self.board, what, self.timeout, peer)
-            return
-        if self._recv_queue is None:
-            self._recv_queue = self._thread("pml-recv-waiter")
-        done, box = threading.Event(), {}
-        self._recv_queue.put((work, done, box))
-        if not done.wait(self.SLICE):
-            if self.board is not None:
-                self.board.note(f"wait {what}")
-            deadline = time.monotonic() + self.timeout
-            while not done.wait(self.SLICE):
-                _check(self.board, deadline, what, self.timeout)
-            if self.board is not None:
-                self.board.note("compute")
-        if "error" in box:
-            _raise_from_wait(box["error"], what, self.board, peer)
-
-    def reap(self, work, keep_alive, what: str, peer: int | None = None) -> None:
-        """Let a send complete in the background; ``keep_alive`` (its tensor) lives until then."""
-        if self.polling:
-            self._sends = [s for s in self._sends if not s[0].is_completed()]
-            self._sends.append((work, keep_alive, what, None, None, peer))
-            return
-        if self._send_queue is None:
-            self._send_queue = self._thread("pml-send-waiter")
-        done, box = threading.Event(), {}
-        self._send_queue.put((work, done, box))
-        self._sends = [s for s in self._sends if not s[3].is_set()]
-        self._sends.append((work, keep_alive, what, done, box, peer))
-
-    def pending_sends(self) -> int:
-        """Sends handed to :meth:`reap` and not known to be complete."""
-        if self.polling:
-            return sum(not s[0].is_completed() for s in self._sends)
-        return sum(not s[3].is_set() for s in self._sends)
-
-    def drain(self) -> None:
-        """Wait until every reaped send is complete (the end of a run)."""
-        for work, _tensor, what, done, box, peer in self._sends:
-            if self.polling:
-                wait_work(work, self.board, f"{what} to be received", self.timeout, peer)
-                continue
-            deadline = time.monotonic() + self.timeout
-            while not done.wait(self.SLICE):
-                _check(self.board, deadline, f"{what} to be received", self.timeout)
-            if "error" in box:
-                _raise_from_wait(box["error"], f"{what} to be received", self.board, peer)
-        self._sends = []

@@ -18,7 +18,7 @@ Evidence, in order of strength:
    advance for :data:`HEARTBEAT_WINDOW` seconds while its status says it is neither done
    nor failed.
 
-:func:`install` (called by :func:`pipemare_lite.launch.init_from_env` under torchrun) hooks
+:func:`install` (called under torchrun by :func:`pipemare_lite.launch.init_from_env`) hooks
 the report into the three ways such a worker stops: an uncaught exception (the traceback,
 then the report, then ``os._exit(1)``: no atexit teardown that could wait on a dead peer),
 SIGTERM from the agent (the report, then exit 143), and the watchdog's backstop.
@@ -30,6 +30,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipemare_lite.executor import faults
@@ -97,9 +98,9 @@ def diagnose(board: faults.StatusBoard, topology: Topology, store,
     ``store`` is a client of the side-channel store (None: only direct evidence). Takes at
     most ``window`` seconds (plus the store's answers) and never raises.
     """
-    lost = dict(board.lost)
-    if lost:
-        return lost
+    if board.lost:
+        return dict(board.lost)
+    stalled = []
     if not board.store_lost and store is not None:
         try:
             stalled = faults.stalled_ranks(store, topology.world_size, window,
@@ -112,11 +113,7 @@ def diagnose(board: faults.StatusBoard, topology: Topology, store,
         why = (f"the side-channel store at {topology.store_address}, hosted by torchrun's "
                f"agent on node {topology.store_node}, is unreachable")
         return {r: why for r in topology.ranks_of(topology.store_node)}
-    if store is None:
-        return lost
-    for rank in stalled:
-        lost[rank] = f"its heartbeat stopped for {window:g} s"
-    return lost
+    return {r: f"its heartbeat stopped for {window:g} s" for r in stalled}
 
 
 def report(board: faults.StatusBoard, topology: Topology, store, cause: str,
@@ -133,30 +130,7 @@ def report(board: faults.StatusBoard, topology: Topology, store, cause: str,
     return f"{head}: " + "; ".join(parts)
 
 
-class _Reporter:
-    """Prints the report once, whichever of the three paths gets there first."""
-
-    def __init__(self, board: faults.StatusBoard, topology: Topology) -> None:
-        self.board = board
-        self.topology = topology
-        self._lock = threading.Lock()
-        self._done = False
-
-    @property
-    def started(self) -> bool:
-        """True once a report is being written (a second stop reason then waits for it)."""
-        return self._done
-
-    def __call__(self, cause: str, *, use_store: bool = True) -> None:
-        with self._lock:
-            if self._done:
-                return
-            self._done = True
-        store = self.board.store if use_store else None
-        print(report(self.board, self.topology, store, cause), file=sys.stderr, flush=True)
-
-
-_installed: _Reporter | None = None  # this process' reporter, once :func:`install` ran
+_installed = None  # this process's reporter, once :func:`install` ran
 
 
 def report_caught(exc: BaseException) -> None:
@@ -167,15 +141,25 @@ def report_caught(exc: BaseException) -> None:
         _installed(type(exc).__name__)
 
 
-def install(board: faults.StatusBoard, topology: Topology) -> None:
+def install(board: faults.StatusBoard, topology: Topology,
+            sigterm_note: Callable[[], None] | None = None) -> None:
     """Hook the report into an uncaught exception, SIGTERM and the watchdog's backstop.
 
-    Call from the main thread of a torchrun worker (:func:`~pipemare_lite.launch.init_from_env`
-    does). An uncaught exception also goes to :meth:`StatusBoard.fail`, so a rank that fails
-    for a reason of its own claims the abort and its peers stop with its name.
+    Call from the main thread of a torchrun worker
+    (:func:`pipemare_lite.executor.under_torchrun.install` does). An uncaught exception also
+    goes to :meth:`StatusBoard.fail`, so a rank that fails for a reason of its own claims the
+    abort and its peers stop with its name. ``sigterm_note`` runs first on SIGTERM (every
+    rank's position, :mod:`pipemare_lite.executor.under_torchrun`).
     """
     global _installed
-    reporter = _installed = _Reporter(board, topology)
+    once = threading.Lock()  # taken by the first report, never released: one per process
+
+    def reporter(cause: str, *, use_store: bool = True) -> None:
+        if once.acquire(blocking=False):
+            store = board.store if use_store else None
+            print(report(board, topology, store, cause), file=sys.stderr, flush=True)
+
+    _installed = reporter
     previous_hook = sys.excepthook
 
     def on_exception(kind, value, tb):
@@ -188,7 +172,9 @@ def install(board: faults.StatusBoard, topology: Topology) -> None:
             os._exit(1)  # no atexit teardown: destroying a group with a dead peer can block
 
     def on_sigterm(signum, frame):
-        if reporter.started:
+        if sigterm_note is not None:
+            sigterm_note()
+        if once.locked():
             return  # a report is on its way (its writer exits); the agent kills after 30 s
         try:
             board.note("failed: SIGTERM from torchrun's agent")

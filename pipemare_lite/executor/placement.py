@@ -70,16 +70,18 @@ def cuda_device_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _check_backend(backend: str | None) -> None:
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is not supported; allowed: 'gloo', 'nccl', None")
+
+
 def choose_backend(local_world_size: int, backend: str | None = None,
                    cuda_devices: int | None = None) -> str:
     """``backend`` if given; else NCCL when this machine has a CUDA device per local rank,
     else gloo. ``cuda_devices`` defaults to what torch sees."""
-    if backend is not None:
-        if backend not in BACKENDS:
-            raise ValueError(f"backend {backend!r} is not supported; allowed: 'gloo', 'nccl', None")
-        return backend
+    _check_backend(backend)
     count = cuda_device_count() if cuda_devices is None else cuda_devices
-    return "nccl" if count >= max(local_world_size, 1) else "gloo"
+    return backend or ("nccl" if count >= max(local_world_size, 1) else "gloo")
 
 
 def plan(rank: int, local_rank: int, local_world_size: int, *, device: str = "auto",
@@ -100,17 +102,13 @@ def plan(rank: int, local_rank: int, local_world_size: int, *, device: str = "au
     """
     if device not in DEVICE_REQUESTS:
         raise ValueError(f"device {device!r} is not supported; allowed: {DEVICE_REQUESTS}")
-    if backend is not None and backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r} is not supported; allowed: 'gloo', 'nccl', None")
+    _check_backend(backend)
     count = cuda_device_count() if cuda_devices is None else cuda_devices
     enough = count >= max(local_world_size, 1) and local_rank < count
     if device == "cuda" and not enough:
         raise ValueError(f"device 'cuda' needs a CUDA device per local rank: this machine "
                          f"has {count} for {local_world_size} local rank(s)")
-    if device == "auto":
-        use_cuda = enough and backend != "gloo"
-    else:
-        use_cuda = device == "cuda"
+    use_cuda = enough and backend != "gloo" if device == "auto" else device == "cuda"
     if backend == "nccl" and not use_cuda:
         raise ValueError(f"backend 'nccl' needs CUDA devices (found {count} for "
                          f"{local_world_size} local rank(s)); use 'gloo' on the CPU")
@@ -121,16 +119,19 @@ def plan(rank: int, local_rank: int, local_world_size: int, *, device: str = "au
                      messages="cpu" if staged else where, pinned_messages=staged)
 
 
+def _kind(device) -> str:
+    return getattr(device, "type", str(device).split(":")[0])  # "cuda:1" -> "cuda"
+
+
 def message_device(backend: str, device) -> str:
     """Where a rank's send and receive buffers live: the compute device, except with gloo
     (CPU buffers)."""
-    kind = getattr(device, "type", str(device).split(":")[0])
-    return "cpu" if backend == "gloo" or kind == "cpu" else str(device)
+    return "cpu" if backend == "gloo" or _kind(device) == "cpu" else str(device)
 
 
 def pin_messages(backend: str, device) -> bool:
     """True when messages should go through pinned CPU buffers (gloo with a CUDA device)."""
-    return backend == "gloo" and getattr(device, "type", str(device).split(":")[0]) == "cuda"
+    return backend == "gloo" and _kind(device) == "cuda"
 
 
 def local_stage_devices(num_stages: int, cuda_devices: int | None = None) -> list[str]:

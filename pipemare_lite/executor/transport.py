@@ -67,9 +67,8 @@ class P2PTransport:
             tensor elsewhere is copied there before it is sent.
         pinned: CPU buffers in page-locked memory (gloo with CUDA compute,
             :func:`pipemare_lite.executor.placement.pin_messages`).
-        waiter: waits on Works; the distributed executor passes a
-            :class:`pipemare_lite.executor.faults.Waiter` (abort flag, per-operation
-            timeout, gloo and NCCL); default: plain blocking waits.
+        waiter: a :class:`pipemare_lite.executor.faults.Waiter` (waits that see the abort
+            flag and a per-operation timeout, gloo and NCCL).
         use_tags: gloo matches messages by tag (we pass ``seq``); NCCL ignores tags.
         receives_ahead: receives posted per peer before they are needed (0: only when
             needed or when the order requires), so data can arrive during compute.
@@ -81,20 +80,10 @@ class P2PTransport:
             :mod:`pipemare_lite.schedules.comm_rows`), in posting order; None: not recorded.
     """
 
-    def __init__(
-        self,
-        plan: CommPlan,
-        rank: int,
-        meta: Callable[[Message], tuple],
-        *,
-        device=None,
-        pinned: bool = False,
-        waiter=None,
-        use_tags: bool = True,
-        receives_ahead: int = 0,
-        verbose: bool = False,
-        posted: list | None = None,
-    ) -> None:
+    def __init__(self, plan: CommPlan, rank: int, meta: Callable[[Message], tuple], *, waiter,
+                 device=None, pinned: bool = False, use_tags: bool = True,
+                 receives_ahead: int = 0, verbose: bool = False,
+                 posted: list | None = None) -> None:
         import torch
 
         self.plan = plan
@@ -104,7 +93,7 @@ class P2PTransport:
         self.pinned = pinned
         self.order = PostingOrder(plan, rank)
         self.use_tags = use_tags
-        self.waiter = waiter or _BlockingWaiter()
+        self.waiter = waiter
         self.receives_ahead = receives_ahead
         self.verbose = verbose
         self.posted = posted
@@ -153,6 +142,16 @@ class P2PTransport:
             self._post(op, tensor if op is message else None)
         self._post_ahead()
 
+    # Receive-ahead, on one pair's posting order (rank 1's side of pair 0-1):
+    #
+    #     pair order:  [recv 0F3] [recv 0F4] [send 1B1] [recv 0F5] [recv 0F6] [send 1B2] ...
+    #     recv(0F3):   post recv 0F3; ahead: recv 0F4, then stop at our send 1B1 (a send is
+    #                  posted only by the action that made its tensor); wait for 0F3
+    #     recv(0F4):   already posted (its Work waits in _recv_work): only the wait
+    #     send(1B1):   post send 1B1; ahead: recv 0F5, recv 0F6 (receives_ahead = 2): their
+    #                  data can arrive while this rank computes
+    #
+    # With receives_ahead = 0, send(1B1) posts recv 0F4 first if recv(0F4) has not (rule 2).
     def _post_ahead(self) -> None:
         if self.receives_ahead:
             for op in self.order.receives_ahead(self.receives_ahead):
@@ -183,24 +182,3 @@ class P2PTransport:
         if self._recv_work:
             left = ", ".join(str(k) for k in self._recv_work)
             raise RuntimeError(f"rank {self.rank}: receives posted but never used: {left}")
-
-
-class _BlockingWaiter:
-    """Plain blocking waits (no abort, no timeout): the default outside the executor."""
-
-    def __init__(self) -> None:
-        self._sends: list = []
-
-    def wait(self, work, what: str, peer: int | None = None) -> None:
-        work.wait()
-
-    def reap(self, work, keep_alive, what: str, peer: int | None = None) -> None:
-        self._sends.append((work, keep_alive))
-
-    def drain(self) -> None:
-        for work, _ in self._sends:
-            work.wait()
-        self._sends = []
-
-    def close(self, wait: float = 0.0) -> None:
-        """Nothing to stop: this waiter has no threads."""

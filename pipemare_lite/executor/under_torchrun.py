@@ -10,8 +10,8 @@ watchdog's backstop). Here:
   watchdog watch the agent's process (the rank's parent): when it disappears the rank says
   so in one line and exits (:meth:`StatusBoard._watch`), before touching the dead store;
   and it turns the agent's SIGTERM into one report, every rank's position, printed by the
-  first rank to claim it (the others print one line each), before the rank dies of that
-  signal as it would have;
+  first rank to claim it (the others print one line each), then the one line of
+  :mod:`pipemare_lite.executor.lost` naming the lost rank (exit 143, as for SIGTERM);
 - :func:`failure_report` gives the command line (``python -m pipemare_lite.train``) a rank's
   pipeline failure (an abort, a broken connection to a dead peer, a timeout) as a message
   with every rank's position instead of a traceback.
@@ -19,12 +19,10 @@ watchdog's backstop). Here:
 
 from __future__ import annotations
 
-import datetime
 import os
-import signal
 import sys
 
-from pipemare_lite.executor import faults
+from pipemare_lite.executor import faults, lost
 
 #: Seconds the SIGTERM report may wait for the store (the agent that hosts it is stopping).
 STORE_TIMEOUT = 3.0
@@ -40,21 +38,22 @@ def under_torchrun() -> bool:
 
 
 def install(board: faults.StatusBoard) -> None:
-    """Watch the agent (this process' parent) and report on its SIGTERM (main thread only)."""
+    """Under torchrun (main thread only): watch the agent (this process's parent) and hook
+    the failure reports (:func:`pipemare_lite.executor.lost.install`), the agent's SIGTERM
+    first printing every rank's position (:func:`_sigterm_report`)."""
     if not under_torchrun():
         return
     board.launcher_pid = os.getppid()
     board.launcher_name = "torchrun's agent"
     board.exit_with_parent = True  # a killed agent may stay a zombie: watch the parent
-    previous = signal.getsignal(signal.SIGTERM)
 
-    def on_sigterm(signum, frame):
+    def on_sigterm():
+        global _reported
         if not _reported:
+            _reported = True
             _write(_sigterm_report(board))
-        signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)  # die of the signal, as torchrun expects
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    lost.install(board, lost.Topology.from_env(), sigterm_note=on_sigterm)
 
 
 def _write(text: str) -> None:
@@ -66,10 +65,22 @@ def _write(text: str) -> None:
 
 
 def _store():
-    import torch.distributed as dist
+    from pipemare_lite.launch import _connect
 
-    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                         is_master=False, timeout=datetime.timedelta(seconds=STORE_TIMEOUT))
+    return _connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), STORE_TIMEOUT)
+
+
+def _short(text: str) -> str:
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= LINE_LIMIT else line[: LINE_LIMIT - 3] + "..."
+
+
+def _with_positions(head: str, store, world_size: int, intro: str = "") -> str:
+    """``head``, then every rank's position (:func:`faults.format_positions`), each line cut
+    to :data:`LINE_LIMIT` characters."""
+    lines = faults.format_positions(faults.read_positions(store, world_size), world_size)
+    return "\n".join([head, f"{intro}where each rank was:",
+                      *(_short(line) for line in lines.splitlines())])
 
 
 def _sigterm_report(board: faults.StatusBoard) -> str:
@@ -80,22 +91,10 @@ def _sigterm_report(board: faults.StatusBoard) -> str:
         store.set(faults._key(f"status/{board.rank}"), board.position.to_json())
         if store.add(faults._key("sigterm_report"), 1) != 1:
             return own
-        positions = faults.read_positions(store, board.world_size)
+        return _with_positions(own, store, board.world_size, "torchrun stops every rank when "
+                               "one exits (its summary names which); ")
     except Exception:  # the store went with the agent
         return own + " (the other ranks' positions are not readable)"
-    return (f"{own}\ntorchrun stops every rank when one exits (its summary names which); "
-            f"where each rank was:\n{_positions(positions, board.world_size)}")
-
-
-def _short(text: str) -> str:
-    line = text.splitlines()[0] if text else ""
-    return line if len(line) <= LINE_LIMIT else line[: LINE_LIMIT - 3] + "..."
-
-
-def _positions(positions: dict, world_size: int) -> str:
-    """:func:`faults.format_positions`, each line cut to :data:`LINE_LIMIT` characters."""
-    lines = faults.format_positions(positions, world_size).splitlines()
-    return "\n".join(_short(line) for line in lines)
 
 
 def failure_report(exc: BaseException) -> str | None:
@@ -111,7 +110,6 @@ def failure_report(exc: BaseException) -> str | None:
     info.board.fail(exc)
     text = _short(f"rank {info.rank} stopped: {type(exc).__name__}: {exc}")
     try:
-        positions = faults.read_positions(_store(), info.world_size)
+        return _with_positions(text, _store(), info.world_size)
     except Exception:
         return text
-    return f"{text}\nwhere each rank was:\n{_positions(positions, info.world_size)}"
