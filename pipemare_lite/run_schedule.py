@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.io import SCHEDULE_SUFFIXES, load_schedule, to_csv
 from pipemare_lite.schedules.registry import ALIASES, BUILDERS, build_schedule, schedule_names
-from pipemare_lite.schedules.repeat import schedule_for_steps
+from pipemare_lite.schedules.lazy import LazySchedule, lazy_schedule
+from pipemare_lite.schedules.repeat import repeat_notes, repeat_schedule, schedule_for_steps
 
 
 @dataclass(frozen=True)
@@ -113,9 +114,16 @@ def check_method(choice: ScheduleChoice, method_name: str | None, method_mode: s
 
 
 def schedule_for_run(choice: ScheduleChoice, num_stages: int, num_microbatches: int,
-                     steps: int, chunks: int, warmup: int) -> Schedule:
-    """The schedule of the whole run: ``steps`` minibatches."""
+                     steps: int, chunks: int, warmup: int) -> Schedule | LazySchedule:
+    """The schedule of the whole run: ``steps`` minibatches, made lazily when it is long
+    (:mod:`pipemare_lite.schedules.lazy`)."""
     if choice.name is not None:
-        return build_schedule(choice.name, num_stages, num_microbatches, chunks=chunks,
-                              num_minibatches=steps, warmup_minibatches=warmup)
-    return schedule_for_steps(choice.given, steps)
+        return lazy_schedule(
+            lambda k: build_schedule(choice.name, num_stages, num_microbatches, chunks=chunks,
+                                     num_minibatches=k, warmup_minibatches=warmup),
+            steps, warmup_minibatches=warmup)
+    given = choice.given
+    if given.num_minibatches != 1 or steps == 1:  # the whole run, or refused
+        return schedule_for_steps(given, steps)
+    return lazy_schedule(lambda k: repeat_schedule(given, k), steps,
+                         notes=repeat_notes(given, steps))

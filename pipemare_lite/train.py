@@ -107,6 +107,7 @@ from pipemare_lite.optimizers import (
     with_grad_clipping,
 )
 from pipemare_lite.partition import partition
+from pipemare_lite.schedules.lazy import lazy_schedule, materialized
 
 __all__ = [  # fit and what it uses, wherever it lives
     "CHECKPOINT_FORMAT", "DEFAULT_DATASET", "DIVERGENCE_ACTIONS", "EXECUTORS", "LR_SCHEDULES",
@@ -488,12 +489,17 @@ class _TrainingRun:
             warmup_minibatches=config["warmup"],
         )
         chunks = config["chunks"]
+        # the whole run is one schedule, made lazily (pipemare_lite.schedules.lazy)
         if schedule is None:
-            schedule = build_method_schedule(method, num_stages, n, chunks=chunks,
-                                             num_minibatches=self.total_steps, options=options)
+            schedule = lazy_schedule(
+                lambda k: build_method_schedule(method, num_stages, n, chunks=chunks,
+                                                num_minibatches=k, options=options),
+                self.total_steps, warmup_minibatches=options.warmup_minibatches)
         else:  # a registered or hand-written schedule (pipemare_lite.run_schedule)
             schedule = run_schedule.schedule_for_run(schedule, num_stages, n, self.total_steps,
                                                      chunks, config["warmup"])
+        if config["executor"] != "local":  # the others plan the whole run's messages up front
+            schedule = materialized(schedule)
         self.stages = partition(model, num_stages * chunks, balance=balance)
         engine_options = dict(
             loss_fn=loss_fn or classification_loss,

@@ -63,6 +63,7 @@ from pipemare_lite.executor.setup import (
 from pipemare_lite.executor.stage import StageWorker
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import UPDATE, Schedule
+from pipemare_lite.schedules.lazy import LazySchedule, schedule_key, short_schedule
 from pipemare_lite.timeline import Timeline
 
 
@@ -120,7 +121,7 @@ class LocalExecutor:
             multiplies on top of it.
     """
 
-    def __init__(self, schedule: Schedule, stage_modules: Sequence[nn.Module], *,
+    def __init__(self, schedule: Schedule | LazySchedule, stage_modules: Sequence[nn.Module], *,
                  loss_fn: Callable, optimizer_factory: Callable,
                  method_options: MethodOptions | None = None,
                  devices: Sequence[torch.device | str] | None = None,
@@ -134,7 +135,7 @@ class LocalExecutor:
         options = method_options or MethodOptions()
         check_method_options(schedule, options)
         self.schedule, self.options = schedule, options
-        delays = rescheduling_delays(schedule, options)
+        delays = rescheduling_delays(short_schedule(schedule), options)  # steady: same tau
         self.workers: list[StageWorker] = [
             build_stage_worker(
                 schedule, s, module, loss_fn=loss_fn, optimizer_factory=optimizer_factory,
@@ -145,8 +146,8 @@ class LocalExecutor:
         ]
         self.forward_delays = delays
         self._last = stages - 1  # the virtual stage that computes the loss
-        self._action_names = [[str(a) for a in row] for row in schedule.ranks]  # trace keys
         self.positions = [0] * schedule.num_stages
+        self._cursors = [_Cursor(schedule, r, 0) for r in range(schedule.num_stages)]
         # tensors in transit live in the transport; the interpreter runs the actions
         self.transport = InProcessTransport(self.workers)
         self.interpreter = Interpreter(
@@ -159,7 +160,7 @@ class LocalExecutor:
     @property
     def finished(self) -> bool:
         """True once every rank has run all its actions."""
-        return all(p == len(row) for p, row in zip(self.positions, self.schedule.ranks))
+        return all(cursor.action is None for cursor in self._cursors)
 
     # ------------------------------------------------------------------ running
     @property
@@ -211,13 +212,12 @@ class LocalExecutor:
                              f"{self.schedule.total_microbatches} microbatches "
                              f"({self.schedule.num_minibatches} x {self.schedule.num_microbatches}"
                              f"), got {len(microbatches)}")
-        workers, rows, positions = self.workers, self.schedule.ranks, self.positions
+        workers, cursors, positions = self.workers, self._cursors, self.positions
         interpreter, transport, last = self.interpreter, self.transport, self._last
         transport.microbatches = microbatches
-        stages_of = {r: self.schedule.stages_of(r) for r in range(len(rows))}
-        recorder = Recorder(interpreter, self._action_names, BytesMeter(workers, stages_of))
-        lengths = [len(row) for row in rows]
-        remaining = sum(lengths) - sum(positions)
+        stages_of = {r: self.schedule.stages_of(r) for r in range(len(cursors))}
+        recorder = Recorder(interpreter, cursors, BytesMeter(workers, stages_of))
+        remaining = sum(cursor.length for cursor in cursors) - sum(positions)
 
         def reached() -> bool:  # versions only move at updates: checked after each U
             return stop_after_updates is not None and all(
@@ -227,21 +227,21 @@ class LocalExecutor:
         recorder.start()
         while remaining and not stopped:
             progressed = False
-            for rank, row in enumerate(rows):  # one action per rank per round
-                position = positions[rank]
-                if position == lengths[rank] or not transport.ready(row[position], last):
+            for rank, cursor in enumerate(cursors):  # one action per rank per round
+                action = cursor.action
+                if action is None or not transport.ready(action, last):
                     continue
-                action = row[position]
                 start, end = interpreter.step(action)
-                positions[rank] = position + 1
+                recorder.record(rank, cursor.position, action, start, end)
+                cursor.advance()
+                positions[rank] = cursor.position
                 remaining -= 1
                 progressed = True
-                recorder.record(rank, position, action, start, end)
                 if action.kind == UPDATE and reached():
                     stopped = True
                     break
             if not progressed:
-                stuck = [str(row[p]) for p, row in zip(positions, rows) if p < len(row)]
+                stuck = [str(c.action) for c in cursors if c.action is not None]
                 raise RuntimeError(f"schedule {self.schedule.name!r} is stuck: no rank can run "
                                    f"its next action ({', '.join(stuck)}); a dependency is "
                                    "missing or ordered after its consumer")
@@ -272,7 +272,7 @@ class LocalExecutor:
         else:  # no CUDA call on CPU runs
             rng = self._current_rng(any(w.device.type == "cuda" for w in self.workers))
         return {
-            "schedule": (self.schedule.name, self.schedule.rows()),
+            "schedule": schedule_key(self.schedule),
             "positions": list(self.positions),
             "activations": dict(self.activations),
             "gradients": dict(self.gradients),
@@ -283,12 +283,13 @@ class LocalExecutor:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a fresh executor (same schedule, modules, factories) to ``state``."""
-        if state["schedule"] != (self.schedule.name, self.schedule.rows()):
+        if state["schedule"] != schedule_key(self.schedule):
             raise ValueError(f"state was saved for schedule {state['schedule'][0]!r} with other "
                              f"actions; this executor runs {self.schedule.name!r}")
         if any(self.positions):
             raise RuntimeError("load_state_dict needs an executor that has not run yet")
         self.positions = list(state["positions"])
+        self._cursors = [_Cursor(self.schedule, r, p) for r, p in enumerate(self.positions)]
         self.transport.activations = dict(state["activations"])
         self.transport.gradients = dict(state["gradients"])
         self.transport.targets = dict(state["targets"])
@@ -298,3 +299,25 @@ class LocalExecutor:
         self._rng = {"cpu": state["rng"]["cpu"].clone()}
         if "cuda" in state["rng"]:
             self._rng["cuda"] = [t.clone() for t in state["rng"]["cuda"]]
+
+
+class _Cursor:
+    """Where one rank stands in its row: the next ``action`` (None at the end) and its
+    ``position``. The row is read one action at a time, so a lazy schedule
+    (:mod:`pipemare_lite.schedules.lazy`) is never materialized. The recorder reads
+    ``cursor[position]``: the name of the action the cursor stands on (a trace key)."""
+
+    def __init__(self, schedule, rank: int, position: int) -> None:
+        self.actions = schedule.row(rank, position)
+        self.length = len(schedule.ranks[rank])
+        self.position = position
+        self.action = next(self.actions, None)
+
+    def advance(self) -> None:
+        """Step to the next action."""
+        self.position += 1
+        self.action = next(self.actions, None)
+
+    def __getitem__(self, position: int) -> str:
+        assert position == self.position, "the recorder asks for the action just run"
+        return str(self.action)

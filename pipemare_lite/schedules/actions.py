@@ -24,6 +24,7 @@ This module is torch-free.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 # which weights a forward and a backward read, per weight mode: see weight_modes.py
@@ -142,6 +143,11 @@ class Schedule:
     def minibatch_of(self, microbatch: int) -> int:
         """The minibatch a global microbatch index belongs to."""
         return microbatch // self.num_microbatches
+
+    def row(self, rank: int, start: int = 0) -> Iterator[Action]:
+        """Rank ``rank``'s actions from position ``start`` on (the executors read rows this
+        way, so a :class:`~pipemare_lite.schedules.lazy.LazySchedule` can make them as it goes)."""
+        return iter(self.ranks[rank][start:])
 
     def actions(self):
         """Yield ``(rank, position, action)`` for every action, rank by rank."""

@@ -39,7 +39,7 @@ def repeat_schedule(pattern: Schedule, num_minibatches: int) -> Schedule:
             )
             for row in pattern.ranks
         )
-    notes = (*pattern.notes, f"one-minibatch pattern repeated {num_minibatches} times")
+    notes = repeat_notes(pattern, num_minibatches)
     schedule = Schedule(
         name=pattern.name, num_stages=pattern.num_stages, num_microbatches=M, ranks=ranks,
         num_minibatches=num_minibatches, chunks=pattern.chunks,
@@ -47,6 +47,11 @@ def repeat_schedule(pattern: Schedule, num_minibatches: int) -> Schedule:
     )
     with gc_paused():
         return validate(schedule)
+
+
+def repeat_notes(pattern: Schedule, num_minibatches: int) -> tuple[str, ...]:
+    """The notes of ``pattern`` repeated ``num_minibatches`` times."""
+    return (*pattern.notes, f"one-minibatch pattern repeated {num_minibatches} times")
 
 
 def schedule_for_steps(schedule: Schedule, steps: int) -> Schedule:
