@@ -1,7 +1,8 @@
 """Root pytest hooks for `make test` (pytest over tests/ and nbval over chapters/).
 
 - Notebook kernels inherit ``PLOTLY_RENDERER=plotly_mimetype``: figures become plain JSON
-  outputs, without the HTML copy (and the 4.8 MB inline plotly.js) that ``pipemare_lite.viz``
+  outputs, without the HTML copy (and the 4.8 MB inline plotly.js) that
+  ``pipemare_lite.figures.viz``
   adds in a reader's Jupyter (tests that need that unset it).
 - At the end, the wall time of each chapter notebook (the number chapter 00 tells readers
   to look at), summed from its cells' reports; this works under xdist because workers send

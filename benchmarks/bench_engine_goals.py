@@ -60,7 +60,7 @@ def train_goal(repeats: int) -> None:
     import torch
     from bench_train import SIZES, pipelined, plain_loop
 
-    from pipemare_lite.datasets import digits
+    from pipemare_lite.training.datasets import digits
 
     torch.set_num_threads(1)
     data = digits()
@@ -79,10 +79,10 @@ def executor_goal(repeats: int) -> None:
     from bench_executor import hand_staged_epoch, microbatches
     from torch import nn
 
-    from pipemare_lite.executor import LocalExecutor
-    from pipemare_lite.models import mlp
-    from pipemare_lite.partition import partition
+    from pipemare_lite.engine import LocalExecutor
     from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.training.models import mlp
+    from pipemare_lite.training.partition import partition
 
     def executor_run(stages) -> float:  # bench_executor.executor_epoch, timed in CPU seconds
         executor = LocalExecutor(schedule, stages, loss_fn=nn.functional.cross_entropy,
@@ -108,9 +108,9 @@ def executor_goal(repeats: int) -> None:
 
 def schedules_goal(repeats: int) -> None:
     """CPU seconds of build + simulate + staleness for every schedule at P=128, M=1024."""
+    from pipemare_lite.analysis.simulate import simulate
+    from pipemare_lite.analysis.staleness import stage_delays, weight_versions
     from pipemare_lite.schedules import SCHEDULE_NAMES, build_schedule
-    from pipemare_lite.simulate import simulate
-    from pipemare_lite.staleness import stage_delays, weight_versions
 
     P, M = 128, 1024
     for name in SCHEDULE_NAMES:
@@ -135,10 +135,10 @@ def step_goal(steps: int) -> None:
     import torch.nn.functional as F
     from bench_step_cost import OPTIMIZER, N, microbatches, step_seconds
 
-    from pipemare_lite.executor import LocalExecutor
-    from pipemare_lite.models import mlp
-    from pipemare_lite.partition import partition
+    from pipemare_lite.engine import LocalExecutor
     from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.training.models import mlp
+    from pipemare_lite.training.partition import partition
 
     torch.set_num_threads(1)
     P = 4

@@ -22,11 +22,11 @@ import time
 import torch
 from torch import nn
 
-from pipemare_lite.executor import LocalExecutor
+from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.methods import MethodOptions
-from pipemare_lite.models import mlp
-from pipemare_lite.partition import partition
 from pipemare_lite.schedules import build_schedule
+from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import partition
 
 
 def microbatches(count: int, samples: int, features: int, classes: int, seed: int = 0):

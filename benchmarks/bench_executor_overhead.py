@@ -23,10 +23,10 @@ import time
 import torch
 from torch import nn
 
-from pipemare_lite.executor import LocalExecutor
-from pipemare_lite.executor.stage import StageRecords
-from pipemare_lite.models import mlp
-from pipemare_lite.partition import partition
+from pipemare_lite.engine import LocalExecutor
+from pipemare_lite.engine.stage import StageRecords
+from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import partition
 from pipemare_lite.schedules import build_schedule
 
 torch.set_num_threads(1)

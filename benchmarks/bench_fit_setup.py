@@ -15,9 +15,9 @@ import tracemalloc
 
 import torch
 
-from pipemare_lite import train
-from pipemare_lite.datasets import Dataset
-from pipemare_lite.models import mlp
+from pipemare_lite.training import fit as train
+from pipemare_lite.training.datasets import Dataset
+from pipemare_lite.training.models import mlp
 
 
 class _SetUpDone(Exception):

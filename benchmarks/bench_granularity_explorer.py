@@ -12,8 +12,8 @@ import math
 
 from bench_widgets import REPEATS, best_of, row
 
-from pipemare_lite.history import History
-from pipemare_lite.widgets import granularity_explorer, granularity_explorer_static
+from pipemare_lite.figures.widgets import granularity_explorer, granularity_explorer_static
+from pipemare_lite.training.history import History
 
 STEPS = 420
 

@@ -16,10 +16,10 @@ import os
 import sys
 import time
 
-from pipemare_lite.memory import MemoryProfile, memory_by_kind
+from pipemare_lite.analysis.memory import MemoryProfile, memory_by_kind
+from pipemare_lite.analysis.simulate import metrics, simulate
+from pipemare_lite.analysis.staleness import stage_delays, weight_versions
 from pipemare_lite.schedules import SCHEDULE_NAMES, build_schedule
-from pipemare_lite.simulate import metrics, simulate
-from pipemare_lite.staleness import stage_delays, weight_versions
 
 CASES = [(16, 64, 0.020, 7), (128, 1024, 2.0, 2)]  # P, M, goal in seconds, repeats (best of)
 

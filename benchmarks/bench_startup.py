@@ -6,7 +6,7 @@ process start, when the first step's line appears in its ``--jsonl`` stream (tha
 interpreter, imports, data, model, schedule, executor and one step) and when it exits; and
 the CPU seconds the process had used at its first step (read from ``/proc``: what a busy,
 shared machine disturbs least, and what an idle one's wall time comes close to).
-The first run fills the digits cache (:mod:`pipemare_lite.data_cache`, in a temporary
+The first run fills the digits cache (:mod:`pipemare_lite.training.data_cache`, in a temporary
 folder here); the next runs read it. Prints the seconds and the ratio to the goal of the
 median warm run; asserts nothing (timings are not tests, and a shared machine is noisy).
 Also prints how long ``import torch`` alone takes in a fresh process, the floor of any

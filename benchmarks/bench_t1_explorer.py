@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bench_widgets import REPEATS, best_of, row
 
-from pipemare_lite.widgets import t1_explorer, t1_explorer_static
+from pipemare_lite.figures.widgets import t1_explorer, t1_explorer_static
 
 UPDATES = 420
 

@@ -3,7 +3,8 @@
 Same model (an MLP, one layer per stage), same data, same P and M, CPU, gloo, one thread
 per process. A training step is forward + backward of M microbatches with the schedule
 (GPipe or 1F1B) and an SGD update. The two runtimes alternate step by step inside the same
-processes (:func:`pipemare_lite.compare_pipelining.compare_with_torch_pipelining`), so both see
+processes (:func:`pipemare_lite.interop.torch_pipelining.compare_with_torch_pipelining`), so both
+see
 the same machine load; a step's time is the slowest rank's, from a barrier to its end.
 Prints the median step times and the ratio ours / PyTorch (below 1: we are faster). No
 assertions: a shared CPU is noisy, read the numbers.
@@ -20,10 +21,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from pipemare_lite.compare_pipelining import ComparisonJob, compare_with_torch_pipelining
-from pipemare_lite.executor.dist import PartitionedModel
-from pipemare_lite.launch import launch
-from pipemare_lite.models import mlp
+from pipemare_lite.engine.dist.executor import PartitionedModel
+from pipemare_lite.engine.dist.launch import launch
+from pipemare_lite.interop.torch_pipelining import ComparisonJob, compare_with_torch_pipelining
+from pipemare_lite.training.models import mlp
 
 CASES = [  # schedule, P, M
     ("gpipe", 2, 8),

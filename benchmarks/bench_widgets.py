@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import time
 
-from pipemare_lite.schedules import build_schedule
-from pipemare_lite.simulate import simulate
-from pipemare_lite.staleness import weight_versions
-from pipemare_lite.viz import gantt
-from pipemare_lite.widgets import (
+from pipemare_lite.analysis.simulate import simulate
+from pipemare_lite.analysis.staleness import weight_versions
+from pipemare_lite.figures.viz import gantt
+from pipemare_lite.figures.widgets import (
     schedule_explorer,
     schedule_explorer_static,
     stability_explorer,
@@ -27,6 +26,7 @@ from pipemare_lite.widgets import (
     t2_explorer,
     t2_explorer_static,
 )
+from pipemare_lite.schedules import build_schedule
 
 GOAL = 0.100  # seconds per handler call
 REPEATS = 5

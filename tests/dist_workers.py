@@ -11,7 +11,7 @@ import time
 
 import torch.distributed as dist
 
-from pipemare_lite.executor.dist import dist_worker
+from pipemare_lite.engine.dist.executor import dist_worker
 
 
 def resources_after_each_job(info, jobs) -> list[dict]:
@@ -53,10 +53,10 @@ def verbose_gpipe_output(info, via_env: bool = False) -> str:
     import torch
     import torch.nn.functional as F
 
-    from pipemare_lite.executor.dist import DistributedExecutor
-    from pipemare_lite.models import mlp
-    from pipemare_lite.partition import partition
+    from pipemare_lite.engine.dist.executor import DistributedExecutor
     from pipemare_lite.schedules import build_schedule
+    from pipemare_lite.training.models import mlp
+    from pipemare_lite.training.partition import partition
 
     if via_env:
         os.environ["PIPEMARE_P2P_VERBOSE"] = "1"

@@ -11,9 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from pipemare_lite.cli import main
-from pipemare_lite.exercises import list_exercises
-from pipemare_lite.exercises.assign import (
+from pipemare_lite.book.exercises import list_exercises
+from pipemare_lite.book.exercises.assign import (
     BEGIN_MARKER,
     END_MARKER,
     SOLUTION_ONLY_TAG,
@@ -24,6 +23,7 @@ from pipemare_lite.exercises.assign import (
     stub_code,
     student_notebook,
 )
+from pipemare_lite.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIR = ROOT / "tests" / "fixtures" / "assign"

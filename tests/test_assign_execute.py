@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from pipemare_lite.exercises.assign import build_solutions, build_student, solution_notebook
+from pipemare_lite.book.exercises.assign import build_solutions, build_student, solution_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIR = ROOT / "tests" / "fixtures" / "assign"

@@ -17,13 +17,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from pipemare_lite.cli import main
-from pipemare_lite.exercises import list_exercises
-from pipemare_lite.exercises.formats import (
+from pipemare_lite.book.exercises import list_exercises
+from pipemare_lite.book.exercises.formats import (
     nbgrader_notebook,
     otter_notebook,
     split_exercise_cell,
 )
+from pipemare_lite.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "chapters" / "04_interleaving_and_zero_bubble.ipynb"

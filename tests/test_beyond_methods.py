@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 import pipemare_lite.methods.beyond  # noqa: F401  (registers wpred, nesterov, dc)
-from pipemare_lite.executor import LocalExecutor
+from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.methods import METHODS, method_options
 from pipemare_lite.methods.delay_compensation import DC_DECAY, DC_EPS, DC_LAMBDA
 from pipemare_lite.methods.registry import build_method_schedule
@@ -185,11 +185,11 @@ SAME = ("loss", "evals", "stage_lr", "forward_delay", "memory_bytes_by_stage", "
 @pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(RUNS))
 def test_chapter_12_methods_are_bitwise_equal_locally_and_under_launch(method):
-    from pipemare_lite.datasets import load
-    from pipemare_lite.executor.dist_fit import fit_worker
-    from pipemare_lite.launch import launch
-    from pipemare_lite.models import mlp
-    from pipemare_lite.train import fit
+    from pipemare_lite.engine.dist.fit import fit_worker
+    from pipemare_lite.engine.dist.launch import launch
+    from pipemare_lite.training.datasets import load
+    from pipemare_lite.training.fit import fit
+    from pipemare_lite.training.models import mlp
 
     options = dict(method=method, num_stages=2, batch_size=64, epochs=1, progress=False,
                    **RUNS[method])

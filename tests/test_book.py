@@ -17,7 +17,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from pipemare_lite import book, cli
+from pipemare_lite import cli
+from pipemare_lite.book import build as book
 
 FIGURE_CELL = """import plotly.graph_objects as go
 fig = go.Figure(go.Bar(x=["F", "B"], y=[3, 5]))
@@ -314,8 +315,8 @@ def _result(name: str, seconds: float, error: str = "") -> book.ChapterResult:
 def test_recorded_timings_merge_drop_failures_and_carry_their_meta(tmp_path):
     import platform
 
-    from pipemare_lite import __version__, notebooks
-
+    from pipemare_lite import __version__
+    from pipemare_lite.book import notebooks
     chapters = tmp_path / "chapters"
     chapters.mkdir()
     for name in ("00_intro", "01_first", "02_second"):

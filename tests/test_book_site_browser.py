@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from pipemare_lite import book
+from pipemare_lite.book import build as book
 from tests.browser import chromium, chromium_path, watch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +104,7 @@ def test_the_small_site_has_its_pages(site):
         "chapters/03_1f1b_and_activation_memory.html",
     } <= names
     # the engine's source pages that the chapters link to
-    assert {"pipemare_lite/schedules/gpipe.html", "pipemare_lite/simulate.html"} <= names
+    assert {"pipemare_lite/schedules/gpipe.html", "pipemare_lite/analysis/simulate.html"} <= names
 
 
 def test_every_page_loads_without_console_error_or_failed_request(site):

@@ -10,9 +10,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from pipemare_lite.booksite import pages, project, sources
-from pipemare_lite.notebooks import BOOK_PARTS, book_part
-from pipemare_lite.viz.figure_html import PLOTLY_MIMETYPE
+from pipemare_lite.book.notebooks import BOOK_PARTS, book_part
+from pipemare_lite.book.site import pages, project, sources
+from pipemare_lite.figures.viz.figure_html import PLOTLY_MIMETYPE
 
 FIGURE = {"data": [{"type": "bar", "y": [1, 2]}], "layout": {"height": 300}}
 WIDGET = {"model_id": "abc", "version_major": 2, "version_minor": 0}

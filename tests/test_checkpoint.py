@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipemare_lite.checkpoint import (
+from pipemare_lite.training.checkpoint import (
     check_plain,
     load_checkpoint,
     rng_state,
@@ -84,7 +84,7 @@ def test_process_killed_mid_write_keeps_old_checkpoint(tmp_path):
     script = textwrap.dedent(
         f"""
         import os, torch
-        from pipemare_lite.checkpoint import save_checkpoint
+        from pipemare_lite.training.checkpoint import save_checkpoint
         def dying_save(obj, handle):
             handle.write(b"x" * 100)
             handle.flush()

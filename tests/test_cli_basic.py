@@ -65,7 +65,7 @@ def test_book_with_an_unknown_chapter_names_the_allowed_ones(tmp_path, capsys):
 def test_an_internal_key_error_is_a_traceback_not_bad_input(monkeypatch, capsys):
     # only the project's input errors (ValueError and its subclasses) become "error: ..."
     # with exit code 2; a KeyError from inside is a bug and must show its traceback
-    from pipemare_lite.commands import schedule
+    from pipemare_lite.cli.commands import schedule
 
     def broken(args):
         raise KeyError("seed")
@@ -77,7 +77,7 @@ def test_an_internal_key_error_is_a_traceback_not_bad_input(monkeypatch, capsys)
 
 
 def test_the_train_module_entry_point_shows_an_internal_key_error(monkeypatch):
-    from pipemare_lite.commands import train
+    from pipemare_lite.cli.commands import train
 
     def broken(args, **options):
         raise KeyError("stage_lr")
@@ -89,12 +89,12 @@ def test_the_train_module_entry_point_shows_an_internal_key_error(monkeypatch):
 
 def test_python_m_train_executes_the_module_once():
     # torchrun's entry point runs train.py as ``__main__``; the command line must not import
-    # it a second time as ``pipemare_lite.train`` (two ``fit`` functions, two module states)
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipemare_lite.train",
+    # it a second time as ``pipemare_lite.training.fit`` (two ``fit`` functions, two module states)
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipemare_lite.training.fit",
                            "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--method" in done.stdout
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
                 if line.startswith("import time:")]
-    assert "pipemare_lite.commands.train" in imported  # the probe sees our imports
-    assert "pipemare_lite.train" not in imported
+    assert "pipemare_lite.cli.commands.train" in imported  # the probe sees our imports
+    assert "pipemare_lite.training.fit" not in imported

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pipemare_lite import formulas
+from pipemare_lite.analysis import formulas
 from pipemare_lite.cli import main
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.schedules.io import from_csv
@@ -137,7 +137,8 @@ def test_grid_cells_follow_the_costs(capsys):
 def test_json_delays_match_the_lock_step_closed_forms(capsys):
     # P=4, N=2, K=8: the stalest microbatch of stage i (1-indexed) waits ceil((2(P-i)+1)/N)
     # updates; in the steady state microbatch j of a minibatch waits ceil((2(P-s)-1-j)/N)
-    # (s 0-indexed; derived in pipemare_lite.staleness), so the steady mean averages over j.
+    # (s 0-indexed; derived in pipemare_lite.analysis.staleness), so the steady mean averages over
+    # j.
     P, N = 4, 2
     out = run_json(capsys, "async", "--stages", str(P), "--microbatches", str(N),
                    "--minibatches", "8")

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from pipemare_lite.cli import main
-from pipemare_lite.commands.train import DIVERGED_EXIT_CODE, build_model_and_data
-from pipemare_lite.history import History
+from pipemare_lite.cli.commands.train import DIVERGED_EXIT_CODE, build_model_and_data
 from pipemare_lite.methods import METHODS
-from pipemare_lite.train import fit
+from pipemare_lite.training.fit import fit
+from pipemare_lite.training.history import History
 
 SMALL = ["--stages", "2", "--microbatches", "2", "--batch-size", "256", "--width", "8"]
 
@@ -72,10 +72,10 @@ def test_divergence_under_raise_is_a_message_and_exit_code_3(tmp_path, capsys):
     assert "Traceback" not in err and "DivergenceError" not in err
     document = _strict(out.read_text())  # the history up to the divergence is kept
     assert document["diverged"] is True and document["divergence"] in err
-    from pipemare_lite.commands.train import main as module_main  # python -m ...train
+    from pipemare_lite.cli.commands.train import main as module_main  # python -m ...train
 
     assert module_main(argv) == DIVERGED_EXIT_CODE
-    assert capsys.readouterr().err.startswith("pipemare_lite.train: diverged at step ")
+    assert capsys.readouterr().err.startswith("pipemare_lite.training.fit: diverged at step ")
 
 
 def test_contradictory_and_bad_options_exit_2_naming_them(tmp_path, capsys):

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pipemare_lite.curvature import _power_iteration, stage_sharpness
-from pipemare_lite.partition import partition
+from pipemare_lite.analysis.curvature import _power_iteration, stage_sharpness
+from pipemare_lite.training.partition import partition
 
 
 def _tiny_model():

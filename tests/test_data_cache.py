@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from pipemare_lite.data_cache import cached_arrays
-from pipemare_lite.datasets import digits
+from pipemare_lite.training.data_cache import cached_arrays
+from pipemare_lite.training.datasets import digits
 
 
 def test_cached_digits_equal_a_fresh_load_and_skip_sklearn(tmp_path, monkeypatch):
@@ -16,7 +16,7 @@ def test_cached_digits_equal_a_fresh_load_and_skip_sklearn(tmp_path, monkeypatch
     filled = digits(seed=3)
     (path,) = tmp_path.glob("digits-sklearn-*.npz")
     calls = []
-    monkeypatch.setattr("pipemare_lite.datasets._load_digits", lambda: calls.append(1))
+    monkeypatch.setattr("pipemare_lite.training.datasets._load_digits", lambda: calls.append(1))
     cached = digits(seed=3)
     assert calls == []  # read from the file, scikit-learn not asked
     for data in (filled, cached):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipemare_lite.datasets import digits, load, microbatches, sequence_task, signals
+from pipemare_lite.training.datasets import digits, load, microbatches, sequence_task, signals
 
 
 def test_digits_shapes_range_and_disjoint_seeded_split():

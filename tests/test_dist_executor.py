@@ -2,7 +2,7 @@
 
 For P = 2, 3, 4 one launch per P runs every method (gpipe, 1f1b, interleaved, zb-h1,
 pipedream, 2bw, async, pipemare with T1+T2) over several minibatches; the same schedules
-run in this process on :class:`~pipemare_lite.executor.LocalExecutor`, itself tested
+run in this process on :class:`~pipemare_lite.engine.LocalExecutor`, itself tested
 against independent references in ``test_executor_local.py``. Compared: every loss, the
 gradients each update applied, the final weights, the weight version of every action and
 the learning rates. The measured trace is checked for completeness and order.
@@ -16,11 +16,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipemare_lite.executor import LocalExecutor
-from pipemare_lite.executor.dist import DistJob, PartitionedModel, run_distributed_jobs
-from pipemare_lite.executor.utilization import utilization_report
+from pipemare_lite.analysis.utilization import utilization_report
+from pipemare_lite.engine import LocalExecutor
+from pipemare_lite.engine.dist.executor import DistJob, PartitionedModel, run_distributed_jobs
 from pipemare_lite.methods import build_method_schedule, method_options
-from pipemare_lite.models import mlp
+from pipemare_lite.training.models import mlp
 
 pytestmark = [pytest.mark.dist]
 
@@ -137,8 +137,8 @@ def test_trace_is_complete_ordered_and_measured(runs):
 
 @pytest.mark.slow
 def test_the_measured_trace_feeds_the_simulators_gantt(runs):
-    from pipemare_lite.simulate import simulate
-    from pipemare_lite.viz.gantt import gantt_pair
+    from pipemare_lite.analysis.simulate import simulate
+    from pipemare_lite.figures.viz.gantt import gantt_pair
 
     P, jobs, results = runs
     figure = gantt_pair(simulate(jobs[1].schedule), results[1].trace)
@@ -159,10 +159,10 @@ def test_utilization_report_compares_with_the_simulator(runs):
 
 @pytest.mark.slow
 def test_fit_with_the_distributed_executor_equals_local():
-    from pipemare_lite.datasets import load
-    from pipemare_lite.executor.dist_fit import fit_worker
-    from pipemare_lite.launch import launch
-    from pipemare_lite.train import fit
+    from pipemare_lite.engine.dist.fit import fit_worker
+    from pipemare_lite.engine.dist.launch import launch
+    from pipemare_lite.training.datasets import load
+    from pipemare_lite.training.fit import fit
 
     options = dict(method="pipemare", num_stages=2, num_microbatches=2, batch_size=64,
                    epochs=1, lr=0.05, progress=False)

@@ -19,9 +19,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from pipemare_lite.executor import LocalExecutor
-from pipemare_lite.executor.dist import DistributedExecutor, Fault, PartitionedModel
-from pipemare_lite.executor.faults import (
+from pipemare_lite.engine import LocalExecutor
+from pipemare_lite.engine.dist.executor import DistributedExecutor, Fault, PartitionedModel
+from pipemare_lite.engine.dist.faults import (
     OpTimeoutError,
     PeerFailedError,
     StatusBoard,
@@ -32,8 +32,8 @@ from pipemare_lite.executor.faults import (
     read_positions,
 )
 from pipemare_lite.methods import build_method_schedule, method_options
-from pipemare_lite.models import mlp
 from pipemare_lite.schedules import build_schedule
+from pipemare_lite.training.models import mlp
 
 OPTIMIZER = functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9)
 
@@ -285,7 +285,7 @@ class BrokenWork:
 
 
 def test_an_error_is_an_echo_by_where_it_came_from_not_by_its_words():
-    from pipemare_lite.executor import faults
+    from pipemare_lite.engine.dist import faults
 
     # a stage's own error is a cause even when its text mentions NCCL or a closed connection
     for text in ("NCCL is not what failed here", "Connection reset by peer (my own check)"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipemare_lite.executor.transport import (
+from pipemare_lite.engine.dist.transport import (
     ACTIVATION,
     GRADIENT,
     PostingOrder,

@@ -17,7 +17,7 @@ import re
 import pytest
 
 import pipemare_lite
-from pipemare_lite.module_map import MODULE_CHAPTERS, NO_CHAPTER
+from pipemare_lite.book.module_map import MODULE_CHAPTERS, NO_CHAPTER
 
 #: Tooling around the book (CLI, book build, classroom build), not the engine it teaches:
 #: no chapter to name. The module map says which (``-``), nothing else does.

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from pipemare_lite.envcheck import EnvReport, report
+from pipemare_lite.book.envcheck import EnvReport, report
 
 
 def _report(gpus: list[str], mps: bool = False) -> EnvReport:

@@ -18,11 +18,11 @@ import pytest
 import torch
 from torch import nn
 
-from pipemare_lite.executor import LocalExecutor
-from pipemare_lite.memory import MemoryProfile, memory_by_kind
+from pipemare_lite.analysis.memory import MemoryProfile, memory_by_kind
+from pipemare_lite.analysis.staleness import versions_from_trace, weight_versions
+from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.methods import MethodOptions
 from pipemare_lite.schedules import Action, Schedule, async_pipeline, build_schedule
-from pipemare_lite.staleness import versions_from_trace, weight_versions
 from tests.references import gradient_accumulation, hand_pipeline, stashed_weights_sgd
 
 WIDTH, SAMPLES = 8, 4
@@ -190,7 +190,7 @@ def test_backward_first_async_runs_and_its_recorded_versions_equal_the_analysis(
 
 
 def test_versions_from_trace_needs_a_recorded_trace():
-    from pipemare_lite.simulate import simulate
+    from pipemare_lite.analysis.simulate import simulate
 
     with pytest.raises(ValueError, match="records no weight versions"):
         versions_from_trace(simulate(build_schedule("async", 2, 2, num_minibatches=2)))
@@ -438,7 +438,7 @@ def test_explicit_devices_give_the_same_numbers():
 
 # ---------------------------------------------------------------- other layer types
 def _resnet():
-    from pipemare_lite.models import small_resnet
+    from pipemare_lite.training.models import small_resnet
 
     model = small_resnet(channels=4, blocks=1, num_classes=3, image_size=4, seed=0)
     g = torch.Generator().manual_seed(3)
@@ -448,7 +448,7 @@ def _resnet():
 
 
 def _transformer():
-    from pipemare_lite.models import tiny_transformer
+    from pipemare_lite.training.models import tiny_transformer
 
     vocab = 5
     model = tiny_transformer(vocab=vocab, d_model=8, heads=2, layers=1, seq_len=4, seed=0)
@@ -464,7 +464,7 @@ def _transformer():
 
 @pytest.mark.parametrize("make", [_resnet, _transformer], ids=["resnet", "transformer"])
 def test_conv_norm_attention_models_sync_bitwise_and_pipedream_stashed(make):
-    from pipemare_lite.partition import partition
+    from pipemare_lite.training.partition import partition
 
     model, mbs, loss_fn = make()
     P, N, K = 3, 2, 4
@@ -493,7 +493,7 @@ def test_conv_norm_attention_models_sync_bitwise_and_pipedream_stashed(make):
 
 
 def test_text_trace_lists_every_action_with_its_version():
-    from pipemare_lite.executor import trace_rows, trace_text
+    from pipemare_lite.engine import trace_rows, trace_text
 
     schedule = build_schedule("async", 2, 2, num_minibatches=3)
     result = executor_for(schedule, blocks(2)).run(data(6))

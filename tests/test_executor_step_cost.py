@@ -20,11 +20,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from pipemare_lite.executor import LocalExecutor
-from pipemare_lite.executor.dist import DistributedExecutor
-from pipemare_lite.models import mlp
-from pipemare_lite.partition import partition
+from pipemare_lite.engine import LocalExecutor
+from pipemare_lite.engine.dist.executor import DistributedExecutor
 from pipemare_lite.schedules import build_schedule
+from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import partition
 
 N, K, STEADY = 2, 60, 10  # microbatches per step, steps, steps of fill (and of drain)
 RECORDS = ("losses", "forward_versions", "backward_versions", "distances")

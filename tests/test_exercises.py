@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipemare_lite.exercises import (
+from pipemare_lite.book.exercises import (
     EXERCISES,
     Exercise,
     UnknownExerciseError,
@@ -20,7 +20,7 @@ from pipemare_lite.exercises import (
     registry,
     run_checks,
 )
-from pipemare_lite.exercises.compare import (
+from pipemare_lite.book.exercises.compare import (
     compare_close,
     compare_float,
     compare_int,
@@ -29,7 +29,7 @@ from pipemare_lite.exercises.compare import (
     compare_polynomial,
     compare_rows,
 )
-from pipemare_lite.exercises.hashing import answer_hash, matches_hash, normalize
+from pipemare_lite.book.exercises.hashing import answer_hash, matches_hash, normalize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -209,7 +209,7 @@ def test_every_exercise_has_a_grading_test_and_marker():
 
 def test_no_registered_constant_is_written_in_clear():
     # the hash-checked answer must not appear as a literal next to its name in the source
-    source = (ROOT / "pipemare_lite" / "exercises" / "ch02.py").read_text()
+    source = (ROOT / "pipemare_lite" / "book" / "exercises" / "ch02.py").read_text()
     assert not re.search(r"M_FOR_10_PERCENT\s*=\s*\d", source)
 
 
@@ -268,7 +268,7 @@ def test_compare_numbers_and_lists():
 
 
 def test_check_can_raise_for_a_test_cell_and_stays_friendly_otherwise(stand_ins, capsys):
-    from pipemare_lite.exercises import ExerciseFailed
+    from pipemare_lite.book.exercises import ExerciseFailed
 
     with pytest.raises(ExerciseFailed, match=r"square\(x=3\) returned 6") as info:
         check("ex98_1", lambda x: x + x, raises=True)
@@ -286,8 +286,8 @@ def test_check_can_raise_for_a_test_cell_and_stays_friendly_otherwise(stand_ins,
 
 
 def test_environment_variable_makes_every_check_raise(stand_ins, monkeypatch):
-    from pipemare_lite.exercises import ExerciseFailed
-    from pipemare_lite.exercises.check import RAISES_ENV
+    from pipemare_lite.book.exercises import ExerciseFailed
+    from pipemare_lite.book.exercises.check import RAISES_ENV
 
     monkeypatch.setenv(RAISES_ENV, "1")
     with pytest.raises(ExerciseFailed):
@@ -344,14 +344,14 @@ def test_engine_answers_must_be_dotted_engine_names():
 
 
 def test_an_answer_that_runs_a_named_engine_function_is_rejected():
-    from pipemare_lite import formulas
+    from pipemare_lite.analysis import formulas
 
     watched = Exercise(
         id="ex98_4", chapter=98, title="GPipe idle fraction (stand-in)",
         function_name="idle", signature="idle(P, M) -> float", hint="count the slots",
         cases=lambda: [{"P": 4, "M": 8}, {"P": 2, "M": 2}],
         reference=lambda P, M: (P - 1) / (M + P - 1), compare=compare_float,
-        engine_answers=("pipemare_lite.formulas.idle_fraction_gpipe",),
+        engine_answers=("pipemare_lite.analysis.formulas.idle_fraction_gpipe",),
     )
     registry.EXERCISES["ex98_4"] = watched
     try:

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 import pytest
 
-from pipemare_lite.exercises import EXERCISES, check, run_checks
+from pipemare_lite.book.exercises import EXERCISES, check, run_checks
 from pipemare_lite.schedules import build_schedule
 
 # --- plain solutions, written from the definitions ----------------------------------------
@@ -411,8 +411,8 @@ def test_wrong_answer_fails_with_hint_and_hides_the_expected_value(exercise_id):
 
 
 def test_smallest_m_is_the_engines_on_every_case():
+    from pipemare_lite.analysis.simulate import OpCosts, metrics, simulate
     from pipemare_lite.schedules import build_schedule
-    from pipemare_lite.simulate import OpCosts, metrics, simulate
 
     def measured(P, M):  # exact: the simulated times are sums of integer costs
         run = metrics(simulate(build_schedule("gpipe", P, M), OpCosts()))
@@ -468,7 +468,7 @@ def test_checks_import_no_torch():
         """
         import sys
         sys.modules["torch"] = None  # any import of torch now fails
-        from pipemare_lite.exercises import list_exercises, run_checks
+        from pipemare_lite.book.exercises import list_exercises, run_checks
         for exercise in list_exercises():
             if exercise.needs_torch:  # checked on real tensors (chapter 05's hooks)
                 continue
@@ -487,7 +487,7 @@ def test_engine_closed_forms_agree_with_the_simulator_backed_exercises():
     # the engine's closed forms give the reference's value on every case. (Before issue 18
     # this passed the engine functions themselves to run_checks; an answer that *is* the
     # engine's function is now rejected, see the next test.)
-    from pipemare_lite import formulas
+    from pipemare_lite.analysis import formulas
 
     closed_forms = {
         "ex01_1": lambda P: 1 - formulas.idle_fraction_naive(P),
@@ -506,9 +506,9 @@ def test_engine_closed_forms_agree_with_the_simulator_backed_exercises():
 
 
 def test_answers_that_only_wrap_the_engine_are_rejected():
-    from pipemare_lite import formulas
-    from pipemare_lite.formulas import idle_fraction_gpipe
-    from pipemare_lite.simulate import simulate_and_measure
+    from pipemare_lite.analysis import formulas
+    from pipemare_lite.analysis.formulas import idle_fraction_gpipe
+    from pipemare_lite.analysis.simulate import simulate_and_measure
 
     def via_the_simulator(P, M):
         return simulate_and_measure(build_schedule("gpipe", P, M))[1].idle_fraction
@@ -533,7 +533,7 @@ def test_answers_that_only_wrap_the_engine_are_rejected():
 
 
 def _engine_wrappers():
-    from pipemare_lite import theory
+    from pipemare_lite.analysis import theory
 
     radius = theory.spectral_radius
     return {
@@ -552,8 +552,8 @@ def _engine_wrappers():
 
 
 def _alias_search(tau, m):
-    from pipemare_lite.theory import largest_stable_step as search
-    from pipemare_lite.theory import spectral_radius
+    from pipemare_lite.analysis.theory import largest_stable_step as search
+    from pipemare_lite.analysis.theory import spectral_radius
 
     return search(lambda x: spectral_radius(x, 1.0, tau, m), 5.0)
 
@@ -577,7 +577,7 @@ def test_an_answer_may_use_the_polynomial_the_chapter_showed_before():
     # ex06_3 comes after the engine's characteristic_polynomial is shown: using it is fine
     import numpy as np
 
-    from pipemare_lite.theory import characteristic_polynomial
+    from pipemare_lite.analysis.theory import characteristic_polynomial
 
     def max_stable_step(tau, momentum):
         return _bisect(lambda x: max(abs(np.roots(characteristic_polynomial(x, 1, tau,
@@ -609,8 +609,8 @@ def test_largest_stable_step_reference_is_the_closed_form_where_one_exists():
 
 def test_engine_closed_forms_agree_with_the_measured_references():
     # the engine's own closed forms are right, but a student may not hand them in (below)
-    from pipemare_lite.memory import peak_stash_copies
-    from pipemare_lite.staleness import exact_forward_delay
+    from pipemare_lite.analysis.memory import peak_stash_copies
+    from pipemare_lite.analysis.staleness import exact_forward_delay
 
     for case in EXERCISES["ex05_2"].cases():
         expected = EXERCISES["ex05_2"].reference(**case)
@@ -624,7 +624,7 @@ def test_engine_closed_forms_agree_with_the_measured_references():
 
 
 def _calls_engine_directly(P, N, stage, position):
-    from pipemare_lite.staleness import exact_forward_delay
+    from pipemare_lite.analysis.staleness import exact_forward_delay
 
     return exact_forward_delay("async", P, N, stage, position)
 
@@ -647,7 +647,7 @@ def _through_a_helper(P, N, stage, position):
 
 def _reads_the_versions_table(P, N, stage, position):
     # the chapter measures with weight_versions before ex05_2: an answer may not
-    from pipemare_lite.staleness import steady_state_minibatches, weight_versions
+    from pipemare_lite.analysis.staleness import steady_state_minibatches, weight_versions
 
     schedule = build_schedule("async", P, N, num_minibatches=math.ceil((2 * P - 1) / N) + 3)
     steady = steady_state_minibatches(schedule)
@@ -656,22 +656,22 @@ def _reads_the_versions_table(P, N, stage, position):
 
 
 def _measures_instead_of_deriving(P, N):
-    from pipemare_lite.memory import peak_stash_copies
+    from pipemare_lite.analysis.memory import peak_stash_copies
 
     return peak_stash_copies(build_schedule("pipedream", P, N, num_minibatches=40))
 
 
 def _through_the_memory_model(P, N):
     # the memory model of chapters 01 and 03, in units of one weight copy per stage
-    from pipemare_lite.memory import MemoryProfile, memory_by_kind
+    from pipemare_lite.analysis.memory import MemoryProfile, memory_by_kind
 
     profile = MemoryProfile(param_bytes=[1] * P, activation_bytes=[0] * P)
     schedule = build_schedule("pipedream", P, N, num_minibatches=40)
     return [kinds["stash"] for kinds in memory_by_kind(schedule, profile)]
 
 
-from pipemare_lite import staleness  # noqa: E402  (used by _through_a_module)
-from pipemare_lite.staleness import exact_forward_delay as renamed  # noqa: E402
+from pipemare_lite.analysis import staleness  # noqa: E402  (used by _through_a_module)
+from pipemare_lite.analysis.staleness import exact_forward_delay as renamed  # noqa: E402
 
 
 @pytest.mark.parametrize("exercise_id, answer, named", [
@@ -731,8 +731,8 @@ def test_version_hooks_without_a_view_fail_on_linear_and_pass_on_conv():
     assert result.status == "failed" and result.cases_passed == 5, result.message
     assert result.failing_case == {"model": "linear", "backward_reads": "stash"}
     assert "on a linear stage" in result.message
-    from pipemare_lite.exercises.harness import gradients_with_hooks
-    from pipemare_lite.exercises.references import stage_worker_gradients
+    from pipemare_lite.book.exercises.harness import gradients_with_hooks
+    from pipemare_lite.book.exercises.references import stage_worker_gradients
 
     for reads in ("stash", "live"):
         got = gradients_with_hooks(parameters_only, "conv", reads)
@@ -741,7 +741,7 @@ def test_version_hooks_without_a_view_fail_on_linear_and_pass_on_conv():
 
 
 def test_version_hooks_that_call_the_engines_hooks_are_rejected():
-    from pipemare_lite.executor.stage import StageWorker
+    from pipemare_lite.engine.stage import StageWorker
     from pipemare_lite.methods.versions import param_ref
 
     def through_param_ref(params, weights):
@@ -763,7 +763,7 @@ def test_version_hooks_that_call_the_engines_hooks_are_rejected():
 
 
 def test_the_gradient_comparator_names_what_is_wrong_without_the_values():
-    from pipemare_lite.exercises.compare import compare_gradients
+    from pipemare_lite.book.exercises.compare import compare_gradients
 
     right = ([[1.0, 2.0]], [[[0.5]], [0.25]])
     assert compare_gradients(right, right) is None
@@ -805,7 +805,7 @@ def test_chapter_07_known_mistakes_are_named():
 
 
 def test_chapter_07_answers_that_call_the_engine_are_rejected():
-    from pipemare_lite import stage_stability
+    from pipemare_lite.analysis import stage_stability
 
     wrappers = {
         "ex07_1": [stage_stability.fastest_growing_stage,
@@ -824,8 +824,8 @@ def test_chapter_07_answers_that_call_the_engine_are_rejected():
 
 def test_chapter_07_may_use_chapter_06_and_05_instruments():
     # the bound, the roots and chapter 05's delay formula are shown before chapter 07
-    from pipemare_lite.staleness import expected_forward_delay
-    from pipemare_lite.theory import spectral_radius, stability_bound
+    from pipemare_lite.analysis.staleness import expected_forward_delay
+    from pipemare_lite.analysis.theory import spectral_radius, stability_bound
 
     def first_to_blow_up(lr, sharpness, delays):
         radii = [spectral_radius(lr, lam, tau) for lam, tau in zip(sharpness, delays)]
@@ -903,7 +903,7 @@ def test_chapter_10_known_mistakes_are_named():
 
 
 def test_chapter_08_answers_that_call_the_engine_are_rejected():
-    from pipemare_lite import stage_lr
+    from pipemare_lite.analysis import stage_lr
     from pipemare_lite.methods import lr_rescheduling
 
     wrappers = {
@@ -921,8 +921,8 @@ def test_chapter_08_answers_that_call_the_engine_are_rejected():
 
 
 def test_chapter_10_answers_that_call_the_engine_are_rejected():
-    from pipemare_lite import paper_arithmetic, tradeoff
-    from pipemare_lite.memory import MemoryProfile
+    from pipemare_lite.analysis import paper_arithmetic, tradeoff
+    from pipemare_lite.analysis.memory import MemoryProfile
 
     def via_weight_memory(method, param_bytes, n, optimizer):
         profile = MemoryProfile(param_bytes, [0] * len(param_bytes), optimizer)
@@ -942,7 +942,7 @@ def test_chapter_10_answers_that_call_the_engine_are_rejected():
 
 def test_chapter_10_may_use_the_memory_model():
     # the memory model is the instrument the chapter shows before exercise 1
-    from pipemare_lite.memory import MemoryProfile, memory_by_kind
+    from pipemare_lite.analysis.memory import MemoryProfile, memory_by_kind
     from pipemare_lite.schedules import build_schedule
 
     def weight_memory_by_kind(method, param_bytes, n, optimizer):
@@ -1000,17 +1000,17 @@ def test_chapter_11_known_mistakes_are_named():
 
 
 def test_chapter_11_answers_that_call_the_engine_are_rejected():
+    from pipemare_lite.analysis.simulate import metrics
     from pipemare_lite.schedules.comm_rows import comm_row_strings, comm_rows
-    from pipemare_lite.simulate import metrics
 
     def rows_by_engine(P, M):
         return [[str(x) for x in row]
                 for row in comm_rows(build_schedule("gpipe", P, M), receives_ahead=0)]
 
     def by_metrics(entries, num_ranks):
-        from pipemare_lite.executor.utilization import measured_costs  # noqa: F401
+        from pipemare_lite.analysis.timeline import TimedAction, Timeline
+        from pipemare_lite.analysis.utilization import measured_costs  # noqa: F401
         from pipemare_lite.schedules.actions import Action
-        from pipemare_lite.timeline import TimedAction, Timeline
 
         timed = tuple(TimedAction(r, Action.parse(a), s, e) for r, a, s, e in entries)
         return metrics(Timeline(build_schedule("naive", num_ranks, 1), timed)).utilization
@@ -1028,8 +1028,8 @@ def test_chapter_11_answers_that_call_the_engine_are_rejected():
 
 
 def test_chapter_08_may_use_the_engine_factor_and_chapter_06_bound():
-    from pipemare_lite.stage_lr import rescheduling_factor
-    from pipemare_lite.theory import stability_bound
+    from pipemare_lite.analysis.stage_lr import rescheduling_factor
+    from pipemare_lite.analysis.theory import stability_bound
 
     def first_update_outside(lr, lam, tau, horizon):
         return next((k for k in range(horizon + 1)
@@ -1110,7 +1110,7 @@ def test_chapter_09_t2_is_checked_on_real_tensors_of_every_model():
 
     import torch
 
-    from pipemare_lite.exercises.harness import T2_MODELS, t2_on_tensors, t2_sequence
+    from pipemare_lite.book.exercises.harness import T2_MODELS, t2_on_tensors, t2_sequence
 
     cases = EXERCISES["ex09_1"].cases()
     assert cases[0] == {"model": "linear", "gamma": 0.9, "distances": [0, 1, 2, 2, 3, 3]}
@@ -1129,7 +1129,7 @@ def test_chapter_09_t2_is_checked_on_real_tensors_of_every_model():
 
 
 def test_chapter_09_calibration_cases_avoid_fragile_counts():
-    from pipemare_lite.exercises.ch09 import _near_boundary
+    from pipemare_lite.book.exercises.ch09 import _near_boundary
 
     cases = EXERCISES["ex09_2"].cases()
     assert cases[0] == {"gamma": 0.9, "tolerance": 0.01}
@@ -1154,7 +1154,7 @@ def test_chapter_12_known_mistakes_are_named_and_the_engine_is_rejected():
     result = run_checks("ex12_1", engine)
     assert result.status == "failed" and "uses the engine's" in result.message
     # chapter 05's delay formula is an instrument, not the answer
-    from pipemare_lite.staleness import expected_forward_delay
+    from pipemare_lite.analysis.staleness import expected_forward_delay
 
     def smallest(P, max_delay):
         N = 1

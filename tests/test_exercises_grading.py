@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from pipemare_lite.exercises import EXERCISES, run_checks
+from pipemare_lite.book.exercises import EXERCISES, run_checks
 
 ROOT = Path(__file__).resolve().parents[1]
 

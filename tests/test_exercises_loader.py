@@ -8,9 +8,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from pipemare_lite.exercises import load_from_notebook, run_checks
-from pipemare_lite.exercises.assign import student_notebook
-from pipemare_lite.exercises.loader import NotebookLoadWarning
+from pipemare_lite.book.exercises import load_from_notebook, run_checks
+from pipemare_lite.book.exercises.assign import student_notebook
+from pipemare_lite.book.exercises.loader import NotebookLoadWarning
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "assign" / "02_exercise_fixture.ipynb"
 NAMES = ["gpipe_order", "idle_fraction", "M_FOR_10_PERCENT", "stage_names"]

@@ -30,9 +30,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from pipemare_lite.exercises.assign import solution_regions
-from pipemare_lite.exercises.originality import resolve
-from pipemare_lite.exercises.registry import find_by_name
+from pipemare_lite.book.exercises.assign import solution_regions
+from pipemare_lite.book.exercises.originality import resolve
+from pipemare_lite.book.exercises.registry import find_by_name
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
@@ -201,7 +201,7 @@ EXERCISE_CELLS = _exercise_cells()
 
 
 def test_every_registered_exercise_of_a_written_chapter_has_a_cell():
-    from pipemare_lite.exercises import list_exercises
+    from pipemare_lite.book.exercises import list_exercises
 
     found = {exercise.id for _, _, exercise, *_ in EXERCISE_CELLS}
     written = {int(p.name[:2]) for p in CHAPTERS}
@@ -236,7 +236,7 @@ def test_the_search_finds_planted_answers():
     markdown = normalized("leaves each device idle for a fraction $(P-1)/(M+P-1)$ of the time")
     assert expressions[0] in markdown
     assert "idle_fraction_gpipe" in _identifiers("show_source(idle_fraction_gpipe)")
-    from pipemare_lite.formulas import idle_fraction_gpipe
+    from pipemare_lite.analysis.formulas import idle_fraction_gpipe
 
     shown = _shown_sources("show_source(f)", {"f": idle_fraction_gpipe})
     assert "def idle_fraction_gpipe" in shown

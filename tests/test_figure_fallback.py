@@ -13,8 +13,8 @@ import os
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from pipemare_lite.viz import renderer
-from pipemare_lite.viz.figure_html import NO_PLOTLY_NOTE, PLOTLY_MIMETYPE, figure_html
+from pipemare_lite.figures.viz import renderer
+from pipemare_lite.figures.viz.figure_html import NO_PLOTLY_NOTE, PLOTLY_MIMETYPE, figure_html
 from tests.browser import chromium, watch
 
 FIGURE = {"data": [{"type": "bar", "y": [1, 2]}], "layout": {"title": {"text": "</script>"}}}
@@ -55,7 +55,7 @@ def test_renderer_is_not_chosen_outside_jupyter_or_when_a_renderer_was_chosen(mo
 
 
 CELLS = [
-    "import plotly.graph_objects as go\nimport pipemare_lite.viz\n"
+    "import plotly.graph_objects as go\nimport pipemare_lite.figures.viz\n"
     "import plotly.io as pio\nprint(pio.renderers.default)",
     'go.Figure(go.Bar(x=["F", "B"], y=[3, 5]))',
     "go.Figure(go.Scatter(y=[1, 4, 2]))",
@@ -67,7 +67,7 @@ def executed():
     """The notebook above, run in a kernel of this environment as a reader's kernel runs."""
     from nbclient import NotebookClient
 
-    from pipemare_lite.book import _kernel_manager
+    from pipemare_lite.book.build import _kernel_manager
 
     nb = new_notebook(cells=[new_code_cell(c) for c in CELLS])
     env = {k: v for k, v in os.environ.items() if k != "PLOTLY_RENDERER"}

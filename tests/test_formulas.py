@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from pipemare_lite import formulas as f
+from pipemare_lite.analysis import formulas as f
+from pipemare_lite.analysis.simulate import OpCosts, metrics, simulate
 from pipemare_lite.schedules import build_schedule
-from pipemare_lite.simulate import OpCosts, metrics, simulate
 
 GRID = [(P, M) for P in (1, 2, 3, 5, 8) for M in (1, 2, 3, 7, 16)]
 COSTS = [(1.0, 2.0), (1.0, 1.0), (0.5, 3.0), (2.0, 1.5)]

@@ -1,4 +1,4 @@
-"""The GPU check (pipemare_lite/gpu_check.py, scripts/gpu_check.sh): its CPU dry run.
+"""The GPU check (pipemare_lite/engine/dist/gpu_check.py, scripts/gpu_check.sh): its CPU dry run.
 
 The dry run goes through the same pipeline a GPU machine runs (reference on the CPU, the
 local executor on the stage devices, the distributed executor, agreement, step times,
@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipemare_lite.gpu_check import METHODS, REPORT_FORMAT, agreement, dry_run_config, step_seconds
+from pipemare_lite.engine.dist.gpu_check import (
+    METHODS,
+    REPORT_FORMAT,
+    agreement,
+    dry_run_config,
+    step_seconds,
+)
 from tests.timeouts import hard_time_limit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +85,7 @@ def test_agreement_tells_bitwise_close_and_different_apart():
     ],
 )
 def test_what_runs_where_with_a_fake_gpu_count(stages, gpus, devices, backend):
-    from pipemare_lite.gpu_check import plan_runs
+    from pipemare_lite.engine.dist.gpu_check import plan_runs
 
     local, chosen, skip, ranks = plan_runs(stages, gpus)
     assert (local, chosen) == (devices, backend)
@@ -92,8 +98,8 @@ def test_what_runs_where_with_a_fake_gpu_count(stages, gpus, devices, backend):
 
 
 def test_step_seconds_waits_for_the_slowest_rank():
+    from pipemare_lite.analysis.timeline import TimedAction
     from pipemare_lite.schedules.actions import Action
-    from pipemare_lite.timeline import TimedAction
 
     class Trace:  # only the entries are read
         entries = [TimedAction(0, Action.parse("0U0"), 0.0, 1.0),

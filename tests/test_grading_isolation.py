@@ -20,14 +20,14 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from pipemare_lite.cli import main
-from pipemare_lite.exercises import list_exercises
-from pipemare_lite.exercises.grading import (
+from pipemare_lite.book.exercises import list_exercises
+from pipemare_lite.book.exercises.grading import (
     class_submissions,
     grade_class,
     grade_submission,
     write_reports,
 )
+from pipemare_lite.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTION_EXERCISES = [e for e in list_exercises() if e.kind == "function"]
@@ -62,7 +62,7 @@ def _zero_submission(folder: Path) -> Path:
     """One notebook per chapter, every function exercise answered with ``return 0``."""
     folder.mkdir(parents=True)
     for chapter in sorted({e.chapter for e in FUNCTION_EXERCISES}):
-        cells = ["from pipemare_lite.exercises import check"] + [
+        cells = ["from pipemare_lite.book.exercises import check"] + [
             _zero_function(e) + f"\ncheck({e.id!r}, {e.function_name})"
             for e in FUNCTION_EXERCISES
             if e.chapter == chapter
@@ -73,7 +73,7 @@ def _zero_submission(folder: Path) -> Path:
 
 PATCH_EVERY_COMPARE = """
 import dataclasses
-from pipemare_lite.exercises import registry
+from pipemare_lite.book.exercises import registry
 for _id, _exercise in list(registry.EXERCISES.items()):
     if _exercise.kind == "function":
         registry.EXERCISES[_id] = dataclasses.replace(_exercise, compare=lambda a, e: None)
@@ -83,7 +83,7 @@ for _id, _exercise in list(registry.EXERCISES.items()):
 _IN_PROCESS = """
 import pathlib, sys
 exec(sys.argv[2])
-from pipemare_lite.exercises import list_exercises, load_from_notebook, run_checks
+from pipemare_lite.book.exercises import list_exercises, load_from_notebook, run_checks
 passed = 0
 for exercise in list_exercises():
     notebooks = sorted(pathlib.Path(sys.argv[1]).glob(f"{exercise.chapter:02d}_*.ipynb"))
@@ -128,7 +128,7 @@ def test_attack_2_an_assignment_in_the_exercise_cell_cannot_patch_the_registry(t
         folder / "01_naive.ipynb",
         """
         import dataclasses
-        from pipemare_lite.exercises import check, registry
+        from pipemare_lite.book.exercises import check, registry
 
         def naive_utilization(P):
             return 0
@@ -161,7 +161,7 @@ def test_removing_the_import_guard_patches_only_the_workers_copy(tmp_path):
             return 0
 
         sys.meta_path[:] = [f for f in sys.meta_path if "Block" not in type(f).__name__]
-        registry = __import__("pipemare_lite.exercises.registry", fromlist=["x"])
+        registry = __import__("pipemare_lite.book.exercises.registry", fromlist=["x"])
         registry.EXERCISES["ex01_1"] = dataclasses.replace(
             registry.EXERCISES["ex01_1"], compare=lambda a, e: None)
         """,
@@ -180,7 +180,7 @@ def test_worker_cannot_import_the_definitions(tmp_path):
             found = []
             for name in ("registry", "references", "ch01", "grading"):
                 try:
-                    __import__(f"pipemare_lite.exercises.{name}")
+                    __import__(f"pipemare_lite.book.exercises.{name}")
                     found.append(name)
                 except ImportError:
                     pass
@@ -298,7 +298,7 @@ def test_bad_options_are_reported_early(tmp_path):
 def test_an_exercise_whose_cases_cannot_travel_is_reported_not_fatal(tmp_path, monkeypatch):
     import dataclasses
 
-    from pipemare_lite.exercises import registry
+    from pipemare_lite.book.exercises import registry
 
     exercise = registry.EXERCISES["ex01_1"]
     broken = dataclasses.replace(exercise, cases=lambda: [{"P": lambda: 4}])
@@ -319,9 +319,9 @@ def test_grading_rejects_answers_that_only_wrap_the_engine(tmp_path):
     folder.mkdir()
     _write_notebook(
         folder / "02_gpipe.ipynb",
-        "from pipemare_lite.formulas import idle_fraction_gpipe\n"
+        "from pipemare_lite.analysis.formulas import idle_fraction_gpipe\n"
         "from pipemare_lite.schedules import build_schedule\n"
-        "from pipemare_lite.simulate import simulate_and_measure",
+        "from pipemare_lite.analysis.simulate import simulate_and_measure",
         "def idle_fraction(P, M):\n    return idle_fraction_gpipe(P, M)\n",
         "def gpipe_order(P, M):\n"
         "    return [[str(a) for a in row if a.kind != 'U']\n"
@@ -330,7 +330,7 @@ def test_grading_rejects_answers_that_only_wrap_the_engine(tmp_path):
     _write_notebook(
         folder / "01_naive.ipynb",
         "from pipemare_lite.schedules import build_schedule\n"
-        "from pipemare_lite.simulate import simulate_and_measure",
+        "from pipemare_lite.analysis.simulate import simulate_and_measure",
         "def naive_utilization(P):\n"
         "    return simulate_and_measure(build_schedule('naive', P, 1))[1].utilization\n",
     )

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import nbformat
 
-from pipemare_lite.exercises import list_exercises
-from pipemare_lite.exercises.assign import build_student
+from pipemare_lite.book.exercises import list_exercises
+from pipemare_lite.book.exercises.assign import build_student
 
 ROOT = Path(__file__).resolve().parents[1]
-ADAPTER = ROOT / "pipemare_lite" / "exercises" / "student_adapter.py"
+ADAPTER = ROOT / "pipemare_lite" / "book" / "exercises" / "student_adapter.py"
 
 
 def test_handout_has_adapter_readme_and_every_linked_file(tmp_path):

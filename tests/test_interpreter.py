@@ -1,4 +1,4 @@
-"""The action interpreter both executors share (pipemare_lite/executor/interpreter.py).
+"""The action interpreter both executors share (pipemare_lite/engine/interpreter.py).
 
 The interpreter is checked against two independent references: the communication plan
 (every tensor it hands on is one of the plan's messages, each exactly once, none missing),
@@ -15,16 +15,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipemare_lite.executor import LocalExecutor
-from pipemare_lite.executor.interpreter import InProcessTransport, Interpreter
-from pipemare_lite.executor.setup import build_stage_worker
+from pipemare_lite.engine import LocalExecutor
+from pipemare_lite.engine.build_worker import build_stage_worker
+from pipemare_lite.engine.interpreter import InProcessTransport, Interpreter
 from pipemare_lite.methods.registry import MethodOptions
-from pipemare_lite.models import mlp
-from pipemare_lite.partition import partition
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.schedules.actions import BACKWARD, FORWARD, INPUT_GRAD, UPDATE, WEIGHT_GRAD
 from pipemare_lite.schedules.comm_plan import plan_communication
 from pipemare_lite.schedules.validate import execution_order
+from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import partition
 
 OPTIMIZER = functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9)
 

@@ -17,15 +17,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipemare_lite.executor import LocalExecutor
+from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.methods import build_method_schedule, method_options
 from pipemare_lite.methods.lr_rescheduling import stage_forward_delays
-from pipemare_lite.models import mlp
 from pipemare_lite.schedules import SCHEDULE_NAMES, ScheduleError, build_schedule
 from pipemare_lite.schedules.io import from_rows
 from pipemare_lite.schedules.lazy import LazySchedule, lazy_schedule, schedule_key
 from pipemare_lite.schedules.registry import METHOD_TABLE, is_asynchronous
 from pipemare_lite.schedules.repeat import repeat_notes, repeat_schedule
+from pipemare_lite.training.models import mlp
 
 
 def builder(name, P, M, W=0):
@@ -227,7 +227,7 @@ def test_a_checkpoint_names_the_lazy_schedule(one_thread):
 @pytest.mark.dist
 @pytest.mark.slow
 def test_the_distributed_executor_equals_a_lazy_local_run(one_thread):
-    from pipemare_lite.executor.dist import DistJob, PartitionedModel, run_distributed_jobs
+    from pipemare_lite.engine.dist.executor import DistJob, PartitionedModel, run_distributed_jobs
 
     lazy, full, options = make_schedules("pipemare", 2, 2, 1, 1, 13)
     data = feed(full.total_microbatches)

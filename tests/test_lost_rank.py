@@ -1,4 +1,4 @@
-"""Naming the lost rank (pipemare_lite/executor/lost.py), against a fake store.
+"""Naming the lost rank (pipemare_lite/engine/dist/lost.py), against a fake store.
 
 The real thing runs in tests/test_multinode.py (a node killed mid-run); here each kind of
 evidence is checked by itself: a broken link, a stopped heartbeat, an unreachable store.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipemare_lite.executor import faults
-from pipemare_lite.executor.lost import Topology, diagnose, report
+from pipemare_lite.engine.dist import faults
+from pipemare_lite.engine.dist.lost import Topology, diagnose, report
 
 
 class FakeStore:
@@ -99,7 +99,7 @@ HOOKED = """
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
 from tests.test_lost_rank import FakeStore, torchrun_env
-from pipemare_lite.executor import faults, lost
+from pipemare_lite.engine.dist import faults, lost
 
 board = faults.StatusBoard(0, 2, FakeStore({{0: 1, 1: 1}}, live=(0,)))
 board.at(4, 10, "0B1", "wait gradient of stage 1 microbatch 1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipemare_lite.memory import (
+from pipemare_lite.analysis.memory import (
     KINDS,
     MemoryProfile,
     memory_by_kind,
@@ -93,7 +93,7 @@ def test_activation_peaks_match_closed_forms(P, M):
 
 
 def test_activations_agree_with_simulator_peak_inflight():
-    from pipemare_lite import simulate
+    from pipemare_lite.analysis import simulate
 
     cases = [(n, {}) for n in ("naive", "gpipe", "1f1b", "zb-h1", "pipedream", "2bw", "async")]
     cases += [("interleaved", {"chunks": 2}), ("async", {"warmup_minibatches": 1})]

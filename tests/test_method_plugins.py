@@ -19,12 +19,12 @@ import pytest
 import torch
 from torch import nn
 
-from pipemare_lite.datasets import load
-from pipemare_lite.executor import LocalExecutor
+from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.methods import METHODS, get_method, method_options, register_method
 from pipemare_lite.methods.registry import build_method_schedule
-from pipemare_lite.models import mlp
 from pipemare_lite.plugins import ENV_VAR, PluginError, load_plugins
+from pipemare_lite.training.datasets import load
+from pipemare_lite.training.models import mlp
 
 PLUGIN = "tests.fixtures.plugin_method"
 WPRED = "pipemare_lite.methods.weight_prediction"
@@ -73,7 +73,7 @@ def test_register_method_refuses_bad_input():
 
 
 def test_unknown_method_says_where_it_looked_and_how_to_load_a_plugin():
-    from pipemare_lite.train import fit
+    from pipemare_lite.training.fit import fit
 
     with pytest.raises(ValueError) as error:
         fit(mlp(64, 16, 2, 10), load("digits"), method="nope", num_stages=2,
@@ -95,7 +95,7 @@ def test_the_environment_variable_names_plugins_looked_up_on_a_miss(monkeypatch)
 
 def test_the_command_line_loads_plugins_and_refuses_a_missing_one(capsys):
     from pipemare_lite.cli import main as cli_main
-    from pipemare_lite.train import main
+    from pipemare_lite.training.fit import main
 
     assert main(["--plugin", "no_such_plugin_module", "--method", "wpred"]) == 2  # torchrun's
     assert "could not be imported" in capsys.readouterr().err
@@ -117,7 +117,7 @@ SAME = ("loss", "evals", "stage_lr", "forward_delay", "memory_bytes_by_stage", "
 
 
 def local_wpred() -> dict:
-    from pipemare_lite.train import fit
+    from pipemare_lite.training.fit import fit
 
     load_plugins([WPRED])
     threads = torch.get_num_threads()
@@ -130,8 +130,8 @@ def local_wpred() -> dict:
 
 @pytest.mark.slow
 def test_a_plugin_method_is_unknown_on_the_ranks_until_imported_there():
-    from pipemare_lite.executor.dist_fit import fit_worker
-    from pipemare_lite.launch import LaunchError, launch
+    from pipemare_lite.engine.dist.fit import fit_worker
+    from pipemare_lite.engine.dist.launch import LaunchError, launch
 
     load_plugins([PLUGIN])  # known here, in the parent ...
     args = (dict(FIT, method="fixture-stash", model=(mlp, MODEL), data=(load, {"name": "digits"})),)
@@ -148,8 +148,8 @@ def test_a_plugin_method_is_unknown_on_the_ranks_until_imported_there():
 
 @pytest.mark.slow
 def test_weight_prediction_is_bitwise_equal_locally_under_launch_and_under_torchrun(tmp_path):
-    from pipemare_lite.executor.dist_fit import fit_worker
-    from pipemare_lite.launch import launch
+    from pipemare_lite.engine.dist.fit import fit_worker
+    from pipemare_lite.engine.dist.launch import launch
 
     local = local_wpred()
     assert local["memory_bytes"]["prediction"] > 0  # its bytes are counted
@@ -162,7 +162,8 @@ def test_weight_prediction_is_bitwise_equal_locally_under_launch_and_under_torch
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
         "--max-restarts", "0", "--log-dir", str(tmp_path), "--redirects", "3",
-        "-m", "pipemare_lite.train", "--executor", "dist", *CLI, "--out", str(tmp_path / "h.json"),
+        "-m", "pipemare_lite.training.fit", "--executor", "dist", *CLI,
+        "--out", str(tmp_path / "h.json"),
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", **{ENV_VAR: WPRED})
     done = subprocess.run(command, capture_output=True, text=True, timeout=170, env=env)
@@ -170,7 +171,7 @@ def test_weight_prediction_is_bitwise_equal_locally_under_launch_and_under_torch
     assert done.returncode == 0, done.stderr[-3000:] + logs[-2000:]
     torchrun = json.loads((tmp_path / "h.json").read_text())
 
-    from pipemare_lite.train import main  # the same command in this process, one thread
+    from pipemare_lite.training.fit import main  # the same command in this process, one thread
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from pipemare_lite.models import MODELS, SelfAttention, mlp, small_resnet, tiny_transformer
+from pipemare_lite.training.models import MODELS, SelfAttention, mlp, small_resnet, tiny_transformer
 
 
 def _params_equal(a: nn.Module, b: nn.Module) -> bool:

@@ -1,6 +1,6 @@
 """Committed chapters are clean, runnable-looking notebooks; the tooling that keeps them so works.
 
-1. Every ``chapters/*.ipynb`` passes :func:`pipemare_lite.notebooks.notebook_problems`
+1. Every ``chapters/*.ipynb`` passes :func:`pipemare_lite.book.notebooks.notebook_problems`
    (valid nbformat, kernel python3, no widget state, outputs only in checked cells, size cap,
    name, title, "Before you start", summary, a check() exercise, imports that resolve).
 2. Each rule fires on a notebook planted with exactly that problem, and ``clean`` removes
@@ -23,8 +23,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from pipemare_lite import notebooks
-from pipemare_lite.notebooks import CHECK_TAG
+from pipemare_lite.book import notebooks
+from pipemare_lite.book.notebooks import CHECK_TAG
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER_FILES = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -99,9 +99,9 @@ def _good_chapter(number: str = "05") -> nbformat.NotebookNode:
         cells=[
             new_markdown_cell(f"# {number} · A planted chapter\n\nYou will count to four."),
             new_markdown_cell("## Before you start\n\nRuns in a second."),
-            new_code_cell("from pipemare_lite.notebooks import chapter_table"),
+            new_code_cell("from pipemare_lite.book.notebooks import chapter_table"),
             checked,
-            new_code_cell("from pipemare_lite.exercises import check\ncheck('ex00_1', f)"),
+            new_code_cell("from pipemare_lite.book.exercises import check\ncheck('ex00_1', f)"),
             new_markdown_cell("## Summary\n\n- four"),
         ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
@@ -155,7 +155,7 @@ def _without_exercise(nb):
 
 
 def _with_missing_import(nb):
-    nb.cells[2].source = "from pipemare_lite.notebooks import no_such_function"
+    nb.cells[2].source = "from pipemare_lite.book.notebooks import no_such_function"
 
 
 def _with_missing_module(nb):
@@ -182,7 +182,7 @@ def _with_checked_cell_without_execution_count(nb):
         (_without_before_you_start, "Before you start"),
         (_without_summary, "no summary"),
         (_without_exercise, "check()"),
-        (_with_missing_import, "pipemare_lite.notebooks.no_such_function"),
+        (_with_missing_import, "pipemare_lite.book.notebooks.no_such_function"),
         (_with_missing_module, "pipemare_lite.no_such_module"),
         (_with_checked_cell_without_output, "no stored output"),
         (_with_checked_cell_without_execution_count, "nbval calls it unrun"),

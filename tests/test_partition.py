@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from pipemare_lite.models import mlp, small_resnet, tiny_transformer
-from pipemare_lite.partition import balance_by_cost, even_balance, partition
+from pipemare_lite.training.models import mlp, small_resnet, tiny_transformer
+from pipemare_lite.training.partition import balance_by_cost, even_balance, partition
 
 
 def _run(stages, x):

@@ -1,4 +1,4 @@
-"""Placement decisions (pipemare_lite/executor/placement.py), checked with fake device counts.
+"""Placement decisions (pipemare_lite/engine/placement.py), checked with fake device counts.
 
 No GPU is needed: every decision takes the machine's CUDA device count as an argument, so
 these tests state what a GPU machine will do; `scripts/gpu_check.sh` confirms it there.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipemare_lite.executor import placement
-from pipemare_lite.executor.placement import (
+from pipemare_lite.engine import placement
+from pipemare_lite.engine.placement import (
     choose_backend,
     local_stage_devices,
     message_device,
@@ -73,8 +73,8 @@ def test_impossible_placements_are_refused_by_name(kwargs, message):
 
 
 def test_this_machine_and_the_launcher_agree():
-    from pipemare_lite.launch import _place
-    from pipemare_lite.launch import choose_backend as launch_choice
+    from pipemare_lite.engine.dist.launch import _place
+    from pipemare_lite.engine.dist.launch import choose_backend as launch_choice
 
     count = placement.cuda_device_count()
     assert launch_choice(2) == choose_backend(2, cuda_devices=count)

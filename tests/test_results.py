@@ -59,7 +59,7 @@ def test_every_file_names_the_command_that_regenerates_it(stored):
     table = (RESULTS / f"{stem}.md").read_text()
     assert table.startswith("# PipeMare's shape in miniature")
     assert f"`{command}`" in table.splitlines()[2]
-    from pipemare_lite.commands.reproduce import command_for
+    from pipemare_lite.cli.commands.reproduce import command_for
 
     assert command_for("paper-shape", results["quick"]) == command
 

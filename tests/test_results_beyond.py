@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from pipemare_lite.analysis.staleness import expected_forward_delay
 from pipemare_lite.experiments import beyond_pipemare as experiment
 from pipemare_lite.experiments import record
-from pipemare_lite.staleness import expected_forward_delay
 
 RESULTS = Path(__file__).resolve().parents[1] / "data" / "results"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipemare_lite.analysis.simulate import simulate
 from pipemare_lite.schedules import (
     SCHEDULE_NAMES,
     Action,
@@ -18,7 +19,6 @@ from pipemare_lite.schedules import (
     two_bw,
     zb_h1,
 )
-from pipemare_lite.simulate import simulate
 
 
 def rows(schedule):

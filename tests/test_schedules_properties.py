@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipemare_lite.analysis.simulate import OpCosts, simulate
 from pipemare_lite.schedules import SCHEDULE_NAMES, ScheduleError, build_schedule
-from pipemare_lite.simulate import OpCosts, simulate
 
 
 def reference_times(schedule, costs):

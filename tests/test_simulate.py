@@ -7,9 +7,9 @@ import math
 
 import pytest
 
+from pipemare_lite.analysis.simulate import OpCosts, metrics, simulate, simulate_and_measure
+from pipemare_lite.analysis.timeline import TimedAction, Timeline
 from pipemare_lite.schedules import Action, Schedule, ScheduleError, build_schedule, gpipe
-from pipemare_lite.simulate import OpCosts, metrics, simulate, simulate_and_measure
-from pipemare_lite.timeline import TimedAction, Timeline
 
 
 def times(timeline):
@@ -142,8 +142,8 @@ def test_simulate_and_measure_returns_both():
      ("async", 4, 2, {"num_minibatches": 4, "warmup_minibatches": 1})],
 )
 def test_the_plain_rule_gives_the_fast_simulators_times(name, P, M, extra):
+    from pipemare_lite.analysis.simulate import simulate_step_by_step
     from pipemare_lite.schedules import build_schedule
-    from pipemare_lite.simulate import simulate_step_by_step
 
     schedule = build_schedule(name, P, M, **extra)
     for costs in (OpCosts(), OpCosts(forward=1, backward=3, input_grad=2, weight_grad=1,
@@ -156,8 +156,8 @@ def test_the_plain_rule_gives_the_fast_simulators_times(name, P, M, extra):
 
 
 def test_depends_on_names_the_pipeline_rule():
+    from pipemare_lite.analysis.simulate import depends_on
     from pipemare_lite.schedules import Action, build_schedule
-    from pipemare_lite.simulate import depends_on
 
     schedule = build_schedule("1f1b", 3, 4)
     assert depends_on(Action(0, "F", 2), schedule) == []
@@ -171,7 +171,7 @@ def test_depends_on_names_the_pipeline_rule():
 
 
 def test_p2p_messages_counts_cross_rank_dependencies():
-    from pipemare_lite.simulate import p2p_messages
+    from pipemare_lite.analysis.simulate import p2p_messages
 
     # interleaved: 2(vP - 1) messages per microbatch (chapter 04), M microbatches
     for P, M, v in [(4, 8, 1), (4, 8, 2), (2, 4, 3), (4, 4, 4)]:

@@ -2,7 +2,7 @@
 
 The references are the engine's own schedulers, stepped as the executor steps them (one
 ``step()`` per update): :class:`LRRescheduling` on top of the named base schedules of
-:mod:`pipemare_lite.lr_schedules`, and the ``stage_lr`` a real ``fit`` records.
+:mod:`pipemare_lite.training.lr_schedules`, and the ``stage_lr`` a real ``fit`` records.
 """
 
 from __future__ import annotations
@@ -13,20 +13,20 @@ import pytest
 import torch
 from torch import nn
 
-from pipemare_lite.datasets import Dataset, digits
-from pipemare_lite.lr_schedules import make_lr_schedule
-from pipemare_lite.methods import build_method_schedule
-from pipemare_lite.methods.lr_rescheduling import LRRescheduling, stage_forward_delays
-from pipemare_lite.models import mlp
-from pipemare_lite.stage_lr import (
+from pipemare_lite.analysis.stage_lr import (
     base_lr,
     first_unstable_update,
     rescheduling_factor,
     stage_lrs,
 )
-from pipemare_lite.theory import stability_bound
-from pipemare_lite.train import fit
-from pipemare_lite.widgets.t1_explorer import t1_delays
+from pipemare_lite.analysis.theory import stability_bound
+from pipemare_lite.figures.widgets.t1_explorer import t1_delays
+from pipemare_lite.methods import build_method_schedule
+from pipemare_lite.methods.lr_rescheduling import LRRescheduling, stage_forward_delays
+from pipemare_lite.training.datasets import Dataset, digits
+from pipemare_lite.training.fit import fit
+from pipemare_lite.training.lr_schedules import make_lr_schedule
+from pipemare_lite.training.models import mlp
 
 TOTAL = 24
 

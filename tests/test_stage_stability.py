@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from pipemare_lite.schedules import build_schedule
-from pipemare_lite.stage_stability import (
+from pipemare_lite.analysis.stage_stability import (
     fastest_growing_stage,
     largest_stable_pipeline,
     stage_points,
 )
-from pipemare_lite.staleness import weight_versions
+from pipemare_lite.analysis.staleness import weight_versions
+from pipemare_lite.schedules import build_schedule
 
 
 def _radius(step, tau):

@@ -14,9 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipemare_lite.schedules import Action, Schedule, async_pipeline
-from pipemare_lite.schedules.registry import build_schedule
-from pipemare_lite.staleness import (
+from pipemare_lite.analysis.staleness import (
     exact_forward_delay,
     expected_forward_delay,
     microbatch_path,
@@ -24,6 +22,8 @@ from pipemare_lite.staleness import (
     steady_state_minibatches,
     weight_versions,
 )
+from pipemare_lite.schedules import Action, Schedule, async_pipeline
+from pipemare_lite.schedules.registry import build_schedule
 
 
 def _schedule(rows, name, num_microbatches, num_minibatches, weight_mode):

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from pipemare_lite.theory import (
+from pipemare_lite.analysis.theory import (
     characteristic_polynomial,
     characteristic_roots,
     discrepancy_matrix,
@@ -234,7 +234,8 @@ def test_best_gamma_is_moderate(tau_f):
 def test_torch_free_modules_import_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import pipemare_lite.staleness, pipemare_lite.memory, pipemare_lite.theory\n"
+        "import pipemare_lite.analysis.staleness, pipemare_lite.analysis.memory, "
+        "pipemare_lite.analysis.theory\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -1,7 +1,7 @@
 """Our schedules in PyTorch's pipelining runtime and PyTorch's in ours, bitwise, 2 and 4 ranks.
 
 One launch per world size (real processes, gloo on 127.0.0.1, a port the OS picks) runs
-every case of :data:`SPECS` (see :mod:`pipemare_lite.torch_runtime`):
+every case of :data:`SPECS` (see :mod:`pipemare_lite.interop.torch_runtime`):
 
 - export: the engine's 1F1B, interleaved (2 chunks) and ZB-H1, written with
   ``to_torch_csv`` and loaded by ``_PipelineScheduleRuntime._load_csv``, step once in
@@ -27,11 +27,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipemare_lite.executor.dist import PartitionedModel
-from pipemare_lite.launch import launch
-from pipemare_lite.models import mlp
+from pipemare_lite.engine.dist.executor import PartitionedModel
+from pipemare_lite.engine.dist.launch import launch
+from pipemare_lite.interop.torch_runtime import InteropCase, interop_worker
 from pipemare_lite.schedules import build_schedule
-from pipemare_lite.torch_runtime import InteropCase, interop_worker
+from pipemare_lite.training.models import mlp
 from tests.timeouts import hard_time_limit
 
 pytestmark = [pytest.mark.dist]

@@ -6,11 +6,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import pytest
 
-from pipemare_lite.formulas import idle_fraction_zb_h1, utilization_gpipe
-from pipemare_lite.memory import KINDS, MemoryProfile, memory_by_kind
-from pipemare_lite.methods.registry import METHODS
-from pipemare_lite.schedules import build_schedule
-from pipemare_lite.tradeoff import (
+from pipemare_lite.analysis.formulas import idle_fraction_zb_h1, utilization_gpipe
+from pipemare_lite.analysis.memory import KINDS, MemoryProfile, memory_by_kind
+from pipemare_lite.analysis.tradeoff import (
     SCHEDULE_OF,
     TRADEOFF_METHODS,
     TradeoffRow,
@@ -19,8 +17,10 @@ from pipemare_lite.tradeoff import (
     pick_method,
     tradeoff_table,
 )
-from pipemare_lite.viz import tradeoff_figure
-from pipemare_lite.widgets import tradeoff_explorer, tradeoff_explorer_static
+from pipemare_lite.figures.viz import tradeoff_figure
+from pipemare_lite.figures.widgets import tradeoff_explorer, tradeoff_explorer_static
+from pipemare_lite.methods.registry import METHODS
+from pipemare_lite.schedules import build_schedule
 
 PROFILE = MemoryProfile([4000, 2000, 2000, 400], [900, 600, 600, 100], "momentum")
 

@@ -9,14 +9,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipemare_lite.checkpoint import decode_state, encode_state, load_checkpoint, save_checkpoint
-from pipemare_lite.data_feed import EpochMicrobatches, epoch_order
-from pipemare_lite.datasets import Dataset, digits
-from pipemare_lite.history import DivergenceError
+from pipemare_lite.analysis.staleness import weight_versions
 from pipemare_lite.methods import build_method_schedule
-from pipemare_lite.models import mlp
-from pipemare_lite.staleness import weight_versions
-from pipemare_lite.train import _progress_enabled, fit
+from pipemare_lite.training.checkpoint import (
+    decode_state,
+    encode_state,
+    load_checkpoint,
+    save_checkpoint,
+)
+from pipemare_lite.training.data_feed import EpochMicrobatches, epoch_order
+from pipemare_lite.training.datasets import Dataset, digits
+from pipemare_lite.training.fit import _progress_enabled, fit
+from pipemare_lite.training.history import DivergenceError
+from pipemare_lite.training.models import mlp
 
 
 @pytest.fixture(scope="module")
@@ -321,7 +326,7 @@ def test_module_entry_point_runs():
         [
             sys.executable,
             "-m",
-            "pipemare_lite.train",
+            "pipemare_lite.training.fit",
             "--method",
             "async",
             "--stages",
@@ -391,8 +396,8 @@ def test_epoch_data_order_is_seeded_and_each_sample_used_at_most_once(small_data
 
 @pytest.mark.slow
 def test_transformer_trains_per_position_through_the_pipeline():
-    from pipemare_lite.datasets import sequence_task
-    from pipemare_lite.models import tiny_transformer
+    from pipemare_lite.training.datasets import sequence_task
+    from pipemare_lite.training.models import tiny_transformer
 
     data = sequence_task("reverse", vocab=8, seq_len=6, num_train=256, num_test=64, seed=0)
     model = tiny_transformer(vocab=8, d_model=16, heads=2, layers=2, seq_len=6, seed=0)

@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipemare_lite.checkpoint import load_checkpoint, save_checkpoint
-from pipemare_lite.history import (
+from pipemare_lite.schedules.actions import Action
+from pipemare_lite.training.checkpoint import load_checkpoint, save_checkpoint
+from pipemare_lite.training.history import (
     ForwardDelayMeter,
     History,
     HistoryRecorder,
     divergence_report,
 )
-from pipemare_lite.schedules.actions import Action
 
 
 def _trace(*rows):
@@ -125,7 +125,7 @@ def test_divergence_report_uses_one_step_number_when_forwards_ran_ahead():
 def test_history_imports_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None\n"  # any 'import torch' now fails
-        "from pipemare_lite.history import History\n"
+        "from pipemare_lite.training.history import History\n"
         "print(History(loss=[1.0]).summary()['steps'])\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -134,12 +134,12 @@ def test_history_imports_without_torch():
 
 
 def test_public_names_stay_importable_from_train():
-    import pipemare_lite.checkpoint as checkpoint
-    import pipemare_lite.commands.train as cli
-    import pipemare_lite.data_feed as data_feed
-    import pipemare_lite.evaluation as evaluation
-    import pipemare_lite.history as history
-    import pipemare_lite.train as train
+    import pipemare_lite.cli.commands.train as cli
+    import pipemare_lite.training.checkpoint as checkpoint
+    import pipemare_lite.training.data_feed as data_feed
+    import pipemare_lite.training.evaluation as evaluation
+    import pipemare_lite.training.fit as train
+    import pipemare_lite.training.history as history
 
     homes = {
         history: ["History", "DivergenceError"],

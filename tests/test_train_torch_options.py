@@ -17,12 +17,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR, StepLR
 
-from pipemare_lite.data_feed import epoch_order
-from pipemare_lite.datasets import Dataset, digits
-from pipemare_lite.history import DivergenceError
-from pipemare_lite.models import mlp
-from pipemare_lite.partition import partition
-from pipemare_lite.train import fit
+from pipemare_lite.training.data_feed import epoch_order
+from pipemare_lite.training.datasets import Dataset, digits
+from pipemare_lite.training.fit import fit
+from pipemare_lite.training.history import DivergenceError
+from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import partition
 
 EPOCHS, BATCH, N = 2, 16, 4
 STEPS = EPOCHS * 64 // BATCH  # 64 training samples: 4 steps per epoch, 8 updates per stage
@@ -82,7 +82,7 @@ def _same_weights(a, b) -> bool:
 
 
 def closed_form_lr(name, k, *, lr, total, warmup=0, step_size=None, gamma=0.1):
-    """The base schedules of pipemare_lite.lr_schedules, written out."""
+    """The base schedules of pipemare_lite.training.lr_schedules, written out."""
     if k < warmup:
         return lr * (k + 1) / (warmup + 1)
     j = k - warmup
@@ -362,11 +362,11 @@ def one_rank_group():
 
 @pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="torch.optim.Muon missing")
 def test_dist_executor_reports_every_param_group_lr_like_the_local_one(one_rank_group):
-    from pipemare_lite.executor import LocalExecutor
-    from pipemare_lite.executor.dist import DistributedExecutor, merge_rank_results
-    from pipemare_lite.lr_schedules import make_lr_schedule
+    from pipemare_lite.engine import LocalExecutor
+    from pipemare_lite.engine.dist.executor import DistributedExecutor, merge_rank_results
     from pipemare_lite.methods import build_method_schedule, method_options
-    from pipemare_lite.optimizers import make_optimizer_factory
+    from pipemare_lite.training.lr_schedules import make_lr_schedule
+    from pipemare_lite.training.optimizers import make_optimizer_factory
 
     schedule = build_method_schedule("pipemare", 1, 2, num_minibatches=4)
     options = method_options("pipemare")

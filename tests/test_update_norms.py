@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from pipemare_lite.datasets import digits
-from pipemare_lite.executor.stage import update_norm
-from pipemare_lite.models import mlp
-from pipemare_lite.train import fit
+from pipemare_lite.engine.stage import update_norm
+from pipemare_lite.training.datasets import digits
+from pipemare_lite.training.fit import fit
+from pipemare_lite.training.models import mlp
 
 
 class MeasuringSGD(torch.optim.SGD):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipemare_lite.memory import KINDS
-from pipemare_lite.viz.colors import (
+from pipemare_lite.analysis.memory import KINDS
+from pipemare_lite.figures.viz.colors import (
     MICROBATCH_PALETTE,
     UPDATE_COLOR,
     memory_kind_color,

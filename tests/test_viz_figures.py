@@ -8,18 +8,18 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from pipemare_lite import theory
-from pipemare_lite.schedules.actions import Action, Schedule
-from pipemare_lite.staleness import microbatch_path, stage_delays, weight_versions
-from pipemare_lite.viz import (
+from pipemare_lite.analysis import theory
+from pipemare_lite.analysis.staleness import microbatch_path, stage_delays, weight_versions
+from pipemare_lite.figures.viz import (
     delay_bars,
     divergence_step,
     loss_curves,
     path_figure,
     staleness_heatmap,
 )
-from pipemare_lite.viz.colors import METHOD_COLORS, microbatch_color
-from pipemare_lite.viz.stability import stability_map
+from pipemare_lite.figures.viz.colors import METHOD_COLORS, microbatch_color
+from pipemare_lite.figures.viz.stability import stability_map
+from pipemare_lite.schedules.actions import Action, Schedule
 
 
 def hand_async() -> Schedule:
@@ -161,8 +161,8 @@ def test_loss_curves_distinct_colours_and_errors():
 
 
 def test_memory_bars_stack_kinds_in_one_unit_with_kind_colours():
-    from pipemare_lite.viz import memory_bars
-    from pipemare_lite.viz.colors import memory_kind_color
+    from pipemare_lite.figures.viz import memory_bars
+    from pipemare_lite.figures.viz.colors import memory_kind_color
 
     ranks = [
         {"weights": 2048, "stash": 4096, "t2_buffer": 0, "optimizer": 2048, "activations": 1024,
@@ -187,9 +187,9 @@ def test_memory_bars_stack_kinds_in_one_unit_with_kind_colours():
 
 
 def test_memory_bars_of_a_real_memory_model():
-    from pipemare_lite.memory import MemoryProfile, memory_by_kind
+    from pipemare_lite.analysis.memory import MemoryProfile, memory_by_kind
+    from pipemare_lite.figures.viz import memory_bars
     from pipemare_lite.schedules.registry import build_schedule
-    from pipemare_lite.viz import memory_bars
 
     schedule = build_schedule("pipedream", 3, 2, num_minibatches=4)
     result = memory_by_kind(schedule, MemoryProfile([2**20] * 3, [2**19] * 3, "adam"))

@@ -7,11 +7,11 @@ import math
 import plotly.graph_objects as go
 import pytest
 
+from pipemare_lite.analysis.timeline import TimedAction, Timeline
+from pipemare_lite.figures.viz import gantt, gantt_pair, idle_intervals
+from pipemare_lite.figures.viz.colors import MICROBATCH_PALETTE, OP_STYLE, microbatch_color, shade
+from pipemare_lite.figures.viz.gantt import LEGEND_META, LEGEND_SWATCH
 from pipemare_lite.schedules.actions import Action, Schedule
-from pipemare_lite.timeline import TimedAction, Timeline
-from pipemare_lite.viz import gantt, gantt_pair, idle_intervals
-from pipemare_lite.viz.colors import MICROBATCH_PALETTE, OP_STYLE, microbatch_color, shade
-from pipemare_lite.viz.gantt import LEGEND_META, LEGEND_SWATCH
 
 
 def gpipe_by_hand(P: int, M: int, f: float = 1.0, b: float = 2.0, t0: float = 0.0,

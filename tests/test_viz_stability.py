@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from pipemare_lite.viz import roots_figure, stability_map, trajectory_figure
+from pipemare_lite.figures.viz import roots_figure, stability_map, trajectory_figure
 
 
 def test_roots_figure_splits_roots_at_the_unit_circle():

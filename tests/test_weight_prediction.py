@@ -19,7 +19,7 @@ from torch import nn
 from torch.func import functional_call
 
 import pipemare_lite.methods.weight_prediction  # noqa: F401  (registers "wpred")
-from pipemare_lite.executor import LocalExecutor
+from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.methods import method_options
 from pipemare_lite.methods.registry import build_method_schedule
 

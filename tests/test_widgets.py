@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from pipemare_lite.widgets import schedule_explorer, staleness_explorer
+from pipemare_lite.figures.widgets import schedule_explorer, staleness_explorer
 
 
 def boxes(fig, kind: str) -> int:
@@ -168,9 +168,9 @@ def test_staleness_explorer_tick_order_b_before_f_is_one_slot_shorter():
 
 def test_staleness_explorer_shows_an_executed_run_while_the_controls_match():
     torch = pytest.importorskip("torch")
-    from pipemare_lite.executor import LocalExecutor
+    from pipemare_lite.analysis.staleness import versions_from_trace
+    from pipemare_lite.engine import LocalExecutor
     from pipemare_lite.schedules import build_schedule
-    from pipemare_lite.staleness import versions_from_trace
 
     P, N, K = 3, 2, 5
     torch.manual_seed(0)

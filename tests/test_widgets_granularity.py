@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from pipemare_lite.history import History
-from pipemare_lite.stage_stability import stage_points
-from pipemare_lite.viz import stage_map_figure, update_norm_figure
-from pipemare_lite.widgets import granularity_explorer, granularity_explorer_static
+from pipemare_lite.analysis.stage_stability import stage_points
+from pipemare_lite.figures.viz import stage_map_figure, update_norm_figure
+from pipemare_lite.figures.widgets import granularity_explorer, granularity_explorer_static
+from pipemare_lite.training.history import History
 
 
 def _history(method, P, delays, diverge_at=None):

@@ -8,8 +8,8 @@ import sys
 import plotly.graph_objects as go
 import pytest
 
-from pipemare_lite.widgets import schedule_explorer_static, staleness_explorer_static
-from pipemare_lite.widgets.static import MAX_STEPS
+from pipemare_lite.figures.widgets import schedule_explorer_static, staleness_explorer_static
+from pipemare_lite.figures.widgets.static import MAX_STEPS
 
 
 def visible_traces(fig: go.Figure, step) -> list:
@@ -62,7 +62,7 @@ def test_staleness_static_has_one_heatmap_per_p():
 def test_figures_and_widgets_import_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None\n"  # any 'import torch' now fails
-        "import pipemare_lite.viz, pipemare_lite.widgets, pipemare_lite.show\n"
+        "import pipemare_lite.figures.viz, pipemare_lite.figures.widgets, pipemare_lite.book.show\n"
         "print('ok')"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -72,8 +72,8 @@ def test_figures_and_widgets_import_without_torch():
 
 
 def test_staleness_static_dropdown_switches_every_heatmap_to_another_quantity():
+    from pipemare_lite.analysis.staleness import weight_versions
     from pipemare_lite.schedules import build_schedule
-    from pipemare_lite.staleness import weight_versions
 
     fig = staleness_explorer_static("async", stages=[2, 3], microbatches=2, minibatches=4)
     (menu,) = fig.layout.updatemenus

@@ -3,7 +3,8 @@
 Expected values come from a plain scan written here: the toy model iterated step by step
 (w, delta and the corrected backward weight as the definitions say) and its growth read off
 a long run, and the largest stable step found by scanning with the engine's single-matrix
-radius (:func:`pipemare_lite.theory.t2_stable_steps`), not from the widget's batched search.
+radius (:func:`pipemare_lite.analysis.theory.t2_stable_steps`), not from the widget's batched
+search.
 """
 
 from __future__ import annotations
@@ -11,10 +12,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipemare_lite.theory import discrepancy_radius, stability_bound, t2_stable_steps
-from pipemare_lite.viz import gamma_sweep_figure
-from pipemare_lite.widgets import t2_explorer, t2_explorer_static
-from pipemare_lite.widgets.t2_explorer import EDGE_TOL, GAMMAS, MAP_TAUS, largest_stable_steps
+from pipemare_lite.analysis.theory import discrepancy_radius, stability_bound, t2_stable_steps
+from pipemare_lite.figures.viz import gamma_sweep_figure
+from pipemare_lite.figures.widgets import t2_explorer, t2_explorer_static
+from pipemare_lite.figures.widgets.t2_explorer import (
+    EDGE_TOL,
+    GAMMAS,
+    MAP_TAUS,
+    largest_stable_steps,
+)
 
 
 def plain_toy_run(alpha, tau, s, gamma, steps=400):

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
+from pipemare_lite.analysis.simulate import OpCosts, metrics, simulate
+from pipemare_lite.analysis.timeline import TimedAction
+from pipemare_lite.figures.widgets import trace_explorer, trace_explorer_static
 from pipemare_lite.schedules import build_schedule
-from pipemare_lite.simulate import OpCosts, metrics, simulate
-from pipemare_lite.timeline import TimedAction
-from pipemare_lite.widgets import trace_explorer, trace_explorer_static
 
 
 def _measured(name, P, M, forward, backward, late=0.0):

@@ -11,7 +11,7 @@ every method over the same seeds, three groups:
   smaller delay counted in updates;
 - **the optimizer under 2BW's one-step delay** (N = 8, the least 2BW allows at P = 8,
   4 epochs): 1F1B and 2BW with AdamW and with Muon (``torch.optim.Muon``, via
-  :class:`~pipemare_lite.optimizers.MuonWithAdamW`), and 2BW + delay compensation
+  :class:`~pipemare_lite.training.optimizers.MuonWithAdamW`), and 2BW + delay compensation
   (``dc``) with AdamW.
 
 Per seed: final test accuracy and loss, steps, the measured delays, peak bytes by kind, and
@@ -87,9 +87,9 @@ def row_named(label: str) -> Row:
 def train(row: Row, seed: int, *, method: str | None = None) -> dict:
     """One seed of one row (``method`` replaces the row's, to perturb it in a test)."""
     import pipemare_lite.methods.beyond  # noqa: F401  (registers wpred, nesterov, dc)
-    from pipemare_lite.datasets import digits
-    from pipemare_lite.models import mlp
-    from pipemare_lite.train import fit
+    from pipemare_lite.training.datasets import digits
+    from pipemare_lite.training.fit import fit
+    from pipemare_lite.training.models import mlp
 
     data = digits()  # loaded (and the plugin imported) before the clock starts
     cpu = time.process_time()
@@ -121,7 +121,7 @@ def run(quick: bool = False, *, jobs: int = 1, log=sys.stderr, progress: bool = 
     """Every row over the seeds (``jobs`` processes, one torch thread each)."""
     seeds = QUICK_SEEDS if quick else SEEDS
     started, cpu = time.perf_counter(), time.process_time()
-    from pipemare_lite.datasets import digits
+    from pipemare_lite.training.datasets import digits
 
     test_size = len(digits().x_test)
     todo = [(row.label, seed) for row in ROWS for seed in seeds]

@@ -12,7 +12,7 @@ than the synchronous lr sweep was run (what was looked at before: see the last s
 
 The ResNet setting (the granularity sweep)
 ------------------------------------------
-- model: :func:`~pipemare_lite.models.small_resnet` with 8 channels and 14 residual
+- model: :func:`~pipemare_lite.training.models.small_resnet` with 8 channels and 14 residual
   blocks: stem + 14 blocks + head = 16 units. The same network at every granularity P in
   {2, 4, 8, 16}, cut into P stages of 16/P consecutive units: at P = 16 one unit per stage
   (the paper's fine-grained setting). The network is held fixed so that P changes the
@@ -31,7 +31,7 @@ The ResNet setting (the granularity sweep)
 
 The Transformer setting (the paper's second model)
 --------------------------------------------------
-:func:`~pipemare_lite.models.tiny_transformer` (d = 32, 2 heads, 6 blocks: embedding + 6
+:func:`~pipemare_lite.training.models.tiny_transformer` (d = 32, 2 heads, 6 blocks: embedding + 6
 blocks + head = 8 units) on the ``sort`` task (2,048 train / 512 test sequences of 8 tokens,
 vocabulary 16), Adam, cosine schedule, batch 32 cut into N = 2, 2 epochs = 128 steps, at
 P = 2 (4 units per stage) and P = 8 (one unit per stage; stage 0's measured delay: 8).
@@ -75,7 +75,7 @@ in advance; evaluated every 14 resp. 8 steps; None if never); peak bytes by kind
 executor measured them, summed over stages (weights, stash, T2 buffer, optimizer state,
 activations); measured forward delays; the training loss and test curve; and the per-stage
 evidence below. Per cell: simulated pipeline utilization of the row's schedule over the
-whole run (:mod:`pipemare_lite.simulate`, F = 1, B = 2 cost units).
+whole run (:mod:`pipemare_lite.analysis.simulate`, F = 1, B = 2 cost units).
 
 Per-stage evidence: where does async go wrong?
 ----------------------------------------------
@@ -269,7 +269,7 @@ def setting_named(config: PaperShapeConfig, name: str) -> ModelSetting:
 
 def load_data(setting: ModelSetting):
     """The model's dataset, with its fixed split."""
-    from pipemare_lite.datasets import digits, sequence_task
+    from pipemare_lite.training.datasets import digits, sequence_task
 
     if setting.dataset == "digits":
         return digits(**setting.data_args)
@@ -278,7 +278,7 @@ def load_data(setting: ModelSetting):
 
 def build_model(setting: ModelSetting, data, seed: int):
     """The model with its initial weights drawn from ``seed``."""
-    from pipemare_lite.models import small_resnet, tiny_transformer
+    from pipemare_lite.training.models import small_resnet, tiny_transformer
 
     if setting.name == "resnet":
         return small_resnet(num_classes=data.num_classes, in_channels=1, image_size=8,
@@ -333,8 +333,8 @@ def run_settings(
 
 
 def train(setting: ModelSetting, data, spec: dict, P: int, lr: float, seed: int):
-    """One seed of one cell: a :func:`~pipemare_lite.train.fit` run; returns its History."""
-    from pipemare_lite.train import fit
+    """One seed of one cell: a :func:`~pipemare_lite.training.fit.fit` run; returns its History."""
+    from pipemare_lite.training.fit import fit
 
     return fit(
         build_model(setting, data, seed),
@@ -393,8 +393,8 @@ def _rounded(values: list[float]) -> list[float]:
 
 def utilization(method: str, P: int, N: int, steps: int, warmup: int) -> dict:
     """Simulated utilization of the method's schedule over the planned run (F=1, B=2)."""
+    from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure
     from pipemare_lite.methods import build_method_schedule, method_options
-    from pipemare_lite.simulate import OpCosts, simulate_and_measure
 
     schedule = build_method_schedule(
         method, P, N, num_minibatches=steps,

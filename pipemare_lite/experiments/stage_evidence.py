@@ -1,7 +1,8 @@
 """Where an asynchronous pipeline goes wrong, stage by stage, from update norms (chapter 07).
 
 Every stage records ``u_s(k) = ||w_s after update k - w_s before||_2``
-(:attr:`pipemare_lite.history.History.stage_update_norm`). Compared with the synchronous run
+(:attr:`pipemare_lite.training.history.History.stage_update_norm`). Compared with the synchronous
+run
 of the same seed and lr (the same base schedule, so the ratio isolates the pipeline), the
 norms say which stage left the synchronous path first and by how much:
 

@@ -4,7 +4,7 @@
 A method is a schedule, a weight mode (:mod:`pipemare_lite.methods.versions`), options, and
 optionally *hooks*: one :class:`MethodHooks` object per stage, made by the method's factory
 ``hooks(info: StageInfo) -> MethodHooks | None``. The stage worker
-(:class:`pipemare_lite.executor.stage.StageWorker`) calls it at fixed points::
+(:class:`pipemare_lite.engine.stage.StageWorker`) calls it at fixed points::
 
     F(m):  weights = hooks.forward_weights(m, version)           None: the weight mode's
     B(m):  weights = hooks.backward_weights(m, forward_version, version)   (same)

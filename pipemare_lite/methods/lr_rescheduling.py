@@ -5,8 +5,8 @@ Delayed gradient descent with delay ``tau`` is stable only for step sizes below 
 ``pi / (2 tau + 1)`` times the curvature limit (chapter 06), so PipeMare starts each stage
 with its step divided by its delay and anneals back to the normal schedule over ``K``
 updates: stage i at update k uses ``lr(k) * tau_i ** (-p_k)``, ``p_k`` falling from 1 to 0
-(the formula, torch-free so figures can draw it: :mod:`pipemare_lite.stage_lr`'s
-:func:`~pipemare_lite.stage_lr.rescheduling_factor`, re-exported here).
+(the formula, torch-free so figures can draw it: :mod:`pipemare_lite.analysis.stage_lr`'s
+:func:`~pipemare_lite.analysis.stage_lr.rescheduling_factor`, re-exported here).
 ``tau_i >= 1`` is the stage's forward delay in updates, *measured* from the schedule
 (:func:`stage_forward_delays`), never taken from a formula.
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from pipemare_lite.analysis.stage_lr import rescheduling_factor  # the formula, torch-free
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.stage_lr import rescheduling_factor  # the formula, torch-free
 
 __all__ = ["LRRescheduling", "rescheduling_factor", "stage_forward_delays"]
 
@@ -31,12 +31,12 @@ __all__ = ["LRRescheduling", "rescheduling_factor", "stage_forward_delays"]
 def stage_forward_delays(schedule: Schedule) -> list[int]:
     """Each virtual stage's forward delay in updates, measured from the schedule, at least 1.
 
-    Read from the staleness analysis (:func:`pipemare_lite.staleness.weight_versions`):
+    Read from the staleness analysis (:func:`pipemare_lite.analysis.staleness.weight_versions`):
     for microbatch m on stage s, ``version_applied - version_at_forward``. The stage's delay
     is the largest over its microbatches (the position inside a minibatch changes it by
     one; flushed warm-up minibatches have 0), clamped to >= 1 as T1 requires.
     """
-    from pipemare_lite.staleness import weight_versions
+    from pipemare_lite.analysis.staleness import weight_versions
 
     delays = [0] * schedule.num_virtual_stages
     for row in weight_versions(schedule).rows:

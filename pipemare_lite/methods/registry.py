@@ -109,7 +109,8 @@ METHODS: dict[str, MethodSpec] = {}
 def register_method(name: str, *, schedule: str, weight_mode: str | None = None,
                     options: MethodOptions | None = None, hooks: Callable | None = None,
                     description: str = "", replace_existing: bool = False) -> MethodSpec:
-    """Make ``name`` a method for :func:`~pipemare_lite.train.fit`, the CLI and the executors.
+    """Make ``name`` a method for :func:`~pipemare_lite.training.fit.fit`, the CLI and the
+    executors.
 
     Args:
         name: the method's name (``fit(method=name)``, ``--method name``).

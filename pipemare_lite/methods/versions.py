@@ -39,7 +39,7 @@ product uses is chosen explicitly.
 Held copies (the memory cost of stashing): a copy of version ``u`` exists only while ``u``
 is not the current version and some microbatch still needs it; :class:`WeightVersions`
 counts references per version and frees a copy when its last backward is done. The memory
-model (:mod:`pipemare_lite.memory`) predicts exactly this.
+model (:mod:`pipemare_lite.analysis.memory`) predicts exactly this.
 """
 
 from __future__ import annotations

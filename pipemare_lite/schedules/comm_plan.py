@@ -3,7 +3,7 @@
 Torch-free, so the communication of any schedule can be planned, printed
 (:mod:`pipemare_lite.schedules.comm_rows`) and checked without processes. The transport
 that sends the tensors, and the argument for why this order cannot deadlock, are in
-:mod:`pipemare_lite.executor.transport`.
+:mod:`pipemare_lite.engine.dist.transport`.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def plan_communication(schedule: Schedule) -> CommPlan:
 
 
 class PostingOrder:
-    """The posting rule (rule 2 of :mod:`pipemare_lite.executor.transport`) for one rank.
+    """The posting rule (rule 2 of :mod:`pipemare_lite.engine.dist.transport`) for one rank.
 
     :meth:`to_post_for` says which operations must be posted, in order, so that a message
     can be sent or waited for. Shared by the transport, the lowering into rows

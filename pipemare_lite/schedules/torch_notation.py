@@ -27,7 +27,7 @@ per stage after its last gradient, where PyTorch's REDUCE_GRAD sits.
 Loss scaling is not part of the notation: PyTorch (``scale_grads=True``) sums the
 microbatches' plain-loss gradients and divides by M, the engine back-propagates ``loss /
 M``; bitwise equal when M is a power of two, for any M with ``loss_fn = loss / M`` and
-``scale_grads=False`` (:mod:`pipemare_lite.compare_pipelining`). Torch-free: ``_Action``
+``scale_grads=False`` (:mod:`pipemare_lite.interop.torch_pipelining`). Torch-free: ``_Action``
 objects are read by their fields, never imported.
 """
 

@@ -1,1 +1,1 @@
-../../pipemare_lite/exercises/student_adapter.py
+../../pipemare_lite/book/exercises/student_adapter.py

@@ -4,7 +4,7 @@
 one student: each exercise is one test, marked with its id (``-m ex02_1`` runs one).
 ``--student`` names the folder with the student's notebooks (a path to a file in it, such
 as their ``adapter.py``, means its folder; the file itself is never run). The submission is
-graded by :func:`pipemare_lite.exercises.grading.grade_submission`: in a separate process,
+graded by :func:`pipemare_lite.book.exercises.grading.grade_submission`: in a separate process,
 with the instructor's exercise definitions from the package. Without ``--student`` the
 book's own chapters are graded (they hold the reference solutions): a self-test, where an
 exercise whose chapter does not define its answer yet is skipped, not failed.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pipemare_lite.exercises import list_exercises
-from pipemare_lite.exercises.grading import (
+from pipemare_lite.book.exercises import list_exercises
+from pipemare_lite.book.exercises.grading import (
     MEMORY_MB,
     MISSING,
     SECONDS_PER_EXERCISE,

@@ -1,0 +1,147 @@
+"""The trade-off table: every method's memory by kind and utilization, side by side (chapter 10).
+
+One row per method, for one memory profile (bytes per stage) and one P and N:
+
+- ``memory``: peak bytes of every kind summed over the stages (the memory model,
+  :func:`pipemare_lite.analysis.memory.memory_by_kind`, which the executor's bytes equal);
+- ``device_peak``: the most one device holds at one moment (the largest ``peak_total``
+  over the ranks): what a per-device memory budget must cover;
+- ``utilization``: the simulated utilization (F = 1, B = 2; I = W = 1 for ZB-H1) that the
+  method keeps up over a long run: for a flushed method that of one minibatch (every
+  minibatch repeats it), for an unflushed one the steady state (the one fill and drain of
+  a whole run left out, as in the paper's comparison).
+
+:func:`pick_method` answers the chapter's question, which method for a memory budget:
+the highest utilization among the methods that fit. Quality is not in the table: it is
+measured by training (the stored experiment), not by the schedule. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipemare_lite.analysis.memory import KINDS, MemoryProfile, memory_by_kind
+from pipemare_lite.schedules.registry import METHOD_TABLE, is_asynchronous
+
+#: The methods of the table, in the book's order, and how the chapter names them.
+TRADEOFF_METHODS = {
+    "gpipe": "GPipe",
+    "1f1b": "1F1B",
+    "zb-h1": "ZB-H1",
+    "pipedream": "PipeDream",
+    "2bw": "2BW",
+    "async": "async",
+    "pipemare": "PipeMare",
+}
+#: method -> (schedule it runs, whether T2's buffer is kept), read from the one table
+#: (:data:`pipemare_lite.schedules.registry.METHOD_TABLE`, torch-free, which
+#: :mod:`pipemare_lite.methods.registry` registers). PipeMare without warm-up.
+SCHEDULE_OF = {name: (schedule, t2) for name, schedule, _, t2, _ in METHOD_TABLE
+               if name in TRADEOFF_METHODS}
+
+
+def method_schedule(method: str, num_stages: int, num_microbatches: int,
+                    num_minibatches: int = 1):
+    """The schedule ``method`` runs (PipeMare without warm-up) and whether T2 is on."""
+    from pipemare_lite.schedules import build_schedule
+
+    if method not in SCHEDULE_OF:
+        raise ValueError(f"unknown method {method!r}; allowed: {', '.join(SCHEDULE_OF)}")
+    name, t2 = SCHEDULE_OF[method]
+    return build_schedule(name, num_stages, num_microbatches,
+                          num_minibatches=num_minibatches), t2
+
+
+@dataclass(frozen=True)
+class TradeoffRow:
+    """One method's line of the table (see the module docstring).
+
+    Attributes:
+        method: the registry name (``"zb-h1"``); ``label`` how the book names it.
+        memory: peak bytes per kind, summed over stages (keys of :data:`KINDS`).
+        device_peak: the most bytes one device holds at one moment.
+        device_memory: the per-kind peaks of that device (the rank with ``device_peak``).
+        utilization: simulated utilization the method sustains, or None when not possible.
+        not_possible: why the method cannot run at this P and N (None when it can).
+    """
+
+    method: str
+    label: str
+    memory: dict
+    device_peak: int
+    utilization: float | None
+    not_possible: str | None = None
+    device_memory: dict | None = None
+
+
+def long_enough(num_stages: int, num_microbatches: int) -> int:
+    """Minibatches after which every stage's stash and activations have reached their peak.
+
+    The slowest to fill is stage 0 of the asynchronous pipeline: a microbatch's round trip
+    is 2P-1 ticks, ceil((2P-1)/N) minibatches; two more make sure the peak is seen.
+    """
+    return -(-(2 * num_stages - 1) // num_microbatches) + 2
+
+
+def tradeoff_row(method: str, profile: MemoryProfile, num_microbatches: int) -> TradeoffRow:
+    """The table's row for ``method`` on ``profile`` (one stage per profile entry)."""
+    from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure
+    from pipemare_lite.schedules.validate import ScheduleError
+
+    if method not in TRADEOFF_METHODS:
+        raise ValueError(f"unknown method {method!r}; allowed: {', '.join(TRADEOFF_METHODS)}")
+    P, N = len(profile.param_bytes), num_microbatches
+    flushed = not is_asynchronous(SCHEDULE_OF[method][0])
+    try:
+        schedule, t2 = method_schedule(method, P, N, 2 if flushed else long_enough(P, N))
+    except (ScheduleError, ValueError) as error:
+        return TradeoffRow(method, TRADEOFF_METHODS[method], dict.fromkeys(KINDS, 0), 0, None,
+                           str(error), dict.fromkeys(KINDS, 0))
+    peaks = memory_by_kind(schedule, profile, t2=t2)
+    memory = {kind: sum(d[kind] for d in peaks) for kind in KINDS}
+    costs = OpCosts(forward=1.0, backward=2.0)
+    if flushed:
+        one, _ = method_schedule(method, P, N)
+        utilization = simulate_and_measure(one, costs)[1].utilization
+    else:
+        utilization = simulate_and_measure(schedule, costs)[1].steady_state_utilization
+    device = max(peaks, key=lambda d: d["peak_total"])  # the first such rank on a tie
+    return TradeoffRow(method, TRADEOFF_METHODS[method], memory, device["peak_total"],
+                       utilization, None, {kind: device[kind] for kind in KINDS})
+
+
+def tradeoff_table(profile: MemoryProfile, num_microbatches: int,
+                   methods=tuple(TRADEOFF_METHODS)) -> list[TradeoffRow]:
+    """One :class:`TradeoffRow` per method, in the order given."""
+    return [tradeoff_row(m, profile, num_microbatches) for m in methods]
+
+
+def fits(row: TradeoffRow, budget_bytes: float) -> bool:
+    """Whether ``row``'s method runs and its device peak is within ``budget_bytes``."""
+    return row.not_possible is None and row.device_peak <= budget_bytes
+
+
+def pick_method(rows: list[TradeoffRow], budget_bytes: float,
+                candidates=None) -> str | None:
+    """The method with the highest utilization whose device peak fits ``budget_bytes``.
+
+    ``candidates`` (method names) limits the choice, e.g. to the methods whose trained
+    quality the reader accepts; None allows every row. Ties (equal utilization) go to the
+    smaller device peak, then to the earlier row. None when no method fits.
+    """
+    if not budget_bytes >= 0:
+        raise ValueError(f"budget_bytes={budget_bytes!r}: allowed: a number >= 0")
+    if candidates is not None:
+        unknown = sorted(set(candidates) - {row.method for row in rows})
+        if unknown:
+            raise ValueError(f"candidates {unknown} are not rows of the table; rows: "
+                             f"{', '.join(row.method for row in rows)}")
+    best = None
+    for row in rows:
+        if candidates is not None and row.method not in candidates:
+            continue
+        if fits(row, budget_bytes) and (
+                best is None or (row.utilization, -row.device_peak)
+                > (best.utilization, -best.device_peak)):
+            best = row
+    return None if best is None else best.method

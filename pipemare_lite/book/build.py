@@ -1,0 +1,262 @@
+"""The book build: execute every chapter, then build the book site from the executed notebooks.
+
+    python -m pipemare_lite book --out build/book [--chapters 00 03] [--timeout 300]
+        [--record-timings data/results/chapter_times.json]
+
+Each chapter runs in a fresh ``python3`` kernel of *this* Python environment (never a
+kernelspec that happens to point elsewhere), with ``chapters/`` as the working directory and
+a per-cell timeout; the build prints which chapter runs and how long it took, and a failing
+chapter stops it, naming the chapter, the cell and the error. The executed notebooks then
+become the book site (:mod:`pipemare_lite.book.site`: Sphinx, myst-nb and sphinx-book-theme,
+offline: local plotly.js and MathJax), written to ``--out``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import nbformat
+
+from pipemare_lite.book.notebooks import chapter_info, chapters_dir, list_chapters, meta_path
+from pipemare_lite.book.site.pages import WIDGET_MIMETYPE, offline_outputs
+from pipemare_lite.book.site.project import (
+    MATHJAX_DIR,
+    MATHJAX_PATH,
+    PLOTLY_JS,
+    SiteProject,
+    mathjax_source,
+    plotly_js_source,
+)
+from pipemare_lite.figures.viz.figure_html import PLOTLY_MIMETYPE, figure_html
+from pipemare_lite.files import atomic_write_text
+
+__all__ = [
+    "MATHJAX_DIR",
+    "MATHJAX_PATH",
+    "PLOTLY_JS",
+    "PLOTLY_MIMETYPE",
+    "WIDGET_MIMETYPE",
+    "ChapterResult",
+    "build_book",
+    "execute_chapter",
+    "figure_html",
+    "mathjax_source",
+    "offline_outputs",
+    "plotly_js_source",
+    "record_timings",
+    "select_chapters",
+]
+
+
+def _kernel_manager():
+    """A kernel manager whose ``python3`` is this interpreter, as ``--nbval-current-env`` does."""
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    class CurrentEnvironmentSpecs(KernelSpecManager):
+        """Answers every kernel name with this interpreter's ipykernel."""
+
+        def get_kernel_spec(self, kernel_name):
+            return KernelSpec(
+                argv=[
+                    sys.executable,
+                    "-m",
+                    "ipykernel_launcher",
+                    "-f",
+                    "{connection_file}",
+                    # its transport warning is noise in every build log
+                    "--IPKernelApp.log_level=ERROR",
+                ],
+                display_name="Python 3 (pipemare-lite)",
+                language="python",
+                name=kernel_name,
+            )
+
+    return KernelManager(kernel_name="python3", kernel_spec_manager=CurrentEnvironmentSpecs())
+
+
+@dataclass
+class ChapterResult:
+    """One chapter of a build: where its page is, how long it ran, and its error if it failed."""
+
+    name: str
+    title: str
+    html: Path
+    seconds: float
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when every cell ran."""
+        return not self.error
+
+
+def execute_chapter(path: Path, timeout: int) -> tuple[object, float, str]:
+    """Run one chapter top to bottom; returns (executed notebook, seconds, error text or "")."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        km=_kernel_manager(),
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+        record_timing=False,
+    )
+    start = time.perf_counter()
+    error = ""
+    # figures as plain plotly JSON (what the page turns into a live plot), whatever renderer
+    # the environment would pick (a "browser" renderer would open windows)
+    env = {**os.environ, "PLOTLY_RENDERER": "plotly_mimetype"}
+    try:
+        client.execute(env=env)
+    except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
+        error = str(exc).strip() or type(exc).__name__
+    return nb, time.perf_counter() - start, error
+
+
+def select_chapters(names: Sequence[str] | None, directory: Path) -> list[Path]:
+    """Chapters to build: all, or those named by number (``03``), stem or file name or path."""
+    every = list_chapters(directory)
+    if not names:
+        return every
+    chosen = []
+    for name in names:
+        as_path = Path(name)
+        if as_path.suffix == ".ipynb" and as_path.is_file():
+            chosen.append(as_path.resolve())
+            continue
+        key = as_path.name.removesuffix(".ipynb")
+        if key.isdigit():
+            hits = [p for p in every if p.name[:2] == key.zfill(2)]
+        else:
+            hits = [p for p in every if p.stem == key]
+        if not hits:
+            allowed = ", ".join(p.stem for p in every) or "(none: the folder has no chapters)"
+            raise ValueError(f"no chapter {name!r} in {directory}; allowed: {allowed}")
+        chosen += hits
+    return list(dict.fromkeys(chosen))
+
+
+def build_book(
+    out: str | Path = "build/book",
+    chapters: Sequence[str] | None = None,
+    timeout: int = 300,
+    keep_going: bool = False,
+    directory: str | Path | None = None,
+    log=None,
+    record: str | Path | None = None,
+    command: str = "python -m pipemare_lite book",
+) -> list[ChapterResult]:
+    """Execute chapters, then build the book site into ``out``; one result per chapter.
+
+    Stops running chapters at the first one that fails (its page still shows the error)
+    unless ``keep_going``; the caller turns failures into a non-zero exit either way. The
+    site holds every chapter built now or by an earlier build into the same ``out`` (while
+    its notebook exists). With ``record`` (a ``.json`` path), the measured run times also
+    go there, with a ``.meta.json`` naming ``command`` and the machine (:func:`record_timings`).
+    """
+    log = log or (lambda message: print(message, flush=True))
+    if timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds per cell, got {timeout}")
+    if record is not None and Path(record).suffix != ".json":
+        raise ValueError(f"--record-timings needs a .json file name, got {str(record)!r}")
+    folder = Path(directory).resolve() if directory is not None else chapters_dir().resolve()
+    paths = select_chapters(chapters, folder)
+    if not paths:
+        raise ValueError(f"no chapter notebooks (NN_snake_case.ipynb) in {folder}")
+    site = SiteProject(out, folder, folder.parent)
+    site.check_output()  # before minutes of running chapters, not after
+
+    results: list[ChapterResult] = []
+    for index, path in enumerate(paths, start=1):
+        title = chapter_info(path).title
+        log(f"[book] ({index}/{len(paths)}) running {path.name} ...")
+        nb, seconds, error = execute_chapter(path, timeout)
+        page = site.add_chapter(path, nb, seconds, error)
+        results.append(ChapterResult(path.stem, title, page, seconds, error))
+        log(f"[book] {path.name}: {'ok' if not error else 'FAILED'} in {seconds:.1f} s")
+        if error:
+            log(f"[book] {path.name} failed:\n{error}")
+            if not keep_going:
+                break
+    log("[book] building the site (Sphinx, myst-nb, sphinx-book-theme) ...")
+    built = site.build()
+    log(f"[book] site: {built.pages} pages in {built.seconds:.1f} s")
+    for warning in built.warnings:
+        log(f"[book] sphinx: {warning}")
+    if record is not None:
+        for written in record_timings(record, results, command, folder):
+            log(f"[book] wrote {written}")
+    return results
+
+
+def _version(distribution: str) -> str | None:
+    """Installed version of ``distribution`` without importing it (torch is slow to import)."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def record_timings(
+    path: str | Path, results: Sequence[ChapterResult], command: str, folder: Path
+) -> tuple[Path, Path]:
+    """Store the measured chapter run times in ``path`` and a ``.meta.json`` beside it.
+
+    ``path`` maps chapter file names to seconds (what :func:`pipemare_lite.book.notebooks.
+    chapter_table` reads). Chapters measured now replace their old entries, a chapter that
+    failed now loses its entry (its old time no longer describes it), entries of chapters
+    not built now are kept while the chapter exists. The meta file says how and where the
+    numbers were measured: the command, package, torch and Python versions, platform, CPU
+    count, load average, date, and which chapters this run measured. Both files are written
+    atomically.
+    """
+    from pipemare_lite import __version__
+
+    path = Path(path)
+    if path.suffix != ".json":
+        raise ValueError(f"--record-timings needs a .json file name, got {str(path)!r}")
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except ValueError:
+        recorded = {}
+    if not isinstance(recorded, dict):
+        recorded = {}
+    existing = {p.name for p in list_chapters(folder)}
+    for r in results:
+        recorded.pop(f"{r.name}.ipynb", None)
+        if r.ok:
+            recorded[f"{r.name}.ipynb"] = round(r.seconds, 1)
+    recorded = {k: v for k, v in sorted(recorded.items()) if k in existing}
+    atomic_write_text(path, json.dumps(recorded, indent=1) + "\n")
+    meta = {
+        "command": command,
+        "package_version": __version__,
+        "torch_version": _version("torch"),
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        # other work on the machine slows the chapters: say how busy it was when recorded
+        "load_average_1_5_15_min": [round(x, 2) for x in os.getloadavg()]
+        if hasattr(os, "getloadavg")
+        else None,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "measured_now": [f"{r.name}.ipynb" for r in results if r.ok],
+        "failed_now": [f"{r.name}.ipynb" for r in results if not r.ok],
+        "seconds_are": "wall-clock time of one fresh-kernel run of each chapter, top to bottom",
+    }
+    meta_file = meta_path(path)
+    atomic_write_text(meta_file, json.dumps(meta, indent=1) + "\n")
+    return path, meta_file

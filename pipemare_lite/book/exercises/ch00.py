@@ -1,0 +1,37 @@
+"""The demo exercise of chapter 00 (how to use this book): try ``check()`` once.
+
+- ``ex00_1`` ``gpipe_action_count(P, M) -> int``: how many forward and backward actions a
+  GPipe schedule with P stages and M microbatches runs, over all ranks (the check counts
+  them in the engine's ``"gpipe"`` schedule; updates are not counted).
+"""
+
+from __future__ import annotations
+
+from pipemare_lite.book.exercises import references
+from pipemare_lite.book.exercises.compare import compare_int
+from pipemare_lite.book.exercises.exercise import Exercise, Mistake
+
+EXERCISES = [
+    Exercise(
+        id="ex00_1",
+        chapter=0,
+        title="Count the work in a GPipe schedule (a demo of check())",
+        function_name="gpipe_action_count",
+        signature="gpipe_action_count(P, M) -> int",
+        hint=(
+            "Take one rank and one microbatch: which actions does that microbatch cause on "
+            "that rank? Then count over all ranks and all microbatches (updates not counted)."
+        ),
+        cases=lambda: [{"P": P, "M": M} for P, M in [(4, 8), (2, 3), (1, 1), (3, 5)]],
+        reference=lambda P, M: sum(len(row) for row in references.schedule_rows("gpipe", P, M)),
+        compare=compare_int,
+        mistakes=(
+            Mistake("you counted one kind of action only: forwards or backwards",
+                    lambda P, M: P * M),
+            Mistake("the updates (U, one per rank) are not counted", lambda P, M: 2 * P * M + P),
+        ),
+        engine_answers=(
+            "pipemare_lite.schedules.gpipe.gpipe",
+        ),
+    ),
+]

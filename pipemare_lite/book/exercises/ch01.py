@@ -1,0 +1,122 @@
+"""Exercises of chapter 01, naive model parallelism: one batch in flight.
+
+- ``ex01_1`` ``naive_utilization(P) -> float``: the fraction of time a device computes when
+  one batch passes through P equal stages (the engine's simulator measures it).
+- ``ex01_2`` ``naive_order(P) -> list[list[str]]``: the F/B actions of each rank for one
+  microbatch, e.g. rank 0: ``["0F0", "0B0"]`` (the engine's ``"naive"`` schedule without
+  its ``U`` actions).
+- ``ex01_3`` ``naive_start_times(P, F, B) -> list[list[float]]``: per rank, when its forward
+  and its backward start in the naive schedule with one microbatch, a forward costing F and
+  a backward B (the simulator's timeline): predict the timeline before seeing it.
+"""
+
+from __future__ import annotations
+
+import random
+
+from pipemare_lite.book.exercises import references
+from pipemare_lite.book.exercises.compare import compare_float, compare_float_rows, compare_rows
+from pipemare_lite.book.exercises.exercise import Exercise, Mistake
+
+
+def _stage_counts(seed: int, fixed: list[int]) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"P": P} for P in fixed] + [{"P": rng.randint(2, 16)} for _ in range(2)]
+
+
+def _timing_cases(seed: int) -> list[dict]:
+    fixed = [(4, 1.0, 2.0), (3, 1.5, 2.5), (1, 1.0, 2.0), (2, 1.0, 1.0), (5, 2.0, 3.0)]
+    rng = random.Random(seed)
+    drawn = [(rng.randint(2, 8), float(rng.randint(1, 4)), float(rng.randint(1, 6)))
+             for _ in range(3)]
+    return [{"P": P, "F": F, "B": B} for P, F, B in fixed + drawn]
+
+
+def _starts(P, F, B, backward_hop, first_backward) -> list[list[float]]:
+    """Start times with the backward of the last stage at ``first_backward`` and each hop
+    back costing ``backward_hop``: the shape of the right answer and of two mistakes."""
+    return [[r * F, first_backward + (P - 1 - r) * backward_hop] for r in range(P)]
+
+
+def _backward_first(P: int) -> list[list[str]]:
+    return [[f"{r}B0", f"{r}F0"] for r in range(P)]
+
+
+EXERCISES = [
+    Exercise(
+        id="ex01_1",
+        chapter=1,
+        title="Utilization of naive model parallelism",
+        function_name="naive_utilization",
+        signature="naive_utilization(P) -> float",
+        hint=(
+            "With one batch in flight only one device computes at any moment; "
+            "what share of the whole run is each device's own work?"
+        ),
+        cases=lambda: _stage_counts(101, [4, 2, 1, 3, 8]),
+        reference=lambda P: references.simulated_metrics("naive", P, 1).utilization,
+        compare=compare_float,
+        mistakes=(
+            Mistake("this is the idle share; the exercise asks for the share of time a "
+                    "device computes", lambda P: (P - 1) / P),
+        ),
+        engine_answers=(
+            "pipemare_lite.analysis.simulate.simulate",
+            "pipemare_lite.analysis.simulate.metrics",
+            "pipemare_lite.analysis.formulas.idle_fraction_naive",
+        ),
+    ),
+    Exercise(
+        id="ex01_2",
+        chapter=1,
+        title="The order of work in naive model parallelism",
+        function_name="naive_order",
+        signature="naive_order(P) -> list[list[str]]",
+        hint=(
+            "One row per rank, in the notation '{stage}{F|B}{microbatch}' of the rows printed "
+            "in the chapter; updates left out. Which actions does the single microbatch cause "
+            "on rank r, and which of them needs the other to be done first?"
+        ),
+        cases=lambda: _stage_counts(102, [4, 1, 2, 3]),
+        reference=lambda P: references.schedule_rows("naive", P, 1),
+        compare=compare_rows,
+        mistakes=(
+            Mistake("a backward reads what its forward saved, so on every rank it comes "
+                    "after the forward", _backward_first),
+        ),
+        engine_answers=(
+            "pipemare_lite.schedules.naive.naive",
+        ),
+    ),
+    Exercise(
+        id="ex01_3",
+        chapter=1,
+        title="Predict the naive schedule's timeline",
+        function_name="naive_start_times",
+        signature="naive_start_times(P, F, B) -> list[list[float]]",
+        hint=(
+            "A rank starts an action when the rank is free and what the action needs is done. "
+            "Follow microbatch 0 down the stages (what does stage r's forward wait for?), "
+            "then back up from the last stage (what does stage r's backward wait for?)."
+        ),
+        cases=lambda: _timing_cases(103),
+        reference=lambda P, F, B: references.start_times("naive", P, 1, F, B),
+        compare=compare_float_rows,
+        points=2,
+        mistakes=(
+            Mistake(
+                "your backwards move up the stages one forward-cost apart; each hop back is "
+                "one backward: stage r+1's backward must end before stage r's starts",
+                lambda P, F, B: _starts(P, F, B, F, P * F),
+            ),
+            Mistake(
+                "the last stage's backward cannot start before its forward has ended",
+                lambda P, F, B: _starts(P, F, B, B, (P - 1) * F),
+            ),
+        ),
+        engine_answers=(
+            "pipemare_lite.analysis.simulate.simulate",
+            "pipemare_lite.analysis.simulate.simulate_step_by_step",
+        ),
+    ),
+]

@@ -1,0 +1,157 @@
+"""Exercises of chapter 04, interleaving and zero-bubble.
+
+- ``ex04_1`` ``interleaved_idle_fraction(P, M, v) -> float``: the idle fraction of the
+  interleaved 1F1B schedule with P ranks, M microbatches and v chunks per rank, as the
+  engine's simulator measures it (M a multiple of P, as the engine requires).
+- ``ex04_2`` ``p2p_messages_per_microbatch(P, v) -> int``: point-to-point messages between
+  ranks (forward activations plus backward gradients) for one microbatch with v chunks per
+  rank, P >= 2; derive it (it is 2 * (v * P - 1)) and the check counts the hops in the
+  engine's interleaved schedule.
+- ``ex04_3`` ``count_p2p_messages(schedule) -> int``: the messages between ranks that any
+  schedule of the engine implies (a forward whose input comes from another rank, a backward
+  whose output-gradient does), checked against :func:`pipemare_lite.analysis.simulate.p2p_messages`
+  on schedules of every family.
+"""
+
+from __future__ import annotations
+
+import random
+
+from pipemare_lite.book.exercises import references
+from pipemare_lite.book.exercises.compare import compare_float, compare_int
+from pipemare_lite.book.exercises.exercise import Exercise, Mistake
+
+
+def _interleaved_cases(seed: int) -> list[dict]:
+    # v = 1 is plain 1F1B; M = P is the smallest M the interleaved builder takes
+    fixed = [(4, 8, 2), (4, 4, 2), (2, 2, 1), (2, 2, 2), (4, 8, 3), (2, 6, 4)]
+    rng = random.Random(seed)
+    drawn = []
+    for _ in range(3):
+        P = rng.randint(2, 4)
+        drawn.append((P, P * rng.randint(1, 3), rng.randint(1, 3)))
+    return [{"P": P, "M": M, "v": v} for P, M, v in fixed + drawn]
+
+
+def _schedule_cases() -> list[dict]:
+    from pipemare_lite.schedules import build_schedule
+
+    built = [
+        build_schedule("interleaved", 4, 8, chunks=2),
+        build_schedule("gpipe", 3, 2),
+        build_schedule("zb-h1", 4, 4),
+        build_schedule("interleaved", 2, 4, chunks=3),
+        build_schedule("naive", 1, 1),
+        build_schedule("1f1b", 4, 6, num_minibatches=2),
+        build_schedule("pipedream", 3, 3, num_minibatches=2),
+    ]
+    return [{"schedule": schedule} for schedule in built]
+
+
+def _forward_messages(schedule) -> int:
+    """A known mistake: only the activations, not the gradients coming back."""
+    return sum(
+        action.kind == "F" and action.stage > 0 and schedule.rank_of(action.stage - 1) != rank
+        for rank, _, action in schedule.actions()
+    )
+
+
+def _boundaries(schedule) -> int:
+    """A known mistake: every stage boundary counted, whether or not it changes rank."""
+    last = schedule.num_virtual_stages - 1
+    return sum(
+        (action.kind == "F" and action.stage > 0)
+        or (action.kind in ("B", "I") and action.stage < last)
+        for _, _, action in schedule.actions()
+    )
+
+
+def _p2p_cases(seed: int) -> list[dict]:
+    fixed = [(4, 2), (4, 3), (2, 1), (2, 2), (4, 1), (8, 2)]
+    rng = random.Random(seed)
+    drawn = [(rng.randint(2, 8), rng.randint(1, 4)) for _ in range(3)]
+    return [{"P": P, "v": v} for P, v in fixed + drawn]
+
+
+EXERCISES = [
+    Exercise(
+        id="ex04_1",
+        chapter=4,
+        title="Idle fraction of interleaved 1F1B",
+        function_name="interleaved_idle_fraction",
+        signature="interleaved_idle_fraction(P, M, v) -> float",
+        hint=(
+            "With v chunks per rank each forward and backward is v times shorter, but the "
+            "pipeline still has to fill and drain through the P ranks. Start from GPipe's "
+            "idle fraction and ask what v changes."
+        ),
+        cases=lambda: _interleaved_cases(401),
+        reference=lambda P, M, v: references.simulated_metrics(
+            "interleaved", P, M, chunks=v
+        ).idle_fraction,
+        compare=compare_float,
+        mistakes=(
+            Mistake("this is plain 1F1B's idle fraction: v changes nothing in it",
+                    lambda P, M, v: (P - 1) / (M + P - 1)),
+            Mistake("this is the bubble ratio (idle / busy), not the idle fraction",
+                    lambda P, M, v: (P - 1) / (v * M)),
+        ),
+        engine_answers=(
+            "pipemare_lite.analysis.simulate.simulate",
+            "pipemare_lite.analysis.simulate.metrics",
+            "pipemare_lite.analysis.formulas.idle_fraction_interleaved",
+            "pipemare_lite.analysis.formulas.makespan_interleaved",
+        ),
+    ),
+    Exercise(
+        id="ex04_2",
+        chapter=4,
+        title="Messages between ranks per microbatch with interleaving",
+        function_name="p2p_messages_per_microbatch",
+        signature="p2p_messages_per_microbatch(P, v) -> int",
+        hint=(
+            "A microbatch passes through v*P virtual stages and virtual stage s lives on rank "
+            "s % P. Count the hops that change rank on the way forward, then on the way back."
+        ),
+        cases=lambda: _p2p_cases(402),
+        reference=references.p2p_messages_counted,
+        compare=compare_int,
+        mistakes=(
+            Mistake("you counted the activations going forward only; each one's gradient "
+                    "comes back too", lambda P, v: v * P - 1),
+            Mistake("between two passes through the ranks a microbatch also goes from the "
+                    "last rank back to rank 0", lambda P, v: 2 * v * (P - 1)),
+            Mistake("v does not appear: with v pieces per rank the microbatch passes through "
+                    "the ranks v times", lambda P, v: 2 * (P - 1)),
+        ),
+        engine_answers=(
+            "pipemare_lite.schedules.interleaved.interleaved",
+        ),
+    ),
+    Exercise(
+        id="ex04_3",
+        chapter=4,
+        title="Count the messages a schedule sends",
+        function_name="count_p2p_messages",
+        signature="count_p2p_messages(schedule) -> int",
+        hint=(
+            "Walk every action of every rank (schedule.actions()). Which kinds need something "
+            "computed by another stage, and is that stage on another rank "
+            "(schedule.rank_of)? Split backwards (I, W) and updates (U) need care."
+        ),
+        cases=_schedule_cases,
+        reference=lambda schedule: __import__(
+            "pipemare_lite.analysis.simulate", fromlist=["p2p_messages"]
+        ).p2p_messages(schedule),
+        compare=compare_int,
+        points=2,
+        mistakes=(
+            Mistake("you counted the activations going forward only; each backward receives "
+                    "a gradient from the next stage too", _forward_messages),
+            Mistake("a boundary between two stages on the same rank sends no message",
+                    _boundaries),
+        ),
+        # depends_on is a building block, not the answer: it may be used
+        engine_answers=("pipemare_lite.analysis.simulate.p2p_messages",),
+    ),
+]

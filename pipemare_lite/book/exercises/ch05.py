@@ -1,0 +1,172 @@
+"""Exercises of chapter 05, going asynchronous: PipeDream, 2BW and weight staleness.
+
+- ``ex05_1`` ``version_hooks(params, weights) -> (pack, unpack)``: saved-tensor hooks that
+  make a pending backward use ``weights`` (one tensor per parameter: a stashed copy, or the
+  live parameters) wherever it would use a parameter. The check runs a stage's forward under
+  the hooks, changes the parameters in place (an update arrives), runs the backward and
+  compares the input and weight gradients with the engine's :class:`StageWorker` in weight
+  mode ``stash`` (weights = the copy taken at F) or ``async`` (weights = the live ones).
+  Needs torch.
+- ``ex05_2`` ``async_forward_delay(P, N, stage, position) -> int``: in the engine's lock-step
+  asynchronous pipeline (F, then B, then U in a tick), the steady-state forward delay in
+  updates of 0-indexed ``stage`` for the microbatch at ``position`` (0..N-1) in its
+  minibatch, measured from the schedule's weight versions.
+- ``ex05_3`` ``pipedream_stash_copies(P, N) -> list[int]``: per stage, the most stashed weight
+  copies PipeDream holds at one moment in a long run with N microbatches per update (the
+  memory model's count, which the executor's bytes match).
+
+Each names the engine functions that compute its answer (``engine_answers``): an answer that
+calls them is rejected (:mod:`~pipemare_lite.book.exercises.originality`). The chapter shows
+them only after the exercise, except the staleness analysis, the chapter's measuring
+instrument for versions (as the simulator is for time). ex05_1's answer is a pair of hooks,
+used on each case by a harness (:mod:`~pipemare_lite.book.exercises.harness`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from pipemare_lite.book.exercises import references
+from pipemare_lite.book.exercises.compare import compare_gradients, compare_int, compare_int_list
+from pipemare_lite.book.exercises.exercise import Exercise
+from pipemare_lite.book.exercises.harness import HOOK_MODELS
+
+_STALENESS = "pipemare_lite.analysis.staleness."
+#: The staleness analysis: it reads the versions every F and B used, off a schedule or off an
+#: executed run. The chapter measures with it before ex05_2 and ex05_3 (as it measures time
+#: with the simulator), so it may appear there, but an answer that calls it is rejected.
+_VERSION_READERS = tuple(_STALENESS + name for name in (
+    "weight_versions", "versions_from_trace", "VersionTable", "stage_delays"))
+#: The engine's closed forms of the delay, shown right after ex05_2.
+_DELAY_FORMS = (_STALENESS + "exact_forward_delay", _STALENESS + "expected_forward_delay")
+# Not listed: the schedule builders (build_schedule and the async, pipedream and 2bw builders
+# behind it), used from the chapter's first cell on. Reading a schedule's action order is a
+# way to derive a delay or a stash count, not the answer itself; and microbatch_path, which
+# needs a versions table that only the readers above make.
+
+
+# --------------------------------------------------------------------------- ex05_1
+
+
+def _hook_case_text(case: dict) -> str:
+    return (f"version_hooks on a {case['model']} stage whose backward must read "
+            f"{'the stashed copy' if case['backward_reads'] == 'stash' else 'the live weights'}")
+
+
+def _hook_cases() -> list[dict]:
+    return [{"model": model, "backward_reads": reads}
+            for model in HOOK_MODELS for reads in ("stash", "live")]
+
+
+# --------------------------------------------------------------------------- ex05_2
+
+
+def _delay_cases(seed: int) -> list[dict]:
+    # representative first (P=4, N=4 as in the chapter), then the edges: the last stage,
+    # per-microbatch updates, a single stage, N larger than the F-to-B gap
+    fixed = [(4, 4, 0, 0), (4, 4, 0, 3), (4, 2, 1, 1), (4, 1, 0, 0), (4, 4, 3, 0),
+             (6, 4, 2, 1), (3, 5, 0, 4), (1, 1, 0, 0), (2, 3, 1, 2)]
+    rng = random.Random(seed)
+    drawn = []
+    for _ in range(4):
+        P, N = rng.randint(2, 7), rng.randint(1, 6)
+        drawn.append((P, N, rng.randrange(P), rng.randrange(N)))
+    return [{"P": P, "N": N, "stage": s, "position": j} for P, N, s, j in fixed + drawn]
+
+
+# --------------------------------------------------------------------------- ex05_3
+
+
+def _stash_cases(seed: int) -> list[dict]:
+    fixed = [(4, 4), (4, 1), (4, 2), (5, 2), (8, 3), (1, 1), (2, 5)]
+    rng = random.Random(seed)
+    drawn = [(rng.randint(2, 8), rng.randint(1, 6)) for _ in range(3)]
+    return [{"P": P, "N": N} for P, N in fixed + drawn]
+
+
+def _long_run_minibatches(P: int, N: int) -> int:
+    """Enough minibatches for every stage to reach its steady state and stay there."""
+    return math.ceil(2 * P / N) + 2
+
+
+EXERCISES = [
+    Exercise(
+        id="ex05_1",
+        chapter=5,
+        title="Hand a pending backward the weight version you choose",
+        function_name="version_hooks",
+        signature="version_hooks(params, weights) -> (pack, unpack)",
+        hint=(
+            "pack(t) runs in the forward for every tensor autograd saves: when t is one of "
+            "params, or a view of one (t._base is that parameter), return a small marker "
+            "(which parameter, and t.size(), t.stride(), t.storage_offset()) instead of t; "
+            "return activations unchanged. unpack(marker) runs in the backward: rebuild the "
+            "tensor from weights[i], with as_strided for a view. Compare parameters with "
+            "`is` or id(), never with ==."
+        ),
+        cases=_hook_cases,
+        reference=lambda model, backward_reads: references.stage_worker_gradients(
+            model, backward_reads),
+        compare=compare_gradients,
+        needs_torch=True,
+        # the engine's hooks and the worker that runs them, shown right after the exercise.
+        # Not the LocalExecutor, which the earlier chapters already ran: it hands out no hooks,
+        # and a call of the worker's hooks through it is caught while the answer runs
+        engine_answers=(
+            "pipemare_lite.methods.versions.param_ref",
+            "pipemare_lite.methods.versions.ParamRef",
+            "pipemare_lite.methods.versions.WeightVersions",
+            "pipemare_lite.engine.stage.StageWorker",
+            "pipemare_lite.engine.stage.StageWorker._packer",
+            "pipemare_lite.engine.stage.StageWorker._unpacker",
+            "pipemare_lite.engine.build_worker.build_stage_worker",
+        ),
+        harness="pipemare_lite.book.exercises.harness.gradients_with_hooks",
+        case_text=_hook_case_text,
+    ),
+    Exercise(
+        id="ex05_2",
+        chapter=5,
+        title="The forward delay of stage s in the lock-step asynchronous pipeline",
+        function_name="async_forward_delay",
+        signature="async_forward_delay(P, N, stage, position) -> int",
+        hint=(
+            "Microbatch m = kN + position: F(m) runs on stage s at tick m + s, B(m) at tick "
+            "m + 2P - 1 - s, and the update of minibatch k follows B(kN + N - 1) in its tick "
+            "(F, then B, then U). Its gradient is applied to version k; the forward saw as "
+            "many versions as updates came before it. The position matters: the recalled "
+            "ceil((2(P-i)+1)/N) is only the worst case."
+        ),
+        cases=lambda: _delay_cases(501),
+        reference=lambda P, N, stage, position: references.measured_forward_delay(
+            "async", P, N, stage, position),
+        compare=compare_int,
+        engine_answers=_VERSION_READERS + _DELAY_FORMS,
+    ),
+    Exercise(
+        id="ex05_3",
+        chapter=5,
+        title="PipeDream's stashed weight copies per stage",
+        function_name="pipedream_stash_copies",
+        signature="pipedream_stash_copies(P, N) -> list[int]",
+        hint=(
+            "A copy is kept for every version other than the current one that some "
+            "microbatch between its F and its B still reads. Stage s has P - s microbatches "
+            "in flight right after a forward (1F1B's warm-up of P-1-s, plus one): how many "
+            "updates apart are the oldest and the newest of them, with one update every N "
+            "microbatches?"
+        ),
+        cases=lambda: _stash_cases(503),
+        reference=lambda P, N: references.peak_stash_copies_measured(
+            P, N, _long_run_minibatches(P, N)),
+        compare=compare_int_list,
+        # The memory model (memory_by_kind) is the book's memory instrument from the start:
+        # it may appear before, but an answer that calls it is rejected. Its MemoryProfile
+        # (sizes only) and the delay's closed forms, shown before this exercise, may be
+        # used: that the copies equal PipeDream's worst-case delay is what is to be found.
+        engine_answers=_VERSION_READERS + (
+            "pipemare_lite.analysis.memory.peak_stash_copies",
+            "pipemare_lite.analysis.memory.memory_by_kind"),
+    ),
+]

@@ -1,0 +1,125 @@
+"""Exercises of chapter 12, beyond PipeMare.
+
+- ``ex12_1`` ``look_ahead_factor(mu, s) -> float``: how many of the last update's steps the
+  momentum alone still adds over the next ``s`` updates, ``mu + mu**2 + ... + mu**s`` (0 for
+  ``s = 0``): the scale of the Nesterov-style look-ahead
+  (:mod:`pipemare_lite.methods.nesterov`).
+- ``ex12_2`` ``smallest_accumulation(P, max_delay) -> int``: the fewest microbatches per
+  update N that keep stage 0 of a P-stage lock-step asynchronous pipeline at most
+  ``max_delay`` updates stale (local accumulation as staleness control).
+
+The first answers the engine's :func:`pipemare_lite.methods.nesterov.look_ahead_factor`
+(checking it imports torch); the second uses chapter 05's delay formula
+(:func:`pipemare_lite.analysis.staleness.expected_forward_delay`), torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from pipemare_lite.book.exercises.compare import compare_close, compare_int
+from pipemare_lite.book.exercises.exercise import Exercise, Mistake
+
+
+def _look_ahead_reference(mu: float, s: int) -> float:
+    from pipemare_lite.methods.nesterov import look_ahead_factor
+
+    return look_ahead_factor(mu, s)
+
+
+def _look_ahead_cases() -> list[dict]:
+    # s = 0 and mu = 0 first (nothing to look ahead), mu = 1 (every step repeats: s), the
+    # chapter's momentum, then seeded random ones
+    fixed = [(0.9, 0), (0.0, 3), (1.0, 4), (0.9, 1), (0.9, 7), (0.5, 3), (0.99, 15)]
+    rng = random.Random(1201)
+    drawn = [(round(rng.uniform(0.1, 0.99), 3), rng.randint(1, 12)) for _ in range(5)]
+    return [{"mu": mu, "s": s} for mu, s in fixed + drawn]
+
+
+def _smallest_accumulation_reference(P: int, max_delay: int) -> int:
+    from pipemare_lite.analysis.staleness import expected_forward_delay
+
+    N = 1
+    while expected_forward_delay("async", P, N, 0) > max_delay:
+        N += 1
+    return N
+
+
+def _accumulation_cases() -> list[dict]:
+    # the chapter's P = 8 at several budgets, a budget of 1 (N >= 2P - 1), one stage, a
+    # budget already met without accumulation, then seeded random ones
+    fixed = [(8, 8), (8, 4), (8, 2), (8, 1), (1, 1), (4, 7), (16, 3)]
+    rng = random.Random(1202)
+    drawn = [(rng.randint(2, 16), rng.randint(1, 6)) for _ in range(5)]
+    return [{"P": P, "max_delay": d} for P, d in fixed + drawn]
+
+
+def _prediction_scale(mu, s):
+    return float(s)
+
+
+def _from_zero(mu, s):
+    return sum(mu ** k for k in range(s))
+
+
+def _last_only(mu, s):
+    return mu ** s if s else 0.0
+
+
+def _floor_accumulation(P, max_delay):
+    return max(1, (2 * P - 1) // max_delay)
+
+
+def _round_trip_2p(P, max_delay):
+    return math.ceil(2 * P / max_delay)
+
+
+EXERCISES = [
+    Exercise(
+        id="ex12_1",
+        chapter=12,
+        title="How far the momentum carries the weights in s updates",
+        function_name="look_ahead_factor",
+        signature="look_ahead_factor(mu, s) -> float",
+        hint=(
+            "With no new gradient, SGD's velocity is multiplied by mu at every update, so the "
+            "k-th update from now moves the weights by mu**k times the last step. Add those "
+            "moves for k = 1 .. s (none when s = 0)."
+        ),
+        cases=_look_ahead_cases,
+        reference=_look_ahead_reference,
+        compare=compare_close(1e-9),
+        mistakes=(
+            Mistake("this is weight prediction's s: it assumes the whole step repeats",
+                    _prediction_scale),
+            Mistake("this starts the sum at k = 0: the current step is already applied",
+                    _from_zero),
+            Mistake("this is only the s-th update's move, mu**s, not the sum of all s",
+                    _last_only),
+        ),
+        needs_torch=True,
+        engine_answers=("pipemare_lite.methods.nesterov.look_ahead_factor",),
+    ),
+    Exercise(
+        id="ex12_2",
+        chapter=12,
+        title="Bounding staleness by accumulating microbatches",
+        function_name="smallest_accumulation",
+        signature="smallest_accumulation(P, max_delay) -> int",
+        hint=(
+            "Stage 0's forward and backward are 2P - 1 ticks apart, and with N microbatches "
+            "per update that is ceil((2P - 1) / N) updates. Try N = 1, 2, ... and return the "
+            "first N whose delay is at most max_delay."
+        ),
+        cases=_accumulation_cases,
+        reference=_smallest_accumulation_reference,
+        compare=compare_int,
+        mistakes=(
+            Mistake("this divides without rounding the delay up: a partial update still "
+                    "counts as one", _floor_accumulation),
+            Mistake("this uses a round trip of 2P ticks; stage 0's is 2P - 1",
+                    _round_trip_2p),
+        ),
+    ),
+]

@@ -1,0 +1,135 @@
+"""Run an answer on an exercise's cases and record what happened, without judging it.
+
+Judging (comparing with the engine, choosing what to tell the student) is
+:mod:`pipemare_lite.book.exercises.check`'s job and needs the registry; running is this module's,
+and needs nothing but the answer, the cases and the names of the engine functions the answer
+must not call. That split is what lets grading run a student's code in a separate process
+that never imports the registry or the references (:mod:`pipemare_lite.book.exercises.worker`),
+while ``check()`` in a notebook runs the same code in the same way. Every case runs: an
+exception in one case is recorded and the next case still runs; only ``NotImplementedError``
+(the student copy's stub) stops at once. Introduced in chapter 00 (for instructors:
+docs/instructors.md). Torch-free.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipemare_lite.book.exercises.originality import (
+    call_watching,
+    engine_origin,
+    forbidden_codes,
+    referenced_engine_answers,
+    resolve,
+)
+
+#: Evaluation.status values.
+RAN, NOT_ATTEMPTED, NOT_CALLABLE, CALLABLE_CONSTANT, USES_ENGINE, CONSTANT = (
+    "ran",
+    "not attempted",
+    "not callable",
+    "callable constant",
+    "uses engine",
+    "constant",
+)
+
+
+@dataclass
+class CaseOutcome:
+    """One case: what the answer returned, or the error it raised (one short line)."""
+
+    value: Any = None
+    error: str | None = None
+
+
+@dataclass
+class Evaluation:
+    """What running an answer produced.
+
+    Attributes:
+        status: :data:`RAN` (see ``outcomes``), :data:`CONSTANT` (see ``value``),
+            :data:`NOT_ATTEMPTED`, :data:`NOT_CALLABLE`, :data:`CALLABLE_CONSTANT` or
+            :data:`USES_ENGINE`.
+        outcomes: one per case, in the order of the cases (for :data:`RAN`).
+        value: the constant's value (for :data:`CONSTANT`).
+        detail: the answer's type name (:data:`NOT_CALLABLE`) or the engine functions it
+            used, comma-separated (:data:`USES_ENGINE`).
+    """
+
+    status: str
+    outcomes: list[CaseOutcome] = field(default_factory=list)
+    value: Any = None
+    detail: str = ""
+
+
+def _shorten(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _where_it_raised(exc: BaseException, answer) -> str:
+    """`` (line N of your code)`` when the failing frame is in the student's function."""
+    code = getattr(answer, "__code__", None)
+    if code is None:
+        return ""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == code.co_filename]
+    return f" (line {frames[-1].lineno} of your code)" if frames else ""
+
+
+def is_stub_value(value) -> bool:
+    """The student copy stubs a constant as ``NAME = NotImplemented``; ``...`` is the other."""
+    return value is NotImplemented or value is Ellipsis
+
+
+def run_function(
+    answer,
+    cases: Iterable[dict[str, Any]],
+    engine_answers: Iterable[str] = (),
+    harness: str | None = None,
+) -> Evaluation:
+    """Call ``answer`` on every case (a dict of arguments, in call order) and record it.
+
+    With ``harness`` (the dotted name of a function of
+    :mod:`~pipemare_lite.book.exercises.harness`), each case runs ``harness(answer, *values)``
+    instead: for an answer that is a tool the harness uses, not a value. The engine functions
+    the answer must not call are watched while the harness runs, the answer's code included.
+    """
+    if not callable(answer):
+        return Evaluation(NOT_CALLABLE, detail=type(answer).__name__)
+    engine_answers = tuple(engine_answers)
+    origin = engine_origin(answer)
+    if origin is not None:
+        return Evaluation(USES_ENGINE, detail=origin)
+    referenced = referenced_engine_answers(answer, engine_answers)
+    if referenced:
+        return Evaluation(USES_ENGINE, detail=", ".join(referenced))
+    codes = forbidden_codes(engine_answers)
+    run = answer
+    if harness is not None:
+        use = resolve(harness)
+        run = lambda *values: use(answer, *values)  # noqa: E731
+    outcomes = []
+    for arguments in cases:
+        try:
+            value, called = call_watching(run, tuple(arguments.values()), codes)
+        except NotImplementedError:
+            return Evaluation(NOT_ATTEMPTED)
+        except (Exception, SystemExit) as exc:  # the student's bug: one line, no traceback
+            text = f"{type(exc).__name__}: {_shorten(str(exc))}{_where_it_raised(exc, answer)}"
+            outcomes.append(CaseOutcome(error=text))
+            continue
+        if called:
+            return Evaluation(USES_ENGINE, detail=", ".join(called))
+        outcomes.append(CaseOutcome(value=value))
+    return Evaluation(RAN, outcomes=outcomes)
+
+
+def read_constant(answer) -> Evaluation:
+    """A constant exercise's answer: its value, a stub, or a function passed by mistake."""
+    if is_stub_value(answer):
+        return Evaluation(NOT_ATTEMPTED)
+    if callable(answer):
+        return Evaluation(CALLABLE_CONSTANT, detail=type(answer).__name__)
+    return Evaluation(CONSTANT, value=answer)

@@ -1,0 +1,70 @@
+"""Command line: ``python -m pipemare_lite ...`` or ``pipemare-lite ...``.
+
+Each subcommand lives in ``pipemare_lite/cli/commands/<name>.py`` and provides
+``configure(parser)`` and ``run(args) -> int``. Subcommand modules are imported only when
+called, so ``schedule`` stays torch-free and ``--version`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from pipemare_lite import __version__
+
+#: The project's input errors: every check of a user's value raises ValueError (or a
+#: subclass, e.g. ScheduleError) naming the value and what is allowed. The CLI prints these
+#: as one line and exits with 2; anything else (a KeyError included) is a bug in the code
+#: and keeps its traceback.
+INPUT_ERRORS = (ValueError,)
+
+#: subcommand -> one-line help. The module is pipemare_lite.cli.commands.<name with - as _>.
+SUBCOMMANDS = {
+    "schedule": "build a pipeline schedule, simulate it and print the timeline and metrics",
+    "train": "train a model with a pipeline method on the local (or distributed) executor",
+    "reproduce": "re-run a stored experiment and write data/results/",
+    "assign": "write student copies (solutions stubbed) or executed solution copies",
+    "grade": "grade a folder of student submissions into per-student reports and a class CSV",
+    "book": "execute every chapter, then build the book site (HTML, offline)",
+    "gpu-check": "check the GPU paths (local executor on GPUs, NCCL) and write a JSON report",
+}
+
+
+def _module(name: str):
+    return importlib.import_module(f"pipemare_lite.cli.commands.{name.replace('-', '_')}")
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; only the chosen subcommand's module is imported."""
+    parser = argparse.ArgumentParser(
+        prog="pipemare-lite",
+        description="pipemare-lite: pipeline-parallel training, from GPipe to PipeMare.",
+    )
+    parser.add_argument("--version", action="version", version=f"pipemare-lite {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = next((a for a in (argv or []) if not a.startswith("-")), None)
+    for name, help_text in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            _module(name).configure(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``pipemare-lite`` script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 0
+    try:
+        return int(_module(args.command).run(args) or 0)
+    except INPUT_ERRORS as exc:  # bad input: a message, not a traceback
+        print(f"pipemare-lite {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

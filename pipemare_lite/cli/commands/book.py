@@ -1,0 +1,83 @@
+"""``pipemare-lite book``: execute every chapter, then build the book site (build/book/)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Options of the ``book`` subcommand."""
+    parser.add_argument(
+        "--out",
+        default="build/book",
+        help="output folder of the site, replaced as a whole (default build/book); the "
+        "Sphinx project is kept beside it (build/book.sphinx)",
+    )
+    parser.add_argument(
+        "--chapters",
+        nargs="+",
+        metavar="CHAPTER",
+        help="only these chapters: numbers (03), names (03_one_f_one_b) or notebook paths",
+    )
+    parser.add_argument(
+        "--timeout", type=int, default=300, help="seconds allowed per cell (default 300)"
+    )
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="build the remaining chapters after one fails (the exit status is still 1)",
+    )
+    parser.add_argument(
+        "--chapters-dir", default=None, help="folder of the notebooks (default: chapters/)"
+    )
+    parser.add_argument(
+        "--record-timings",
+        metavar="JSON",
+        default=None,
+        help="also store each chapter's measured run time in this .json file, with a "
+        ".meta.json beside it (command, versions, machine, date); chapter 00's table reads "
+        "data/results/chapter_times.json",
+    )
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this build, for the timings' .meta.json."""
+    parts = ["python", "-m", "pipemare_lite", "book", "--out", str(args.out)]
+    if args.chapters:
+        parts += ["--chapters", *args.chapters]
+    if args.timeout != 300:
+        parts += ["--timeout", str(args.timeout)]
+    if args.keep_going:
+        parts.append("--keep-going")
+    if args.chapters_dir:
+        parts += ["--chapters-dir", str(args.chapters_dir)]
+    if args.record_timings:
+        parts += ["--record-timings", str(args.record_timings)]
+    return shlex.join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build; 0 when every chosen chapter ran, 1 otherwise. Prints where to open the book."""
+    from pipemare_lite.book.build import build_book
+
+    results = build_book(
+        out=args.out,
+        chapters=args.chapters,
+        timeout=args.timeout,
+        keep_going=args.keep_going,
+        directory=args.chapters_dir,
+        record=args.record_timings,
+        command=_command(args),
+    )
+    index = (Path(args.out) / "index.html").resolve()
+    failed = [r for r in results if not r.ok]
+    total = sum(r.seconds for r in results)
+    print(f"[book] {len(results) - len(failed)} of {len(results)} chapters ran ({total:.1f} s)")
+    print(f"[book] open the book: {index.as_uri()}")
+    if failed:
+        names = ", ".join(r.name for r in failed)
+        print(f"[book] FAILED: {names} (the error is printed above and shown on the page)")
+        return 1
+    return 0

@@ -1,0 +1,333 @@
+"""``pipemare-lite schedule NAME``: build a schedule, simulate it, print the timeline and metrics.
+
+Examples::
+
+    python -m pipemare_lite schedule 1f1b --stages 4 --microbatches 8
+    python -m pipemare_lite schedule interleaved --stages 4 --microbatches 8 --chunks 2
+    python -m pipemare_lite schedule async --stages 4 --update-every 2 --minibatches 6 --json
+    python -m pipemare_lite schedule zb-h1 --stages 4 --microbatches 8 --costs 1,2,1
+    python -m pipemare_lite schedule interleaved -P 2 -M 4 --torch-csv > s.csv  # PyTorch's
+    python -m pipemare_lite schedule --from my_schedule.csv      # a hand-written schedule
+
+``--from FILE`` reads a ``.csv`` (one row of actions per rank) or ``.json`` schedule
+(:func:`pipemare_lite.schedules.io.load_schedule`, docs/write-a-schedule.md) instead of
+building one; for a CSV, ``--microbatches`` says how many microbatches a minibatch has
+(default: all the rows name, or what their updates imply) and ``--weight-mode`` what the
+backwards read (default: derived; needed when the schedule does not flush).
+
+``--csv`` prints the engine's rows (with U, microbatches numbered over the whole run);
+``--torch-csv`` prints one flushed minibatch (``--minibatch k``, needed when K > 1) in
+PyTorch's compute-only notation, the file ``_PipelineScheduleRuntime._load_csv`` reads
+(see :mod:`pipemare_lite.schedules.torch_notation`).
+
+``--update-every N`` is PipeMare's N, microbatches per optimizer update: for the
+asynchronous schedules (async/pipemare, pipedream, 2bw) it is the same as
+``--microbatches N``; flushed schedules update once per minibatch, so for them it must equal
+``--microbatches``. ``--costs F,B[,W]`` gives the forward and the whole backward; with W,
+split backwards cost I = B - W and W (default: I = W = B/2). Torch-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from pipemare_lite.analysis.simulate import OpCosts, ScheduleMetrics, simulate_and_measure
+from pipemare_lite.analysis.staleness import stage_delays, steady_state_minibatches
+from pipemare_lite.analysis.timeline import Timeline
+from pipemare_lite.schedules import ALIASES, WEIGHT_MODES, Schedule, build_schedule
+from pipemare_lite.schedules.io import to_csv
+from pipemare_lite.schedules.registry import is_asynchronous, schedule_names
+from pipemare_lite.schedules.torch_notation import to_torch_csv
+
+#: Widest text grid printed (in time cells); wider timelines print metrics only.
+MAX_GRID_CELLS = 160
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``schedule`` (numbers are parsed in :func:`run` for clear messages)."""
+    parser.add_argument("name", nargs="?",
+                        help=f"one of: {', '.join(schedule_names() + tuple(ALIASES))}")
+    parser.add_argument("--from", dest="from_file", metavar="FILE",
+                        help="read a .csv or .json schedule instead of building NAME")
+    parser.add_argument("--weight-mode", choices=WEIGHT_MODES,
+                        help="--from a CSV: what backwards read (default: derived)")
+    parser.add_argument("--stages", "-P", metavar="P", help="pipeline stages (ranks)")
+    parser.add_argument("--microbatches", "-M", metavar="M", help="microbatches per minibatch")
+    parser.add_argument("--chunks", "-v", metavar="V", help="model chunks per rank (interleaved)")
+    parser.add_argument(
+        "--minibatches", "-K", metavar="K", default="1", help="minibatches (updates)"
+    )
+    parser.add_argument(
+        "--update-every",
+        metavar="N",
+        help="async schedules: microbatches per update (same as --microbatches)",
+    )
+    parser.add_argument(
+        "--warmup", metavar="W", default="0", help="async schedules: first W minibatches flushed"
+    )
+    parser.add_argument(
+        "--costs", metavar="F,B[,W]", default="1,2", help="forward, backward[, weight-grad] cost"
+    )
+    parser.add_argument("--comm", metavar="C", default="0", help="latency between ranks")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print one JSON object")
+    output.add_argument("--csv", action="store_true", help="print the schedule, one row per rank")
+    output.add_argument(
+        "--torch-csv",
+        action="store_true",
+        help="print one minibatch in torch.distributed.pipelining's compute-only CSV",
+    )
+    parser.add_argument(
+        "--minibatch", metavar="k", help="with --torch-csv: which minibatch (0-based)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build, simulate, print. Bad input raises ValueError (the CLI prints it, exit 2)."""
+    schedule, costs = _schedule_and_costs(args)
+    if args.minibatch is not None and not args.torch_csv:
+        raise ValueError(f"--minibatch={args.minibatch}: only applies with --torch-csv")
+    if args.torch_csv:
+        minibatch = None if args.minibatch is None else _integer("--minibatch", args.minibatch, 0)
+        print(to_torch_csv(schedule, minibatch), end="")
+        return 0
+    if args.csv:
+        print(to_csv(schedule), end="")
+        return 0
+    timeline, measured = simulate_and_measure(schedule, costs)
+    if args.json:
+        print(json.dumps(summary(schedule, costs, measured)))
+    else:
+        print(render_text(schedule, timeline, measured))
+    return 0
+
+
+def _from_file(args) -> Schedule:
+    """``--from FILE``: the schedule a file holds (building options are refused)."""
+    from pipemare_lite.schedules.io import load_schedule
+
+    if args.name is not None:
+        raise ValueError(f"give a schedule NAME ({args.name!r}) or --from FILE, not both")
+    built = {"--chunks": args.chunks, "--update-every": args.update_every,
+             "--minibatches": None if args.minibatches == "1" else args.minibatches,
+             "--warmup": None if args.warmup == "0" else args.warmup}
+    given = [flag for flag, value in built.items() if value is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}: only for building a schedule; a file says it")
+    extra = {}
+    if args.microbatches is not None:
+        extra["num_microbatches"] = _integer("--microbatches", args.microbatches, 1)
+    if args.weight_mode is not None:
+        extra["weight_mode"] = args.weight_mode
+    schedule = load_schedule(args.from_file, **extra)
+    if args.stages is not None and _integer("--stages", args.stages, 1) != schedule.num_stages:
+        raise ValueError(f"--stages={args.stages} disagrees with {args.from_file}, which has "
+                         f"{schedule.num_stages} rank rows")
+    return schedule
+
+
+def _schedule_and_costs(args) -> tuple[Schedule, OpCosts]:
+    if args.from_file is not None:
+        return _from_file(args), parse_costs(args.costs, args.comm)
+    if args.weight_mode is not None:
+        raise ValueError("--weight-mode only applies with --from FILE (a builder sets its own)")
+    name = args.name
+    if name is None:
+        raise ValueError("give a schedule NAME or --from FILE")
+    key = ALIASES.get(name, name)
+    if key not in schedule_names():
+        allowed = ", ".join(schedule_names() + tuple(ALIASES))
+        raise ValueError(f"unknown schedule {name!r}; allowed: {allowed}")
+    if args.stages is None:
+        raise ValueError("--stages is required (an integer >= 1)")
+    stages = _integer("--stages", args.stages, 1)
+    microbatches = (
+        None if args.microbatches is None else _integer("--microbatches", args.microbatches, 1)
+    )
+    if args.update_every is not None:
+        every = _integer("--update-every", args.update_every, 1)
+        if not is_asynchronous(key) and microbatches is not None and every != microbatches:
+            raise ValueError(
+                f"--update-every={every}: {name} updates once per minibatch of --microbatches="
+                f"{microbatches}; allowed: {microbatches} (or use an async schedule)"
+            )
+        if microbatches is not None and every != microbatches:
+            raise ValueError(
+                f"--update-every={every} and --microbatches={microbatches} disagree: both are the "
+                "microbatches per update; give one"
+            )
+        microbatches = every
+    if microbatches is None:
+        raise ValueError("--microbatches (or --update-every) is required (an integer >= 1)")
+    default_chunks = "2" if key == "interleaved" else "1"
+    chunks = _integer("--chunks", args.chunks or default_chunks, 1)
+    schedule = build_schedule(
+        name,
+        stages,
+        microbatches,
+        chunks=chunks,
+        num_minibatches=_integer("--minibatches", args.minibatches, 1),
+        warmup_minibatches=_integer("--warmup", args.warmup, 0),
+    )
+    return schedule, parse_costs(args.costs, args.comm)
+
+
+def _integer(flag: str, text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{flag}={text!r}: allowed: an integer >= {low}") from None
+    if value < low:
+        raise ValueError(f"{flag}={value}: allowed: an integer >= {low}")
+    return value
+
+
+def parse_costs(text: str, comm: str = "0") -> OpCosts:
+    """``"F,B"`` or ``"F,B,W"`` -> :class:`OpCosts` (B the whole backward; I = B - W)."""
+    try:
+        values = [float(x) for x in text.split(",")]
+        latency = float(comm)
+    except ValueError:
+        raise ValueError(
+            f"--costs={text!r} / --comm={comm!r}: allowed: numbers, e.g. --costs 1,2,1 --comm 0"
+        ) from None
+    if len(values) not in (2, 3) or not all(math.isfinite(x) and x >= 0 for x in values):
+        raise ValueError(f"--costs={text!r}: allowed: F,B or F,B,W with finite numbers >= 0")
+    forward, backward = values[0], values[1]
+    weight = values[2] if len(values) == 3 else backward / 2
+    if weight > backward:
+        raise ValueError(f"--costs={text!r}: W={weight} > B={backward}; allowed: 0 <= W <= B")
+    if not (math.isfinite(latency) and latency >= 0):
+        raise ValueError(f"--comm={comm!r}: allowed: a finite number >= 0")
+    return OpCosts(
+        forward=forward,
+        backward=backward,
+        input_grad=backward - weight,
+        weight_grad=weight,
+        comm=latency,
+    )
+
+
+def summary(schedule: Schedule, costs: OpCosts, measured: ScheduleMetrics) -> dict:
+    """The JSON object ``--json`` prints."""
+    out = {
+        "schedule": schedule.name,
+        "stages": schedule.num_stages,
+        "microbatches": schedule.num_microbatches,
+        "chunks": schedule.chunks,
+        "minibatches": schedule.num_minibatches,
+        "warmup_minibatches": schedule.warmup_minibatches,
+        "weight_mode": schedule.weight_mode,
+        "costs": {k: v for k, v in vars(costs).items() if k != "stage_multipliers"},
+        "makespan": measured.makespan,
+        "utilization": measured.utilization,
+        "utilization_per_rank": list(measured.utilization_per_rank),
+        "bubble_fraction": measured.idle_fraction,
+        "bubble_ratio": measured.bubble_ratio,
+        "steady_state_utilization": measured.steady_state_utilization,
+        "peak_inflight": list(measured.peak_inflight),
+        "notes": list(schedule.notes),
+        "actions": schedule.rows(),
+    }
+    out.update(_delays(schedule))
+    return out
+
+
+def _delays(schedule: Schedule) -> dict:
+    """Delays per (virtual) stage in updates, measured by :mod:`pipemare_lite.analysis.staleness`.
+
+    ``forward_delay`` / ``backward_delay``: means over every microbatch of the run, pipeline
+    fill and drain included (zeros for flushed schedules); ``max_forward_delay``: the largest;
+    ``steady_forward_delay``: the mean over the steady-state minibatches only (what the closed
+    forms describe), or None when the run is too short to have a steady state.
+    """
+    whole = stage_delays(schedule)
+    steady_range = steady_state_minibatches(schedule)
+    steady = stage_delays(schedule, minibatches=steady_range) if len(steady_range) else None
+    return {
+        "forward_delay": [d.mean_forward_delay for d in whole],
+        "backward_delay": [d.mean_backward_delay for d in whole],
+        "max_forward_delay": [d.max_forward_delay for d in whole],
+        "steady_forward_delay": None if steady is None else [d.mean_forward_delay for d in steady],
+    }
+
+
+def render_text(schedule: Schedule, timeline: Timeline, measured: ScheduleMetrics) -> str:
+    """A text grid of the timeline (one row per rank, time across) and the metrics."""
+    s, m = schedule, measured
+    head = (
+        f"{s.name}: P={s.num_stages} stages, M={s.num_microbatches} microbatches"
+        + (f", v={s.chunks} chunks" if s.chunks > 1 else "")
+        + f", K={s.num_minibatches} minibatches"
+        + (f", W={s.warmup_minibatches} warm-up" if s.warmup_minibatches else "")
+        + f", weight mode {s.weight_mode}"
+    )
+    lines = [head, *(f"note: {note}" for note in s.notes), ""]
+    lines += text_grid(timeline)
+    steady = m.steady_state_utilization
+    lines += [
+        "",
+        f"makespan            {m.makespan:g}",
+        f"utilization         {m.utilization:.4f}",
+        f"bubble fraction     {m.idle_fraction:.4f}   (idle / all device time)",
+        f"bubble ratio        {m.bubble_ratio:.4f}   (idle / busy time)",
+        "steady utilization  " + ("n/a (no steady state)" if steady is None else f"{steady:.4f}"),
+        f"peak in-flight      {list(m.peak_inflight)}   (microbatch activations held, per rank)",
+    ]
+    delays = _delays(schedule)
+    lines.append(
+        f"forward delay       {[round(x, 2) for x in delays['forward_delay']]}"
+        "   (updates, per stage, mean over the run)"
+    )
+    lines.append(f"max forward delay   {delays['max_forward_delay']}")
+    if delays["steady_forward_delay"] is not None:
+        steady = [round(x, 2) for x in delays["steady_forward_delay"]]
+        lines.append(f"steady fwd delay    {steady}   (mean over the steady-state minibatches)")
+    lines.append(f"backward delay      {[round(x, 2) for x in delays['backward_delay']]}")
+    return "\n".join(lines)
+
+
+def _grid_unit(durations: list[float]) -> float:
+    """The largest time step that every duration is (nearly) a whole multiple of, trying the
+    shortest op divided by 1..8 (e.g. 0.5 for costs 1 and 1.5); else the shortest op."""
+    shortest = min(durations)
+    for divisor in range(1, 9):
+        unit = shortest / divisor
+        if all(abs(d / unit - round(d / unit)) < 1e-6 for d in set(durations)):
+            return unit
+    return shortest
+
+
+def text_grid(timeline: Timeline, max_cells: int = MAX_GRID_CELLS) -> list[str]:
+    """Rows like ``rank 0 | F0 F1 B0 -- ...``: one cell per time unit, '.' idle, '--' the
+    continuation of a longer op. Zero-cost updates are not drawn."""
+    drawn = [e for e in timeline.entries if e.end > e.start]
+    if not drawn:
+        return ["(nothing to draw)"]
+    unit = _grid_unit([e.end - e.start for e in drawn])
+    origin = min(e.start for e in timeline.entries)
+    cells = round(timeline.makespan / unit)
+    if cells > max_cells:
+        return [
+            f"(timeline grid omitted: {cells} cells wide > {max_cells}; try fewer microbatches)"
+        ]
+    interleaved = timeline.schedule.chunks > 1
+
+    def label(e) -> str:
+        a = e.action
+        return str(a) if interleaved else f"{a.kind}{a.index}"
+
+    width = max(len(label(e)) for e in drawn)
+    rows = []
+    for rank in range(timeline.schedule.num_stages):
+        row = ["." * 1] * cells
+        for e in drawn:
+            if e.rank != rank:
+                continue
+            first, last = round((e.start - origin) / unit), round((e.end - origin) / unit)
+            for c in range(first, min(last, cells)):
+                row[c] = label(e) if c == first else "-" * 2
+        rows.append(f"rank {rank:<3}| " + " ".join(cell.ljust(width) for cell in row).rstrip())
+    return rows

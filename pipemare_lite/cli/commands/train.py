@@ -1,0 +1,470 @@
+"""``pipemare-lite train`` and ``python -m pipemare_lite.training.fit``: training from the shell.
+
+Both entry points share one set of options (:func:`add_train_arguments`); the second is the
+form ``torchrun`` launches, one process per stage::
+
+    pipemare-lite train --method pipemare --stages 4 --epochs 2
+    torchrun --nproc-per-node 4 -m pipemare_lite.training.fit --executor dist --method pipemare ...
+
+The options map one to one onto :func:`pipemare_lite.training.fit.fit`;
+:func:`build_model_and_data` picks the model and dataset by name. Under torchrun every rank
+trains and rank 0 reports (and alone writes ``--out`` and ``--jsonl``).
+
+Outputs: a summary (``--json``: one JSON object); ``--out FILE`` the whole history as JSON
+(:func:`history_document`, written atomically at the end, also when the run diverged);
+``--jsonl FILE`` one JSON line per step, flushed as it happens, for live plots
+(:func:`step_record`).
+
+Exit status: 0 when training ran (a run that diverged with ``--on-divergence stop``
+included: its summary says so), 2 for bad input, :data:`DIVERGED_EXIT_CODE` (3) when it
+diverged with ``--on-divergence raise`` (the message, not a traceback, goes to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+from pipemare_lite.cli import INPUT_ERRORS
+from pipemare_lite.plugins import ENV_VAR as PLUGINS_ENV
+from pipemare_lite.plugins import load_plugins
+
+#: model name -> dataset it trains on by default.
+DEFAULT_DATASET = {"mlp": "digits", "resnet": "digits", "transformer": "reverse"}
+#: Exit status of a run that diverged under ``--on-divergence raise`` (2 is bad input).
+DIVERGED_EXIT_CODE = 3
+#: The ``format`` field of an ``--out`` file.
+HISTORY_FORMAT = "pipemare-lite history 1"
+
+
+class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each default, unless the help text already says it (or it is None)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default is None or action.default is False or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def json_ready(value):
+    """``value`` with every NaN/inf replaced by None, so ``json.dumps`` writes strict JSON.
+
+    Used by ``--json`` and by the results ``pipemare-lite reproduce`` stores.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the training options to ``parser`` (one definition for both entry points).
+
+    Each option is one argument of :func:`pipemare_lite.training.fit.fit`; ``--help``
+    shows the defaults and the exit codes.
+    """
+    from pipemare_lite.methods import METHODS
+    from pipemare_lite.schedules.actions import WEIGHT_MODES
+    from pipemare_lite.training.fit import DIVERGENCE_ACTIONS, EXECUTORS, LR_SCHEDULES, OPTIMIZERS
+    from pipemare_lite.training.models import MODELS
+
+    parser.formatter_class = _DefaultsHelpFormatter
+    parser.epilog = (f"exit status: 0 trained (a diverged run under --on-divergence stop "
+                     f"too), 2 bad input, {DIVERGED_EXIT_CODE} diverged under "
+                     "--on-divergence raise")
+    parser.add_argument(
+        "--method",
+        default=None,
+        help=f"pipeline method, one of: {', '.join(METHODS)} (or one a --plugin registers; "
+        "required unless --schedule)",
+    )
+    parser.add_argument(
+        "--plugin", action="append", default=[], metavar="MODULE",
+        help="import MODULE first, in every process (repeatable), e.g. one that calls "
+        f"register_method; also read from {PLUGINS_ENV} (comma-separated modules; torchrun: every "
+        "rank)",
+    )
+    parser.add_argument(
+        "--schedule", default=None, metavar="NAME|FILE",
+        help="run this schedule instead of the method's: a registered name or a .csv/.json "
+        "file (one minibatch, repeated each step, or the whole run; "
+        "docs/write-a-schedule.md); with --method too, its T1/T2 defaults apply",
+    )
+    parser.add_argument("--weight-mode", default=None, choices=WEIGHT_MODES,
+                        help="a --schedule CSV file: what its backwards read (default: derived "
+                        "when it flushes)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="mlp", help="model")
+    parser.add_argument(
+        "--dataset",
+        default=None,
+        help="digits, signals, reverse, sort (default: digits for mlp/resnet, "
+        "reverse for transformer)",
+    )
+    parser.add_argument("--stages", type=int, default=None,
+                        help="pipeline stages P (default: 4), or a --schedule file's own")
+    parser.add_argument(
+        "--chunks", type=int, default=None,
+        help="model chunks per rank v (interleaved only; default 2 there)",
+    )
+    parser.add_argument("--microbatches", type=int, default=None,
+                        help="microbatches per update N (default: 4), or a --schedule file's own")
+    parser.add_argument("--batch-size", type=int, default=32, help="samples per minibatch")
+    parser.add_argument("--epochs", type=int, default=1, help="passes over the training set")
+    parser.add_argument("--lr", type=float, default=0.05, help="base learning rate")
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
+                        help="per-stage optimizer (muon: Muon on 2-D weights, AdamW on the rest)")
+    parser.add_argument("--momentum", type=float, default=None,
+                        help="sgd or muon momentum (default: 0 for sgd, 0.95 for muon; "
+                        "refused with adam/adamw)")
+    parser.add_argument("--weight-decay", type=float, default=0.0, help="weight decay")
+    parser.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="constant",
+                        help="base lr schedule, stepped once per update of each stage; "
+                        "cosine anneals to 0 over the run's epochs x steps-per-epoch updates")
+    parser.add_argument("--lr-warmup", type=int, default=0,
+                        help="updates of linear lr warm-up before the schedule "
+                        "(not --warmup, which runs minibatches flushed)")
+    parser.add_argument("--lr-step-size", type=int, default=None,
+                        help="step schedule: updates between decays (default: one epoch)")
+    parser.add_argument("--lr-gamma", type=float, default=None,
+                        help="step schedule: decay factor (default: 0.1)")
+    parser.add_argument("--clip-grad-norm", type=float, default=None,
+                        help="clip each stage's gradient L2 norm (over that stage's "
+                        "parameters) to this before its update (default: no clipping)")
+    parser.add_argument("--seed", type=int, default=0, help="model init, data split and order")
+    parser.add_argument(
+        "--t1",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="T1 lr rescheduling (default: the method's)",
+    )
+    parser.add_argument(
+        "--t1-anneal-updates",
+        type=int,
+        default=None,
+        help="K: updates over which T1 anneals (default: whole run)",
+    )
+    parser.add_argument(
+        "--t2",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="T2 discrepancy correction (default: the method's)",
+    )
+    parser.add_argument("--gamma", type=float, default=0.9, help="T2's EMA decay")
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="synchronous (flushed) warm-up minibatches, PipeMare-W")
+    parser.add_argument(
+        "--width",
+        type=int,
+        default=64,
+        help="hidden units (mlp), channels (resnet) or d_model (transformer)",
+    )
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="mlp layers / resnet blocks / transformer blocks (default: one model unit per stage)",
+    )
+    parser.add_argument("--checkpoint", default=None, help="checkpoint file")
+    parser.add_argument("--checkpoint-every", type=int, default=None, help="steps between saves")
+    parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    parser.add_argument(
+        "--executor",
+        choices=sorted(EXECUTORS),
+        default="local",
+        help="local: one process; dist: one process per stage (torchrun)",
+    )
+    parser.add_argument("--on-divergence", choices=DIVERGENCE_ACTIONS, default="stop",
+                        help=f"stop: report it and exit 0; raise: exit {DIVERGED_EXIT_CODE}")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar (default: in a terminal)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", default=None, metavar="FILE",
+                        help="write the whole history (per-step loss, per-stage lr of every "
+                        "param group, evals, delays, bytes) as JSON, atomically")
+    parser.add_argument("--jsonl", default=None, metavar="FILE",
+                        help="stream one JSON line per step (flushed) for live plots; "
+                        "appended to with --resume")
+    return parser
+
+
+def step_record(step: int, history) -> dict:
+    """One ``--jsonl`` line: what step ``step`` (counted from 1) did.
+
+    Keys: ``step``; ``loss`` (the step's training loss, None until all of its microbatches
+    reported); ``lr`` (``lr[stage][group]``, the learning rate each stage's update ``step``
+    used); ``eval`` (the test loss and accuracy, only on steps that evaluated); ``diverged``
+    and, when true, ``divergence``.
+    """
+    record = {
+        "step": step,
+        "loss": history.loss[step - 1] if len(history.loss) >= step else None,
+        "lr": [[rates[step - 1] for rates in groups if len(rates) >= step]
+               for groups in history.stage_lr_by_group],
+    }
+    if history.evals and history.evals[-1]["step"] == step:
+        record["eval"] = {k: history.evals[-1][k] for k in ("loss", "accuracy")}
+    record["diverged"] = history.diverged
+    if history.diverged:
+        record["divergence"] = history.divergence
+    return json_ready(record)
+
+
+def history_document(history, args: argparse.Namespace) -> dict:
+    """What ``--out`` writes: the history's fields plus how the run was asked for.
+
+    Keys: ``format``, ``version``, ``arguments`` (the parsed command-line options), the
+    final ``steps``/``final_loss``/``final_accuracy``, then every
+    :class:`~pipemare_lite.training.history.History` field (``config``, ``loss`` per step,
+    ``stage_lr``, ``stage_lr_by_group``, ``evals``, ``diverged``, ``divergence``,
+    ``forward_delay``, ``forward_delay_max``, ``memory_bytes``, ``memory_bytes_by_stage``,
+    ``wall_seconds``). Strict JSON: NaN and inf become null. Read it back with
+    :meth:`pipemare_lite.training.history.History.read_json`.
+    """
+    from pipemare_lite import __version__
+
+    return json_ready({
+        "format": HISTORY_FORMAT,
+        "version": __version__,
+        "arguments": dict(vars(args)),
+        "steps": history.steps,
+        "final_loss": history.final_loss,
+        "final_accuracy": history.final_accuracy,
+        **history.to_dict(),
+    })
+
+
+def _write_history(path: str, history, args: argparse.Namespace) -> None:
+    from pipemare_lite.files import atomic_write
+
+    text = json.dumps(history_document(history, args), allow_nan=False, indent=1)
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8") + b"\n"))
+
+
+def _check_output_paths(args: argparse.Namespace) -> None:
+    """Refuse ``--out``/``--jsonl`` paths that cannot be files before any training."""
+    for option in ("out", "jsonl"):
+        path = getattr(args, option)
+        if path is not None and os.path.isdir(path):
+            raise ValueError(f"--{option} {path!r} is a folder; give a file path")
+    if args.out is not None and args.out == args.jsonl:
+        raise ValueError(f"--out and --jsonl both name {args.out!r}; give two files")
+
+
+def build_model_and_data(
+    name: str, dataset: str | None, stages: int, width: int, layers: int | None, seed: int
+):
+    """The CLI's model and dataset: by default one model unit (layer/block) per stage.
+
+    A model that does not fit the
+    dataset (a transformer on images, an MLP on tokens) is refused with the allowed names.
+    """
+    import torch
+
+    from pipemare_lite.training.datasets import load
+    from pipemare_lite.training.models import mlp, small_resnet, tiny_transformer
+
+    dataset = dataset or DEFAULT_DATASET[name]
+    data = load(dataset, seed=seed)
+    if name == "transformer" and data.x_train.dtype != torch.int64:
+        raise ValueError(f"the transformer needs a token dataset (reverse, sort), not {dataset!r}")
+    if name != "transformer" and data.x_train.dtype == torch.int64:
+        raise ValueError(f"model {name!r} needs a float dataset (digits, signals), not {dataset!r}")
+    if name == "mlp":
+        depth = layers if layers is not None else stages
+        features = int(torch.tensor(data.input_shape).prod())
+        return mlp(features, width, depth, data.num_classes, seed=seed), data
+    blocks = layers if layers is not None else max(stages - 2, 1)
+    if name == "resnet":
+        if len(data.input_shape) != 3:
+            raise ValueError(f"the resnet needs images (digits), not {dataset!r}")
+        channels, size, _ = data.input_shape
+        return small_resnet(width, blocks, data.num_classes, channels, size, seed=seed), data
+    return tiny_transformer(
+        data.num_classes, width, 2, blocks, data.input_shape[0], seed=seed
+    ), data
+
+
+def _schedule_sizes(args: argparse.Namespace):
+    """Resolve ``--schedule``; fill in stages, microbatches and chunks (a file's own, else
+    4, 4 and the method's). Returns what ``fit(schedule=...)`` gets."""
+    from pipemare_lite.training import run_schedule
+
+    if args.method is None and args.schedule is None:
+        raise ValueError("give --method (a pipeline method) or --schedule (a name or a file)")
+    choice = run_schedule.resolve(args.schedule, args.weight_mode, args.method)
+    if choice is not None and choice.given is not None:
+        given = choice.given
+        for option, value in (("stages", given.num_stages),
+                              ("microbatches", given.num_microbatches),
+                              ("chunks", given.chunks)):
+            if getattr(args, option) not in (None, value):
+                raise ValueError(f"--{option}={getattr(args, option)} disagrees with "
+                                 f"--schedule {args.schedule}, which has {value}")
+            setattr(args, option, value)
+    args.stages = 4 if args.stages is None else args.stages
+    args.microbatches = 4 if args.microbatches is None else args.microbatches
+    if choice is None:
+        return None
+    return choice.given if choice.given is not None else choice.name
+
+
+def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -> int:
+    """Train as the parsed arguments say; print a summary (or JSON); return the exit code.
+
+    The training is :func:`pipemare_lite.training.fit.fit`. A run that diverges under
+    ``--on-divergence raise`` prints ``<prog>: diverged at step ...`` (the report) to
+    stderr, still writes ``--out``, and returns :data:`DIVERGED_EXIT_CODE`.
+    """
+    from pipemare_lite.training.fit import fit
+    from pipemare_lite.training.history import DivergenceError
+
+    load_plugins(getattr(args, "plugin", None) or ())  # before the method's name is looked up
+    schedule = _schedule_sizes(args)
+    for name in ("stages", "microbatches", "chunks"):  # before they size the model
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {value}")
+    _check_output_paths(args)
+    interleaved = args.method == "interleaved" and args.schedule is None
+    pieces = args.stages * (args.chunks or (2 if interleaved else 1))
+    model, data = build_model_and_data(
+        args.model, args.dataset, pieces, args.width, args.layers, args.seed
+    )
+    reporter = os.environ.get("RANK", "0") == "0"  # under torchrun every rank trains
+    stream = None
+    if args.jsonl is not None and reporter:
+        stream = open(args.jsonl, "a" if args.resume else "w", encoding="utf-8")  # noqa: SIM115
+
+    def write_step(step: int, history) -> None:
+        stream.write(json.dumps(step_record(step, history), allow_nan=False) + "\n")
+        stream.flush()
+
+    try:
+        history = fit(
+            model,
+            data,
+            method=args.method,
+            num_stages=args.stages,
+            num_microbatches=args.microbatches,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            lr=args.lr,
+            optimizer=args.optimizer,
+            momentum=args.momentum,
+            weight_decay=args.weight_decay,
+            lr_schedule=args.lr_schedule,
+            lr_warmup=args.lr_warmup,
+            lr_step_size=args.lr_step_size,
+            lr_gamma=args.lr_gamma,
+            clip_grad_norm=args.clip_grad_norm,
+            seed=args.seed,
+            t1=args.t1,
+            t1_anneal_updates=args.t1_anneal_updates,
+            t2=args.t2,
+            gamma=args.gamma,
+            warmup=args.warmup,
+            chunks=args.chunks,
+            progress=args.progress,
+            on_divergence=args.on_divergence,
+            on_step=write_step if stream is not None else None,
+            checkpoint_path=args.checkpoint,
+            checkpoint_every=args.checkpoint_every,
+            resume=args.resume,
+            executor=args.executor,
+            schedule=schedule,
+        )
+    except DivergenceError as error:
+        if reporter:
+            if args.out is not None:
+                _write_history(args.out, error.history, args)
+            print(f"{prog}: {error}", file=sys.stderr)
+        return DIVERGED_EXIT_CODE
+    finally:
+        if stream is not None:
+            stream.close()
+    if not reporter:
+        return 0
+    if args.out is not None:
+        _write_history(args.out, history, args)
+    summary = history.summary()
+    if args.json:
+        print(json.dumps(json_ready(summary), allow_nan=False))
+        return 0
+    print(
+        f"{args.method or history.config['schedule']} on {data.name}, P={args.stages}, "
+        f"N={args.microbatches}: "
+        f"{history.steps} steps in {history.wall_seconds:.1f} s"
+    )
+    print(f"  test loss {history.final_loss:.4f}  test accuracy {history.final_accuracy:.4f}")
+    print(
+        f"  forward delay per stage (mean, updates): "
+        f"{', '.join(f'{d:.2f}' for d in history.forward_delay)}"
+    )
+    print(f"  peak bytes: {', '.join(f'{k} {v}' for k, v in history.memory_bytes.items())}")
+    if history.diverged:
+        print(f"  DIVERGED: {history.divergence}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipemare_lite.training.fit``: the same options as ``pipemare-lite train``.
+
+    The entry point torchrun launches; bad input exits with code 2 and a message.
+    ``--plugin`` modules are imported before the parser is built, so ``--help`` lists the
+    methods they register.
+    """
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--plugin", action="append", default=[])
+    try:
+        load_plugins(early.parse_known_args(argv)[0].plugin)
+    except INPUT_ERRORS as exc:
+        print(f"pipemare_lite.training.fit: error: {exc}", file=sys.stderr)
+        return 2
+    parser = add_train_arguments(
+        argparse.ArgumentParser(
+            prog="python -m pipemare_lite.training.fit",
+            description="train a model with a pipeline method",
+        )
+    )
+    args = parser.parse_args(argv)
+    return _run_reporting_faults(args, "pipemare_lite.training.fit")
+
+
+def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
+    """:func:`run_from_args`; bad input exits 2 with a message, and a distributed rank's
+    pipeline failure exits 1 with a message and every rank's position (a bug keeps its
+    traceback). See :mod:`pipemare_lite.engine.dist.torchrun`."""
+    from pipemare_lite.engine.dist.faults import PipelineFault
+
+    try:
+        return run_from_args(args, prog=prog)
+    except PipelineFault as exc:
+        from pipemare_lite.engine.dist.lost import report_caught
+        from pipemare_lite.engine.dist.torchrun import failure_report
+
+        report = failure_report(exc)
+        if report is None:
+            raise
+        report_caught(exc)  # under torchrun: which rank was lost, with the evidence
+        print(f"{prog}: {report}", file=sys.stderr)
+        return 1
+    except INPUT_ERRORS as exc:  # bad input only: a bug keeps its traceback
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """``pipemare-lite train``: add the training options."""
+    add_train_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``pipemare-lite train``: train and print a summary (``--json``: one JSON object)."""
+    return run_from_args(args)

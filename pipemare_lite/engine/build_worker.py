@@ -1,0 +1,108 @@
+"""Building a stage worker: optimizer, LR scheduler, T1 on top, the method's hooks (T2 among
+them) (chapters 08-11).
+
+Both executors build their :class:`~pipemare_lite.engine.stage.StageWorker` objects here,
+so the local executor (one process) and the distributed one (one process per rank) start
+every stage from the very same objects; their bitwise agreement depends on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from pipemare_lite.engine.stage import StageWorker
+from pipemare_lite.methods.hooks import MethodHooks, StageInfo
+from pipemare_lite.methods.lr_rescheduling import LRRescheduling, stage_forward_delays
+from pipemare_lite.methods.registry import MethodOptions, get_method, t2_hooks
+from pipemare_lite.schedules.actions import Schedule
+
+
+def check_method_options(schedule: Schedule, options: MethodOptions) -> None:
+    """Raise early if ``options`` cannot run on ``schedule`` (T2, chapter 09, needs an async
+    schedule; a method with its own hooks does not take T2's switch) or name a method this
+    process does not know."""
+    if options.discrepancy_correction and not schedule.mode.has_discrepancy:
+        raise ValueError(f"T2 needs an async schedule; {schedule.name!r} has weight_mode "
+                         f"{schedule.weight_mode!r}")
+    factory = hooks_factory(options)
+    if options.discrepancy_correction and factory is not t2_hooks:
+        raise ValueError(f"method {options.method!r} brings its own hooks; T2 (t2=True) is "
+                         "PipeMare's hook and does not compose with them: build it into the "
+                         "method's hooks instead")
+
+
+def hooks_factory(options: MethodOptions):
+    """The factory ``info -> MethodHooks | None`` of ``options.method`` (the built-in one,
+    T2 when switched on, when no method is named)."""
+    return t2_hooks if options.method is None else get_method(options.method).hooks
+
+
+def build_hooks(schedule: Schedule, stage: int, module: nn.Module, optimizer,
+                options: MethodOptions) -> MethodHooks | None:
+    """The method's hooks for one stage (see :mod:`pipemare_lite.methods.hooks`)."""
+    factory = hooks_factory(options)
+    if factory is None:
+        return None
+    info = StageInfo(
+        stage=stage, num_stages=schedule.num_virtual_stages,
+        params=[p for p in module.parameters() if p.requires_grad],
+        names=[n for n, p in module.named_parameters() if p.requires_grad],
+        optimizer=optimizer, schedule=schedule, options=options,
+    )
+    hooks = factory(info)
+    if hooks is not None and not isinstance(hooks, MethodHooks):
+        raise TypeError(f"method {options.method!r}: its hooks factory returned {hooks!r}, "
+                        "not a MethodHooks (or None)")
+    return hooks
+
+
+def rescheduling_delays(schedule: Schedule, options: MethodOptions) -> list[int] | None:
+    """T1's delay per virtual stage (chapter 08, measured from the schedule), or None when
+    T1 is off."""
+    return stage_forward_delays(schedule) if options.lr_rescheduling else None
+
+
+def build_stage_worker(
+    schedule: Schedule,
+    stage: int,
+    module: nn.Module,
+    *,
+    loss_fn: Callable,
+    optimizer_factory: Callable,
+    options: MethodOptions,
+    delays: list[int] | None,
+    device: torch.device | None = None,
+    lr_scheduler_factory: Callable | None = None,
+) -> StageWorker:
+    """One virtual stage's worker, as every executor builds it (chapters 08, 09 and 11).
+
+    Moves ``module`` to ``device`` (if given), builds its optimizer with
+    ``optimizer_factory(trainable params)``, the optional base scheduler with
+    ``lr_scheduler_factory(optimizer)``, T1 (:class:`LRRescheduling`) on top of it when
+    ``delays`` is given (``delays[stage]`` is the stage's tau, from
+    :func:`rescheduling_delays`; off during the schedule's ``warmup_minibatches`` W, then
+    annealed over ``options.rescheduling_horizon`` or the ``num_minibatches - W``
+    asynchronous updates), and the method's hooks (:func:`build_hooks`: T2 with the
+    stage's gamma when ``options.discrepancy_correction`` is on, or a registered method's).
+    """
+    if device is not None:
+        module.to(device)
+    optimizer = optimizer_factory([p for p in module.parameters() if p.requires_grad])
+    scheduler = lr_scheduler_factory(optimizer) if lr_scheduler_factory else None
+    if delays is not None:
+        # T1 compensates a delay: it starts at the first asynchronous update (chapter 09)
+        warmup = schedule.warmup_minibatches
+        horizon = options.rescheduling_horizon
+        horizon = schedule.num_minibatches - warmup if horizon is None else horizon
+        scheduler = LRRescheduling(optimizer, delays[stage], horizon, base=scheduler,
+                                   start=warmup)
+    return StageWorker(
+        stage, module, optimizer, weight_mode=schedule.weight_mode,
+        is_last=stage == schedule.num_virtual_stages - 1,
+        num_microbatches=schedule.num_microbatches, num_minibatches=schedule.num_minibatches,
+        loss_fn=loss_fn, device=device, lr_scheduler=scheduler,
+        hooks=build_hooks(schedule, stage, module, optimizer, options),
+    )

@@ -1,0 +1,730 @@
+"""The distributed executor: the same schedule, one process per rank (introduced in chapter 11).
+
+Each rank builds a :class:`~pipemare_lite.engine.stage.StageWorker` for each of its
+(virtual) stages, exactly as the local executor does, and runs its own row of the schedule
+in order. Only the transport differs: where the local executor moves a tensor through a
+dict, a rank here sends it with ``torch.distributed`` (:mod:`.transport`). A stage's numbers
+depend only on its own action order, so both executors agree bitwise (fp32, CPU, one thread
+per process); ``tests/test_dist_executor.py`` checks it for every method.
+
+One rank's loop; each action is run by
+:class:`~pipemare_lite.engine.interpreter.Interpreter`, the very code the local executor
+runs, with this module's point-to-point transport::
+
+    for i, action in enumerate(schedule.ranks[rank]):
+        board.at(i, action)                       # the watchdog publishes where we are
+        F(s, m):  x = data (s = 0) or recv(activation of s-1, m)
+                  y = worker.forward(m, x, target)   -> send(activation of s, m)
+        B/I(s,m): g = recv(gradient of s+1, m) (not on the last stage)
+                  gx = worker.backward(m, g)         -> send(gradient of s, m)  (s > 0)
+        W(s, m):  worker.weight_grad(m)
+        U(s, k):  worker.update()
+        trace.append(rank, action, start, end)    # start = after its inputs arrived
+
+Before the loop, a *shape probe* tells every rank the shape and dtype of every message (a
+receiver allocates its buffer before the data arrives): stage by stage, the owner runs its
+module on meta tensors (no compute, no randomness consumed) and broadcasts the shapes.
+Then a barrier gives every rank a common time origin for the trace.
+
+Devices: gloo on CPU; with NCCL rank r uses ``cuda:<local rank>``; every ``torch.cuda``
+call is guarded so the CPU path never touches CUDA. Randomness: each rank has its own
+generator, so a model with dropout gives other masks than in one process (the book's models
+have no dropout).
+
+Entry points: :class:`DistributedExecutor` (one rank's engine, inside a process group made
+by ``torchrun``, :func:`pipemare_lite.engine.dist.launch.launch` or your own; with ``gather_into`` it
+is also ``fit(..., executor="dist")``'s engine, :mod:`.dist_fit`); :func:`run_distributed`
+and :func:`run_distributed_jobs` start the processes from Python or a notebook and gather
+one :class:`DistRunResult` per job; :class:`Fault` makes a rank raise, die or hang.
+Measured against simulated utilization: :mod:`pipemare_lite.analysis.utilization`; the
+same step in PyTorch's runtime: :mod:`pipemare_lite.interop.torch_pipelining` and
+:mod:`pipemare_lite.interop.torch_runtime`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+import torch.distributed as dist
+import torch.utils._pytree as pytree
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from pipemare_lite.engine.dist import faults
+
+from pipemare_lite.engine import placement
+from pipemare_lite.engine.interpreter import Interpreter, take_records
+from pipemare_lite.engine.local import RunResult
+from pipemare_lite.engine.recorder import BytesMeter, Recorder
+from pipemare_lite.engine.build_worker import (
+    build_stage_worker,
+    check_method_options,
+    rescheduling_delays,
+)
+from pipemare_lite.engine.stage import BYTE_KINDS
+from pipemare_lite.engine.dist.transport import (
+    ACTIVATION,
+    GRADIENT,
+    RECEIVES_AHEAD,  # receives each rank posts per peer before it needs them
+    Message,
+    P2PTransport,
+    plan_communication,
+)
+from pipemare_lite.methods.registry import MethodOptions
+from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.analysis.timeline import TimedAction, Timeline
+
+#: Kinds of :class:`Fault`.
+FAULT_KINDS = ("raise", "kill", "hang")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A deliberate failure, to see what the job does (chapter 11 and the tests).
+
+    Attributes:
+        rank: the rank that fails.
+        position: index of the action in that rank's list before which it fails.
+        kind: ``raise`` (an exception), ``kill`` (SIGKILL to itself: no goodbye) or
+            ``hang`` (sleeps forever without sending anything).
+    """
+
+    rank: int
+    position: int
+    kind: str = "raise"
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}; allowed: {', '.join(FAULT_KINDS)}")
+        if self.position < 0 or self.rank < 0:
+            raise ValueError(f"fault rank and position must be >= 0, got {self.rank}, "
+                             f"{self.position}")
+
+    def trigger(self, action) -> None:
+        """Fail in the chosen way (called just before the action at ``position``)."""
+        if self.kind == "raise":
+            raise RuntimeError(f"injected fault on rank {self.rank} before action "
+                               f"{self.position} ({action})")
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        while True:  # hang: like a rank stuck in a kernel; only a kill ends it
+            time.sleep(1.0)
+
+
+@dataclass
+class RankResult:
+    """What one rank returns (CPU tensors and Python values: picklable; chapter 11).
+
+    :class:`DistRunResult`'s fields for this rank's stages: per-stage values as ``{stage:
+    value}``, versions and distances as ``{(stage, microbatch): int}``, the losses only on
+    the rank of the last stage. Also ``entries``, ``(position, action string, start, end)``
+    in seconds from the common origin; ``versions``, ``{"1F3": 0, ...}`` the weight version
+    each action used; ``wait_seconds``, this rank's time waiting for messages so far.
+    """
+
+    rank: int
+    entries: list
+    loss_by_microbatch: dict
+    versions: dict
+    forward_versions: dict
+    backward_versions: dict
+    distances: dict
+    learning_rates: dict
+    state_dicts: dict
+    gradients: dict = field(default_factory=dict)
+    peak_bytes: dict = field(default_factory=dict)
+    wait_seconds: float = 0.0
+    group_learning_rates: dict = field(default_factory=dict)
+    update_norms: dict = field(default_factory=dict)
+    posted: list = field(default_factory=list)
+
+
+@dataclass
+class DistRunResult(RunResult):
+    """A :class:`~pipemare_lite.engine.local.RunResult` gathered from every rank, plus:
+
+    Attributes:
+        state_dicts: ``state_dicts[stage]`` the stage module's state at the end.
+        gradients: ``gradients[stage][k]`` the parameter gradients applied by update k
+            (when ``record_gradients=True``).
+        rank_results: the raw :class:`RankResult` of each rank.
+        posted: ``posted[rank]`` the rank's actions and posted operations, in order (when
+            ``record_posts=True``; compare with
+            :func:`pipemare_lite.schedules.comm_rows.comm_row_strings`).
+    """
+
+    state_dicts: list = field(default_factory=list)
+    gradients: list = field(default_factory=list)
+    rank_results: list = field(default_factory=list)
+    posted: list = field(default_factory=list)
+
+
+class _NeedsValues(NotImplementedError):
+    """A forward read a tensor's values (``.item()``, ``if tensor:``): meta tensors have none."""
+
+
+class _MetaProbe(TorchDispatchMode):
+    """Run a forward on meta tensors: stray non-meta tensors (a constant the forward made on
+    the CPU) join the meta ones, and a read of values raises :class:`_NeedsValues`."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise _NeedsValues(f"{func} reads a tensor's values")
+        flat = pytree.tree_leaves((args, kwargs))
+        if any(isinstance(t, torch.Tensor) and t.is_meta for t in flat):
+            args, kwargs = pytree.tree_map_only(
+                torch.Tensor, lambda t: t if t.is_meta or t.dim() == 0 else t.to("meta"),
+                (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype, *,
+                      name: str = "a stage") -> tuple:
+    """``(shape, dtype)`` of ``module``'s output for an input of ``shape``/``dtype``.
+
+    Runs a copy on meta tensors (no compute, no randomness, the real module untouched). Only
+    what meta tensors cannot do, told by the error's type (``NotImplementedError``: an
+    operator without a meta kernel, an output whose shape depends on values, a read of
+    values), falls back to a CPU copy run on zeros with the random state restored. Any
+    other error is the stage's own and surfaces at once, as a RuntimeError naming ``name``
+    (e.g. ``"stage 2 on rank 1"``) with the original error as its cause.
+    """
+    where = f"{name}: its forward failed in the shape probe on a {shape} {dtype} input"
+    try:
+        ghost = copy.deepcopy(module).to("meta")
+        with torch.no_grad(), _MetaProbe():
+            out = ghost(torch.empty(shape, dtype=dtype, device="meta"))
+    except NotImplementedError:
+        try:
+            ghost = copy.deepcopy(module).cpu()
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                out = ghost(torch.zeros(shape, dtype=dtype))
+        except Exception as exc:
+            raise RuntimeError(f"{where} (run on zeros, as meta tensors could not): "
+                               f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise RuntimeError(f"{where}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{name} returned {type(out).__name__}; the distributed executor sends "
+                        "one tensor per stage boundary")
+    return tuple(out.shape), out.dtype
+
+
+def _upcoming(row, position: int) -> str:
+    """The action a rank will run next, for its published position ("" when none is left)."""
+    return str(row[position]) if 0 <= position < len(row) else ""
+
+
+class DistributedExecutor:
+    """Run this rank's row of ``schedule`` inside an initialized process group (chapter 11).
+
+    Args:
+        schedule: the whole schedule (every rank must pass the same one); world size must
+            equal ``schedule.num_stages``.
+        stage_modules: all ``schedule.num_virtual_stages`` modules (each rank keeps its own)
+            or a mapping ``{stage: module}`` with at least this rank's stages.
+        loss_fn, optimizer_factory, method_options, lr_scheduler_factory: as for
+            :class:`~pipemare_lite.engine.LocalExecutor`.
+        rank: default ``dist.get_rank()``.
+        device: where this rank computes (default CPU with gloo, ``cuda:<current>`` with NCCL).
+        board: a :class:`~pipemare_lite.engine.dist.faults.StatusBoard` (the launcher's); a
+            local one (no side channel) otherwise.
+        op_timeout: seconds one wait on a message may take.
+        record_gradients: keep a copy of the gradients each update applies.
+        track_bytes: record each stage's peak bytes by kind (costs time per action).
+        fault: a :class:`Fault` to inject (tests, chapter 11).
+        p2p_verbose: print every send and receive this rank posts and every receive it
+            completes (the communication's text trace, on the process's stdout); None: on
+            when the environment variable ``PIPEMARE_P2P_VERBOSE`` is ``1``.
+        record_posts: keep the order of actions and posted operations in
+            :attr:`RankResult.posted` (chapter 11 compares it with
+            :func:`pipemare_lite.schedules.comm_rows.comm_rows`).
+        gather_into: every rank's copy of the whole model (all stage modules): then
+            :meth:`run` is collective, as ``fit(..., executor="dist")`` needs it
+            (:func:`~pipemare_lite.engine.dist.fit.fit_executor`): it gathers every
+            rank's result and returns the same :class:`DistRunResult` on all ranks (so they
+            take the same decisions), and broadcasts every stage's weights from its owner
+            into these modules (for evaluation). One gather and one broadcast per stage
+            tensor per call: fine for the book's models.
+
+    Use it as a context manager (``with DistributedExecutor(...) as executor:``) or call
+    :meth:`close`: the helper threads of its waits end with the job. It creates no process
+    group of its own (the launcher's or torchrun's group outlives the job).
+    """
+
+    def __init__(self, schedule: Schedule,
+                 stage_modules: Sequence[nn.Module] | Mapping[int, nn.Module], *,
+                 loss_fn: Callable, optimizer_factory: Callable,
+                 method_options: MethodOptions | None = None,
+                 lr_scheduler_factory: Callable | None = None, rank: int | None = None,
+                 device: torch.device | str | None = None,
+                 board: faults.StatusBoard | None = None, op_timeout: float = 120.0,
+                 record_gradients: bool = False, track_bytes: bool = False,
+                 fault: Fault | None = None, p2p_verbose: bool | None = None,
+                 record_posts: bool = False,
+                 gather_into: Sequence[nn.Module] | None = None) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("DistributedExecutor needs an initialized process group "
+                               "(use pipemare_lite.engine.dist.launch.launch or torchrun)")
+        world = dist.get_world_size()
+        if world != schedule.num_stages:
+            raise ValueError(f"schedule {schedule.name!r} has {schedule.num_stages} ranks but the "
+                             f"process group has {world} processes; they must be equal")
+        self.schedule = schedule
+        self.rank = dist.get_rank() if rank is None else rank
+        self.backend = dist.get_backend()
+        if device is None:
+            device = (torch.device("cuda", torch.cuda.current_device())
+                      if self.backend == "nccl" else torch.device("cpu"))
+        self.device = torch.device(device)
+        options = method_options or MethodOptions()
+        check_method_options(schedule, options)
+        self.stages = schedule.stages_of(self.rank)
+        modules = self._own_modules(stage_modules)
+        delays = rescheduling_delays(schedule, options)
+        self.workers = {
+            s: build_stage_worker(
+                schedule, s, modules[s], loss_fn=loss_fn, optimizer_factory=optimizer_factory,
+                options=options, delays=delays, device=self.device,
+                lr_scheduler_factory=lr_scheduler_factory)
+            for s in self.stages
+        }
+        self.board = board or faults.StatusBoard(self.rank, world)
+        self.op_timeout = op_timeout
+        self.record_gradients = record_gradients
+        self.track_bytes = track_bytes
+        self.fault = fault if fault is not None and fault.rank == self.rank else None
+        self.p2p_verbose = (os.environ.get("PIPEMARE_P2P_VERBOSE") == "1" if p2p_verbose is None
+                            else p2p_verbose)
+        self.posted: list | None = [] if record_posts else None
+        self.plan = plan_communication(schedule)
+        self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # trace keys
+        self.gather_into = None if gather_into is None else list(gather_into)
+        self.position = 0  # next action of this rank's row
+        self.transport: P2PTransport | None = None
+        self.interpreter: Interpreter | None = None  # built with the transport, at the start
+        self._uniform = False
+        self._first_meta = None
+        self._failed = False  # a run raised: close() does not wait for the threads
+
+    def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
+        S = self.schedule.num_virtual_stages
+        if not isinstance(stage_modules, Mapping):
+            stage_modules = dict(enumerate(stage_modules))
+            if len(stage_modules) != S:
+                raise ValueError(f"schedule {self.schedule.name!r} has {S} virtual stages, got "
+                                 f"{len(stage_modules)} stage modules")
+        missing = [s for s in self.stages if s not in stage_modules]
+        if missing:
+            raise ValueError(f"rank {self.rank} holds stages {self.stages}; no module for "
+                             f"{missing}")
+        return {s: stage_modules[s] for s in self.stages}
+
+    @property
+    def wait_seconds(self) -> float:
+        """Seconds this rank has waited for messages so far."""
+        return self.transport.waiter.wait_seconds if self.transport is not None else 0.0
+
+    def state_dict(self) -> dict:
+        """Not supported: checkpoints need the local executor."""
+        raise NotImplementedError("checkpoints are not supported with executor 'dist'; "
+                                  "use executor 'local' for checkpoint/resume")
+
+    def load_state_dict(self, state: dict) -> None:
+        """Not supported: checkpoints need the local executor."""
+        self.state_dict()
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self, *, wait: float | None = None) -> None:
+        """Stop the threads this executor started (safe to call twice).
+
+        A finished run already stopped them (its transport closed); this covers a run
+        stopped early (``stop_after_updates``) or failed. ``wait`` bounds the seconds spent
+        joining them (see :meth:`pipemare_lite.engine.dist.faults.Waiter.close`); by default
+        5, or 0 after a failed run (a thread waiting on a dead peer's message must not delay
+        the error report).
+        """
+        if wait is None:
+            wait = 0.0 if self._failed else 5.0
+        if self.transport is not None:
+            self.transport.waiter.close(wait=wait)
+
+    def __enter__(self) -> DistributedExecutor:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._failed = self._failed or exc_type is not None
+        self.close()
+
+    # ------------------------------------------------------------------ shapes
+    def probe_shapes(self, microbatches: Sequence) -> dict:
+        """``{(stage, input meta): output meta}`` for every stage but the last, on every rank.
+
+        Stage by stage, the owner probes its module (:func:`probe_output_meta`) for every
+        distinct microbatch input shape and broadcasts the result (``S - 1`` broadcasts).
+        A list or tuple of microbatches is scanned whole; any other sequence (lazy, e.g.
+        ``fit()``'s epoch feed) is assumed to have microbatch 0's shape throughout, which
+        stage 0 checks as it reads each input.
+        """
+        S = self.schedule.num_virtual_stages
+        self._first_meta = self._input_meta(microbatches, 0)
+        indices = [0] if self._uniform else range(self.schedule.total_microbatches)
+        inputs = sorted({self._input_meta(microbatches, m) for m in indices}, key=str)
+        current = {meta: meta for meta in inputs}  # first-stage input meta -> stage input meta
+        table = {}
+        for s in range(S - 1):
+            owner = self.schedule.rank_of(s)
+            box = [None]
+            if owner == self.rank:
+                module = self.workers[s].module
+                name = f"stage {s} on rank {self.rank}"
+                box[0] = {key: probe_output_meta(module, *meta, name=name)
+                          for key, meta in current.items()}
+            with faults.communication(f"the shape broadcast of stage {s} from rank {owner}"):
+                dist.broadcast_object_list(
+                    box, src=owner, device=self.device if self.backend == "nccl" else None)
+            current = box[0]
+            for key, meta in current.items():
+                table[(s, key)] = meta
+        return table
+
+    @staticmethod
+    def _input_meta(microbatches: Sequence, m: int) -> tuple:
+        x = microbatches[m][0]
+        return (tuple(x.shape), x.dtype)
+
+    def _message_meta(self, table: dict, microbatches: Sequence, message: Message) -> tuple:
+        key = (self._first_meta if self._uniform
+               else self._input_meta(microbatches, message.microbatch))
+        # an activation has the shape of its stage's output; a gradient the shape of its
+        # stage's input, i.e. of the previous stage's output
+        stage = message.stage if message.kind == ACTIVATION else message.stage - 1
+        return table[(stage, key)]
+
+    # ------------------------------------------------------------------ running
+    @property
+    def finished(self) -> bool:
+        """True once this rank has run all its actions."""
+        return self.position >= len(self.schedule.ranks[self.rank])
+
+    def _start(self, microbatches: Sequence) -> None:
+        """First call of :meth:`run`: shape probe and transport (kept across calls)."""
+        schedule = self.schedule
+        if len(microbatches) < schedule.total_microbatches:
+            raise ValueError(f"schedule {schedule.name!r} needs {schedule.total_microbatches} "
+                             f"microbatches, got {len(microbatches)}")
+        self.board.at(-1, len(schedule.ranks[self.rank]), "", "shape probe")
+        self._uniform = not isinstance(microbatches, (list, tuple))
+        table = self.probe_shapes(microbatches)
+        self.transport = P2PTransport(
+            self.plan, self.rank, partial(self._message_meta, table, microbatches),
+            device=placement.message_device(self.backend, self.device),
+            pinned=placement.pin_messages(self.backend, self.device),
+            waiter=faults.Waiter(self.board, self.op_timeout, polling=self.backend != "gloo"),
+            use_tags=self.backend == "gloo",
+            receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
+            verbose=self.p2p_verbose, posted=self.posted,
+        )
+        self.interpreter = Interpreter(
+            self.workers, schedule.num_virtual_stages - 1, _PeerTransport(self),
+            devices=[self.device] if self.device.type == "cuda" else [])
+
+    def run(self, microbatches: Sequence, *,
+            stop_after_updates: int | None = None) -> RankResult | DistRunResult:
+        """Run this rank's actions from where it stands; returns what this call did.
+
+        ``stop_after_updates=k`` stops once each of this rank's stages has made k updates
+        (other ranks stop at their own k-th update; messages already sent wait in the
+        transport for the next call). Collect the ranks' results with
+        :func:`merge_rank_results`, or pass ``gather_into`` to have every rank return the
+        merged result.
+        """
+        try:
+            mine = self._run(microbatches, stop_after_updates)
+            return mine if self.gather_into is None else self._gather(mine)
+        except BaseException:
+            self._failed = True
+            raise
+
+    def _gather(self, mine: RankResult) -> DistRunResult:
+        """Every rank's result on every rank; every stage's weights into ``gather_into``."""
+        mine.state_dicts = {}  # weights travel by broadcast, not in the gather
+        gathered = [None] * dist.get_world_size()
+        with faults.communication("gathering the ranks' results"), torch.no_grad():
+            dist.all_gather_object(gathered, mine)
+            for s, module in enumerate(self.gather_into):
+                owner = self.schedule.rank_of(s)
+                targets = list(module.state_dict().values())
+                if owner == self.rank:
+                    sources = list(self.workers[s].module.state_dict().values())
+                else:
+                    sources = [torch.empty_like(t, device=self.device) for t in targets]
+                for source, target in zip(sources, targets):
+                    buffer = source.detach().to(self.device)
+                    dist.broadcast(buffer, src=owner)
+                    if buffer.data_ptr() != target.data_ptr():
+                        target.copy_(buffer)
+        return merge_rank_results(self.schedule, gathered)
+
+    def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
+        schedule, rank = self.schedule, self.rank
+        if self.transport is None:
+            self._start(microbatches)
+        row = schedule.ranks[rank]
+        interpreter = self.interpreter
+        interpreter.transport.microbatches = microbatches
+        interpreter.applied_gradients = ({s: [] for s in self.stages}
+                                         if self.record_gradients else None)
+        meter = BytesMeter(self.workers, {rank: self.stages}) if self.track_bytes else None
+        recorder = Recorder(interpreter, {rank: self._action_names}, meter)
+        first_post = len(self.posted) if self.posted is not None else 0
+
+        def done() -> bool:
+            if stop_after_updates is None:
+                return self.finished
+            return self.finished or all(
+                w.versions.version >= stop_after_updates for w in self.workers.values())
+
+        self.board.at(self.position, len(row), _upcoming(row, self.position), "barrier")
+        with faults.communication("the barrier before the run"):
+            dist.barrier()
+        recorder.start()  # common time origin: everyone just left the barrier
+        while not done():
+            position = self.position
+            action = row[position]
+            self.board.at(position, len(row), str(action))
+            if self.fault is not None and self.fault.position == position:
+                self.fault.trigger(action)
+            start, end = interpreter.step(action)
+            self.position += 1
+            recorder.record(rank, position, action, start, end)
+        interpreter.transport.microbatches = ()
+        if self.finished:
+            self.board.at(len(row), len(row), "", "draining sends")
+            self.transport.close()
+        else:
+            self.board.at(self.position, len(row), _upcoming(row, self.position), "between runs")
+        posted = self.posted[first_post:] if self.posted is not None else []
+        return self._result(recorder, interpreter.applied_gradients or {}, posted)
+
+    def _check_uniform(self, x, m: int) -> None:
+        if self._uniform and (tuple(x.shape), x.dtype) != self._first_meta:
+            raise ValueError(
+                f"microbatch {m} has input shape {tuple(x.shape)} {x.dtype}, microbatch 0 has "
+                f"{self._first_meta}: with a lazy microbatch sequence the distributed executor "
+                "needs one shape (pass a list to allow several)")
+
+    def _result(self, recorder: Recorder, grads, posted) -> RankResult:
+        taken = take_records(self.workers)
+        states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
+                  for s, w in self.workers.items()}
+        return RankResult(
+            self.rank, recorder.rank_entries(), taken.losses, recorder.versions,
+            taken.forward_versions, taken.backward_versions, taken.distances,
+            taken.learning_rates, states,
+            gradients=grads if self.record_gradients else {},
+            peak_bytes=recorder.meter.peaks if self.track_bytes else {},
+            wait_seconds=self.wait_seconds,
+            group_learning_rates=taken.group_learning_rates, update_norms=taken.update_norms,
+            posted=list(posted),
+        )
+
+
+class _PeerTransport:
+    """The distributed executor's transport for the :class:`Interpreter`: the plan's
+    messages through :class:`~pipemare_lite.engine.dist.transport.P2PTransport`, the data
+    read from the rank's own copy of the feed."""
+
+    def __init__(self, executor: DistributedExecutor) -> None:
+        self.executor = executor
+        self.p2p = executor.transport
+        self.messages = executor.plan.messages
+        self.microbatches: Sequence = ()
+
+    def first_input(self, m: int):
+        """Stage 0's input of microbatch m (its shape checked against the probe's)."""
+        x = self.microbatches[m][0]
+        self.executor._check_uniform(x, m)
+        return x
+
+    def target(self, m: int):
+        """The last stage's target of microbatch m."""
+        return self.microbatches[m][1]
+
+    def activation(self, s: int, m: int):
+        """Receive the input of F(s, m) from stage s - 1."""
+        return self.p2p.recv(self.messages[(ACTIVATION, s - 1, m)])
+
+    def gradient(self, s: int, m: int):
+        """Receive the gradient of stage s's output from stage s + 1."""
+        return self.p2p.recv(self.messages[(GRADIENT, s + 1, m)])
+
+    def deliver(self, action, message) -> None:
+        """Post the send of the action's output (after noting the action, when recorded)."""
+        posted = self.executor.posted
+        if posted is not None:
+            posted.append(str(action))  # between its receives and its send
+        if message is None:
+            return
+        kind, s, m, tensor = message
+        plan_message = self.messages[(kind, s, m)]
+        if tensor is None:  # a gradient: the stage's output does not depend on its input
+            shape, dtype = self.p2p.meta(plan_message)
+            tensor = torch.zeros(shape, dtype=dtype, device=self.executor.device)
+        self.p2p.send(plan_message, tensor)
+
+
+#: RankResult fields keyed by (stage, microbatch), action or microbatch: merged by update.
+_BY_KEY = ("versions", "forward_versions", "backward_versions", "distances",
+           "loss_by_microbatch")
+#: RankResult fields keyed by stage -> the default of a stage that no rank reported.
+_BY_STAGE = {"learning_rates": lambda: None, "group_learning_rates": lambda: None,
+             "update_norms": list, "state_dicts": lambda: None, "gradients": list,
+             "peak_bytes": lambda: dict.fromkeys(BYTE_KINDS, 0)}
+
+
+def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> DistRunResult:
+    """Gather every rank's :class:`RankResult` into one :class:`DistRunResult` (chapter 11).
+
+    The trace is a :class:`~pipemare_lite.analysis.timeline.Timeline` with ``source="measured"`` and
+    ``unit="s"``: the Gantt figure and :func:`pipemare_lite.analysis.simulate.metrics` read it like
+    a simulated one.
+    """
+    by_rank = sorted(results, key=lambda r: r.rank)
+    S = schedule.num_virtual_stages
+    keyed = {name: {} for name in _BY_KEY}
+    staged = {name: [default() for _ in range(S)] for name, default in _BY_STAGE.items()}
+    entries = []
+    for r in by_rank:
+        row = schedule.ranks[r.rank]
+        entries += [TimedAction(r.rank, row[i], start, end) for i, _, start, end in r.entries]
+        for name, merged in keyed.items():
+            merged.update(getattr(r, name))
+        for name, per_stage in staged.items():
+            for s, value in getattr(r, name).items():
+                per_stage[s] = value
+    trace = Timeline(schedule, tuple(entries), unit="s", source="measured",
+                     extra={"versions": keyed["versions"], "distances": dict(keyed["distances"]),
+                            "wait_seconds": [r.wait_seconds for r in by_rank]})
+    by_mb = dict(sorted(keyed["loss_by_microbatch"].items()))
+    return DistRunResult(
+        list(by_mb.values()), by_mb, trace, keyed["forward_versions"],
+        keyed["backward_versions"], keyed["distances"], staged["learning_rates"],
+        staged["peak_bytes"], group_learning_rates=staged["group_learning_rates"],
+        update_norms=staged["update_norms"], state_dicts=staged["state_dicts"],
+        gradients=staged["gradients"], rank_results=list(by_rank),
+        posted=[r.posted for r in by_rank],
+    )
+
+
+# ---------------------------------------------------------------------- from Python
+
+
+@dataclass
+class DistJob:
+    """One distributed run, described so that it can be pickled to every process (chapter 11).
+
+    ``stages`` is a picklable callable returning all ``num_virtual_stages`` modules (each
+    rank calls it and keeps its own), e.g. :class:`PartitionedModel`. ``loss_fn``,
+    ``optimizer_factory`` and ``lr_scheduler_factory`` must be picklable too: module-level
+    functions or ``functools.partial`` objects (``partial(torch.optim.SGD, lr=0.1)``),
+    not lambdas.
+    """
+
+    schedule: Schedule
+    stages: Callable[[], Sequence[nn.Module]]
+    microbatches: Sequence
+    loss_fn: Callable
+    optimizer_factory: Callable
+    method_options: MethodOptions | None = None
+    lr_scheduler_factory: Callable | None = None
+    record_gradients: bool = False
+    track_bytes: bool = False
+    fault: Fault | None = None
+    p2p_verbose: bool | None = None
+    record_posts: bool = False
+
+
+@dataclass(frozen=True)
+class PartitionedModel:
+    """A picklable recipe for stage modules: ``partition(model_fn(**kwargs), num_stages)``.
+
+    Introduced in chapter 11. ``model_fn`` is a module-level builder such as
+    :func:`pipemare_lite.training.models.mlp`; it must be deterministic (seeded) so every rank builds
+    the same weights.
+    """
+
+    model_fn: Callable
+    num_stages: int
+    kwargs: tuple = ()
+    balance: object = None
+
+    def __call__(self) -> list[nn.Module]:
+        """Build the model and split it."""
+        from pipemare_lite.training.partition import partition
+
+        return partition(self.model_fn(**dict(self.kwargs)), self.num_stages,
+                         balance=self.balance)
+
+
+def dist_worker(info, jobs: Sequence[DistJob]) -> list[RankResult]:
+    """Process body used by :func:`run_distributed_jobs`: run each job in turn (chapter 11)."""
+    results = []
+    for job in jobs:
+        with DistributedExecutor(
+            job.schedule, job.stages(), loss_fn=job.loss_fn,
+            optimizer_factory=job.optimizer_factory, method_options=job.method_options,
+            lr_scheduler_factory=job.lr_scheduler_factory, rank=info.rank, device=info.device,
+            board=info.board, op_timeout=info.op_timeout,
+            record_gradients=job.record_gradients, track_bytes=job.track_bytes, fault=job.fault,
+            p2p_verbose=job.p2p_verbose, record_posts=job.record_posts,
+        ) as executor:
+            results.append(executor.run(job.microbatches))
+    return results
+
+
+def run_distributed_jobs(jobs: Sequence[DistJob], **launch_kwargs) -> list[DistRunResult]:
+    """Run several jobs with the same number of ranks in ONE launch (chapter 11).
+
+    Starting processes costs far more than a small run; tests and sweeps share a launch.
+    ``launch_kwargs`` go to :func:`pipemare_lite.engine.dist.launch.launch` (``timeout``,
+    ``op_timeout``, ``backend``, ``start_method``, ``master_addr``).
+    """
+    from pipemare_lite.engine.dist.launch import launch
+
+    jobs = list(jobs)
+    if not jobs:
+        return []
+    sizes = {job.schedule.num_stages for job in jobs}
+    if len(sizes) != 1:
+        raise ValueError(f"jobs in one launch need the same number of ranks, got {sorted(sizes)}")
+    per_rank = launch(dist_worker, sizes.pop(), args=(jobs,), **launch_kwargs)
+    return [merge_rank_results(job.schedule, [rank_results[i] for rank_results in per_rank])
+            for i, job in enumerate(jobs)]
+
+
+
+def run_distributed(schedule: Schedule, stages: Callable[[], Sequence[nn.Module]],
+                    microbatches: Sequence, *, loss_fn: Callable, optimizer_factory: Callable,
+                    **options) -> DistRunResult:
+    """Run ``schedule`` with one process per rank and return the gathered result (chapter 11).
+
+    The distributed twin of ``LocalExecutor(schedule, stages(), ...).run(microbatches)``:
+    same losses, versions and final weights, bitwise on CPU. ``options`` are
+    :class:`DistJob`'s other fields (``method_options``, ``fault``, ``record_posts`` ...;
+    see there what must be picklable) and :func:`run_distributed_jobs`'s launch arguments.
+    """
+    fields = {f.name for f in dataclasses.fields(DistJob)}
+    job = DistJob(schedule, stages, microbatches, loss_fn, optimizer_factory,
+                  **{k: v for k, v in options.items() if k in fields})
+    launch_kwargs = {k: v for k, v in options.items() if k not in fields}
+    return run_distributed_jobs([job], **launch_kwargs)[0]

@@ -1,0 +1,535 @@
+"""Faults in a multi-process pipeline: who failed, where everyone was (introduced in chapter 11).
+
+A pipeline is a chain of blocking waits: if one rank dies, its neighbours wait for a tensor
+that never comes, their neighbours wait for them, and the whole job hangs. This module makes
+every failure end the job quickly and say what happened:
+
+- each rank keeps a :class:`StatusBoard`: the main thread notes where it is in its schedule
+  (action index, action string, what it waits for) in a plain Python attribute, and a
+  daemon thread publishes that note to a side channel (a ``torch.distributed`` key-value
+  store) every tenth of a second (so a killed rank's last known place is at most that old);
+- a rank that raises writes ``failed/<rank>`` and, unless its error is only the echo of
+  another rank's failure (told by its origin: an abort it saw, or the communication
+  library failing in a wait on a peer, :class:`PeerConnectionError`), claims the ``abort``
+  key; the launcher claims ``abort`` when a child dies without a word (e.g. SIGKILL) or
+  the run times out;
+- the same thread polls ``abort``; every wait on a message (:class:`Waiter`) checks the
+  flag and its own per-operation deadline, so the other ranks raise :class:`PeerFailedError`
+  or :class:`OpTimeoutError` instead of hanging;
+- a backstop: when the main thread does not stop within ``exit_grace`` seconds of an
+  abort (stuck in compute or in a blocking collective), the thread ends the process;
+- the thread also publishes a heartbeat, and a wait whose link to its peer breaks notes
+  that peer as lost: under torchrun, :mod:`pipemare_lite.engine.dist.lost` reads both to name
+  the rank a worker lost (a machine that died) before it exits.
+
+::
+
+    rank 0 ──wait(act 1F3)──────────X PeerFailedError("rank 1 failed ...")
+    rank 1 ──1F2──boom! ── failed/1, abort ──▶ store ◀── polled by every rank
+    rank 2 ──wait(act 2F2)──────────X PeerFailedError("rank 1 failed ...")
+
+Keys live under the prefix ``pml/`` of the store that the process group was built on, so
+they never collide with torch's own keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+#: Prefix of every key this module writes.
+KEY_PREFIX = "pml/"
+#: Seconds between two publications of a rank's status (and two polls of ``abort``).
+PUBLISH_INTERVAL = 0.1
+
+
+class PipelineFault(RuntimeError):
+    """Base class: a pipeline rank could not finish its schedule."""
+
+
+class PeerFailedError(PipelineFault):
+    """Another rank (or the launcher) aborted the run; the message says who and why."""
+
+
+class OpTimeoutError(PipelineFault):
+    """A wait on a message took longer than the per-operation timeout."""
+
+
+class PeerConnectionError(PipelineFault):
+    """The communication library failed while this rank waited for a peer (a message or a
+    collective): the connection broke, almost always because that peer failed first.
+
+    Raised, from the library's own error, by the waits of :class:`Waiter` and inside
+    :func:`communication` blocks. Its type, not its words, marks a failure as the echo of
+    another rank's (:func:`is_communication_error`).
+    """
+
+
+@dataclass
+class Position:
+    """Where a rank is in its schedule, as published on the side channel.
+
+    Attributes:
+        rank: the rank.
+        index: position of the current action in the rank's action list (-1 before the first).
+        total: number of actions in the rank's list (0 when not known yet).
+        action: the current action as a string (``"1F3"``), or "" before the first.
+        state: what the rank is doing: ``setup``, ``compute``, ``wait <what>``, ``done``,
+            ``failed: <error>``.
+    """
+
+    rank: int
+    index: int = -1
+    total: int = 0
+    action: str = ""
+    state: str = "setup"
+
+    def describe(self) -> str:
+        """One line for an error message: ``rank 1: action 5/20 (1F2) failed: ...``."""
+        if self.index < 0:
+            return f"rank {self.rank}: before its first action ({self.state})"
+        return f"rank {self.rank}: action {self.index}/{self.total} ({self.action}) {self.state}"
+
+    def to_json(self) -> str:
+        """Serialize for the store."""
+        return json.dumps(self.__dict__)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Position:
+        """Inverse of :meth:`to_json`."""
+        return cls(**json.loads(text))
+
+
+def _key(name: str) -> str:
+    return KEY_PREFIX + name
+
+
+def _read_all(store, world_size: int, name: str, parse) -> dict:
+    """``rank -> parse(value of pml/<name>/<rank>)`` for every rank that wrote the key."""
+    keys = {rank: _key(f"{name}/{rank}") for rank in range(world_size)}
+    return {rank: parse(store.get(key)) for rank, key in keys.items() if store.check([key])}
+
+
+def read_positions(store, world_size: int) -> dict[int, Position]:
+    """The last published position of every rank (a rank that published nothing is left out)."""
+    return _read_all(store, world_size, "status", Position.from_json)
+
+
+def read_failures(store, world_size: int) -> dict[int, str]:
+    """``rank -> error text`` for every rank that reported a failure."""
+    return _read_all(store, world_size, "failed", bytes.decode)
+
+
+def read_beats(store, world_size: int) -> dict[int, int]:
+    """``rank -> heartbeat counter`` for every rank that published one."""
+    return _read_all(store, world_size, "beat", int)
+
+
+def read_abort(store) -> str | None:
+    """The reason of the run's abort, or None when nobody aborted."""
+    key = _key("abort")
+    return store.get(key).decode() if store.check([key]) else None
+
+
+def claim_abort(store, reason: str) -> str:
+    """Set the run's abort reason unless one is set already; returns the reason that holds."""
+    key = _key("abort")
+    # compare_set with expected "" sets the key only when it is absent.
+    return store.compare_set(key, "", reason).decode()
+
+
+def format_positions(positions: dict[int, Position], world_size: int) -> str:
+    """Every rank's position on its own line (ranks with no report say so)."""
+    return "\n".join(f"  {positions[r].describe()}" if r in positions
+                     else f"  rank {r}: no status reported" for r in range(world_size))
+
+
+#: Types whose failure reports are echoes of another rank's failure, not causes.
+ECHO_TYPES = (PeerFailedError, PeerConnectionError)
+
+
+def is_communication_error(exc: BaseException) -> bool:
+    """True for errors that are a consequence of another rank's failure, not a cause.
+
+    Told by where the error came from: an abort seen on the side channel
+    (:class:`PeerFailedError`) or the communication library failing inside a wait on a peer
+    (:class:`PeerConnectionError`). Any other error, whatever its text, is a cause.
+    """
+    return isinstance(exc, ECHO_TYPES)
+
+
+def is_communication_error_text(report: str) -> bool:
+    """:func:`is_communication_error` for a failure report read from the store.
+
+    A report starts with the error's type name (``"PeerConnectionError: ..."``, written by
+    :meth:`StatusBoard.fail`), which is what is checked.
+    """
+    first = report.splitlines()[0] if report else ""
+    return first.split(":", 1)[0] in {t.__name__ for t in ECHO_TYPES}
+
+
+@contextlib.contextmanager
+def communication(what: str):
+    """Turn an error of the communication library inside the block (a collective such as a
+    barrier or a broadcast) into :class:`PeerConnectionError` naming ``what``."""
+    try:
+        yield
+    except PipelineFault:
+        raise
+    except RuntimeError as exc:  # gloo and NCCL raise RuntimeError (or subclasses)
+        raise PeerConnectionError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _raise_from_wait(exc: BaseException, what: str, board: StatusBoard | None = None,
+                     peer: int | None = None):
+    """Raise for ``exc``, which a Work's ``wait()`` raised while waiting for ``what``: a
+    :class:`PeerConnectionError` from it, unless it is one of ours (or not an Exception).
+    With the ``peer`` of a point-to-point message, the board notes the broken link as
+    evidence that this peer was lost (:meth:`StatusBoard.note_lost`)."""
+    if isinstance(exc, PipelineFault) or not isinstance(exc, Exception):
+        raise exc
+    first = (str(exc).strip().splitlines() or [""])[0][:200]  # gloo's messages run long
+    if board is not None and peer is not None:
+        board.note_lost(peer, f"the link to it broke while waiting for {what} ({first})")
+    raise PeerConnectionError(f"waiting for {what}: {type(exc).__name__}: {exc}") from exc
+
+
+class StatusBoard:
+    """One rank's link to the side channel: its position, the abort flag, a watchdog.
+
+    Introduced in chapter 11. ``store`` is a ``torch.distributed.Store`` (the main thread and
+    the watchdog thread each use their own client: ``store_factory`` makes the thread's).
+    Without a store (``store=None``) the board still records the position locally and
+    :class:`Waiter` still enforces per-operation timeouts.
+
+    Args:
+        rank, world_size: this rank and the number of ranks.
+        store: the store for the main thread's writes (failure reports), or None.
+        store_factory: makes a second client for the watchdog thread; defaults to ``store``.
+        launcher_pid: when set, the watchdog ends this process if that process disappears
+            (so a killed notebook kernel leaves no orphan workers), or, with
+            ``exit_with_parent``, as soon as this process's parent is no longer that process
+            (a torchrun worker whose agent was killed: the agent's pid may linger as a zombie).
+        exit_grace: seconds the main thread gets to stop on its own after an abort.
+
+    The watchdog's heartbeat (``beat/<rank>``) tells which peers stopped
+    (:func:`stalled_ranks`); ``lost`` collects direct evidence (a broken link to a peer);
+    ``before_exit``, when set, is called with the reason just before the watchdog ends the
+    process.
+    """
+
+    def __init__(self, rank: int, world_size: int, store=None, *,
+                 store_factory: Callable[[], object] | None = None,
+                 launcher_pid: int | None = None, exit_with_parent: bool = False,
+                 exit_grace: float = 10.0) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.store = store
+        self._store_factory = store_factory or (lambda: store)
+        self.launcher_pid = launcher_pid
+        self.exit_with_parent = exit_with_parent
+        self.launcher_name = "its launcher"  # as the exit message names it
+        self.exit_grace = exit_grace
+        self.lost: dict[int, str] = {}
+        self.store_lost = False  # the watchdog found the side-channel store unreachable
+        self.before_exit: Callable[[str], None] | None = None
+        self.position = Position(rank)
+        self.abort_reason: str | None = None
+        self._finished = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- main thread ------------------------------------------------------------------
+    def at(self, index: int, total: int, action: str, state: str = "compute") -> None:
+        """Note the current action (cheap: no I/O; the watchdog thread publishes it)."""
+        self.position = Position(self.rank, index, total, action, state)
+
+    def note(self, state: str) -> None:
+        """Change only the state of the current position (``wait act 1F3 from rank 0``)."""
+        self.position = dataclasses.replace(self.position, state=state)
+
+    def note_lost(self, peer: int, why: str) -> None:
+        """Record evidence that ``peer`` is gone (the first piece of evidence is kept)."""
+        self.lost.setdefault(peer, why)
+
+    def check(self) -> None:
+        """Raise :class:`PeerFailedError` when the run was aborted."""
+        if self.abort_reason is not None:
+            raise PeerFailedError(f"rank {self.rank} stops: {self.abort_reason}")
+
+    def fail(self, exc: BaseException) -> None:
+        """Report this rank's failure: ``failed/<rank>``, the position, and ``abort``."""
+        where = self.position.describe()
+        text = f"{type(exc).__name__}: {exc}"
+        self.note(f"failed: {text}")
+        if self.store is None:
+            return
+        try:
+            self.store.set(_key(f"status/{self.rank}"), self.position.to_json())
+            detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            self.store.set(_key(f"failed/{self.rank}"), f"{text}\n{detail}")
+            if not is_communication_error(exc):
+                claim_abort(self.store, f"rank {self.rank} failed at {where}: {text}")
+        except Exception:  # the store may be gone too; the launcher still sees the exit code
+            pass
+
+    def finish(self) -> None:
+        """Mark this rank done and stop the watchdog thread."""
+        self._finished = True
+        self.note("done")
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * PUBLISH_INTERVAL + 1.0)
+        if self.store is not None:
+            with contextlib.suppress(Exception):
+                self.store.set(_key(f"status/{self.rank}"), self.position.to_json())
+
+    # -- watchdog thread --------------------------------------------------------------
+    def start(self) -> StatusBoard:
+        """Start the daemon thread that publishes the position and polls ``abort``."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, daemon=True,
+                                            name=f"pml-watchdog-{self.rank}")
+            self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        store = None
+        with contextlib.suppress(Exception):
+            store = self._store_factory() if self.store is not None else None
+        published = abort_seen_at = None
+        beat = 0
+        while not self._stop.wait(PUBLISH_INTERVAL):
+            if self._launcher_gone():
+                # nobody will collect our result, and the launcher's store is gone too (each
+                # failed call would print a C++ stack trace): one line, then exit
+                line = (f"rank {self.rank}: {self.launcher_name} (pid {self.launcher_pid}) "
+                        f"is gone; stopping ({self.position.describe()})\n")
+                with contextlib.suppress(OSError):
+                    os.write(2, line.encode())
+                self._exit(3, f"{self.launcher_name} (pid {self.launcher_pid}) is gone")
+            if store is None:
+                continue
+            try:
+                beat += 1
+                store.set(_key(f"beat/{self.rank}"), str(beat))
+                if self.position != published:
+                    published = self.position
+                    store.set(_key(f"status/{self.rank}"), published.to_json())
+                if self.abort_reason is None:
+                    reason = read_abort(store)
+                    if reason is not None:
+                        self.abort_reason = reason
+                        abort_seen_at = time.monotonic()
+            except Exception:
+                # The store's host died (the launcher or torchrun's agent): stop waiting.
+                self.store_lost = True
+                self.abort_reason = self.abort_reason or "the side-channel store is unreachable"
+                abort_seen_at = abort_seen_at or time.monotonic()
+            if (abort_seen_at is not None and not self._finished
+                    and time.monotonic() - abort_seen_at > self.exit_grace):
+                # backstop: the main thread is stuck outside any wait
+                self._exit(4, f"stopped {self.exit_grace:g} s after the abort "
+                           f"({self.abort_reason}) without its main thread noticing")
+
+    def _launcher_gone(self) -> bool:
+        if self.launcher_pid is None:
+            return False
+        if self.exit_with_parent and os.getppid() != self.launcher_pid:
+            return True
+        return not _pid_alive(self.launcher_pid)
+
+    def _exit(self, code: int, reason: str) -> None:
+        """End the process from the watchdog thread, after ``before_exit`` had its say."""
+        if self.before_exit is not None:
+            with contextlib.suppress(BaseException):
+                self.before_exit(reason)
+        os._exit(code)
+
+
+def stalled_ranks(store, world_size: int, window: float, *, exclude=()) -> list[int]:
+    """Ranks whose heartbeat did not advance during ``window`` seconds, leaving out
+    ``exclude`` and ranks whose last status says they finished or failed (their watchdog
+    stopped on purpose). Raises what the store raises when it is unreachable."""
+    before = read_beats(store, world_size)
+    time.sleep(window)
+    after = read_beats(store, world_size)
+    states = {r: p.state for r, p in read_positions(store, world_size).items()}
+    return [r for r in range(world_size) if r not in exclude and after.get(r) == before.get(r)
+            and not (states.get(r, "") == "done" or states.get(r, "").startswith("failed"))]
+
+
+def _pid_alive(pid: int) -> bool:
+    """True if a process with this id exists (zombies included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _Pending:
+    """One Work being waited for: polled (NCCL: ``is_completed()`` tells the truth) or, with
+    ``jobs``, handed to a helper thread that blocks in ``wait()`` (gloo)."""
+
+    def __init__(self, work, jobs=None) -> None:
+        self.work, self.error = work, None
+        self.event = None if jobs is None else threading.Event()
+        if jobs is not None:
+            jobs.put(self)
+
+    def done(self, pause: float) -> bool:
+        """True when complete; else wait up to ``pause`` seconds and return False."""
+        if self.event is not None:
+            return self.event.wait(pause)
+        if self.work.is_completed():
+            return True
+        if pause:
+            time.sleep(pause)
+        return False
+
+    def finish(self) -> None:
+        """Raise the communication error of a completed Work, if any."""
+        if self.event is None:
+            self.work.wait()
+        elif self.error is not None:
+            raise self.error
+
+
+class Waiter:
+    """Abortable waits on ``torch.distributed`` Works, for gloo and NCCL (chapter 11).
+
+    A blocking ``work.wait()`` cannot be interrupted, gloo's timed wait closes the connection
+    when it expires, and gloo's ``is_completed()`` stays False until someone waits. So with
+    gloo a helper thread does the blocking ``wait()`` and the main thread waits on an event
+    in slices of 50 ms, checking the abort flag and the deadline in between. Sends go to a
+    second thread, so their buffers are freed as they complete (two threads: a send only
+    completes after its peer posted the matching receive, which may depend on a receive of
+    ours). With NCCL (``polling=True``) the main thread polls ``is_completed()``, sleeping
+    from 20 us up to 1 ms, so short waits stay short and long ones cost little CPU.
+
+    The helper threads belong to one run: :meth:`close` stops them (the transport's and the
+    executor's ``close`` call it), so a process that runs many jobs holds no more threads
+    after the last than after the first.
+
+    Args:
+        board: the rank's status board (abort flag, position), or None.
+        timeout: seconds any single wait may take.
+        polling: True for NCCL (poll ``is_completed``), False for gloo (helper threads).
+
+    ``wait_seconds`` adds up the time spent in :meth:`wait` (the trace's waiting time).
+    """
+
+    SLICE = 0.05
+
+    def __init__(self, board: StatusBoard | None, timeout: float, *, polling: bool) -> None:
+        self.board = board
+        self.timeout = timeout
+        self.polling = polling
+        self.wait_seconds = 0.0
+        self._sends: list = []  # (pending, tensor kept alive until sent, what, peer)
+        self._queues: dict = {}  # helper thread name -> its job queue
+        self._threads: list[tuple[threading.Thread, object]] = []  # (thread, its job queue)
+
+    def _pending(self, work, name: str) -> _Pending:
+        if self.polling:
+            return _Pending(work)
+        if name not in self._queues:
+            import queue
+
+            jobs = self._queues[name] = queue.SimpleQueue()
+
+            def serve():
+                while (job := jobs.get()) is not None:  # None: close(), no more work
+                    try:
+                        job.work.wait()
+                    except BaseException as exc:  # handed to the main thread
+                        job.error = exc
+                    job.event.set()
+
+            thread = threading.Thread(target=serve, name=name, daemon=True)
+            thread.start()
+            self._threads.append((thread, jobs))
+        return _Pending(work, self._queues[name])
+
+    def _await(self, pending: _Pending, what: str, peer: int | None) -> None:
+        """Wait for ``pending``, checking the abort flag and the deadline; raise
+        :class:`PeerConnectionError` (via :func:`_raise_from_wait`) if its Work failed."""
+        board = self.board
+        pause = 2e-5 if self.polling else self.SLICE
+        if not pending.done(0.0 if self.polling else pause):
+            before = board.position.state if board is not None else ""
+            if board is not None:
+                board.note(f"wait {what}")
+            deadline = time.monotonic() + self.timeout
+            while not pending.done(pause):
+                if board is not None:
+                    board.check()
+                if time.monotonic() > deadline:
+                    where = board.position.describe() if board is not None else ""
+                    raise OpTimeoutError(f"waited more than {self.timeout:g} s for {what} "
+                                         f"({where})")
+                if self.polling:
+                    pause = min(pause * 2, 1e-3)
+            if board is not None:
+                board.note(before)
+        try:
+            pending.finish()
+        except BaseException as exc:
+            _raise_from_wait(exc, what, board, peer)
+
+    def wait(self, work, what: str, peer: int | None = None) -> None:
+        """Block until ``work`` is done; raise on abort, timeout or a communication error.
+
+        ``peer``: the rank at the other end (noted as lost when the link to it breaks)."""
+        start = time.perf_counter()
+        try:
+            self._await(self._pending(work, "pml-recv-waiter"), what, peer)
+        finally:
+            self.wait_seconds += time.perf_counter() - start
+
+    def reap(self, work, keep_alive, what: str, peer: int | None = None) -> None:
+        """Let a send complete in the background; ``keep_alive`` (its tensor) lives until then."""
+        pending = self._pending(work, "pml-send-waiter")
+        self._sends = [s for s in self._sends if not s[0].done(0.0)]
+        self._sends.append((pending, keep_alive, what, peer))
+
+    def drain(self) -> None:
+        """Wait until every reaped send is complete (the end of a run)."""
+        for pending, _tensor, what, peer in self._sends:
+            self._await(pending, f"{what} to be received", peer)
+        self._sends = []
+
+    def close(self, wait: float = 5.0) -> None:
+        """Stop the helper threads; safe to call twice (a later wait starts new ones).
+
+        Each thread first finishes the waits already handed to it, so with every send
+        complete (after :meth:`drain`) it ends at once. ``wait`` bounds the seconds spent
+        joining them (0 after a failure: a thread blocked on a dead peer's message must not
+        delay the error report; it is a daemon and ends with the process). A thread still
+        alive after the bound is reported with a warning, not left silently.
+        """
+        threads, self._threads, self._queues = self._threads, [], {}
+        for _thread, jobs in threads:
+            jobs.put(None)
+        if wait <= 0:
+            return
+        deadline = time.monotonic() + wait
+        for thread, _jobs in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        alive = [thread.name for thread, _jobs in threads if thread.is_alive()]
+        if alive:
+            import warnings
+
+            warnings.warn(f"rank {self.board.rank if self.board else '?'}: helper thread(s) "
+                          f"{alive} still wait on a message after {wait:g} s (a send nobody "
+                          "received); they end with the process", RuntimeWarning, stacklevel=2)

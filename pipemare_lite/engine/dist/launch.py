@@ -1,0 +1,565 @@
+"""Start one process per rank, from Python or a notebook, or join a ``torchrun`` job (chapter 11).
+
+From Python (a notebook included)::
+
+    from pipemare_lite.engine.dist.launch import launch
+    results = launch(my_worker, world_size=4, args=(config,), timeout=120)
+
+``my_worker(info, *args)`` runs in every process with the process group already initialized
+(``info`` is a :class:`RankInfo`); its return values come back as a list indexed by rank.
+The worker must live in an importable module (not in the notebook itself): children are
+started with ``forkserver`` (``spawn`` where that is missing), which pickles the function by
+name. ``torch`` and this package are preloaded into the fork server once, so a launch costs
+a fork, not a fresh ``import torch`` per rank. What the parent registered (a method, a
+schedule) is not there: ``imports=["my_methods"]`` imports those modules in every rank
+before the worker runs, as do the modules named in ``PIPEMARE_PLUGINS``
+(:mod:`pipemare_lite.plugins`).
+
+What :func:`launch` guarantees:
+
+- loopback only by default (``master_addr="127.0.0.1"``); the rendezvous port is chosen by
+  the operating system at run time (the launcher hosts a ``TCPStore`` on port 0), so
+  concurrent launches never collide;
+- gloo on CPU, NCCL when CUDA has a device per rank (``backend=None``); rank r uses
+  ``cuda:r`` with NCCL;
+- the launcher hosts the side-channel store (:mod:`pipemare_lite.engine.dist.faults`), so it
+  can still read where every rank was after one of them died;
+- it always cleans up: on an error, a dead child or the timeout it sets the ``abort`` key,
+  gives the ranks a few seconds to stop and report, then terminates and finally kills every
+  child that is still alive. No orphans: a child also exits when the launcher disappears.
+
+From a shell, the same training runs under ``torchrun`` (one process per rank; the
+``--executor dist`` option of ``pipemare_lite.training.fit`` calls :func:`init_from_env`)::
+
+    # one machine, 4 ranks
+    torchrun --standalone --nproc-per-node 4 -m pipemare_lite.training.fit --executor dist ...
+
+    # two machines with 4 ranks each: run on both, with the first machine's address
+    torchrun --nnodes 2 --nproc-per-node 4 --node-rank 0 \\
+        --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29500 --rdzv-id job42 \\
+        -m pipemare_lite.training.fit --executor dist ...
+    # (--node-rank 1 on the second machine; --max-restarts 0 keeps failures visible)
+
+The two-machine form is tested as two torchrun "nodes" on one host
+(``tests/test_multinode.py``). Under torchrun a worker exits with its agent (its parent),
+and when a peer disappears it prints which rank it lost before it exits
+(:mod:`pipemare_lite.engine.dist.lost`). Devices and backend come from
+:mod:`pipemare_lite.engine.placement`.
+
+``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
+``MASTER_PORT``; :func:`init_from_env` reads them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import multiprocessing as mp
+import os
+import pickle
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipemare_lite.engine.dist import faults, torchrun as under_torchrun
+
+from pipemare_lite.engine import placement
+from pipemare_lite.engine.placement import choose_backend  # noqa: F401  (chapter 11)
+
+#: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
+ABORT_GRACE = 5.0
+#: Addresses for which the children's gloo sockets are kept on the loopback interface.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: Seconds the launcher waits after a failed exit before naming the cause, and the most it
+#: waits when every failure so far is only the echo of another (a closed connection).
+SETTLE, SETTLE_MAX = 0.3, 3.0
+#: Modules imported once into the fork server. torch._dynamo is what the first optimizer
+#: constructor imports (several seconds per process otherwise).
+PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo",
+           "pipemare_lite.engine.dist.executor")
+
+
+@dataclass
+class RankInfo:
+    """What a worker function knows about its place in the job.
+
+    Attributes:
+        rank, world_size, local_rank: as in ``torch.distributed`` / ``torchrun``.
+        backend: "gloo" or "nccl".
+        device: ``torch.device("cpu")`` with gloo, ``cuda:<local_rank>`` with NCCL.
+        board: this rank's :class:`~pipemare_lite.engine.dist.faults.StatusBoard`.
+        op_timeout: seconds any single wait on a message may take.
+        placement: the rank's :class:`~pipemare_lite.engine.placement.Placement`
+            (device, backend, where weights, optimizer state and messages live).
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: Any
+    board: faults.StatusBoard
+    op_timeout: float
+    placement: Any = None
+
+
+_CURRENT: RankInfo | None = None
+
+
+def current() -> RankInfo | None:
+    """This process's :class:`RankInfo` when it was started by :func:`launch` or joined a
+    ``torchrun`` job with :func:`init_from_env`; None otherwise (chapter 11)."""
+    return _CURRENT
+
+
+class LaunchError(RuntimeError):
+    """A launched job failed: names the failed rank(s) and where every rank was.
+
+    Attributes:
+        failed_ranks: ranks that raised, died or timed out (the cause first when known).
+        positions: ``rank -> Position`` as last published.
+        errors: ``rank -> error text`` (traceback) for ranks that reported one.
+        exit_codes: ``rank -> exit code`` (negative: killed by that signal).
+        pids: ``rank -> process id`` (all ended when the error is raised).
+    """
+
+    def __init__(self, message, *, failed_ranks, positions, errors, exit_codes, pids):
+        super().__init__(message)
+        self.failed_ranks = failed_ranks
+        self.positions = positions
+        self.errors = errors
+        self.exit_codes = exit_codes
+        self.pids = pids
+
+
+def _place(backend: str, rank: int, local_rank: int, local_world_size: int):
+    """This rank's :class:`~pipemare_lite.engine.placement.Placement` and torch device
+    (gloo computes on the CPU, NCCL on ``cuda:<local rank>``, made the current device)."""
+    import torch
+
+    where = placement.plan(rank, local_rank, local_world_size, backend=backend,
+                           device="cuda" if backend == "nccl" else "cpu")
+    device = torch.device(where.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return where, device
+
+
+def _join(backend: str, rank: int, world_size: int, local_rank: int, local_world_size: int,
+          op_timeout: float, num_threads: int | None, store=None):
+    """Place this rank and init its process group (on ``store`` under the prefix ``pg/``
+    when given, else from torchrun's environment); returns ``(placement, device)``."""
+    import torch
+    import torch.distributed as dist
+
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    where, device = _place(backend, rank, local_rank, local_world_size)
+    group = {"device_id": device} if backend == "nccl" else {}
+    if store is not None:
+        group.update(store=dist.PrefixStore("pg/", store), rank=rank, world_size=world_size)
+    # gloo's own timeout is a second line of defence behind the Waiter's deadline.
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=op_timeout + 30.0),
+                            **group)
+    return where, device
+
+
+def _connect(addr: str, port: int, seconds: float):
+    import torch.distributed as dist
+
+    return dist.TCPStore(addr, port, is_master=False,
+                         timeout=datetime.timedelta(seconds=seconds))
+
+
+def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
+                worker_fn: Callable, args: tuple, kwargs: dict, result_dir: str,
+                launcher_pid: int, op_timeout: float, num_threads: int | None,
+                imports: tuple = ()) -> None:
+    """Body of one child process: init, import the plugins, run the worker, write the
+    result, exit."""
+    import torch.distributed as dist
+
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR=addr,
+        MASTER_PORT=str(port),
+    )
+    if backend == "gloo" and sys.platform == "linux" and addr in LOOPBACK:
+        # gloo binds to the address the host name resolves to unless told an interface
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    store = _connect_while_launcher_lives(addr, port, launcher_pid)
+    board = faults.StatusBoard(rank, world_size, store, launcher_pid=launcher_pid,
+                               store_factory=lambda: _connect(addr, port, 60)).start()
+    code = 0
+    try:
+        where, device = _join(backend, rank, world_size, rank, world_size, op_timeout,
+                              num_threads, store)
+        global _CURRENT
+        info = _CURRENT = RankInfo(rank, world_size, rank, backend, device, board, op_timeout,
+                                   where)
+        from pipemare_lite.plugins import load_plugins
+
+        load_plugins(imports)  # the parent's PIPEMARE_PLUGINS travel in ``imports``
+        result = worker_fn(info, *args, **kwargs)
+        _write(Path(result_dir) / f"rank{rank}.pkl", ("ok", result))
+        board.finish()
+        dist.destroy_process_group()
+    except BaseException as exc:  # report everything, KeyboardInterrupt included
+        code = 1
+        board.fail(exc)
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            _write(Path(result_dir) / f"rank{rank}.pkl", ("error", text))
+        except Exception:
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit: no atexit hooks, no joins on communication threads that may hang after a
+    # failure; everything worth keeping is already in the result file and the store.
+    os._exit(code)
+
+
+def _connect_while_launcher_lives(addr: str, port: int, launcher_pid: int, patience=60.0):
+    """Connect to the launcher's store in short attempts; exit at once if it is gone.
+
+    A single long connect would keep an orphan alive for its whole timeout when the
+    launcher dies while this child is still starting.
+    """
+    deadline = time.monotonic() + patience
+    while True:
+        if not faults._pid_alive(launcher_pid):
+            os._exit(3)
+        try:
+            return _connect(addr, port, 2)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+
+
+def _write(path: Path, payload) -> None:
+    tmp = path.with_suffix(".tmp")
+    try:
+        data = pickle.dumps(payload)
+    except Exception as exc:  # an unpicklable result is the worker's bug: say so
+        data = pickle.dumps(("error", f"result of rank could not be pickled: {exc!r}"))
+    tmp.write_bytes(data)
+    tmp.rename(path)
+
+
+def _context(start_method: str | None):
+    methods = mp.get_all_start_methods()
+    method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
+    if method not in methods:
+        raise ValueError(f"start_method {method!r} not available here; allowed: {methods}")
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
+def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: dict | None = None,
+           timeout: float = 600.0, op_timeout: float = 120.0, backend: str | None = None,
+           master_addr: str = "127.0.0.1", start_method: str | None = None,
+           num_threads: int | None = 1, grace: float = ABORT_GRACE,
+           imports: Sequence[str] = ()) -> list:
+    """Run ``worker_fn(info, *args, **kwargs)`` in ``world_size`` processes; return the results.
+
+    Introduced in chapter 11.
+
+    Args:
+        worker_fn: a module-level function (picklable by name).
+        world_size: number of processes (ranks), >= 1.
+        timeout: seconds for the whole job; then every rank is stopped.
+        op_timeout: seconds any single wait on a message may take (see
+            :class:`pipemare_lite.engine.dist.faults.Waiter`).
+        backend: "gloo", "nccl" or None (NCCL when CUDA has a device per rank).
+        master_addr: address the rendezvous store binds to (loopback by default).
+        start_method: multiprocessing start method; default forkserver (spawn if missing).
+        num_threads: ``torch.set_num_threads`` in each child (1: bitwise-reproducible CPU
+            math, and no oversubscription); None leaves torch's default.
+        grace: seconds the ranks get to stop and report after an abort, before the
+            launcher terminates (then kills) them.
+        imports: modules every rank imports before ``worker_fn`` runs (plugins that
+            register methods, schedules ...), after those in this process's
+            ``PIPEMARE_PLUGINS``. Each is imported here first, so a typo fails at once.
+
+    Returns:
+        ``[result of rank 0, result of rank 1, ...]``.
+
+    Raises:
+        MainGuardError: called at the top level of a script, outside
+            ``if __name__ == "__main__":`` (:mod:`pipemare_lite.engine.dist.main_guard`).
+        LaunchError: a rank raised, died or timed out; the message names it and lists every
+            rank's last position in its schedule. No child is alive when it is raised.
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if timeout <= 0 or op_timeout <= 0:
+        raise ValueError(f"timeouts must be > 0, got timeout={timeout}, op_timeout={op_timeout}")
+    if isinstance(imports, str):
+        raise ValueError(f"imports is a list of module names, got the string {imports!r}")
+    from pipemare_lite.plugins import env_plugins, load_plugins
+
+    load_plugins(imports)  # here first: a module that does not import fails before any fork
+    # the children get the environment's plugins explicitly: a fork server started earlier
+    # would hand them an older environment
+    imports = tuple(env_plugins()) + tuple(imports)
+
+    from pipemare_lite.engine.dist.main_guard import check_main_guard
+
+    ctx = _context(start_method)
+    check_main_guard("launch()", ctx.get_start_method())  # before any child re-imports
+    import torch.distributed as dist
+
+    backend = choose_backend(world_size, backend)
+    listener = _listen(master_addr)
+    port = listener.getsockname()[1]
+    store = dist.TCPStore(
+        master_addr, port, is_master=True, wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=60), master_listen_fd=listener.detach(),
+    )  # the store owns the socket from here on and closes it
+    result_dir = tempfile.mkdtemp(prefix="pipemare-launch-")
+    procs = []
+    try:
+        for rank in range(world_size):
+            proc = ctx.Process(
+                target=_child_main,
+                args=(rank, world_size, master_addr, port, backend, worker_fn, args,
+                      kwargs or {}, result_dir, os.getpid(), op_timeout, num_threads,
+                      imports),
+                name=f"pipemare-rank{rank}",
+                daemon=True,
+            )
+            proc.start()
+            procs.append(proc)
+        exit_codes, reason = _supervise(procs, store, timeout, grace)
+        return _collect(procs, store, result_dir, exit_codes, reason, world_size)
+    finally:
+        _stop_all(procs)
+        shutil.rmtree(result_dir, ignore_errors=True)
+
+
+def _listen(address: str) -> socket.socket:
+    """A listening socket on ``address`` and a free port the OS picks.
+
+    Handed to the store (``master_listen_fd``): by itself a TCPStore listens on every
+    interface, whatever host name it is given; this way loopback means loopback.
+    """
+    family, kind, proto, _, sockaddr = socket.getaddrinfo(
+        address, 0, type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, kind, proto)
+    listener.bind(sockaddr)
+    listener.listen(128)
+    return listener
+
+
+def _supervise(procs, store, timeout: float, grace: float) -> tuple[dict[int, int], str | None]:
+    """Wait for every child; on a failure or the timeout, abort and reap. Returns exit codes.
+
+    When a child dies, its neighbours fail a moment later (their connection to it closed),
+    and the launcher may see their exits first. So after a failed exit it waits
+    :data:`SETTLE` seconds, and as long as every failure it knows of is only such an echo,
+    up to :data:`SETTLE_MAX`, before it names the cause (:func:`_exit_cause`).
+    """
+    deadline = time.monotonic() + timeout
+    first_failure = abort_deadline = None
+    reason = None
+    exit_codes: dict[int, int] = {}
+    while len(exit_codes) < len(procs):
+        for rank, proc in enumerate(procs):
+            if rank not in exit_codes and proc.exitcode is not None:
+                exit_codes[rank] = proc.exitcode
+                if proc.exitcode != 0 and first_failure is None:
+                    first_failure = time.monotonic()
+        now = time.monotonic()
+        if abort_deadline is None and first_failure is not None and now >= first_failure + SETTLE:
+            reason = faults.read_abort(store)
+            if reason is None:
+                cause = _exit_cause(exit_codes, store, len(procs),
+                                    final=now >= first_failure + SETTLE_MAX)
+                reason = None if cause is None else faults.claim_abort(store, cause)
+            if reason is not None:
+                abort_deadline = now + grace
+        if abort_deadline is None and now > deadline:
+            reason = faults.claim_abort(store, f"the launch timed out after {timeout:g} s")
+            abort_deadline = now + grace
+        if abort_deadline is not None and now > abort_deadline:
+            break
+        time.sleep(0.02)
+    if reason is None and any(code != 0 for code in exit_codes.values()):
+        # everyone exited before a cause was named
+        reason = faults.read_abort(store) or faults.claim_abort(
+            store, _exit_cause(exit_codes, store, len(procs), final=True))
+    return exit_codes, reason
+
+
+def _exit_cause(exit_codes: dict[int, int], store, world_size: int, *, final: bool):
+    """The abort reason for failed exits nobody explained, or None to wait a little longer.
+
+    In order: a rank killed by a signal, one that left no failure report, one whose report
+    is a real error; ranks that only report a closed connection are named only when
+    ``final`` (nothing better turned up).
+    """
+    failed = sorted(r for r, code in exit_codes.items() if code != 0)
+    reported = faults.read_failures(store, world_size)
+    killed = [r for r in failed if exit_codes[r] < 0]
+    silent = [r for r in failed if r not in reported]
+    real = [r for r in failed if r in reported
+            and not faults.is_communication_error_text(reported[r])]
+    candidates = killed or silent or real or (failed if final else [])
+    if not candidates:
+        return None
+    rank = candidates[0]
+    code = exit_codes[rank]
+    if code < 0:
+        return f"rank {rank} was killed by signal {-code}"
+    return f"rank {rank} exited with code {code}"
+
+
+def _stop_all(procs) -> None:
+    """Terminate, then kill, every child still alive; join them all."""
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        p.terminate()
+    end = time.monotonic() + 2.0
+    for p in alive:
+        p.join(timeout=max(0.0, end - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(timeout=5.0)
+
+
+def _collect(procs, store, result_dir, exit_codes, reason, world_size) -> list:
+    _stop_all(procs)
+    for rank, proc in enumerate(procs):
+        exit_codes.setdefault(rank, proc.exitcode)
+    results, errors = {}, {}
+    for rank in range(world_size):
+        path = Path(result_dir) / f"rank{rank}.pkl"
+        if path.exists():
+            status, payload = pickle.loads(path.read_bytes())
+            (results if status == "ok" else errors)[rank] = payload
+    if len(results) == world_size and all(c == 0 for c in exit_codes.values()):
+        return [results[r] for r in range(world_size)]
+    positions = faults.read_positions(store, world_size)
+    for rank, text in faults.read_failures(store, world_size).items():
+        errors.setdefault(rank, text)
+    failed = _blame(exit_codes, errors, reason, world_size)
+    lines = [f"distributed run failed: {reason or 'a rank did not return a result'}",
+             "failed rank(s): " + ", ".join(str(r) for r in failed), "where each rank was:",
+             faults.format_positions(positions, world_size)]
+    lines += [f"rank {r} error: {errors[r].strip().splitlines()[-1]}" if r in errors
+              else f"rank {r}: no error report (exit code {exit_codes.get(r)})" for r in failed]
+    raise LaunchError(
+        "\n".join(lines), failed_ranks=failed, positions=positions, errors=errors,
+        exit_codes=exit_codes, pids={r: p.pid for r, p in enumerate(procs)},
+    )
+
+
+def _blame(exit_codes, errors, reason, world_size) -> list[int]:
+    """Order the failed ranks: the cause first (named in the abort reason, else a rank that
+    died without a report, else one that timed out), then the rest."""
+    failed = [r for r in range(world_size) if exit_codes.get(r) != 0 or r in errors]
+    named = [r for r in failed if reason and reason.startswith(f"rank {r} ")]
+    silent = [r for r in failed if r not in errors]
+    timed = [r for r in failed if "OpTimeoutError" in errors.get(r, "")]
+    cause = (named or silent or timed or failed or [None])[0]
+    return ([cause] if cause is not None else []) + [r for r in failed if r != cause]
+
+
+def init_from_env(
+    *, backend: str | None = None, op_timeout: float = 120.0, num_threads: int | None = 1
+) -> RankInfo:
+    """Join a job started by ``torchrun``: read its environment, init the process group.
+
+    Introduced in chapter 11. Connects a second client to torchrun's store
+    (``MASTER_ADDR``/``MASTER_PORT``) for the side channel; returns this rank's
+    :class:`RankInfo`. Call :func:`finish` at the end. ``num_threads`` is set with
+    ``torch.set_num_threads`` as :func:`launch` does (one thread: bitwise-reproducible CPU
+    sums, and P processes do not fight over the cores); None leaves torch's default.
+    """
+    needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    missing = [k for k in needed if k not in os.environ]
+    if missing:
+        raise ValueError(
+            f"not started by torchrun: environment variables {missing} are not set; run "
+            "`torchrun --nproc-per-node P -m pipemare_lite.training.fit --executor dist ...`, or from "
+            "Python launch(pipemare_lite.engine.dist.fit.fit_worker, P, args=(...,))"
+        )
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    backend = choose_backend(local_world_size, backend)
+    where, device = _join(backend, rank, world_size, local_rank, local_world_size, op_timeout,
+                          num_threads)
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    try:
+        store = _connect(addr, port, 30)
+    except Exception:  # no side channel: per-operation timeouts still apply
+        store = None
+    board = faults.StatusBoard(rank, world_size, store,
+                               store_factory=lambda: _connect(addr, port, 30))
+    # under torchrun: exit with the agent (our parent) and say which rank was lost or where
+    # every rank was when it stops us (executor/under_torchrun.py, executor/lost.py)
+    under_torchrun.install(board)
+    board.start()
+    global _CURRENT
+    _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout, where)
+    # Tear down before the interpreter does: a watchdog thread still inside a store call, or
+    # a process group destroyed during finalization, can abort the process at exit (seen as
+    # a flaky SIGABRT of rank 0 under load after its work was done).
+    atexit.register(finish, _CURRENT)
+    return _CURRENT
+
+
+def finish(info: RankInfo) -> None:
+    """Mark the rank done and tear down the process group (end of a torchrun worker).
+
+    Safe to call twice: :func:`init_from_env` also registers it to run at exit.
+    """
+    import torch.distributed as dist
+
+    info.board.finish()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def ping(info: RankInfo, payload: Any = None, *, sleep: float = 0.0,
+         fail_rank: int | None = None) -> dict:
+    """A worker that checks the job works: all-reduces the ranks and returns what it saw.
+
+    ``launch(ping, 4)`` returns, per rank, ``{"rank", "world_size", "backend", "rank_sum",
+    "pid", "master", "payload"}`` with ``rank_sum == 0 + 1 + ... + (world_size - 1)`` and
+    ``master`` the rendezvous ``address:port``. For chapter
+    11's "what if" cells: ``sleep`` seconds before the all-reduce (try a launch timeout
+    shorter than that), ``fail_rank`` raises on that rank.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if info.rank == fail_rank:
+        raise RuntimeError(f"ping: rank {info.rank} fails on purpose (fail_rank={fail_rank})")
+    time.sleep(sleep)
+    value = torch.tensor([float(info.rank)], device=info.device)
+    with faults.communication("ping's all-reduce"):
+        dist.all_reduce(value)
+    return {
+        "rank": info.rank,
+        "world_size": info.world_size,
+        "backend": info.backend,
+        "rank_sum": int(value.item()),
+        "pid": os.getpid(),
+        "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}",
+        "payload": payload,
+    }

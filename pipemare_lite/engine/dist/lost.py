@@ -1,0 +1,189 @@
+"""A torchrun worker that loses a peer says which rank it lost, then exits (chapter 11).
+
+When a machine of a multi-machine ``torchrun`` job dies (power, a kill, the network), the
+ranks on the other machines only see the symptoms: a link that broke, a collective that
+failed, the side-channel store that stopped answering, or their own torchrun agent sending
+SIGTERM because *its* rendezvous broke. This module turns the symptoms into one line on
+stderr that names the lost rank(s) and the evidence, for example::
+
+    pipemare_lite: rank 0 (node 0) stops (PeerConnectionError): lost rank 1 (node 1): the
+    link to it broke while waiting for gradient of stage 1 microbatch 3 (...)
+
+Evidence, in order of strength:
+
+1. a point-to-point wait on rank r failed (the board's ``lost``, noted by the waits);
+2. the side-channel store (hosted by torchrun's agent on node 0, ``MASTER_ADDR``) is
+   unreachable: node 0's ranks are lost (or this node's agent, when this is node 0);
+3. a rank's heartbeat (``beat/<rank>``, published every 0.1 s by its watchdog) did not
+   advance for :data:`HEARTBEAT_WINDOW` seconds while its status says it is neither done
+   nor failed.
+
+:func:`install` (called under torchrun by :func:`pipemare_lite.engine.dist.launch.init_from_env`) hooks
+the report into the three ways such a worker stops: an uncaught exception (the traceback,
+then the report, then ``os._exit(1)``: no atexit teardown that could wait on a dead peer),
+SIGTERM from the agent (the report, then exit 143), and the watchdog's backstop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pipemare_lite.engine.dist import faults
+
+#: Seconds the report watches the heartbeats when no direct evidence names a lost rank.
+HEARTBEAT_WINDOW = 1.5
+#: Exit status after SIGTERM (128 + 15, what a shell reports for a terminated process).
+SIGTERM_EXIT = 143
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Which node (machine) each rank lives on, as torchrun assigned them.
+
+    torchrun gives the ranks of node (group rank) g the contiguous block
+    ``g * L ... g * L + L - 1`` when every node runs ``L = --nproc-per-node`` workers, and
+    its node-0 agent hosts the store at ``MASTER_ADDR:MASTER_PORT``.
+
+    Attributes:
+        rank, world_size: this rank and the number of ranks.
+        local_world_size: ranks per node (L).
+        node: this rank's node (torchrun's ``GROUP_RANK``).
+        store_node: the node whose agent hosts the side-channel store (None: unknown).
+        store_address: ``MASTER_ADDR:MASTER_PORT``.
+    """
+
+    rank: int
+    world_size: int
+    local_world_size: int
+    node: int
+    store_node: int | None
+    store_address: str
+
+    @classmethod
+    def from_env(cls, environ=None) -> Topology:
+        """Read torchrun's environment variables (defaults: one node holding every rank)."""
+        env = os.environ if environ is None else environ
+        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+        local = int(env.get("LOCAL_WORLD_SIZE", world))
+        node = int(env.get("GROUP_RANK", rank // max(local, 1)))
+        agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        return cls(rank, world, local, node, 0 if agent_store else None,
+                   f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}")
+
+    def node_of(self, rank: int) -> int | None:
+        """The node of ``rank`` (None when the ranks do not split evenly into nodes)."""
+        if self.local_world_size < 1 or self.world_size % self.local_world_size:
+            return None
+        return rank // self.local_world_size
+
+    def ranks_of(self, node: int) -> list[int]:
+        """The ranks of ``node``."""
+        return [r for r in range(self.world_size) if self.node_of(r) == node]
+
+    def label(self, rank: int) -> str:
+        """``"rank 1 (node 1)"``."""
+        node = self.node_of(rank)
+        return f"rank {rank}" + ("" if node is None else f" (node {node})")
+
+
+def diagnose(board: faults.StatusBoard, topology: Topology, store,
+             window: float = HEARTBEAT_WINDOW) -> dict[int, str]:
+    """``lost rank -> evidence`` (see the module docstring for the order of evidence).
+
+    ``store`` is a client of the side-channel store (None: only direct evidence). Takes at
+    most ``window`` seconds (plus the store's answers) and never raises.
+    """
+    if board.lost:
+        return dict(board.lost)
+    stalled = []
+    if not board.store_lost and store is not None:
+        try:
+            stalled = faults.stalled_ranks(store, topology.world_size, window,
+                                           exclude=(topology.rank,))
+        except Exception:
+            board.store_lost = True
+    if board.store_lost:  # the store's host is gone: its node's ranks, unless that is us
+        if topology.store_node is None or topology.store_node == topology.node:
+            return {}
+        why = (f"the side-channel store at {topology.store_address}, hosted by torchrun's "
+               f"agent on node {topology.store_node}, is unreachable")
+        return {r: why for r in topology.ranks_of(topology.store_node)}
+    return {r: f"its heartbeat stopped for {window:g} s" for r in stalled}
+
+
+def report(board: faults.StatusBoard, topology: Topology, store, cause: str,
+           window: float = HEARTBEAT_WINDOW) -> str:
+    """The one-line report: who stops, why, and which rank(s) it lost (with evidence)."""
+    lost = diagnose(board, topology, store, window)
+    p = board.position
+    where = f"action {p.index}/{p.total} ({p.action})" if p.index >= 0 else "its start"
+    head = f"pipemare_lite: {topology.label(topology.rank)} stops ({cause}) at {where}"
+    if not lost:
+        reason = board.abort_reason or "no peer found lost"
+        return f"{head}: {reason}"
+    parts = [f"lost {topology.label(r)}: {why}" for r, why in sorted(lost.items())]
+    return f"{head}: " + "; ".join(parts)
+
+
+_installed = None  # this process's reporter, once :func:`install` ran
+
+
+def report_caught(exc: BaseException) -> None:
+    """Print the one-line report for a pipeline fault that the caller caught (the command
+    line catches them, so the uncaught-exception hook never sees them); nothing when
+    :func:`install` did not run in this process."""
+    if _installed is not None:
+        _installed(type(exc).__name__)
+
+
+def install(board: faults.StatusBoard, topology: Topology,
+            sigterm_note: Callable[[], None] | None = None) -> None:
+    """Hook the report into an uncaught exception, SIGTERM and the watchdog's backstop.
+
+    Call from the main thread of a torchrun worker
+    (:func:`pipemare_lite.engine.dist.torchrun.install` does). An uncaught exception also
+    goes to :meth:`StatusBoard.fail`, so a rank that fails for a reason of its own claims the
+    abort and its peers stop with its name. ``sigterm_note`` runs first on SIGTERM (every
+    rank's position, :mod:`pipemare_lite.engine.dist.torchrun`).
+    """
+    global _installed
+    once = threading.Lock()  # taken by the first report, never released: one per process
+
+    def reporter(cause: str, *, use_store: bool = True) -> None:
+        if once.acquire(blocking=False):
+            store = board.store if use_store else None
+            print(report(board, topology, store, cause), file=sys.stderr, flush=True)
+
+    _installed = reporter
+    previous_hook = sys.excepthook
+
+    def on_exception(kind, value, tb):
+        previous_hook(kind, value, tb)
+        try:
+            board.fail(value)
+            reporter(kind.__name__)
+        finally:
+            sys.stderr.flush()
+            os._exit(1)  # no atexit teardown: destroying a group with a dead peer can block
+
+    def on_sigterm(signum, frame):
+        if sigterm_note is not None:
+            sigterm_note()
+        if once.locked():
+            return  # a report is on its way (its writer exits); the agent kills after 30 s
+        try:
+            board.note("failed: SIGTERM from torchrun's agent")
+            reporter("SIGTERM from torchrun's agent")
+        finally:
+            os._exit(SIGTERM_EXIT)
+
+    sys.excepthook = on_exception
+    if threading.current_thread() is threading.main_thread():  # signals go to the main thread
+        signal.signal(signal.SIGTERM, on_sigterm)
+    # the watchdog thread must not share the main thread's store client: direct evidence only
+    board.before_exit = lambda reason: reporter(reason, use_store=False)

@@ -1,0 +1,115 @@
+"""A torchrun worker's failures, as readable as ``launch()``'s (chapter 11).
+
+Under ``torchrun`` the agent, not our launcher, watches the ranks. When one rank dies the
+agent sends SIGTERM to the others, which used to end them without a word about where
+anyone was; when the agent itself dies, the ranks kept writing to its store, which was
+gone, and every failed write printed a C++ stack trace (about 190 in the 10 s before the
+watchdog's backstop). Here:
+
+- :func:`install` (called by :func:`~pipemare_lite.engine.dist.launch.init_from_env`) makes the
+  watchdog watch the agent's process (the rank's parent): when it disappears the rank says
+  so in one line and exits (:meth:`StatusBoard._watch`), before touching the dead store;
+  and it turns the agent's SIGTERM into one report, every rank's position, printed by the
+  first rank to claim it (the others print one line each), then the one line of
+  :mod:`pipemare_lite.engine.dist.lost` naming the lost rank (exit 143, as for SIGTERM);
+- :func:`failure_report` gives the command line (``python -m pipemare_lite.training.fit``) a rank's
+  pipeline failure (an abort, a broken connection to a dead peer, a timeout) as a message
+  with every rank's position instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pipemare_lite.engine.dist import faults, lost
+
+#: Seconds the SIGTERM report may wait for the store (the agent that hosts it is stopping).
+STORE_TIMEOUT = 3.0
+#: Longest line of a report (gloo's errors run to several hundred characters).
+LINE_LIMIT = 160
+
+_reported = False  # this rank already printed its report: the agent's SIGTERM adds nothing
+
+
+def under_torchrun() -> bool:
+    """True in a process that torchrun's agent started (it sets ``TORCHELASTIC_RUN_ID``)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def install(board: faults.StatusBoard) -> None:
+    """Under torchrun (main thread only): watch the agent (this process's parent) and hook
+    the failure reports (:func:`pipemare_lite.engine.dist.lost.install`), the agent's SIGTERM
+    first printing every rank's position (:func:`_sigterm_report`)."""
+    if not under_torchrun():
+        return
+    board.launcher_pid = os.getppid()
+    board.launcher_name = "torchrun's agent"
+    board.exit_with_parent = True  # a killed agent may stay a zombie: watch the parent
+
+    def on_sigterm():
+        global _reported
+        if not _reported:
+            _reported = True
+            _write(_sigterm_report(board))
+
+    lost.install(board, lost.Topology.from_env(), sigterm_note=on_sigterm)
+
+
+def _write(text: str) -> None:
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed: nothing to tell
+        pass
+
+
+def _store():
+    from pipemare_lite.engine.dist.launch import _connect
+
+    return _connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), STORE_TIMEOUT)
+
+
+def _short(text: str) -> str:
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= LINE_LIMIT else line[: LINE_LIMIT - 3] + "..."
+
+
+def _with_positions(head: str, store, world_size: int, intro: str = "") -> str:
+    """``head``, then every rank's position (:func:`faults.format_positions`), each line cut
+    to :data:`LINE_LIMIT` characters."""
+    lines = faults.format_positions(faults.read_positions(store, world_size), world_size)
+    return "\n".join([head, f"{intro}where each rank was:",
+                      *(_short(line) for line in lines.splitlines())])
+
+
+def _sigterm_report(board: faults.StatusBoard) -> str:
+    """The first rank to claim it: every rank's position; the others: their own line."""
+    own = f"rank {board.rank}: stopped by torchrun (SIGTERM) ({board.position.describe()})"
+    try:
+        store = _store()
+        store.set(faults._key(f"status/{board.rank}"), board.position.to_json())
+        if store.add(faults._key("sigterm_report"), 1) != 1:
+            return own
+        return _with_positions(own, store, board.world_size, "torchrun stops every rank when "
+                               "one exits (its summary names which); ")
+    except Exception:  # the store went with the agent
+        return own + " (the other ranks' positions are not readable)"
+
+
+def failure_report(exc: BaseException) -> str | None:
+    """A pipeline failure of this rank as a message with every rank's position (None: not
+    a pipeline failure, or not a distributed run: keep the traceback)."""
+    from pipemare_lite.engine.dist.launch import current
+
+    info = current()
+    if info is None or not isinstance(exc, faults.PipelineFault):
+        return None
+    global _reported
+    _reported = True
+    info.board.fail(exc)
+    text = _short(f"rank {info.rank} stopped: {type(exc).__name__}: {exc}")
+    try:
+        return _with_positions(text, _store(), info.world_size)
+    except Exception:
+        return text

@@ -1,0 +1,184 @@
+"""Point-to-point messages between pipeline ranks, in an order that cannot deadlock (chapter 11).
+
+Every tensor that crosses ranks is known in advance from the schedule: ``F(s, m)`` sends an
+*activation* to stage s+1, ``B(s, m)`` (or ``I(s, m)``) sends a *gradient* to stage s-1.
+:func:`plan_communication` (torch-free, in :mod:`pipemare_lite.schedules.comm_plan`, with
+the posting rule :class:`PostingOrder`) lists these messages and numbers them with a global sequence
+number ``seq`` taken from one dependency-respecting execution of the whole schedule
+(:func:`pipemare_lite.schedules.validate.execution_order`).
+
+The ordering rule (one rule for gloo and NCCL, every schedule, sync or async):
+
+1. sends are never blocking: ``isend`` right after the action that produced the tensor;
+2. on each pair of ranks, both ranks *post* their operations for that pair in increasing
+   ``seq``; a receive is posted (``irecv`` into a buffer of the known shape) at the latest
+   when it is needed, earlier if a later-``seq`` operation on the same pair must be posted
+   first, and a few ahead when they are next in the pair's order (the data can then
+   arrive while the rank computes);
+3. a rank only blocks when an action needs a received tensor.
+
+Why it cannot deadlock. NCCL runs the operations of a pair of ranks on one stream per rank
+*in posting order*, both directions included, and a send completes only when its receive
+runs. Rule 2 makes the two streams of a pair list the same messages in the same order::
+
+    seq:          3           7           9
+    rank 0:  [send act 0F3] [recv grad 1B1] [send act 0F4]     (pair 0-1 stream, rank 0)
+    rank 1:  [recv act 0F3] [send grad 1B1] [recv act 0F4]     (pair 0-1 stream, rank 1)
+
+so the heads of the two streams always match. If posting op k needs the ops before it on
+the pair posted, those are receives (post them: non-blocking) or sends from earlier actions
+of this rank (already posted, because ``seq`` follows every rank's own action order). A
+rank waits only for a message some action will produce; sends never block; so the run
+follows the schedule's dependency graph, which validation proved acyclic. With gloo,
+which matches by tag, each message also carries its ``seq`` as tag.
+
+Shapes: the receiver must allocate the buffer before the data arrives, so every message's
+shape and dtype come from a shape probe at start (:mod:`pipemare_lite.engine.dist.executor`).
+Messages between stages on the same rank (P = 1) are handed over in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pipemare_lite.schedules.comm_plan import (  # noqa: F401  (re-exported: the plan lives there)
+    ACTIVATION,
+    GRADIENT,
+    RECEIVES_AHEAD,
+    CommPlan,
+    Message,
+    PostingOrder,
+    plan_communication,
+)
+from pipemare_lite.schedules.comm_rows import comm_op
+
+
+class P2PTransport:
+    """Send and receive the plan's messages for one rank with ``torch.distributed``.
+
+    Introduced in chapter 11.
+
+    Args:
+        plan: from :func:`plan_communication`.
+        rank: this rank.
+        meta: ``message -> (shape, dtype)`` of its tensor (from the shape probe).
+        device: where send and receive buffers live (``cuda:<local rank>`` with NCCL, the
+            CPU with gloo: :func:`pipemare_lite.engine.placement.message_device`); a
+            tensor elsewhere is copied there before it is sent.
+        pinned: CPU buffers in page-locked memory (gloo with CUDA compute,
+            :func:`pipemare_lite.engine.placement.pin_messages`).
+        waiter: a :class:`pipemare_lite.engine.dist.faults.Waiter` (waits that see the abort
+            flag and a per-operation timeout, gloo and NCCL).
+        use_tags: gloo matches messages by tag (we pass ``seq``); NCCL ignores tags.
+        receives_ahead: receives posted per peer before they are needed (0: only when
+            needed or when the order requires), so data can arrive during compute.
+        verbose: print every posted send and receive and every completed wait: the text
+            trace of the communication, for debugging (the distributed executor's
+            ``p2p_verbose`` argument).
+        posted: a list to which every posted operation is appended as a string in
+            PyTorch's spelling (``"0SEND_F3"``, ``"1RECV_F3"``, see
+            :mod:`pipemare_lite.schedules.comm_rows`), in posting order; None: not recorded.
+    """
+
+    def __init__(self, plan: CommPlan, rank: int, meta: Callable[[Message], tuple], *, waiter,
+                 device=None, pinned: bool = False, use_tags: bool = True,
+                 receives_ahead: int = 0, verbose: bool = False,
+                 posted: list | None = None) -> None:
+        import torch
+
+        self.plan = plan
+        self.rank = rank
+        self.meta = meta
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.pinned = pinned
+        self.order = PostingOrder(plan, rank)
+        self.use_tags = use_tags
+        self.waiter = waiter
+        self.receives_ahead = receives_ahead
+        self.verbose = verbose
+        self.posted = posted
+        self._recv_work: dict = {}  # key -> (work, buffer)
+        self._local: dict = {}  # same-rank hand-over
+
+    def _post(self, op: Message, tensor=None) -> None:
+        import torch
+        import torch.distributed as dist
+
+        tag = op.seq if self.use_tags else 0
+        if self.posted is not None:
+            self.posted.append(str(comm_op(op, self.rank)))
+        if self.verbose:
+            verb = "post send" if op.src == self.rank else "post recv"
+            print(f"[rank {self.rank}] {verb} {op}", flush=True)
+        if op.src == self.rank:
+            self.waiter.reap(dist.isend(tensor, dst=op.dst, tag=tag), tensor, str(op),
+                             peer=op.dst)
+        else:
+            shape, dtype = self.meta(op)
+            buffer = torch.empty(shape, dtype=dtype, device=self.device,
+                                 pin_memory=self.pinned)
+            self._recv_work[op.key] = (dist.irecv(buffer, src=op.src, tag=tag), buffer)
+
+    def send(self, message: Message, tensor) -> None:
+        """Post the send of ``tensor`` (non-blocking) after any earlier ops on the pair."""
+        tensor = tensor.detach()
+        if message.src == message.dst:
+            self._local[message.key] = tensor
+            return
+        shape, dtype = self.meta(message)
+        if tuple(tensor.shape) != tuple(shape) or tensor.dtype != dtype:
+            raise RuntimeError(
+                f"rank {self.rank}: {message} has shape {tuple(tensor.shape)} {tensor.dtype}, "
+                f"the shape probe said {tuple(shape)} {dtype}"
+            )
+        tensor = tensor.contiguous()
+        if tensor.device != self.device:  # e.g. a CUDA activation sent with gloo
+            import torch
+
+            staged = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.device,
+                                 pin_memory=self.pinned)
+            tensor = staged.copy_(tensor)
+        for op in self.order.to_post_for(message):
+            self._post(op, tensor if op is message else None)
+        self._post_ahead()
+
+    # Receive-ahead, on one pair's posting order (rank 1's side of pair 0-1):
+    #
+    #     pair order:  [recv 0F3] [recv 0F4] [send 1B1] [recv 0F5] [recv 0F6] [send 1B2] ...
+    #     recv(0F3):   post recv 0F3; ahead: recv 0F4, then stop at our send 1B1 (a send is
+    #                  posted only by the action that made its tensor); wait for 0F3
+    #     recv(0F4):   already posted (its Work waits in _recv_work): only the wait
+    #     send(1B1):   post send 1B1; ahead: recv 0F5, recv 0F6 (receives_ahead = 2): their
+    #                  data can arrive while this rank computes
+    #
+    # With receives_ahead = 0, send(1B1) posts recv 0F4 first if recv(0F4) has not (rule 2).
+    def _post_ahead(self) -> None:
+        if self.receives_ahead:
+            for op in self.order.receives_ahead(self.receives_ahead):
+                self._post(op)
+
+    def recv(self, message: Message):
+        """Return the tensor of ``message``, waiting for it if needed."""
+        if message.src == message.dst:
+            return self._local.pop(message.key)
+        for op in self.order.to_post_for(message):
+            self._post(op)
+        self._post_ahead()
+        work, buffer = self._recv_work.pop(message.key)
+        self.waiter.wait(work, str(message), peer=message.src)
+        if self.verbose:
+            print(f"[rank {self.rank}] received {message}", flush=True)
+        return buffer
+
+    def close(self) -> None:
+        """Wait until every send has completed, then stop the waiter's helper threads (call
+        at the end of the run; safe to call twice)."""
+        try:
+            self.waiter.drain()
+        except BaseException:
+            self.waiter.close(wait=0)  # a failed run: report it now, do not join
+            raise
+        self.waiter.close()
+        if self._recv_work:
+            left = ", ".join(str(k) for k in self._recv_work)
+            raise RuntimeError(f"rank {self.rank}: receives posted but never used: {left}")

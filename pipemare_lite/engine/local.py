@@ -1,0 +1,324 @@
+"""The local executor: run a schedule with real tensors in one process (chapters 02-10).
+
+Usage (the API ``fit()`` and the chapters build on)::
+
+    schedule = build_schedule("async", P, N, num_minibatches=K)      # one schedule, K steps
+    executor = LocalExecutor(schedule, stage_modules, loss_fn=F.cross_entropy,
+                             optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
+                             method_options=MethodOptions(...))
+    result = executor.run(microbatches)       # microbatches[m] = (input, target), global m
+
+``microbatches`` is any sequence indexed by the *global* microbatch index (microbatch j of
+minibatch k is ``k * N + j``) with at least ``schedule.total_microbatches`` entries; it may be
+lazy (only ``__getitem__`` and ``__len__`` are used, each index read once, when its first
+forward runs). An epoch of K minibatches is therefore ONE schedule with K minibatches: an
+asynchronous pipeline never flushes between them.
+
+Stopping and resuming. ``run(microbatches, stop_after_updates=k)`` returns as soon as every
+stage has made k updates (the pipeline may hold in-flight microbatches: their saved tensors
+are part of the state). ``state_dict()`` then captures weights, optimizer and scheduler
+states, versions, stashed copies, T2 buffers, the position of every rank in the schedule,
+messages in transit and the pending microbatches; a fresh executor built the same way,
+after ``load_state_dict(state)``, continues with ``run(microbatches)`` and produces the same
+trajectory bitwise as an uninterrupted run. The state holds Python objects (use
+``torch.save``/``torch.load(weights_only=False)``).
+
+Randomness (dropout): an executor draws from the process's random stream, and its state
+records that stream. One restored from a checkpoint continues the checkpoint's stream on
+its own: ``load_state_dict`` keeps it in the executor, and each ``run`` swaps it in and back
+out (``torch.random.fork_rng``), so loading a checkpoint and resuming leave the caller's
+stream as they found it.
+
+Loss scaling (the same as one-device gradient accumulation, chapter 02): microbatch m's
+loss is ``loss_fn(output, target)`` (a mean over its samples); the backward starts from
+``loss / N``; gradients add up in microbatch order on each stage. ``RunResult.losses`` are
+the unscaled losses.
+
+Execution order. Each rank runs its own actions in schedule order; the executor visits the
+ranks round-robin, one ready action each per round (an action is ready once its input has
+arrived), so the measured trace looks like a pipeline. The numbers depend only on each
+rank's own order, so any dependency-respecting interleaving gives the same result: the
+distributed executor relies on exactly this. Each action is run by the
+:class:`~pipemare_lite.engine.interpreter.Interpreter` the distributed executor runs too,
+here with the in-process transport (tensors in dicts); the
+:class:`~pipemare_lite.engine.recorder.Recorder` notes the wall-clock time of every
+action, the weight version each F and B used, and the bytes each stage held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from pipemare_lite.analysis.timeline import Timeline
+from pipemare_lite.engine.build_worker import (
+    build_stage_worker,
+    check_method_options,
+    rescheduling_delays,
+)
+from pipemare_lite.engine.interpreter import InProcessTransport, Interpreter, take_records
+from pipemare_lite.engine.recorder import BytesMeter, Recorder
+from pipemare_lite.engine.stage import StageWorker
+from pipemare_lite.methods.registry import MethodOptions
+from pipemare_lite.schedules.actions import UPDATE, Schedule
+from pipemare_lite.schedules.lazy import LazySchedule, schedule_key, short_schedule
+
+
+@dataclass
+class RunResult:
+    """What one :meth:`LocalExecutor.run` call did.
+
+    Attributes:
+        losses: unscaled loss per microbatch whose last-stage forward ran in this call, in
+            microbatch order (``loss_by_microbatch`` gives the indices).
+        trace: measured :class:`~pipemare_lite.analysis.timeline.Timeline` (unit "s"); ``extra``
+        holds
+            ``versions``: ``{"2F5": 1, "2B5": 3, ...}`` the weight version each F/B/I/W used
+            (for T2 runs the B entry is the current version; ``distances`` gives d).
+        forward_versions / backward_versions / distances: ``{(stage, microbatch): int}``.
+        learning_rates: ``learning_rates[stage][k]`` the lr (first param group) of update k.
+        group_learning_rates: ``group_learning_rates[stage][k][g]``, the lr of param group g
+            at update k (several groups: e.g. ``muon``'s Muon and AdamW parts).
+        update_norms: ``update_norms[stage][k]``, ``||w after - w before||_2`` of update k
+            (float64; non-finite once the update left a non-finite weight).
+        peak_bytes: ``peak_bytes[stage][kind]``, the largest value seen after any action.
+        bytes_over_time: ``(seconds, stage, {kind: bytes})`` after each of that stage's actions.
+        peak_bytes_by_rank: ``[rank][kind]``, the largest sum over the rank's virtual stages
+            after any of its actions (what one device holds; equals ``peak_bytes`` unless
+            interleaved). The memory model (:func:`pipemare_lite.analysis.memory.memory_by_kind`)
+            predicts these numbers.
+    """
+
+    losses: list[float]
+    loss_by_microbatch: dict[int, float]
+    trace: Timeline
+    forward_versions: dict[tuple[int, int], int]
+    backward_versions: dict[tuple[int, int], int]
+    distances: dict[tuple[int, int], int]
+    learning_rates: list[list[float]]
+    peak_bytes: list[dict[str, int]]
+    bytes_over_time: list[tuple[float, int, dict[str, int]]] = field(default_factory=list)
+    peak_bytes_by_rank: list[dict[str, int]] = field(default_factory=list)
+    group_learning_rates: list[list[list[float]]] = field(default_factory=list)
+    update_norms: list[list[float]] = field(default_factory=list)
+
+
+class LocalExecutor:
+    """Run a :class:`~pipemare_lite.schedules.Schedule` on ``stage_modules`` in one process.
+
+    Args:
+        schedule: which actions each rank runs (its ``weight_mode`` picks the versions).
+        stage_modules: one module per virtual stage (``schedule.num_virtual_stages``).
+        loss_fn: ``loss_fn(output, target)``, mean over the microbatch's samples.
+        optimizer_factory: ``optimizer_factory(params) -> torch.optim.Optimizer``, per stage.
+        method_options: T1/T2 switches and the method whose hooks every stage builds
+            (:class:`~pipemare_lite.methods.MethodOptions`; see
+            :func:`~pipemare_lite.methods.method_options`).
+        devices: one ``torch.device`` per virtual stage (default: where each module is).
+        lr_scheduler_factory: ``factory(optimizer) -> scheduler`` per stage; with T1 on, T1
+            multiplies on top of it.
+    """
+
+    def __init__(self, schedule: Schedule | LazySchedule, stage_modules: Sequence[nn.Module], *,
+                 loss_fn: Callable, optimizer_factory: Callable,
+                 method_options: MethodOptions | None = None,
+                 devices: Sequence[torch.device | str] | None = None,
+                 lr_scheduler_factory: Callable | None = None) -> None:
+        stages = schedule.num_virtual_stages
+        if len(stage_modules) != stages:
+            raise ValueError(f"schedule {schedule.name!r} has {stages} virtual stages, got "
+                             f"{len(stage_modules)} stage modules")
+        if devices is not None and len(devices) != stages:
+            raise ValueError(f"devices: need one per virtual stage ({stages}), got {len(devices)}")
+        options = method_options or MethodOptions()
+        check_method_options(schedule, options)
+        self.schedule, self.options = schedule, options
+        delays = rescheduling_delays(short_schedule(schedule), options)  # steady: same tau
+        self.workers: list[StageWorker] = [
+            build_stage_worker(
+                schedule, s, module, loss_fn=loss_fn, optimizer_factory=optimizer_factory,
+                options=options, delays=delays,
+                device=torch.device(devices[s]) if devices is not None else None,
+                lr_scheduler_factory=lr_scheduler_factory)
+            for s, module in enumerate(stage_modules)
+        ]
+        self.forward_delays = delays
+        self._last = stages - 1  # the virtual stage that computes the loss
+        self.positions = [0] * schedule.num_stages
+        self._cursors = [_Cursor(schedule, r, 0) for r in range(schedule.num_stages)]
+        # tensors in transit live in the transport; the interpreter runs the actions
+        self.transport = InProcessTransport(self.workers)
+        self.interpreter = Interpreter(
+            self.workers, self._last, self.transport,
+            devices=[w.device for w in self.workers if w.device.type == "cuda"])
+        # the random state of a checkpoint this executor continues ({"cpu", "cuda"}), or
+        # None: draw from the process's stream (see the module docstring)
+        self._rng: dict | None = None
+
+    @property
+    def finished(self) -> bool:
+        """True once every rank has run all its actions."""
+        return all(cursor.action is None for cursor in self._cursors)
+
+    # ------------------------------------------------------------------ running
+    @property
+    def activations(self) -> dict[tuple[int, int], torch.Tensor]:
+        """Activations in transit: the input of F(stage, mb), keyed ``(stage, mb)``."""
+        return self.transport.activations
+
+    @property
+    def gradients(self) -> dict[tuple[int, int], torch.Tensor]:
+        """Gradients in transit: the gradient of the output of (stage, mb)."""
+        return self.transport.gradients
+
+    @property
+    def targets(self) -> dict[int, object]:
+        """Targets read at stage 0's F, waiting for the last stage's."""
+        return self.transport.targets
+
+    def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None) -> RunResult:
+        """Execute the schedule (from where it stands) and return the losses and the trace.
+
+        ``stop_after_updates=k`` stops as soon as every stage has made ``k`` updates;
+        call ``run`` again (or save ``state_dict()``) to continue. Streaming a long run
+        minibatch by minibatch is ``for k in range(1, K + 1): run(mbs, stop_after_updates=k)``;
+        each call returns what it ran, and the pieces add up to one uninterrupted run.
+        """
+        if self._rng is None:
+            return self._run(microbatches, stop_after_updates)
+        cuda = "cuda" in self._rng
+        devices = list(range(torch.cuda.device_count())) if cuda else []
+        with torch.random.fork_rng(devices=devices):  # the caller's stream stays untouched
+            torch.set_rng_state(self._rng["cpu"])
+            if cuda:
+                torch.cuda.set_rng_state_all(self._rng["cuda"])
+            try:
+                return self._run(microbatches, stop_after_updates)
+            finally:
+                self._rng = self._current_rng(cuda)
+
+    @staticmethod
+    def _current_rng(cuda: bool) -> dict:
+        rng = {"cpu": torch.get_rng_state()}
+        if cuda:
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return rng
+
+    def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RunResult:
+        if len(microbatches) < self.schedule.total_microbatches:
+            raise ValueError(f"schedule {self.schedule.name!r} runs "
+                             f"{self.schedule.total_microbatches} microbatches "
+                             f"({self.schedule.num_minibatches} x {self.schedule.num_microbatches}"
+                             f"), got {len(microbatches)}")
+        workers, cursors, positions = self.workers, self._cursors, self.positions
+        interpreter, transport, last = self.interpreter, self.transport, self._last
+        transport.microbatches = microbatches
+        stages_of = {r: self.schedule.stages_of(r) for r in range(len(cursors))}
+        recorder = Recorder(interpreter, cursors, BytesMeter(workers, stages_of))
+        remaining = sum(cursor.length for cursor in cursors) - sum(positions)
+
+        def reached() -> bool:  # versions only move at updates: checked after each U
+            return stop_after_updates is not None and all(
+                w.versions.version >= stop_after_updates for w in workers)
+
+        stopped = reached()
+        recorder.start()
+        while remaining and not stopped:
+            progressed = False
+            for rank, cursor in enumerate(cursors):  # one action per rank per round
+                action = cursor.action
+                if action is None or not transport.ready(action, last):
+                    continue
+                start, end = interpreter.step(action)
+                recorder.record(rank, cursor.position, action, start, end)
+                cursor.advance()
+                positions[rank] = cursor.position
+                remaining -= 1
+                progressed = True
+                if action.kind == UPDATE and reached():
+                    stopped = True
+                    break
+            if not progressed:
+                stuck = [str(c.action) for c in cursors if c.action is not None]
+                raise RuntimeError(f"schedule {self.schedule.name!r} is stuck: no rank can run "
+                                   f"its next action ({', '.join(stuck)}); a dependency is "
+                                   "missing or ordered after its consumer")
+        transport.microbatches = ()  # the feed is the caller's: not kept between runs
+        return self._result(recorder)
+
+    def _result(self, recorder: Recorder) -> RunResult:
+        taken = take_records(dict(enumerate(self.workers)))
+        stages, meter = range(len(self.workers)), recorder.meter
+        trace = Timeline(self.schedule, tuple(recorder.timed_actions()), unit="s",
+                         source="measured", extra={"versions": recorder.versions,
+                                                   "distances": dict(taken.distances)})
+        rank_peaks = meter.rank_peaks()
+        return RunResult(list(taken.losses.values()), taken.losses, trace,
+                         taken.forward_versions, taken.backward_versions, taken.distances,
+                         [taken.learning_rates[s] for s in stages],
+                         [meter.peaks[s] for s in stages], meter.over_time,
+                         peak_bytes_by_rank=[rank_peaks[r] for r in range(len(rank_peaks))],
+                         group_learning_rates=[taken.group_learning_rates[s] for s in stages],
+                         update_norms=[taken.update_norms[s] for s in stages])
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """Everything needed to continue bitwise (see the module docstring)."""
+        if self._rng is not None:  # continuing a checkpoint's stream
+            rng = {k: v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v]
+                   for k, v in self._rng.items()}
+        else:  # no CUDA call on CPU runs
+            rng = self._current_rng(any(w.device.type == "cuda" for w in self.workers))
+        return {
+            "schedule": schedule_key(self.schedule),
+            "positions": list(self.positions),
+            "activations": dict(self.activations),
+            "gradients": dict(self.gradients),
+            "targets": dict(self.targets),
+            "stages": [w.state_dict() for w in self.workers],
+            "rng": rng,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a fresh executor (same schedule, modules, factories) to ``state``."""
+        if state["schedule"] != schedule_key(self.schedule):
+            raise ValueError(f"state was saved for schedule {state['schedule'][0]!r} with other "
+                             f"actions; this executor runs {self.schedule.name!r}")
+        if any(self.positions):
+            raise RuntimeError("load_state_dict needs an executor that has not run yet")
+        self.positions = list(state["positions"])
+        self._cursors = [_Cursor(self.schedule, r, p) for r, p in enumerate(self.positions)]
+        self.transport.activations = dict(state["activations"])
+        self.transport.gradients = dict(state["gradients"])
+        self.transport.targets = dict(state["targets"])
+        for worker, stage_state in zip(self.workers, state["stages"]):
+            worker.load_state_dict(stage_state)
+        # kept for run(), not set on the process: the caller's random stream is its own
+        self._rng = {"cpu": state["rng"]["cpu"].clone()}
+        if "cuda" in state["rng"]:
+            self._rng["cuda"] = [t.clone() for t in state["rng"]["cuda"]]
+
+
+class _Cursor:
+    """Where one rank stands in its row: the next ``action`` (None at the end) and its
+    ``position``. The row is read one action at a time, so a lazy schedule
+    (:mod:`pipemare_lite.schedules.lazy`) is never materialized. The recorder reads
+    ``cursor[position]``: the name of the action the cursor stands on (a trace key)."""
+
+    def __init__(self, schedule, rank: int, position: int) -> None:
+        self.actions = schedule.row(rank, position)
+        self.length = len(schedule.ranks[rank])
+        self.position = position
+        self.action = next(self.actions, None)
+
+    def advance(self) -> None:
+        """Step to the next action."""
+        self.position += 1
+        self.action = next(self.actions, None)
+
+    def __getitem__(self, position: int) -> str:
+        assert position == self.position, "the recorder asks for the action just run"
+        return str(self.action)

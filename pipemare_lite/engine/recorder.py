@@ -1,0 +1,112 @@
+"""What a run did, action by action: times, weight versions, bytes (chapters 03-11).
+
+Both executors keep one :class:`Recorder` per ``run()`` and call :meth:`Recorder.record`
+after every action the :class:`~pipemare_lite.engine.interpreter.Interpreter` ran::
+
+    recorder = Recorder(interpreter, names, meter)    # names[rank][position] = "2F5"
+    for each action:  start, end = interpreter.step(action)
+                      recorder.record(rank, position, action, start, end)
+    recorder.timed_actions()   -> TimedAction entries for the Timeline (local)
+    recorder.rank_entries()    -> (position, "2F5", start, end) tuples (one rank, picklable)
+    recorder.versions          -> {"2F5": version the action used}
+    recorder.meter             -> BytesMeter: peaks per stage and per rank, bytes over time
+
+Times are seconds from ``recorder.origin`` (set by :meth:`Recorder.start`, which the
+distributed executor calls as every rank leaves the barrier: a common origin).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from pipemare_lite.analysis.timeline import TimedAction
+from pipemare_lite.engine.stage import BYTE_KINDS, StageWorker
+from pipemare_lite.schedules.actions import Action
+
+
+class Recorder:
+    """Trace entries, versions and (optionally) bytes of one run.
+
+    Args:
+        interpreter: answers which version an action used (``version_of``).
+        names: ``names[rank][position]``, the action's string (precomputed: a trace key).
+        meter: a :class:`BytesMeter` read after every action, or None (not tracked).
+    """
+
+    def __init__(self, interpreter, names: Mapping[int, Sequence[str]] | Sequence[Sequence[str]],
+                 meter: BytesMeter | None = None) -> None:
+        self.interpreter = interpreter
+        self.names = names
+        self.meter = meter
+        self.entries: list[tuple[int, int, Action, float, float]] = []
+        self.versions: dict[str, int] = {}
+        self.origin = time.perf_counter()
+
+    def start(self) -> None:
+        """Take the time origin now."""
+        self.origin = time.perf_counter()
+
+    def record(self, rank: int, position: int, action: Action, start: float,
+               end: float) -> None:
+        """Note ``action`` (the ``position``-th of ``rank``'s row), which ran from
+        ``start`` to ``end`` (``time.perf_counter``), right after it ran."""
+        origin = self.origin
+        self.entries.append((rank, position, action, start - origin, end - origin))
+        self.versions[self.names[rank][position]] = self.interpreter.version_of(action)
+        if self.meter is not None:
+            self.meter.after_action(rank, action.stage, end - origin)
+
+    def timed_actions(self) -> list[TimedAction]:
+        """The entries as :class:`~pipemare_lite.analysis.timeline.TimedAction` (for a Timeline)."""
+        return [TimedAction(rank, action, start, end)
+                for rank, _, action, start, end in self.entries]
+
+    def rank_entries(self) -> list[tuple[int, str, float, float]]:
+        """The entries as ``(position, action string, start, end)`` (a rank's result)."""
+        return [(position, self.names[rank][position], start, end)
+                for rank, position, _, start, end in self.entries]
+
+
+class BytesMeter:
+    """Peaks of every byte kind per stage and per rank, read after each action.
+
+    Args:
+        workers: ``{stage: StageWorker}`` (or a list indexed by stage) being measured.
+        stages_of: ``{rank: [its stages]}`` of the ranks whose actions are recorded.
+    """
+
+    def __init__(self, workers: Mapping[int, StageWorker] | Sequence[StageWorker],
+                 stages_of: Mapping[int, Sequence[int]]) -> None:
+        if not isinstance(workers, Mapping):
+            workers = dict(enumerate(workers))
+        self.workers = workers
+        self.now = {s: w.bytes_held() for s, w in workers.items()}
+        self.stages_of = dict(stages_of)
+        self.peaks = {s: dict.fromkeys(BYTE_KINDS, 0) for s in workers}
+        # ranks holding several virtual stages (interleaved) sum them after each action;
+        # a rank with one stage has that stage's peaks
+        self.shared_peaks = {r: dict.fromkeys(BYTE_KINDS, 0)
+                             for r, stages in self.stages_of.items() if len(stages) > 1}
+        self.over_time: list[tuple[float, int, dict[str, int]]] = []
+
+    def after_action(self, rank: int, stage: int, seconds: float) -> None:
+        """Read the stage's bytes after one of its actions; update the peaks."""
+        held = self.now[stage] = self.workers[stage].bytes_held()
+        self.over_time.append((seconds, stage, held))
+        peak = self.peaks[stage]
+        for kind, value in held.items():  # a method's hooks may add kinds of their own
+            if value > peak.get(kind, 0):
+                peak[kind] = value
+        rank_peak = self.shared_peaks.get(rank)
+        if rank_peak is not None:
+            for kind in held:
+                total = sum(self.now[s].get(kind, 0) for s in self.stages_of[rank])
+                if total > rank_peak.get(kind, 0):
+                    rank_peak[kind] = total
+
+    def rank_peaks(self) -> dict[int, dict[str, int]]:
+        """``{rank: {kind: bytes}}``: the largest sum over the rank's stages after any of
+        its actions."""
+        return {r: self.shared_peaks[r] if r in self.shared_peaks else dict(self.peaks[stages[0]])
+                for r, stages in self.stages_of.items()}

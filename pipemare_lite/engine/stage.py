@@ -1,0 +1,475 @@
+"""One pipeline stage's worker: forward, backward, update, versions, bytes (chapters 03-11).
+
+Contract for executors (the local one in :mod:`pipemare_lite.engine.local` and the
+distributed one drive the *same* :class:`StageWorker`, so their numbers agree bitwise)::
+
+    worker = StageWorker(stage, module, optimizer, weight_mode=..., is_last=...,
+                         num_microbatches=N, num_minibatches=K, loss_fn=..., ...)
+    F(m):  y = worker.forward(m, x, target)   # x: this stage's input (any device; moved to
+                                              # worker.device); target only on the last
+                                              # stage; returns the detached output, or on
+                                              # the last stage the detached, unscaled loss
+    B(m):  gx = worker.backward(m, grad_y)    # grad_y: gradient of y (None on the last
+                                              # stage); returns gradient of x, None on stage 0
+    I(m):  gx = worker.input_grad(m, grad_y)  # split backward: input gradient only ...
+    W(m):  worker.weight_grad(m)              # ... then the weight gradients
+    U:     worker.update()                    # optimizer step on everything accumulated
+                                              # (records lr and update norm)
+
+The worker never sends or receives anything: moving ``y`` and ``gx`` between stages is the
+executor's job (a dict in one process, ``torch.distributed`` send/recv across processes).
+Call the methods in the rank's schedule order; that order alone fixes the numerics.
+
+Numerics (chapter 02): the last stage's loss for microbatch m is ``loss_fn(y, target)`` (a
+mean over the microbatch's samples) and the backward starts from ``loss / N``; weight
+gradients accumulate by summation into ``param.grad`` in the order the backwards run;
+``update()`` steps the optimizer and zeroes the gradients (set to None). A flushed minibatch
+therefore equals one-device gradient accumulation ``for mb in mbs: (loss(mb) / N).backward()``
+followed by ``optimizer.step(); optimizer.zero_grad()``, bitwise in float32.
+
+Weight versions (chapter 05, :mod:`pipemare_lite.methods.versions`): the forward runs under
+saved-tensor hooks that replace every saved parameter by a :class:`ParamRef`; the backward
+is handed the version the weight mode asks for (current, stashed, 2BW's held one), unless
+the method's hooks (:mod:`pipemare_lite.methods.hooks`) choose other weights for the forward
+or the backward (T2's ``w - d * delta``, weight prediction's extrapolated copy). With a split
+backward the weights are chosen at I and reused at W.
+
+Checkpoints: :meth:`StageWorker.state_dict` and :meth:`StageWorker.load_state_dict` are
+:mod:`pipemare_lite.engine.replay`'s (saved state, and the replay of pending graphs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from pipemare_lite.methods.discrepancy import DiscrepancyHooks
+from pipemare_lite.methods.hooks import MethodHooks
+from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
+from pipemare_lite.schedules.weight_modes import get_weight_mode
+
+#: Byte kinds reported per stage, as the memory model (:mod:`pipemare_lite.analysis.memory`) names
+# them;
+#: a method's hooks may add kinds of their own (weight prediction: ``prediction``).
+BYTE_KINDS = ("weights", "stash", "t2_buffer", "optimizer", "activations")
+
+
+class _HeldVersion(torch.autograd.Function):
+    """Forward with a held copy's values; the gradient flows to the live parameter.
+
+    Used only when a forward must read a version that is not the current one (2BW).
+    """
+
+    @staticmethod
+    def forward(ctx, param, value):
+        """Return a copy of the held values (``param`` only links the graph to it)."""
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        """The gradient goes unchanged to the live parameter."""
+        return grad, None
+
+
+@dataclass
+class _Pending:
+    """A microbatch between its forward and the end of its backward on this stage."""
+
+    microbatch: int
+    version: int
+    input: torch.Tensor
+    target: object = None
+    saved: list = field(default_factory=list)
+    root: torch.Tensor | None = None
+    weights: list | None = None
+    grad_output: torch.Tensor | None = None
+    input_grad_done: bool = False
+    saved_bytes: int = 0
+
+    def count_saved_bytes(self) -> None:
+        """Bytes of the distinct tensors in ``saved`` (one tensor saved twice counts once)."""
+        distinct = {(t.data_ptr(), t.nbytes): t.nbytes
+                    for t in self.saved if isinstance(t, torch.Tensor)}
+        self.saved_bytes = sum(distinct.values())
+
+
+@dataclass
+class StageRecords:
+    """What a stage did between two :meth:`StageWorker.take_records` calls, in order.
+
+    Attributes:
+        losses: ``microbatch -> unscaled loss`` (last stage only).
+        forward_versions: ``microbatch -> weight version its forward read``.
+        backward_versions: ``microbatch -> version its backward used``.
+        distances: ``microbatch -> backward version - forward version``.
+        learning_rates: the lr of the first parameter group at each update.
+        group_learning_rates: the lr of every parameter group at each update.
+        update_norms: ``||w after - w before||_2`` of each update (float64).
+    """
+
+    losses: dict[int, float] = field(default_factory=dict)
+    forward_versions: dict[int, int] = field(default_factory=dict)
+    backward_versions: dict[int, int] = field(default_factory=dict)
+    distances: dict[int, int] = field(default_factory=dict)
+    learning_rates: list[float] = field(default_factory=list)
+    group_learning_rates: list[list[float]] = field(default_factory=list)
+    update_norms: list[float] = field(default_factory=list)
+
+
+class StageWorker:
+    """One (virtual) stage: its module, optimizer, weight versions and pending microbatches.
+
+    Args:
+        stage: virtual stage index (0 = first).
+        module: the stage's layers; its parameters are this stage's weights.
+        optimizer: a ``torch.optim`` optimizer over ``module``'s parameters.
+        weight_mode: ``sync``, ``stash``, ``2bw`` or ``async`` (the schedule's).
+        is_last: the last stage computes the loss.
+        num_microbatches: N, microbatches per minibatch (the loss is scaled by 1/N).
+        num_minibatches: K, minibatches in the schedule (2BW keeps a copy only if needed).
+        loss_fn: ``loss_fn(output, target)``, a mean over samples (last stage only).
+        device: where the module lives; inputs are moved here.
+        lr_scheduler: optional scheduler stepped after every update.
+        discrepancy_gamma: T2's gamma; None switches T2 off (needs weight mode ``async``).
+            Shorthand for ``hooks=DiscrepancyHooks(params, gamma)``.
+        hooks: the method's :class:`~pipemare_lite.methods.hooks.MethodHooks` for this
+            stage (which weights F and B see, what happens at an update, bytes it holds).
+    """
+
+    def __init__(self, stage: int, module: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 weight_mode: str, is_last: bool, num_microbatches: int,
+                 num_minibatches: int = 1, loss_fn: Callable | None = None,
+                 device: torch.device | str | None = None, lr_scheduler=None,
+                 discrepancy_gamma: float | None = None,
+                 hooks: MethodHooks | None = None) -> None:
+        if is_last and loss_fn is None:
+            raise ValueError("the last stage needs a loss_fn(output, target)")
+        if discrepancy_gamma is not None and not get_weight_mode(weight_mode).has_discrepancy:
+            raise ValueError(f"T2 corrects the async discrepancy; weight mode {weight_mode!r} "
+                             "has none (use weight_mode 'async')")
+        self.stage, self.module, self.optimizer = stage, module, optimizer
+        self.is_last, self.loss_fn = is_last, loss_fn
+        self.num_microbatches = num_microbatches
+        self.device = torch.device(device) if device is not None else _module_device(module)
+        self.lr_scheduler = lr_scheduler
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self._names = [n for n, p in module.named_parameters() if p.requires_grad]
+        self._index_of = {id(p): i for i, p in enumerate(self.params)}
+        self.versions = WeightVersions(self.params, weight_mode,
+                                       num_microbatches=num_microbatches,
+                                       num_minibatches=num_minibatches)
+        if discrepancy_gamma is not None:
+            if hooks is not None:
+                raise ValueError("give T2 either as discrepancy_gamma or inside hooks, not both")
+            hooks = DiscrepancyHooks(self.params, discrepancy_gamma)
+        self.hooks = hooks
+        self.pending: dict[int, _Pending] = {}
+        # running byte counts, so that reading them after every action stays cheap
+        self._weight_bytes = sum(p.nbytes for p in self.params)
+        self._activation_bytes = 0
+        self._optimizer_bytes = self._count_optimizer_bytes()
+        self._before: list[torch.Tensor] | None = None  # see _weights_before_update
+        # What happened since the executor last took it (see take_records): for results
+        # and traces, not needed to continue training.
+        self._start_records()
+
+    # ------------------------------------------------------------------ records
+    def _start_records(self) -> None:
+        fresh = StageRecords()
+        self.losses = fresh.losses
+        self.forward_versions = fresh.forward_versions
+        self.backward_versions = fresh.backward_versions
+        self.distances = fresh.distances
+        self.learning_rates = fresh.learning_rates
+        self.group_learning_rates = fresh.group_learning_rates
+        self.update_norms = fresh.update_norms
+
+    def take_records(self) -> StageRecords:
+        """What this stage did since the last call (:class:`StageRecords`); then forget it.
+
+        The executors call it at the end of every ``run()``: each run reports only its own
+        actions, and reading them costs what the run did, not what the whole training did
+        (the cost of a step stays flat however long the run).
+        """
+        taken = StageRecords(self.losses, self.forward_versions, self.backward_versions,
+                             self.distances, self.learning_rates, self.group_learning_rates,
+                             self.update_norms)
+        self._start_records()
+        return taken
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, microbatch: int, x: torch.Tensor, target=None) -> torch.Tensor:
+        """F(m): run the module on ``x``; returns the detached output (last stage: loss)."""
+        if microbatch in self.pending:
+            raise RuntimeError(f"stage {self.stage}: F{microbatch} twice without its backward")
+        if self.is_last and target is None:
+            raise ValueError(f"stage {self.stage} is last: F{microbatch} needs a target")
+        version = self.versions.forward_version(microbatch)
+        x = x.detach().to(self.device)
+        if self.stage > 0:
+            if not x.is_floating_point():
+                raise TypeError(f"stage {self.stage} got a {x.dtype} input; stages after the "
+                                "first need floating-point inputs to send gradients back")
+            x.requires_grad_(True)
+        if target is not None and isinstance(target, torch.Tensor):
+            target = target.to(self.device)
+        record = _Pending(microbatch, version, x, target)
+        self.versions.acquire(version)
+        self.pending[microbatch] = record
+        self.forward_versions[microbatch] = version
+        out = self._build_graph(record)
+        self._activation_bytes += record.saved_bytes
+        if self.is_last:
+            self.losses[microbatch] = out.item()
+        return out
+
+    # The saved-tensor path, F(m) to B(m) (chapter 05). Autograd offers every tensor it
+    # saves to pack(); what pack returns is kept in the graph and given to unpack() when
+    # the backward needs it:
+    #
+    #   forward, F(m)                           backward, B(m) (or I(m) then W(m))
+    #   activation a --pack--> a ---------------> unpack(a) -> a
+    #   weight w_i   --pack--> ParamRef(i) -----> unpack(ref) -> record.weights[i]
+    #                  (+ record.saved, for      (the version the weight mode or the
+    #                   bytes and checkpoints)    method's hooks chose at B/I)
+    #
+    # So the backward's weights are picked late, at B, not frozen at F; sync keeps w
+    # itself (``live``). A checkpoint's replay swaps pack() for one that hands back the
+    # stored tensors (:mod:`pipemare_lite.engine.replay`).
+    def _build_graph(self, record: _Pending, pack: Callable | None = None) -> torch.Tensor:
+        """Run the forward under the hooks; sets ``record.root``; returns the detached output.
+
+        ``pack``: another pack hook (a checkpoint's replay, :mod:`.replay`, hands back the
+        stored saved tensors; the method's hooks are then not asked for weights).
+        """
+        weights, index_of = None, self._index_of
+        versions, hooks = self.versions, self.hooks
+        older = record.version != versions.version
+        copies = None
+        if hooks is not None and pack is None:  # a replay's saved tensors are stored
+            copies = hooks.forward_weights(record.microbatch, record.version)
+        if copies is None and older and (not versions.rule.forward_reads_current
+                                         or record.version in versions.held):
+            # 2BW (or a replayed stash forward): read the held copy, not the live weights.
+            # A replayed async forward reads the live weights: its saved tensors are stored.
+            copies = self.versions.weights(record.version)
+        if copies is not None:
+            weights = {name: _HeldVersion.apply(p, c)
+                       for name, p, c in zip(self._names, self.params, copies)}
+            index_of = {id(t): i for i, t in enumerate(weights.values())}
+        # sync: no update can come between F and B (WeightVersions refuses it), so the
+        # backward reads exactly the tensors the forward saved and the hooks only take note
+        # (unless the method's hooks may choose the backward's weights)
+        live = versions.rule.flushes and hooks is None
+        if pack is None:
+            pack = self._packer(record, index_of, live)
+        with torch.autograd.graph.saved_tensors_hooks(pack, self._unpacker(record)):
+            if weights is None:
+                y = self.module(record.input)
+            else:
+                y = torch.func.functional_call(self.module, weights, (record.input,))
+            if self.is_last:
+                loss = self.loss_fn(y, record.target)
+                record.root = loss / self.num_microbatches
+                record.count_saved_bytes()
+                return loss.detach()
+        record.root = y
+        record.count_saved_bytes()
+        return y.detach()
+
+    @staticmethod
+    def _packer(record: _Pending, index_of: dict[int, int], live: bool = False):
+        """The pack hook: a weight is saved as a :class:`ParamRef` (the backward is handed
+        the version its method asks for); ``live`` keeps the weight itself for the backward
+        and the reference only in ``record.saved`` (checkpoints and byte counts)."""
+        saved = record.saved
+
+        def pack(tensor: torch.Tensor):
+            ref = param_ref(tensor, index_of)
+            if ref is None:
+                saved.append(tensor)
+                return tensor
+            saved.append(ref)
+            return tensor if live else ref
+        return pack
+
+    @staticmethod
+    def _unpacker(record: _Pending):
+        def unpack(packed):
+            if isinstance(packed, ParamRef):
+                if record.weights is None:
+                    raise RuntimeError(f"microbatch {record.microbatch}: backward weights unset")
+                return packed.materialize(record.weights)
+            return packed
+        return unpack
+
+    # ------------------------------------------------------------------ backward
+    def _choose_backward_weights(self, record: _Pending) -> None:
+        """The weights B(m)'s products use: the hooks' choice, else the weight mode's.
+
+        The version recorded is the weight mode's (the hooks may hand other values).
+        """
+        m, current = record.microbatch, self.versions.version
+        used = self.versions.rule.version_at_backward(current, record.version)
+        chosen = (None if self.hooks is None
+                  else self.hooks.backward_weights(m, record.version, current))
+        record.weights = self.versions.weights(used) if chosen is None else chosen
+        self.backward_versions[m] = used
+        self.distances[m] = used - record.version  # the discrepancy (T2's d when T2 is on)
+
+    def _take(self, microbatch: int, kind: str) -> _Pending:
+        record = self.pending.get(microbatch)
+        if record is None:
+            raise RuntimeError(f"stage {self.stage}: {kind}{microbatch} before F{microbatch}")
+        return record
+
+    def _grad_output(self, microbatch: int, grad_y):
+        if self.is_last:
+            return None
+        if grad_y is None:
+            raise ValueError(f"stage {self.stage}: backward of {microbatch} needs grad_y")
+        return grad_y.to(self.device)
+
+    def backward(self, microbatch: int, grad_y: torch.Tensor | None = None):
+        """B(m): gradients of weights (accumulated) and of the input (returned; None on stage 0)."""
+        record = self._take(microbatch, "B")
+        self._choose_backward_weights(record)
+        torch.autograd.backward(record.root, self._grad_output(microbatch, grad_y))
+        grad_x = record.input.grad if self.stage > 0 else None
+        self._finish(record)
+        return grad_x
+
+    def input_grad(self, microbatch: int, grad_y: torch.Tensor | None = None):
+        """I(m): only the input gradient (None on stage 0); the graph is kept for W(m)."""
+        record = self._take(microbatch, "I")
+        self._choose_backward_weights(record)
+        record.grad_output = self._grad_output(microbatch, grad_y)
+        record.input_grad_done = True
+        if self.stage == 0:
+            return None
+        (grad_x,) = torch.autograd.grad(record.root, record.input, record.grad_output,
+                                        retain_graph=True)
+        return grad_x
+
+    def weight_grad(self, microbatch: int) -> None:
+        """W(m): the weight gradients, with the weights chosen at I(m)."""
+        record = self._take(microbatch, "W")
+        if not record.input_grad_done:
+            raise RuntimeError(f"stage {self.stage}: W{microbatch} before I{microbatch}")
+        torch.autograd.backward(record.root, record.grad_output, inputs=self.params)
+        self._finish(record)
+
+    def _finish(self, record: _Pending) -> None:
+        del self.pending[record.microbatch]
+        self._activation_bytes -= record.saved_bytes
+        self.versions.release(record.version)
+        if self.hooks is not None:
+            self.hooks.backward_done(record.microbatch)
+
+    # ------------------------------------------------------------------ update
+    def update(self) -> None:
+        """U: one optimizer step on the accumulated gradients, then zero them (to None)."""
+        self.versions.before_update()
+        if self.hooks is not None:
+            self.hooks.before_update()
+        self.learning_rates.append(self.optimizer.param_groups[0]["lr"])
+        self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
+        before = self._weights_before_update()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.update_norms.append(_change_norm(before, self.params))
+        if self.hooks is not None:
+            self.hooks.after_update()
+        self.versions.after_update()
+        self._optimizer_bytes = self._count_optimizer_bytes()  # state appears at first step
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+
+    def _weights_before_update(self) -> list[torch.Tensor]:
+        """The weights before this update, in the norm's dtype, in buffers kept across
+        updates (allocating and converting fresh copies at every update cost more than the
+        norm itself)."""
+        if self._before is None:
+            self._before = [torch.empty_like(p, dtype=_norm_dtype(p)) for p in self.params]
+        with torch.no_grad():
+            for copy, p in zip(self._before, self.params):
+                copy.copy_(p)
+        return self._before
+
+    # ------------------------------------------------------------------ bytes
+    def bytes_held(self) -> dict[str, int]:
+        """Real bytes this stage holds now, by kind (see :data:`BYTE_KINDS`).
+
+        ``activations`` counts, per pending microbatch, the distinct tensors the pack hook
+        kept (by address and size; parameters excluded: they are weights or stash). The
+        method's hooks add what they declare (T2: ``t2_buffer``; a new method its own kinds).
+        """
+        held = {
+            "weights": self._weight_bytes,
+            "stash": self.versions.held_bytes(),
+            "t2_buffer": 0,
+            "optimizer": self._optimizer_bytes,
+            "activations": self._activation_bytes,
+        }
+        if self.hooks is not None:
+            for kind, value in self.hooks.bytes_held().items():
+                held[kind] = held.get(kind, 0) + int(value)
+        return held
+
+    def _count_optimizer_bytes(self) -> int:
+        return sum(t.nbytes for state in self.optimizer.state.values()
+                   for t in state.values() if isinstance(t, torch.Tensor))
+
+    def recount_bytes(self) -> None:
+        """Recount the running byte counts (after a checkpoint was loaded)."""
+        self._optimizer_bytes = self._count_optimizer_bytes()
+        self._activation_bytes = sum(r.saved_bytes for r in self.pending.values())
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """Everything needed to continue bitwise (:func:`.replay.stage_state`)."""
+        from pipemare_lite.engine import replay
+
+        return replay.stage_state(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output and rebuild the pending microbatches' graphs
+        (:func:`.replay.load_stage_state`)."""
+        from pipemare_lite.engine import replay
+
+        replay.load_stage_state(self, state)
+
+
+def update_norm(before, after) -> float:
+    """``||after - before||_2`` over all tensors, in float64 (chapter 07's per-stage evidence).
+
+    Float64 so that the norm of finite float32 weights never overflows: it is non-finite
+    exactly when ``after`` holds a non-finite value (``before`` being finite). Devices
+    without float64 (MPS) compute in float32.
+    """
+    copies = [old.to(_norm_dtype(new), copy=True) for old, new in zip(before, after, strict=True)]
+    return _change_norm(copies, after)
+
+
+def _change_norm(before: list[torch.Tensor], after) -> float:
+    """:func:`update_norm` with ``before`` already in the norm's dtype, which it overwrites
+    (the worker's buffers: no tensor is allocated). ``(before - after)**2`` is bitwise
+    ``(after - before)**2``: a difference only changes sign when its operands swap."""
+    squares = []
+    for old, new in zip(before, after, strict=True):
+        old.sub_(new.detach())  # promotes ``new`` to the norm's dtype, exactly
+        squares.append(old.mul_(old).sum().cpu())
+    return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
+
+
+def _norm_dtype(tensor: torch.Tensor) -> torch.dtype:
+    return torch.float32 if tensor.device.type == "mps" else torch.float64
+
+
+def _module_device(module: nn.Module) -> torch.device:
+    for tensor in module.parameters():
+        return tensor.device
+    return torch.device("cpu")

@@ -1,0 +1,2 @@
+"""Our engine next to PyTorch's own torch.distributed.pipelining (chapter 11).
+"""
