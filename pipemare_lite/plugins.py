@@ -8,7 +8,7 @@ processes. Three ways to import it everywhere:
 - command line: ``pipemare-lite train --plugin my_methods --method wpred ...`` (repeatable);
 - Python: ``launch(fit_worker, 2, args=(...,), imports=["my_methods"])``;
 - environment: ``PIPEMARE_PLUGINS=my_methods,other`` (comma-separated), read by every rank,
-  e.g. ``PIPEMARE_PLUGINS=my_methods torchrun ... -m pipemare_lite.training.fit --method wpred``.
+  e.g. ``PIPEMARE_PLUGINS=my_methods torchrun ... -m pipemare_lite.training --method wpred``.
 
 A module is a dotted name importable from ``sys.path`` (the working directory is on it for
 ``python -m``; set ``PYTHONPATH`` for torchrun ranks otherwise). Torch-free.

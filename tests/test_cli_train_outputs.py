@@ -75,7 +75,7 @@ def test_divergence_under_raise_is_a_message_and_exit_code_3(tmp_path, capsys):
     from pipemare_lite.cli.commands.train import main as module_main  # python -m ...train
 
     assert module_main(argv) == DIVERGED_EXIT_CODE
-    assert capsys.readouterr().err.startswith("pipemare_lite.training.fit: diverged at step ")
+    assert capsys.readouterr().err.startswith("pipemare_lite.training: diverged at step ")
 
 
 def test_contradictory_and_bad_options_exit_2_naming_them(tmp_path, capsys):

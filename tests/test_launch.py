@@ -3,7 +3,7 @@
 - :func:`pipemare_lite.engine.dist.launch.launch` from this process (results per rank, loopback, a
   port chosen at run time, a failing rank named, a timeout, no child left alive);
 - from inside a Jupyter kernel (the way the chapters call it);
-- ``torchrun ... -m pipemare_lite.training.fit --executor dist`` (the shell way).
+- ``torchrun ... -m pipemare_lite.training --executor dist`` (the shell way).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def test_torchrun_trains_with_the_distributed_executor(tmp_path, capsys):
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
         "--max-restarts", "0", "--log-dir", str(tmp_path), "--redirects", "3",
-        "-m", "pipemare_lite.training.fit", "--executor", "dist", *options,
+        "-m", "pipemare_lite.training", "--executor", "dist", *options,
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run(command, capture_output=True, text=True, timeout=170, env=env)
@@ -130,7 +130,7 @@ def test_torchrun_trains_with_the_distributed_executor(tmp_path, capsys):
     assert logs["1"].strip() == ""  # under torchrun only rank 0 reports
     distributed = json.loads(logs["0"].strip().splitlines()[-1])
 
-    from pipemare_lite.training.fit import main
+    from pipemare_lite.cli.commands.train import main
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

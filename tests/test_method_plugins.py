@@ -95,7 +95,7 @@ def test_the_environment_variable_names_plugins_looked_up_on_a_miss(monkeypatch)
 
 def test_the_command_line_loads_plugins_and_refuses_a_missing_one(capsys):
     from pipemare_lite.cli import main as cli_main
-    from pipemare_lite.training.fit import main
+    from pipemare_lite.cli.commands.train import main
 
     assert main(["--plugin", "no_such_plugin_module", "--method", "wpred"]) == 2  # torchrun's
     assert "could not be imported" in capsys.readouterr().err
@@ -162,7 +162,7 @@ def test_weight_prediction_is_bitwise_equal_locally_under_launch_and_under_torch
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
         "--max-restarts", "0", "--log-dir", str(tmp_path), "--redirects", "3",
-        "-m", "pipemare_lite.training.fit", "--executor", "dist", *CLI,
+        "-m", "pipemare_lite.training", "--executor", "dist", *CLI,
         "--out", str(tmp_path / "h.json"),
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", **{ENV_VAR: WPRED})
@@ -171,7 +171,9 @@ def test_weight_prediction_is_bitwise_equal_locally_under_launch_and_under_torch
     assert done.returncode == 0, done.stderr[-3000:] + logs[-2000:]
     torchrun = json.loads((tmp_path / "h.json").read_text())
 
-    from pipemare_lite.training.fit import main  # the same command in this process, one thread
+    from pipemare_lite.cli.commands.train import (
+        main,  # the same command in this process, one thread
+    )
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

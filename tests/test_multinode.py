@@ -151,7 +151,7 @@ class Nodes:
 
 
 def local_history(options: list[str], out: Path) -> dict:
-    from pipemare_lite.training.fit import main
+    from pipemare_lite.cli.commands.train import main
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as every torchrun worker: bitwise-reproducible sums
@@ -245,5 +245,5 @@ def test_the_readme_command_is_parsed_as_written():
     assert words[words.index("--rdzv-endpoint") + 1] == "127.0.0.1:29500"
     assert words[words.index("--node-rank") + 1] == "1"
     assert words[words.index("--nproc-per-node") + 1] == "2"
-    assert words[-6:] == ["-m", "pipemare_lite.training.fit", "--executor", "dist", "--method",
+    assert words[-6:] == ["-m", "pipemare_lite.training", "--executor", "dist", "--method",
     "1f1b"]

@@ -39,7 +39,7 @@ def start_training(tmp_path):
     stream = tmp_path / "steps.jsonl"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc-per-node", "2", "--max-restarts", "0",
-               "-m", "pipemare_lite.training.fit", *TRAIN, "--jsonl", str(stream)]
+               "-m", "pipemare_lite.training", *TRAIN, "--jsonl", str(stream)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     agent = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
                              stderr=open(tmp_path / "stderr.txt", "wb"))  # noqa: SIM115
@@ -48,7 +48,7 @@ def start_training(tmp_path):
         assert agent.poll() is None, (tmp_path / "stderr.txt").read_text()[-3000:]
         time.sleep(0.2)
     ranks = [p for p in _children_of(agent.pid)
-             if b"pipemare_lite.training.fit" in open(f"/proc/{p}/cmdline", "rb").read()]
+             if b"pipemare_lite.training" in open(f"/proc/{p}/cmdline", "rb").read()]
     assert stream.read_text() and len(ranks) == 2, "training did not start"
     return agent, ranks
 

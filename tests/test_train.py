@@ -326,7 +326,7 @@ def test_module_entry_point_runs():
         [
             sys.executable,
             "-m",
-            "pipemare_lite.training.fit",
+            "pipemare_lite.training",
             "--method",
             "async",
             "--stages",

@@ -55,7 +55,7 @@ class EnvReport:
             )
         return (
             f"{self.gpu_count} GPUs: the local executor can place stage i on cuda:i, and "
-            "`torchrun --nproc-per-node P -m pipemare_lite.training.fit ...` runs one process per "
+            "`torchrun --nproc-per-node P -m pipemare_lite.training ...` runs one process per "
             "stage with NCCL. Chapters still default to the CPU so results match the book."
         )
 

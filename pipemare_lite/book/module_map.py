@@ -180,6 +180,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.schedules.weight_modes": "02",
     "pipemare_lite.schedules.zero_bubble": "04",
     "pipemare_lite.training": "01",
+    "pipemare_lite.training.__main__": "-",
     "pipemare_lite.training.checkpoint": "11",
     "pipemare_lite.training.data_cache": "07",
     "pipemare_lite.training.data_feed": "07",

@@ -1,4 +1,4 @@
-"""Training with a pipeline method: ``fit()`` and ``python -m pipemare_lite.training.fit`` (chapter
+"""Training with a pipeline method: ``fit()`` and ``python -m pipemare_lite.training`` (chapter
 07).
 
 ``fit`` is the loop every chapter from 07 on uses to compare methods on real data::
@@ -55,7 +55,7 @@ Executors. ``executor="local"`` runs all stages in this process
 :data:`EXECUTORS` (see :func:`register_executor`): the distributed engine registers
 ``"dist"`` there.
 
-The command line (``pipemare-lite train``, ``python -m pipemare_lite.training.fit``, torchrun) lives
+The command line (``pipemare-lite train``, ``python -m pipemare_lite.training``, torchrun) lives
 in :mod:`pipemare_lite.cli.commands.train`; its names, and those of the modules above, are
 importable from here too.
 """
@@ -65,12 +65,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-
-if __name__ == "__main__":
-    # ``python -m pipemare_lite.training.fit`` (torchrun's way) runs this file as ``__main__``; the
-    # command line then imports ``pipemare_lite.training.fit``, which would execute it a second
-    # time and make a second ``fit``. One module under both names instead.
-    sys.modules.setdefault("pipemare_lite.training.fit", sys.modules[__name__])
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -80,14 +74,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from pipemare_lite.cli.commands.train import (  # the command line lives there; re-exported
-    DEFAULT_DATASET,
-    add_train_arguments,
-    build_model_and_data,
-    json_ready,
-    main,
-    run_from_args,
-)
 from pipemare_lite.schedules.lazy import lazy_schedule, materialized
 from pipemare_lite.training import run_schedule
 from pipemare_lite.training.checkpoint import (
@@ -117,11 +103,11 @@ from pipemare_lite.training.optimizers import (
 from pipemare_lite.training.partition import partition
 
 __all__ = [  # fit and what it uses, wherever it lives
-    "CHECKPOINT_FORMAT", "DEFAULT_DATASET", "DIVERGENCE_ACTIONS", "EXECUTORS", "LR_SCHEDULES",
+    "CHECKPOINT_FORMAT", "DIVERGENCE_ACTIONS", "EXECUTORS", "LR_SCHEDULES",
     "OPTIMIZERS", "RECORDED_SETTINGS", "DivergenceError", "EpochMicrobatches", "History",
-    "add_train_arguments", "build_model_and_data", "classification_loss", "decode_state",
-    "encode_state", "epoch_order", "evaluate", "fit", "forward_through", "json_ready", "main",
-    "make_optimizer_factory", "register_executor", "run_from_args",
+    "classification_loss", "decode_state",
+    "encode_state", "epoch_order", "evaluate", "fit", "forward_through",
+    "make_optimizer_factory", "register_executor",
 ]
 
 DIVERGENCE_ACTIONS = ("stop", "raise")
@@ -680,6 +666,3 @@ def _non_finite_stages(stages: Sequence[nn.Module]) -> list[int]:
         if any(not torch.isfinite(p).all() for p in stage.parameters())
     ]
 
-
-if __name__ == "__main__":
-    sys.exit(main())

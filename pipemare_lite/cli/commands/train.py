@@ -1,10 +1,10 @@
-"""``pipemare-lite train`` and ``python -m pipemare_lite.training.fit``: training from the shell.
+"""``pipemare-lite train`` and ``python -m pipemare_lite.training``: training from the shell.
 
 Both entry points share one set of options (:func:`add_train_arguments`); the second is the
 form ``torchrun`` launches, one process per stage::
 
     pipemare-lite train --method pipemare --stages 4 --epochs 2
-    torchrun --nproc-per-node 4 -m pipemare_lite.training.fit --executor dist --method pipemare ...
+    torchrun --nproc-per-node 4 -m pipemare_lite.training --executor dist --method pipemare ...
 
 The options map one to one onto :func:`pipemare_lite.training.fit.fit`;
 :func:`build_model_and_data` picks the model and dataset by name. Under torchrun every rank
@@ -414,7 +414,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipemare_lite.training.fit``: the same options as ``pipemare-lite train``.
+    """``python -m pipemare_lite.training``: the same options as ``pipemare-lite train``.
 
     The entry point torchrun launches; bad input exits with code 2 and a message.
     ``--plugin`` modules are imported before the parser is built, so ``--help`` lists the
@@ -425,16 +425,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         load_plugins(early.parse_known_args(argv)[0].plugin)
     except INPUT_ERRORS as exc:
-        print(f"pipemare_lite.training.fit: error: {exc}", file=sys.stderr)
+        print(f"pipemare_lite.training: error: {exc}", file=sys.stderr)
         return 2
     parser = add_train_arguments(
         argparse.ArgumentParser(
-            prog="python -m pipemare_lite.training.fit",
+            prog="python -m pipemare_lite.training",
             description="train a model with a pipeline method",
         )
     )
     args = parser.parse_args(argv)
-    return _run_reporting_faults(args, "pipemare_lite.training.fit")
+    return _run_reporting_faults(args, "pipemare_lite.training")
 
 
 def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:

@@ -6,7 +6,7 @@ with the local executor's contract: each ``run`` is collective (``gather_into``)
 ranks see the same losses, trace and learning rates, and each rank's copy of the whole
 model is current for evaluation. :func:`fit_worker` is the process body that runs ``fit()``
 on every rank, for :func:`pipemare_lite.engine.dist.launch.launch` (``torchrun`` runs
-``pipemare_lite.training.fit`` directly).
+``python -m pipemare_lite.training`` directly).
 """
 
 from __future__ import annotations

@@ -32,12 +32,12 @@ From a shell, the same training runs under ``torchrun`` (one process per rank; t
 ``--executor dist`` option of ``pipemare_lite.training.fit`` calls :func:`init_from_env`)::
 
     # one machine, 4 ranks
-    torchrun --standalone --nproc-per-node 4 -m pipemare_lite.training.fit --executor dist ...
+    torchrun --standalone --nproc-per-node 4 -m pipemare_lite.training --executor dist ...
 
     # two machines with 4 ranks each: run on both, with the first machine's address
     torchrun --nnodes 2 --nproc-per-node 4 --node-rank 0 \\
         --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29500 --rdzv-id job42 \\
-        -m pipemare_lite.training.fit --executor dist ...
+        -m pipemare_lite.training --executor dist ...
     # (--node-rank 1 on the second machine; --max-restarts 0 keeps failures visible)
 
 The two-machine form is tested as two torchrun "nodes" on one host
@@ -494,7 +494,7 @@ def init_from_env(
     if missing:
         raise ValueError(
             f"not started by torchrun: environment variables {missing} are not set; run "
-            "`torchrun --nproc-per-node P -m pipemare_lite.training.fit --executor dist ...`, or from "
+            "`torchrun --nproc-per-node P -m pipemare_lite.training --executor dist ...`, or from "
             "Python launch(pipemare_lite.engine.dist.fit.fit_worker, P, args=(...,))"
         )
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -12,7 +12,7 @@ watchdog's backstop). Here:
   and it turns the agent's SIGTERM into one report, every rank's position, printed by the
   first rank to claim it (the others print one line each), then the one line of
   :mod:`pipemare_lite.engine.dist.lost` naming the lost rank (exit 143, as for SIGTERM);
-- :func:`failure_report` gives the command line (``python -m pipemare_lite.training.fit``) a rank's
+- :func:`failure_report` gives the command line (``python -m pipemare_lite.training``) a rank's
   pipeline failure (an abort, a broken connection to a dead peer, a timeout) as a message
   with every rank's position instead of a traceback.
 """
