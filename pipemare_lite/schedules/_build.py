@@ -11,7 +11,7 @@ import gc
 from contextlib import contextmanager
 
 from pipemare_lite.schedules.actions import KINDS, Action, Schedule
-from pipemare_lite.schedules.validate import check_sizes, validate
+from pipemare_lite.schedules.validate import validate
 
 
 def make_schedule(
@@ -29,19 +29,10 @@ def make_schedule(
     """Build and validate a :class:`Schedule` from per-rank lists of ``(kind, stage, index)``."""
     with gc_paused():  # hundreds of thousands of small acyclic objects: skip the GC passes
         ranks = tuple(tuple(actions_of(order)) for order in orders)
-    schedule = Schedule(
-        name=name,
-        num_stages=num_stages,
-        num_microbatches=num_microbatches,
-        ranks=ranks,
-        num_minibatches=num_minibatches,
-        chunks=chunks,
-        weight_mode=weight_mode,
-        warmup_minibatches=warmup_minibatches,
-        notes=tuple(notes),
-    )
-    with gc_paused():
-        return validate(schedule)
+        return validate(Schedule(
+            name=name, num_stages=num_stages, num_microbatches=num_microbatches, ranks=ranks,
+            num_minibatches=num_minibatches, chunks=chunks, weight_mode=weight_mode,
+            warmup_minibatches=warmup_minibatches, notes=tuple(notes)))
 
 
 def actions_of(order: list[tuple[str, int, int]]) -> list[Action]:
@@ -76,18 +67,6 @@ def gc_paused():
     finally:
         if enabled:
             gc.enable()
-
-
-def check_builder_args(name, num_stages, num_microbatches, num_minibatches=1, chunks=1, warmup=0):
-    """Raise :class:`ScheduleError` early, naming the bad value and the allowed range."""
-    check_sizes(
-        name=name,
-        num_stages=num_stages,
-        num_microbatches=num_microbatches,
-        num_minibatches=num_minibatches,
-        chunks=chunks,
-        warmup_minibatches=warmup,
-    )
 
 
 def microbatches_of(minibatch: int, num_microbatches: int) -> list[int]:

@@ -8,10 +8,10 @@ version max(k-1, 0).
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import check_builder_args, make_schedule, microbatches_of
+from pipemare_lite.schedules._build import make_schedule, microbatches_of
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.one_f_one_b import clamp_notes, one_f_one_b_order
-from pipemare_lite.schedules.validate import ScheduleError
+from pipemare_lite.schedules.validate import ScheduleError, check_sizes
 
 
 def flushed_warmup_order(stage: int, num_stages: int, M: int, warmup: int) -> list:
@@ -58,7 +58,7 @@ def pipedream(
     (0-indexed) then runs each forward on weights P-1-s updates older than its update.
     """
     P, M, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
-    check_builder_args("pipedream", P, M, K, warmup=W)
+    check_sizes("pipedream", P, M, K, warmup_minibatches=W)
     orders = [flushed_warmup_order(s, P, M, W) + no_flush_order(s, P, M, K, W) for s in range(P)]
     return make_schedule(
         "pipedream", P, M, orders, num_minibatches=K, weight_mode="stash",
@@ -80,7 +80,7 @@ def two_bw(
     asynchronous minibatch reads is the executor's choice (the order allows version W-1 or W).
     """
     P, M, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
-    check_builder_args("2bw", P, M, K, warmup=W)
+    check_sizes("2bw", P, M, K, warmup_minibatches=W)
     if M < P - 1:
         raise ScheduleError(
             f"2bw: num_microbatches={M} is too small for num_stages={P}: 2BW keeps only two "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipemare_lite.schedules._build import gc_paused
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.async_pipeline import async_pipeline
 from pipemare_lite.schedules.gpipe import gpipe
@@ -179,6 +178,4 @@ def build_schedule(
             f"{name}: warmup_minibatches={warmup_minibatches!r} only applies to "
             f"{allowed}; allowed: 0"
         )
-    with gc_paused():
-        return BUILDERS[key](num_stages, num_microbatches, num_minibatches, chunks,
-                             warmup_minibatches)
+    return BUILDERS[key](num_stages, num_microbatches, num_minibatches, chunks, warmup_minibatches)
