@@ -33,16 +33,6 @@ BUILTIN_WEIGHT_MODES: dict[str, str] = {}
 REGISTERED_WEIGHT_MODES: dict[str, str] = {}
 
 
-def declare_builtin(name: str, weight_mode: str) -> None:
-    """A built-in schedule name and its weight mode (called for each row of the table)."""
-    BUILTIN_WEIGHT_MODES[name] = weight_mode
-
-
-def register_name(name: str, weight_mode: str) -> None:
-    """Let validate() accept schedules named ``name`` (declared with ``weight_mode``)."""
-    REGISTERED_WEIGHT_MODES[name] = weight_mode
-
-
 def known_names(*, builtin: bool = False) -> tuple[str, ...]:
     """Names validate() accepts: the built-in ones and "custom", then (unless ``builtin``)
     the registered ones."""
