@@ -27,7 +27,9 @@ def make_schedule(
     notes: tuple[str, ...] = (),
 ) -> Schedule:
     """Build and validate a :class:`Schedule` from per-rank lists of ``(kind, stage, index)``."""
-    with gc_paused():  # hundreds of thousands of small acyclic objects: skip the GC passes
+    # hundreds of thousands of small acyclic objects: skip the GC passes (~0.25 s of a
+    # P=128, M=1024 build, benchmarks/bench_engine_goals.py --only schedules)
+    with gc_paused():
         ranks = tuple(tuple(actions_of(order)) for order in orders)
         return validate(Schedule(
             name=name, num_stages=num_stages, num_microbatches=num_microbatches, ranks=ranks,
@@ -38,11 +40,12 @@ def make_schedule(
 def actions_of(order: list[tuple[str, int, int]]) -> list[Action]:
     """``[Action(stage, kind, index) for kind, stage, index in order]``, a third faster.
 
-    Large schedules hold hundreds of thousands of actions, and the frozen dataclass'
-    ``__init__`` (a call per field, then ``__post_init__``) was the largest part of building
-    them. Each triple is checked here as ``__post_init__`` would; a bad one goes through the
-    real constructor, so the error is the usual one. Fields are set the way the dataclass
-    sets them (``object.__setattr__``), so the objects are the same, memory layout included.
+    Kept for the benchmark (0.1-0.2 s of a P=128, M=1024 build): large schedules hold
+    hundreds of thousands of actions, and the frozen dataclass' ``__init__`` (a call per
+    field, then ``__post_init__``) is the largest part of building them. Each triple is
+    checked here as ``__post_init__`` would; a bad one goes through the real constructor, so
+    the error is the usual one. Fields are set the way the dataclass sets them
+    (``object.__setattr__``), so the objects are the same, memory layout included.
     """
     new, set_field, kinds, out = object.__new__, object.__setattr__, frozenset(KINDS), []
     append = out.append
