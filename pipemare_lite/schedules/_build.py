@@ -27,14 +27,19 @@ def make_schedule(
     notes: tuple[str, ...] = (),
 ) -> Schedule:
     """Build and validate a :class:`Schedule` from per-rank lists of ``(kind, stage, index)``."""
-    # hundreds of thousands of small acyclic objects: skip the GC passes (~0.25 s of a
-    # P=128, M=1024 build, benchmarks/bench_engine_goals.py --only schedules)
-    with gc_paused():
-        ranks = tuple(tuple(actions_of(order)) for order in orders)
-        return validate(Schedule(
-            name=name, num_stages=num_stages, num_microbatches=num_microbatches, ranks=ranks,
-            num_minibatches=num_minibatches, chunks=chunks, weight_mode=weight_mode,
-            warmup_minibatches=warmup_minibatches, notes=tuple(notes)))
+    ranks = tuple(tuple(actions_of(order)) for order in orders)
+    schedule = Schedule(
+        name=name,
+        num_stages=num_stages,
+        num_microbatches=num_microbatches,
+        ranks=ranks,
+        num_minibatches=num_minibatches,
+        chunks=chunks,
+        weight_mode=weight_mode,
+        warmup_minibatches=warmup_minibatches,
+        notes=tuple(notes),
+    )
+    return validate(schedule)
 
 
 def actions_of(order: list[tuple[str, int, int]]) -> list[Action]:
@@ -62,7 +67,8 @@ def actions_of(order: list[tuple[str, int, int]]) -> list[Action]:
 
 @contextmanager
 def gc_paused():
-    """Pause the cyclic garbage collector (it would rescan every new Action many times)."""
+    """Pause the cyclic garbage collector: building or simulating a large schedule makes
+    hundreds of thousands of small acyclic objects, which it would rescan many times."""
     enabled = gc.isenabled()
     gc.disable()
     try:
