@@ -57,7 +57,3 @@ class Timeline:
     def for_rank(self, rank: int) -> list[TimedAction]:
         """The rank's entries sorted by start time."""
         return sorted((e for e in self.entries if e.rank == rank), key=lambda e: e.start)
-
-    def busy_time(self, rank: int) -> float:
-        """Sum of durations of the rank's actions."""
-        return sum(e.duration for e in self.entries if e.rank == rank)

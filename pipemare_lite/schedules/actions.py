@@ -56,11 +56,6 @@ class Action:
     def __str__(self) -> str:
         return f"{self.stage}{self.kind}{self.index}"
 
-    @property
-    def microbatch(self) -> int | None:
-        """The microbatch this action works on, or None for an update."""
-        return None if self.kind == UPDATE else self.index
-
     @classmethod
     def parse(cls, text: str) -> Action:
         """Parse ``"2F0"``-style notation; raises ValueError naming the bad text."""

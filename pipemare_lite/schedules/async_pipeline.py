@@ -17,10 +17,11 @@ the F-to-update gap is one microbatch slot shorter (chapter 05 compares both).
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import check_builder_args, make_schedule
+from pipemare_lite.schedules._build import make_schedule
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.one_f_one_b import clamp_notes
 from pipemare_lite.schedules.pipedream import flushed_warmup_order
+from pipemare_lite.schedules.validate import check_sizes
 
 #: The note a ``backward_first`` schedule carries (how the staleness analysis can tell).
 TICK_ORDER_NOTE_BACKWARD_FIRST = "tick order: B (and U) before F in every tick"
@@ -60,7 +61,7 @@ def async_pipeline(
     then say so (its name stays "async").
     """
     P, N, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
-    check_builder_args("async", P, N, K, warmup=W)
+    check_sizes("async", P, N, K, warmup_minibatches=W)
     if not isinstance(backward_first, bool):
         raise ValueError(f"backward_first={backward_first!r}: allowed: True or False")
     orders = [flushed_warmup_order(s, P, N, W) + async_order(s, P, N, K, W, backward_first)

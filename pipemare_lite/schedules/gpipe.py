@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import check_builder_args, make_schedule, microbatches_of
+from pipemare_lite.schedules._build import make_schedule, microbatches_of
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.validate import check_sizes
 
 
 def gpipe(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
@@ -13,7 +14,7 @@ def gpipe(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> S
     minibatch, which leaves devices idle (the "bubble", measured and derived in chapter 02),
     and every stage holds the activations of all M microbatches at the peak.
     """
-    check_builder_args("gpipe", num_stages, num_microbatches, num_minibatches)
+    check_sizes("gpipe", num_stages, num_microbatches, num_minibatches)
     orders = []
     for stage in range(num_stages):
         order = []

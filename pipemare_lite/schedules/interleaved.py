@@ -11,10 +11,10 @@ every rank v times. Each piece is 1/v of a rank's work, so the fill and drain sh
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import check_builder_args, make_schedule
+from pipemare_lite.schedules._build import make_schedule
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.one_f_one_b import one_f_one_b_order
-from pipemare_lite.schedules.validate import ScheduleError
+from pipemare_lite.schedules.validate import ScheduleError, check_sizes
 
 
 def _virtual_step(k: int, rank: int, P: int, v: int, backward: bool) -> tuple[int, int]:
@@ -40,7 +40,7 @@ def interleaved(
     v*M), then alternates F and B. With ``chunks=1`` it is exactly :func:`one_f_one_b`.
     """
     P, M, v = num_stages, num_microbatches, chunks
-    check_builder_args("interleaved", P, M, num_minibatches, chunks=v)
+    check_sizes("interleaved", P, M, num_minibatches, chunks=v)
     if v > 1 and M % P != 0:
         multiples = ", ".join(str(P * i) for i in range(1, 4))
         raise ScheduleError(

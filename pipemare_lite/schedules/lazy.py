@@ -121,11 +121,9 @@ class LazySchedule:
         start = max(start - len(head), 0)
         first, offset = divmod(min(start, n * len(body)), len(body))
         for j in range(first + 1, n + 1):  # the steady window's copies w_b+1 .. w_b+n
-            for a in islice(body, offset, None):
-                yield Action(a.stage, a.kind, a.index + (j if a.kind == UPDATE else j * M))
+            yield from _shifted(islice(body, offset, None), j, M)
             offset = 0
-        for a in islice(tail, max(start - n * len(body), 0), None):  # the drain, moved by n
-            yield Action(a.stage, a.kind, a.index + (n if a.kind == UPDATE else n * M))
+        yield from _shifted(islice(tail, max(start - n * len(body), 0), None), n, M)  # the drain
 
     def key(self) -> tuple:
         """What identifies this schedule in a checkpoint: its name, length, short rows and
@@ -179,9 +177,10 @@ def _windows(row) -> list[tuple[Action, ...]]:
     return windows
 
 
-def _shifted(window: tuple[Action, ...], j: int, M: int) -> tuple[Action, ...]:
-    return tuple(Action(a.stage, a.kind, a.index + (j if a.kind == UPDATE else j * M))
-                 for a in window)
+def _shifted(actions, j: int, M: int) -> Iterator[Action]:
+    """``actions`` moved ``j`` minibatches on: microbatch indices + j*M, update indices + j."""
+    return (Action(a.stage, a.kind, a.index + (j if a.kind == UPDATE else j * M))
+            for a in actions)
 
 
 def _steady_window(short: Schedule, longer: Schedule, longest: Schedule, rank: int):
@@ -191,11 +190,11 @@ def _steady_window(short: Schedule, longer: Schedule, longest: Schedule, rank: i
     M = short.num_microbatches
     A = _windows(short.ranks[rank])
     for b in range(len(A) - 2, -1, -1):  # the last steady window (furthest from filling)
-        if A[b + 1] != _shifted(A[b], 1, M):
+        if A[b + 1] != tuple(_shifted(A[b], 1, M)):
             continue
         if all(_windows(s.ranks[rank]) == A[: b + 1]
-               + [_shifted(A[b], j, M) for j in range(1, n + 1)]
-               + [_shifted(w, n, M) for w in A[b + 1:]]
+               + [tuple(_shifted(A[b], j, M)) for j in range(1, n + 1)]
+               + [tuple(_shifted(w, n, M)) for w in A[b + 1:]]
                for n, s in ((1, longer), (2, longest))):
             return b
     return None

@@ -6,8 +6,9 @@ next one starts, so at every moment exactly one device works.
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import check_builder_args, make_schedule, microbatches_of
+from pipemare_lite.schedules._build import make_schedule, microbatches_of
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.validate import check_sizes
 
 
 def naive(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
@@ -16,7 +17,7 @@ def naive(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> S
     Because stage s's B(m) waits for the backward of every later stage, and stage 0's F(m+1)
     comes after its B(m), only one microbatch is ever in the pipeline.
     """
-    check_builder_args("naive", num_stages, num_microbatches, num_minibatches)
+    check_sizes("naive", num_stages, num_microbatches, num_minibatches)
     orders = []
     for stage in range(num_stages):
         order = []

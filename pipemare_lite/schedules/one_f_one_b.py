@@ -5,8 +5,9 @@ Introduced in chapter 03: the same bubble as GPipe with far fewer activations in
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import check_builder_args, make_schedule, microbatches_of
+from pipemare_lite.schedules._build import make_schedule, microbatches_of
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.validate import check_sizes
 
 
 def one_f_one_b_order(microbatches: list[int], warmup: int) -> list[tuple[str, int]]:
@@ -39,7 +40,7 @@ def one_f_one_b(num_stages: int, num_microbatches: int, num_minibatches: int = 1
     Stage s runs min(P-1-s, M) warm-up forwards, then alternates F and B, then drains.
     Same bubble as GPipe, but stage s holds at most min(P-s, M) microbatches' activations.
     """
-    check_builder_args("1f1b", num_stages, num_microbatches, num_minibatches)
+    check_sizes("1f1b", num_stages, num_microbatches, num_minibatches)
     notes = clamp_notes(num_stages, num_microbatches)
     orders = []
     for stage in range(num_stages):

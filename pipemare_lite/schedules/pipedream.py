@@ -8,10 +8,10 @@ version max(k-1, 0).
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import check_builder_args, make_schedule, microbatches_of
+from pipemare_lite.schedules._build import make_schedule, microbatches_of
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.one_f_one_b import clamp_notes, one_f_one_b_order
-from pipemare_lite.schedules.validate import ScheduleError
+from pipemare_lite.schedules.validate import ScheduleError, check_sizes
 
 
 def flushed_warmup_order(stage: int, num_stages: int, M: int, warmup: int) -> list:
@@ -57,13 +57,8 @@ def pipedream(
     With ``num_microbatches=1`` this is PipeDream with an update per microbatch; stage s
     (0-indexed) then runs each forward on weights P-1-s updates older than its update.
     """
-    P, M, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
-    check_builder_args("pipedream", P, M, K, warmup=W)
-    orders = [flushed_warmup_order(s, P, M, W) + no_flush_order(s, P, M, K, W) for s in range(P)]
-    return make_schedule(
-        "pipedream", P, M, orders, num_minibatches=K, weight_mode="stash",
-        warmup_minibatches=W, notes=warmup_notes(P, M, K, W),
-    )  # fmt: skip
+    return _no_flush_schedule("pipedream", "stash", num_stages, num_microbatches,
+                              num_minibatches, warmup_minibatches)
 
 
 def two_bw(
@@ -80,14 +75,18 @@ def two_bw(
     asynchronous minibatch reads is the executor's choice (the order allows version W-1 or W).
     """
     P, M, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
-    check_builder_args("2bw", P, M, K, warmup=W)
+    check_sizes("2bw", P, M, K, warmup_minibatches=W)
     if M < P - 1:
         raise ScheduleError(
             f"2bw: num_microbatches={M} is too small for num_stages={P}: 2BW keeps only two "
             f"weight versions, which needs num_microbatches >= P-1 = {P - 1} (allowed: {P - 1}..)"
         )
+    return _no_flush_schedule("2bw", "2bw", P, M, K, W)
+
+
+def _no_flush_schedule(name: str, weight_mode: str, P: int, M: int, K: int, W: int) -> Schedule:
+    """The order both share: W flushed 1F1B minibatches, then 1F1B with no flush."""
+    check_sizes(name, P, M, K, warmup_minibatches=W)
     orders = [flushed_warmup_order(s, P, M, W) + no_flush_order(s, P, M, K, W) for s in range(P)]
-    return make_schedule(
-        "2bw", P, M, orders, num_minibatches=K, weight_mode="2bw",
-        warmup_minibatches=W, notes=warmup_notes(P, M, K, W),
-    )  # fmt: skip
+    return make_schedule(name, P, M, orders, num_minibatches=K, weight_mode=weight_mode,
+                         warmup_minibatches=W, notes=warmup_notes(P, M, K, W))

@@ -14,9 +14,9 @@ between minibatches whatever its weight mode. Torch-free.
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import gc_paused
-from pipemare_lite.schedules.actions import UPDATE, Action, Schedule
-from pipemare_lite.schedules.validate import ScheduleError, validate
+from pipemare_lite.schedules._build import make_schedule
+from pipemare_lite.schedules.actions import UPDATE, Schedule
+from pipemare_lite.schedules.validate import ScheduleError
 
 
 def repeat_schedule(pattern: Schedule, num_minibatches: int) -> Schedule:
@@ -30,23 +30,12 @@ def repeat_schedule(pattern: Schedule, num_minibatches: int) -> Schedule:
             or num_minibatches < 1:
         raise ScheduleError(f"num_minibatches={num_minibatches!r}: allowed: an integer >= 1")
     M = pattern.num_microbatches
-    with gc_paused():
-        ranks = tuple(
-            tuple(
-                Action(a.stage, a.kind, a.index + (k if a.kind == UPDATE else k * M))
-                for k in range(num_minibatches)
-                for a in row
-            )
-            for row in pattern.ranks
-        )
-    notes = repeat_notes(pattern, num_minibatches)
-    schedule = Schedule(
-        name=pattern.name, num_stages=pattern.num_stages, num_microbatches=M, ranks=ranks,
-        num_minibatches=num_minibatches, chunks=pattern.chunks,
-        weight_mode=pattern.weight_mode, warmup_minibatches=0, notes=notes,
-    )
-    with gc_paused():
-        return validate(schedule)
+    orders = [[(a.kind, a.stage, a.index + (k if a.kind == UPDATE else k * M))
+               for k in range(num_minibatches) for a in row] for row in pattern.ranks]
+    return make_schedule(pattern.name, pattern.num_stages, M, orders,
+                         num_minibatches=num_minibatches, chunks=pattern.chunks,
+                         weight_mode=pattern.weight_mode,
+                         notes=repeat_notes(pattern, num_minibatches))
 
 
 def repeat_notes(pattern: Schedule, num_minibatches: int) -> tuple[str, ...]:

@@ -33,16 +33,6 @@ BUILTIN_WEIGHT_MODES: dict[str, str] = {}
 REGISTERED_WEIGHT_MODES: dict[str, str] = {}
 
 
-def declare_builtin(name: str, weight_mode: str) -> None:
-    """A built-in schedule name and its weight mode (called for each row of the table)."""
-    BUILTIN_WEIGHT_MODES[name] = weight_mode
-
-
-def register_name(name: str, weight_mode: str) -> None:
-    """Let validate() accept schedules named ``name`` (declared with ``weight_mode``)."""
-    REGISTERED_WEIGHT_MODES[name] = weight_mode
-
-
 def known_names(*, builtin: bool = False) -> tuple[str, ...]:
     """Names validate() accepts: the built-in ones and "custom", then (unless ``builtin``)
     the registered ones."""
@@ -69,7 +59,6 @@ class ScheduleError(ValueError):
 
 
 def check_sizes(
-    *,
     name: str,
     num_stages: int,
     num_microbatches: int,
@@ -162,12 +151,6 @@ def validated_order(s: Schedule) -> tuple[list[list[int]], list[int]]:
 #: Action kinds in code order: code = KIND_CODE[kind] * S * T + stage * T + microbatch for
 #: F/B/I/W (S virtual stages, T microbatches) and 4 * S * T + stage * K + k for U.
 KIND_CODE = {"F": 0, "B": 1, "I": 2, "W": 3, "U": 4}
-
-
-def encode(s: Schedule) -> list[list[int]]:
-    """Each rank's actions as integer codes (see :data:`KIND_CODE`), checking that every
-    action is on its stage's rank, its index is in range and it appears once."""
-    return _walk(s)[0]
 
 
 def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
@@ -327,21 +310,22 @@ def dependency_codes(code: int, n: int, T: int) -> tuple[int, ...]:
     return ()
 
 
-def execution_order(s: Schedule, codes: list[list[int]] | None = None) -> list[tuple[int, int]]:
-    """A dependency-respecting order of ``(rank, position)`` pairs, or a deadlock report.
+def execution_order(s: Schedule) -> list[tuple[int, int]]:
+    """A dependency-respecting order of ``(rank, position)`` pairs of a valid schedule, or a
+    deadlock report.
 
     Each rank runs its actions in order as far as their dependencies allow; a rank that must
     wait is parked on the action it waits for and woken when that action is done.
     O(number of actions).
     """
-    rows = encode(s) if codes is None else codes
+    rows, order = validated_order(s)
     where = {code: (rank, p) for rank, row in enumerate(rows) for p, code in enumerate(row)}
-    return [where[code] for code in code_order(s, rows)]
+    return [where[code] for code in order]
 
 
 def code_order(s: Schedule, rows: list[list[int]]) -> list[int]:
     """:func:`execution_order` as action codes (the form the simulator reads), from ``rows``,
-    the schedule encoded by :func:`encode`; raises a deadlock report if there is none."""
+    the schedule encoded by :func:`_walk`; raises a deadlock report if there is none."""
     n, T = s.num_virtual_stages * s.total_microbatches, s.total_microbatches
     done = bytearray(4 * n + s.num_virtual_stages * s.num_minibatches)
     position = [0] * s.num_stages
@@ -358,27 +342,18 @@ def code_order(s: Schedule, rows: list[list[int]]) -> list[int]:
         end = len(row)
         while p < end:
             code = row[p]
-            # dependency_codes(), inlined (this loop is the hot path); -1: nothing missing
-            if code < n:  # F: F of the previous stage
-                missing = code - T if code >= T and not done[code - T] else -1
-            elif code < 3 * n:  # B or I: its own F, then B or I of the next stage
-                own = code % n
-                if not done[own]:
-                    missing = own
-                else:
-                    missing = code + T if own < n - T and not done[code + T] else -1
-            elif code < 4 * n:  # W: its own I
-                missing = code - n if not done[code - n] else -1
-            else:  # U: its gradients are earlier in this row
-                missing = -1
-            if missing >= 0:
-                waiter[missing] = rank
-                break
-            done[code] = 1
-            append(code)
-            p += 1
-            if waiter[code] >= 0:
-                ready.append(waiter[code])
+            for missing in dependency_codes(code, n, T):
+                if not done[missing]:  # park this rank until that action is done
+                    waiter[missing] = rank
+                    break
+            else:
+                done[code] = 1
+                append(code)
+                p += 1
+                if waiter[code] >= 0:
+                    ready.append(waiter[code])
+                continue
+            break
         position[rank] = p
     if len(order) != sum(len(row) for row in rows):
         raise ScheduleError(_deadlock_report(s, rows, position, done))

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from pipemare_lite.schedules._build import check_builder_args, make_schedule, microbatches_of
+from pipemare_lite.schedules._build import make_schedule, microbatches_of
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.one_f_one_b import clamp_notes
+from pipemare_lite.schedules.validate import check_sizes
 
 
 def zb_h1_order(stage: int, num_stages: int, microbatches: list[int]) -> list[tuple[str, int]]:
@@ -47,7 +48,7 @@ def zb_h1_order(stage: int, num_stages: int, microbatches: list[int]) -> list[tu
 
 def zb_h1(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
     """ZB-H1 with a flush (one update after the last W) per minibatch."""
-    check_builder_args("zb-h1", num_stages, num_microbatches, num_minibatches)
+    check_sizes("zb-h1", num_stages, num_microbatches, num_minibatches)
     notes = clamp_notes(num_stages, num_microbatches)
     orders = []
     for stage in range(num_stages):
