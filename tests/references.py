@@ -38,7 +38,7 @@ def topological_order(schedule):
     """Some order of all actions that respects each rank's order and the data dependencies."""
     last = schedule.num_virtual_stages - 1
     done, order = set(), []
-    positions = [0] * schedule.num_stages
+    positions = [0] * schedule.num_ranks
     total = sum(len(row) for row in schedule.ranks)
     while len(order) < total:
         before = len(order)

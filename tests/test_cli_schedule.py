@@ -93,7 +93,7 @@ def test_torch_csv_is_one_minibatch_pytorch_loads(capsys):
         (["async", "-P", "2", "-M", "4", "--update-every", "2"], "disagree"),
         (["gpipe", "-P", "2", "-M", "2", "--costs", "1"], "--costs='1': allowed: F,B or F,B,W"),
         (["zb-h1", "-P", "2", "-M", "2", "--costs", "1,1,2"], "W=2.0 > B=1.0"),
-        (["interleaved", "-P", "4", "-M", "6"], "must be a multiple of num_stages=4"),
+        (["interleaved", "-P", "4", "-M", "6"], "must be a multiple of num_ranks=4"),
         (["gpipe", "-P", "2", "-M", "2", "--warmup", "1"], "warmup_minibatches=1 only applies to"),
         (["async", "-P", "2", "-M", "2", "-K", "3", "--torch-csv"], "has no flushed minibatch"),
         (["1f1b", "-P", "2", "-M", "2", "-K", "2", "--torch-csv"],

@@ -162,7 +162,7 @@ def torch_lowering(schedule) -> list[list[str]]:
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
     from pipemare_lite.schedules.torch_notation import to_torch_rows
 
-    P = schedule.num_stages
+    P = schedule.num_ranks
     compute = {r: [schedules._Action.from_str(x) for x in row]
                for r, row in enumerate(to_torch_rows(schedule))}
     lowered = schedules._add_send_recv(compute, stage_to_rank=lambda s: s % P,

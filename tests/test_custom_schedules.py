@@ -64,7 +64,7 @@ def test_a_repeated_one_minibatch_pattern_is_the_builder_with_k_minibatches(name
 def test_the_example_csv_trains_bitwise_like_1f1b_with_evaluation_and_checkpoints(
         data, tmp_path):
     schedule = load_schedule(EXAMPLE)
-    assert (schedule.num_stages, schedule.num_microbatches, schedule.weight_mode) == (2, 4, "sync")
+    assert (schedule.num_ranks, schedule.num_microbatches, schedule.weight_mode) == (2, 4, "sync")
     path = tmp_path / "run.ckpt"
     custom = fit(model(), data, schedule=EXAMPLE, batch_size=16, epochs=2, lr=0.1,
                  checkpoint_path=path, checkpoint_every=3, eval_every=2)
@@ -91,8 +91,8 @@ def test_divergence_is_caught_on_a_custom_schedule(data):
 
 
 def test_a_registered_async_builder_trains_like_the_method(data, registered):
-    def rows(num_stages, num_microbatches, *, num_minibatches, chunks, warmup_minibatches):
-        built = build_schedule("async", num_stages, num_microbatches,
+    def rows(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup_minibatches):
+        built = build_schedule("async", num_ranks, num_microbatches,
                                num_minibatches=num_minibatches)
         return built.rows()
 

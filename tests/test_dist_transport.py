@@ -52,9 +52,9 @@ def run_model(schedule: Schedule, posting: str = "planned", ahead: int = 0) -> N
     """Run every rank's program against :class:`InOrderNetwork`; raise on deadlock."""
     plan = plan_communication(schedule)
     net = InOrderNetwork()
-    orders = [PostingOrder(plan, r) for r in range(schedule.num_stages)]
-    naive_posted = [set() for _ in range(schedule.num_stages)]
-    pc = [0] * schedule.num_stages
+    orders = [PostingOrder(plan, r) for r in range(schedule.num_ranks)]
+    naive_posted = [set() for _ in range(schedule.num_ranks)]
+    pc = [0] * schedule.num_ranks
     rows = schedule.ranks
 
     def post_for(rank, message):
@@ -69,7 +69,7 @@ def run_model(schedule: Schedule, posting: str = "planned", ahead: int = 0) -> N
 
     while True:
         moved = False
-        for rank in range(schedule.num_stages):
+        for rank in range(schedule.num_ranks):
             while pc[rank] < len(rows[rank]):
                 position = pc[rank]
                 needed = [m for m in plan.consumes.get((rank, position), []) if m.src != rank]
@@ -85,9 +85,9 @@ def run_model(schedule: Schedule, posting: str = "planned", ahead: int = 0) -> N
         moved = net.progress() or moved
         if not moved:
             break
-    finished = all(pc[r] == len(rows[r]) for r in range(schedule.num_stages))
+    finished = all(pc[r] == len(rows[r]) for r in range(schedule.num_ranks))
     if not finished or len(net.done) != sum(m.src != m.dst for m in plan.messages.values()):
-        stuck = {r: str(rows[r][pc[r]]) for r in range(schedule.num_stages) if pc[r] < len(rows[r])}
+        stuck = {r: str(rows[r][pc[r]]) for r in range(schedule.num_ranks) if pc[r] < len(rows[r])}
         raise RuntimeError(f"deadlock in the in-order model; stuck ranks: {stuck}")
 
 

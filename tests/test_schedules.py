@@ -85,7 +85,7 @@ def test_interleaved_with_one_chunk_is_one_f_one_b():
 
 def test_interleaved_requires_multiple_of_stages():
     with pytest.raises(
-        ScheduleError, match=r"num_microbatches=6 must be a multiple of num_stages=4"
+        ScheduleError, match=r"num_microbatches=6 must be a multiple of num_ranks=4"
     ):
         interleaved(4, 6, chunks=2)
 
@@ -180,7 +180,7 @@ def test_pipemare_is_an_alias_of_async():
     "kwargs,pattern",
     [
         ({"name": "gpipes"}, r"unknown schedule name 'gpipes'; allowed: naive, gpipe"),
-        ({"num_stages": 0}, r"num_stages=0 is out of range; allowed: integers 1\.\.1024"),
+        ({"num_ranks": 0}, r"num_ranks=0 is out of range; allowed: integers 1\.\.1024"),
         ({"num_microbatches": -1}, r"num_microbatches=-1 is out of range; allowed: integers 1\."),
         ({"num_microbatches": 2.5}, r"num_microbatches=2\.5 is out of range"),
         ({"num_minibatches": 0}, r"num_minibatches=0 is out of range"),
@@ -197,9 +197,9 @@ def test_pipemare_is_an_alias_of_async():
     ],
 )
 def test_bad_requests_name_the_value_and_the_allowed_range(kwargs, pattern):
-    args = {"name": "gpipe", "num_stages": 4, "num_microbatches": 8, "num_minibatches": 2}
+    args = {"name": "gpipe", "num_ranks": 4, "num_microbatches": 8, "num_minibatches": 2}
     args.update(kwargs)
-    name, P, M = args.pop("name"), args.pop("num_stages"), args.pop("num_microbatches")
+    name, P, M = args.pop("name"), args.pop("num_ranks"), args.pop("num_microbatches")
     with pytest.raises(ScheduleError, match=pattern):
         build_schedule(name, P, M, **args)
 

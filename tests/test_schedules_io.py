@@ -29,7 +29,7 @@ def test_json_round_trip_is_exact(schedule):
 @pytest.mark.parametrize("schedule", list(every_schedule()), ids=lambda s: s.name)
 def test_csv_round_trip_is_exact(schedule):
     text = to_csv(schedule)
-    assert len(text.splitlines()) == schedule.num_stages  # one line per rank
+    assert len(text.splitlines()) == schedule.num_ranks  # one line per rank
     back = from_csv(
         text,
         name=schedule.name,
@@ -74,7 +74,7 @@ def rows_call(rows, M=1):
         (lambda: from_json(json.dumps({**HEADER, "version": 9})), r"version 9; allowed: 1"),
         (
             lambda: from_json(json.dumps({**HEADER, "name": "custom"})),
-            r"lacks num_stages, num_microbatches, ranks",
+            r"lacks num_ranks, num_microbatches, ranks",
         ),
     ],
 )

@@ -17,7 +17,7 @@ def reference_times(schedule, costs):
     B or I(s,m) after F(s,m) and after the backward (B or I) of (s+1,m); W after I; U after
     every gradient of its minibatch on its stage; each rank in its own order.
     """
-    S, M, P = schedule.num_virtual_stages, schedule.num_microbatches, schedule.num_stages
+    S, M, P = schedule.num_virtual_stages, schedule.num_microbatches, schedule.num_ranks
     split = any(a.kind == "I" for row in schedule.ranks for a in row)
     back = "I" if split else "B"
     grad = "W" if split else "B"
@@ -101,7 +101,7 @@ def test_every_action_exactly_once_on_its_rank(point):
     seen = [(a.stage, a.kind, a.index) for row in schedule.ranks for a in row]
     assert len(seen) == len(set(seen)) and set(seen) == expected
     for rank, row in enumerate(schedule.ranks):
-        assert all(a.stage % schedule.num_stages == rank for a in row)
+        assert all(a.stage % schedule.num_ranks == rank for a in row)
     assert split == (schedule.name == "zb-h1")
 
 

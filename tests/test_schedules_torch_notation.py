@@ -38,7 +38,7 @@ def torch_order(text: str) -> dict:
 def torch_accepts(schedule, minibatch=None) -> dict:
     """Parse, check and lower the exported table exactly as PyTorch's runtime does."""
     order = torch_order(to_torch_csv(schedule, minibatch))
-    P, S, M = schedule.num_stages, schedule.num_virtual_stages, schedule.num_microbatches
+    P, S, M = schedule.num_ranks, schedule.num_virtual_stages, schedule.num_microbatches
     mapping = torch_schedules._validate_schedule(order, P, S, M)
     lowered = torch_schedules._add_send_recv(
         {r: list(row) for r, row in order.items()}, stage_to_rank=mapping.__getitem__,

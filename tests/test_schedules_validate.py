@@ -9,7 +9,7 @@ from pipemare_lite.schedules import Action, Schedule, ScheduleError, gpipe, vali
 
 def custom(rows, M, K=1, **kwargs):
     ranks = tuple(tuple(Action.parse(a) for a in row.split()) for row in rows)
-    return Schedule(name=kwargs.pop("name", "custom"), num_stages=len(rows),
+    return Schedule(name=kwargs.pop("name", "custom"), num_ranks=len(rows),
                     num_microbatches=M, ranks=ranks, num_minibatches=K, **kwargs)  # fmt: skip
 
 

@@ -79,7 +79,7 @@ def test_multiplier_count_must_match():
 def test_simulate_validates_hand_made_schedules():
     rows = (("0F0", "0B0", "0U0"), ("1B0", "1F0", "1U0"))
     ranks = tuple(tuple(Action.parse(a) for a in row) for row in rows)
-    bad = Schedule(name="custom", num_stages=2, num_microbatches=1, ranks=ranks)
+    bad = Schedule(name="custom", num_ranks=2, num_microbatches=1, ranks=ranks)
     with pytest.raises(ScheduleError, match="deadlocks"):
         simulate(bad)
 

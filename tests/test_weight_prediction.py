@@ -66,7 +66,7 @@ def hand_loop(schedule, modules, microbatches, make_optimizer, forward_weights, 
     B(m) use (a dict by name); ``update(s, module, optimizer, finished)`` steps stage s, with
     ``finished`` the microbatches whose backward ran since its last update. Returns the
     losses in microbatch order."""
-    P, N = schedule.num_stages, schedule.num_microbatches
+    P, N = schedule.num_ranks, schedule.num_microbatches
     optimizers = [make_optimizer(list(m.parameters())) for m in modules]
     inputs, grads, kept, losses = {}, {}, {}, {}
     finished = [[] for _ in range(P)]
@@ -121,7 +121,7 @@ def hand_look_ahead(schedule, modules, microbatches, make_optimizer, scale):
     delay, ``step`` the stage's last update (no look-ahead at ``s == 0``); returns the
     losses in microbatch order."""
     steps = [{name: torch.zeros_like(p) for name, p in m.named_parameters()} for m in modules]
-    delays = [delays_of(schedule.ranks[s], s) for s in range(schedule.num_stages)]
+    delays = [delays_of(schedule.ranks[s], s) for s in range(schedule.num_ranks)]
 
     def forward_weights(s, m, live):
         d = delays[s][m]

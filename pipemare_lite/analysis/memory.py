@@ -128,7 +128,7 @@ def memory_by_kind(
     # forward's version); None: backwards read the current weights, nothing is stashed
     stashes = schedule.mode.backward_reads_forwards
     needed = weight_versions(schedule).version_at_forward if stashes else None
-    return [_rank_peaks(schedule, rank, profile, needed, t2) for rank in range(schedule.num_stages)]
+    return [_rank_peaks(schedule, rank, profile, needed, t2) for rank in range(schedule.num_ranks)]
 
 
 def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
@@ -193,7 +193,7 @@ def peak_stash_copies(schedule: Schedule) -> list[int]:
         raise ValueError(
             f"peak_stash_copies counts per stage; it needs chunks == 1, got {schedule.chunks}"
         )
-    stages = schedule.num_stages
+    stages = schedule.num_ranks
     ones = MemoryProfile([1] * stages, [0] * stages, "sgd", param_dtype_bytes=1)
     return [d["stash"] for d in memory_by_kind(schedule, ones)]
 

@@ -68,7 +68,7 @@ class OpCosts:
 
     def per_stage(self, schedule: Schedule) -> list[float]:
         """The multiplier of every virtual stage of ``schedule`` (all 1.0 by default)."""
-        S, P = schedule.num_virtual_stages, schedule.num_stages
+        S, P = schedule.num_virtual_stages, schedule.num_ranks
         m = self.stage_multipliers
         if m is None:
             return [1.0] * S
@@ -88,7 +88,7 @@ def simulate(schedule: Schedule, costs: OpCosts | None = None) -> Timeline:
     """
     costs = OpCosts() if costs is None else costs
     codes, order = validated_order(schedule)
-    S, T, P = schedule.num_virtual_stages, schedule.total_microbatches, schedule.num_stages
+    S, T, P = schedule.num_virtual_stages, schedule.total_microbatches, schedule.num_ranks
     n = S * T  # codes: kind * n + stage * T + microbatch for F, B, I, W; 4n + stage * K + k for U
     K = schedule.num_minibatches
     base = (costs.forward, costs.backward, costs.input_grad, costs.weight_grad, costs.update)
@@ -169,7 +169,7 @@ class ScheduleMetrics:
 
 def metrics(timeline: Timeline) -> ScheduleMetrics:
     """Measure ``timeline`` (simulated or recorded by an executor); see :class:`ScheduleMetrics`."""
-    P = timeline.schedule.num_stages
+    P = timeline.schedule.num_ranks
     release = "W" if timeline.schedule.split_backward else "B"
     busy = [0.0] * P
     forward_ends: list[list[float]] = [[] for _ in range(P)]
@@ -280,8 +280,8 @@ def simulate_step_by_step(schedule: Schedule, costs: OpCosts | None = None) -> d
                 "W": costs.weight_grad, "U": costs.update}  # fmt: skip
     multiplier = costs.per_stage(schedule)
     times: dict[Action, tuple[float, float]] = {}
-    rank_free = [0.0] * schedule.num_stages
-    next_index = [0] * schedule.num_stages
+    rank_free = [0.0] * schedule.num_ranks
+    next_index = [0] * schedule.num_ranks
     progress = True
     while progress:
         progress = False

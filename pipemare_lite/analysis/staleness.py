@@ -245,7 +245,7 @@ def versions_from_trace(trace) -> VersionTable:
     at_forward, at_backward, applied = _grids(3, schedule.num_virtual_stages,
                                               schedule.total_microbatches)
     pending: list[list[int]] = [[] for _ in range(schedule.num_virtual_stages)]
-    for rank in range(schedule.num_stages):
+    for rank in range(schedule.num_ranks):
         for entry in trace.for_rank(rank):
             action = entry.action
             version = versions[str(action)]

@@ -40,7 +40,7 @@ SCHEDULE_OF = {name: (schedule, t2) for name, schedule, _, t2, _ in METHOD_TABLE
                if name in TRADEOFF_METHODS}
 
 
-def method_schedule(method: str, num_stages: int, num_microbatches: int,
+def method_schedule(method: str, num_ranks: int, num_microbatches: int,
                     num_minibatches: int = 1):
     """The schedule ``method`` runs (PipeMare without warm-up) and whether T2 is on."""
     from pipemare_lite.schedules import build_schedule
@@ -48,7 +48,7 @@ def method_schedule(method: str, num_stages: int, num_microbatches: int,
     if method not in SCHEDULE_OF:
         raise ValueError(f"unknown method {method!r}; allowed: {', '.join(SCHEDULE_OF)}")
     name, t2 = SCHEDULE_OF[method]
-    return build_schedule(name, num_stages, num_microbatches,
+    return build_schedule(name, num_ranks, num_microbatches,
                           num_minibatches=num_minibatches), t2
 
 
@@ -74,13 +74,13 @@ class TradeoffRow:
     device_memory: dict | None = None
 
 
-def long_enough(num_stages: int, num_microbatches: int) -> int:
+def long_enough(num_ranks: int, num_microbatches: int) -> int:
     """Minibatches after which every stage's stash and activations have reached their peak.
 
     The slowest to fill is stage 0 of the asynchronous pipeline: a microbatch's round trip
     is 2P-1 ticks, ceil((2P-1)/N) minibatches; two more make sure the peak is seen.
     """
-    return -(-(2 * num_stages - 1) // num_microbatches) + 2
+    return -(-(2 * num_ranks - 1) // num_microbatches) + 2
 
 
 def tradeoff_row(method: str, profile: MemoryProfile, num_microbatches: int) -> TradeoffRow:

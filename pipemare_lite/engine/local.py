@@ -147,8 +147,8 @@ class LocalExecutor:
         ]
         self.forward_delays = delays
         self._last = stages - 1  # the virtual stage that computes the loss
-        self.positions = [0] * schedule.num_stages
-        self._cursors = [_Cursor(schedule, r, 0) for r in range(schedule.num_stages)]
+        self.positions = [0] * schedule.num_ranks
+        self._cursors = [_Cursor(schedule, r, 0) for r in range(schedule.num_ranks)]
         # tensors in transit live in the transport; the interpreter runs the actions
         self.transport = InProcessTransport(self.workers)
         self.interpreter = Interpreter(

@@ -199,7 +199,7 @@ def method_options(name: str, **overrides) -> MethodOptions:
     return replace(get_method(name).options, **{"method": name, **overrides})
 
 
-def build_method_schedule(name: str, num_stages: int, num_microbatches: int, *,
+def build_method_schedule(name: str, num_ranks: int, num_microbatches: int, *,
                           num_minibatches: int = 1, chunks: int = 1,
                           options: MethodOptions | None = None):
     """The schedule a method runs (warm-up minibatches taken from ``options``).
@@ -211,7 +211,7 @@ def build_method_schedule(name: str, num_stages: int, num_microbatches: int, *,
 
     spec = get_method(name)
     options = spec.options if options is None else options
-    schedule = build_schedule(spec.builder, num_stages, num_microbatches, chunks=chunks,
+    schedule = build_schedule(spec.builder, num_ranks, num_microbatches, chunks=chunks,
                               num_minibatches=num_minibatches,
                               warmup_minibatches=options.warmup_minibatches)
     if schedule.weight_mode != spec.weight_mode:

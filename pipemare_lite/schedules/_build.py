@@ -16,7 +16,7 @@ from pipemare_lite.schedules.validate import validate
 
 def make_schedule(
     name: str,
-    num_stages: int,
+    num_ranks: int,
     num_microbatches: int,
     orders: list[list[tuple[str, int, int]]],
     *,
@@ -30,7 +30,7 @@ def make_schedule(
     ranks = tuple(tuple(actions_of(order)) for order in orders)
     schedule = Schedule(
         name=name,
-        num_stages=num_stages,
+        num_ranks=num_ranks,
         num_microbatches=num_microbatches,
         ranks=ranks,
         num_minibatches=num_minibatches,

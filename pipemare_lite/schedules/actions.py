@@ -75,7 +75,7 @@ class Schedule:
 
     Attributes:
         name: the builder that made it (``gpipe``, ``1f1b``, ``async`` ...).
-        num_stages: P, the number of ranks (devices).
+        num_ranks: P, the number of ranks (devices).
         num_microbatches: microbatches per minibatch (M, or N in PipeMare's notation).
         num_minibatches: how many minibatches (optimizer steps per stage) the schedule runs.
         chunks: v, model chunks (virtual stages) per rank; 1 unless interleaved.
@@ -86,7 +86,7 @@ class Schedule:
     """
 
     name: str
-    num_stages: int
+    num_ranks: int
     num_microbatches: int
     ranks: tuple[tuple[Action, ...], ...]
     num_minibatches: int = 1
@@ -100,10 +100,10 @@ class Schedule:
             raise ValueError(
                 f"unknown weight_mode {self.weight_mode!r}; allowed: {', '.join(WEIGHT_MODES)}"
             )
-        if len(self.ranks) != self.num_stages:
+        if len(self.ranks) != self.num_ranks:
             raise ValueError(
                 f"schedule {self.name!r} has {len(self.ranks)} rank rows "
-                f"for {self.num_stages} stages"
+                f"for {self.num_ranks} stages"
             )
 
     @property
@@ -115,7 +115,7 @@ class Schedule:
     @property
     def num_virtual_stages(self) -> int:
         """P * v: how many model pieces the network is split into."""
-        return self.num_stages * self.chunks
+        return self.num_ranks * self.chunks
 
     @property
     def total_microbatches(self) -> int:
@@ -129,11 +129,11 @@ class Schedule:
 
     def rank_of(self, stage: int) -> int:
         """The rank that holds (virtual) stage ``stage``."""
-        return stage % self.num_stages
+        return stage % self.num_ranks
 
     def stages_of(self, rank: int) -> list[int]:
         """The (virtual) stages held by ``rank``, in model order."""
-        return [rank + c * self.num_stages for c in range(self.chunks)]
+        return [rank + c * self.num_ranks for c in range(self.chunks)]
 
     def minibatch_of(self, microbatch: int) -> int:
         """The minibatch a global microbatch index belongs to."""

@@ -27,7 +27,7 @@ from pipemare_lite.schedules.validate import check_sizes
 TICK_ORDER_NOTE_BACKWARD_FIRST = "tick order: B (and U) before F in every tick"
 
 
-def async_order(stage: int, num_stages: int, N: int, K: int, warmup: int = 0,
+def async_order(stage: int, num_ranks: int, N: int, K: int, warmup: int = 0,
                 backward_first: bool = False) -> list:
     """Stage ``stage``'s lock-step order over minibatches ``warmup .. K-1`` (N per update).
 
@@ -35,9 +35,9 @@ def async_order(stage: int, num_stages: int, N: int, K: int, warmup: int = 0,
     """
     first, end = warmup * N, K * N  # microbatches first .. end-1 run asynchronously
     order = []
-    for tick in range(end - first + 2 * num_stages - 1):
+    for tick in range(end - first + 2 * num_ranks - 1):
         forward = first + tick - stage
-        backward = first + tick - (2 * num_stages - 1 - stage)
+        backward = first + tick - (2 * num_ranks - 1 - stage)
         if first <= forward < end and not backward_first:
             order.append(("F", stage, forward))
         if first <= backward < end:
@@ -50,7 +50,7 @@ def async_order(stage: int, num_stages: int, N: int, K: int, warmup: int = 0,
 
 
 def async_pipeline(
-    num_stages: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0,
+    num_ranks: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0,
     *, backward_first: bool = False,
 ) -> Schedule:
     """PipeMare's asynchronous pipeline (``weight_mode="async"``), one update per N microbatches.
@@ -60,7 +60,7 @@ def async_pipeline(
     ``backward_first=True`` runs each tick's B (and U) before its F; the schedule's notes
     then say so (its name stays "async").
     """
-    P, N, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
+    P, N, K, W = num_ranks, num_microbatches, num_minibatches, warmup_minibatches
     check_sizes("async", P, N, K, warmup_minibatches=W)
     if not isinstance(backward_first, bool):
         raise ValueError(f"backward_first={backward_first!r}: allowed: True or False")

@@ -96,7 +96,7 @@ def comm_rows(schedule: Schedule, *, receives_ahead: int = RECEIVES_AHEAD) -> li
     """
     plan = plan_communication(schedule)
     return [comm_row(plan, rank, receives_ahead=receives_ahead)
-            for rank in range(schedule.num_stages)]
+            for rank in range(schedule.num_ranks)]
 
 
 def comm_row_strings(schedule: Schedule, *,

@@ -7,16 +7,16 @@ from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.validate import check_sizes
 
 
-def gpipe(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
+def gpipe(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
     """All-forward-all-backward (AFAB) with one update per minibatch.
 
     Stage s runs F(0..M-1), then B(0..M-1), then U. The pipeline fills and drains once per
     minibatch, which leaves devices idle (the "bubble", measured and derived in chapter 02),
     and every stage holds the activations of all M microbatches at the peak.
     """
-    check_sizes("gpipe", num_stages, num_microbatches, num_minibatches)
+    check_sizes("gpipe", num_ranks, num_microbatches, num_minibatches)
     orders = []
-    for stage in range(num_stages):
+    for stage in range(num_ranks):
         order = []
         for k in range(num_minibatches):
             mbs = microbatches_of(k, num_microbatches)
@@ -25,5 +25,5 @@ def gpipe(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> S
             order.append(("U", stage, k))
         orders.append(order)
     return make_schedule(
-        "gpipe", num_stages, num_microbatches, orders, num_minibatches=num_minibatches
+        "gpipe", num_ranks, num_microbatches, orders, num_minibatches=num_minibatches
     )

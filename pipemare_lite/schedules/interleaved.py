@@ -31,7 +31,7 @@ def _virtual_step(k: int, rank: int, P: int, v: int, backward: bool) -> tuple[in
 
 
 def interleaved(
-    num_stages: int, num_microbatches: int, chunks: int = 2, num_minibatches: int = 1
+    num_ranks: int, num_microbatches: int, chunks: int = 2, num_minibatches: int = 1
 ) -> Schedule:
     """Interleaved 1F1B with ``chunks`` model chunks per rank and a flush per minibatch.
 
@@ -39,12 +39,12 @@ def interleaved(
     the chunks in groups of P). Rank r warms up with 2(P-1-r) + (v-1)P forwards (capped at
     v*M), then alternates F and B. With ``chunks=1`` it is exactly :func:`one_f_one_b`.
     """
-    P, M, v = num_stages, num_microbatches, chunks
+    P, M, v = num_ranks, num_microbatches, chunks
     check_sizes("interleaved", P, M, num_minibatches, chunks=v)
     if v > 1 and M % P != 0:
         multiples = ", ".join(str(P * i) for i in range(1, 4))
         raise ScheduleError(
-            f"interleaved: num_microbatches={M} must be a multiple of num_stages={P} "
+            f"interleaved: num_microbatches={M} must be a multiple of num_ranks={P} "
             f"when chunks={v} > 1 (allowed: {multiples}, ...)"
         )
     orders = []

@@ -73,7 +73,7 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
     if not has_updates:
         ranks = _add_updates(ranks, num_microbatches)
     weight_mode = weight_mode or weight_mode_of(name)  # a builder's name says its mode
-    schedule = Schedule(name=name, num_stages=len(ranks), num_microbatches=num_microbatches,
+    schedule = Schedule(name=name, num_ranks=len(ranks), num_microbatches=num_microbatches,
                         ranks=tuple(tuple(row) for row in ranks),
                         num_minibatches=num_minibatches, chunks=chunks,
                         weight_mode=weight_mode or "sync",
@@ -148,7 +148,7 @@ def _add_updates(ranks, num_microbatches: int):
 
 
 #: The :class:`Schedule` fields a JSON schedule stores beside its rows, in file order.
-JSON_FIELDS = ("name", "num_stages", "num_microbatches", "num_minibatches", "chunks",
+JSON_FIELDS = ("name", "num_ranks", "num_microbatches", "num_minibatches", "chunks",
                "weight_mode", "warmup_minibatches")
 
 
@@ -169,13 +169,13 @@ def from_json(text: str) -> Schedule:
         raise ScheduleError(f"not a schedule: expected a JSON object with format {JSON_FORMAT!r}")
     if data.get("version") != JSON_VERSION:
         raise ScheduleError(f"schedule version {data.get('version')!r}; allowed: {JSON_VERSION}")
-    missing = [key for key in ("name", "num_stages", "num_microbatches", "ranks")
+    missing = [key for key in ("name", "num_ranks", "num_microbatches", "ranks")
                if key not in data]
     if missing:
         raise ScheduleError(f"schedule JSON lacks {', '.join(missing)}")
-    if not isinstance(data["ranks"], list) or len(data["ranks"]) != data["num_stages"]:
+    if not isinstance(data["ranks"], list) or len(data["ranks"]) != data["num_ranks"]:
         raise ScheduleError(
-            f"schedule JSON has {len(data['ranks'])} rank rows for num_stages={data['num_stages']}"
+            f"schedule JSON has {len(data['ranks'])} rank rows for num_ranks={data['num_ranks']}"
         )
     return from_rows(data["ranks"], name=data["name"], num_microbatches=data["num_microbatches"],
                      chunks=data.get("chunks", 1), weight_mode=data.get("weight_mode"),

@@ -56,7 +56,7 @@ def lazy_schedule(build: Callable[[int], Schedule], num_minibatches: int, *,
     while warmup_minibatches + steady_after + 2 < K and steady_after <= 128:
         K0 = warmup_minibatches + steady_after
         short, longer, longest = build(K0), build(K0 + 1), build(K0 + 2)
-        steady = [_steady_window(short, longer, longest, r) for r in range(short.num_stages)]
+        steady = [_steady_window(short, longer, longest, r) for r in range(short.num_ranks)]
         if None not in steady:
             return LazySchedule(short, tuple(steady), K, short.notes if notes is None else notes)
         steady_after *= 2
@@ -81,7 +81,7 @@ class LazySchedule:
     """A K-minibatch schedule kept as its short version and a steady window (module docstring).
 
     Attributes (as :class:`~pipemare_lite.schedules.actions.Schedule`'s): ``name``,
-    ``num_stages``, ``num_microbatches``, ``num_minibatches`` (K), ``chunks``,
+    ``num_ranks``, ``num_microbatches``, ``num_minibatches`` (K), ``chunks``,
     ``weight_mode``, ``warmup_minibatches``, ``notes``; ``ranks`` (one :class:`LazyRow`
     per rank). ``short``: the validated schedule of K0 minibatches, where measurements that
     need a whole schedule (T1's delays) are taken: it already shows the steady state.
@@ -90,7 +90,7 @@ class LazySchedule:
     def __init__(self, short: Schedule, steady: tuple[int, ...], num_minibatches: int,
                  notes: tuple[str, ...]) -> None:
         self.short = short
-        self.name, self.num_stages = short.name, short.num_stages
+        self.name, self.num_ranks = short.name, short.num_ranks
         self.num_microbatches, self.chunks = short.num_microbatches, short.chunks
         self.weight_mode, self.warmup_minibatches = short.weight_mode, short.warmup_minibatches
         self.num_minibatches, self.notes = num_minibatches, tuple(notes)
@@ -99,7 +99,7 @@ class LazySchedule:
         for rank, b in enumerate(steady):
             windows = _windows(short.ranks[rank])
             self._parts.append((sum(windows[: b + 1], ()), windows[b], sum(windows[b + 1:], ())))
-        self.ranks = tuple(LazyRow(self, r) for r in range(self.num_stages))
+        self.ranks = tuple(LazyRow(self, r) for r in range(self.num_ranks))
 
     # the Schedule's derived sizes and layout, read from the short schedule
     mode = property(lambda self: self.short.mode, doc="The weight mode's rule (Schedule.mode).")
@@ -135,8 +135,8 @@ class LazySchedule:
         """The whole schedule as a validated :class:`Schedule` (for small sizes and tests)."""
         s = self.short
         return validate(Schedule(
-            name=s.name, num_stages=s.num_stages, num_microbatches=s.num_microbatches,
-            ranks=tuple(tuple(self.row(r)) for r in range(s.num_stages)),
+            name=s.name, num_ranks=s.num_ranks, num_microbatches=s.num_microbatches,
+            ranks=tuple(tuple(self.row(r)) for r in range(s.num_ranks)),
             num_minibatches=self.num_minibatches, chunks=s.chunks, weight_mode=s.weight_mode,
             warmup_minibatches=s.warmup_minibatches, notes=self.notes))
 

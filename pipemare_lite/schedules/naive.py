@@ -11,15 +11,15 @@ from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.validate import check_sizes
 
 
-def naive(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
+def naive(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
     """Each stage runs F(m) then B(m) for one microbatch before it touches the next.
 
     Because stage s's B(m) waits for the backward of every later stage, and stage 0's F(m+1)
     comes after its B(m), only one microbatch is ever in the pipeline.
     """
-    check_sizes("naive", num_stages, num_microbatches, num_minibatches)
+    check_sizes("naive", num_ranks, num_microbatches, num_minibatches)
     orders = []
-    for stage in range(num_stages):
+    for stage in range(num_ranks):
         order = []
         for k in range(num_minibatches):
             for m in microbatches_of(k, num_microbatches):
@@ -27,5 +27,5 @@ def naive(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> S
             order.append(("U", stage, k))  # flush: update once the minibatch is done
         orders.append(order)
     return make_schedule(
-        "naive", num_stages, num_microbatches, orders, num_minibatches=num_minibatches
+        "naive", num_ranks, num_microbatches, orders, num_minibatches=num_minibatches
     )

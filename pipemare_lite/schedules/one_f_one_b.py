@@ -24,34 +24,34 @@ def one_f_one_b_order(microbatches: list[int], warmup: int) -> list[tuple[str, i
     return order
 
 
-def clamp_notes(num_stages: int, microbatches: int, what: str = "M") -> list[str]:
+def clamp_notes(num_ranks: int, microbatches: int, what: str = "M") -> list[str]:
     """The note a builder adds when 1F1B's warm-up of P-1-s forwards has to be clamped."""
-    if microbatches >= num_stages - 1:
+    if microbatches >= num_ranks - 1:
         return []
     return [
-        f"{what}={microbatches} < P-1={num_stages - 1}: warm-up clamped to min(P-1-s, {what}) "
+        f"{what}={microbatches} < P-1={num_ranks - 1}: warm-up clamped to min(P-1-s, {what}) "
         "forwards (as Megatron does), so early stages run all their forwards first"
     ]
 
 
-def one_f_one_b(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
+def one_f_one_b(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
     """1F1B with a flush after every minibatch (Megatron's default schedule).
 
     Stage s runs min(P-1-s, M) warm-up forwards, then alternates F and B, then drains.
     Same bubble as GPipe, but stage s holds at most min(P-s, M) microbatches' activations.
     """
-    check_sizes("1f1b", num_stages, num_microbatches, num_minibatches)
-    notes = clamp_notes(num_stages, num_microbatches)
+    check_sizes("1f1b", num_ranks, num_microbatches, num_minibatches)
+    notes = clamp_notes(num_ranks, num_microbatches)
     orders = []
-    for stage in range(num_stages):
+    for stage in range(num_ranks):
         order = []
         for k in range(num_minibatches):
             mbs = microbatches_of(k, num_microbatches)
             order += [
-                (kind, stage, m) for kind, m in one_f_one_b_order(mbs, num_stages - 1 - stage)
+                (kind, stage, m) for kind, m in one_f_one_b_order(mbs, num_ranks - 1 - stage)
             ]
             order.append(("U", stage, k))
         orders.append(order)
     return make_schedule(
-        "1f1b", num_stages, num_microbatches, orders, num_minibatches=num_minibatches, notes=notes
+        "1f1b", num_ranks, num_microbatches, orders, num_minibatches=num_minibatches, notes=notes
     )

@@ -14,27 +14,27 @@ from pipemare_lite.schedules.one_f_one_b import clamp_notes, one_f_one_b_order
 from pipemare_lite.schedules.validate import ScheduleError, check_sizes
 
 
-def flushed_warmup_order(stage: int, num_stages: int, M: int, warmup: int) -> list:
+def flushed_warmup_order(stage: int, num_ranks: int, M: int, warmup: int) -> list:
     """The first ``warmup`` minibatches as flushed 1F1B (synchronous warm-up, PipeMare-W)."""
     order = []
     for k in range(warmup):
         order += [
             (kind, stage, m)
-            for kind, m in one_f_one_b_order(microbatches_of(k, M), num_stages - 1 - stage)
+            for kind, m in one_f_one_b_order(microbatches_of(k, M), num_ranks - 1 - stage)
         ]
         order.append(("U", stage, k))
     return order
 
 
-def warmup_notes(num_stages: int, M: int, K: int, warmup: int) -> list[str]:
+def warmup_notes(num_ranks: int, M: int, K: int, warmup: int) -> list[str]:
     """Notes on clamped warm-ups: in the flushed minibatches, or over the whole async run."""
-    notes = clamp_notes(num_stages, M) if warmup else []
+    notes = clamp_notes(num_ranks, M) if warmup else []
     if K > warmup:
-        notes += clamp_notes(num_stages, (K - warmup) * M, "asynchronous microbatches")
+        notes += clamp_notes(num_ranks, (K - warmup) * M, "asynchronous microbatches")
     return notes
 
 
-def no_flush_order(stage: int, num_stages: int, M: int, K: int, warmup: int = 0) -> list:
+def no_flush_order(stage: int, num_ranks: int, M: int, K: int, warmup: int = 0) -> list:
     """1F1B over minibatches ``warmup .. K-1`` with no flush; U after each minibatch's last B.
 
     Stage s warms up with P-1-s forwards once, then alternates F and B forever; the update of
@@ -42,7 +42,7 @@ def no_flush_order(stage: int, num_stages: int, M: int, K: int, warmup: int = 0)
     """
     microbatches = list(range(warmup * M, K * M))
     order = []
-    for kind, m in one_f_one_b_order(microbatches, num_stages - 1 - stage):
+    for kind, m in one_f_one_b_order(microbatches, num_ranks - 1 - stage):
         order.append((kind, stage, m))
         if kind == "B" and m % M == M - 1:
             order.append(("U", stage, m // M))
@@ -50,19 +50,19 @@ def no_flush_order(stage: int, num_stages: int, M: int, K: int, warmup: int = 0)
 
 
 def pipedream(
-    num_stages: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0
+    num_ranks: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0
 ) -> Schedule:
     """PipeDream: no flush, weight stashing (``weight_mode="stash"``).
 
     With ``num_microbatches=1`` this is PipeDream with an update per microbatch; stage s
     (0-indexed) then runs each forward on weights P-1-s updates older than its update.
     """
-    return _no_flush_schedule("pipedream", "stash", num_stages, num_microbatches,
+    return _no_flush_schedule("pipedream", "stash", num_ranks, num_microbatches,
                               num_minibatches, warmup_minibatches)
 
 
 def two_bw(
-    num_stages: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0
+    num_ranks: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0
 ) -> Schedule:
     """PipeDream-2BW: the PipeDream order, two weight versions (``weight_mode="2bw"``).
 
@@ -74,11 +74,11 @@ def two_bw(
     warm-up, the first W minibatches are flushed and synchronous; which version the first
     asynchronous minibatch reads is the executor's choice (the order allows version W-1 or W).
     """
-    P, M, K, W = num_stages, num_microbatches, num_minibatches, warmup_minibatches
+    P, M, K, W = num_ranks, num_microbatches, num_minibatches, warmup_minibatches
     check_sizes("2bw", P, M, K, warmup_minibatches=W)
     if M < P - 1:
         raise ScheduleError(
-            f"2bw: num_microbatches={M} is too small for num_stages={P}: 2BW keeps only two "
+            f"2bw: num_microbatches={M} is too small for num_ranks={P}: 2BW keeps only two "
             f"weight versions, which needs num_microbatches >= P-1 = {P - 1} (allowed: {P - 1}..)"
         )
     return _no_flush_schedule("2bw", "2bw", P, M, K, W)

@@ -99,7 +99,7 @@ def is_asynchronous(name: str) -> bool:
 def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync") -> None:
     """Make ``build_schedule(name, ...)``, ``fit(schedule=name)`` and ``--schedule name`` work.
 
-    ``builder(num_stages, num_microbatches, *, num_minibatches, chunks, warmup_minibatches)``
+    ``builder(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup_minibatches)``
     returns a :class:`Schedule` named ``name``, or one row of action strings per rank
     (``[["0F0", "0B0"], ...]``: read as :func:`~pipemare_lite.schedules.io.from_rows` does,
     updates added after each minibatch's last gradient when the rows have none).
@@ -136,7 +136,7 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
         if made.name != name:
             raise ScheduleError(f"schedule builder {name!r} returned a schedule named "
                                 f"{made.name!r}; name it {name!r}")
-        sizes = (made.num_stages, made.num_microbatches, made.num_minibatches, made.chunks)
+        sizes = (made.num_ranks, made.num_microbatches, made.num_minibatches, made.chunks)
         if sizes != (P, M, K, v):
             raise ScheduleError(
                 f"schedule builder {name!r} was asked for P={P}, M={M}, K={K}, v={v} and "
@@ -149,14 +149,14 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
 
 def build_schedule(
     name: str,
-    num_stages: int,
+    num_ranks: int,
     num_microbatches: int,
     *,
     chunks: int = 1,
     num_minibatches: int = 1,
     warmup_minibatches: int = 0,
 ) -> Schedule:
-    """Build schedule ``name`` with P=``num_stages`` and M=``num_microbatches`` per minibatch.
+    """Build schedule ``name`` with P=``num_ranks`` and M=``num_microbatches`` per minibatch.
 
     ``chunks`` (v) only applies to "interleaved" (with v=1 it is 1F1B) and to registered
     schedules; ``warmup_minibatches`` only to the asynchronous schedules (pipedream, 2bw,
@@ -178,5 +178,5 @@ def build_schedule(
             f"{allowed}; allowed: 0"
         )
     with gc_paused():  # the one pause of a build: ~0.3 s of a P=128, M=1024 one (benchmarks)
-        return BUILDERS[key](num_stages, num_microbatches, num_minibatches, chunks,
+        return BUILDERS[key](num_ranks, num_microbatches, num_minibatches, chunks,
                              warmup_minibatches)

@@ -32,7 +32,7 @@ def repeat_schedule(pattern: Schedule, num_minibatches: int) -> Schedule:
     M = pattern.num_microbatches
     orders = [[(a.kind, a.stage, a.index + (k if a.kind == UPDATE else k * M))
                for k in range(num_minibatches) for a in row] for row in pattern.ranks]
-    return make_schedule(pattern.name, pattern.num_stages, M, orders,
+    return make_schedule(pattern.name, pattern.num_ranks, M, orders,
                          num_minibatches=num_minibatches, chunks=pattern.chunks,
                          weight_mode=pattern.weight_mode,
                          notes=repeat_notes(pattern, num_minibatches))

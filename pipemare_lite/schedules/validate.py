@@ -47,7 +47,7 @@ def weight_mode_of(name: str) -> str | None:
 
 #: Inclusive allowed ranges of the sizes (large enough for any book figure or benchmark).
 LIMITS = {
-    "num_stages": (1, 1024),
+    "num_ranks": (1, 1024),
     "num_microbatches": (1, 65536),
     "num_minibatches": (1, 100000),
     "chunks": (1, 64),
@@ -60,7 +60,7 @@ class ScheduleError(ValueError):
 
 def check_sizes(
     name: str,
-    num_stages: int,
+    num_ranks: int,
     num_microbatches: int,
     num_minibatches: int = 1,
     chunks: int = 1,
@@ -70,7 +70,7 @@ def check_sizes(
     mode = weight_mode_of(name)
     if name != "custom" and mode is None:
         raise ScheduleError(f"unknown schedule name {name!r}; allowed: {', '.join(known_names())}")
-    values = {"num_stages": num_stages, "num_microbatches": num_microbatches,
+    values = {"num_ranks": num_ranks, "num_microbatches": num_microbatches,
               "num_minibatches": num_minibatches, "chunks": chunks}
     for key, value in values.items():
         low, high = LIMITS[key]
@@ -105,7 +105,7 @@ def validate(schedule: Schedule) -> Schedule:
     deadlock.
     """
     s = schedule
-    check_sizes(name=s.name, num_stages=s.num_stages, num_microbatches=s.num_microbatches,
+    check_sizes(name=s.name, num_ranks=s.num_ranks, num_microbatches=s.num_microbatches,
                 num_minibatches=s.num_minibatches, chunks=s.chunks,
                 warmup_minibatches=s.warmup_minibatches)
     expected_mode = weight_mode_of(s.name)
@@ -159,7 +159,7 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
     Raises for a misplaced action, an index out of range (at once) or a duplicate (after
     the walk); ``seen`` marks every code present (for :func:`_check_complete`).
     """
-    S, T, K, P = s.num_virtual_stages, s.total_microbatches, s.num_minibatches, s.num_stages
+    S, T, K, P = s.num_virtual_stages, s.total_microbatches, s.num_minibatches, s.num_ranks
     n, M = S * T, s.num_microbatches
     first_code = {kind: code * n for kind, code in KIND_CODE.items()}
     seen = bytearray(4 * n + S * K)
@@ -249,8 +249,8 @@ def _misplaced(s: Schedule, rank: int, position: int, a) -> str:
         allowed = f"0..{s.num_virtual_stages - 1}"
         return f"{_at(rank, position, a)} names stage {a.stage}; allowed: {allowed}"
     return (
-        f"{_at(rank, position, a)} belongs on rank {a.stage % s.num_stages} "
-        f"(virtual stage s lives on rank s % {s.num_stages})"
+        f"{_at(rank, position, a)} belongs on rank {a.stage % s.num_ranks} "
+        f"(virtual stage s lives on rank s % {s.num_ranks})"
     )
 
 
@@ -266,7 +266,7 @@ def _check_complete(s: Schedule, seen: bytearray) -> None:
         if block.count(1) != n:
             stage, m = divmod(block.index(0), T)
             hint = " (the schedule splits backwards: it needs I and W)" if has_i else ""
-            raise ScheduleError(f"missing {stage}{kind}{m} on rank {stage % s.num_stages}{hint}")
+            raise ScheduleError(f"missing {stage}{kind}{m} on rank {stage % s.num_ranks}{hint}")
     updates = seen[4 * n:]
     if updates.count(1) != S * K:
         stage, k = divmod(updates.index(0), K)
@@ -328,12 +328,12 @@ def code_order(s: Schedule, rows: list[list[int]]) -> list[int]:
     the schedule encoded by :func:`_walk`; raises a deadlock report if there is none."""
     n, T = s.num_virtual_stages * s.total_microbatches, s.total_microbatches
     done = bytearray(4 * n + s.num_virtual_stages * s.num_minibatches)
-    position = [0] * s.num_stages
+    position = [0] * s.num_ranks
     # waiter[code]: the rank parked on that action, or -1. One slot is enough: an action's
     # dependents (dependency_codes) sit on at most one other rank, and a rank parked on an
     # action of its own row waits forever anyway (the action comes later in that row).
     waiter = [-1] * len(done)
-    ready = deque(range(s.num_stages))
+    ready = deque(range(s.num_ranks))
     order: list[int] = []
     append = order.append
     while ready:

@@ -19,7 +19,7 @@ from pipemare_lite.schedules.one_f_one_b import clamp_notes
 from pipemare_lite.schedules.validate import check_sizes
 
 
-def zb_h1_order(stage: int, num_stages: int, microbatches: list[int]) -> list[tuple[str, int]]:
+def zb_h1_order(stage: int, num_ranks: int, microbatches: list[int]) -> list[tuple[str, int]]:
     """One stage's ZB-H1 order for one minibatch as ``(kind, microbatch)`` pairs.
 
     Warm-up and steady state are 1F1B's with B replaced by I; stage s keeps its last s weight
@@ -27,7 +27,7 @@ def zb_h1_order(stage: int, num_stages: int, microbatches: list[int]) -> list[tu
     holds at most (P-1-s) + 1 + s = P microbatches' activations: the same peak as stage 0 of
     1F1B, so the schedule needs no more memory than 1F1B's busiest rank.
     """
-    warmup = min(num_stages - 1 - stage, len(microbatches))
+    warmup = min(num_ranks - 1 - stage, len(microbatches))
     order = [("F", m) for m in microbatches[:warmup]]
     pending_w: deque[int] = deque()
 
@@ -46,18 +46,18 @@ def zb_h1_order(stage: int, num_stages: int, microbatches: list[int]) -> list[tu
     return order
 
 
-def zb_h1(num_stages: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
+def zb_h1(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
     """ZB-H1 with a flush (one update after the last W) per minibatch."""
-    check_sizes("zb-h1", num_stages, num_microbatches, num_minibatches)
-    notes = clamp_notes(num_stages, num_microbatches)
+    check_sizes("zb-h1", num_ranks, num_microbatches, num_minibatches)
+    notes = clamp_notes(num_ranks, num_microbatches)
     orders = []
-    for stage in range(num_stages):
+    for stage in range(num_ranks):
         order = []
         for k in range(num_minibatches):
             mbs = microbatches_of(k, num_microbatches)
-            order += [(kind, stage, m) for kind, m in zb_h1_order(stage, num_stages, mbs)]
+            order += [(kind, stage, m) for kind, m in zb_h1_order(stage, num_ranks, mbs)]
             order.append(("U", stage, k))
         orders.append(order)
     return make_schedule(
-        "zb-h1", num_stages, num_microbatches, orders, num_minibatches=num_minibatches, notes=notes
+        "zb-h1", num_ranks, num_microbatches, orders, num_minibatches=num_minibatches, notes=notes
     )

@@ -2,7 +2,7 @@
 
 Three ways to say it:
 
-- ``method="1f1b"`` (chapter 07): the method's builder, sized by ``num_stages``,
+- ``method="1f1b"`` (chapter 07): the method's builder, sized by ``num_ranks``,
   ``num_microbatches`` and the run's steps;
 - ``schedule="my-name"``: a builder added with
   :func:`~pipemare_lite.schedules.registry.register_schedule`, sized the same way;
@@ -90,7 +90,7 @@ def fill_sizes(choice: ScheduleChoice, config: dict) -> None:
     if choice.given is None:
         return
     s = choice.given
-    for key, value in (("num_stages", s.num_stages), ("num_microbatches", s.num_microbatches),
+    for key, value in (("num_stages", s.num_ranks), ("num_microbatches", s.num_microbatches),
                        ("chunks", s.chunks)):
         if config[key] is not None and config[key] != value:
             raise ValueError(f"{key}={config[key]!r} disagrees with schedule {s.name!r}, which "
@@ -113,13 +113,13 @@ def check_method(choice: ScheduleChoice, method_name: str | None, method_mode: s
     )
 
 
-def schedule_for_run(choice: ScheduleChoice, num_stages: int, num_microbatches: int,
+def schedule_for_run(choice: ScheduleChoice, num_ranks: int, num_microbatches: int,
                      steps: int, chunks: int, warmup: int) -> Schedule | LazySchedule:
     """The schedule of the whole run: ``steps`` minibatches, made lazily when it is long
     (:mod:`pipemare_lite.schedules.lazy`)."""
     if choice.name is not None:
         return lazy_schedule(
-            lambda k: build_schedule(choice.name, num_stages, num_microbatches, chunks=chunks,
+            lambda k: build_schedule(choice.name, num_ranks, num_microbatches, chunks=chunks,
                                      num_minibatches=k, warmup_minibatches=warmup),
             steps, warmup_minibatches=warmup)
     given = choice.given

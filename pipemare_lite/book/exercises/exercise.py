@@ -160,8 +160,8 @@ class Exercise:
 
 def brief(value, limit: int = 120) -> str:
     """A short readable form of a case's argument: a schedule by its sizes, else its repr."""
-    if all(hasattr(value, a) for a in ("name", "num_stages", "num_microbatches", "ranks")):
-        text = f"<{value.name} schedule, P={value.num_stages}, M={value.num_microbatches}"
+    if all(hasattr(value, a) for a in ("name", "num_ranks", "num_microbatches", "ranks")):
+        text = f"<{value.name} schedule, P={value.num_ranks}, M={value.num_microbatches}"
         if getattr(value, "chunks", 1) != 1:
             text += f", v={value.chunks}"
         if getattr(value, "num_minibatches", 1) != 1:

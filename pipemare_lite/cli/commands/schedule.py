@@ -122,9 +122,9 @@ def _from_file(args) -> Schedule:
     if args.weight_mode is not None:
         extra["weight_mode"] = args.weight_mode
     schedule = load_schedule(args.from_file, **extra)
-    if args.stages is not None and _integer("--stages", args.stages, 1) != schedule.num_stages:
+    if args.stages is not None and _integer("--stages", args.stages, 1) != schedule.num_ranks:
         raise ValueError(f"--stages={args.stages} disagrees with {args.from_file}, which has "
-                         f"{schedule.num_stages} rank rows")
+                         f"{schedule.num_ranks} rank rows")
     return schedule
 
 
@@ -214,7 +214,7 @@ def summary(schedule: Schedule, costs: OpCosts, measured: ScheduleMetrics) -> di
     """The JSON object ``--json`` prints."""
     out = {
         "schedule": schedule.name,
-        "stages": schedule.num_stages,
+        "stages": schedule.num_ranks,
         "microbatches": schedule.num_microbatches,
         "chunks": schedule.chunks,
         "minibatches": schedule.num_minibatches,
@@ -258,7 +258,7 @@ def render_text(schedule: Schedule, timeline: Timeline, measured: ScheduleMetric
     """A text grid of the timeline (one row per rank, time across) and the metrics."""
     s, m = schedule, measured
     head = (
-        f"{s.name}: P={s.num_stages} stages, M={s.num_microbatches} microbatches"
+        f"{s.name}: P={s.num_ranks} stages, M={s.num_microbatches} microbatches"
         + (f", v={s.chunks} chunks" if s.chunks > 1 else "")
         + f", K={s.num_minibatches} minibatches"
         + (f", W={s.warmup_minibatches} warm-up" if s.warmup_minibatches else "")
@@ -321,7 +321,7 @@ def text_grid(timeline: Timeline, max_cells: int = MAX_GRID_CELLS) -> list[str]:
 
     width = max(len(label(e)) for e in drawn)
     rows = []
-    for rank in range(timeline.schedule.num_stages):
+    for rank in range(timeline.schedule.num_ranks):
         row = ["." * 1] * cells
         for e in drawn:
             if e.rank != rank:

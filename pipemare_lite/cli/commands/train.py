@@ -301,7 +301,7 @@ def _schedule_sizes(args: argparse.Namespace):
     choice = run_schedule.resolve(args.schedule, args.weight_mode, args.method)
     if choice is not None and choice.given is not None:
         given = choice.given
-        for option, value in (("stages", given.num_stages),
+        for option, value in (("stages", given.num_ranks),
                               ("microbatches", given.num_microbatches),
                               ("chunks", given.chunks)):
             if getattr(args, option) not in (None, value):

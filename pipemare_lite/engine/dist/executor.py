@@ -229,7 +229,7 @@ class DistributedExecutor:
 
     Args:
         schedule: the whole schedule (every rank must pass the same one); world size must
-            equal ``schedule.num_stages``.
+            equal ``schedule.num_ranks``.
         stage_modules: all ``schedule.num_virtual_stages`` modules (each rank keeps its own)
             or a mapping ``{stage: module}`` with at least this rank's stages.
         loss_fn, optimizer_factory, method_options, lr_scheduler_factory: as for
@@ -276,8 +276,8 @@ class DistributedExecutor:
             raise RuntimeError("DistributedExecutor needs an initialized process group "
                                "(use pipemare_lite.engine.dist.launch.launch or torchrun)")
         world = dist.get_world_size()
-        if world != schedule.num_stages:
-            raise ValueError(f"schedule {schedule.name!r} has {schedule.num_stages} ranks but the "
+        if world != schedule.num_ranks:
+            raise ValueError(f"schedule {schedule.name!r} has {schedule.num_ranks} ranks but the "
                              f"process group has {world} processes; they must be equal")
         self.schedule = schedule
         self.rank = dist.get_rank() if rank is None else rank
@@ -704,7 +704,7 @@ def run_distributed_jobs(jobs: Sequence[DistJob], **launch_kwargs) -> list[DistR
     jobs = list(jobs)
     if not jobs:
         return []
-    sizes = {job.schedule.num_stages for job in jobs}
+    sizes = {job.schedule.num_ranks for job in jobs}
     if len(sizes) != 1:
         raise ValueError(f"jobs in one launch need the same number of ranks, got {sorted(sizes)}")
     per_rank = launch(dist_worker, sizes.pop(), args=(jobs,), **launch_kwargs)

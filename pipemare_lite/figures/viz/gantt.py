@@ -47,7 +47,7 @@ def idle_intervals(timeline: Timeline) -> dict[int, list[tuple[float, float]]]:
     finishes early is idle for that time too (the pipeline bubble).
     """
     if not timeline.entries:
-        return {r: [] for r in range(timeline.schedule.num_stages)}
+        return {r: [] for r in range(timeline.schedule.num_ranks)}
     t0 = min(e.start for e in timeline.entries)
     t_end = max(e.end for e in timeline.entries)
     tolerance = 1e-9 * max(t_end - t0, 1e-300)
@@ -55,7 +55,7 @@ def idle_intervals(timeline: Timeline) -> dict[int, list[tuple[float, float]]]:
     for entry in timeline.entries:  # one pass, not one scan per rank: P=16 stays fast
         by_rank[entry.rank].append((entry.start, entry.end))
     gaps: dict[int, list[tuple[float, float]]] = {}
-    for rank in range(timeline.schedule.num_stages):
+    for rank in range(timeline.schedule.num_ranks):
         cursor, rank_gaps = t0, []
         for start, end in sorted(by_rank[rank]):
             if start - cursor > tolerance:
@@ -138,7 +138,7 @@ def gantt_trace_specs(
     factor, unit = time_scale(timeline)
     t0 = min((e.start for e in timeline.entries), default=0.0)
     makespan = timeline.makespan
-    P = timeline.schedule.num_stages
+    P = timeline.schedule.num_ranks
     by_kind: dict[str, list] = defaultdict(list)
     for entry in timeline.entries:
         by_kind[entry.action.kind].append(entry)
@@ -216,7 +216,7 @@ def gantt_traces(
 def default_title(timeline: Timeline) -> str:
     """``"1f1b, P=4, M=8 (simulated)"``-style title naming what is drawn."""
     s = timeline.schedule
-    parts = [f"{s.name}: P={s.num_stages}, M={s.num_microbatches}"]
+    parts = [f"{s.name}: P={s.num_ranks}, M={s.num_microbatches}"]
     if s.chunks > 1:
         parts.append(f"v={s.chunks}")
     if s.num_minibatches > 1:
@@ -258,7 +258,7 @@ COMMON_LAYOUT = {
 def gantt_layout(timeline: Timeline, *, title: str | None = None) -> dict:
     """The layout of :func:`gantt` as a plain dict (axes, title, height; no template)."""
     _, unit = time_scale(timeline)
-    ranks = timeline.schedule.num_stages
+    ranks = timeline.schedule.num_ranks
     return dict(
         COMMON_LAYOUT,
         title={"text": title if title is not None else default_title(timeline)},
@@ -301,11 +301,11 @@ def gantt_pair(
     for name, t in (("planned", planned), ("measured", measured)):
         if not isinstance(t, Timeline):
             raise TypeError(f"gantt_pair(): {name} must be a Timeline, got {type(t).__name__}")
-    ranks = planned.schedule.num_stages
-    if measured.schedule.num_stages != ranks:
+    ranks = planned.schedule.num_ranks
+    if measured.schedule.num_ranks != ranks:
         raise ValueError(
             f"gantt_pair(): planned has {ranks} ranks but measured has "
-            f"{measured.schedule.num_stages}; draw them separately with gantt()"
+            f"{measured.schedule.num_ranks}; draw them separately with gantt()"
         )
     fig = make_subplots(
         rows=2,

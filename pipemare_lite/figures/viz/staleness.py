@@ -96,7 +96,7 @@ def staleness_heatmap(
              "line": {"color": microbatch_color(highlight_microbatch), "width": 4}}
         )
     default_title = (f"{QUANTITY_LABELS[quantity]}: {schedule.name}, "
-                     f"P={schedule.num_stages}, N={per_minibatch}")
+                     f"P={schedule.num_ranks}, N={per_minibatch}")
     layout = {  # one dict at construction: much faster than a chain of update_* calls
         "shapes": shapes,
         "xaxis": {"title": {"text": "microbatch (global index)"}, "showgrid": False},

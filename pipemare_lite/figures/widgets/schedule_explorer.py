@@ -93,7 +93,7 @@ def _no_flush(name, P, M, K, F, B) -> ClosedForms:
 def closed_forms(schedule, costs: OpCosts) -> ClosedForms:
     """The closed forms for ``schedule`` under ``costs``; texts say why when none applies."""
     name = schedule.name
-    P, M, v, K = (schedule.num_stages, schedule.num_microbatches, schedule.chunks,
+    P, M, v, K = (schedule.num_ranks, schedule.num_microbatches, schedule.chunks,
                   schedule.num_minibatches)
     F, B, I, W = costs.forward, costs.backward, costs.input_grad, costs.weight_grad
     if costs.comm:
@@ -128,7 +128,7 @@ def formula_rows(schedule, measured, costs: OpCosts) -> list[FormulaRow]:
                    ", ".join(map(str, forms.peaks)) if forms.peaks else ""),
     ]
     if schedule.name in ASYNC_NAMES and measured.steady_state_utilization is not None:
-        P, N = schedule.num_stages, schedule.num_microbatches
+        P, N = schedule.num_ranks, schedule.num_microbatches
         rows.append(FormulaRow("steady-state idle fraction",
                                _fmt(1 - measured.steady_state_utilization), "0 (no flush)",
                                _fmt(formulas.idle_fraction_async_steady_state(P, N))))

@@ -83,8 +83,8 @@ def build_explored_schedule(method: str, stages: int, microbatches: int, minibat
 
 def _exact(schedule, stage: int, position: int, tick_order: str):
     try:
-        return exact_forward_delay(schedule.name, schedule.num_stages,
-                                   schedule.num_microbatches, stage % schedule.num_stages,
+        return exact_forward_delay(schedule.name, schedule.num_ranks,
+                                   schedule.num_microbatches, stage % schedule.num_ranks,
                                    position, backward_first=tick_order == "backward_first")
     except ValueError:
         return None
@@ -120,7 +120,7 @@ def delay_table_html(schedule, table, tick_order: str = "forward_first",
     chosen = set(steady) if len(steady) else None
     delays = stage_delays(table, minibatches=chosen)
     executed = None if measured is None else stage_delays(measured, minibatches=chosen)
-    P, N = schedule.num_stages, schedule.num_microbatches
+    P, N = schedule.num_ranks, schedule.num_microbatches
     rows = []
     for d in delays:
         try:
@@ -267,7 +267,7 @@ class StalenessExplorer(Explorer):
         if self.measured is not None and measured is None:
             ran = self.measured.schedule
             note = (f"<p><i>The executed run is shown for {html.escape(ran.name)}, "
-                    f"P={ran.num_stages}, N={ran.num_microbatches}, "
+                    f"P={ran.num_ranks}, N={ran.num_microbatches}, "
                     f"{ran.num_minibatches} updates, warm-up {ran.warmup_minibatches}"
                     f"{', B before F' if TICK_ORDER_NOTE_BACKWARD_FIRST in ran.notes else ''}; "
                     "these controls describe another schedule.</i></p>")
