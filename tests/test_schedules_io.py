@@ -86,3 +86,12 @@ def test_bad_input_is_refused(call, pattern):
 def test_imported_rows_are_validated():
     with pytest.raises(ScheduleError, match="deadlocks"):
         from_rows([["0F0", "0B0"], ["1B0", "1F0"]], name="custom", num_microbatches=1)
+
+
+def test_json_written_before_the_rename_still_loads():
+    """Files from before ``num_stages`` became ``num_ranks`` keep loading, to the same schedule."""
+    schedule = build_schedule("1f1b", 3, 4, num_minibatches=2)
+    data = json.loads(to_json(schedule))
+    data = {("num_stages" if key == "num_ranks" else key): value for key, value in data.items()}
+    assert "num_ranks" not in data and data["num_stages"] == 3
+    assert from_json(json.dumps(data)) == schedule

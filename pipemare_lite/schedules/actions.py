@@ -76,7 +76,7 @@ class Schedule:
     Attributes:
         name: the builder that made it (``gpipe``, ``1f1b``, ``async`` ...).
         num_ranks: P, the number of ranks (devices).
-        num_microbatches: microbatches per minibatch (M, or N in PipeMare's notation).
+        num_microbatches: N, microbatches per minibatch (PipeMare's N; GPipe's papers write M).
         num_minibatches: how many minibatches (optimizer steps per stage) the schedule runs.
         chunks: v, model chunks (virtual stages) per rank; 1 unless interleaved.
         weight_mode: one of :data:`WEIGHT_MODES` (the name; :attr:`mode` is the rule).
@@ -103,7 +103,7 @@ class Schedule:
         if len(self.ranks) != self.num_ranks:
             raise ValueError(
                 f"schedule {self.name!r} has {len(self.ranks)} rank rows "
-                f"for {self.num_ranks} stages"
+                f"for num_ranks={self.num_ranks}"
             )
 
     @property

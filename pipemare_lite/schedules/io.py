@@ -169,6 +169,8 @@ def from_json(text: str) -> Schedule:
         raise ScheduleError(f"not a schedule: expected a JSON object with format {JSON_FORMAT!r}")
     if data.get("version") != JSON_VERSION:
         raise ScheduleError(f"schedule version {data.get('version')!r}; allowed: {JSON_VERSION}")
+    if "num_ranks" not in data and "num_stages" in data:  # files written before the rename
+        data["num_ranks"] = data.pop("num_stages")
     missing = [key for key in ("name", "num_ranks", "num_microbatches", "ranks")
                if key not in data]
     if missing:
