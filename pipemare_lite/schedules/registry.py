@@ -156,7 +156,7 @@ def build_schedule(
     num_minibatches: int = 1,
     warmup_minibatches: int = 0,
 ) -> Schedule:
-    """Build schedule ``name`` with P=``num_ranks`` and M=``num_microbatches`` per minibatch.
+    """Build schedule ``name`` with P=``num_ranks`` ranks and N=``num_microbatches`` per minibatch.
 
     ``chunks`` (v) only applies to "interleaved" (with v=1 it is 1F1B) and to registered
     schedules; ``warmup_minibatches`` only to the asynchronous schedules (pipedream, 2bw,
