@@ -217,7 +217,7 @@ class LocalExecutor:
         interpreter, transport, last = self.interpreter, self.transport, self._last
         transport.microbatches = microbatches
         stages_of = {r: self.schedule.stages_of(r) for r in range(len(cursors))}
-        recorder = Recorder(interpreter, cursors, BytesMeter(workers, stages_of))
+        recorder = Recorder(interpreter, (), BytesMeter(workers, stages_of))
         remaining = sum(cursor.length for cursor in cursors) - sum(positions)
 
         def reached() -> bool:  # versions only move at updates: checked after each U
@@ -305,8 +305,7 @@ class LocalExecutor:
 class _Cursor:
     """Where one rank stands in its row: the next ``action`` (None at the end) and its
     ``position``. The row is read one action at a time, so a lazy schedule
-    (:mod:`pipemare_lite.schedules.lazy`) is never materialized. The recorder reads
-    ``cursor[position]``: the name of the action the cursor stands on (a trace key)."""
+    (:mod:`pipemare_lite.schedules.lazy`) is never materialized."""
 
     def __init__(self, schedule, rank: int, position: int) -> None:
         self.actions = schedule.row(rank, position)
@@ -318,7 +317,3 @@ class _Cursor:
         """Step to the next action."""
         self.position += 1
         self.action = next(self.actions, None)
-
-    def __getitem__(self, position: int) -> str:
-        assert position == self.position, "the recorder asks for the action just run"
-        return str(self.action)

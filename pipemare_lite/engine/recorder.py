@@ -30,7 +30,7 @@ class Recorder:
 
     Args:
         interpreter: answers which version an action used (``version_of``).
-        names: ``names[rank][position]``, the action's string (precomputed: a trace key).
+        names: ``names[rank][position]``, the action's string (for :meth:`rank_entries`).
         meter: a :class:`BytesMeter` read after every action, or None (not tracked).
     """
 
@@ -53,7 +53,7 @@ class Recorder:
         ``start`` to ``end`` (``time.perf_counter``), right after it ran."""
         origin = self.origin
         self.entries.append((rank, position, action, start - origin, end - origin))
-        self.versions[self.names[rank][position]] = self.interpreter.version_of(action)
+        self.versions[str(action)] = self.interpreter.version_of(action)
         if self.meter is not None:
             self.meter.after_action(rank, action.stage, end - origin)
 

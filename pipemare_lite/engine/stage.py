@@ -91,9 +91,8 @@ class _Pending:
 
     def count_saved_bytes(self) -> None:
         """Bytes of the distinct tensors in ``saved`` (one tensor saved twice counts once)."""
-        distinct = {(t.data_ptr(), t.nbytes): t.nbytes
-                    for t in self.saved if isinstance(t, torch.Tensor)}
-        self.saved_bytes = sum(distinct.values())
+        distinct = {(t.data_ptr(), t.nbytes) for t in self.saved if isinstance(t, torch.Tensor)}
+        self.saved_bytes = sum(nbytes for _, nbytes in distinct)
 
 
 @dataclass
@@ -287,8 +286,9 @@ class StageWorker:
         and the reference only in ``record.saved`` (checkpoints and byte counts)."""
         saved = record.saved
 
-        def pack(tensor: torch.Tensor):
-            ref = param_ref(tensor, index_of)
+        def pack(tensor: torch.Tensor):  # activations (not weights, no views) first: fast
+            ref = (None if id(tensor) not in index_of and tensor._base is None
+                   else param_ref(tensor, index_of))
             if ref is None:
                 saved.append(tensor)
                 return tensor
