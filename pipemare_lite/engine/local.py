@@ -147,7 +147,6 @@ class LocalExecutor:
         ]
         self.forward_delays = delays
         self._last = stages - 1  # the virtual stage that computes the loss
-        self.positions = [0] * schedule.num_ranks
         self._cursors = [_Cursor(schedule, r, 0) for r in range(schedule.num_ranks)]
         # tensors in transit live in the transport; the interpreter runs the actions
         self.transport = InProcessTransport(self.workers)
@@ -157,6 +156,11 @@ class LocalExecutor:
         # the random state of a checkpoint this executor continues ({"cpu", "cuda"}), or
         # None: draw from the process's stream (see the module docstring)
         self._rng: dict | None = None
+
+    @property
+    def positions(self) -> list[int]:
+        """How many actions each rank has run."""
+        return [cursor.position for cursor in self._cursors]
 
     @property
     def finished(self) -> bool:
@@ -213,12 +217,12 @@ class LocalExecutor:
                              f"{self.schedule.total_microbatches} microbatches "
                              f"({self.schedule.num_minibatches} x {self.schedule.num_microbatches}"
                              f"), got {len(microbatches)}")
-        workers, cursors, positions = self.workers, self._cursors, self.positions
+        workers, cursors = self.workers, self._cursors
         interpreter, transport, last = self.interpreter, self.transport, self._last
         transport.microbatches = microbatches
         stages_of = {r: self.schedule.stages_of(r) for r in range(len(cursors))}
         recorder = Recorder(interpreter, (), BytesMeter(workers, stages_of))
-        remaining = sum(cursor.length for cursor in cursors) - sum(positions)
+        remaining = sum(cursor.length - cursor.position for cursor in cursors)
 
         def reached() -> bool:  # versions only move at updates: checked after each U
             return stop_after_updates is not None and all(
@@ -235,7 +239,6 @@ class LocalExecutor:
                 start, end = interpreter.step(action)
                 recorder.record(rank, cursor.position, action, start, end)
                 cursor.advance()
-                positions[rank] = cursor.position
                 remaining -= 1
                 progressed = True
                 if action.kind == UPDATE and reached():
@@ -274,7 +277,7 @@ class LocalExecutor:
             rng = self._current_rng(any(w.device.type == "cuda" for w in self.workers))
         return {
             "schedule": schedule_key(self.schedule),
-            "positions": list(self.positions),
+            "positions": self.positions,
             "activations": dict(self.activations),
             "gradients": dict(self.gradients),
             "targets": dict(self.targets),
@@ -289,8 +292,7 @@ class LocalExecutor:
                              f"actions; this executor runs {self.schedule.name!r}")
         if any(self.positions):
             raise RuntimeError("load_state_dict needs an executor that has not run yet")
-        self.positions = list(state["positions"])
-        self._cursors = [_Cursor(self.schedule, r, p) for r, p in enumerate(self.positions)]
+        self._cursors = [_Cursor(self.schedule, r, p) for r, p in enumerate(state["positions"])]
         self.transport.activations = dict(state["activations"])
         self.transport.gradients = dict(state["gradients"])
         self.transport.targets = dict(state["targets"])
