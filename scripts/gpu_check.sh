@@ -4,7 +4,7 @@
 #   bash scripts/gpu_check.sh --dry-run        # the same checks on the CPU (no GPU needed)
 #   OUT=report.json bash scripts/gpu_check.sh  # where the JSON report goes
 # Any other option goes to `python -m pipemare_lite gpu-check` (see its --help). What it
-# runs and what the report holds: pipemare_lite/engine/dist/gpu_check.py.
+# runs and what the report holds: pipemare_lite/cli/gpu_check.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PY:-.venv/bin/python}"

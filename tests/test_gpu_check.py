@@ -1,4 +1,4 @@
-"""The GPU check (pipemare_lite/engine/dist/gpu_check.py, scripts/gpu_check.sh): its CPU dry run.
+"""The GPU check (pipemare_lite/cli/gpu_check.py, scripts/gpu_check.sh): its CPU dry run.
 
 The dry run goes through the same pipeline a GPU machine runs (reference on the CPU, the
 local executor on the stage devices, the distributed executor, agreement, step times,
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipemare_lite.engine.dist.gpu_check import (
+from pipemare_lite.cli.gpu_check import (
     METHODS,
     REPORT_FORMAT,
     agreement,
@@ -85,7 +85,7 @@ def test_agreement_tells_bitwise_close_and_different_apart():
     ],
 )
 def test_what_runs_where_with_a_fake_gpu_count(stages, gpus, devices, backend):
-    from pipemare_lite.engine.dist.gpu_check import plan_runs
+    from pipemare_lite.cli.gpu_check import plan_runs
 
     local, chosen, skip, ranks = plan_runs(stages, gpus)
     assert (local, chosen) == (devices, backend)

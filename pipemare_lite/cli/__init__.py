@@ -2,7 +2,8 @@
 
 Each subcommand lives in ``pipemare_lite/cli/commands/<name>.py`` and provides
 ``configure(parser)`` and ``run(args) -> int``. Subcommand modules are imported only when
-called, so ``schedule`` stays torch-free and ``--version`` is instant.
+called, so ``schedule`` stays torch-free and ``--version`` is instant. ``gpu_check.py`` is what
+``gpu-check`` runs: a diagnostic built on the engine, not a part of it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``pipemare-lite gpu-check``: confirm the GPU paths and write a JSON report.
 
-What it runs is :func:`pipemare_lite.engine.dist.gpu_check.check`; ``scripts/gpu_check.sh`` wraps
+What it runs is :func:`pipemare_lite.cli.gpu_check.check`; ``scripts/gpu_check.sh`` wraps
 it.
 Exit status: 0 when every run agreed with the CPU reference (bitwise or close), 1 when one
 differed, 2 for bad input (no GPU without ``--dry-run``).
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the check, print one line per method, write the report; 0 if all agreed."""
     from dataclasses import replace
 
-    from pipemare_lite.engine.dist.gpu_check import CheckConfig, check, dry_run_config
+    from pipemare_lite.cli.gpu_check import CheckConfig, check, dry_run_config
 
     if args.stages is not None and args.stages < 2:
         raise ValueError(f"--stages must be >= 2, got {args.stages}")
