@@ -21,7 +21,7 @@ from pipemare_lite.book.exercises import references
 from pipemare_lite.book.exercises.compare import compare_float, compare_update_or_none
 from pipemare_lite.book.exercises.exercise import Exercise, Mistake
 
-_FACTOR_ANSWERS = tuple(f"pipemare_lite.{name}" for name in (
+_FACTOR_ANSWERS = tuple(f"pipemare_lite.analysis.{name}" for name in (
     "stage_lr.rescheduling_factor", "stage_lr.rescheduling_exponent", "stage_lr.stage_lrs",
     "theory.t1_step_sizes"))
 _UNSTABLE_ANSWERS = ("pipemare_lite.analysis.stage_lr.first_unstable_update",)
