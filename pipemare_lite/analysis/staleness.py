@@ -384,18 +384,8 @@ def expected_forward_delay(
     With ``position`` (0..N-1, the microbatch's place in its minibatch) the exact value for OUR
     builders is returned instead; see :func:`exact_forward_delay` for the derivation.
     """
-    _check_sizes(num_stages, num_microbatches, stage)
-    if position is not None:
-        return exact_forward_delay(name, num_stages, num_microbatches, stage, position)
-    if name in SYNC_NAMES:
-        return 0
-    if name == "2bw":
-        return 1
-    if name in ("async", "pipemare"):
-        return math.ceil((2 * (num_stages - (stage + 1)) + 1) / num_microbatches)
-    if name == "pipedream":
-        return math.ceil((num_stages - 1 - stage) / num_microbatches)
-    raise ValueError(f"no closed form for schedule {name!r}; known: {_known_names()}")
+    # the recalled forms are the exact ones at position 0
+    return exact_forward_delay(name, num_stages, num_microbatches, stage, position or 0)
 
 
 def exact_forward_delay(
@@ -436,11 +426,8 @@ def exact_forward_delay(
         return math.ceil((gap - position) / num_microbatches)
     if name == "pipedream":
         return math.ceil((num_stages - 1 - stage - position) / num_microbatches)
-    raise ValueError(f"no closed form for schedule {name!r}; known: {_known_names()}")
-
-
-def _known_names() -> str:
-    return ", ".join((*SCHEDULE_NAMES, *ALIASES))
+    known = ", ".join((*SCHEDULE_NAMES, *ALIASES))
+    raise ValueError(f"no closed form for schedule {name!r}; known: {known}")
 
 
 def _check_sizes(num_stages: int, num_microbatches: int, stage: int) -> None:

@@ -177,14 +177,8 @@ class StageWorker:
 
     # ------------------------------------------------------------------ records
     def _start_records(self) -> None:
-        fresh = StageRecords()
-        self.losses = fresh.losses
-        self.forward_versions = fresh.forward_versions
-        self.backward_versions = fresh.backward_versions
-        self.distances = fresh.distances
-        self.learning_rates = fresh.learning_rates
-        self.group_learning_rates = fresh.group_learning_rates
-        self.update_norms = fresh.update_norms
+        self._records = StageRecords()
+        vars(self).update(vars(self._records))  # self.losses, ...: the records' own dicts
 
     def take_records(self) -> StageRecords:
         """What this stage did since the last call (:class:`StageRecords`); then forget it.
@@ -193,9 +187,7 @@ class StageWorker:
         actions, and reading them costs what the run did, not what the whole training did
         (the cost of a step stays flat however long the run).
         """
-        taken = StageRecords(self.losses, self.forward_versions, self.backward_versions,
-                             self.distances, self.learning_rates, self.group_learning_rates,
-                             self.update_norms)
+        taken = self._records
         self._start_records()
         return taken
 
