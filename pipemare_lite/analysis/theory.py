@@ -48,20 +48,13 @@ def characteristic_polynomial(alpha, lam, tau, momentum=0.0) -> np.ndarray:
     it is the heavy-ball quadratic ``z**2 - (1 + m - alpha lam) z + m``.
     """
     _check_delay(tau)
-    return _polynomial(momentum, ((tau, alpha * lam),))
-
-
-def _polynomial(momentum, delayed) -> np.ndarray:
-    """``z**n - (1+m) z**(n-1) + m z**(n-2) + sum of c z**(n-1-tau)`` over ``delayed``'s
-    ``(tau, c)``, n the recurrence's order; highest power first."""
-    order = max(max(tau for tau, _ in delayed) + 1, 2 if momentum else 1)
+    order = max(tau + 1, 2 if momentum else 1)
     by_power = np.zeros(order + 1)  # by_power[k] multiplies z**k
     by_power[order] += 1.0
     by_power[order - 1] -= 1.0 + momentum
     if momentum:
         by_power[order - 2] += momentum
-    for tau, coefficient in delayed:
-        by_power[order - 1 - tau] += coefficient
+    by_power[order - 1 - tau] += alpha * lam
     return by_power[::-1]
 
 
@@ -273,8 +266,15 @@ def discrepancy_polynomial(alpha, lam, tau_f, sensitivity, tau_b=0, momentum=0.0
     eigenvalues of :func:`discrepancy_matrix` with ``gamma=None``.
     """
     _check_delay(tau_f, tau_b)
-    return _polynomial(momentum, ((tau_f, alpha * (lam - sensitivity)),
-                                  (tau_b, alpha * sensitivity)))
+    order = max(tau_f + 1, tau_b + 1, 2 if momentum else 1)
+    by_power = np.zeros(order + 1)  # by_power[k] multiplies z**k
+    by_power[order] += 1.0
+    by_power[order - 1] -= 1.0 + momentum
+    if momentum:
+        by_power[order - 2] += momentum
+    by_power[order - 1 - tau_f] += alpha * (lam - sensitivity)
+    by_power[order - 1 - tau_b] += alpha * sensitivity
+    return by_power[::-1]
 
 
 def discrepancy_roots(
