@@ -168,21 +168,6 @@ class LocalExecutor:
         return all(cursor.action is None for cursor in self._cursors)
 
     # ------------------------------------------------------------------ running
-    @property
-    def activations(self) -> dict[tuple[int, int], torch.Tensor]:
-        """Activations in transit: the input of F(stage, mb), keyed ``(stage, mb)``."""
-        return self.transport.activations
-
-    @property
-    def gradients(self) -> dict[tuple[int, int], torch.Tensor]:
-        """Gradients in transit: the gradient of the output of (stage, mb)."""
-        return self.transport.gradients
-
-    @property
-    def targets(self) -> dict[int, object]:
-        """Targets read at stage 0's F, waiting for the last stage's."""
-        return self.transport.targets
-
     def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None) -> RunResult:
         """Execute the schedule (from where it stands) and return the losses and the trace.
 
@@ -278,9 +263,9 @@ class LocalExecutor:
         return {
             "schedule": schedule_key(self.schedule),
             "positions": self.positions,
-            "activations": dict(self.activations),
-            "gradients": dict(self.gradients),
-            "targets": dict(self.targets),
+            "activations": dict(self.transport.activations),  # messages in transit
+            "gradients": dict(self.transport.gradients),
+            "targets": dict(self.transport.targets),
             "stages": [w.state_dict() for w in self.workers],
             "rng": rng,
         }
