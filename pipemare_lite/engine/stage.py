@@ -46,15 +46,15 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from pipemare_lite.analysis.memory import KINDS
 from pipemare_lite.methods.discrepancy import DiscrepancyHooks
 from pipemare_lite.methods.hooks import MethodHooks
 from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
 from pipemare_lite.schedules.weight_modes import get_weight_mode
 
-#: Byte kinds reported per stage, as the memory model (:mod:`pipemare_lite.analysis.memory`) names
-# them;
+#: Byte kinds reported per stage: the memory model's (:data:`pipemare_lite.analysis.memory.KINDS`);
 #: a method's hooks may add kinds of their own (weight prediction: ``prediction``).
-BYTE_KINDS = ("weights", "stash", "t2_buffer", "optimizer", "activations")
+BYTE_KINDS = KINDS
 
 
 class _HeldVersion(torch.autograd.Function):
