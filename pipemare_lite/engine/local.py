@@ -256,8 +256,7 @@ class LocalExecutor:
     def state_dict(self) -> dict:
         """Everything needed to continue bitwise (see the module docstring)."""
         if self._rng is not None:  # continuing a checkpoint's stream
-            rng = {k: v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v]
-                   for k, v in self._rng.items()}
+            rng = _cloned(self._rng)
         else:  # no CUDA call on CPU runs
             rng = self._current_rng(any(w.device.type == "cuda" for w in self.workers))
         return {
@@ -284,9 +283,13 @@ class LocalExecutor:
         for worker, stage_state in zip(self.workers, state["stages"]):
             worker.load_state_dict(stage_state)
         # kept for run(), not set on the process: the caller's random stream is its own
-        self._rng = {"cpu": state["rng"]["cpu"].clone()}
-        if "cuda" in state["rng"]:
-            self._rng["cuda"] = [t.clone() for t in state["rng"]["cuda"]]
+        self._rng = _cloned(state["rng"])
+
+
+def _cloned(rng: dict) -> dict:
+    """A copy of a random state ``{"cpu": tensor, "cuda": [tensor per device]}``."""
+    return {k: v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v]
+            for k, v in rng.items()}
 
 
 class _Cursor:

@@ -205,7 +205,7 @@ class StageWorker:
                 raise TypeError(f"stage {self.stage} got a {x.dtype} input; stages after the "
                                 "first need floating-point inputs to send gradients back")
             x.requires_grad_(True)
-        if target is not None and isinstance(target, torch.Tensor):
+        if isinstance(target, torch.Tensor):
             target = target.to(self.device)
         record = _Pending(microbatch, version, x, target)
         self.versions.acquire(version)
@@ -259,17 +259,15 @@ class StageWorker:
             pack = self._packer(record, index_of, live)
         with torch.autograd.graph.saved_tensors_hooks(pack, self._unpacker(record)):
             if weights is None:
-                y = self.module(record.input)
+                y = out = self.module(record.input)
             else:
-                y = torch.func.functional_call(self.module, weights, (record.input,))
-            if self.is_last:
-                loss = self.loss_fn(y, record.target)
-                record.root = loss / self.num_microbatches
-                record.count_saved_bytes()
-                return loss.detach()
+                y = out = torch.func.functional_call(self.module, weights, (record.input,))
+            if self.is_last:  # the output is the loss; the backward starts from loss / N
+                out = self.loss_fn(y, record.target)
+                y = out / self.num_microbatches
         record.root = y
         record.count_saved_bytes()
-        return y.detach()
+        return out.detach()
 
     @staticmethod
     def _packer(record: _Pending, index_of: dict[int, int], live: bool = False):
