@@ -304,9 +304,8 @@ def simulate_step_by_step(schedule: Schedule, costs: OpCosts | None = None) -> d
     return times
 
 
-def simulate_and_measure(
-    schedule: Schedule, costs: OpCosts | None = None
-) -> tuple[Timeline, ScheduleMetrics]:
+def simulate_and_measure(schedule: Schedule,
+                         costs: OpCosts | None = None) -> tuple[Timeline, ScheduleMetrics]:
     """``simulate`` then ``metrics``, for the common case of wanting both."""
     timeline = simulate(schedule, costs)
     return timeline, metrics(timeline)

@@ -148,15 +148,8 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
     BUILDERS[name] = build
 
 
-def build_schedule(
-    name: str,
-    num_ranks: int,
-    num_microbatches: int,
-    *,
-    chunks: int = 1,
-    num_minibatches: int = 1,
-    warmup_minibatches: int = 0,
-) -> Schedule:
+def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: int = 1,
+                   num_minibatches: int = 1, warmup_minibatches: int = 0) -> Schedule:
     """Build schedule ``name`` with P=``num_ranks`` ranks and N=``num_microbatches`` per minibatch.
 
     ``chunks`` (v) only applies to "interleaved" (with v=1 it is 1F1B) and to registered

@@ -58,14 +58,8 @@ class ScheduleError(ValueError):
     """A schedule (or a request for one) that is malformed or cannot run."""
 
 
-def check_sizes(
-    name: str,
-    num_ranks: int,
-    num_microbatches: int,
-    num_minibatches: int = 1,
-    chunks: int = 1,
-    warmup_minibatches: int = 0,
-) -> None:
+def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
+                chunks: int = 1, warmup_minibatches: int = 0) -> None:
     """Raise :class:`ScheduleError` naming any size outside :data:`LIMITS` or an unknown name."""
     mode = weight_mode_of(name)
     if name != "custom" and mode is None:
