@@ -84,21 +84,13 @@ class MemoryProfile:
                 raise ValueError(f"{name} must be 1, 2, 4 or 8, got {getattr(self, name)!r}")
 
     @classmethod
-    def from_counts(
-        cls,
-        param_counts: list[int],
-        activation_counts: list[int],
-        optimizer: str = "sgd",
-        dtype_bytes: int = 4,
-    ) -> MemoryProfile:
+    def from_counts(cls, param_counts: list[int], activation_counts: list[int],
+                    optimizer: str = "sgd", dtype_bytes: int = 4) -> MemoryProfile:
         """A profile from element counts (parameters, activation elements per microbatch)."""
-        return cls(
-            param_bytes=[n * dtype_bytes for n in param_counts],
-            activation_bytes=[n * dtype_bytes for n in activation_counts],
-            optimizer=optimizer,
-            param_dtype_bytes=dtype_bytes,
-            state_dtype_bytes=dtype_bytes,
-        )
+        return cls(param_bytes=[n * dtype_bytes for n in param_counts],
+                   activation_bytes=[n * dtype_bytes for n in activation_counts],
+                   optimizer=optimizer, param_dtype_bytes=dtype_bytes,
+                   state_dtype_bytes=dtype_bytes)
 
     def optimizer_bytes(self, stage: int) -> int:
         """Optimizer state of one stage: states x elements x state dtype bytes."""
@@ -106,9 +98,8 @@ class MemoryProfile:
         return OPTIMIZER_STATES[self.optimizer] * elements * self.state_dtype_bytes
 
 
-def memory_by_kind(
-    schedule: Schedule, profile: MemoryProfile, *, t2: bool = False
-) -> list[dict[str, int]]:
+def memory_by_kind(schedule: Schedule, profile: MemoryProfile, *,
+                   t2: bool = False) -> list[dict[str, int]]:
     """Peak bytes of each kind per rank (= per stage unless interleaved), plus totals.
 
     Each dict has the keys of :data:`KINDS` and ``total`` (sum of the peaks) and
@@ -198,9 +189,8 @@ def peak_stash_copies(schedule: Schedule) -> list[int]:
     return [d["stash"] for d in memory_by_kind(schedule, ones)]
 
 
-def stash_over_pipemare_ratio(
-    profile: MemoryProfile, schedule_pipedream: Schedule, schedule_async: Schedule
-) -> float:
+def stash_over_pipemare_ratio(profile: MemoryProfile, schedule_pipedream: Schedule,
+                              schedule_async: Schedule) -> float:
     """Weight memory of PipeDream's stashing over PipeMare's, summed over all stages.
 
     PipeDream: weights + stash + optimizer state (peaks); PipeMare: weights + optimizer state +

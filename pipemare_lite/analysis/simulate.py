@@ -192,15 +192,13 @@ def metrics(timeline: Timeline) -> ScheduleMetrics:
         utilization = total_busy / (P * makespan)
     else:
         utilization_per_rank, utilization = tuple(0.0 for _ in busy), 0.0
-    window = None
+    window = steady = None
     if all(forward_ends) and all(math.isfinite(t) for t in first_backward):
         t0, t1 = max(first_backward), min(max(ends) for ends in forward_ends)
-        window = (t0, t1) if t1 > t0 else None
-    steady = None
-    if window is not None:
-        t0, t1 = window
-        inside = sum(max(0.0, min(e.end, t1) - max(e.start, t0)) for e in timeline.entries)
-        steady = inside / (P * (t1 - t0))
+        if t1 > t0:
+            window = (t0, t1)
+            inside = sum(max(0.0, min(e.end, t1) - max(e.start, t0)) for e in timeline.entries)
+            steady = inside / (P * (t1 - t0))
     return ScheduleMetrics(
         makespan=makespan,
         busy_per_rank=tuple(busy),
@@ -306,9 +304,8 @@ def simulate_step_by_step(schedule: Schedule, costs: OpCosts | None = None) -> d
     return times
 
 
-def simulate_and_measure(
-    schedule: Schedule, costs: OpCosts | None = None
-) -> tuple[Timeline, ScheduleMetrics]:
+def simulate_and_measure(schedule: Schedule,
+                         costs: OpCosts | None = None) -> tuple[Timeline, ScheduleMetrics]:
     """``simulate`` then ``metrics``, for the common case of wanting both."""
     timeline = simulate(schedule, costs)
     return timeline, metrics(timeline)

@@ -264,9 +264,8 @@ def versions_from_trace(trace) -> VersionTable:
     return VersionTable(schedule, at_forward, at_backward, applied)
 
 
-def microbatch_path(
-    table_or_schedule: VersionTable | Schedule, microbatch: int
-) -> list[VersionRow]:
+def microbatch_path(table_or_schedule: VersionTable | Schedule,
+                    microbatch: int) -> list[VersionRow]:
     """The versions one microbatch met at every stage, in model order (the explorer's path)."""
     table = _as_table(table_or_schedule)
     grid = table.version_at_forward
@@ -301,9 +300,8 @@ class StageDelay:
         return asdict(self)
 
 
-def stage_delays(
-    table_or_schedule: VersionTable | Schedule, *, minibatches: Iterable[int] | None = None
-) -> list[StageDelay]:
+def stage_delays(table_or_schedule: VersionTable | Schedule, *,
+                 minibatches: Iterable[int] | None = None) -> list[StageDelay]:
     """Delay statistics per (virtual) stage, over microbatches whose gradient was applied.
 
     ``minibatches`` restricts the statistics (e.g. to the steady state, see
@@ -368,9 +366,8 @@ def _as_table(table_or_schedule: VersionTable | Schedule) -> VersionTable:
 SYNC_NAMES = tuple(name for name, _, mode in SCHEDULE_TABLE if mode.flushes)
 
 
-def expected_forward_delay(
-    name: str, num_stages: int, num_microbatches: int, stage: int, position: int | None = None
-) -> int:
+def expected_forward_delay(name: str, num_stages: int, num_microbatches: int, stage: int,
+                           position: int | None = None) -> int:
     """Steady-state forward delay (in updates) of 0-indexed ``stage``, from a closed form.
 
     - synchronous schedules (``naive``, ``gpipe``, ``1f1b``, ``interleaved``, ``zb-h1``): 0.
@@ -384,24 +381,12 @@ def expected_forward_delay(
     With ``position`` (0..N-1, the microbatch's place in its minibatch) the exact value for OUR
     builders is returned instead; see :func:`exact_forward_delay` for the derivation.
     """
-    _check_sizes(num_stages, num_microbatches, stage)
-    if position is not None:
-        return exact_forward_delay(name, num_stages, num_microbatches, stage, position)
-    if name in SYNC_NAMES:
-        return 0
-    if name == "2bw":
-        return 1
-    if name in ("async", "pipemare"):
-        return math.ceil((2 * (num_stages - (stage + 1)) + 1) / num_microbatches)
-    if name == "pipedream":
-        return math.ceil((num_stages - 1 - stage) / num_microbatches)
-    raise ValueError(f"no closed form for schedule {name!r}; known: {_known_names()}")
+    # the recalled forms are the exact ones at position 0
+    return exact_forward_delay(name, num_stages, num_microbatches, stage, position or 0)
 
 
-def exact_forward_delay(
-    name: str, num_stages: int, num_microbatches: int, stage: int, position: int,
-    *, backward_first: bool = False,
-) -> int:
+def exact_forward_delay(name: str, num_stages: int, num_microbatches: int, stage: int,
+                        position: int, *, backward_first: bool = False) -> int:
     """Exact steady-state forward delay of the microbatch at ``position`` in its minibatch.
 
     Derivation (N microbatches per update, 0-indexed stage s, microbatch m = kN + j):
@@ -436,11 +421,8 @@ def exact_forward_delay(
         return math.ceil((gap - position) / num_microbatches)
     if name == "pipedream":
         return math.ceil((num_stages - 1 - stage - position) / num_microbatches)
-    raise ValueError(f"no closed form for schedule {name!r}; known: {_known_names()}")
-
-
-def _known_names() -> str:
-    return ", ".join((*SCHEDULE_NAMES, *ALIASES))
+    known = ", ".join((*SCHEDULE_NAMES, *ALIASES))
+    raise ValueError(f"no closed form for schedule {name!r}; known: {known}")
 
 
 def _check_sizes(num_stages: int, num_microbatches: int, stage: int) -> None:

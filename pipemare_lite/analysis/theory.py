@@ -169,8 +169,7 @@ def discrepancy_matrix(
     discrepancy helps, and T2 hurts. For ``sensitivity = 2 lam`` it is mixed (T2 helps at
     tau_f 1 and 2, hurts at 4 and 8). The toy model does not tell which sign a network has.
     """
-    _check_delay(tau_f)
-    _check_delay(tau_b)
+    _check_delay(tau_f, tau_b)
     if gamma is not None and not 0.0 <= gamma < 1.0:
         raise ValueError(f"gamma must be in [0, 1) (or None for no T2), got {gamma}")
     H = max(tau_f, tau_b, 1)
@@ -213,8 +212,7 @@ def simulate_discrepancy_gd(
     T2's extrapolation when ``gamma`` is given; the past before t=0 is ``w0``, and T2's
     running average of the weight changes starts at 0.
     """
-    _check_delay(tau_f)
-    _check_delay(tau_b)
+    _check_delay(tau_f, tau_b)
     history = max(tau_f, tau_b, 1)
     w = np.full(history + steps + 1, float(w0))
     delta = 0.0
@@ -267,8 +265,7 @@ def discrepancy_polynomial(alpha, lam, tau_f, sensitivity, tau_b=0, momentum=0.0
     With ``s = 0`` it is :func:`characteristic_polynomial`. Its roots are the nonzero
     eigenvalues of :func:`discrepancy_matrix` with ``gamma=None``.
     """
-    _check_delay(tau_f)
-    _check_delay(tau_b)
+    _check_delay(tau_f, tau_b)
     order = max(tau_f + 1, tau_b + 1, 2 if momentum else 1)
     by_power = np.zeros(order + 1)  # by_power[k] multiplies z**k
     by_power[order] += 1.0
@@ -317,6 +314,7 @@ def stability_grid(
     return result
 
 
-def _check_delay(tau) -> None:
-    if int(tau) != tau or tau < 0:
-        raise ValueError(f"a delay must be a non-negative integer, got {tau!r}")
+def _check_delay(*taus) -> None:
+    for tau in taus:
+        if int(tau) != tau or tau < 0:
+            raise ValueError(f"a delay must be a non-negative integer, got {tau!r}")

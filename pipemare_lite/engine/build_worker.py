@@ -65,18 +65,10 @@ def rescheduling_delays(schedule: Schedule, options: MethodOptions) -> list[int]
     return stage_forward_delays(schedule) if options.lr_rescheduling else None
 
 
-def build_stage_worker(
-    schedule: Schedule,
-    stage: int,
-    module: nn.Module,
-    *,
-    loss_fn: Callable,
-    optimizer_factory: Callable,
-    options: MethodOptions,
-    delays: list[int] | None,
-    device: torch.device | None = None,
-    lr_scheduler_factory: Callable | None = None,
-) -> StageWorker:
+def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, loss_fn: Callable,
+                       optimizer_factory: Callable, options: MethodOptions,
+                       delays: list[int] | None, device: torch.device | None = None,
+                       lr_scheduler_factory: Callable | None = None) -> StageWorker:
     """One virtual stage's worker, as every executor builds it (chapters 08, 09 and 11).
 
     Moves ``module`` to ``device`` (if given), builds its optimizer with

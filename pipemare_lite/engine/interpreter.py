@@ -212,13 +212,10 @@ def take_records(workers: Mapping[int, StageWorker]) -> TakenRecords:
     out = TakenRecords()
     for s, worker in workers.items():
         taken = worker.take_records()
-        out.forward_versions.update(((s, m), v) for m, v in taken.forward_versions.items())
-        for m, v in taken.backward_versions.items():
-            out.backward_versions[(s, m)] = v
-            out.distances[(s, m)] = taken.distances[m]
-        out.learning_rates[s] = taken.learning_rates
-        out.group_learning_rates[s] = taken.group_learning_rates
-        out.update_norms[s] = taken.update_norms
+        for name in ("forward_versions", "backward_versions", "distances"):  # by microbatch
+            getattr(out, name).update(((s, m), v) for m, v in getattr(taken, name).items())
+        for name in ("learning_rates", "group_learning_rates", "update_norms"):  # by update
+            getattr(out, name)[s] = getattr(taken, name)
         if worker.is_last:
             out.losses = dict(sorted(taken.losses.items()))
     return out

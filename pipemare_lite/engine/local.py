@@ -168,21 +168,6 @@ class LocalExecutor:
         return all(cursor.action is None for cursor in self._cursors)
 
     # ------------------------------------------------------------------ running
-    @property
-    def activations(self) -> dict[tuple[int, int], torch.Tensor]:
-        """Activations in transit: the input of F(stage, mb), keyed ``(stage, mb)``."""
-        return self.transport.activations
-
-    @property
-    def gradients(self) -> dict[tuple[int, int], torch.Tensor]:
-        """Gradients in transit: the gradient of the output of (stage, mb)."""
-        return self.transport.gradients
-
-    @property
-    def targets(self) -> dict[int, object]:
-        """Targets read at stage 0's F, waiting for the last stage's."""
-        return self.transport.targets
-
     def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None) -> RunResult:
         """Execute the schedule (from where it stands) and return the losses and the trace.
 
@@ -271,16 +256,15 @@ class LocalExecutor:
     def state_dict(self) -> dict:
         """Everything needed to continue bitwise (see the module docstring)."""
         if self._rng is not None:  # continuing a checkpoint's stream
-            rng = {k: v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v]
-                   for k, v in self._rng.items()}
+            rng = _cloned(self._rng)
         else:  # no CUDA call on CPU runs
             rng = self._current_rng(any(w.device.type == "cuda" for w in self.workers))
         return {
             "schedule": schedule_key(self.schedule),
             "positions": self.positions,
-            "activations": dict(self.activations),
-            "gradients": dict(self.gradients),
-            "targets": dict(self.targets),
+            "activations": dict(self.transport.activations),  # messages in transit
+            "gradients": dict(self.transport.gradients),
+            "targets": dict(self.transport.targets),
             "stages": [w.state_dict() for w in self.workers],
             "rng": rng,
         }
@@ -299,9 +283,13 @@ class LocalExecutor:
         for worker, stage_state in zip(self.workers, state["stages"]):
             worker.load_state_dict(stage_state)
         # kept for run(), not set on the process: the caller's random stream is its own
-        self._rng = {"cpu": state["rng"]["cpu"].clone()}
-        if "cuda" in state["rng"]:
-            self._rng["cuda"] = [t.clone() for t in state["rng"]["cuda"]]
+        self._rng = _cloned(state["rng"])
+
+
+def _cloned(rng: dict) -> dict:
+    """A copy of a random state ``{"cpu": tensor, "cuda": [tensor per device]}``."""
+    return {k: v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v]
+            for k, v in rng.items()}
 
 
 class _Cursor:

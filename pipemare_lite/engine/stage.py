@@ -46,15 +46,15 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from pipemare_lite.analysis.memory import KINDS
 from pipemare_lite.methods.discrepancy import DiscrepancyHooks
 from pipemare_lite.methods.hooks import MethodHooks
 from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
 from pipemare_lite.schedules.weight_modes import get_weight_mode
 
-#: Byte kinds reported per stage, as the memory model (:mod:`pipemare_lite.analysis.memory`) names
-# them;
+#: Byte kinds reported per stage: the memory model's (:data:`pipemare_lite.analysis.memory.KINDS`);
 #: a method's hooks may add kinds of their own (weight prediction: ``prediction``).
-BYTE_KINDS = ("weights", "stash", "t2_buffer", "optimizer", "activations")
+BYTE_KINDS = KINDS
 
 
 class _HeldVersion(torch.autograd.Function):
@@ -177,14 +177,8 @@ class StageWorker:
 
     # ------------------------------------------------------------------ records
     def _start_records(self) -> None:
-        fresh = StageRecords()
-        self.losses = fresh.losses
-        self.forward_versions = fresh.forward_versions
-        self.backward_versions = fresh.backward_versions
-        self.distances = fresh.distances
-        self.learning_rates = fresh.learning_rates
-        self.group_learning_rates = fresh.group_learning_rates
-        self.update_norms = fresh.update_norms
+        self._records = StageRecords()
+        vars(self).update(vars(self._records))  # self.losses, ...: the records' own dicts
 
     def take_records(self) -> StageRecords:
         """What this stage did since the last call (:class:`StageRecords`); then forget it.
@@ -193,9 +187,7 @@ class StageWorker:
         actions, and reading them costs what the run did, not what the whole training did
         (the cost of a step stays flat however long the run).
         """
-        taken = StageRecords(self.losses, self.forward_versions, self.backward_versions,
-                             self.distances, self.learning_rates, self.group_learning_rates,
-                             self.update_norms)
+        taken = self._records
         self._start_records()
         return taken
 
@@ -213,7 +205,7 @@ class StageWorker:
                 raise TypeError(f"stage {self.stage} got a {x.dtype} input; stages after the "
                                 "first need floating-point inputs to send gradients back")
             x.requires_grad_(True)
-        if target is not None and isinstance(target, torch.Tensor):
+        if isinstance(target, torch.Tensor):
             target = target.to(self.device)
         record = _Pending(microbatch, version, x, target)
         self.versions.acquire(version)
@@ -267,17 +259,15 @@ class StageWorker:
             pack = self._packer(record, index_of, live)
         with torch.autograd.graph.saved_tensors_hooks(pack, self._unpacker(record)):
             if weights is None:
-                y = self.module(record.input)
+                y = out = self.module(record.input)
             else:
-                y = torch.func.functional_call(self.module, weights, (record.input,))
-            if self.is_last:
-                loss = self.loss_fn(y, record.target)
-                record.root = loss / self.num_microbatches
-                record.count_saved_bytes()
-                return loss.detach()
+                y = out = torch.func.functional_call(self.module, weights, (record.input,))
+            if self.is_last:  # the output is the loss; the backward starts from loss / N
+                out = self.loss_fn(y, record.target)
+                y = out / self.num_microbatches
         record.root = y
         record.count_saved_bytes()
-        return y.detach()
+        return out.detach()
 
     @staticmethod
     def _packer(record: _Pending, index_of: dict[int, int], live: bool = False):

@@ -25,9 +25,7 @@ def trace_rows(trace: Timeline) -> list[dict]:
     rows = []
     for entry in sorted(trace.entries, key=lambda e: (e.start, e.rank)):
         action = entry.action
-        d = None
-        if action.kind in ("B", "I"):
-            d = distances.get((action.stage, action.index))
+        d = distances.get((action.stage, action.index)) if action.kind in ("B", "I") else None
         rows.append({"start": entry.start, "end": entry.end, "rank": entry.rank,
                      "action": str(action), "version": versions.get(str(action)),
                      "d": d or None})

@@ -94,6 +94,10 @@ class LazySchedule:
         self.num_microbatches, self.chunks = short.num_microbatches, short.chunks
         self.weight_mode, self.warmup_minibatches = short.weight_mode, short.warmup_minibatches
         self.num_minibatches, self.notes = num_minibatches, tuple(notes)
+        # the Schedule's derived sizes and layout, read from the short schedule
+        self.mode, self.split_backward = short.mode, short.split_backward
+        self.num_virtual_stages = short.num_virtual_stages  # P * v
+        self.total_microbatches = self.num_microbatches * num_minibatches  # the whole run's
         self.extra_windows = num_minibatches - short.num_minibatches  # n of the drawing
         self._parts = []  # per rank: head (w0 .. w_b), steady window w_b, tail (w_b+1 ..)
         for rank, b in enumerate(steady):
@@ -101,14 +105,6 @@ class LazySchedule:
             self._parts.append((sum(windows[: b + 1], ()), windows[b], sum(windows[b + 1:], ())))
         self.ranks = tuple(LazyRow(self, r) for r in range(self.num_ranks))
 
-    # the Schedule's derived sizes and layout, read from the short schedule
-    mode = property(lambda self: self.short.mode, doc="The weight mode's rule (Schedule.mode).")
-    num_virtual_stages = property(lambda self: self.short.num_virtual_stages,
-                                  doc="P * v.")
-    split_backward = property(lambda self: self.short.split_backward,
-                              doc="True when backwards are written as I + W.")
-    total_microbatches = property(lambda self: self.num_microbatches * self.num_minibatches,
-                                  doc="Microbatches over the whole run.")
     rank_of = Schedule.rank_of
     stages_of = Schedule.stages_of
     minibatch_of = Schedule.minibatch_of

@@ -21,6 +21,7 @@ from pipemare_lite.schedules.validate import (
     BUILTIN_WEIGHT_MODES,
     REGISTERED_WEIGHT_MODES,
     ScheduleError,
+    check_sizes,
     known_names,
     validate,
     weight_mode_of,
@@ -147,15 +148,8 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
     BUILDERS[name] = build
 
 
-def build_schedule(
-    name: str,
-    num_ranks: int,
-    num_microbatches: int,
-    *,
-    chunks: int = 1,
-    num_minibatches: int = 1,
-    warmup_minibatches: int = 0,
-) -> Schedule:
+def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: int = 1,
+                   num_minibatches: int = 1, warmup_minibatches: int = 0) -> Schedule:
     """Build schedule ``name`` with P=``num_ranks`` ranks and N=``num_microbatches`` per minibatch.
 
     ``chunks`` (v) only applies to "interleaved" (with v=1 it is 1F1B) and to registered
@@ -168,15 +162,8 @@ def build_schedule(
     if key not in BUILDERS:
         allowed = ", ".join(schedule_names() + tuple(ALIASES))
         raise ScheduleError(f"unknown schedule name {name!r}; allowed: {allowed}")
-    builtin = key in SCHEDULE_NAMES
-    if chunks != 1 and builtin and key != "interleaved":
-        raise ScheduleError(f"{name}: chunks={chunks!r} only applies to 'interleaved'; allowed: 1")
-    if warmup_minibatches and not is_asynchronous(key):
-        allowed = ", ".join(n for n in schedule_names() if is_asynchronous(n))
-        raise ScheduleError(
-            f"{name}: warmup_minibatches={warmup_minibatches!r} only applies to "
-            f"{allowed}; allowed: 0"
-        )
+    # the builders of flushed schedules take neither chunks nor a warm-up: check them here
+    check_sizes(name, num_ranks, num_microbatches, num_minibatches, chunks, warmup_minibatches)
     with gc_paused():  # the one pause of a build: ~0.3 s of a P=128, M=1024 one (benchmarks)
         return BUILDERS[key](num_ranks, num_microbatches, num_minibatches, chunks,
                              warmup_minibatches)

@@ -58,14 +58,8 @@ class ScheduleError(ValueError):
     """A schedule (or a request for one) that is malformed or cannot run."""
 
 
-def check_sizes(
-    name: str,
-    num_ranks: int,
-    num_microbatches: int,
-    num_minibatches: int = 1,
-    chunks: int = 1,
-    warmup_minibatches: int = 0,
-) -> None:
+def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
+                chunks: int = 1, warmup_minibatches: int = 0) -> None:
     """Raise :class:`ScheduleError` naming any size outside :data:`LIMITS` or an unknown name."""
     mode = weight_mode_of(name)
     if name != "custom" and mode is None:
@@ -79,9 +73,7 @@ def check_sizes(
                 f"{name}: {key}={value!r} is out of range; allowed: integers {low}..{high}"
             )
     if chunks > 1 and name not in ("interleaved", "custom", *REGISTERED_WEIGHT_MODES):
-        raise ScheduleError(
-            f"{name}: chunks={chunks} is only allowed for 'interleaved' (allowed here: 1)"
-        )
+        raise ScheduleError(f"{name}: chunks={chunks} only applies to 'interleaved'; allowed: 1")
     w = warmup_minibatches
     if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= num_minibatches:
         raise ScheduleError(
@@ -89,11 +81,10 @@ def check_sizes(
             f"allowed: integers 0..{num_minibatches} (num_minibatches)"
         )
     if w and mode is not None and get_weight_mode(mode).flushes:
-        unflushed = (n for n, m in BUILTIN_WEIGHT_MODES.items() if not get_weight_mode(m).flushes)
+        unflushed = (n for n, m in {**BUILTIN_WEIGHT_MODES, **REGISTERED_WEIGHT_MODES}.items()
+                     if not get_weight_mode(m).flushes)
         raise ScheduleError(
-            f"{name}: warmup_minibatches={w} only applies to asynchronous schedules "
-            f"({', '.join(unflushed)}); allowed here: 0"
-        )
+            f"{name}: warmup_minibatches={w} only applies to {', '.join(unflushed)}; allowed: 0")
 
 
 def validate(schedule: Schedule) -> Schedule:
