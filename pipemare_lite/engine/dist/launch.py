@@ -68,9 +68,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipemare_lite.engine.dist import faults, torchrun as under_torchrun
-
 from pipemare_lite.engine import placement
+from pipemare_lite.engine.dist import faults
+from pipemare_lite.engine.dist import torchrun as under_torchrun
 from pipemare_lite.engine.placement import choose_backend  # noqa: F401  (chapter 11)
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.

@@ -18,10 +18,11 @@ Evidence, in order of strength:
    advance for :data:`HEARTBEAT_WINDOW` seconds while its status says it is neither done
    nor failed.
 
-:func:`install` (called under torchrun by :func:`pipemare_lite.engine.dist.launch.init_from_env`) hooks
-the report into the three ways such a worker stops: an uncaught exception (the traceback,
-then the report, then ``os._exit(1)``: no atexit teardown that could wait on a dead peer),
-SIGTERM from the agent (the report, then exit 143), and the watchdog's backstop.
+:func:`install` (called under torchrun by
+:func:`pipemare_lite.engine.dist.launch.init_from_env`) hooks the report into the three ways
+such a worker stops: an uncaught exception (the traceback, then the report, then
+``os._exit(1)``: no atexit teardown that could wait on a dead peer), SIGTERM from the agent
+(the report, then exit 143), and the watchdog's backstop.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """Catch the missing ``if __name__ == "__main__":`` guard before a launch (chapter 11).
 
-:func:`pipemare_lite.engine.dist.launch.launch` starts its ranks with ``forkserver`` or ``spawn``: each
-child imports the script that called it again (as ``__mp_main__``) to find the worker. A
-script that calls ``launch()`` at its top level, outside the guard, would launch again in
-every child: multiprocessing stops that child with a long bootstrap traceback, and the
-launcher sees ranks that "exited with code 1" without a report. :func:`check_main_guard`
-looks before anything starts: if the call comes from the top level of the main script and
-that line is not inside ``if __name__ == "__main__":``, it raises, saying what to write.
+:func:`pipemare_lite.engine.dist.launch.launch` starts its ranks with ``forkserver`` or
+``spawn``: each child imports the script that called it again (as ``__mp_main__``) to find
+the worker. A script that calls ``launch()`` at its top level, outside the guard, would
+launch again in every child: multiprocessing stops that child with a long bootstrap
+traceback, and the launcher sees ranks that "exited with code 1" without a report.
+:func:`check_main_guard` looks before anything starts: if the call comes from the top level
+of the main script and that line is not inside ``if __name__ == "__main__":``, it raises,
+saying what to write.
 """
 
 from __future__ import annotations
