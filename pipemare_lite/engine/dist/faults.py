@@ -271,14 +271,13 @@ class StatusBoard:
         self.note(f"failed: {text}")
         if self.store is None:
             return
-        try:
+        # the store may be gone too; the launcher still sees the exit code
+        with contextlib.suppress(Exception):
             self.store.set(_key(f"status/{self.rank}"), self.position.to_json())
             detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             self.store.set(_key(f"failed/{self.rank}"), f"{text}\n{detail}")
             if not is_communication_error(exc):
                 claim_abort(self.store, f"rank {self.rank} failed at {where}: {text}")
-        except Exception:  # the store may be gone too; the launcher still sees the exit code
-            pass
 
     def finish(self) -> None:
         """Mark this rank done and stop the watchdog thread."""

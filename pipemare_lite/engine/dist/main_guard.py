@@ -21,22 +21,15 @@ class MainGuardError(RuntimeError):
     """launch() was called at the top level of a script without the ``__main__`` guard."""
 
 
-def _is_main_test(test: ast.expr) -> bool:
-    """``__name__ == "__main__"`` (either way round)."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
-            and isinstance(test.ops[0], ast.Eq)):
-        return False
-    sides = [test.left, test.comparators[0]]
-    names = [s.id for s in sides if isinstance(s, ast.Name)]
-    texts = [s.value for s in sides if isinstance(s, ast.Constant)]
-    return names == ["__name__"] and texts == ["__main__"]
+#: ``__name__ == "__main__"`` either way round, as :func:`ast.unparse` spells it.
+MAIN_TESTS = ("__name__ == '__main__'", "'__main__' == __name__")
 
 
 def guarded_lines(source: str) -> list[range]:
     """The line ranges of the top-level ``if __name__ == "__main__":`` blocks of ``source``."""
     return [range(node.lineno, (node.end_lineno or node.lineno) + 1)
             for node in ast.parse(source).body
-            if isinstance(node, ast.If) and _is_main_test(node.test)]
+            if isinstance(node, ast.If) and ast.unparse(node.test) in MAIN_TESTS]
 
 
 def check_main_guard(function: str = "launch()", start_method: str = "forkserver") -> None:
