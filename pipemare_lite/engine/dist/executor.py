@@ -577,7 +577,8 @@ class DistJob:
     def executor_options(self) -> dict:
         """The :class:`DistributedExecutor` arguments among the fields (all but ``schedule``,
         ``stages`` and ``microbatches``)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)[3:]}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("schedule", "stages", "microbatches")}
 
 
 @dataclass(frozen=True)

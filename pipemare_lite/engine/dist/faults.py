@@ -339,11 +339,9 @@ class StatusBoard:
                            f"({self.abort_reason}) without its main thread noticing")
 
     def _launcher_gone(self) -> bool:
-        if self.launcher_pid is None:
-            return False
-        if self.exit_with_parent and os.getppid() != self.launcher_pid:
-            return True
-        return not _pid_alive(self.launcher_pid)
+        pid = self.launcher_pid
+        return pid is not None and ((self.exit_with_parent and os.getppid() != pid)
+                                    or not _pid_alive(pid))
 
     def _exit(self, code: int, reason: str) -> None:
         """End the process from the watchdog thread, after ``before_exit`` had its say."""
