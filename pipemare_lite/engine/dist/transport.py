@@ -135,16 +135,13 @@ class P2PTransport:
         if tuple(tensor.shape) != tuple(shape) or tensor.dtype != dtype:
             raise RuntimeError(
                 f"rank {self.rank}: {message} has shape {tuple(tensor.shape)} {tensor.dtype}, "
-                f"the shape probe said {tuple(shape)} {dtype}"
-            )
+                f"the shape probe said {tuple(shape)} {dtype}")
         tensor = tensor.contiguous()
         if tensor.device != self.device:  # e.g. a CUDA activation sent with gloo
             staged = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.device,
                                  pin_memory=self.pinned)
             tensor = staged.copy_(tensor)
-        for op in self.order.to_post_for(message):
-            self._post(op, tensor if op is message else None)
-        self._post_ahead()
+        self._post_through(message, tensor)
 
     # Receive-ahead, on one pair's posting order (rank 1's side of pair 0-1):
     #
@@ -156,7 +153,11 @@ class P2PTransport:
     #                  data can arrive while this rank computes
     #
     # With receives_ahead = 0, send(1B1) posts recv 0F4 first if recv(0F4) has not (rule 2).
-    def _post_ahead(self) -> None:
+    def _post_through(self, message: Message, tensor=None) -> None:
+        """Post every op of the pair up to ``message`` (with ``tensor``: our send), then the
+        receives ahead."""
+        for op in self.order.to_post_for(message):
+            self._post(op, tensor if op is message else None)
         if self.receives_ahead:
             for op in self.order.receives_ahead(self.receives_ahead):
                 self._post(op)
@@ -165,9 +166,7 @@ class P2PTransport:
         """Return the tensor of ``message``, waiting for it if needed."""
         if message.src == message.dst:
             return self._local.pop(message.key)
-        for op in self.order.to_post_for(message):
-            self._post(op)
-        self._post_ahead()
+        self._post_through(message)
         work, buffer = self._recv_work.pop(message.key)
         self.waiter.wait(work, str(message), peer=message.src)
         if self.verbose:
