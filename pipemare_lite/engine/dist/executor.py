@@ -516,9 +516,9 @@ _BY_STAGE = {"learning_rates": lambda: None, "group_learning_rates": lambda: Non
 def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> DistRunResult:
     """Gather every rank's :class:`RankResult` into one :class:`DistRunResult` (chapter 11).
 
-    The trace is a :class:`~pipemare_lite.analysis.timeline.Timeline` with ``source="measured"`` and
-    ``unit="s"``: the Gantt figure and :func:`pipemare_lite.analysis.simulate.metrics` read it like
-    a simulated one.
+    The trace is a :class:`~pipemare_lite.analysis.timeline.Timeline` with
+    ``source="measured"`` and ``unit="s"``: the Gantt figure and
+    :func:`pipemare_lite.analysis.simulate.metrics` read it like a simulated one.
     """
     by_rank = sorted(results, key=lambda r: r.rank)
     S = schedule.num_virtual_stages
@@ -533,18 +533,13 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
         for name, per_stage in staged.items():
             for s, value in getattr(r, name).items():
                 per_stage[s] = value
+    versions, by_mb = keyed.pop("versions"), dict(sorted(keyed.pop("loss_by_microbatch").items()))
     trace = Timeline(schedule, tuple(entries), unit="s", source="measured",
-                     extra={"versions": keyed["versions"], "distances": dict(keyed["distances"]),
+                     extra={"versions": versions, "distances": dict(keyed["distances"]),
                             "wait_seconds": [r.wait_seconds for r in by_rank]})
-    by_mb = dict(sorted(keyed["loss_by_microbatch"].items()))
-    return DistRunResult(
-        list(by_mb.values()), by_mb, trace, keyed["forward_versions"],
-        keyed["backward_versions"], keyed["distances"], staged["learning_rates"],
-        staged["peak_bytes"], group_learning_rates=staged["group_learning_rates"],
-        update_norms=staged["update_norms"], state_dicts=staged["state_dicts"],
-        gradients=staged["gradients"], rank_results=list(by_rank),
-        posted=[r.posted for r in by_rank],
-    )
+    # the other fields of both tables are DistRunResult's, under the same names
+    return DistRunResult(list(by_mb.values()), by_mb, trace, **keyed, **staged,
+                         rank_results=list(by_rank), posted=[r.posted for r in by_rank])
 
 
 # ---------------------------------------------------------------------- from Python
