@@ -311,19 +311,14 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
         timeout=datetime.timedelta(seconds=60), master_listen_fd=listener.detach(),
     )  # the store owns the socket from here on and closes it
     result_dir = tempfile.mkdtemp(prefix="pipemare-launch-")
+    common = (world_size, master_addr, port, backend, worker_fn, args, kwargs or {}, result_dir,
+              os.getpid(), op_timeout, num_threads, imports)  # _child_main's after the rank
     procs = []
     try:
         for rank in range(world_size):
-            proc = ctx.Process(
-                target=_child_main,
-                args=(rank, world_size, master_addr, port, backend, worker_fn, args,
-                      kwargs or {}, result_dir, os.getpid(), op_timeout, num_threads,
-                      imports),
-                name=f"pipemare-rank{rank}",
-                daemon=True,
-            )
-            proc.start()
-            procs.append(proc)
+            procs.append(ctx.Process(target=_child_main, args=(rank, *common),
+                                     name=f"pipemare-rank{rank}", daemon=True))
+            procs[-1].start()
         exit_codes, reason = _supervise(procs, store, timeout, grace)
         return _collect(procs, store, result_dir, exit_codes, reason, world_size)
     finally:
