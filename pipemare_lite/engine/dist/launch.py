@@ -473,8 +473,7 @@ def init_from_env(
         raise ValueError(
             f"not started by torchrun: environment variables {missing} are not set; run "
             "`torchrun --nproc-per-node P -m pipemare_lite.training --executor dist ...`, or from "
-            "Python launch(pipemare_lite.engine.dist.fit.fit_worker, P, args=(...,))"
-        )
+            "Python launch(pipemare_lite.engine.dist.fit.fit_worker, P, args=(...,))")
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
@@ -489,7 +488,7 @@ def init_from_env(
     board = faults.StatusBoard(rank, world_size, store,
                                store_factory=lambda: _connect(addr, port, 30))
     # under torchrun: exit with the agent (our parent) and say which rank was lost or where
-    # every rank was when it stops us (executor/under_torchrun.py, executor/lost.py)
+    # every rank was when it stops us (torchrun.py, lost.py)
     under_torchrun.install(board)
     board.start()
     global _CURRENT
