@@ -124,11 +124,8 @@ def report(board: faults.StatusBoard, topology: Topology, store, cause: str,
     p = board.position
     where = f"action {p.index}/{p.total} ({p.action})" if p.index >= 0 else "its start"
     head = f"pipemare_lite: {topology.label(topology.rank)} stops ({cause}) at {where}"
-    if not lost:
-        reason = board.abort_reason or "no peer found lost"
-        return f"{head}: {reason}"
     parts = [f"lost {topology.label(r)}: {why}" for r, why in sorted(lost.items())]
-    return f"{head}: " + "; ".join(parts)
+    return f"{head}: " + ("; ".join(parts) or board.abort_reason or "no peer found lost")
 
 
 _installed = None  # this process's reporter, once :func:`install` ran
