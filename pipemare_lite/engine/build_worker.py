@@ -8,7 +8,7 @@ every stage from the very same objects; their bitwise agreement depends on it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -18,6 +18,7 @@ from pipemare_lite.methods.hooks import MethodHooks, StageInfo
 from pipemare_lite.methods.lr_rescheduling import LRRescheduling, stage_forward_delays
 from pipemare_lite.methods.registry import MethodOptions, get_method, t2_hooks
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.lazy import short_schedule
 
 
 def check_method_options(schedule: Schedule, options: MethodOptions) -> None:
@@ -98,3 +99,23 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
         loss_fn=loss_fn, device=device, lr_scheduler=scheduler,
         hooks=build_hooks(schedule, stage, module, optimizer, options),
     )
+
+
+def build_stage_workers(schedule: Schedule, modules: Mapping[int, nn.Module], *,
+                        loss_fn: Callable, optimizer_factory: Callable,
+                        options: MethodOptions | None,
+                        device_of: Callable[[int], torch.device | None],
+                        lr_scheduler_factory: Callable | None = None,
+                        ) -> tuple[dict[int, StageWorker], list[int] | None]:
+    """``({stage: worker}, T1's delays)`` for ``modules`` (``{stage: module}``), as both
+    executors build them: ``options`` checked (:func:`check_method_options`), the delays
+    measured once on the whole run (a lazy schedule's short one: the same tau), then
+    :func:`build_stage_worker` for each stage on ``device_of(stage)``."""
+    options = options or MethodOptions()
+    check_method_options(schedule, options)
+    delays = rescheduling_delays(short_schedule(schedule), options)
+    return {s: build_stage_worker(schedule, s, module, loss_fn=loss_fn,
+                                  optimizer_factory=optimizer_factory, options=options,
+                                  delays=delays, device=device_of(s),
+                                  lr_scheduler_factory=lr_scheduler_factory)
+            for s, module in modules.items()}, delays

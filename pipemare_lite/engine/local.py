@@ -54,17 +54,13 @@ import torch
 from torch import nn
 
 from pipemare_lite.analysis.timeline import Timeline
-from pipemare_lite.engine.build_worker import (
-    build_stage_worker,
-    check_method_options,
-    rescheduling_delays,
-)
+from pipemare_lite.engine.build_worker import build_stage_workers
 from pipemare_lite.engine.interpreter import InProcessTransport, Interpreter, take_records
 from pipemare_lite.engine.recorder import BytesMeter, Recorder
 from pipemare_lite.engine.stage import StageWorker
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import UPDATE, Schedule
-from pipemare_lite.schedules.lazy import LazySchedule, schedule_key, short_schedule
+from pipemare_lite.schedules.lazy import LazySchedule, schedule_key
 
 
 @dataclass
@@ -133,19 +129,13 @@ class LocalExecutor:
                              f"{len(stage_modules)} stage modules")
         if devices is not None and len(devices) != stages:
             raise ValueError(f"devices: need one per virtual stage ({stages}), got {len(devices)}")
-        options = method_options or MethodOptions()
-        check_method_options(schedule, options)
-        self.schedule, self.options = schedule, options
-        delays = rescheduling_delays(short_schedule(schedule), options)  # steady: same tau
-        self.workers: list[StageWorker] = [
-            build_stage_worker(
-                schedule, s, module, loss_fn=loss_fn, optimizer_factory=optimizer_factory,
-                options=options, delays=delays,
-                device=torch.device(devices[s]) if devices is not None else None,
-                lr_scheduler_factory=lr_scheduler_factory)
-            for s, module in enumerate(stage_modules)
-        ]
-        self.forward_delays = delays
+        self.schedule = schedule
+        workers, self.forward_delays = build_stage_workers(
+            schedule, dict(enumerate(stage_modules)), loss_fn=loss_fn,
+            optimizer_factory=optimizer_factory, options=method_options,
+            device_of=lambda s: None if devices is None else torch.device(devices[s]),
+            lr_scheduler_factory=lr_scheduler_factory)
+        self.workers: list[StageWorker] = list(workers.values())
         self._last = stages - 1  # the virtual stage that computes the loss
         self._cursors = [_Cursor(schedule, r, 0) for r in range(schedule.num_ranks)]
         # tensors in transit live in the transport; the interpreter runs the actions

@@ -32,12 +32,13 @@ generator, so a model with dropout gives other masks than in one process (the bo
 have no dropout).
 
 Entry points: :class:`DistributedExecutor` (one rank's engine, inside a process group made
-by ``torchrun``, :func:`pipemare_lite.engine.dist.launch.launch` or your own; with ``gather_into`` it
-is also ``fit(..., executor="dist")``'s engine, :mod:`.dist_fit`); :func:`run_distributed`
-and :func:`run_distributed_jobs` start the processes from Python or a notebook and gather
-one :class:`DistRunResult` per job; :class:`Fault` makes a rank raise, die or hang.
-Measured against simulated utilization: :mod:`pipemare_lite.analysis.utilization`; the
-same step in PyTorch's runtime: :mod:`pipemare_lite.interop.torch_pipelining` and
+by ``torchrun``, :func:`~pipemare_lite.engine.dist.launch.launch` or your own; with
+``gather_into`` it is also ``fit(..., executor="dist")``'s engine, :mod:`.fit`);
+:func:`run_distributed` and :func:`run_distributed_jobs` start the processes from Python or
+a notebook and gather one :class:`DistRunResult` per job; :class:`Fault` makes a rank raise,
+die or hang. Measured against simulated utilization:
+:mod:`pipemare_lite.analysis.utilization`; the same step in PyTorch's runtime:
+:mod:`pipemare_lite.interop.torch_pipelining` and
 :mod:`pipemare_lite.interop.torch_runtime`.
 """
 
@@ -58,29 +59,24 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pipemare_lite.engine.dist import faults
-
+from pipemare_lite.analysis.timeline import TimedAction, Timeline
 from pipemare_lite.engine import placement
-from pipemare_lite.engine.interpreter import Interpreter, take_records
-from pipemare_lite.engine.local import RunResult
-from pipemare_lite.engine.recorder import BytesMeter, Recorder
-from pipemare_lite.engine.build_worker import (
-    build_stage_worker,
-    check_method_options,
-    rescheduling_delays,
-)
-from pipemare_lite.engine.stage import BYTE_KINDS
+from pipemare_lite.engine.build_worker import build_stage_workers
+from pipemare_lite.engine.dist import faults
+from pipemare_lite.engine.dist.launch import launch
 from pipemare_lite.engine.dist.transport import (
     ACTIVATION,
-    GRADIENT,
     RECEIVES_AHEAD,  # receives each rank posts per peer before it needs them
     Message,
     P2PTransport,
     plan_communication,
 )
+from pipemare_lite.engine.interpreter import Interpreter, take_records
+from pipemare_lite.engine.local import RunResult
+from pipemare_lite.engine.recorder import BytesMeter, Recorder
+from pipemare_lite.engine.stage import BYTE_KINDS
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.analysis.timeline import TimedAction, Timeline
 
 #: Kinds of :class:`Fault`.
 FAULT_KINDS = ("raise", "kill", "hang")
@@ -286,22 +282,14 @@ class DistributedExecutor:
             device = (torch.device("cuda", torch.cuda.current_device())
                       if self.backend == "nccl" else torch.device("cpu"))
         self.device = torch.device(device)
-        options = method_options or MethodOptions()
-        check_method_options(schedule, options)
         self.stages = schedule.stages_of(self.rank)
-        modules = self._own_modules(stage_modules)
-        delays = rescheduling_delays(schedule, options)
-        self.workers = {
-            s: build_stage_worker(
-                schedule, s, modules[s], loss_fn=loss_fn, optimizer_factory=optimizer_factory,
-                options=options, delays=delays, device=self.device,
-                lr_scheduler_factory=lr_scheduler_factory)
-            for s in self.stages
-        }
+        self.workers, _ = build_stage_workers(
+            schedule, self._own_modules(stage_modules), loss_fn=loss_fn,
+            optimizer_factory=optimizer_factory, options=method_options,
+            device_of=lambda s: self.device, lr_scheduler_factory=lr_scheduler_factory)
         self.board = board or faults.StatusBoard(self.rank, world)
         self.op_timeout = op_timeout
-        self.record_gradients = record_gradients
-        self.track_bytes = track_bytes
+        self.record_gradients, self.track_bytes = record_gradients, track_bytes
         self.fault = fault if fault is not None and fault.rank == self.rank else None
         self.p2p_verbose = (os.environ.get("PIPEMARE_P2P_VERBOSE") == "1" if p2p_verbose is None
                             else p2p_verbose)
@@ -312,8 +300,7 @@ class DistributedExecutor:
         self.position = 0  # next action of this rank's row
         self.transport: P2PTransport | None = None
         self.interpreter: Interpreter | None = None  # built with the transport, at the start
-        self._uniform = False
-        self._first_meta = None
+        self._one_shape = None  # a lazy feed's input (shape, dtype), from the shape probe
         self._failed = False  # a run raised: close() does not wait for the threads
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
@@ -334,6 +321,11 @@ class DistributedExecutor:
         """Seconds this rank has waited for messages so far."""
         return self.transport.waiter.wait_seconds if self.transport is not None else 0.0
 
+    @property
+    def finished(self) -> bool:
+        """True once this rank has run all its actions."""
+        return self.position >= len(self._action_names)
+
     def state_dict(self) -> dict:
         """Not supported: checkpoints need the local executor."""
         raise NotImplementedError("checkpoints are not supported with executor 'dist'; "
@@ -353,10 +345,9 @@ class DistributedExecutor:
         5, or 0 after a failed run (a thread waiting on a dead peer's message must not delay
         the error report).
         """
-        if wait is None:
-            wait = 0.0 if self._failed else 5.0
         if self.transport is not None:
-            self.transport.waiter.close(wait=wait)
+            self.transport.waiter.close(wait=(0.0 if self._failed else 5.0) if wait is None
+                                        else wait)
 
     def __enter__(self) -> DistributedExecutor:
         return self
@@ -375,55 +366,40 @@ class DistributedExecutor:
         ``fit()``'s epoch feed) is assumed to have microbatch 0's shape throughout, which
         stage 0 checks as it reads each input.
         """
-        S = self.schedule.num_virtual_stages
-        self._first_meta = self._input_meta(microbatches, 0)
-        indices = [0] if self._uniform else range(self.schedule.total_microbatches)
-        inputs = sorted({self._input_meta(microbatches, m) for m in indices}, key=str)
+        lazy = not isinstance(microbatches, (list, tuple))
+        self._one_shape = _input_meta(microbatches, 0) if lazy else None
+        indices = [0] if lazy else range(self.schedule.total_microbatches)
+        inputs = sorted({_input_meta(microbatches, m) for m in indices}, key=str)
         current = {meta: meta for meta in inputs}  # first-stage input meta -> stage input meta
         table = {}
-        for s in range(S - 1):
+        for s in range(self.schedule.num_virtual_stages - 1):
             owner = self.schedule.rank_of(s)
-            box = [None]
-            if owner == self.rank:
-                module = self.workers[s].module
-                name = f"stage {s} on rank {self.rank}"
-                box[0] = {key: probe_output_meta(module, *meta, name=name)
-                          for key, meta in current.items()}
+            name = f"stage {s} on rank {self.rank}"
+            box = [None if owner != self.rank else
+                   {key: probe_output_meta(self.workers[s].module, *meta, name=name)
+                    for key, meta in current.items()}]
             with faults.communication(f"the shape broadcast of stage {s} from rank {owner}"):
                 dist.broadcast_object_list(
                     box, src=owner, device=self.device if self.backend == "nccl" else None)
             current = box[0]
-            for key, meta in current.items():
-                table[(s, key)] = meta
+            table.update(((s, key), meta) for key, meta in current.items())
         return table
 
-    @staticmethod
-    def _input_meta(microbatches: Sequence, m: int) -> tuple:
-        x = microbatches[m][0]
-        return (tuple(x.shape), x.dtype)
-
     def _message_meta(self, table: dict, microbatches: Sequence, message: Message) -> tuple:
-        key = (self._first_meta if self._uniform
-               else self._input_meta(microbatches, message.microbatch))
+        key = self._one_shape or _input_meta(microbatches, message.microbatch)
         # an activation has the shape of its stage's output; a gradient the shape of its
         # stage's input, i.e. of the previous stage's output
         stage = message.stage if message.kind == ACTIVATION else message.stage - 1
         return table[(stage, key)]
 
     # ------------------------------------------------------------------ running
-    @property
-    def finished(self) -> bool:
-        """True once this rank has run all its actions."""
-        return self.position >= len(self.schedule.ranks[self.rank])
-
     def _start(self, microbatches: Sequence) -> None:
         """First call of :meth:`run`: shape probe and transport (kept across calls)."""
         schedule = self.schedule
         if len(microbatches) < schedule.total_microbatches:
             raise ValueError(f"schedule {schedule.name!r} needs {schedule.total_microbatches} "
                              f"microbatches, got {len(microbatches)}")
-        self.board.at(-1, len(schedule.ranks[self.rank]), "", "shape probe")
-        self._uniform = not isinstance(microbatches, (list, tuple))
+        self.board.at(-1, len(self._action_names), "", "shape probe")
         table = self.probe_shapes(microbatches)
         self.transport = P2PTransport(
             self.plan, self.rank, partial(self._message_meta, table, microbatches),
@@ -432,10 +408,10 @@ class DistributedExecutor:
             waiter=faults.Waiter(self.board, self.op_timeout, polling=self.backend != "gloo"),
             use_tags=self.backend == "gloo",
             receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
-            verbose=self.p2p_verbose, posted=self.posted,
+            verbose=self.p2p_verbose, posted=self.posted, input_meta=self._one_shape,
         )
         self.interpreter = Interpreter(
-            self.workers, schedule.num_virtual_stages - 1, _PeerTransport(self),
+            self.workers, schedule.num_virtual_stages - 1, self.transport,
             devices=[self.device] if self.device.type == "cuda" else [])
 
     def run(self, microbatches: Sequence, *,
@@ -464,10 +440,9 @@ class DistributedExecutor:
             for s, module in enumerate(self.gather_into):
                 owner = self.schedule.rank_of(s)
                 targets = list(module.state_dict().values())
-                if owner == self.rank:
-                    sources = list(self.workers[s].module.state_dict().values())
-                else:
-                    sources = [torch.empty_like(t, device=self.device) for t in targets]
+                sources = (list(self.workers[s].module.state_dict().values())
+                           if owner == self.rank else
+                           [torch.empty_like(t, device=self.device) for t in targets])
                 for source, target in zip(sources, targets):
                     buffer = source.detach().to(self.device)
                     dist.broadcast(buffer, src=owner)
@@ -476,12 +451,10 @@ class DistributedExecutor:
         return merge_rank_results(self.schedule, gathered)
 
     def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
-        schedule, rank = self.schedule, self.rank
         if self.transport is None:
             self._start(microbatches)
-        row = schedule.ranks[rank]
-        interpreter = self.interpreter
-        interpreter.transport.microbatches = microbatches
+        rank, row, interpreter = self.rank, self.schedule.ranks[self.rank], self.interpreter
+        self.transport.microbatches = microbatches
         interpreter.applied_gradients = ({s: [] for s in self.stages}
                                          if self.record_gradients else None)
         meter = BytesMeter(self.workers, {rank: self.stages}) if self.track_bytes else None
@@ -489,10 +462,8 @@ class DistributedExecutor:
         first_post = len(self.posted) if self.posted is not None else 0
 
         def done() -> bool:
-            if stop_after_updates is None:
-                return self.finished
-            return self.finished or all(
-                w.versions.version >= stop_after_updates for w in self.workers.values())
+            return self.finished or (stop_after_updates is not None and all(
+                w.versions.version >= stop_after_updates for w in self.workers.values()))
 
         self.board.at(self.position, len(row), _upcoming(row, self.position), "barrier")
         with faults.communication("the barrier before the run"):
@@ -507,80 +478,30 @@ class DistributedExecutor:
             start, end = interpreter.step(action)
             self.position += 1
             recorder.record(rank, position, action, start, end)
-        interpreter.transport.microbatches = ()
+        self.transport.microbatches = ()
         if self.finished:
             self.board.at(len(row), len(row), "", "draining sends")
             self.transport.close()
         else:
             self.board.at(self.position, len(row), _upcoming(row, self.position), "between runs")
-        posted = self.posted[first_post:] if self.posted is not None else []
-        return self._result(recorder, interpreter.applied_gradients or {}, posted)
-
-    def _check_uniform(self, x, m: int) -> None:
-        if self._uniform and (tuple(x.shape), x.dtype) != self._first_meta:
-            raise ValueError(
-                f"microbatch {m} has input shape {tuple(x.shape)} {x.dtype}, microbatch 0 has "
-                f"{self._first_meta}: with a lazy microbatch sequence the distributed executor "
-                "needs one shape (pass a list to allow several)")
-
-    def _result(self, recorder: Recorder, grads, posted) -> RankResult:
         taken = take_records(self.workers)
-        states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
-                  for s, w in self.workers.items()}
         return RankResult(
-            self.rank, recorder.rank_entries(), taken.losses, recorder.versions,
+            rank, recorder.rank_entries(), taken.losses, recorder.versions,
             taken.forward_versions, taken.backward_versions, taken.distances,
-            taken.learning_rates, states,
-            gradients=grads if self.record_gradients else {},
-            peak_bytes=recorder.meter.peaks if self.track_bytes else {},
+            taken.learning_rates,
+            {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
+             for s, w in self.workers.items()},
+            gradients=interpreter.applied_gradients or {},
+            peak_bytes=meter.peaks if meter is not None else {},
             wait_seconds=self.wait_seconds,
             group_learning_rates=taken.group_learning_rates, update_norms=taken.update_norms,
-            posted=list(posted),
-        )
+            posted=self.posted[first_post:] if self.posted is not None else [])
 
 
-class _PeerTransport:
-    """The distributed executor's transport for the :class:`Interpreter`: the plan's
-    messages through :class:`~pipemare_lite.engine.dist.transport.P2PTransport`, the data
-    read from the rank's own copy of the feed."""
-
-    def __init__(self, executor: DistributedExecutor) -> None:
-        self.executor = executor
-        self.p2p = executor.transport
-        self.messages = executor.plan.messages
-        self.microbatches: Sequence = ()
-
-    def first_input(self, m: int):
-        """Stage 0's input of microbatch m (its shape checked against the probe's)."""
-        x = self.microbatches[m][0]
-        self.executor._check_uniform(x, m)
-        return x
-
-    def target(self, m: int):
-        """The last stage's target of microbatch m."""
-        return self.microbatches[m][1]
-
-    def activation(self, s: int, m: int):
-        """Receive the input of F(s, m) from stage s - 1."""
-        return self.p2p.recv(self.messages[(ACTIVATION, s - 1, m)])
-
-    def gradient(self, s: int, m: int):
-        """Receive the gradient of stage s's output from stage s + 1."""
-        return self.p2p.recv(self.messages[(GRADIENT, s + 1, m)])
-
-    def deliver(self, action, message) -> None:
-        """Post the send of the action's output (after noting the action, when recorded)."""
-        posted = self.executor.posted
-        if posted is not None:
-            posted.append(str(action))  # between its receives and its send
-        if message is None:
-            return
-        kind, s, m, tensor = message
-        plan_message = self.messages[(kind, s, m)]
-        if tensor is None:  # a gradient: the stage's output does not depend on its input
-            shape, dtype = self.p2p.meta(plan_message)
-            tensor = torch.zeros(shape, dtype=dtype, device=self.executor.device)
-        self.p2p.send(plan_message, tensor)
+def _input_meta(microbatches: Sequence, m: int) -> tuple:
+    """``(shape, dtype)`` of microbatch m's input."""
+    x = microbatches[m][0]
+    return (tuple(x.shape), x.dtype)
 
 
 #: RankResult fields keyed by (stage, microbatch), action or microbatch: merged by update.
@@ -595,9 +516,9 @@ _BY_STAGE = {"learning_rates": lambda: None, "group_learning_rates": lambda: Non
 def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> DistRunResult:
     """Gather every rank's :class:`RankResult` into one :class:`DistRunResult` (chapter 11).
 
-    The trace is a :class:`~pipemare_lite.analysis.timeline.Timeline` with ``source="measured"`` and
-    ``unit="s"``: the Gantt figure and :func:`pipemare_lite.analysis.simulate.metrics` read it like
-    a simulated one.
+    The trace is a :class:`~pipemare_lite.analysis.timeline.Timeline` with
+    ``source="measured"`` and ``unit="s"``: the Gantt figure and
+    :func:`pipemare_lite.analysis.simulate.metrics` read it like a simulated one.
     """
     by_rank = sorted(results, key=lambda r: r.rank)
     S = schedule.num_virtual_stages
@@ -612,18 +533,13 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
         for name, per_stage in staged.items():
             for s, value in getattr(r, name).items():
                 per_stage[s] = value
+    versions, by_mb = keyed.pop("versions"), dict(sorted(keyed.pop("loss_by_microbatch").items()))
     trace = Timeline(schedule, tuple(entries), unit="s", source="measured",
-                     extra={"versions": keyed["versions"], "distances": dict(keyed["distances"]),
+                     extra={"versions": versions, "distances": dict(keyed["distances"]),
                             "wait_seconds": [r.wait_seconds for r in by_rank]})
-    by_mb = dict(sorted(keyed["loss_by_microbatch"].items()))
-    return DistRunResult(
-        list(by_mb.values()), by_mb, trace, keyed["forward_versions"],
-        keyed["backward_versions"], keyed["distances"], staged["learning_rates"],
-        staged["peak_bytes"], group_learning_rates=staged["group_learning_rates"],
-        update_norms=staged["update_norms"], state_dicts=staged["state_dicts"],
-        gradients=staged["gradients"], rank_results=list(by_rank),
-        posted=[r.posted for r in by_rank],
-    )
+    # the other fields of both tables are DistRunResult's, under the same names
+    return DistRunResult(list(by_mb.values()), by_mb, trace, **keyed, **staged,
+                         rank_results=list(by_rank), posted=[r.posted for r in by_rank])
 
 
 # ---------------------------------------------------------------------- from Python
@@ -653,14 +569,20 @@ class DistJob:
     p2p_verbose: bool | None = None
     record_posts: bool = False
 
+    def executor_options(self) -> dict:
+        """The :class:`DistributedExecutor` arguments among the fields (all but ``schedule``,
+        ``stages`` and ``microbatches``)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("schedule", "stages", "microbatches")}
+
 
 @dataclass(frozen=True)
 class PartitionedModel:
     """A picklable recipe for stage modules: ``partition(model_fn(**kwargs), num_stages)``.
 
     Introduced in chapter 11. ``model_fn`` is a module-level builder such as
-    :func:`pipemare_lite.training.models.mlp`; it must be deterministic (seeded) so every rank builds
-    the same weights.
+    :func:`pipemare_lite.training.models.mlp`; it must be deterministic (seeded) so every rank
+    builds the same weights.
     """
 
     model_fn: Callable
@@ -681,12 +603,8 @@ def dist_worker(info, jobs: Sequence[DistJob]) -> list[RankResult]:
     results = []
     for job in jobs:
         with DistributedExecutor(
-            job.schedule, job.stages(), loss_fn=job.loss_fn,
-            optimizer_factory=job.optimizer_factory, method_options=job.method_options,
-            lr_scheduler_factory=job.lr_scheduler_factory, rank=info.rank, device=info.device,
-            board=info.board, op_timeout=info.op_timeout,
-            record_gradients=job.record_gradients, track_bytes=job.track_bytes, fault=job.fault,
-            p2p_verbose=job.p2p_verbose, record_posts=job.record_posts,
+            job.schedule, job.stages(), rank=info.rank, device=info.device, board=info.board,
+            op_timeout=info.op_timeout, **job.executor_options(),
         ) as executor:
             results.append(executor.run(job.microbatches))
     return results
@@ -699,8 +617,6 @@ def run_distributed_jobs(jobs: Sequence[DistJob], **launch_kwargs) -> list[DistR
     ``launch_kwargs`` go to :func:`pipemare_lite.engine.dist.launch.launch` (``timeout``,
     ``op_timeout``, ``backend``, ``start_method``, ``master_addr``).
     """
-    from pipemare_lite.engine.dist.launch import launch
-
     jobs = list(jobs)
     if not jobs:
         return []

@@ -271,14 +271,13 @@ class StatusBoard:
         self.note(f"failed: {text}")
         if self.store is None:
             return
-        try:
+        # the store may be gone too; the launcher still sees the exit code
+        with contextlib.suppress(Exception):
             self.store.set(_key(f"status/{self.rank}"), self.position.to_json())
             detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             self.store.set(_key(f"failed/{self.rank}"), f"{text}\n{detail}")
             if not is_communication_error(exc):
                 claim_abort(self.store, f"rank {self.rank} failed at {where}: {text}")
-        except Exception:  # the store may be gone too; the launcher still sees the exit code
-            pass
 
     def finish(self) -> None:
         """Mark this rank done and stop the watchdog thread."""
@@ -340,11 +339,9 @@ class StatusBoard:
                            f"({self.abort_reason}) without its main thread noticing")
 
     def _launcher_gone(self) -> bool:
-        if self.launcher_pid is None:
-            return False
-        if self.exit_with_parent and os.getppid() != self.launcher_pid:
-            return True
-        return not _pid_alive(self.launcher_pid)
+        pid = self.launcher_pid
+        return pid is not None and ((self.exit_with_parent and os.getppid() != pid)
+                                    or not _pid_alive(pid))
 
     def _exit(self, code: int, reason: str) -> None:
         """End the process from the watchdog thread, after ``before_exit`` had its say."""
@@ -422,7 +419,8 @@ class Waiter:
     after the last than after the first.
 
     Args:
-        board: the rank's status board (abort flag, position), or None.
+        board: the rank's status board (abort flag, position), or None (a board of its
+            own, rank -1, without a side channel).
         timeout: seconds any single wait may take.
         polling: True for NCCL (poll ``is_completed``), False for gloo (helper threads).
 
@@ -432,7 +430,7 @@ class Waiter:
     SLICE = 0.05
 
     def __init__(self, board: StatusBoard | None, timeout: float, *, polling: bool) -> None:
-        self.board = board
+        self.board = board if board is not None else StatusBoard(-1, 1)
         self.timeout = timeout
         self.polling = polling
         self.wait_seconds = 0.0
@@ -467,21 +465,17 @@ class Waiter:
         board = self.board
         pause = 2e-5 if self.polling else self.SLICE
         if not pending.done(0.0 if self.polling else pause):
-            before = board.position.state if board is not None else ""
-            if board is not None:
-                board.note(f"wait {what}")
+            before = board.position.state
+            board.note(f"wait {what}")
             deadline = time.monotonic() + self.timeout
             while not pending.done(pause):
-                if board is not None:
-                    board.check()
+                board.check()
                 if time.monotonic() > deadline:
-                    where = board.position.describe() if board is not None else ""
                     raise OpTimeoutError(f"waited more than {self.timeout:g} s for {what} "
-                                         f"({where})")
+                                         f"({board.position.describe()})")
                 if self.polling:
                     pause = min(pause * 2, 1e-3)
-            if board is not None:
-                board.note(before)
+            board.note(before)
         try:
             pending.finish()
         except BaseException as exc:
@@ -530,6 +524,6 @@ class Waiter:
         if alive:
             import warnings
 
-            warnings.warn(f"rank {self.board.rank if self.board else '?'}: helper thread(s) "
+            warnings.warn(f"rank {self.board.rank}: helper thread(s) "
                           f"{alive} still wait on a message after {wait:g} s (a send nobody "
                           "received); they end with the process", RuntimeWarning, stacklevel=2)

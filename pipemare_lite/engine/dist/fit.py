@@ -58,8 +58,8 @@ def fit_worker(info, fit_kwargs: dict) -> dict:
     """Process body: ``fit(**fit_kwargs, executor="dist")`` on every rank (chapter 11).
 
     ``fit_kwargs`` holds ``model`` as a picklable recipe ``(builder, kwargs)`` (e.g.
-    ``(pipemare_lite.training.models.mlp, {...})``) and ``data`` as ``(loader, kwargs)``; returns the
-    history as a dict.
+    ``(pipemare_lite.training.models.mlp, {...})``) and ``data`` as ``(loader, kwargs)``;
+    returns the history as a dict.
     """
     from pipemare_lite.training.fit import fit
 

@@ -53,6 +53,7 @@ and when a peer disappears it prints which rank it lost before it exits
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import multiprocessing as mp
 import os
@@ -68,9 +69,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipemare_lite.engine.dist import faults, torchrun as under_torchrun
+import torch
+import torch.distributed as dist
 
 from pipemare_lite.engine import placement
+from pipemare_lite.engine.dist import faults
+from pipemare_lite.engine.dist import torchrun as under_torchrun
 from pipemare_lite.engine.placement import choose_backend  # noqa: F401  (chapter 11)
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
@@ -132,18 +136,13 @@ class LaunchError(RuntimeError):
 
     def __init__(self, message, *, failed_ranks, positions, errors, exit_codes, pids):
         super().__init__(message)
-        self.failed_ranks = failed_ranks
-        self.positions = positions
-        self.errors = errors
-        self.exit_codes = exit_codes
-        self.pids = pids
+        self.failed_ranks, self.positions, self.errors = failed_ranks, positions, errors
+        self.exit_codes, self.pids = exit_codes, pids
 
 
 def _place(backend: str, rank: int, local_rank: int, local_world_size: int):
     """This rank's :class:`~pipemare_lite.engine.placement.Placement` and torch device
     (gloo computes on the CPU, NCCL on ``cuda:<local rank>``, made the current device)."""
-    import torch
-
     where = placement.plan(rank, local_rank, local_world_size, backend=backend,
                            device="cuda" if backend == "nccl" else "cpu")
     device = torch.device(where.device)
@@ -156,9 +155,6 @@ def _join(backend: str, rank: int, world_size: int, local_rank: int, local_world
           op_timeout: float, num_threads: int | None, store=None):
     """Place this rank and init its process group (on ``store`` under the prefix ``pg/``
     when given, else from torchrun's environment); returns ``(placement, device)``."""
-    import torch
-    import torch.distributed as dist
-
     if num_threads is not None:
         torch.set_num_threads(num_threads)
     where, device = _place(backend, rank, local_rank, local_world_size)
@@ -172,8 +168,6 @@ def _join(backend: str, rank: int, world_size: int, local_rank: int, local_world
 
 
 def _connect(addr: str, port: int, seconds: float):
-    import torch.distributed as dist
-
     return dist.TCPStore(addr, port, is_master=False,
                          timeout=datetime.timedelta(seconds=seconds))
 
@@ -184,15 +178,8 @@ def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
                 imports: tuple = ()) -> None:
     """Body of one child process: init, import the plugins, run the worker, write the
     result, exit."""
-    import torch.distributed as dist
-
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank),
-        MASTER_ADDR=addr,
-        MASTER_PORT=str(port),
-    )
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                      MASTER_ADDR=addr, MASTER_PORT=str(port))
     if backend == "gloo" and sys.platform == "linux" and addr in LOOPBACK:
         # gloo binds to the address the host name resolves to unless told an interface
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -217,10 +204,8 @@ def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
         code = 1
         board.fail(exc)
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        try:
+        with contextlib.suppress(Exception):
             _write(Path(result_dir) / f"rank{rank}.pkl", ("error", text))
-        except Exception:
-            pass
     sys.stdout.flush()
     sys.stderr.flush()
     # os._exit: no atexit hooks, no joins on communication threads that may hang after a
@@ -318,8 +303,6 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
 
     ctx = _context(start_method)
     check_main_guard("launch()", ctx.get_start_method())  # before any child re-imports
-    import torch.distributed as dist
-
     backend = choose_backend(world_size, backend)
     listener = _listen(master_addr)
     port = listener.getsockname()[1]
@@ -328,19 +311,14 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
         timeout=datetime.timedelta(seconds=60), master_listen_fd=listener.detach(),
     )  # the store owns the socket from here on and closes it
     result_dir = tempfile.mkdtemp(prefix="pipemare-launch-")
+    common = (world_size, master_addr, port, backend, worker_fn, args, kwargs or {}, result_dir,
+              os.getpid(), op_timeout, num_threads, imports)  # _child_main's after the rank
     procs = []
     try:
         for rank in range(world_size):
-            proc = ctx.Process(
-                target=_child_main,
-                args=(rank, world_size, master_addr, port, backend, worker_fn, args,
-                      kwargs or {}, result_dir, os.getpid(), op_timeout, num_threads,
-                      imports),
-                name=f"pipemare-rank{rank}",
-                daemon=True,
-            )
-            proc.start()
-            procs.append(proc)
+            procs.append(ctx.Process(target=_child_main, args=(rank, *common),
+                                     name=f"pipemare-rank{rank}", daemon=True))
+            procs[-1].start()
         exit_codes, reason = _supervise(procs, store, timeout, grace)
         return _collect(procs, store, result_dir, exit_codes, reason, world_size)
     finally:
@@ -495,8 +473,7 @@ def init_from_env(
         raise ValueError(
             f"not started by torchrun: environment variables {missing} are not set; run "
             "`torchrun --nproc-per-node P -m pipemare_lite.training --executor dist ...`, or from "
-            "Python launch(pipemare_lite.engine.dist.fit.fit_worker, P, args=(...,))"
-        )
+            "Python launch(pipemare_lite.engine.dist.fit.fit_worker, P, args=(...,))")
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
@@ -511,7 +488,7 @@ def init_from_env(
     board = faults.StatusBoard(rank, world_size, store,
                                store_factory=lambda: _connect(addr, port, 30))
     # under torchrun: exit with the agent (our parent) and say which rank was lost or where
-    # every rank was when it stops us (executor/under_torchrun.py, executor/lost.py)
+    # every rank was when it stops us (torchrun.py, lost.py)
     under_torchrun.install(board)
     board.start()
     global _CURRENT
@@ -528,8 +505,6 @@ def finish(info: RankInfo) -> None:
 
     Safe to call twice: :func:`init_from_env` also registers it to run at exit.
     """
-    import torch.distributed as dist
-
     info.board.finish()
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -545,21 +520,12 @@ def ping(info: RankInfo, payload: Any = None, *, sleep: float = 0.0,
     11's "what if" cells: ``sleep`` seconds before the all-reduce (try a launch timeout
     shorter than that), ``fail_rank`` raises on that rank.
     """
-    import torch
-    import torch.distributed as dist
-
     if info.rank == fail_rank:
         raise RuntimeError(f"ping: rank {info.rank} fails on purpose (fail_rank={fail_rank})")
     time.sleep(sleep)
     value = torch.tensor([float(info.rank)], device=info.device)
     with faults.communication("ping's all-reduce"):
         dist.all_reduce(value)
-    return {
-        "rank": info.rank,
-        "world_size": info.world_size,
-        "backend": info.backend,
-        "rank_sum": int(value.item()),
-        "pid": os.getpid(),
-        "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}",
-        "payload": payload,
-    }
+    return dict(rank=info.rank, world_size=info.world_size, backend=info.backend,
+                rank_sum=int(value.item()), pid=os.getpid(), payload=payload,
+                master=f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}")

@@ -18,10 +18,11 @@ Evidence, in order of strength:
    advance for :data:`HEARTBEAT_WINDOW` seconds while its status says it is neither done
    nor failed.
 
-:func:`install` (called under torchrun by :func:`pipemare_lite.engine.dist.launch.init_from_env`) hooks
-the report into the three ways such a worker stops: an uncaught exception (the traceback,
-then the report, then ``os._exit(1)``: no atexit teardown that could wait on a dead peer),
-SIGTERM from the agent (the report, then exit 143), and the watchdog's backstop.
+:func:`install` (called under torchrun by
+:func:`pipemare_lite.engine.dist.launch.init_from_env`) hooks the report into the three ways
+such a worker stops: an uncaught exception (the traceback, then the report, then
+``os._exit(1)``: no atexit teardown that could wait on a dead peer), SIGTERM from the agent
+(the report, then exit 143), and the watchdog's backstop.
 """
 
 from __future__ import annotations
@@ -123,11 +124,8 @@ def report(board: faults.StatusBoard, topology: Topology, store, cause: str,
     p = board.position
     where = f"action {p.index}/{p.total} ({p.action})" if p.index >= 0 else "its start"
     head = f"pipemare_lite: {topology.label(topology.rank)} stops ({cause}) at {where}"
-    if not lost:
-        reason = board.abort_reason or "no peer found lost"
-        return f"{head}: {reason}"
     parts = [f"lost {topology.label(r)}: {why}" for r, why in sorted(lost.items())]
-    return f"{head}: " + "; ".join(parts)
+    return f"{head}: " + ("; ".join(parts) or board.abort_reason or "no peer found lost")
 
 
 _installed = None  # this process's reporter, once :func:`install` ran

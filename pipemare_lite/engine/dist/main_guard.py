@@ -1,12 +1,13 @@
 """Catch the missing ``if __name__ == "__main__":`` guard before a launch (chapter 11).
 
-:func:`pipemare_lite.engine.dist.launch.launch` starts its ranks with ``forkserver`` or ``spawn``: each
-child imports the script that called it again (as ``__mp_main__``) to find the worker. A
-script that calls ``launch()`` at its top level, outside the guard, would launch again in
-every child: multiprocessing stops that child with a long bootstrap traceback, and the
-launcher sees ranks that "exited with code 1" without a report. :func:`check_main_guard`
-looks before anything starts: if the call comes from the top level of the main script and
-that line is not inside ``if __name__ == "__main__":``, it raises, saying what to write.
+:func:`pipemare_lite.engine.dist.launch.launch` starts its ranks with ``forkserver`` or
+``spawn``: each child imports the script that called it again (as ``__mp_main__``) to find
+the worker. A script that calls ``launch()`` at its top level, outside the guard, would
+launch again in every child: multiprocessing stops that child with a long bootstrap
+traceback, and the launcher sees ranks that "exited with code 1" without a report.
+:func:`check_main_guard` looks before anything starts: if the call comes from the top level
+of the main script and that line is not inside ``if __name__ == "__main__":``, it raises,
+saying what to write.
 """
 
 from __future__ import annotations
@@ -20,22 +21,15 @@ class MainGuardError(RuntimeError):
     """launch() was called at the top level of a script without the ``__main__`` guard."""
 
 
-def _is_main_test(test: ast.expr) -> bool:
-    """``__name__ == "__main__"`` (either way round)."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
-            and isinstance(test.ops[0], ast.Eq)):
-        return False
-    sides = [test.left, test.comparators[0]]
-    names = [s.id for s in sides if isinstance(s, ast.Name)]
-    texts = [s.value for s in sides if isinstance(s, ast.Constant)]
-    return names == ["__name__"] and texts == ["__main__"]
+#: ``__name__ == "__main__"`` either way round, as :func:`ast.unparse` spells it.
+MAIN_TESTS = ("__name__ == '__main__'", "'__main__' == __name__")
 
 
 def guarded_lines(source: str) -> list[range]:
     """The line ranges of the top-level ``if __name__ == "__main__":`` blocks of ``source``."""
     return [range(node.lineno, (node.end_lineno or node.lineno) + 1)
             for node in ast.parse(source).body
-            if isinstance(node, ast.If) and _is_main_test(node.test)]
+            if isinstance(node, ast.If) and ast.unparse(node.test) in MAIN_TESTS]
 
 
 def check_main_guard(function: str = "launch()", start_method: str = "forkserver") -> None:

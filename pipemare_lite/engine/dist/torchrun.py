@@ -19,6 +19,7 @@ watchdog's backstop). Here:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -57,11 +58,9 @@ def install(board: faults.StatusBoard) -> None:
 
 
 def _write(text: str) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing to tell
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
-    except (OSError, ValueError):  # stderr closed: nothing to tell
-        pass
 
 
 def _store():

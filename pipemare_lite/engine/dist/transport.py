@@ -39,7 +39,10 @@ Messages between stages on the same rank (P = 1) are handed over in memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.distributed as dist
 
 from pipemare_lite.schedules.comm_plan import (  # noqa: F401  (re-exported: the plan lives there)
     ACTIVATION,
@@ -56,7 +59,10 @@ from pipemare_lite.schedules.comm_rows import comm_op
 class P2PTransport:
     """Send and receive the plan's messages for one rank with ``torch.distributed``.
 
-    Introduced in chapter 11.
+    Introduced in chapter 11. It is also the distributed executor's transport for the
+    :class:`~pipemare_lite.engine.interpreter.Interpreter` (``first_input``, ``target``,
+    ``activation``, ``gradient``, ``deliver``), like the local executor's in-process one:
+    the data are read from this rank's copy of the feed, ``microbatches``.
 
     Args:
         plan: from :func:`plan_communication`.
@@ -77,15 +83,16 @@ class P2PTransport:
             ``p2p_verbose`` argument).
         posted: a list to which every posted operation is appended as a string in
             PyTorch's spelling (``"0SEND_F3"``, ``"1RECV_F3"``, see
-            :mod:`pipemare_lite.schedules.comm_rows`), in posting order; None: not recorded.
+            :mod:`pipemare_lite.schedules.comm_rows`), in posting order, each action's
+            name between its receives and its send; None: not recorded.
+        input_meta: the ``(shape, dtype)`` every stage-0 input must have (a lazy feed,
+            whose probe saw only microbatch 0), or None.
     """
 
     def __init__(self, plan: CommPlan, rank: int, meta: Callable[[Message], tuple], *, waiter,
                  device=None, pinned: bool = False, use_tags: bool = True,
                  receives_ahead: int = 0, verbose: bool = False,
-                 posted: list | None = None) -> None:
-        import torch
-
+                 posted: list | None = None, input_meta: tuple | None = None) -> None:
         self.plan = plan
         self.rank = rank
         self.meta = meta
@@ -97,13 +104,12 @@ class P2PTransport:
         self.receives_ahead = receives_ahead
         self.verbose = verbose
         self.posted = posted
+        self.input_meta = input_meta
+        self.microbatches: Sequence = ()  # the current run's feed
         self._recv_work: dict = {}  # key -> (work, buffer)
         self._local: dict = {}  # same-rank hand-over
 
     def _post(self, op: Message, tensor=None) -> None:
-        import torch
-        import torch.distributed as dist
-
         tag = op.seq if self.use_tags else 0
         if self.posted is not None:
             self.posted.append(str(comm_op(op, self.rank)))
@@ -129,18 +135,13 @@ class P2PTransport:
         if tuple(tensor.shape) != tuple(shape) or tensor.dtype != dtype:
             raise RuntimeError(
                 f"rank {self.rank}: {message} has shape {tuple(tensor.shape)} {tensor.dtype}, "
-                f"the shape probe said {tuple(shape)} {dtype}"
-            )
+                f"the shape probe said {tuple(shape)} {dtype}")
         tensor = tensor.contiguous()
         if tensor.device != self.device:  # e.g. a CUDA activation sent with gloo
-            import torch
-
             staged = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.device,
                                  pin_memory=self.pinned)
             tensor = staged.copy_(tensor)
-        for op in self.order.to_post_for(message):
-            self._post(op, tensor if op is message else None)
-        self._post_ahead()
+        self._post_through(message, tensor)
 
     # Receive-ahead, on one pair's posting order (rank 1's side of pair 0-1):
     #
@@ -152,7 +153,11 @@ class P2PTransport:
     #                  data can arrive while this rank computes
     #
     # With receives_ahead = 0, send(1B1) posts recv 0F4 first if recv(0F4) has not (rule 2).
-    def _post_ahead(self) -> None:
+    def _post_through(self, message: Message, tensor=None) -> None:
+        """Post every op of the pair up to ``message`` (with ``tensor``: our send), then the
+        receives ahead."""
+        for op in self.order.to_post_for(message):
+            self._post(op, tensor if op is message else None)
         if self.receives_ahead:
             for op in self.order.receives_ahead(self.receives_ahead):
                 self._post(op)
@@ -161,9 +166,7 @@ class P2PTransport:
         """Return the tensor of ``message``, waiting for it if needed."""
         if message.src == message.dst:
             return self._local.pop(message.key)
-        for op in self.order.to_post_for(message):
-            self._post(op)
-        self._post_ahead()
+        self._post_through(message)
         work, buffer = self._recv_work.pop(message.key)
         self.waiter.wait(work, str(message), peer=message.src)
         if self.verbose:
@@ -182,3 +185,38 @@ class P2PTransport:
         if self._recv_work:
             left = ", ".join(str(k) for k in self._recv_work)
             raise RuntimeError(f"rank {self.rank}: receives posted but never used: {left}")
+
+    # ------------------------------------------------------------ the Interpreter's side
+    def first_input(self, m: int):
+        """Stage 0's input of microbatch m (checked against :attr:`input_meta`)."""
+        x = self.microbatches[m][0]
+        if self.input_meta is not None and (tuple(x.shape), x.dtype) != self.input_meta:
+            raise ValueError(
+                f"microbatch {m} has input shape {tuple(x.shape)} {x.dtype}, microbatch 0 has "
+                f"{self.input_meta}: with a lazy microbatch sequence the distributed executor "
+                "needs one shape (pass a list to allow several)")
+        return x
+
+    def target(self, m: int):
+        """The last stage's target of microbatch m."""
+        return self.microbatches[m][1]
+
+    def activation(self, s: int, m: int):
+        """Receive the input of F(s, m) from stage s - 1."""
+        return self.recv(self.plan.messages[(ACTIVATION, s - 1, m)])
+
+    def gradient(self, s: int, m: int):
+        """Receive the gradient of stage s's output from stage s + 1."""
+        return self.recv(self.plan.messages[(GRADIENT, s + 1, m)])
+
+    def deliver(self, action, message) -> None:
+        """Post the send of the action's output (after noting the action, when recorded)."""
+        if self.posted is not None:
+            self.posted.append(str(action))
+        if message is not None:
+            kind, s, m, tensor = message
+            message = self.plan.messages[(kind, s, m)]
+            if tensor is None:  # a gradient: the stage's output does not depend on its input
+                shape, dtype = self.meta(message)
+                tensor = torch.zeros(shape, dtype=dtype, device=self.device)
+            self.send(message, tensor)
