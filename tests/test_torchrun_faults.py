@@ -101,3 +101,42 @@ def test_a_killed_agent_ends_every_rank_quietly(tmp_path):
         assert err.count("Broken pipe") <= 2  # it was ~190 in 10 s
     finally:
         end_all(agent, ranks)
+
+
+SIGTERM_DURING_THE_REPORT = """
+import os, signal, sys
+os.environ.update(TORCHELASTIC_RUN_ID="t", RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+import torch.distributed as dist
+from pipemare_lite.engine.dist import faults, launch, lost, torchrun
+
+store = dist.HashStore()
+board = faults.StatusBoard(0, 2, store)
+torchrun.install(board)
+launch._CURRENT = launch.RankInfo(0, 2, 0, "gloo", "cpu", board, 5.0)
+board.at(3, 10, "0F1")
+
+def store_while_the_agent_stops():  # the agent's SIGTERM lands inside the report
+    signal.raise_signal(signal.SIGTERM)
+    return store
+
+torchrun._store = store_while_the_agent_stops
+torchrun.report_failure(faults.PeerConnectionError("the link to rank 1 broke"), "prog")
+print("after the report", file=sys.stderr)
+"""
+
+
+def test_sigterm_during_a_failure_report_waits_for_it(tmp_path):
+    """The race CI hit: rank 0 was writing its PeerConnectionError report when the agent's
+    SIGTERM came, and the handler stopped the rank before the report was out (neither the
+    report nor the SIGTERM one was printed)."""
+    done = subprocess.run([sys.executable, "-c", SIGTERM_DURING_THE_REPORT],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    err = done.stderr
+    assert done.returncode == 143, err  # the deferred SIGTERM still ends the rank
+    report = "prog: rank 0 stopped: PeerConnectionError: the link to rank 1 broke\n"
+    assert report + "where each rank was:\n  rank 0: action 3/10" in err, err
+    assert "\n  rank 1: " in err and err.count("where each rank was:") == 1, err
+    assert "stopped by torchrun (SIGTERM)" not in err  # one report per rank
+    assert err.index(report) < err.index("stops (SIGTERM from torchrun's agent)"), err
+    assert "after the report" not in err

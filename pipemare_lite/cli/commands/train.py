@@ -447,13 +447,11 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
         return run_from_args(args, prog=prog)
     except PipelineFault as exc:
         from pipemare_lite.engine.dist.lost import report_caught
-        from pipemare_lite.engine.dist.torchrun import failure_report
+        from pipemare_lite.engine.dist.torchrun import report_failure
 
-        report = failure_report(exc)
-        if report is None:
+        if not report_failure(exc, prog):
             raise
         report_caught(exc)  # under torchrun: which rank was lost, with the evidence
-        print(f"{prog}: {report}", file=sys.stderr)
         return 1
     except INPUT_ERRORS as exc:  # bad input only: a bug keeps its traceback
         print(f"{prog}: error: {exc}", file=sys.stderr)

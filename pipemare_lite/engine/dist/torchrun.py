@@ -12,7 +12,7 @@ watchdog's backstop). Here:
   and it turns the agent's SIGTERM into one report, every rank's position, printed by the
   first rank to claim it (the others print one line each), then the one line of
   :mod:`pipemare_lite.engine.dist.lost` naming the lost rank (exit 143, as for SIGTERM);
-- :func:`failure_report` gives the command line (``python -m pipemare_lite.training``) a rank's
+- :func:`report_failure` gives the command line (``python -m pipemare_lite.training``) a rank's
   pipeline failure (an abort, a broken connection to a dead peer, a timeout) as a message
   with every rank's position instead of a traceback.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 
 from pipemare_lite.engine.dist import faults, lost
@@ -31,6 +32,8 @@ STORE_TIMEOUT = 3.0
 LINE_LIMIT = 160
 
 _reported = False  # this rank already printed its report: the agent's SIGTERM adds nothing
+_reporting = False  # the main thread is writing a failure report: SIGTERM waits for it
+_sigterm_waiting = False  # SIGTERM came while it was: raised again once the report is out
 
 
 def under_torchrun() -> bool:
@@ -48,11 +51,15 @@ def install(board: faults.StatusBoard) -> None:
     board.launcher_name = "torchrun's agent"
     board.exit_with_parent = True  # a killed agent may stay a zombie: watch the parent
 
-    def on_sigterm():
-        global _reported
+    def on_sigterm() -> bool:
+        global _reported, _sigterm_waiting
+        if _reporting:  # the handler runs on the main thread, inside the failure report:
+            _sigterm_waiting = True  # stopping now would lose that report
+            return False
         if not _reported:
             _reported = True
             _write(_sigterm_report(board))
+        return True
 
     lost.install(board, lost.Topology.from_env(), sigterm_note=on_sigterm)
 
@@ -96,19 +103,33 @@ def _sigterm_report(board: faults.StatusBoard) -> str:
         return own + " (the other ranks' positions are not readable)"
 
 
-def failure_report(exc: BaseException) -> str | None:
-    """A pipeline failure of this rank as a message with every rank's position (None: not
-    a pipeline failure, or not a distributed run: keep the traceback)."""
+def report_failure(exc: BaseException, prog: str) -> bool:
+    """Print this rank's pipeline failure with every rank's position, as ``prog: rank r
+    stopped: ...`` (False, printing nothing: not a pipeline failure, or not a distributed
+    run: keep the traceback).
+
+    The agent's SIGTERM may come while the report is being written (the dead peer's exit
+    reaches the agent as fast as its broken link reaches us): it waits until the report is
+    out, then is raised again, so a rank never stops with half a report.
+    """
     from pipemare_lite.engine.dist.launch import current
 
     info = current()
     if info is None or not isinstance(exc, faults.PipelineFault):
-        return None
-    global _reported
-    _reported = True
-    info.board.fail(exc)
-    text = _short(f"rank {info.rank} stopped: {type(exc).__name__}: {exc}")
+        return False
+    global _reported, _reporting
+    _reporting = True
     try:
-        return _with_positions(text, _store(), info.world_size)
-    except Exception:
-        return text
+        info.board.fail(exc)
+        text = _short(f"rank {info.rank} stopped: {type(exc).__name__}: {exc}")
+        try:
+            text = _with_positions(text, _store(), info.world_size)
+        except Exception:  # the store went with the agent: the head line alone
+            pass
+        _write(f"{prog}: {text}")
+        _reported = True
+    finally:
+        _reporting = False
+    if _sigterm_waiting:
+        signal.raise_signal(signal.SIGTERM)
+    return True
