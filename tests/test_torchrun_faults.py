@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from pipemare_lite.engine.dist.faults import PUBLISH_INTERVAL
 from tests.test_launch import _alive, _children_of
 from tests.timeouts import hard_time_limit
 
@@ -50,6 +51,11 @@ def start_training(tmp_path):
     ranks = [p for p in _children_of(agent.pid)
              if b"pipemare_lite.training" in open(f"/proc/{p}/cmdline", "rb").read()]
     assert stream.read_text() and len(ranks) == 2, "training did not start"
+    # each rank's watchdog publishes its position every PUBLISH_INTERVAL (0.1 s); a step
+    # takes milliseconds, so right after the first one a loaded machine may not have
+    # published any action yet (CI saw "rank 1: before its first action (shape probe)")
+    time.sleep(10 * PUBLISH_INTERVAL)
+    assert agent.poll() is None, "training ended before the test could stop it"
     return agent, ranks
 
 
