@@ -118,7 +118,7 @@ def test_register_schedule_refuses_taken_names_and_bad_modes(registered):
     with pytest.raises(ScheduleError, match="weight_mode='fast'; allowed: sync"):
         register_schedule("mine", lambda *a, **k: None, weight_mode="fast")
     registered("wrong-size", lambda P, M, **k: build_schedule("1f1b", P, M).rows())
-    with pytest.raises(ScheduleError, match=r"'wrong-size' \(asked for P=2, M=2, K=3, v=1, "
+    with pytest.raises(ScheduleError, match=r"'wrong-size' \(asked for P=2, N=2, K=3, v=1, "
                                             r"W=0\): missing 0F2"):
         build_schedule("wrong-size", 2, 2, num_minibatches=3)
 

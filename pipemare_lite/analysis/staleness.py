@@ -107,9 +107,9 @@ class VersionTable:
     @cached_property
     def rows(self) -> tuple[VersionRow, ...]:
         """A :class:`VersionRow` per (stage, microbatch) with a forward (built on first read)."""
-        M = self.schedule.num_microbatches
+        N = self.schedule.num_microbatches
         return tuple(
-            VersionRow(s, m, m // M, f, b, a)
+            VersionRow(s, m, m // N, f, b, a)
             for s, grids in enumerate(zip(self.version_at_forward, self.version_at_backward,
                                           self.version_applied))
             for m, (f, b, a) in enumerate(zip(*grids))
@@ -162,7 +162,7 @@ def weight_versions(schedule: Schedule) -> VersionTable:
         stages = max([stages, *(a.stage + 1 for row in schedule.ranks for a in row)])
         width = max([width, *(a.index + 1 for row in schedule.ranks for a in row)])
     at_forward, at_backward, applied = _grids(3, stages, width)
-    mode, M = schedule.mode, schedule.num_microbatches
+    mode, N = schedule.mode, schedule.num_microbatches
     forward_as_is = mode.forward_reads_current  # else 2bw's rule picks the version
     backward_as_is = not mode.backward_reads_forwards  # else the forward's copy
     for row in schedule.ranks:  # a stage's actions all live on its rank: count per rank
@@ -175,7 +175,7 @@ def weight_versions(schedule: Schedule) -> VersionTable:
                 if at_forward[s][m] is not None:
                     raise ValueError(f"forward {action} appears twice")
                 at_forward[s][m] = current if forward_as_is else _held(
-                    mode, mode.version_at_forward(current, m // M), current, s, m, "forward")
+                    mode, mode.version_at_forward(current, m // N), current, s, m, "forward")
             elif kind == BACKWARD or kind == INPUT_GRAD:
                 forward = at_forward[s][m]
                 if forward is None:
@@ -309,9 +309,9 @@ def stage_delays(table_or_schedule: VersionTable | Schedule, *,
     A stage with nothing to count gets zeros and ``count=0``.
     """
     table = _as_table(table_or_schedule)
-    M, width = table.schedule.num_microbatches, table.num_microbatches
+    N, width = table.schedule.num_microbatches, table.num_microbatches
     chosen = None if minibatches is None else set(minibatches)
-    counted = [chosen is None or m // M in chosen for m in range(width)]
+    counted = [chosen is None or m // N in chosen for m in range(width)]
     out = []
     for stage in range(table.num_stages):
         columns = (table.version_at_forward[stage], table.version_at_backward[stage],

@@ -30,7 +30,7 @@ def make_schedule(name: str, num_ranks: int, num_microbatches: int,
 def actions_of(order: list[tuple[str, int, int]]) -> list[Action]:
     """``[Action(stage, kind, index) for kind, stage, index in order]``, a third faster.
 
-    Kept for the benchmark (0.1-0.2 s of a P=128, M=1024 build): large schedules hold
+    Kept for the benchmark (0.1-0.2 s of a P=128, N=1024 build): large schedules hold
     hundreds of thousands of actions, and the frozen dataclass' ``__init__`` (a call per
     field, then ``__post_init__``) is the largest part of building them. Each triple is
     checked here as ``__post_init__`` would; a bad one goes through the real constructor, so
@@ -64,6 +64,6 @@ def gc_paused():
 
 
 def microbatches_of(minibatch: int, num_microbatches: int) -> list[int]:
-    """Global indices of the microbatches of ``minibatch``: ``k*M .. k*M + M-1``."""
+    """Global indices of the microbatches of ``minibatch``: ``k*N .. k*N + N-1``."""
     start = minibatch * num_microbatches
     return list(range(start, start + num_microbatches))

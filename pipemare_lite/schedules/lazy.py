@@ -10,7 +10,7 @@ windows (window k ends with the rank's update(s) of minibatch k)::
                                                       w4: the drain, nothing new to start
     K minibatches:  | w0 | w1 | w2 | w2+1 | w2+2 | ... | w2+n | w3+n | w4+n |   n = K - K0
 
-    "w+j": window w with every microbatch index + j*M and every update index + j.
+    "w+j": window w with every microbatch index + j*N and every update index + j.
 
 A :class:`LazySchedule` keeps build(K0) (small) and which window is steady; ``row(rank)``
 yields the K-minibatch row one action at a time, so the run is never materialized. It has
@@ -112,14 +112,14 @@ class LazySchedule:
     def row(self, rank: int, start: int = 0) -> Iterator[Action]:
         """Rank ``rank``'s actions from position ``start`` on, made one at a time."""
         head, body, tail = self._parts[rank]
-        n, M = self.extra_windows, self.num_microbatches
+        n, N = self.extra_windows, self.num_microbatches
         yield from islice(head, start, None)
         start = max(start - len(head), 0)
         first, offset = divmod(min(start, n * len(body)), len(body))
         for j in range(first + 1, n + 1):  # the steady window's copies w_b+1 .. w_b+n
-            yield from _shifted(islice(body, offset, None), j, M)
+            yield from _shifted(islice(body, offset, None), j, N)
             offset = 0
-        yield from _shifted(islice(tail, max(start - n * len(body), 0), None), n, M)  # the drain
+        yield from _shifted(islice(tail, max(start - n * len(body), 0), None), n, N)  # the drain
 
     def key(self) -> tuple:
         """What identifies this schedule in a checkpoint: its name, length, short rows and
@@ -173,9 +173,9 @@ def _windows(row) -> list[tuple[Action, ...]]:
     return windows
 
 
-def _shifted(actions, j: int, M: int) -> Iterator[Action]:
-    """``actions`` moved ``j`` minibatches on: microbatch indices + j*M, update indices + j."""
-    return (Action(a.stage, a.kind, a.index + (j if a.kind == UPDATE else j * M))
+def _shifted(actions, j: int, N: int) -> Iterator[Action]:
+    """``actions`` moved ``j`` minibatches on: microbatch indices + j*N, update indices + j."""
+    return (Action(a.stage, a.kind, a.index + (j if a.kind == UPDATE else j * N))
             for a in actions)
 
 
@@ -183,14 +183,14 @@ def _steady_window(short: Schedule, longer: Schedule, longest: Schedule, rank: i
     """The index b of a steady window of ``rank`` (w_b+1 == w_b shifted by one minibatch)
     such that ``longer`` and ``longest`` are ``short`` with one and two more copies of it
     inserted after w_b; None when there is none."""
-    M = short.num_microbatches
+    N = short.num_microbatches
     A = _windows(short.ranks[rank])
     for b in range(len(A) - 2, -1, -1):  # the last steady window (furthest from filling)
-        if A[b + 1] != tuple(_shifted(A[b], 1, M)):
+        if A[b + 1] != tuple(_shifted(A[b], 1, N)):
             continue
         if all(_windows(s.ranks[rank]) == A[: b + 1]
-               + [tuple(_shifted(A[b], j, M)) for j in range(1, n + 1)]
-               + [tuple(_shifted(w, n, M)) for w in A[b + 1:]]
+               + [tuple(_shifted(A[b], j, N)) for j in range(1, n + 1)]
+               + [tuple(_shifted(w, n, N)) for w in A[b + 1:]]
                for n, s in ((1, longer), (2, longest))):
             return b
     return None

@@ -14,38 +14,38 @@ from pipemare_lite.schedules.one_f_one_b import clamp_notes, one_f_one_b_order
 from pipemare_lite.schedules.validate import ScheduleError, check_sizes
 
 
-def flushed_warmup_order(stage: int, num_ranks: int, M: int, warmup: int) -> list:
+def flushed_warmup_order(stage: int, num_ranks: int, N: int, warmup: int) -> list:
     """The first ``warmup`` minibatches as flushed 1F1B (synchronous warm-up, PipeMare-W)."""
     order = []
     for k in range(warmup):
         order += [
             (kind, stage, m)
-            for kind, m in one_f_one_b_order(microbatches_of(k, M), num_ranks - 1 - stage)
+            for kind, m in one_f_one_b_order(microbatches_of(k, N), num_ranks - 1 - stage)
         ]
         order.append(("U", stage, k))
     return order
 
 
-def warmup_notes(num_ranks: int, M: int, K: int, warmup: int) -> list[str]:
+def warmup_notes(num_ranks: int, N: int, K: int, warmup: int) -> list[str]:
     """Notes on clamped warm-ups: in the flushed minibatches, or over the whole async run."""
-    notes = clamp_notes(num_ranks, M) if warmup else []
+    notes = clamp_notes(num_ranks, N) if warmup else []
     if K > warmup:
-        notes += clamp_notes(num_ranks, (K - warmup) * M, "asynchronous microbatches")
+        notes += clamp_notes(num_ranks, (K - warmup) * N, "asynchronous microbatches")
     return notes
 
 
-def no_flush_order(stage: int, num_ranks: int, M: int, K: int, warmup: int = 0) -> list:
+def no_flush_order(stage: int, num_ranks: int, N: int, K: int, warmup: int = 0) -> list:
     """1F1B over minibatches ``warmup .. K-1`` with no flush; U after each minibatch's last B.
 
     Stage s warms up with P-1-s forwards once, then alternates F and B forever; the update of
     minibatch k follows the B that completes it on this stage.
     """
-    microbatches = list(range(warmup * M, K * M))
+    microbatches = list(range(warmup * N, K * N))
     order = []
     for kind, m in one_f_one_b_order(microbatches, num_ranks - 1 - stage):
         order.append((kind, stage, m))
-        if kind == "B" and m % M == M - 1:
-            order.append(("U", stage, m // M))
+        if kind == "B" and m % N == N - 1:
+            order.append(("U", stage, m // N))
     return order
 
 
@@ -67,26 +67,26 @@ def two_bw(
     """PipeDream-2BW: the PipeDream order, two weight versions (``weight_mode="2bw"``).
 
     Every microbatch of minibatch k runs F and B on version max(k-1, 0), the version made by
-    update k-2, so F(kM) on stage s must come after U(k-2), which follows B((k-1)M - 1). In the
-    1F1B order stage s has run the backwards up to B(kM - 1 - (P-1-s)) before F(kM): the
-    version is there iff M >= P-1-s, i.e. 2BW needs M >= P-1 (the paper asks M >= P). Two
+    update k-2, so F(kN) on stage s must come after U(k-2), which follows B((k-1)N - 1). In the
+    1F1B order stage s has run the backwards up to B(kN - 1 - (P-1-s)) before F(kN): the
+    version is there iff N >= P-1-s, i.e. 2BW needs N >= P-1 (the paper asks N >= P). Two
     versions suffice: minibatch k's backwards all finish before U(k) makes version k+1. With
     warm-up, the first W minibatches are flushed and synchronous; which version the first
     asynchronous minibatch reads is the executor's choice (the order allows version W-1 or W).
     """
-    P, M, K, W = num_ranks, num_microbatches, num_minibatches, warmup_minibatches
-    check_sizes("2bw", P, M, K, warmup_minibatches=W)
-    if M < P - 1:
+    P, N, K, W = num_ranks, num_microbatches, num_minibatches, warmup_minibatches
+    check_sizes("2bw", P, N, K, warmup_minibatches=W)
+    if N < P - 1:
         raise ScheduleError(
-            f"2bw: num_microbatches={M} is too small for num_ranks={P}: 2BW keeps only two "
+            f"2bw: num_microbatches={N} is too small for num_ranks={P}: 2BW keeps only two "
             f"weight versions, which needs num_microbatches >= P-1 = {P - 1} (allowed: {P - 1}..)"
         )
-    return _no_flush_schedule("2bw", "2bw", P, M, K, W)
+    return _no_flush_schedule("2bw", "2bw", P, N, K, W)
 
 
-def _no_flush_schedule(name: str, weight_mode: str, P: int, M: int, K: int, W: int) -> Schedule:
+def _no_flush_schedule(name: str, weight_mode: str, P: int, N: int, K: int, W: int) -> Schedule:
     """The order both share: W flushed 1F1B minibatches, then 1F1B with no flush."""
-    check_sizes(name, P, M, K, warmup_minibatches=W)
-    orders = [flushed_warmup_order(s, P, M, W) + no_flush_order(s, P, M, K, W) for s in range(P)]
-    return make_schedule(name, P, M, orders, num_minibatches=K, weight_mode=weight_mode,
-                         warmup_minibatches=W, notes=warmup_notes(P, M, K, W))
+    check_sizes(name, P, N, K, warmup_minibatches=W)
+    orders = [flushed_warmup_order(s, P, N, W) + no_flush_order(s, P, N, K, W) for s in range(P)]
+    return make_schedule(name, P, N, orders, num_minibatches=K, weight_mode=weight_mode,
+                         warmup_minibatches=W, notes=warmup_notes(P, N, K, W))

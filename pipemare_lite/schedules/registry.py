@@ -38,19 +38,19 @@ from pipemare_lite.schedules.weight_modes import (
 from pipemare_lite.schedules.zero_bubble import zb_h1
 
 #: The one table of the book's schedules, in the order the chapters introduce them:
-#: name, ``builder(P, M, K, v, W) -> Schedule``, weight mode. Every list of names
+#: name, ``builder(P, N, K, v, W) -> Schedule``, weight mode. Every list of names
 #: (:data:`SCHEDULE_NAMES`, :data:`ASYNC_NAMES`, :data:`BUILDERS`, the names validation
 #: accepts, staleness' closed forms, :data:`METHOD_TABLE`) is read from it.
 Builder = Callable[[int, int, int, int, int], Schedule]
 SCHEDULE_TABLE: tuple[tuple[str, Builder, WeightMode], ...] = (
-    ("naive", lambda P, M, K, v, W: naive(P, M, K), SYNC),
-    ("gpipe", lambda P, M, K, v, W: gpipe(P, M, K), SYNC),
-    ("1f1b", lambda P, M, K, v, W: one_f_one_b(P, M, K), SYNC),
-    ("interleaved", lambda P, M, K, v, W: interleaved(P, M, v, K), SYNC),
-    ("zb-h1", lambda P, M, K, v, W: zb_h1(P, M, K), SYNC),
-    ("pipedream", lambda P, M, K, v, W: pipedream(P, M, K, W), STASH),
-    ("2bw", lambda P, M, K, v, W: two_bw(P, M, K, W), TWO_BW),
-    ("async", lambda P, M, K, v, W: async_pipeline(P, M, K, W), ASYNC),
+    ("naive", lambda P, N, K, v, W: naive(P, N, K), SYNC),
+    ("gpipe", lambda P, N, K, v, W: gpipe(P, N, K), SYNC),
+    ("1f1b", lambda P, N, K, v, W: one_f_one_b(P, N, K), SYNC),
+    ("interleaved", lambda P, N, K, v, W: interleaved(P, N, v, K), SYNC),
+    ("zb-h1", lambda P, N, K, v, W: zb_h1(P, N, K), SYNC),
+    ("pipedream", lambda P, N, K, v, W: pipedream(P, N, K, W), STASH),
+    ("2bw", lambda P, N, K, v, W: two_bw(P, N, K, W), TWO_BW),
+    ("async", lambda P, N, K, v, W: async_pipeline(P, N, K, W), ASYNC),
 )
 
 #: The book's methods (:mod:`pipemare_lite.methods.registry` registers them): name, the
@@ -76,7 +76,7 @@ ALIASES = {"pipemare": "async"}
 #: Schedules with no flush, which accept ``warmup_minibatches``.
 ASYNC_NAMES = tuple(name for name, _, mode in SCHEDULE_TABLE if not mode.flushes)
 
-#: name -> ``builder(P, M, K, v, W) -> Schedule``: one dispatch table (no if-chain), which
+#: name -> ``builder(P, N, K, v, W) -> Schedule``: one dispatch table (no if-chain), which
 #: :func:`register_schedule` extends.
 BUILDERS: dict[str, Builder] = {
     name: build for name, build, _ in SCHEDULE_TABLE
@@ -122,26 +122,26 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
         )
     REGISTERED_WEIGHT_MODES[name] = weight_mode  # validate() accepts the name from now on
 
-    def build(P: int, M: int, K: int, v: int, W: int) -> Schedule:
-        made = builder(P, M, num_minibatches=K, chunks=v, warmup_minibatches=W)
+    def build(P: int, N: int, K: int, v: int, W: int) -> Schedule:
+        made = builder(P, N, num_minibatches=K, chunks=v, warmup_minibatches=W)
         if not isinstance(made, Schedule):
             from pipemare_lite.schedules.io import from_rows
 
             try:
-                return from_rows(made, name=name, num_microbatches=M, chunks=v,
+                return from_rows(made, name=name, num_microbatches=N, chunks=v,
                                  weight_mode=weight_mode, num_minibatches=K,
                                  warmup_minibatches=W)
             except ScheduleError as exc:
-                raise ScheduleError(f"schedule builder {name!r} (asked for P={P}, M={M}, "
+                raise ScheduleError(f"schedule builder {name!r} (asked for P={P}, N={N}, "
                                     f"K={K}, v={v}, W={W}): {exc}") from None
         if made.name != name:
             raise ScheduleError(f"schedule builder {name!r} returned a schedule named "
                                 f"{made.name!r}; name it {name!r}")
         sizes = (made.num_ranks, made.num_microbatches, made.num_minibatches, made.chunks)
-        if sizes != (P, M, K, v):
+        if sizes != (P, N, K, v):
             raise ScheduleError(
-                f"schedule builder {name!r} was asked for P={P}, M={M}, K={K}, v={v} and "
-                f"returned P={sizes[0]}, M={sizes[1]}, K={sizes[2]}, v={sizes[3]}"
+                f"schedule builder {name!r} was asked for P={P}, N={N}, K={K}, v={v} and "
+                f"returned P={sizes[0]}, N={sizes[1]}, K={sizes[2]}, v={sizes[3]}"
             )
         return validate(made)
 
@@ -164,6 +164,6 @@ def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: 
         raise ScheduleError(f"unknown schedule name {name!r}; allowed: {allowed}")
     # the builders of flushed schedules take neither chunks nor a warm-up: check them here
     check_sizes(name, num_ranks, num_microbatches, num_minibatches, chunks, warmup_minibatches)
-    with gc_paused():  # the one pause of a build: ~0.3 s of a P=128, M=1024 one (benchmarks)
+    with gc_paused():  # the one pause of a build: ~0.3 s of a P=128, N=1024 one (benchmarks)
         return BUILDERS[key](num_ranks, num_microbatches, num_minibatches, chunks,
                              warmup_minibatches)

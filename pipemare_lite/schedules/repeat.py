@@ -2,7 +2,7 @@
 
 A hand-written schedule is usually one minibatch: each rank's forwards, backwards and its
 update. :func:`repeat_schedule` lays that pattern out K times, minibatch k's microbatch
-``j`` renumbered ``k * M + j`` and its update ``k``, which is what ``fit(schedule=...)``
+``j`` renumbered ``k * N + j`` and its update ``k``, which is what ``fit(schedule=...)``
 trains on when the schedule covers one minibatch and the run has K steps::
 
     rank 0:  0F0 0F1 0B0 0B1 0U0  |  0F2 0F3 0B2 0B3 0U1  |  ...
@@ -29,10 +29,10 @@ def repeat_schedule(pattern: Schedule, num_minibatches: int) -> Schedule:
     if isinstance(num_minibatches, bool) or not isinstance(num_minibatches, int) \
             or num_minibatches < 1:
         raise ScheduleError(f"num_minibatches={num_minibatches!r}: allowed: an integer >= 1")
-    M = pattern.num_microbatches
-    orders = [[(a.kind, a.stage, a.index + (k if a.kind == UPDATE else k * M))
+    N = pattern.num_microbatches
+    orders = [[(a.kind, a.stage, a.index + (k if a.kind == UPDATE else k * N))
                for k in range(num_minibatches) for a in row] for row in pattern.ranks]
-    return make_schedule(pattern.name, pattern.num_ranks, M, orders,
+    return make_schedule(pattern.name, pattern.num_ranks, N, orders,
                          num_minibatches=num_minibatches, chunks=pattern.chunks,
                          weight_mode=pattern.weight_mode,
                          notes=repeat_notes(pattern, num_minibatches))

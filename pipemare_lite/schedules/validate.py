@@ -151,7 +151,7 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
     the walk); ``seen`` marks every code present (for :func:`_check_complete`).
     """
     S, T, K, P = s.num_virtual_stages, s.total_microbatches, s.num_minibatches, s.num_ranks
-    n, M = S * T, s.num_microbatches
+    n, N = S * T, s.num_microbatches
     first_code = {kind: code * n for kind, code in KIND_CODE.items()}
     seen = bytearray(4 * n + S * K)
     gradient = "W" if s.split_backward else "B"  # the action that completes a gradient
@@ -175,7 +175,7 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
                         f"(num_minibatches={K})"
                     )
                 code = 4 * n + stage * K + index
-                if problem is None and (index != updates[stage] or grads[stage] != M):
+                if problem is None and (index != updates[stage] or grads[stage] != N):
                     problem = _update_problem(s, rank, len(codes), a, updates, grads)
                 updates[stage] += 1
                 grads[stage] = 0
@@ -188,12 +188,12 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
                     )
                 code = first_code[kind] + stage * T + index
                 if kind == "F":  # minibatch k may start early unless k-1 flushes (or 2BW)
-                    k = index // M
+                    k = index // N
                     if problem is None and k > low and (
                             k <= flushed or two_bw and updates[stage] < k - 1):
                         problem = _forward_problem(s, rank, len(codes), a, updates)
                 elif kind == gradient:
-                    if problem is None and index // M != updates[stage]:
+                    if problem is None and index // N != updates[stage]:
                         problem = _update_problem(s, rank, len(codes), a, updates, grads)
                     grads[stage] += 1
             if seen[code] and duplicate is None:
@@ -208,15 +208,15 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
 
 def _update_problem(s: Schedule, rank, position, a, updates, grads) -> str:
     """U(s,k) applies exactly minibatch k's gradients: a gradient (B, or W when split) of
-    microbatch m comes after U(k-1) and before U(k) of its stage, k = m // M, and U(k)
-    after all M of them."""
-    M, stage = s.num_microbatches, a.stage
+    microbatch m comes after U(k-1) and before U(k) of its stage, k = m // N, and U(k)
+    after all N of them."""
+    N, stage = s.num_microbatches, a.stage
     if a.kind != "U":
-        k = a.index // M
+        k = a.index // N
         return (f"{_at(rank, position, a)} is a gradient of minibatch {k} but stage {stage} has "
                 f"done {updates[stage]} updates: U{k} must apply exactly minibatch {k}'s "
                 "gradients")
-    return (f"{_at(rank, position, a)} comes after {grads[stage]} of the {M} gradients of "
+    return (f"{_at(rank, position, a)} comes after {grads[stage]} of the {N} gradients of "
             f"minibatch {a.index} on stage {stage} (updates must follow in order, each after all "
             "gradients of its minibatch)")
 
@@ -267,15 +267,15 @@ def _check_complete(s: Schedule, seen: bytearray) -> None:
 def first_unflushed_forward(s: Schedule) -> str | None:
     """Where ``s`` runs ahead of a flush: the first forward of minibatch k >= 1 that a rank
     runs before all of its stages applied update k-1 (None: every minibatch flushes)."""
-    M = s.num_microbatches
+    N = s.num_microbatches
     for rank, row in enumerate(s.ranks):
         updates = dict.fromkeys(s.stages_of(rank), 0)
         for position, a in enumerate(row):
             if a.kind == "U" and a.stage in updates:
                 updates[a.stage] += 1
-            elif a.kind == "F" and min(updates.values()) < a.index // M:
-                return (f"{_at(rank, position, a)} starts minibatch {a.index // M} before "
-                        f"rank {rank} applied update {a.index // M - 1}")
+            elif a.kind == "F" and min(updates.values()) < a.index // N:
+                return (f"{_at(rank, position, a)} starts minibatch {a.index // N} before "
+                        f"rank {rank} applied update {a.index // N - 1}")
     return None
 
 
