@@ -11,9 +11,9 @@ import pytest
 
 from pipemare_lite.analysis import formulas
 from pipemare_lite.cli import main
+from pipemare_lite.interop.torch_notation import to_torch_csv
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.schedules.io import from_csv
-from pipemare_lite.schedules.torch_notation import to_torch_csv
 
 
 def run_json(capsys, *args):

@@ -160,7 +160,7 @@ TORCH_CASES = [("gpipe", 2, 4, 1), ("gpipe", 4, 3, 1), ("1f1b", 2, 4, 1), ("1f1b
 def torch_lowering(schedule) -> list[list[str]]:
     """PyTorch's ``_add_send_recv`` on the schedule's compute rows (one flushed minibatch)."""
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
-    from pipemare_lite.schedules.torch_notation import to_torch_rows
+    from pipemare_lite.interop.torch_notation import to_torch_rows
 
     P = schedule.num_ranks
     compute = {r: [schedules._Action.from_str(x) for x in row]

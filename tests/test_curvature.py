@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pipemare_lite.analysis.curvature import _power_iteration, stage_sharpness
+from pipemare_lite.training.curvature import _power_iteration, stage_sharpness
 from pipemare_lite.training.partition import partition
 
 

@@ -23,7 +23,6 @@ MODULES = module_map.package_modules()
 #: the test fails when a gap is closed, so the entry is deleted then.
 NOT_NAMED_YET = {
     "pipemare_lite.schedules.repeat": "chapter 07 reaches it only through fit's run_schedule",
-    "pipemare_lite.interop": "chapter 11 does not show PyTorch's runtime beside ours",
     "pipemare_lite.interop.torch_pipelining":
         "chapter 11 does not show PyTorch's runtime beside ours",
     "pipemare_lite.interop.torch_runtime": "chapter 11 does not show PyTorch's runtime beside ours",

@@ -14,15 +14,15 @@ import io
 import pytest
 from torch.distributed.pipelining import schedules as torch_schedules
 
-from pipemare_lite.schedules import SCHEDULE_NAMES, ScheduleError, build_schedule
-from pipemare_lite.schedules.io import to_csv
-from pipemare_lite.schedules.torch_notation import (
+from pipemare_lite.interop.torch_notation import (
     flushed_minibatches,
     from_torch_csv,
     from_torch_order,
     to_torch_csv,
     to_torch_rows,
 )
+from pipemare_lite.schedules import SCHEDULE_NAMES, ScheduleError, build_schedule
+from pipemare_lite.schedules.io import to_csv
 
 _Action = torch_schedules._Action
 SYNC = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")

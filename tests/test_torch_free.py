@@ -14,7 +14,7 @@ import pytest
 TORCH_FREE = [
     "pipemare_lite.schedules",
     "pipemare_lite.schedules.io",
-    "pipemare_lite.schedules.torch_notation",
+    "pipemare_lite.interop.torch_notation",
     "pipemare_lite.schedules.comm_plan",
     "pipemare_lite.schedules.comm_rows",
     "pipemare_lite.analysis.simulate",

@@ -6,7 +6,7 @@ recurrence ``w[t+1] = w[t] - lr * lam * w[t-tau]`` is stable exactly when
 (:func:`pipemare_lite.analysis.theory.stability_bound`).
 A pipeline has one such picture per stage: stage s has its own measured forward delay
 ``tau_s`` (the history's ``forward_delay_max``) and its own curvature ``lam_s`` (its
-sharpness, :func:`pipemare_lite.analysis.curvature.stage_sharpness`). Putting the two together
+sharpness, :func:`pipemare_lite.training.curvature.stage_sharpness`). Putting the two together
 treats each stage as that quadratic, on its own:
 
 - :func:`stage_points`: per stage, its point ``(lr * lam_s, tau_s)`` on the map, the bound at

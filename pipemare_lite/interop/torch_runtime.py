@@ -6,12 +6,12 @@ each
 from the same weights and returns every rank's gradients, to compare bitwise:
 
 - ``schedule`` given (an engine schedule, exported): PyTorch's ``_PipelineScheduleRuntime``
-  loads :func:`~pipemare_lite.schedules.torch_notation.to_torch_csv` with ``_load_csv``
+  loads :func:`~pipemare_lite.interop.torch_notation.to_torch_csv` with ``_load_csv``
   (which adds the SEND/RECV itself) and runs ``step()``; our
   :class:`~pipemare_lite.engine.dist.executor.DistributedExecutor` runs the schedule itself;
 - ``torch_class`` given (e.g. ``"ScheduleInterleavedZeroBubble"``, imported): PyTorch builds
   its own schedule and runs ``step()``; its ``pipeline_order`` goes through
-  :func:`~pipemare_lite.schedules.torch_notation.from_torch_order` into an engine schedule
+  :func:`~pipemare_lite.interop.torch_notation.from_torch_order` into an engine schedule
   that our executor runs.
 
 Each rank builds a ``PipelineStage`` for every (virtual) stage it holds, stage ``s`` on
@@ -33,9 +33,9 @@ from functools import partial
 import torch
 
 from pipemare_lite.engine.dist.executor import DistributedExecutor
+from pipemare_lite.interop.torch_notation import from_torch_order, to_torch_csv
 from pipemare_lite.interop.torch_pipelining import ScaledLoss
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.torch_notation import from_torch_order, to_torch_csv
 
 #: PyTorch schedule classes whose order the engine can import (loop layout; "Single" ones
 #: hold one stage per rank, the others a list).

@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import torch
 
-from pipemare_lite.methods import MethodHooks, StageInfo, register_method
+from pipemare_lite.methods.hooks import MethodHooks, StageInfo
+from pipemare_lite.methods.registry import register_method
 
 #: lam0 of DC-ASGD-a: the correction's scale relative to the gradient's running RMS
 DC_LAMBDA = 2.0

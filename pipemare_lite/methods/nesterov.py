@@ -30,7 +30,8 @@ momentum: the paper's idea through the hooks, not its algorithm or numbers. Cost
 
 from __future__ import annotations
 
-from pipemare_lite.methods import StageInfo, register_method
+from pipemare_lite.methods.hooks import StageInfo
+from pipemare_lite.methods.registry import register_method
 from pipemare_lite.methods.weight_prediction import WeightPrediction
 
 

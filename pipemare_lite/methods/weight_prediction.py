@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from pipemare_lite.methods import MethodHooks, StageInfo, register_method
+from pipemare_lite.methods.hooks import MethodHooks, StageInfo
+from pipemare_lite.methods.registry import register_method
 
 
 class WeightPrediction(MethodHooks):

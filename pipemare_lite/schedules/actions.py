@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pipemare_lite.schedules.weight_modes import WEIGHT_MODES, WeightMode, get_weight_mode
 
 #: Kinds of action. F, B, I and W are spelled as in ``torch.distributed.pipelining``; U is
-#: ours (PyTorch has no update action: see :mod:`pipemare_lite.schedules.torch_notation`).
+#: ours (PyTorch has no update action: see :mod:`pipemare_lite.interop.torch_notation`).
 FORWARD, BACKWARD, INPUT_GRAD, WEIGHT_GRAD, UPDATE = "F", "B", "I", "W", "U"
 KINDS = (FORWARD, BACKWARD, INPUT_GRAD, WEIGHT_GRAD, UPDATE)
 
@@ -152,5 +152,5 @@ class Schedule:
 
     def rows(self) -> list[list[str]]:
         """One row of action strings per rank, in the engine's notation (with U, global
-        microbatch indices); for PyTorch's see :mod:`pipemare_lite.schedules.torch_notation`."""
+        microbatch indices); for PyTorch's see :mod:`pipemare_lite.interop.torch_notation`."""
         return [[str(a) for a in row] for row in self.ranks]

@@ -4,7 +4,7 @@ One row per rank of ``{stage}{F|B|I|W|U}{index}`` strings: the engine's own nota
 to read and write by hand. It borrows ``torch.distributed.pipelining``'s spelling but is
 *not* a table PyTorch's runtime can load (it has an update action ``U``, and microbatch
 indices are global over all minibatches, ``k * N + j``); for PyTorch use
-:mod:`pipemare_lite.schedules.torch_notation`. JSON adds what rows cannot say (name, sizes,
+:mod:`pipemare_lite.interop.torch_notation`. JSON adds what rows cannot say (name, sizes,
 weight mode). Plain JSON and CSV only: reading never evaluates code. :func:`load_schedule`
 reads either file (``fit(schedule=path)``, ``--schedule FILE``; docs/write-a-schedule.md).
 

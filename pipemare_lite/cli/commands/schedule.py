@@ -18,7 +18,7 @@ backwards read (default: derived; needed when the schedule does not flush).
 ``--csv`` prints the engine's rows (with U, microbatches numbered over the whole run);
 ``--torch-csv`` prints one flushed minibatch (``--minibatch k``, needed when K > 1) in
 PyTorch's compute-only notation, the file ``_PipelineScheduleRuntime._load_csv`` reads
-(see :mod:`pipemare_lite.schedules.torch_notation`).
+(see :mod:`pipemare_lite.interop.torch_notation`).
 
 ``--update-every N`` is PipeMare's N, microbatches per optimizer update: for the
 asynchronous schedules (async/pipemare, pipedream, 2bw) it is the same as
@@ -36,10 +36,10 @@ import math
 from pipemare_lite.analysis.simulate import OpCosts, ScheduleMetrics, simulate_and_measure
 from pipemare_lite.analysis.staleness import stage_delays, steady_state_minibatches
 from pipemare_lite.analysis.timeline import Timeline
+from pipemare_lite.interop.torch_notation import to_torch_csv
 from pipemare_lite.schedules import ALIASES, WEIGHT_MODES, Schedule, build_schedule
 from pipemare_lite.schedules.io import to_csv
 from pipemare_lite.schedules.registry import is_asynchronous, schedule_names
-from pipemare_lite.schedules.torch_notation import to_torch_csv
 
 #: Widest text grid printed (in time cells); wider timelines print metrics only.
 MAX_GRID_CELLS = 160

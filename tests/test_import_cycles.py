@@ -1,0 +1,119 @@
+"""The package has no import cycles (issue 11: "No import cycles").
+
+Read statically: for every module of ``pipemare_lite``, the modules of the package it
+imports at module level (imports inside functions are deferred on purpose and do not count;
+``if TYPE_CHECKING:`` blocks neither). ``from pkg import name`` counts as an import of
+``pkg.name`` when that is a module, else of ``pkg``. A cycle is a strongly connected
+component of more than one module of that graph; each one found is named in the failure.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1] / "pipemare_lite"
+
+
+def package_modules() -> dict[str, Path]:
+    """Dotted name -> file, for every module and package of pipemare_lite."""
+    modules = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def module_level_imports(tree: ast.Module):
+    """Import statements run when the module is imported (not those in functions)."""
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            yield from (n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the package modules it imports at module level."""
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        imported = set()
+        for node in module_level_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names if a.name in modules)
+                continue
+            base = node.module or ""
+            if node.level:  # relative: climb from the importing package
+                parents = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parents + ([node.module] if node.module else []))
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                if target in modules:
+                    imported.add(target)
+                elif base in modules:
+                    imported.add(base)
+        graph[name] = imported - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_reads_the_package():
+    graph = import_graph(package_modules())
+    # spot checks that the reader resolves both import forms
+    assert "pipemare_lite.schedules.actions" in graph["pipemare_lite.schedules.validate"]
+    assert "pipemare_lite.methods.registry" in graph["pipemare_lite.methods"]
+
+
+def test_pipemare_lite_has_no_import_cycles():
+    found = cycles(import_graph(package_modules()))
+    assert not found, "import cycles (each line one cycle):\n" + "\n".join(
+        " <-> ".join(component) for component in found)
