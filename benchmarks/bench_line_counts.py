@@ -24,6 +24,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "pipemare_lite"
 GOALS = {"core (schedules + analysis + engine)": 3000, "engine/dist": 1200}
 CORE = ("schedules", "analysis", "engine")
+#: methods/ files that are chapter 12's plug-in methods, not part of the engine.
+CHAPTER_12_METHODS = ("beyond", "delay_compensation", "nesterov", "weight_prediction")
 _NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
              tokenize.ENDMARKER}
 
@@ -69,6 +71,15 @@ def table(names: list[str]) -> dict[str, tuple[int, int]]:
     core = [rows[n] for n in CORE]
     rows["core (schedules + analysis + engine)"] = (sum(c[0] for c in core),
                                                     sum(c[1] for c in core))
+    # The issue's goal counts the three packages above. methods/ sits beside them but a
+    # reader following how `pipemare` runs reads its engine half too (versions, T1, T2,
+    # hooks, registry): this row says how much that adds, against no goal of its own.
+    engine_methods = [count_lines(f) for f in package_files("methods")
+                      if f.stem not in CHAPTER_12_METHODS]
+    core_physical, core_code = rows["core (schedules + analysis + engine)"]
+    rows["core + methods/ without chapter 12's (no goal)"] = (
+        core_physical + sum(c[0] for c in engine_methods),
+        core_code + sum(c[1] for c in engine_methods))
     return rows
 
 
@@ -81,13 +92,13 @@ def main() -> None:
                    if p.name != "__pycache__" and (p.is_dir() or p.suffix == ".py"))
     names = [n.removesuffix(".py") for n in names]
     names.insert(names.index("engine") + 1, "engine/dist")
-    print(f"{'package':40s} {'physical':>9s} {'code':>7s}   goal")
+    print(f"{'package':48s} {'physical':>9s} {'code':>7s}   goal")
     for name, (physical, code) in table(names).items():
         goal = GOALS.get(name)
         verdict = "" if goal is None else (
             f"<= {goal}: physical {'met' if physical <= goal else 'not met'}, "
             f"code {'met' if code <= goal else 'not met'}")
-        print(f"{name:40s} {physical:9d} {code:7d}   {verdict}")
+        print(f"{name:48s} {physical:9d} {code:7d}   {verdict}")
     if args.files:
         for name in (*CORE, "engine/dist"):
             for path in package_files(name):
