@@ -47,6 +47,7 @@ action, the weight version each F and B used, and the bytes each stage held.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -246,7 +247,7 @@ class LocalExecutor:
     def state_dict(self) -> dict:
         """Everything needed to continue bitwise (see the module docstring)."""
         if self._rng is not None:  # continuing a checkpoint's stream
-            rng = _cloned(self._rng)
+            rng = copy.deepcopy(self._rng)
         else:  # no CUDA call on CPU runs
             rng = self._current_rng(any(w.device.type == "cuda" for w in self.workers))
         return {
@@ -273,13 +274,7 @@ class LocalExecutor:
         for worker, stage_state in zip(self.workers, state["stages"]):
             worker.load_state_dict(stage_state)
         # kept for run(), not set on the process: the caller's random stream is its own
-        self._rng = _cloned(state["rng"])
-
-
-def _cloned(rng: dict) -> dict:
-    """A copy of a random state ``{"cpu": tensor, "cuda": [tensor per device]}``."""
-    return {k: v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v]
-            for k, v in rng.items()}
+        self._rng = copy.deepcopy(state["rng"])
 
 
 class _Cursor:

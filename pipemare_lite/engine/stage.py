@@ -198,16 +198,11 @@ class StageWorker:
             raise RuntimeError(f"stage {self.stage}: F{microbatch} twice without its backward")
         if self.is_last and target is None:
             raise ValueError(f"stage {self.stage} is last: F{microbatch} needs a target")
+        if self.stage > 0 and not x.is_floating_point():
+            raise TypeError(f"stage {self.stage} got a {x.dtype} input; stages after the "
+                            "first need floating-point inputs to send gradients back")
         version = self.versions.forward_version(microbatch)
-        x = x.detach().to(self.device)
-        if self.stage > 0:
-            if not x.is_floating_point():
-                raise TypeError(f"stage {self.stage} got a {x.dtype} input; stages after the "
-                                "first need floating-point inputs to send gradients back")
-            x.requires_grad_(True)
-        if isinstance(target, torch.Tensor):
-            target = target.to(self.device)
-        record = _Pending(microbatch, version, x, target)
+        record = self._new_record(microbatch, version, x, target)
         self.versions.acquire(version)
         self.pending[microbatch] = record
         self.forward_versions[microbatch] = version
@@ -216,6 +211,14 @@ class StageWorker:
         if self.is_last:
             self.losses[microbatch] = out.item()
         return out
+
+    def _new_record(self, microbatch: int, version: int, x: torch.Tensor, target) -> _Pending:
+        """A forward's record: its input, detached and on this device (needing a gradient
+        after stage 0: it is sent back), and its target (a forward's and a replay's)."""
+        x = x.detach().to(self.device).requires_grad_(self.stage > 0)
+        if isinstance(target, torch.Tensor):
+            target = target.to(self.device)
+        return _Pending(microbatch, version, x, target)
 
     # The saved-tensor path, F(m) to B(m) (chapter 05). Autograd offers every tensor it
     # saves to pack(); what pack returns is kept in the graph and given to unpack() when
@@ -460,6 +463,4 @@ def _norm_dtype(tensor: torch.Tensor) -> torch.dtype:
 
 
 def _module_device(module: nn.Module) -> torch.device:
-    for tensor in module.parameters():
-        return tensor.device
-    return torch.device("cpu")
+    return next((p.device for p in module.parameters()), torch.device("cpu"))
