@@ -197,8 +197,7 @@ class LocalExecutor:
         interpreter, transport, last = self.interpreter, self.transport, self._last
         transport.microbatches = microbatches
         stages_of = {r: self.schedule.stages_of(r) for r in range(len(cursors))}
-        recorder = Recorder(interpreter, (), BytesMeter(workers, stages_of))
-        remaining = sum(cursor.length - cursor.position for cursor in cursors)
+        recorder = Recorder(interpreter, (), BytesMeter(dict(enumerate(workers)), stages_of))
 
         def reached() -> bool:  # versions only move at updates: checked after each U
             return stop_after_updates is not None and all(
@@ -206,7 +205,7 @@ class LocalExecutor:
 
         stopped = reached()
         recorder.start()
-        while remaining and not stopped:
+        while not stopped and not self.finished:
             progressed = False
             for rank, cursor in enumerate(cursors):  # one action per rank per round
                 action = cursor.action
@@ -215,7 +214,6 @@ class LocalExecutor:
                 start, end = interpreter.step(action)
                 recorder.record(rank, cursor.position, action, start, end)
                 cursor.advance()
-                remaining -= 1
                 progressed = True
                 if action.kind == UPDATE and reached():
                     stopped = True
@@ -284,7 +282,6 @@ class _Cursor:
 
     def __init__(self, schedule, rank: int, position: int) -> None:
         self.actions = schedule.row(rank, position)
-        self.length = len(schedule.ranks[rank])
         self.position = position
         self.action = next(self.actions, None)
 

@@ -46,7 +46,7 @@ def stage_state(worker) -> dict:
         "lr_scheduler": (None if worker.lr_scheduler is None
                          else copy.deepcopy(worker.lr_scheduler.state_dict())),
         "versions": worker.versions.state_dict(),
-        "hooks": None if worker.hooks is None else worker.hooks.state_dict(),
+        "hooks": worker.hooks.state_dict(),
         "pending": pending,
     }
 
@@ -64,7 +64,7 @@ def load_stage_state(worker, state: dict) -> None:
         worker.lr_scheduler.load_state_dict(copy.deepcopy(state["lr_scheduler"]))
     worker.versions.load_state_dict(state["versions"])
     hooks_state = state.get("hooks", state.get("t2"))  # "t2": checkpoints before hooks
-    if worker.hooks is not None and hooks_state is not None:
+    if hooks_state is not None:
         worker.hooks.load_state_dict(hooks_state)
     for m in sorted(state["pending"]):
         replay_pending(worker, m, state["pending"][m])

@@ -135,7 +135,8 @@ class StageWorker:
         discrepancy_gamma: T2's gamma; None switches T2 off (needs weight mode ``async``).
             Shorthand for ``hooks=DiscrepancyHooks(params, gamma)``.
         hooks: the method's :class:`~pipemare_lite.methods.hooks.MethodHooks` for this
-            stage (which weights F and B see, what happens at an update, bytes it holds).
+            stage (which weights F and B see, what happens at an update, bytes it holds);
+            None: the base class's, which do nothing.
     """
 
     def __init__(self, stage: int, module: nn.Module, optimizer: torch.optim.Optimizer, *,
@@ -164,7 +165,7 @@ class StageWorker:
             if hooks is not None:
                 raise ValueError("give T2 either as discrepancy_gamma or inside hooks, not both")
             hooks = DiscrepancyHooks(self.params, discrepancy_gamma)
-        self.hooks = hooks
+        self.hooks = MethodHooks() if hooks is None else hooks
         self.pending: dict[int, _Pending] = {}
         # running byte counts, so that reading them after every action stays cheap
         self._weight_bytes = sum(p.nbytes for p in self.params)
@@ -243,7 +244,7 @@ class StageWorker:
         versions, hooks = self.versions, self.hooks
         older = record.version != versions.version
         copies = None
-        if hooks is not None and pack is None:  # a replay's saved tensors are stored
+        if pack is None:  # a replay's saved tensors are stored
             copies = hooks.forward_weights(record.microbatch, record.version)
         if copies is None and older and (not versions.rule.forward_reads_current
                                          or record.version in versions.held):
@@ -256,8 +257,8 @@ class StageWorker:
             index_of = {id(t): i for i, t in enumerate(weights.values())}
         # sync: no update can come between F and B (WeightVersions refuses it), so the
         # backward reads exactly the tensors the forward saved and the hooks only take note
-        # (unless the method's hooks may choose the backward's weights)
-        live = versions.rule.flushes and hooks is None
+        # (unless a method's hooks may choose the backward's weights)
+        live = versions.rule.flushes and type(hooks) is MethodHooks
         if pack is None:
             pack = self._packer(record, index_of, live)
         with torch.autograd.graph.saved_tensors_hooks(pack, self._unpacker(record)):
@@ -307,8 +308,7 @@ class StageWorker:
         """
         m, current = record.microbatch, self.versions.version
         used = self.versions.rule.version_at_backward(current, record.version)
-        chosen = (None if self.hooks is None
-                  else self.hooks.backward_weights(m, record.version, current))
+        chosen = self.hooks.backward_weights(m, record.version, current)
         record.weights = self.versions.weights(used) if chosen is None else chosen
         self.backward_versions[m] = used
         self.distances[m] = used - record.version  # the discrepancy (T2's d when T2 is on)
@@ -359,23 +359,20 @@ class StageWorker:
         del self.pending[record.microbatch]
         self._activation_bytes -= record.saved_bytes
         self.versions.release(record.version)
-        if self.hooks is not None:
-            self.hooks.backward_done(record.microbatch)
+        self.hooks.backward_done(record.microbatch)
 
     # ------------------------------------------------------------------ update
     def update(self) -> None:
         """U: one optimizer step on the accumulated gradients, then zero them (to None)."""
         self.versions.before_update()
-        if self.hooks is not None:
-            self.hooks.before_update()
+        self.hooks.before_update()
         self.learning_rates.append(self.optimizer.param_groups[0]["lr"])
         self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
         before = self._weights_before_update()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.update_norms.append(_change_norm(before, self.params))
-        if self.hooks is not None:
-            self.hooks.after_update()
+        self.hooks.after_update()
         self.versions.after_update()
         self._optimizer_bytes = self._count_optimizer_bytes()  # state appears at first step
         if self.lr_scheduler is not None:
@@ -407,9 +404,8 @@ class StageWorker:
             "optimizer": self._optimizer_bytes,
             "activations": self._activation_bytes,
         }
-        if self.hooks is not None:
-            for kind, value in self.hooks.bytes_held().items():
-                held[kind] = held.get(kind, 0) + int(value)
+        for kind, value in self.hooks.bytes_held().items():
+            held[kind] = held.get(kind, 0) + int(value)
         return held
 
     def _count_optimizer_bytes(self) -> int:

@@ -68,10 +68,7 @@ class ParamRef:
     def materialize(self, weights: Sequence[torch.Tensor]) -> torch.Tensor:
         """The saved tensor rebuilt from ``weights[index]`` (a chosen version)."""
         tensor = weights[self.index]
-        if self.view is None:
-            return tensor
-        size, stride, offset = self.view
-        return tensor.as_strided(size, stride, offset)
+        return tensor if self.view is None else tensor.as_strided(*self.view)
 
 
 def param_ref(tensor: torch.Tensor, index_of: dict[int, int]) -> ParamRef | None:
