@@ -137,12 +137,11 @@ class LocalExecutor:
             device_of=lambda s: None if devices is None else torch.device(devices[s]),
             lr_scheduler_factory=lr_scheduler_factory)
         self.workers: list[StageWorker] = list(workers.values())
-        self._last = stages - 1  # the virtual stage that computes the loss
         self._cursors = [_Cursor(schedule, r, 0) for r in range(schedule.num_ranks)]
         # tensors in transit live in the transport; the interpreter runs the actions
         self.transport = InProcessTransport(self.workers)
         self.interpreter = Interpreter(
-            self.workers, self._last, self.transport,
+            self.workers, stages - 1, self.transport,
             devices=[w.device for w in self.workers if w.device.type == "cuda"])
         # the random state of a checkpoint this executor continues ({"cpu", "cuda"}), or
         # None: draw from the process's stream (see the module docstring)
@@ -194,7 +193,7 @@ class LocalExecutor:
                              f"({self.schedule.num_minibatches} x {self.schedule.num_microbatches}"
                              f"), got {len(microbatches)}")
         workers, cursors = self.workers, self._cursors
-        interpreter, transport, last = self.interpreter, self.transport, self._last
+        interpreter, transport = self.interpreter, self.transport
         transport.microbatches = microbatches
         stages_of = {r: self.schedule.stages_of(r) for r in range(len(cursors))}
         recorder = Recorder(interpreter, (), BytesMeter(dict(enumerate(workers)), stages_of))
@@ -209,7 +208,7 @@ class LocalExecutor:
             progressed = False
             for rank, cursor in enumerate(cursors):  # one action per rank per round
                 action = cursor.action
-                if action is None or not transport.ready(action, last):
+                if action is None or not transport.ready(action):
                     continue
                 start, end = interpreter.step(action)
                 recorder.record(rank, cursor.position, action, start, end)
@@ -232,12 +231,11 @@ class LocalExecutor:
         trace = Timeline(self.schedule, tuple(recorder.timed_actions()), unit="s",
                          source="measured", extra={"versions": recorder.versions,
                                                    "distances": dict(taken.distances)})
-        rank_peaks = meter.rank_peaks()
         return RunResult(list(taken.losses.values()), taken.losses, trace,
                          taken.forward_versions, taken.backward_versions, taken.distances,
                          [taken.learning_rates[s] for s in stages],
                          [meter.peaks[s] for s in stages], meter.over_time,
-                         peak_bytes_by_rank=[rank_peaks[r] for r in range(len(rank_peaks))],
+                         peak_bytes_by_rank=list(meter.rank_peaks().values()),  # rank order
                          group_learning_rates=[taken.group_learning_rates[s] for s in stages],
                          update_norms=[taken.update_norms[s] for s in stages])
 

@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from pipemare_lite.analysis.memory import KINDS
+from pipemare_lite.engine import replay
 from pipemare_lite.methods.discrepancy import DiscrepancyHooks
 from pipemare_lite.methods.hooks import MethodHooks
 from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
@@ -240,17 +241,15 @@ class StageWorker:
         ``pack``: another pack hook (a checkpoint's replay, :mod:`.replay`, hands back the
         stored saved tensors; the method's hooks are then not asked for weights).
         """
-        weights, index_of = None, self._index_of
-        versions, hooks = self.versions, self.hooks
-        older = record.version != versions.version
-        copies = None
-        if pack is None:  # a replay's saved tensors are stored
-            copies = hooks.forward_weights(record.microbatch, record.version)
-        if copies is None and older and (not versions.rule.forward_reads_current
-                                         or record.version in versions.held):
+        versions, hooks, index_of = self.versions, self.hooks, self._index_of
+        # a replay's saved tensors are stored: the method's hooks are not asked for weights
+        copies = hooks.forward_weights(record.microbatch, record.version) if pack is None else None
+        if copies is None and record.version != versions.version and (
+                not versions.rule.forward_reads_current or record.version in versions.held):
             # 2BW (or a replayed stash forward): read the held copy, not the live weights.
             # A replayed async forward reads the live weights: its saved tensors are stored.
-            copies = self.versions.weights(record.version)
+            copies = versions.weights(record.version)
+        weights = None
         if copies is not None:
             weights = {name: _HeldVersion.apply(p, c)
                        for name, p, c in zip(self._names, self.params, copies)}
@@ -420,15 +419,11 @@ class StageWorker:
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         """Everything needed to continue bitwise (:func:`.replay.stage_state`)."""
-        from pipemare_lite.engine import replay
-
         return replay.stage_state(self)
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output and rebuild the pending microbatches' graphs
         (:func:`.replay.load_stage_state`)."""
-        from pipemare_lite.engine import replay
-
         replay.load_stage_state(self, state)
 
 
