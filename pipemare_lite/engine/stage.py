@@ -51,7 +51,6 @@ from pipemare_lite.engine import replay
 from pipemare_lite.methods.discrepancy import DiscrepancyHooks
 from pipemare_lite.methods.hooks import MethodHooks
 from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
-from pipemare_lite.schedules.weight_modes import get_weight_mode
 
 #: Byte kinds reported per stage: the memory model's (:data:`pipemare_lite.analysis.memory.KINDS`);
 #: a method's hooks may add kinds of their own (weight prediction: ``prediction``).
@@ -148,9 +147,6 @@ class StageWorker:
                  hooks: MethodHooks | None = None) -> None:
         if is_last and loss_fn is None:
             raise ValueError("the last stage needs a loss_fn(output, target)")
-        if discrepancy_gamma is not None and not get_weight_mode(weight_mode).has_discrepancy:
-            raise ValueError(f"T2 corrects the async discrepancy; weight mode {weight_mode!r} "
-                             "has none (use weight_mode 'async')")
         self.stage, self.module, self.optimizer = stage, module, optimizer
         self.is_last, self.loss_fn = is_last, loss_fn
         self.num_microbatches = num_microbatches
@@ -163,6 +159,9 @@ class StageWorker:
                                        num_microbatches=num_microbatches,
                                        num_minibatches=num_minibatches)
         if discrepancy_gamma is not None:
+            if not self.versions.rule.has_discrepancy:
+                raise ValueError(f"T2 corrects the async discrepancy; weight mode "
+                                 f"{weight_mode!r} has none (use weight_mode 'async')")
             if hooks is not None:
                 raise ValueError("give T2 either as discrepancy_gamma or inside hooks, not both")
             hooks = DiscrepancyHooks(self.params, discrepancy_gamma)
