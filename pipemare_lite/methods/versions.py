@@ -146,12 +146,10 @@ class WeightVersions:
 
     def release(self, version: int) -> None:
         """That microbatch's backward is finished; free the copy if nobody else needs it."""
-        count = self.refcount[version] - 1
-        if count:
-            self.refcount[version] = count
-            return
-        del self.refcount[version]
-        self.held.pop(version, None)
+        self.refcount[version] -= 1
+        if not self.refcount[version]:
+            del self.refcount[version]
+            self.held.pop(version, None)
 
     # -- around an optimizer step ----------------------------------------------------------
     def before_update(self) -> None:
