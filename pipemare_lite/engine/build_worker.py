@@ -60,12 +60,6 @@ def build_hooks(schedule: Schedule, stage: int, module: nn.Module, optimizer,
     return hooks
 
 
-def rescheduling_delays(schedule: Schedule, options: MethodOptions) -> list[int] | None:
-    """T1's delay per virtual stage (chapter 08, measured from the schedule), or None when
-    T1 is off."""
-    return stage_forward_delays(schedule) if options.lr_rescheduling else None
-
-
 def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, loss_fn: Callable,
                        optimizer_factory: Callable, options: MethodOptions,
                        delays: list[int] | None, device: torch.device | None = None,
@@ -76,7 +70,7 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
     ``optimizer_factory(trainable params)``, the optional base scheduler with
     ``lr_scheduler_factory(optimizer)``, T1 (:class:`LRRescheduling`) on top of it when
     ``delays`` is given (``delays[stage]`` is the stage's tau, from
-    :func:`rescheduling_delays`; off during the schedule's ``warmup_minibatches`` W, then
+    :func:`build_stage_workers`; off during the schedule's ``warmup_minibatches`` W, then
     annealed over ``options.rescheduling_horizon`` or the ``num_minibatches - W``
     asynchronous updates), and the method's hooks (:func:`build_hooks`: T2 with the
     stage's gamma when ``options.discrepancy_correction`` is on, or a registered method's).
@@ -108,12 +102,13 @@ def build_stage_workers(schedule: Schedule, modules: Mapping[int, nn.Module], *,
                         lr_scheduler_factory: Callable | None = None,
                         ) -> tuple[dict[int, StageWorker], list[int] | None]:
     """``({stage: worker}, T1's delays)`` for ``modules`` (``{stage: module}``), as both
-    executors build them: ``options`` checked (:func:`check_method_options`), the delays
-    measured once on the whole run (a lazy schedule's short one: the same tau), then
-    :func:`build_stage_worker` for each stage on ``device_of(stage)``."""
+    executors build them: ``options`` checked (:func:`check_method_options`), T1's delays
+    (chapter 08, None when T1 is off) measured once on the whole run (a lazy schedule's short
+    one: the same tau), then :func:`build_stage_worker` for each stage on ``device_of(stage)``.
+    """
     options = options or MethodOptions()
     check_method_options(schedule, options)
-    delays = rescheduling_delays(short_schedule(schedule), options)
+    delays = stage_forward_delays(short_schedule(schedule)) if options.lr_rescheduling else None
     return {s: build_stage_worker(schedule, s, module, loss_fn=loss_fn,
                                   optimizer_factory=optimizer_factory, options=options,
                                   delays=delays, device=device_of(s),

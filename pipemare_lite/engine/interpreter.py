@@ -91,9 +91,8 @@ class Interpreter:
     # ------------------------------------------------------------------ the table
     def _forward(self, action: Action, worker: StageWorker):
         s, m = action.stage, action.index
-        transport = self.transport
-        x = transport.first_input(m) if s == 0 else transport.activation(s, m)
-        target = transport.target(m) if s == self.last else None
+        x = self.transport.first_input(m) if s == 0 else self.transport.activation(s, m)
+        target = self.transport.target(m) if s == self.last else None
         start = time.perf_counter()
         out = worker.forward(m, x, target)
         return start, (None if s == self.last else (ACTIVATION, s, m, out))
@@ -149,10 +148,8 @@ class InProcessTransport:
         self.microbatches: Sequence = ()
 
     def first_input(self, m: int):
-        """Stage 0's input of microbatch m, read from the feed (its target kept for later)."""
-        if m >= len(self.microbatches):
-            raise IndexError(f"action 0F{m} needs microbatch {m}; only "
-                             f"{len(self.microbatches)} were given")
+        """Stage 0's input of microbatch m, read from the feed (its target kept for later;
+        the executor checked that the feed is long enough)."""
         x, self.targets[m] = self.microbatches[m]
         return x
 
@@ -178,15 +175,16 @@ class InProcessTransport:
         else:
             self.gradients[(s - 1, m)] = tensor.to(self.workers[s - 1].device)
 
-    def ready(self, action: Action, last: int) -> bool:
+    def ready(self, action: Action) -> bool:
         """Whether ``action``'s inputs have arrived (the local executor runs it only then)."""
         s, m, kind = action.stage, action.index, action.kind
         if kind == FORWARD:
             return s == 0 or (s, m) in self.activations
+        worker = self.workers[s]
         if kind == BACKWARD or kind == INPUT_GRAD:
-            return m in self.workers[s].pending and (s == last or (s, m) in self.gradients)
+            return m in worker.pending and (worker.is_last or (s, m) in self.gradients)
         if kind == WEIGHT_GRAD:
-            record = self.workers[s].pending.get(m)
+            record = worker.pending.get(m)
             return record is not None and record.input_grad_done
         return True
 

@@ -47,6 +47,7 @@ action, the weight version each F and B used, and the bytes each stage held.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -136,12 +137,11 @@ class LocalExecutor:
             device_of=lambda s: None if devices is None else torch.device(devices[s]),
             lr_scheduler_factory=lr_scheduler_factory)
         self.workers: list[StageWorker] = list(workers.values())
-        self._last = stages - 1  # the virtual stage that computes the loss
         self._cursors = [_Cursor(schedule, r, 0) for r in range(schedule.num_ranks)]
         # tensors in transit live in the transport; the interpreter runs the actions
         self.transport = InProcessTransport(self.workers)
         self.interpreter = Interpreter(
-            self.workers, self._last, self.transport,
+            self.workers, stages - 1, self.transport,
             devices=[w.device for w in self.workers if w.device.type == "cuda"])
         # the random state of a checkpoint this executor continues ({"cpu", "cuda"}), or
         # None: draw from the process's stream (see the module docstring)
@@ -193,11 +193,10 @@ class LocalExecutor:
                              f"({self.schedule.num_minibatches} x {self.schedule.num_microbatches}"
                              f"), got {len(microbatches)}")
         workers, cursors = self.workers, self._cursors
-        interpreter, transport, last = self.interpreter, self.transport, self._last
+        interpreter, transport = self.interpreter, self.transport
         transport.microbatches = microbatches
         stages_of = {r: self.schedule.stages_of(r) for r in range(len(cursors))}
-        recorder = Recorder(interpreter, (), BytesMeter(workers, stages_of))
-        remaining = sum(cursor.length - cursor.position for cursor in cursors)
+        recorder = Recorder(interpreter, (), BytesMeter(dict(enumerate(workers)), stages_of))
 
         def reached() -> bool:  # versions only move at updates: checked after each U
             return stop_after_updates is not None and all(
@@ -205,16 +204,15 @@ class LocalExecutor:
 
         stopped = reached()
         recorder.start()
-        while remaining and not stopped:
+        while not stopped and not self.finished:
             progressed = False
             for rank, cursor in enumerate(cursors):  # one action per rank per round
                 action = cursor.action
-                if action is None or not transport.ready(action, last):
+                if action is None or not transport.ready(action):
                     continue
                 start, end = interpreter.step(action)
                 recorder.record(rank, cursor.position, action, start, end)
                 cursor.advance()
-                remaining -= 1
                 progressed = True
                 if action.kind == UPDATE and reached():
                     stopped = True
@@ -233,12 +231,11 @@ class LocalExecutor:
         trace = Timeline(self.schedule, tuple(recorder.timed_actions()), unit="s",
                          source="measured", extra={"versions": recorder.versions,
                                                    "distances": dict(taken.distances)})
-        rank_peaks = meter.rank_peaks()
         return RunResult(list(taken.losses.values()), taken.losses, trace,
                          taken.forward_versions, taken.backward_versions, taken.distances,
                          [taken.learning_rates[s] for s in stages],
                          [meter.peaks[s] for s in stages], meter.over_time,
-                         peak_bytes_by_rank=[rank_peaks[r] for r in range(len(rank_peaks))],
+                         peak_bytes_by_rank=list(meter.rank_peaks().values()),  # rank order
                          group_learning_rates=[taken.group_learning_rates[s] for s in stages],
                          update_norms=[taken.update_norms[s] for s in stages])
 
@@ -246,7 +243,7 @@ class LocalExecutor:
     def state_dict(self) -> dict:
         """Everything needed to continue bitwise (see the module docstring)."""
         if self._rng is not None:  # continuing a checkpoint's stream
-            rng = _cloned(self._rng)
+            rng = copy.deepcopy(self._rng)
         else:  # no CUDA call on CPU runs
             rng = self._current_rng(any(w.device.type == "cuda" for w in self.workers))
         return {
@@ -273,13 +270,7 @@ class LocalExecutor:
         for worker, stage_state in zip(self.workers, state["stages"]):
             worker.load_state_dict(stage_state)
         # kept for run(), not set on the process: the caller's random stream is its own
-        self._rng = _cloned(state["rng"])
-
-
-def _cloned(rng: dict) -> dict:
-    """A copy of a random state ``{"cpu": tensor, "cuda": [tensor per device]}``."""
-    return {k: v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v]
-            for k, v in rng.items()}
+        self._rng = copy.deepcopy(state["rng"])
 
 
 class _Cursor:
@@ -289,7 +280,6 @@ class _Cursor:
 
     def __init__(self, schedule, rank: int, position: int) -> None:
         self.actions = schedule.row(rank, position)
-        self.length = len(schedule.ranks[rank])
         self.position = position
         self.action = next(self.actions, None)
 

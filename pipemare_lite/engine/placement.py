@@ -114,9 +114,9 @@ def plan(rank: int, local_rank: int, local_world_size: int, *, device: str = "au
                          f"{local_world_size} local rank(s)); use 'gloo' on the CPU")
     backend = backend or ("nccl" if use_cuda else "gloo")
     where = f"cuda:{local_rank}" if use_cuda else "cpu"
-    staged = use_cuda and backend == "gloo"
     return Placement(rank, local_rank, backend, where, weights=where, optimizer_state=where,
-                     messages="cpu" if staged else where, pinned_messages=staged)
+                     messages=message_device(backend, where),
+                     pinned_messages=pin_messages(backend, where))
 
 
 def _kind(device) -> str:

@@ -72,14 +72,12 @@ class BytesMeter:
     """Peaks of every byte kind per stage and per rank, read after each action.
 
     Args:
-        workers: ``{stage: StageWorker}`` (or a list indexed by stage) being measured.
+        workers: ``{stage: StageWorker}`` being measured.
         stages_of: ``{rank: [its stages]}`` of the ranks whose actions are recorded.
     """
 
-    def __init__(self, workers: Mapping[int, StageWorker] | Sequence[StageWorker],
+    def __init__(self, workers: Mapping[int, StageWorker],
                  stages_of: Mapping[int, Sequence[int]]) -> None:
-        if not isinstance(workers, Mapping):
-            workers = dict(enumerate(workers))
         self.workers = workers
         self.now = {s: w.bytes_held() for s, w in workers.items()}
         self.stages_of = dict(stages_of)

@@ -46,7 +46,7 @@ def stage_state(worker) -> dict:
         "lr_scheduler": (None if worker.lr_scheduler is None
                          else copy.deepcopy(worker.lr_scheduler.state_dict())),
         "versions": worker.versions.state_dict(),
-        "hooks": None if worker.hooks is None else worker.hooks.state_dict(),
+        "hooks": worker.hooks.state_dict(),
         "pending": pending,
     }
 
@@ -64,7 +64,7 @@ def load_stage_state(worker, state: dict) -> None:
         worker.lr_scheduler.load_state_dict(copy.deepcopy(state["lr_scheduler"]))
     worker.versions.load_state_dict(state["versions"])
     hooks_state = state.get("hooks", state.get("t2"))  # "t2": checkpoints before hooks
-    if worker.hooks is not None and hooks_state is not None:
+    if hooks_state is not None:
         worker.hooks.load_state_dict(hooks_state)
     for m in sorted(state["pending"]):
         replay_pending(worker, m, state["pending"][m])
@@ -73,17 +73,17 @@ def load_stage_state(worker, state: dict) -> None:
 
 def replay_pending(worker, microbatch: int, stored: dict) -> None:
     """Rebuild one pending microbatch's graph from its stored saved tensors."""
-    from pipemare_lite.engine.stage import _Pending
-
-    x = stored["input"].to(worker.device)
-    if worker.stage > 0:
-        x.requires_grad_(True)
-    record = _Pending(microbatch, stored["version"], x, stored["target"])
+    record = worker._new_record(microbatch, stored["version"], stored["input"], stored["target"])
     queue = list(stored["saved"])
+
+    def pack(tensor: torch.Tensor):  # what autograd offers is ignored (see above)
+        record.saved.append(queue.pop(0))
+        return record.saved[-1]
+
     devices = [worker.device.index or 0] if worker.device.type == "cuda" else []
     buffers = [b.clone() for b in worker.module.buffers()]  # e.g. BatchNorm running stats
     with torch.random.fork_rng(devices=devices):  # a replay must not consume randomness
-        worker._build_graph(record, pack=stored_packer(record, queue))
+        worker._build_graph(record, pack=pack)
     with torch.no_grad():  # nor move the module's buffers a second time
         for buffer, before in zip(worker.module.buffers(), buffers):
             buffer.copy_(before)
@@ -94,14 +94,3 @@ def replay_pending(worker, microbatch: int, stored: dict) -> None:
     record.grad_output = stored["grad_output"]
     record.input_grad_done = stored["input_grad_done"]
     worker.pending[microbatch] = record
-
-
-def stored_packer(record, queue: list):
-    """The pack hook of a replay: hand back the stored tensors in order (see above)."""
-    saved = record.saved
-
-    def pack(tensor: torch.Tensor):
-        stored = queue.pop(0)
-        saved.append(stored)
-        return stored
-    return pack

@@ -47,10 +47,10 @@ import torch
 from torch import nn
 
 from pipemare_lite.analysis.memory import KINDS
+from pipemare_lite.engine import replay
 from pipemare_lite.methods.discrepancy import DiscrepancyHooks
 from pipemare_lite.methods.hooks import MethodHooks
 from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
-from pipemare_lite.schedules.weight_modes import get_weight_mode
 
 #: Byte kinds reported per stage: the memory model's (:data:`pipemare_lite.analysis.memory.KINDS`);
 #: a method's hooks may add kinds of their own (weight prediction: ``prediction``).
@@ -135,7 +135,8 @@ class StageWorker:
         discrepancy_gamma: T2's gamma; None switches T2 off (needs weight mode ``async``).
             Shorthand for ``hooks=DiscrepancyHooks(params, gamma)``.
         hooks: the method's :class:`~pipemare_lite.methods.hooks.MethodHooks` for this
-            stage (which weights F and B see, what happens at an update, bytes it holds).
+            stage (which weights F and B see, what happens at an update, bytes it holds);
+            None: the base class's, which do nothing.
     """
 
     def __init__(self, stage: int, module: nn.Module, optimizer: torch.optim.Optimizer, *,
@@ -146,9 +147,6 @@ class StageWorker:
                  hooks: MethodHooks | None = None) -> None:
         if is_last and loss_fn is None:
             raise ValueError("the last stage needs a loss_fn(output, target)")
-        if discrepancy_gamma is not None and not get_weight_mode(weight_mode).has_discrepancy:
-            raise ValueError(f"T2 corrects the async discrepancy; weight mode {weight_mode!r} "
-                             "has none (use weight_mode 'async')")
         self.stage, self.module, self.optimizer = stage, module, optimizer
         self.is_last, self.loss_fn = is_last, loss_fn
         self.num_microbatches = num_microbatches
@@ -161,10 +159,13 @@ class StageWorker:
                                        num_microbatches=num_microbatches,
                                        num_minibatches=num_minibatches)
         if discrepancy_gamma is not None:
+            if not self.versions.rule.has_discrepancy:
+                raise ValueError(f"T2 corrects the async discrepancy; weight mode "
+                                 f"{weight_mode!r} has none (use weight_mode 'async')")
             if hooks is not None:
                 raise ValueError("give T2 either as discrepancy_gamma or inside hooks, not both")
             hooks = DiscrepancyHooks(self.params, discrepancy_gamma)
-        self.hooks = hooks
+        self.hooks = MethodHooks() if hooks is None else hooks
         self.pending: dict[int, _Pending] = {}
         # running byte counts, so that reading them after every action stays cheap
         self._weight_bytes = sum(p.nbytes for p in self.params)
@@ -198,16 +199,11 @@ class StageWorker:
             raise RuntimeError(f"stage {self.stage}: F{microbatch} twice without its backward")
         if self.is_last and target is None:
             raise ValueError(f"stage {self.stage} is last: F{microbatch} needs a target")
+        if self.stage > 0 and not x.is_floating_point():
+            raise TypeError(f"stage {self.stage} got a {x.dtype} input; stages after the "
+                            "first need floating-point inputs to send gradients back")
         version = self.versions.forward_version(microbatch)
-        x = x.detach().to(self.device)
-        if self.stage > 0:
-            if not x.is_floating_point():
-                raise TypeError(f"stage {self.stage} got a {x.dtype} input; stages after the "
-                                "first need floating-point inputs to send gradients back")
-            x.requires_grad_(True)
-        if isinstance(target, torch.Tensor):
-            target = target.to(self.device)
-        record = _Pending(microbatch, version, x, target)
+        record = self._new_record(microbatch, version, x, target)
         self.versions.acquire(version)
         self.pending[microbatch] = record
         self.forward_versions[microbatch] = version
@@ -216,6 +212,14 @@ class StageWorker:
         if self.is_last:
             self.losses[microbatch] = out.item()
         return out
+
+    def _new_record(self, microbatch: int, version: int, x: torch.Tensor, target) -> _Pending:
+        """A forward's record: its input, detached and on this device (needing a gradient
+        after stage 0: it is sent back), and its target (a forward's and a replay's)."""
+        x = x.detach().to(self.device).requires_grad_(self.stage > 0)
+        if isinstance(target, torch.Tensor):
+            target = target.to(self.device)
+        return _Pending(microbatch, version, x, target)
 
     # The saved-tensor path, F(m) to B(m) (chapter 05). Autograd offers every tensor it
     # saves to pack(); what pack returns is kept in the graph and given to unpack() when
@@ -236,25 +240,23 @@ class StageWorker:
         ``pack``: another pack hook (a checkpoint's replay, :mod:`.replay`, hands back the
         stored saved tensors; the method's hooks are then not asked for weights).
         """
-        weights, index_of = None, self._index_of
-        versions, hooks = self.versions, self.hooks
-        older = record.version != versions.version
-        copies = None
-        if hooks is not None and pack is None:  # a replay's saved tensors are stored
-            copies = hooks.forward_weights(record.microbatch, record.version)
-        if copies is None and older and (not versions.rule.forward_reads_current
-                                         or record.version in versions.held):
+        versions, hooks, index_of = self.versions, self.hooks, self._index_of
+        # a replay's saved tensors are stored: the method's hooks are not asked for weights
+        copies = hooks.forward_weights(record.microbatch, record.version) if pack is None else None
+        if copies is None and record.version != versions.version and (
+                not versions.rule.forward_reads_current or record.version in versions.held):
             # 2BW (or a replayed stash forward): read the held copy, not the live weights.
             # A replayed async forward reads the live weights: its saved tensors are stored.
-            copies = self.versions.weights(record.version)
+            copies = versions.weights(record.version)
+        weights = None
         if copies is not None:
             weights = {name: _HeldVersion.apply(p, c)
                        for name, p, c in zip(self._names, self.params, copies)}
             index_of = {id(t): i for i, t in enumerate(weights.values())}
         # sync: no update can come between F and B (WeightVersions refuses it), so the
         # backward reads exactly the tensors the forward saved and the hooks only take note
-        # (unless the method's hooks may choose the backward's weights)
-        live = versions.rule.flushes and hooks is None
+        # (unless a method's hooks may choose the backward's weights)
+        live = versions.rule.flushes and type(hooks) is MethodHooks
         if pack is None:
             pack = self._packer(record, index_of, live)
         with torch.autograd.graph.saved_tensors_hooks(pack, self._unpacker(record)):
@@ -304,8 +306,7 @@ class StageWorker:
         """
         m, current = record.microbatch, self.versions.version
         used = self.versions.rule.version_at_backward(current, record.version)
-        chosen = (None if self.hooks is None
-                  else self.hooks.backward_weights(m, record.version, current))
+        chosen = self.hooks.backward_weights(m, record.version, current)
         record.weights = self.versions.weights(used) if chosen is None else chosen
         self.backward_versions[m] = used
         self.distances[m] = used - record.version  # the discrepancy (T2's d when T2 is on)
@@ -356,23 +357,20 @@ class StageWorker:
         del self.pending[record.microbatch]
         self._activation_bytes -= record.saved_bytes
         self.versions.release(record.version)
-        if self.hooks is not None:
-            self.hooks.backward_done(record.microbatch)
+        self.hooks.backward_done(record.microbatch)
 
     # ------------------------------------------------------------------ update
     def update(self) -> None:
         """U: one optimizer step on the accumulated gradients, then zero them (to None)."""
         self.versions.before_update()
-        if self.hooks is not None:
-            self.hooks.before_update()
+        self.hooks.before_update()
         self.learning_rates.append(self.optimizer.param_groups[0]["lr"])
         self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
         before = self._weights_before_update()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.update_norms.append(_change_norm(before, self.params))
-        if self.hooks is not None:
-            self.hooks.after_update()
+        self.hooks.after_update()
         self.versions.after_update()
         self._optimizer_bytes = self._count_optimizer_bytes()  # state appears at first step
         if self.lr_scheduler is not None:
@@ -404,9 +402,8 @@ class StageWorker:
             "optimizer": self._optimizer_bytes,
             "activations": self._activation_bytes,
         }
-        if self.hooks is not None:
-            for kind, value in self.hooks.bytes_held().items():
-                held[kind] = held.get(kind, 0) + int(value)
+        for kind, value in self.hooks.bytes_held().items():
+            held[kind] = held.get(kind, 0) + int(value)
         return held
 
     def _count_optimizer_bytes(self) -> int:
@@ -421,15 +418,11 @@ class StageWorker:
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         """Everything needed to continue bitwise (:func:`.replay.stage_state`)."""
-        from pipemare_lite.engine import replay
-
         return replay.stage_state(self)
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output and rebuild the pending microbatches' graphs
         (:func:`.replay.load_stage_state`)."""
-        from pipemare_lite.engine import replay
-
         replay.load_stage_state(self, state)
 
 
@@ -460,6 +453,4 @@ def _norm_dtype(tensor: torch.Tensor) -> torch.dtype:
 
 
 def _module_device(module: nn.Module) -> torch.device:
-    for tensor in module.parameters():
-        return tensor.device
-    return torch.device("cpu")
+    return next((p.device for p in module.parameters()), torch.device("cpu"))

@@ -81,11 +81,9 @@ class MethodHooks:
 
     def forward_weights(self, microbatch: int, version: int):
         """The weights F(microbatch) reads (a list like ``params``), or None for the mode's."""
-        return None
 
     def backward_weights(self, microbatch: int, forward_version: int, version: int):
         """The weights B(microbatch)'s products use, or None for the mode's."""
-        return None
 
     def backward_done(self, microbatch: int) -> None:
         """B (or W) of ``microbatch`` is finished: drop what was kept for it."""

@@ -98,15 +98,13 @@ class LRRescheduling(LRScheduler):
 
     def state_dict(self) -> dict:
         """T1's counters plus the base scheduler's state."""
-        state = {key: value for key, value in self.__dict__.items()
-                 if key not in ("optimizer", "base")}
-        state["base"] = None if self.base is None else self.base.state_dict()
-        return state
+        base = None if self.base is None else self.base.state_dict()
+        return {**super().state_dict(), "base": base}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore what :meth:`state_dict` returned (the base's state too)."""
         state = dict(state_dict)
         base_state = state.pop("base")
-        self.__dict__.update(state)
+        super().load_state_dict(state)
         if self.base is not None and base_state is not None:
             self.base.load_state_dict(base_state)

@@ -68,10 +68,7 @@ class ParamRef:
     def materialize(self, weights: Sequence[torch.Tensor]) -> torch.Tensor:
         """The saved tensor rebuilt from ``weights[index]`` (a chosen version)."""
         tensor = weights[self.index]
-        if self.view is None:
-            return tensor
-        size, stride, offset = self.view
-        return tensor.as_strided(size, stride, offset)
+        return tensor if self.view is None else tensor.as_strided(*self.view)
 
 
 def param_ref(tensor: torch.Tensor, index_of: dict[int, int]) -> ParamRef | None:
@@ -96,9 +93,9 @@ def param_ref(tensor: torch.Tensor, index_of: dict[int, int]) -> ParamRef | None
 class WeightVersions:
     """One stage's version counter and the old weight copies its method keeps alive.
 
-    ``mode`` is one of :data:`pipemare_lite.schedules.WEIGHT_MODES` (``self.mode`` keeps the
-    name, ``self.rule`` the :class:`~pipemare_lite.schedules.weight_modes.WeightMode`
-    asked which version F and B read). Reference counts say
+    ``mode`` is one of :data:`pipemare_lite.schedules.WEIGHT_MODES` (``self.rule`` is its
+    :class:`~pipemare_lite.schedules.weight_modes.WeightMode`, asked which version F and B
+    read). Reference counts say
     how many microbatches whose backward is not finished read each version (stash: those
     whose forward ran; 2bw: all of minibatch ``u + 1``, registered up front). A copy of
     version ``u`` is taken at the update that would overwrite it, only if something still
@@ -109,9 +106,7 @@ class WeightVersions:
                  num_microbatches: int, num_minibatches: int) -> None:
         self.rule = get_weight_mode(mode)  # ValueError naming the allowed modes
         self.params = list(params)
-        self.mode = self.rule.name
         self.num_microbatches = num_microbatches
-        self.num_minibatches = num_minibatches
         self.version = 0
         self.held: dict[int, list[torch.Tensor]] = {}
         self.refcount: dict[int, int] = {}
@@ -135,7 +130,8 @@ class WeightVersions:
         if version not in self.held:
             raise RuntimeError(
                 f"weight version {version} is not held (current {self.version}, held "
-                f"{sorted(self.held)}): the schedule needs a copy that mode {self.mode!r} drops"
+                f"{sorted(self.held)}): the schedule needs a copy that mode "
+                f"{self.rule.name!r} drops"
             )
         return self.held[version]
 
@@ -150,16 +146,10 @@ class WeightVersions:
 
     def release(self, version: int) -> None:
         """That microbatch's backward is finished; free the copy if nobody else needs it."""
-        count = self.refcount[version] - 1
-        if count:
-            self.refcount[version] = count
-            return
-        del self.refcount[version]
-        self.held.pop(version, None)
-
-    def in_flight(self) -> int:
-        """How many backwards still read a held or current version."""
-        return sum(self.refcount.values())
+        self.refcount[version] -= 1
+        if not self.refcount[version]:
+            del self.refcount[version]
+            self.held.pop(version, None)
 
     # -- around an optimizer step ----------------------------------------------------------
     def before_update(self) -> None:
@@ -168,8 +158,9 @@ class WeightVersions:
         if self.rule.flushes and self.refcount:
             raise RuntimeError(
                 f"weight_mode 'sync' but an update (version {v} -> {v + 1}) comes while "
-                f"{self.in_flight()} microbatch(es) are between forward and backward; use an "
-                "asynchronous weight mode (stash, 2bw, async) for unflushed schedules"
+                f"{sum(self.refcount.values())} microbatch(es) are between forward and "
+                "backward; use an asynchronous weight mode (stash, 2bw, async) for unflushed "
+                "schedules"
             )
         if self.rule.backward_reads_forwards and self.refcount.get(v):
             self.held[v] = [p.detach().clone() for p in self.params]
