@@ -215,11 +215,6 @@ def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype, *,
     return tuple(out.shape), out.dtype
 
 
-def _upcoming(row, position: int) -> str:
-    """The action a rank will run next, for its published position ("" when none is left)."""
-    return str(row[position]) if 0 <= position < len(row) else ""
-
-
 class DistributedExecutor:
     """Run this rank's row of ``schedule`` inside an initialized process group (chapter 11).
 
@@ -317,14 +312,15 @@ class DistributedExecutor:
         return {s: stage_modules[s] for s in self.stages}
 
     @property
-    def wait_seconds(self) -> float:
-        """Seconds this rank has waited for messages so far."""
-        return self.transport.waiter.wait_seconds if self.transport is not None else 0.0
-
-    @property
     def finished(self) -> bool:
         """True once this rank has run all its actions."""
         return self.position >= len(self._action_names)
+
+    def _note(self, position: int, state: str = "compute") -> None:
+        """Publish ``position`` in this rank's row, and ``state`` (the watchdog's note)."""
+        row = self._action_names
+        self.board.at(position, len(row), row[position] if 0 <= position < len(row) else "",
+                      state)
 
     def state_dict(self) -> dict:
         """Not supported: checkpoints need the local executor."""
@@ -336,18 +332,16 @@ class DistributedExecutor:
         self.state_dict()
 
     # ------------------------------------------------------------------ lifetime
-    def close(self, *, wait: float | None = None) -> None:
+    def close(self) -> None:
         """Stop the threads this executor started (safe to call twice).
 
         A finished run already stopped them (its transport closed); this covers a run
-        stopped early (``stop_after_updates``) or failed. ``wait`` bounds the seconds spent
-        joining them (see :meth:`pipemare_lite.engine.dist.faults.Waiter.close`); by default
-        5, or 0 after a failed run (a thread waiting on a dead peer's message must not delay
-        the error report).
+        stopped early (``stop_after_updates``) or failed. It joins them for at most 5 s,
+        or not at all after a failed run (a thread waiting on a dead peer's message must
+        not delay the error report; see :meth:`pipemare_lite.engine.dist.faults.Waiter.close`).
         """
         if self.transport is not None:
-            self.transport.waiter.close(wait=(0.0 if self._failed else 5.0) if wait is None
-                                        else wait)
+            self.transport.waiter.close(wait=0.0 if self._failed else 5.0)
 
     def __enter__(self) -> DistributedExecutor:
         return self
@@ -399,7 +393,7 @@ class DistributedExecutor:
         if len(microbatches) < schedule.total_microbatches:
             raise ValueError(f"schedule {schedule.name!r} needs {schedule.total_microbatches} "
                              f"microbatches, got {len(microbatches)}")
-        self.board.at(-1, len(self._action_names), "", "shape probe")
+        self._note(-1, "shape probe")
         table = self.probe_shapes(microbatches)
         self.transport = P2PTransport(
             self.plan, self.rank, partial(self._message_meta, table, microbatches),
@@ -465,25 +459,23 @@ class DistributedExecutor:
             return self.finished or (stop_after_updates is not None and all(
                 w.versions.version >= stop_after_updates for w in self.workers.values()))
 
-        self.board.at(self.position, len(row), _upcoming(row, self.position), "barrier")
+        self._note(self.position, "barrier")
         with faults.communication("the barrier before the run"):
             dist.barrier()
         recorder.start()  # common time origin: everyone just left the barrier
         while not done():
             position = self.position
             action = row[position]
-            self.board.at(position, len(row), str(action))
+            self._note(position)
             if self.fault is not None and self.fault.position == position:
                 self.fault.trigger(action)
             start, end = interpreter.step(action)
             self.position += 1
             recorder.record(rank, position, action, start, end)
         self.transport.microbatches = ()
+        self._note(self.position, "draining sends" if self.finished else "between runs")
         if self.finished:
-            self.board.at(len(row), len(row), "", "draining sends")
             self.transport.close()
-        else:
-            self.board.at(self.position, len(row), _upcoming(row, self.position), "between runs")
         taken = take_records(self.workers)
         return RankResult(
             rank, recorder.rank_entries(), taken.losses, recorder.versions,
@@ -493,7 +485,7 @@ class DistributedExecutor:
              for s, w in self.workers.items()},
             gradients=interpreter.applied_gradients or {},
             peak_bytes=meter.peaks if meter is not None else {},
-            wait_seconds=self.wait_seconds,
+            wait_seconds=self.transport.waiter.wait_seconds,
             group_learning_rates=taken.group_learning_rates, update_norms=taken.update_norms,
             posted=self.posted[first_post:] if self.posted is not None else [])
 
