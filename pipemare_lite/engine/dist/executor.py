@@ -243,9 +243,9 @@ class DistributedExecutor:
             :meth:`run` is collective, as ``fit(..., executor="dist")`` needs it
             (:func:`~pipemare_lite.engine.dist.fit.fit_executor`): it gathers every
             rank's result and returns the same :class:`DistRunResult` on all ranks (so they
-            take the same decisions), and broadcasts every stage's weights from its owner
-            into these modules (for evaluation). One gather and one broadcast per stage
-            tensor per call: fine for the book's models.
+            take the same decisions), and copies every stage's weights from its owner's
+            result into these modules (for evaluation). The weights travel in the gather:
+            fine for the book's models.
 
     Use it as a context manager (``with DistributedExecutor(...) as executor:``) or call
     :meth:`close`: the helper threads of its waits end with the job. It creates no process
@@ -426,23 +426,18 @@ class DistributedExecutor:
             raise
 
     def _gather(self, mine: RankResult) -> DistRunResult:
-        """Every rank's result on every rank; every stage's weights into ``gather_into``."""
-        mine.state_dicts = {}  # weights travel by broadcast, not in the gather
+        """Every rank's result on every rank; every stage's weights (in its owner's result)
+        into ``gather_into``."""
         gathered = [None] * dist.get_world_size()
-        with faults.communication("gathering the ranks' results"), torch.no_grad():
+        with faults.communication("gathering the ranks' results"):
             dist.all_gather_object(gathered, mine)
-            for s, module in enumerate(self.gather_into):
-                owner = self.schedule.rank_of(s)
-                targets = list(module.state_dict().values())
-                sources = (list(self.workers[s].module.state_dict().values())
-                           if owner == self.rank else
-                           [torch.empty_like(t, device=self.device) for t in targets])
-                for source, target in zip(sources, targets):
-                    buffer = source.detach().to(self.device)
-                    dist.broadcast(buffer, src=owner)
-                    if buffer.data_ptr() != target.data_ptr():
-                        target.copy_(buffer)
-        return merge_rank_results(self.schedule, gathered)
+        merged = merge_rank_results(self.schedule, gathered)
+        for s, module in enumerate(self.gather_into):
+            # a module this rank trains is current, and an in-place copy into it would break
+            # the backward of a microbatch still in flight
+            if s not in self.workers or self.workers[s].module is not module:
+                module.load_state_dict(merged.state_dicts[s])
+        return merged
 
     def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
         if self.transport is None:
