@@ -60,7 +60,6 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pipemare_lite.analysis.timeline import TimedAction, Timeline
-from pipemare_lite.engine import placement
 from pipemare_lite.engine.build_worker import build_stage_workers
 from pipemare_lite.engine.dist import faults
 from pipemare_lite.engine.dist.launch import launch
@@ -289,7 +288,6 @@ class DistributedExecutor:
         self.p2p_verbose = (os.environ.get("PIPEMARE_P2P_VERBOSE") == "1" if p2p_verbose is None
                             else p2p_verbose)
         self.posted: list | None = [] if record_posts else None
-        self.plan = plan_communication(schedule)
         self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # trace keys
         self.gather_into = None if gather_into is None else list(gather_into)
         self.position = 0  # next action of this rank's row
@@ -396,11 +394,10 @@ class DistributedExecutor:
         self._note(-1, "shape probe")
         table = self.probe_shapes(microbatches)
         self.transport = P2PTransport(
-            self.plan, self.rank, partial(self._message_meta, table, microbatches),
-            device=placement.message_device(self.backend, self.device),
-            pinned=placement.pin_messages(self.backend, self.device),
+            plan_communication(schedule), self.rank,
+            partial(self._message_meta, table, microbatches),
             waiter=faults.Waiter(self.board, self.op_timeout, polling=self.backend != "gloo"),
-            use_tags=self.backend == "gloo",
+            backend=self.backend, device=self.device,
             receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
             verbose=self.p2p_verbose, posted=self.posted, input_meta=self._one_shape,
         )

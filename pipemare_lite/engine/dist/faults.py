@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import queue
 import threading
 import time
 import traceback
@@ -421,16 +422,13 @@ class Waiter:
         self.polling = polling
         self.wait_seconds = 0.0
         self._sends: list = []  # (pending, tensor kept alive until sent, what, peer)
-        self._queues: dict = {}  # helper thread name -> its job queue
-        self._threads: list[tuple[threading.Thread, object]] = []  # (thread, its job queue)
+        self._helpers: dict = {}  # helper thread name -> (thread, its job queue)
 
     def _pending(self, work, name: str) -> _Pending:
         if self.polling:
             return _Pending(work)
-        if name not in self._queues:
-            import queue
-
-            jobs = self._queues[name] = queue.SimpleQueue()
+        if name not in self._helpers:
+            jobs = queue.SimpleQueue()
 
             def serve():
                 while (job := jobs.get()) is not None:  # None: close(), no more work
@@ -442,8 +440,8 @@ class Waiter:
 
             thread = threading.Thread(target=serve, name=name, daemon=True)
             thread.start()
-            self._threads.append((thread, jobs))
-        return _Pending(work, self._queues[name])
+            self._helpers[name] = (thread, jobs)
+        return _Pending(work, self._helpers[name][1])
 
     def _await(self, pending: _Pending, what: str, peer: int | None) -> None:
         """Wait for ``pending``, checking the abort flag and the deadline; raise
@@ -505,7 +503,7 @@ class Waiter:
         delay the error report; it is a daemon and ends with the process). A thread still
         alive after the bound is reported with a warning, not left silently.
         """
-        threads, self._threads, self._queues = self._threads, [], {}
+        threads, self._helpers = list(self._helpers.values()), {}
         for _thread, jobs in threads:
             jobs.put(None)
         if wait <= 0:

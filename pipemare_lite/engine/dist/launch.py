@@ -335,8 +335,7 @@ def _supervise(procs, store, timeout: float, grace: float) -> tuple[dict[int, in
     up to :data:`SETTLE_MAX`, before it names the cause (:func:`_exit_cause`).
     """
     deadline = time.monotonic() + timeout
-    first_failure = abort_deadline = None
-    reason = None
+    first_failure = abort_deadline = reason = None
     exit_codes: dict[int, int] = {}
     while len(exit_codes) < len(procs):
         for rank, proc in enumerate(procs):
