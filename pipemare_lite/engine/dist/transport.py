@@ -140,9 +140,8 @@ class P2PTransport:
                 f"the shape probe said {tuple(shape)} {dtype}")
         tensor = tensor.contiguous()
         if tensor.device != self.device:  # e.g. a CUDA activation sent with gloo
-            staged = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.device,
-                                 pin_memory=self.pinned)
-            tensor = staged.copy_(tensor)
+            tensor = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.device,
+                                 pin_memory=self.pinned).copy_(tensor)
         self._post_through(message, tensor)
 
     # Receive-ahead, on one pair's posting order (rank 1's side of pair 0-1):
