@@ -172,8 +172,7 @@ def is_communication_error_text(report: str) -> bool:
     A report starts with the error's type name (``"PeerConnectionError: ..."``, written by
     :meth:`StatusBoard.fail`), which is what is checked.
     """
-    first = report.splitlines()[0] if report else ""
-    return first.split(":", 1)[0] in {t.__name__ for t in ECHO_TYPES}
+    return report.partition(":")[0] in {t.__name__ for t in ECHO_TYPES}
 
 
 @contextlib.contextmanager
