@@ -273,8 +273,7 @@ class DistributedExecutor:
         self.rank = dist.get_rank() if rank is None else rank
         self.backend = dist.get_backend()
         if device is None:
-            device = (torch.device("cuda", torch.cuda.current_device())
-                      if self.backend == "nccl" else torch.device("cpu"))
+            device = f"cuda:{torch.cuda.current_device()}" if self.backend == "nccl" else "cpu"
         self.device = torch.device(device)
         self.stages = schedule.stages_of(self.rank)
         self.workers, _ = build_stage_workers(
