@@ -53,15 +53,20 @@ and when a peer disappears it prints which rank it lost before it exits
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import multiprocessing as mp
 import os
 import pickle
+import shutil
 import socket
 import sys
+import tempfile
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -124,8 +129,7 @@ class LaunchError(RuntimeError):
     Attributes:
         failed_ranks: ranks that raised, died or timed out (the cause first when known).
         positions: ``rank -> Position`` as last published.
-        errors: ``rank -> error text`` (``"Type: message"``, then the traceback) for ranks
-            that reported one.
+        errors: ``rank -> error text`` (traceback) for ranks that reported one.
         exit_codes: ``rank -> exit code`` (negative: killed by that signal).
         pids: ``rank -> process id`` (all ended when the error is raised).
     """
@@ -173,11 +177,11 @@ def _connect(addr: str, port: int, seconds: float):
 
 
 def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
-                worker_fn: Callable, args: tuple, kwargs: dict, launcher_pid: int,
-                op_timeout: float, num_threads: int | None, imports: tuple = ()) -> None:
-    """Body of one child process: init, import the plugins, run the worker, put the
-    pickled result in the launcher's store (a failure: :meth:`StatusBoard.fail` reports it
-    there), exit."""
+                worker_fn: Callable, args: tuple, kwargs: dict, result_dir: str,
+                launcher_pid: int, op_timeout: float, num_threads: int | None,
+                imports: tuple = ()) -> None:
+    """Body of one child process: init, import the plugins, run the worker, write the
+    result, exit."""
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                       MASTER_ADDR=addr, MASTER_PORT=str(port))
     if backend == "gloo" and sys.platform == "linux" and addr in LOOPBACK:
@@ -194,20 +198,19 @@ def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
 
         load_plugins(imports)  # the parent's PIPEMARE_PLUGINS travel in ``imports``
         result = worker_fn(info, *args, **kwargs)
-        try:
-            result = pickle.dumps(result)
-        except Exception as exc:  # an unpicklable result is the worker's bug: say so
-            raise TypeError(f"the result of rank {rank} could not be pickled: {exc!r}") from exc
-        store.set(faults._key(f"result/{rank}"), result)
+        _write(Path(result_dir) / f"rank{rank}.pkl", ("ok", result))
         board.finish()
         dist.destroy_process_group()
     except BaseException as exc:  # report everything, KeyboardInterrupt included
         code = 1
         board.fail(exc)
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        with contextlib.suppress(Exception):
+            _write(Path(result_dir) / f"rank{rank}.pkl", ("error", text))
     sys.stdout.flush()
     sys.stderr.flush()
     # os._exit: no atexit hooks, no joins on communication threads that may hang after a
-    # failure; everything worth keeping is already in the store.
+    # failure; everything worth keeping is already in the result file and the store.
     os._exit(code)
 
 
@@ -226,6 +229,16 @@ def _connect_while_launcher_lives(addr: str, port: int, launcher_pid: int, patie
         except Exception:
             if time.monotonic() > deadline:
                 raise
+
+
+def _write(path: Path, payload) -> None:
+    tmp = path.with_suffix(".tmp")
+    try:
+        data = pickle.dumps(payload)
+    except Exception as exc:  # an unpicklable result is the worker's bug: say so
+        data = pickle.dumps(("error", f"result of rank could not be pickled: {exc!r}"))
+    tmp.write_bytes(data)
+    tmp.rename(path)
 
 
 def _context(start_method: str | None):
@@ -298,7 +311,8 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
         master_addr, port, is_master=True, wait_for_workers=False,
         timeout=datetime.timedelta(seconds=60), master_listen_fd=listener.detach(),
     )  # the store owns the socket from here on and closes it
-    common = (world_size, master_addr, port, backend, worker_fn, args, kwargs or {},
+    result_dir = tempfile.mkdtemp(prefix="pipemare-launch-")
+    common = (world_size, master_addr, port, backend, worker_fn, args, kwargs or {}, result_dir,
               os.getpid(), op_timeout, num_threads, imports)  # _child_main's after the rank
     procs = []
     try:
@@ -307,9 +321,10 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
                                      name=f"pipemare-rank{rank}", daemon=True))
             procs[-1].start()
         exit_codes, reason = _supervise(procs, store, timeout, grace)
-        return _collect(procs, store, exit_codes, reason, world_size)
+        return _collect(procs, store, result_dir, exit_codes, reason, world_size)
     finally:
         _stop_all(procs)
+        shutil.rmtree(result_dir, ignore_errors=True)
 
 
 def _listen(address: str) -> socket.socket:
@@ -403,15 +418,21 @@ def _stop_all(procs) -> None:
         p.join(timeout=5.0)
 
 
-def _collect(procs, store, exit_codes, reason, world_size) -> list:
+def _collect(procs, store, result_dir, exit_codes, reason, world_size) -> list:
     _stop_all(procs)
     for rank, proc in enumerate(procs):
         exit_codes.setdefault(rank, proc.exitcode)
-    results = faults._read_all(store, world_size, "result", pickle.loads)
+    results, errors = {}, {}
+    for rank in range(world_size):
+        path = Path(result_dir) / f"rank{rank}.pkl"
+        if path.exists():
+            status, payload = pickle.loads(path.read_bytes())
+            (results if status == "ok" else errors)[rank] = payload
     if len(results) == world_size and all(c == 0 for c in exit_codes.values()):
         return [results[r] for r in range(world_size)]
     positions = faults.read_positions(store, world_size)
-    errors = faults.read_failures(store, world_size)  # "Type: message", then the traceback
+    for rank, text in faults.read_failures(store, world_size).items():
+        errors.setdefault(rank, text)
     failed = _blame(exit_codes, errors, reason, world_size)
     lines = [f"distributed run failed: {reason or 'a rank did not return a result'}",
              "failed rank(s): " + ", ".join(str(r) for r in failed), "where each rank was:",
