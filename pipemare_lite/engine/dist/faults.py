@@ -141,9 +141,8 @@ def read_abort(store) -> str | None:
 
 def claim_abort(store, reason: str) -> str:
     """Set the run's abort reason unless one is set already; returns the reason that holds."""
-    key = _key("abort")
     # compare_set with expected "" sets the key only when it is absent.
-    return store.compare_set(key, "", reason).decode()
+    return store.compare_set(_key("abort"), "", reason).decode()
 
 
 def format_positions(positions: dict[int, Position], world_size: int) -> str:
