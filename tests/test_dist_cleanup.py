@@ -83,13 +83,13 @@ def test_a_waiter_stops_its_helper_threads_and_closes_twice():
     helpers = [t for t in threading.enumerate() if t.name.startswith("pml-")
                and t.name.endswith("-waiter") and t.is_alive()]
     assert {t.name for t in helpers} >= {"pml-recv-waiter", "pml-send-waiter"}
-    started = [thread for thread, _ in waiter._threads]
+    started = [thread for thread, _ in waiter._helpers.values()]
     waiter.close()
     waiter.close()  # idempotent
     assert not any(thread.is_alive() for thread in started)
     waiter.wait(DoneWork(), "after close")  # a later wait starts a new helper
     waiter.close()
-    assert not waiter._threads
+    assert not waiter._helpers
 
 
 def test_the_executor_is_a_context_manager_and_closes_twice():

@@ -53,11 +53,21 @@ def test_topology_follows_torchruns_rank_blocks():
     assert uneven.node_of(2) is None and uneven.label(2) == "rank 2"
 
 
+class BrokenWork:
+    """A Work whose link broke: complete, and its wait raises the library's error."""
+
+    def is_completed(self):
+        return True
+
+    def wait(self, timeout=None):
+        raise RuntimeError("Connection closed by peer [127.0.0.1]:1")
+
+
 def test_a_broken_link_names_the_peer_without_waiting():
     board = faults.StatusBoard(0, 2)
     with pytest.raises(faults.PeerConnectionError):
-        faults._raise_from_wait(RuntimeError("Connection closed by peer [127.0.0.1]:1"),
-                                "gradient of stage 1 microbatch 0", board, peer=1)
+        faults.Waiter(board, 5.0, polling=True).wait(
+            BrokenWork(), "gradient of stage 1 microbatch 0", peer=1)
     topo = Topology.from_env(torchrun_env(0, 2, 1))
     lost = diagnose(board, topo, FakeStore({0: 5, 1: 5}), window=30.0)  # no wait: evidence
     assert list(lost) == [1]

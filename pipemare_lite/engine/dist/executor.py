@@ -60,7 +60,6 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pipemare_lite.analysis.timeline import TimedAction, Timeline
-from pipemare_lite.engine import placement
 from pipemare_lite.engine.build_worker import build_stage_workers
 from pipemare_lite.engine.dist import faults
 from pipemare_lite.engine.dist.launch import launch
@@ -215,11 +214,6 @@ def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype, *,
     return tuple(out.shape), out.dtype
 
 
-def _upcoming(row, position: int) -> str:
-    """The action a rank will run next, for its published position ("" when none is left)."""
-    return str(row[position]) if 0 <= position < len(row) else ""
-
-
 class DistributedExecutor:
     """Run this rank's row of ``schedule`` inside an initialized process group (chapter 11).
 
@@ -248,9 +242,9 @@ class DistributedExecutor:
             :meth:`run` is collective, as ``fit(..., executor="dist")`` needs it
             (:func:`~pipemare_lite.engine.dist.fit.fit_executor`): it gathers every
             rank's result and returns the same :class:`DistRunResult` on all ranks (so they
-            take the same decisions), and broadcasts every stage's weights from its owner
-            into these modules (for evaluation). One gather and one broadcast per stage
-            tensor per call: fine for the book's models.
+            take the same decisions), and copies every stage's weights from its owner's
+            result into these modules (for evaluation). The weights travel in the gather:
+            fine for the book's models.
 
     Use it as a context manager (``with DistributedExecutor(...) as executor:``) or call
     :meth:`close`: the helper threads of its waits end with the job. It creates no process
@@ -279,8 +273,7 @@ class DistributedExecutor:
         self.rank = dist.get_rank() if rank is None else rank
         self.backend = dist.get_backend()
         if device is None:
-            device = (torch.device("cuda", torch.cuda.current_device())
-                      if self.backend == "nccl" else torch.device("cpu"))
+            device = f"cuda:{torch.cuda.current_device()}" if self.backend == "nccl" else "cpu"
         self.device = torch.device(device)
         self.stages = schedule.stages_of(self.rank)
         self.workers, _ = build_stage_workers(
@@ -294,7 +287,6 @@ class DistributedExecutor:
         self.p2p_verbose = (os.environ.get("PIPEMARE_P2P_VERBOSE") == "1" if p2p_verbose is None
                             else p2p_verbose)
         self.posted: list | None = [] if record_posts else None
-        self.plan = plan_communication(schedule)
         self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # trace keys
         self.gather_into = None if gather_into is None else list(gather_into)
         self.position = 0  # next action of this rank's row
@@ -317,14 +309,15 @@ class DistributedExecutor:
         return {s: stage_modules[s] for s in self.stages}
 
     @property
-    def wait_seconds(self) -> float:
-        """Seconds this rank has waited for messages so far."""
-        return self.transport.waiter.wait_seconds if self.transport is not None else 0.0
-
-    @property
     def finished(self) -> bool:
         """True once this rank has run all its actions."""
         return self.position >= len(self._action_names)
+
+    def _note(self, position: int, state: str = "compute") -> None:
+        """Publish ``position`` in this rank's row, and ``state`` (the watchdog's note)."""
+        row = self._action_names
+        self.board.at(position, len(row), row[position] if 0 <= position < len(row) else "",
+                      state)
 
     def state_dict(self) -> dict:
         """Not supported: checkpoints need the local executor."""
@@ -336,18 +329,16 @@ class DistributedExecutor:
         self.state_dict()
 
     # ------------------------------------------------------------------ lifetime
-    def close(self, *, wait: float | None = None) -> None:
+    def close(self) -> None:
         """Stop the threads this executor started (safe to call twice).
 
         A finished run already stopped them (its transport closed); this covers a run
-        stopped early (``stop_after_updates``) or failed. ``wait`` bounds the seconds spent
-        joining them (see :meth:`pipemare_lite.engine.dist.faults.Waiter.close`); by default
-        5, or 0 after a failed run (a thread waiting on a dead peer's message must not delay
-        the error report).
+        stopped early (``stop_after_updates``) or failed. It joins them for at most 5 s,
+        or not at all after a failed run (a thread waiting on a dead peer's message must
+        not delay the error report; see :meth:`pipemare_lite.engine.dist.faults.Waiter.close`).
         """
         if self.transport is not None:
-            self.transport.waiter.close(wait=(0.0 if self._failed else 5.0) if wait is None
-                                        else wait)
+            self.transport.waiter.close(wait=0.0 if self._failed else 5.0)
 
     def __enter__(self) -> DistributedExecutor:
         return self
@@ -399,14 +390,13 @@ class DistributedExecutor:
         if len(microbatches) < schedule.total_microbatches:
             raise ValueError(f"schedule {schedule.name!r} needs {schedule.total_microbatches} "
                              f"microbatches, got {len(microbatches)}")
-        self.board.at(-1, len(self._action_names), "", "shape probe")
+        self._note(-1, "shape probe")
         table = self.probe_shapes(microbatches)
         self.transport = P2PTransport(
-            self.plan, self.rank, partial(self._message_meta, table, microbatches),
-            device=placement.message_device(self.backend, self.device),
-            pinned=placement.pin_messages(self.backend, self.device),
+            plan_communication(schedule), self.rank,
+            partial(self._message_meta, table, microbatches),
             waiter=faults.Waiter(self.board, self.op_timeout, polling=self.backend != "gloo"),
-            use_tags=self.backend == "gloo",
+            backend=self.backend, device=self.device,
             receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
             verbose=self.p2p_verbose, posted=self.posted, input_meta=self._one_shape,
         )
@@ -432,23 +422,18 @@ class DistributedExecutor:
             raise
 
     def _gather(self, mine: RankResult) -> DistRunResult:
-        """Every rank's result on every rank; every stage's weights into ``gather_into``."""
-        mine.state_dicts = {}  # weights travel by broadcast, not in the gather
+        """Every rank's result on every rank; every stage's weights (in its owner's result)
+        into ``gather_into``."""
         gathered = [None] * dist.get_world_size()
-        with faults.communication("gathering the ranks' results"), torch.no_grad():
+        with faults.communication("gathering the ranks' results"):
             dist.all_gather_object(gathered, mine)
-            for s, module in enumerate(self.gather_into):
-                owner = self.schedule.rank_of(s)
-                targets = list(module.state_dict().values())
-                sources = (list(self.workers[s].module.state_dict().values())
-                           if owner == self.rank else
-                           [torch.empty_like(t, device=self.device) for t in targets])
-                for source, target in zip(sources, targets):
-                    buffer = source.detach().to(self.device)
-                    dist.broadcast(buffer, src=owner)
-                    if buffer.data_ptr() != target.data_ptr():
-                        target.copy_(buffer)
-        return merge_rank_results(self.schedule, gathered)
+        merged = merge_rank_results(self.schedule, gathered)
+        for s, module in enumerate(self.gather_into):
+            # a module this rank trains is current, and an in-place copy into it would break
+            # the backward of a microbatch still in flight
+            if s not in self.workers or self.workers[s].module is not module:
+                module.load_state_dict(merged.state_dicts[s])
+        return merged
 
     def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
         if self.transport is None:
@@ -465,25 +450,23 @@ class DistributedExecutor:
             return self.finished or (stop_after_updates is not None and all(
                 w.versions.version >= stop_after_updates for w in self.workers.values()))
 
-        self.board.at(self.position, len(row), _upcoming(row, self.position), "barrier")
+        self._note(self.position, "barrier")
         with faults.communication("the barrier before the run"):
             dist.barrier()
         recorder.start()  # common time origin: everyone just left the barrier
         while not done():
             position = self.position
             action = row[position]
-            self.board.at(position, len(row), str(action))
+            self._note(position)
             if self.fault is not None and self.fault.position == position:
                 self.fault.trigger(action)
             start, end = interpreter.step(action)
             self.position += 1
             recorder.record(rank, position, action, start, end)
         self.transport.microbatches = ()
+        self._note(self.position, "draining sends" if self.finished else "between runs")
         if self.finished:
-            self.board.at(len(row), len(row), "", "draining sends")
             self.transport.close()
-        else:
-            self.board.at(self.position, len(row), _upcoming(row, self.position), "between runs")
         taken = take_records(self.workers)
         return RankResult(
             rank, recorder.rank_entries(), taken.losses, recorder.versions,
@@ -493,7 +476,7 @@ class DistributedExecutor:
              for s, w in self.workers.items()},
             gradients=interpreter.applied_gradients or {},
             peak_bytes=meter.peaks if meter is not None else {},
-            wait_seconds=self.wait_seconds,
+            wait_seconds=self.transport.waiter.wait_seconds,
             group_learning_rates=taken.group_learning_rates, update_norms=taken.update_norms,
             posted=self.posted[first_post:] if self.posted is not None else [])
 

@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import queue
 import threading
 import time
 import traceback
@@ -140,9 +141,8 @@ def read_abort(store) -> str | None:
 
 def claim_abort(store, reason: str) -> str:
     """Set the run's abort reason unless one is set already; returns the reason that holds."""
-    key = _key("abort")
     # compare_set with expected "" sets the key only when it is absent.
-    return store.compare_set(key, "", reason).decode()
+    return store.compare_set(_key("abort"), "", reason).decode()
 
 
 def format_positions(positions: dict[int, Position], world_size: int) -> str:
@@ -171,8 +171,7 @@ def is_communication_error_text(report: str) -> bool:
     A report starts with the error's type name (``"PeerConnectionError: ..."``, written by
     :meth:`StatusBoard.fail`), which is what is checked.
     """
-    first = report.splitlines()[0] if report else ""
-    return first.split(":", 1)[0] in {t.__name__ for t in ECHO_TYPES}
+    return report.partition(":")[0] in {t.__name__ for t in ECHO_TYPES}
 
 
 @contextlib.contextmanager
@@ -185,20 +184,6 @@ def communication(what: str):
         raise
     except RuntimeError as exc:  # gloo and NCCL raise RuntimeError (or subclasses)
         raise PeerConnectionError(f"{what}: {type(exc).__name__}: {exc}") from exc
-
-
-def _raise_from_wait(exc: BaseException, what: str, board: StatusBoard | None = None,
-                     peer: int | None = None):
-    """Raise for ``exc``, which a Work's ``wait()`` raised while waiting for ``what``: a
-    :class:`PeerConnectionError` from it, unless it is one of ours (or not an Exception).
-    With the ``peer`` of a point-to-point message, the board notes the broken link as
-    evidence that this peer was lost (:meth:`StatusBoard.note_lost`)."""
-    if isinstance(exc, PipelineFault) or not isinstance(exc, Exception):
-        raise exc
-    first = (str(exc).strip().splitlines() or [""])[0][:200]  # gloo's messages run long
-    if board is not None and peer is not None:
-        board.note_lost(peer, f"the link to it broke while waiting for {what} ({first})")
-    raise PeerConnectionError(f"waiting for {what}: {type(exc).__name__}: {exc}") from exc
 
 
 class StatusBoard:
@@ -214,10 +199,13 @@ class StatusBoard:
         store: the store for the main thread's writes (failure reports), or None.
         store_factory: makes a second client for the watchdog thread; defaults to ``store``.
         launcher_pid: when set, the watchdog ends this process if that process disappears
-            (so a killed notebook kernel leaves no orphan workers), or, with
-            ``exit_with_parent``, as soon as this process's parent is no longer that process
-            (a torchrun worker whose agent was killed: the agent's pid may linger as a zombie).
-        exit_grace: seconds the main thread gets to stop on its own after an abort.
+            (so a killed notebook kernel leaves no orphan workers), or, once
+            ``exit_with_parent`` is set, as soon as this process's parent is no longer that
+            process (a torchrun worker whose agent was killed: the agent's pid may linger as
+            a zombie).
+
+    ``exit_grace`` (10 s) is how long the main thread gets to stop on its own after an
+    abort, before the watchdog ends the process.
 
     The watchdog's heartbeat (``beat/<rank>``) tells which peers stopped
     (:func:`stalled_ranks`); ``lost`` collects direct evidence (a broken link to a peer);
@@ -227,22 +215,20 @@ class StatusBoard:
 
     def __init__(self, rank: int, world_size: int, store=None, *,
                  store_factory: Callable[[], object] | None = None,
-                 launcher_pid: int | None = None, exit_with_parent: bool = False,
-                 exit_grace: float = 10.0) -> None:
+                 launcher_pid: int | None = None) -> None:
         self.rank = rank
         self.world_size = world_size
         self.store = store
         self._store_factory = store_factory or (lambda: store)
         self.launcher_pid = launcher_pid
-        self.exit_with_parent = exit_with_parent
+        self.exit_with_parent = False  # torchrun.install: the launcher is our parent
         self.launcher_name = "its launcher"  # as the exit message names it
-        self.exit_grace = exit_grace
+        self.exit_grace = 10.0
         self.lost: dict[int, str] = {}
         self.store_lost = False  # the watchdog found the side-channel store unreachable
         self.before_exit: Callable[[str], None] | None = None
         self.position = Position(rank)
         self.abort_reason: str | None = None
-        self._finished = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -281,7 +267,6 @@ class StatusBoard:
 
     def finish(self) -> None:
         """Mark this rank done and stop the watchdog thread."""
-        self._finished = True
         self.note("done")
         self._stop.set()
         if self._thread is not None:
@@ -332,7 +317,7 @@ class StatusBoard:
                 self.store_lost = True
                 self.abort_reason = self.abort_reason or "the side-channel store is unreachable"
                 abort_seen_at = abort_seen_at or time.monotonic()
-            if (abort_seen_at is not None and not self._finished
+            if (abort_seen_at is not None and not self._stop.is_set()
                     and time.monotonic() - abort_seen_at > self.exit_grace):
                 # backstop: the main thread is stuck outside any wait
                 self._exit(4, f"stopped {self.exit_grace:g} s after the abort "
@@ -435,16 +420,13 @@ class Waiter:
         self.polling = polling
         self.wait_seconds = 0.0
         self._sends: list = []  # (pending, tensor kept alive until sent, what, peer)
-        self._queues: dict = {}  # helper thread name -> its job queue
-        self._threads: list[tuple[threading.Thread, object]] = []  # (thread, its job queue)
+        self._helpers: dict = {}  # helper thread name -> (thread, its job queue)
 
     def _pending(self, work, name: str) -> _Pending:
         if self.polling:
             return _Pending(work)
-        if name not in self._queues:
-            import queue
-
-            jobs = self._queues[name] = queue.SimpleQueue()
+        if name not in self._helpers:
+            jobs = queue.SimpleQueue()
 
             def serve():
                 while (job := jobs.get()) is not None:  # None: close(), no more work
@@ -456,12 +438,14 @@ class Waiter:
 
             thread = threading.Thread(target=serve, name=name, daemon=True)
             thread.start()
-            self._threads.append((thread, jobs))
-        return _Pending(work, self._queues[name])
+            self._helpers[name] = (thread, jobs)
+        return _Pending(work, self._helpers[name][1])
 
     def _await(self, pending: _Pending, what: str, peer: int | None) -> None:
         """Wait for ``pending``, checking the abort flag and the deadline; raise
-        :class:`PeerConnectionError` (via :func:`_raise_from_wait`) if its Work failed."""
+        :class:`PeerConnectionError` from the library's error if its Work failed. With the
+        ``peer`` of a point-to-point message, the board notes the broken link as evidence
+        that this peer was lost (:meth:`StatusBoard.note_lost`)."""
         board = self.board
         pause = 2e-5 if self.polling else self.SLICE
         if not pending.done(0.0 if self.polling else pause):
@@ -478,8 +462,13 @@ class Waiter:
             board.note(before)
         try:
             pending.finish()
-        except BaseException as exc:
-            _raise_from_wait(exc, what, board, peer)
+        except PipelineFault:
+            raise
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0][:200]  # gloo's messages run long
+            if peer is not None:
+                board.note_lost(peer, f"the link to it broke while waiting for {what} ({first})")
+            raise PeerConnectionError(f"waiting for {what}: {type(exc).__name__}: {exc}") from exc
 
     def wait(self, work, what: str, peer: int | None = None) -> None:
         """Block until ``work`` is done; raise on abort, timeout or a communication error.
@@ -512,7 +501,7 @@ class Waiter:
         delay the error report; it is a daemon and ends with the process). A thread still
         alive after the bound is reported with a warning, not left silently.
         """
-        threads, self._threads, self._queues = self._threads, [], {}
+        threads, self._helpers = list(self._helpers.values()), {}
         for _thread, jobs in threads:
             jobs.put(None)
         if wait <= 0:

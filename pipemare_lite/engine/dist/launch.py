@@ -152,9 +152,12 @@ def _place(backend: str, rank: int, local_rank: int, local_world_size: int):
 
 
 def _join(backend: str, rank: int, world_size: int, local_rank: int, local_world_size: int,
-          op_timeout: float, num_threads: int | None, store=None):
-    """Place this rank and init its process group (on ``store`` under the prefix ``pg/``
-    when given, else from torchrun's environment); returns ``(placement, device)``."""
+          op_timeout: float, num_threads: int | None, board: faults.StatusBoard,
+          store=None) -> RankInfo:
+    """Place this rank, init its process group (on ``store`` under the prefix ``pg/`` when
+    given, else from torchrun's environment); returns its :class:`RankInfo`, now
+    :func:`current`."""
+    global _CURRENT
     if num_threads is not None:
         torch.set_num_threads(num_threads)
     where, device = _place(backend, rank, local_rank, local_world_size)
@@ -164,7 +167,8 @@ def _join(backend: str, rank: int, world_size: int, local_rank: int, local_world
     # gloo's own timeout is a second line of defence behind the Waiter's deadline.
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=op_timeout + 30.0),
                             **group)
-    return where, device
+    _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout, where)
+    return _CURRENT
 
 
 def _connect(addr: str, port: int, seconds: float):
@@ -188,11 +192,8 @@ def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
                                store_factory=lambda: _connect(addr, port, 60)).start()
     code = 0
     try:
-        where, device = _join(backend, rank, world_size, rank, world_size, op_timeout,
-                              num_threads, store)
-        global _CURRENT
-        info = _CURRENT = RankInfo(rank, world_size, rank, backend, device, board, op_timeout,
-                                   where)
+        info = _join(backend, rank, world_size, rank, world_size, op_timeout, num_threads,
+                     board, store)
         from pipemare_lite.plugins import load_plugins
 
         load_plugins(imports)  # the parent's PIPEMARE_PLUGINS travel in ``imports``
@@ -349,8 +350,7 @@ def _supervise(procs, store, timeout: float, grace: float) -> tuple[dict[int, in
     up to :data:`SETTLE_MAX`, before it names the cause (:func:`_exit_cause`).
     """
     deadline = time.monotonic() + timeout
-    first_failure = abort_deadline = None
-    reason = None
+    first_failure = abort_deadline = reason = None
     exit_codes: dict[int, int] = {}
     while len(exit_codes) < len(procs):
         for rank, proc in enumerate(procs):
@@ -477,9 +477,6 @@ def init_from_env(
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    backend = choose_backend(local_world_size, backend)
-    where, device = _join(backend, rank, world_size, local_rank, local_world_size, op_timeout,
-                          num_threads)
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     try:
         store = _connect(addr, port, 30)
@@ -487,17 +484,17 @@ def init_from_env(
         store = None
     board = faults.StatusBoard(rank, world_size, store,
                                store_factory=lambda: _connect(addr, port, 30))
+    info = _join(choose_backend(local_world_size, backend), rank, world_size, local_rank,
+                 local_world_size, op_timeout, num_threads, board)
     # under torchrun: exit with the agent (our parent) and say which rank was lost or where
     # every rank was when it stops us (torchrun.py, lost.py)
     under_torchrun.install(board)
     board.start()
-    global _CURRENT
-    _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout, where)
     # Tear down before the interpreter does: a watchdog thread still inside a store call, or
     # a process group destroyed during finalization, can abort the process at exit (seen as
     # a flaky SIGABRT of rank 0 under load after its work was done).
-    atexit.register(finish, _CURRENT)
-    return _CURRENT
+    atexit.register(finish, info)
+    return info
 
 
 def finish(info: RankInfo) -> None:

@@ -53,8 +53,7 @@ def check_main_guard(function: str = "launch()", start_method: str = "forkserver
     if frame is None or frame.f_code.co_name != "<module>":
         return  # called from a function of the script (or not from the script at all)
     try:
-        source = Path(path).read_text(encoding="utf-8")
-        blocks = guarded_lines(source)
+        blocks = guarded_lines(Path(path).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
         return
     line = frame.f_lineno

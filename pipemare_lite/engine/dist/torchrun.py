@@ -122,10 +122,8 @@ def report_failure(exc: BaseException, prog: str) -> bool:
     try:
         info.board.fail(exc)
         text = _short(f"rank {info.rank} stopped: {type(exc).__name__}: {exc}")
-        try:
+        with contextlib.suppress(Exception):  # the store went with the agent: the head line alone
             text = _with_positions(text, _store(), info.world_size)
-        except Exception:  # the store went with the agent: the head line alone
-            pass
         _write(f"{prog}: {text}")
         _reported = True
     finally:

@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from pipemare_lite.engine import placement
 from pipemare_lite.schedules.comm_plan import (  # noqa: F401  (re-exported: the plan lives there)
     ACTIVATION,
     GRADIENT,
@@ -68,14 +69,15 @@ class P2PTransport:
         plan: from :func:`plan_communication`.
         rank: this rank.
         meta: ``message -> (shape, dtype)`` of its tensor (from the shape probe).
-        device: where send and receive buffers live (``cuda:<local rank>`` with NCCL, the
-            CPU with gloo: :func:`pipemare_lite.engine.placement.message_device`); a
-            tensor elsewhere is copied there before it is sent.
-        pinned: CPU buffers in page-locked memory (gloo with CUDA compute,
-            :func:`pipemare_lite.engine.placement.pin_messages`).
         waiter: a :class:`pipemare_lite.engine.dist.faults.Waiter` (waits that see the abort
             flag and a per-operation timeout, gloo and NCCL).
-        use_tags: gloo matches messages by tag (we pass ``seq``); NCCL ignores tags.
+        backend, device: the process group's backend and where this rank computes. They
+            decide where send and receive buffers live (the compute device with NCCL, the
+            CPU with gloo, page-locked when the rank computes on CUDA:
+            :func:`pipemare_lite.engine.placement.message_device` and
+            :func:`~pipemare_lite.engine.placement.pin_messages`; a tensor elsewhere is
+            copied there before it is sent) and whether messages carry tags (gloo matches
+            them by tag: we pass ``seq``; NCCL ignores tags).
         receives_ahead: receives posted per peer before they are needed (0: only when
             needed or when the order requires), so data can arrive during compute.
         verbose: print every posted send and receive and every completed wait: the text
@@ -90,16 +92,16 @@ class P2PTransport:
     """
 
     def __init__(self, plan: CommPlan, rank: int, meta: Callable[[Message], tuple], *, waiter,
-                 device=None, pinned: bool = False, use_tags: bool = True,
-                 receives_ahead: int = 0, verbose: bool = False,
+                 backend: str = "gloo", device="cpu", receives_ahead: int = 0,
+                 verbose: bool = False,
                  posted: list | None = None, input_meta: tuple | None = None) -> None:
         self.plan = plan
         self.rank = rank
         self.meta = meta
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self.pinned = pinned
+        self.device = torch.device(placement.message_device(backend, device))
+        self.pinned = placement.pin_messages(backend, device)
         self.order = PostingOrder(plan, rank)
-        self.use_tags = use_tags
+        self.use_tags = backend == "gloo"
         self.waiter = waiter
         self.receives_ahead = receives_ahead
         self.verbose = verbose
@@ -138,9 +140,8 @@ class P2PTransport:
                 f"the shape probe said {tuple(shape)} {dtype}")
         tensor = tensor.contiguous()
         if tensor.device != self.device:  # e.g. a CUDA activation sent with gloo
-            staged = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.device,
-                                 pin_memory=self.pinned)
-            tensor = staged.copy_(tensor)
+            tensor = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.device,
+                                 pin_memory=self.pinned).copy_(tensor)
         self._post_through(message, tensor)
 
     # Receive-ahead, on one pair's posting order (rank 1's side of pair 0-1):
