@@ -56,9 +56,9 @@ def lazy_schedule(build: Callable[[int], Schedule], num_minibatches: int, *,
     while warmup_minibatches + steady_after + 2 < K and steady_after <= 128:
         K0 = warmup_minibatches + steady_after
         short, longer, longest = build(K0), build(K0 + 1), build(K0 + 2)
-        steady = [_steady_window(short, longer, longest, r) for r in range(short.num_ranks)]
-        if None not in steady:
-            return LazySchedule(short, tuple(steady), K, short.notes if notes is None else notes)
+        parts = [_steady_parts(short, longer, longest, r) for r in range(short.num_ranks)]
+        if None not in parts:
+            return LazySchedule(short, parts, K, short.notes if notes is None else notes)
         steady_after *= 2
     return build(K)
 
@@ -87,8 +87,8 @@ class LazySchedule:
     need a whole schedule (T1's delays) are taken: it already shows the steady state.
     """
 
-    def __init__(self, short: Schedule, steady: tuple[int, ...], num_minibatches: int,
-                 notes: tuple[str, ...]) -> None:
+    def __init__(self, short: Schedule, parts: list[tuple[tuple[Action, ...], ...]],
+                 num_minibatches: int, notes: tuple[str, ...]) -> None:
         self.short = short
         self.name, self.num_ranks = short.name, short.num_ranks
         self.num_microbatches, self.chunks = short.num_microbatches, short.chunks
@@ -99,10 +99,7 @@ class LazySchedule:
         self.num_virtual_stages = short.num_virtual_stages  # P * v
         self.total_microbatches = self.num_microbatches * num_minibatches  # the whole run's
         self.extra_windows = num_minibatches - short.num_minibatches  # n of the drawing
-        self._parts = []  # per rank: head (w0 .. w_b), steady window w_b, tail (w_b+1 ..)
-        for rank, b in enumerate(steady):
-            windows = _windows(short.ranks[rank])
-            self._parts.append((sum(windows[: b + 1], ()), windows[b], sum(windows[b + 1:], ())))
+        self._parts = parts  # per rank: head (w0 .. w_b), steady window w_b, tail (w_b+1 ..)
         self.ranks = tuple(LazyRow(self, r) for r in range(self.num_ranks))
 
     rank_of = Schedule.rank_of
@@ -179,10 +176,11 @@ def _shifted(actions, j: int, N: int) -> Iterator[Action]:
             for a in actions)
 
 
-def _steady_window(short: Schedule, longer: Schedule, longest: Schedule, rank: int):
-    """The index b of a steady window of ``rank`` (w_b+1 == w_b shifted by one minibatch)
-    such that ``longer`` and ``longest`` are ``short`` with one and two more copies of it
-    inserted after w_b; None when there is none."""
+def _steady_parts(short: Schedule, longer: Schedule, longest: Schedule, rank: int):
+    """``rank``'s row of ``short`` as (head w0 .. w_b, steady window w_b, tail w_b+1 ..) for
+    a steady window w_b (w_b+1 == w_b shifted by one minibatch) such that ``longer`` and
+    ``longest`` are ``short`` with one and two more copies of it inserted after w_b; None
+    when there is none."""
     N = short.num_microbatches
     A = _windows(short.ranks[rank])
     for b in range(len(A) - 2, -1, -1):  # the last steady window (furthest from filling)
@@ -192,5 +190,5 @@ def _steady_window(short: Schedule, longer: Schedule, longest: Schedule, rank: i
                + [tuple(_shifted(A[b], j, N)) for j in range(1, n + 1)]
                + [tuple(_shifted(w, n, N)) for w in A[b + 1:]]
                for n, s in ((1, longer), (2, longest))):
-            return b
+            return sum(A[: b + 1], ()), A[b], sum(A[b + 1:], ())
     return None
