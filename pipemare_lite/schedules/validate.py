@@ -191,7 +191,7 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
                     k = index // N
                     if problem is None and k > low and (
                             k <= flushed or two_bw and updates[stage] < k - 1):
-                        problem = _forward_problem(s, rank, len(codes), a, updates)
+                        problem = _forward_problem(s, rank, len(codes), a, flushed)
                 elif kind == gradient:
                     if problem is None and index // N != updates[stage]:
                         problem = _update_problem(s, rank, len(codes), a, updates, grads)
@@ -221,12 +221,11 @@ def _update_problem(s: Schedule, rank, position, a, updates, grads) -> str:
             "gradients of its minibatch)")
 
 
-def _forward_problem(s: Schedule, rank, position, a, updates) -> str:
+def _forward_problem(s: Schedule, rank, position, a, flushed: int) -> str:
     """A forward of minibatch k that runs before some stage of its rank applied update k-1,
-    though minibatch k-1 is flushed (all of a sync schedule, the warm-up of an async one);
-    or in 2BW before its own stage made version k-1 (update k-2)."""
+    though minibatch k-1 is flushed (k <= ``flushed``: all of a sync schedule, the warm-up
+    of an async one); or in 2BW before its own stage made version k-1 (update k-2)."""
     k = a.index // s.num_microbatches
-    flushed = s.num_minibatches if s.mode.flushes else s.warmup_minibatches
     if k <= flushed:
         return (f"{_at(rank, position, a)} starts minibatch {k} before rank {rank} applied "
                 f"update {k - 1} (a flushed minibatch must update before the next starts)")
