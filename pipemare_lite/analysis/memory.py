@@ -158,24 +158,19 @@ def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
                 readers[s][version] += 1
         elif kind == BACKWARD or kind == WEIGHT_GRAD:  # the microbatch's last backward action
             activations -= activation[s]
-            version = None if needed is None else needed[s][action.index]
-            if version is not None and _release(readers[s], version) and version < current[s]:
-                stash -= param[s]
+            if needed is not None:  # one reader of its version is done
+                version = needed[s][action.index]
+                readers[s][version] -= 1
+                if not readers[s][version]:  # its last: forget the version
+                    del readers[s][version]
+                    if version < current[s]:
+                        stash -= param[s]
         peak_activations = max(peak_activations, activations)
         peak_stash = max(peak_stash, stash)
         peak_varying = max(peak_varying, activations + stash)
     peaks = dict(fixed, stash=peak_stash, activations=peak_activations)
     peaks = {kind: peaks[kind] for kind in KINDS}
     return dict(peaks, total=sum(peaks.values()), peak_total=sum(fixed.values()) + peak_varying)
-
-
-def _release(counter: Counter, version: int) -> bool:
-    """One reader of ``version`` is done; forget the version when none is left (then True)."""
-    counter[version] -= 1
-    if counter[version] == 0:
-        del counter[version]
-        return True
-    return False
 
 
 def peak_stash_copies(schedule: Schedule) -> list[int]:

@@ -160,11 +160,8 @@ class ScheduleMetrics:
 
     def as_dict(self) -> dict:
         """Plain JSON-ready values (lists instead of tuples)."""
-        out = asdict(self)
-        for key, value in out.items():
-            if isinstance(value, tuple):
-                out[key] = list(value)
-        return out
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in asdict(self).items()}
 
 
 def metrics(timeline: Timeline) -> ScheduleMetrics:
