@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from pipemare_lite.analysis.timeline import TimedAction, Timeline
-from pipemare_lite.schedules._build import gc_paused
+from pipemare_lite.schedules._build import gc_paused, microbatches_of
 from pipemare_lite.schedules.actions import Action, Schedule
 from pipemare_lite.schedules.validate import ScheduleError, validated_order
 
@@ -247,8 +247,7 @@ def depends_on(action: Action, schedule: Schedule) -> list[Action]:
     if action.kind == "W":
         return [Action(s, "I", m)]
     gradient = "W" if schedule.split_backward else "B"
-    first = m * schedule.num_microbatches
-    return [Action(s, gradient, j) for j in range(first, first + schedule.num_microbatches)]
+    return [Action(s, gradient, j) for j in microbatches_of(m, schedule.num_microbatches)]
 
 
 def p2p_messages(schedule: Schedule) -> int:

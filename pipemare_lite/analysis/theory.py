@@ -87,10 +87,8 @@ def largest_stable_step(radius_of, high=4.0, grid=400, tol=1e-10) -> float:
     if all(stable):
         return float(high)
     first_bad = stable.index(False)
-    if first_bad == 0:
-        low, up = 0.0, steps[0]
-    else:
-        low, up = steps[first_bad - 1], steps[first_bad]
+    low = steps[first_bad - 1] if first_bad else 0.0  # the last stable point (or 0)
+    up = steps[first_bad]
     while up - low > tol:
         mid = 0.5 * (low + up)
         low, up = (mid, up) if radius_of(mid) < 1.0 else (low, mid)

@@ -92,8 +92,7 @@ def schedule_names() -> tuple[str, ...]:
 
 def is_asynchronous(name: str) -> bool:
     """True when schedule ``name`` does not flush (it accepts ``warmup_minibatches``)."""
-    key = ALIASES.get(name, name)
-    mode = weight_mode_of(key)
+    mode = weight_mode_of(name)  # aliases included
     return mode is not None and not get_weight_mode(mode).flushes
 
 
