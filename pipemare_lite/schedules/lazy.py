@@ -31,6 +31,7 @@ periodic this way gets its schedule materialized, as before. Torch-free.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from itertools import islice
 
 from pipemare_lite.schedules.actions import UPDATE, Action, Schedule
@@ -126,12 +127,9 @@ class LazySchedule:
 
     def materialize(self) -> Schedule:
         """The whole schedule as a validated :class:`Schedule` (for small sizes and tests)."""
-        s = self.short
-        return validate(Schedule(
-            name=s.name, num_ranks=s.num_ranks, num_microbatches=s.num_microbatches,
-            ranks=tuple(tuple(self.row(r)) for r in range(s.num_ranks)),
-            num_minibatches=self.num_minibatches, chunks=s.chunks, weight_mode=s.weight_mode,
-            warmup_minibatches=s.warmup_minibatches, notes=self.notes))
+        return validate(replace(self.short, num_minibatches=self.num_minibatches,
+                                ranks=tuple(tuple(self.row(r)) for r in range(self.num_ranks)),
+                                notes=self.notes))
 
 
 def schedule_key(schedule: Schedule | LazySchedule) -> tuple:
