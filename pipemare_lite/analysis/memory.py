@@ -193,10 +193,8 @@ def stash_over_pipemare_ratio(profile: MemoryProfile, schedule_pipedream: Schedu
     on how the method handles weights (chapter 10 shows them separately).
     """
     if schedule_pipedream.mode is not STASH:
-        raise ValueError(
-            f"schedule_pipedream must stash weights (weight_mode 'stash'), "
-            f"got {schedule_pipedream.weight_mode!r}"
-        )
+        raise ValueError(f"schedule_pipedream must stash weights (weight_mode 'stash'), "
+                         f"got {schedule_pipedream.weight_mode!r}")
     stashing = memory_by_kind(schedule_pipedream, profile)
     pipemare = memory_by_kind(schedule_async, profile, t2=True)
     numerator = sum(d["weights"] + d["stash"] + d["optimizer"] for d in stashing)

@@ -184,10 +184,8 @@ def weight_versions(schedule: Schedule) -> VersionTable:
                 pending[s].append(m)
             else:  # UPDATE: applies every gradient the stage gathered since its last one
                 if m != current:
-                    raise ValueError(
-                        f"update {action} is update number {current} of stage {s}; "
-                        f"expected {s}U{current}"
-                    )
+                    raise ValueError(f"update {action} is update number {current} of stage {s}; "
+                                     f"expected {s}U{current}")
                 done = applied[s]
                 for waiting in pending[s]:
                     done[waiting] = current
@@ -264,10 +262,8 @@ def microbatch_path(table_or_schedule: VersionTable | Schedule,
     path = [table.row(s, microbatch) for s in range(len(grid))
             if 0 <= microbatch < len(grid[s]) and grid[s][microbatch] is not None]
     if not path:
-        raise ValueError(
-            f"microbatch {microbatch} is not in the schedule "
-            f"(it has 0..{table.num_microbatches - 1})"
-        )
+        raise ValueError(f"microbatch {microbatch} is not in the schedule "
+                         f"(it has 0..{table.num_microbatches - 1})")
     return path
 
 

@@ -48,10 +48,8 @@ class Message:
         return self.stage + 1 if self.kind == ACTIVATION else self.stage - 1
 
     def __str__(self) -> str:
-        return (
-            f"{self.kind} of stage {self.stage} microbatch {self.microbatch} "
-            f"(rank {self.src} -> rank {self.dst}, seq {self.seq})"
-        )
+        return (f"{self.kind} of stage {self.stage} microbatch {self.microbatch} "
+                f"(rank {self.src} -> rank {self.dst}, seq {self.seq})")
 
 
 @dataclass

@@ -18,10 +18,8 @@ def flushed_warmup_order(stage: int, num_ranks: int, N: int, warmup: int) -> lis
     """The first ``warmup`` minibatches as flushed 1F1B (synchronous warm-up, PipeMare-W)."""
     order = []
     for k in range(warmup):
-        order += [
-            (kind, stage, m)
-            for kind, m in one_f_one_b_order(microbatches_of(k, N), num_ranks - 1 - stage)
-        ]
+        order += [(kind, stage, m)
+                  for kind, m in one_f_one_b_order(microbatches_of(k, N), num_ranks - 1 - stage)]
         order.append(("U", stage, k))
     return order
 
@@ -49,9 +47,8 @@ def no_flush_order(stage: int, num_ranks: int, N: int, K: int, warmup: int = 0) 
     return order
 
 
-def pipedream(
-    num_ranks: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0
-) -> Schedule:
+def pipedream(num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
+              warmup_minibatches: int = 0) -> Schedule:
     """PipeDream: no flush, weight stashing (``weight_mode="stash"``).
 
     With ``num_microbatches=1`` this is PipeDream with an update per microbatch; stage s
@@ -61,9 +58,8 @@ def pipedream(
                               num_minibatches, warmup_minibatches)
 
 
-def two_bw(
-    num_ranks: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0
-) -> Schedule:
+def two_bw(num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
+           warmup_minibatches: int = 0) -> Schedule:
     """PipeDream-2BW: the PipeDream order, two weight versions (``weight_mode="2bw"``).
 
     Every microbatch of minibatch k runs F and B on version max(k-1, 0), the version made by

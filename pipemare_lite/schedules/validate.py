@@ -76,10 +76,8 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
         raise ScheduleError(f"{name}: chunks={chunks} only applies to 'interleaved'; allowed: 1")
     w = warmup_minibatches
     if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= num_minibatches:
-        raise ScheduleError(
-            f"{name}: warmup_minibatches={w!r} is out of range; "
-            f"allowed: integers 0..{num_minibatches} (num_minibatches)"
-        )
+        raise ScheduleError(f"{name}: warmup_minibatches={w!r} is out of range; "
+                            f"allowed: integers 0..{num_minibatches} (num_minibatches)")
     if w and mode is not None and get_weight_mode(mode).flushes:
         unflushed = (n for n, m in {**BUILTIN_WEIGHT_MODES, **REGISTERED_WEIGHT_MODES}.items()
                      if not get_weight_mode(m).flushes)
@@ -101,10 +99,8 @@ def validate(schedule: Schedule) -> Schedule:
                 warmup_minibatches=s.warmup_minibatches)
     expected_mode = weight_mode_of(s.name)
     if expected_mode and s.weight_mode != expected_mode:
-        raise ScheduleError(
-            f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
-            f"allowed: {expected_mode!r}"
-        )
+        raise ScheduleError(f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
+                            f"allowed: {expected_mode!r}")
     if id(s) in _VALIDATED:  # already checked (the builder validated it): nothing can change
         return s
     codes, seen, update_problem = _walk(s)
@@ -238,10 +234,8 @@ def _misplaced(s: Schedule, rank: int, position: int, a) -> str:
     if a.stage >= s.num_virtual_stages:
         allowed = f"0..{s.num_virtual_stages - 1}"
         return f"{_at(rank, position, a)} names stage {a.stage}; allowed: {allowed}"
-    return (
-        f"{_at(rank, position, a)} belongs on rank {a.stage % s.num_ranks} "
-        f"(virtual stage s lives on rank s % {s.num_ranks})"
-    )
+    return (f"{_at(rank, position, a)} belongs on rank {a.stage % s.num_ranks} "
+            f"(virtual stage s lives on rank s % {s.num_ranks})")
 
 
 def _check_complete(s: Schedule, seen: bytearray) -> None:
