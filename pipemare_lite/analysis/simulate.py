@@ -212,19 +212,13 @@ def metrics(timeline: Timeline) -> ScheduleMetrics:
 def _peak_held(forward_ends: list[float], release_ends: list[float]) -> int:
     """Most activations held at once: +1 when an F ends, -1 when its B (or W) ends.
 
-    At equal times the release counts first: a rank frees memory before its next F ends.
+    At equal times the release counts first (-1 sorts before +1): a rank frees memory
+    before its next F ends.
     """
-    forward_ends.sort()
-    release_ends.sort()
     held = peak = 0
-    j, n_release = 0, len(release_ends)
-    for t in forward_ends:
-        while j < n_release and release_ends[j] <= t:
-            held -= 1
-            j += 1
-        held += 1
-        if held > peak:
-            peak = held
+    for _, change in sorted([(t, 1) for t in forward_ends] + [(t, -1) for t in release_ends]):
+        held += change
+        peak = max(peak, held)
     return peak
 
 
