@@ -125,11 +125,9 @@ def memory_by_kind(schedule: Schedule, profile: MemoryProfile, *,
 def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
     """Walk one rank's actions and keep the peak of every kind."""
     stages = schedule.stages_of(rank)
-    fixed = {
-        "weights": sum(profile.param_bytes[s] for s in stages),
-        "t2_buffer": sum(profile.param_bytes[s] for s in stages) if t2 else 0,
-        "optimizer": sum(profile.optimizer_bytes(s) for s in stages),
-    }
+    weights = sum(profile.param_bytes[s] for s in stages)  # one copy; T2's delta is as big
+    fixed = {"weights": weights, "t2_buffer": weights if t2 else 0,
+             "optimizer": sum(profile.optimizer_bytes(s) for s in stages)}
     current = {s: 0 for s in stages}
     # microbatches whose backward is not done, counted by the version they read (per stage)
     readers = {s: Counter() for s in stages}
