@@ -65,9 +65,10 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
     if name != "custom" and mode is None:
         raise ScheduleError(f"unknown schedule name {name!r}; allowed: {', '.join(known_names())}")
     values = {"num_ranks": num_ranks, "num_microbatches": num_microbatches,
-              "num_minibatches": num_minibatches, "chunks": chunks}
+              "num_minibatches": num_minibatches, "chunks": chunks,
+              "warmup_minibatches": warmup_minibatches}
     for key, value in values.items():
-        low, high = LIMITS[key]
+        low, high = LIMITS.get(key, (0, num_minibatches))  # warm-up: 0..num_minibatches
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ScheduleError(
                 f"{name}: {key}={value!r} is out of range; allowed: integers {low}..{high}"
@@ -75,9 +76,6 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
     if chunks > 1 and name not in ("interleaved", "custom", *REGISTERED_WEIGHT_MODES):
         raise ScheduleError(f"{name}: chunks={chunks} only applies to 'interleaved'; allowed: 1")
     w = warmup_minibatches
-    if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= num_minibatches:
-        raise ScheduleError(f"{name}: warmup_minibatches={w!r} is out of range; "
-                            f"allowed: integers 0..{num_minibatches} (num_minibatches)")
     if w and mode is not None and get_weight_mode(mode).flushes:
         unflushed = (n for n, m in {**BUILTIN_WEIGHT_MODES, **REGISTERED_WEIGHT_MODES}.items()
                      if not get_weight_mode(m).flushes)
