@@ -352,20 +352,15 @@ def _deadlock_report(s: Schedule, rows, position, done) -> str:
         if p >= len(row):
             continue
         missing = next(d for d in dependency_codes(row[p], n, T) if not done[d])
-        if missing not in where:
-            action = s.ranks[rank][p]
-            lines.append(
-                f"  rank {rank} at {action} (position {p}) waits for an action no rank runs"
-            )
-            continue
-        r2, p2 = where[missing]
-        waited = s.ranks[r2][p2]
-        if r2 == rank:
-            detail = f"which comes later on the same rank (position {p2})"
+        if missing not in where:  # e.g. a W whose I is in no row
+            waits = "an action no rank runs"
         else:
-            blocker = s.ranks[r2][position[r2]]
-            detail = f"on rank {r2} (position {p2}), which is itself stuck at {blocker}"
-        lines.append(
-            f"  rank {rank} at {s.ranks[rank][p]} (position {p}) waits for {waited} {detail}"
-        )
+            r2, p2 = where[missing]
+            if r2 == rank:
+                detail = f"which comes later on the same rank (position {p2})"
+            else:
+                blocker = s.ranks[r2][position[r2]]
+                detail = f"on rank {r2} (position {p2}), which is itself stuck at {blocker}"
+            waits = f"{s.ranks[r2][p2]} {detail}"
+        lines.append(f"  rank {rank} at {s.ranks[rank][p]} (position {p}) waits for {waits}")
     return "\n".join(lines)
