@@ -24,14 +24,6 @@ def flushed_warmup_order(stage: int, num_ranks: int, N: int, warmup: int) -> lis
     return order
 
 
-def warmup_notes(num_ranks: int, N: int, K: int, warmup: int) -> list[str]:
-    """Notes on clamped warm-ups: in the flushed minibatches, or over the whole async run."""
-    notes = clamp_notes(num_ranks, N) if warmup else []
-    if K > warmup:
-        notes += clamp_notes(num_ranks, (K - warmup) * N, "asynchronous microbatches")
-    return notes
-
-
 def no_flush_order(stage: int, num_ranks: int, N: int, K: int, warmup: int = 0) -> list:
     """1F1B over minibatches ``warmup .. K-1`` with no flush; U after each minibatch's last B.
 
@@ -84,5 +76,9 @@ def _no_flush_schedule(name: str, weight_mode: str, P: int, N: int, K: int, W: i
     """The order both share: W flushed 1F1B minibatches, then 1F1B with no flush."""
     check_sizes(name, P, N, K, warmup_minibatches=W)
     orders = [flushed_warmup_order(s, P, N, W) + no_flush_order(s, P, N, K, W) for s in range(P)]
+    # notes on clamped warm-ups: in the flushed minibatches, and over the whole async run
+    notes = clamp_notes(P, N) if W else []
+    if K > W:
+        notes += clamp_notes(P, (K - W) * N, "asynchronous microbatches")
     return make_schedule(name, P, N, orders, num_minibatches=K, weight_mode=weight_mode,
-                         warmup_minibatches=W, notes=warmup_notes(P, N, K, W))
+                         warmup_minibatches=W, notes=notes)
