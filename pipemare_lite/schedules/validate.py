@@ -92,9 +92,8 @@ def validate(schedule: Schedule) -> Schedule:
     deadlock.
     """
     s = schedule
-    check_sizes(name=s.name, num_ranks=s.num_ranks, num_microbatches=s.num_microbatches,
-                num_minibatches=s.num_minibatches, chunks=s.chunks,
-                warmup_minibatches=s.warmup_minibatches)
+    check_sizes(s.name, s.num_ranks, s.num_microbatches, s.num_minibatches, s.chunks,
+                s.warmup_minibatches)
     expected_mode = weight_mode_of(s.name)
     if expected_mode and s.weight_mode != expected_mode:
         raise ScheduleError(f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
