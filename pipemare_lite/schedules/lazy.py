@@ -153,19 +153,10 @@ def materialized(schedule: Schedule | LazySchedule) -> Schedule:
 
 
 def _windows(row) -> list[tuple[Action, ...]]:
-    """``row`` cut after each run of updates (window k ends with the updates of minibatch k;
-    what follows the last update joins the last window)."""
-    windows, current = [], []
-    for i, a in enumerate(row):
-        current.append(a)
-        if a.kind == UPDATE and (i + 1 == len(row) or row[i + 1].kind != UPDATE):
-            windows.append(tuple(current))
-            current = []
-    if current:
-        if not windows:
-            return [tuple(current)]
-        windows[-1] += tuple(current)
-    return windows
+    """``row`` cut after each run of updates: window k ends with the updates of minibatch k
+    (a valid row ends with an update, since every action of a stage precedes its last)."""
+    cuts = [i + 1 for i in range(len(row) - 1) if row[i].kind == UPDATE != row[i + 1].kind]
+    return [tuple(row[start:end]) for start, end in zip([0, *cuts], [*cuts, len(row)])]
 
 
 def _shifted(actions, j: int, N: int) -> Iterator[Action]:
