@@ -200,9 +200,8 @@ def microbatches_for_idle_below(P: int, target: float) -> int:
     (computed with exact fractions, so a target like 0.2 is not spoiled by rounding).
     """
     _check(P=P)
-    if isinstance(target, bool) or not isinstance(target, (int, float, Fraction)):
-        raise ValueError(f"target={target!r}: allowed: a number in (0, 1]")
-    if not 0 < target <= 1:
+    if isinstance(target, bool) or not isinstance(target, (int, float, Fraction)) \
+            or not 0 < target <= 1:
         raise ValueError(f"target={target!r}: allowed: a number in (0, 1]")
     t = Fraction(target).limit_denominator(10**9) if isinstance(target, float) else Fraction(target)
     return max(1, math.floor((P - 1) * (1 - t) / t) + 1)

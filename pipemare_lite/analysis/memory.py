@@ -125,11 +125,9 @@ def memory_by_kind(schedule: Schedule, profile: MemoryProfile, *,
 def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
     """Walk one rank's actions and keep the peak of every kind."""
     stages = schedule.stages_of(rank)
-    fixed = {
-        "weights": sum(profile.param_bytes[s] for s in stages),
-        "t2_buffer": sum(profile.param_bytes[s] for s in stages) if t2 else 0,
-        "optimizer": sum(profile.optimizer_bytes(s) for s in stages),
-    }
+    weights = sum(profile.param_bytes[s] for s in stages)  # one copy; T2's delta is as big
+    fixed = {"weights": weights, "t2_buffer": weights if t2 else 0,
+             "optimizer": sum(profile.optimizer_bytes(s) for s in stages)}
     current = {s: 0 for s in stages}
     # microbatches whose backward is not done, counted by the version they read (per stage)
     readers = {s: Counter() for s in stages}
@@ -158,24 +156,19 @@ def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
                 readers[s][version] += 1
         elif kind == BACKWARD or kind == WEIGHT_GRAD:  # the microbatch's last backward action
             activations -= activation[s]
-            version = None if needed is None else needed[s][action.index]
-            if version is not None and _release(readers[s], version) and version < current[s]:
-                stash -= param[s]
+            if needed is not None:  # one reader of its version is done
+                version = needed[s][action.index]
+                readers[s][version] -= 1
+                if not readers[s][version]:  # its last: forget the version
+                    del readers[s][version]
+                    if version < current[s]:
+                        stash -= param[s]
         peak_activations = max(peak_activations, activations)
         peak_stash = max(peak_stash, stash)
         peak_varying = max(peak_varying, activations + stash)
     peaks = dict(fixed, stash=peak_stash, activations=peak_activations)
     peaks = {kind: peaks[kind] for kind in KINDS}
     return dict(peaks, total=sum(peaks.values()), peak_total=sum(fixed.values()) + peak_varying)
-
-
-def _release(counter: Counter, version: int) -> bool:
-    """One reader of ``version`` is done; forget the version when none is left (then True)."""
-    counter[version] -= 1
-    if counter[version] == 0:
-        del counter[version]
-        return True
-    return False
 
 
 def peak_stash_copies(schedule: Schedule) -> list[int]:
@@ -198,10 +191,8 @@ def stash_over_pipemare_ratio(profile: MemoryProfile, schedule_pipedream: Schedu
     on how the method handles weights (chapter 10 shows them separately).
     """
     if schedule_pipedream.mode is not STASH:
-        raise ValueError(
-            f"schedule_pipedream must stash weights (weight_mode 'stash'), "
-            f"got {schedule_pipedream.weight_mode!r}"
-        )
+        raise ValueError(f"schedule_pipedream must stash weights (weight_mode 'stash'), "
+                         f"got {schedule_pipedream.weight_mode!r}")
     stashing = memory_by_kind(schedule_pipedream, profile)
     pipemare = memory_by_kind(schedule_async, profile, t2=True)
     numerator = sum(d["weights"] + d["stash"] + d["optimizer"] for d in stashing)

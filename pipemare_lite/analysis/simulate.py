@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from pipemare_lite.analysis.timeline import TimedAction, Timeline
-from pipemare_lite.schedules._build import gc_paused
+from pipemare_lite.schedules._build import gc_paused, microbatches_of
 from pipemare_lite.schedules.actions import Action, Schedule
 from pipemare_lite.schedules.validate import ScheduleError, validated_order
 
@@ -160,11 +160,8 @@ class ScheduleMetrics:
 
     def as_dict(self) -> dict:
         """Plain JSON-ready values (lists instead of tuples)."""
-        out = asdict(self)
-        for key, value in out.items():
-            if isinstance(value, tuple):
-                out[key] = list(value)
-        return out
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in asdict(self).items()}
 
 
 def metrics(timeline: Timeline) -> ScheduleMetrics:
@@ -215,19 +212,13 @@ def metrics(timeline: Timeline) -> ScheduleMetrics:
 def _peak_held(forward_ends: list[float], release_ends: list[float]) -> int:
     """Most activations held at once: +1 when an F ends, -1 when its B (or W) ends.
 
-    At equal times the release counts first: a rank frees memory before its next F ends.
+    At equal times the release counts first (-1 sorts before +1): a rank frees memory
+    before its next F ends.
     """
-    forward_ends.sort()
-    release_ends.sort()
     held = peak = 0
-    j, n_release = 0, len(release_ends)
-    for t in forward_ends:
-        while j < n_release and release_ends[j] <= t:
-            held -= 1
-            j += 1
-        held += 1
-        if held > peak:
-            peak = held
+    for _, change in sorted([(t, 1) for t in forward_ends] + [(t, -1) for t in release_ends]):
+        held += change
+        peak = max(peak, held)
     return peak
 
 
@@ -250,8 +241,7 @@ def depends_on(action: Action, schedule: Schedule) -> list[Action]:
     if action.kind == "W":
         return [Action(s, "I", m)]
     gradient = "W" if schedule.split_backward else "B"
-    first = m * schedule.num_microbatches
-    return [Action(s, gradient, j) for j in range(first, first + schedule.num_microbatches)]
+    return [Action(s, gradient, j) for j in microbatches_of(m, schedule.num_microbatches)]
 
 
 def p2p_messages(schedule: Schedule) -> int:

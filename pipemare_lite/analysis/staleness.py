@@ -107,14 +107,8 @@ class VersionTable:
     @cached_property
     def rows(self) -> tuple[VersionRow, ...]:
         """A :class:`VersionRow` per (stage, microbatch) with a forward (built on first read)."""
-        N = self.schedule.num_microbatches
-        return tuple(
-            VersionRow(s, m, m // N, f, b, a)
-            for s, grids in enumerate(zip(self.version_at_forward, self.version_at_backward,
-                                          self.version_applied))
-            for m, (f, b, a) in enumerate(zip(*grids))
-            if f is not None
-        )
+        return tuple(self.row(s, m) for s, forwards in enumerate(self.version_at_forward)
+                     for m, f in enumerate(forwards) if f is not None)
 
     @property
     def num_stages(self) -> int:
@@ -140,9 +134,7 @@ class VersionTable:
         """``matrix[stage][microbatch]`` of one quantity (None where undefined): a heatmap."""
         if quantity not in QUANTITIES:
             raise ValueError(f"unknown quantity {quantity!r}; allowed: {', '.join(QUANTITIES)}")
-        grid: list[list[int | None]] = [
-            [None] * self.num_microbatches for _ in range(self.num_stages)
-        ]
+        grid = [[None] * self.num_microbatches for _ in range(self.num_stages)]
         for r in self.rows:
             grid[r.stage][r.microbatch] = getattr(r, quantity)
         return grid
@@ -192,10 +184,8 @@ def weight_versions(schedule: Schedule) -> VersionTable:
                 pending[s].append(m)
             else:  # UPDATE: applies every gradient the stage gathered since its last one
                 if m != current:
-                    raise ValueError(
-                        f"update {action} is update number {current} of stage {s}; "
-                        f"expected {s}U{current}"
-                    )
+                    raise ValueError(f"update {action} is update number {current} of stage {s}; "
+                                     f"expected {s}U{current}")
                 done = applied[s]
                 for waiting in pending[s]:
                     done[waiting] = current
@@ -272,10 +262,8 @@ def microbatch_path(table_or_schedule: VersionTable | Schedule,
     path = [table.row(s, microbatch) for s in range(len(grid))
             if 0 <= microbatch < len(grid[s]) and grid[s][microbatch] is not None]
     if not path:
-        raise ValueError(
-            f"microbatch {microbatch} is not in the schedule "
-            f"(it has 0..{table.num_microbatches - 1})"
-        )
+        raise ValueError(f"microbatch {microbatch} is not in the schedule "
+                         f"(it has 0..{table.num_microbatches - 1})")
     return path
 
 
@@ -319,21 +307,16 @@ def stage_delays(table_or_schedule: VersionTable | Schedule, *,
         # the microbatches counted, as (forward's, backward's, applied) versions
         kept = [(f, b, a) for f, b, a, keep in zip(*columns)
                 if keep and a is not None and f is not None]
-        out.append(_summarize(stage, [a - f for f, _, a in kept], [a - b for _, b, a in kept],
-                              [b - f for f, b, _ in kept]))
+        values = {}  # min/mean/max of the three delays (zeros when there are none)
+        for name, xs in (("forward_delay", [a - f for f, _, a in kept]),
+                         ("backward_delay", [a - b for _, b, a in kept]),
+                         ("discrepancy", [b - f for f, b, _ in kept])):
+            xs = xs or (0,)
+            values[f"min_{name}"] = min(xs)
+            values[f"mean_{name}"] = sum(xs) / len(xs)
+            values[f"max_{name}"] = max(xs)
+        out.append(StageDelay(stage=stage, count=len(kept), **values))
     return out
-
-
-def _summarize(stage: int, forward: list, backward: list, discrepancy: list) -> StageDelay:
-    """min/mean/max of the three delays (zeros when there are none)."""
-    values = {}
-    for name, xs in zip(("forward_delay", "backward_delay", "discrepancy"),
-                        (forward, backward, discrepancy)):
-        xs = xs or (0,)
-        values[f"min_{name}"] = min(xs)
-        values[f"mean_{name}"] = sum(xs) / len(xs)
-        values[f"max_{name}"] = max(xs)
-    return StageDelay(stage=stage, count=len(forward), **values)
 
 
 def steady_state_minibatches(schedule: Schedule) -> range:
@@ -407,9 +390,7 @@ def exact_forward_delay(name: str, num_stages: int, num_microbatches: int, stage
       ``ceil((w - j) / N)``; for N = 1 that is P - 1 - s for every microbatch.
     - ``2bw``: 1 by construction; synchronous schedules: 0.
     """
-    _check_sizes(num_stages, num_microbatches, stage)
-    if not 0 <= position < num_microbatches:
-        raise ValueError(f"position {position} out of range 0..{num_microbatches - 1}")
+    _check_sizes(num_stages, num_microbatches, stage, position)
     if backward_first and name not in ("async", "pipemare"):
         raise ValueError(f"backward_first applies to the lock-step 'async' schedule, not {name!r}")
     if name in SYNC_NAMES:
@@ -425,10 +406,11 @@ def exact_forward_delay(name: str, num_stages: int, num_microbatches: int, stage
     raise ValueError(f"no closed form for schedule {name!r}; known: {known}")
 
 
-def _check_sizes(num_stages: int, num_microbatches: int, stage: int) -> None:
-    if num_stages < 1:
-        raise ValueError(f"num_stages must be >= 1, got {num_stages}")
-    if num_microbatches < 1:
-        raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
-    if not 0 <= stage < num_stages:
-        raise ValueError(f"stage {stage} out of range 0..{num_stages - 1}")
+def _check_sizes(num_stages: int, num_microbatches: int, stage: int, position: int) -> None:
+    for label, value in (("num_stages", num_stages), ("num_microbatches", num_microbatches)):
+        if value < 1:
+            raise ValueError(f"{label} must be >= 1, got {value}")
+    for label, value, count in (("stage", stage, num_stages),
+                                ("position", position, num_microbatches)):
+        if not 0 <= value < count:
+            raise ValueError(f"{label} {value} out of range 0..{count - 1}")

@@ -87,10 +87,8 @@ def largest_stable_step(radius_of, high=4.0, grid=400, tol=1e-10) -> float:
     if all(stable):
         return float(high)
     first_bad = stable.index(False)
-    if first_bad == 0:
-        low, up = 0.0, steps[0]
-    else:
-        low, up = steps[first_bad - 1], steps[first_bad]
+    low = steps[first_bad - 1] if first_bad else 0.0  # the last stable point (or 0)
+    up = steps[first_bad]
     while up - low > tol:
         mid = 0.5 * (low + up)
         low, up = (mid, up) if radius_of(mid) < 1.0 else (low, mid)
@@ -99,9 +97,8 @@ def largest_stable_step(radius_of, high=4.0, grid=400, tol=1e-10) -> float:
 
 def stability_map(alphas, taus, lam=1.0, momentum=0.0) -> np.ndarray:
     """Spectral radius on a grid: ``result[i, j]`` for ``taus[i]``, ``alphas[j]`` (< 1: stable)."""
-    return np.array(
-        [[spectral_radius(a, lam, int(t), momentum) for a in alphas] for t in taus], dtype=float
-    )
+    return np.array([[spectral_radius(a, lam, int(t), momentum) for a in alphas] for t in taus],
+                    dtype=float)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,9 +135,8 @@ def t1_step_sizes(alpha, tau, horizon, steps) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def discrepancy_matrix(
-    alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None, momentum=0.0
-) -> np.ndarray:
+def discrepancy_matrix(alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None,
+                       momentum=0.0) -> np.ndarray:
     """Transition matrix of the discrepancy toy model (derived; the book's own model).
 
     The forward reads ``w[t - tau_f]``, the backward reads ``b[t]``, and the computed gradient
@@ -195,17 +191,15 @@ def discrepancy_matrix(
     return A
 
 
-def discrepancy_radius(
-    alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None, momentum=0.0
-) -> float:
+def discrepancy_radius(alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None,
+                       momentum=0.0) -> float:
     """Spectral radius of :func:`discrepancy_matrix` (< 1: stable)."""
     A = discrepancy_matrix(alpha, lam, tau_f, sensitivity, tau_b, gamma, momentum)
     return float(np.max(np.abs(np.linalg.eigvals(A))))
 
 
-def simulate_discrepancy_gd(
-    alpha, lam, tau_f, sensitivity, steps, tau_b=0, gamma=None, w0=1.0, momentum=0.0
-) -> np.ndarray:
+def simulate_discrepancy_gd(alpha, lam, tau_f, sensitivity, steps, tau_b=0, gamma=None, w0=1.0,
+                            momentum=0.0) -> np.ndarray:
     """Iterates ``w[0..steps]`` of the discrepancy toy model, written out plainly (no matrix).
 
     The forward reads ``w[t - tau_f]``; the backward reads ``w[t - tau_b]``, moved back by
@@ -233,23 +227,15 @@ def discrepancy_stability_map(alphas, gammas, tau_f, sensitivity, lam=1.0, tau_b
 
     A gamma of None in ``gammas`` gives the row without T2.
     """
-    return np.array(
-        [
-            [discrepancy_radius(a, lam, tau_f, sensitivity, tau_b, g) for a in alphas]
-            for g in gammas
-        ],
-        dtype=float,
-    )
+    return np.array([[discrepancy_radius(a, lam, tau_f, sensitivity, tau_b, g) for a in alphas]
+                     for g in gammas], dtype=float)
 
 
 def t2_stable_steps(gammas, tau_f, sensitivity, lam=1.0, tau_b=0) -> list[float]:
     """Largest stable ``alpha`` of the toy model for each gamma (None: without T2)."""
-    return [
-        largest_stable_step(
-            lambda a, g=g: discrepancy_radius(a, lam, tau_f, sensitivity, tau_b, g), high=4.0 / lam
-        )
-        for g in gammas
-    ]
+    return [largest_stable_step(
+        lambda a, g=g: discrepancy_radius(a, lam, tau_f, sensitivity, tau_b, g), high=4.0 / lam)
+        for g in gammas]
 
 
 def discrepancy_polynomial(alpha, lam, tau_f, sensitivity, tau_b=0, momentum=0.0) -> np.ndarray:
@@ -277,9 +263,8 @@ def discrepancy_polynomial(alpha, lam, tau_f, sensitivity, tau_b=0, momentum=0.0
     return by_power[::-1]
 
 
-def discrepancy_roots(
-    alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None, momentum=0.0
-) -> np.ndarray:
+def discrepancy_roots(alpha, lam, tau_f, sensitivity, tau_b=0, gamma=None,
+                      momentum=0.0) -> np.ndarray:
     """The modes of the discrepancy model: ``w[t]`` is a combination of ``root**t``.
 
     Without T2, the roots of :func:`discrepancy_polynomial`; with T2 (``gamma`` given) the
@@ -288,14 +273,12 @@ def discrepancy_roots(
     """
     if gamma is None:
         return np.roots(discrepancy_polynomial(alpha, lam, tau_f, sensitivity, tau_b, momentum))
-    return np.linalg.eigvals(
-        discrepancy_matrix(alpha, lam, tau_f, sensitivity, tau_b, gamma, momentum)
-    )
+    return np.linalg.eigvals(discrepancy_matrix(alpha, lam, tau_f, sensitivity, tau_b, gamma,
+                                                momentum))
 
 
-def stability_grid(
-    alphas, taus, lam=1.0, momentum=0.0, sensitivity=0.0, gamma=None, tau_b=0
-) -> np.ndarray:
+def stability_grid(alphas, taus, lam=1.0, momentum=0.0, sensitivity=0.0, gamma=None,
+                   tau_b=0) -> np.ndarray:
     """Spectral radii ``result[i, j]`` for ``taus[i]`` and ``alphas[j]``, computed batched.
 
     The same numbers as :func:`stability_map` (for ``sensitivity = 0``, no T2) and as

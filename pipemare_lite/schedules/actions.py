@@ -61,10 +61,8 @@ class Action:
         """Parse ``"2F0"``-style notation; raises ValueError naming the bad text."""
         match = _ACTION_RE.match(text)
         if not match:
-            raise ValueError(
-                f"cannot parse action {text!r}: "
-                "expected {stage}{F|B|I|W|U}{index}, e.g. '2F0'"
-            )
+            raise ValueError(f"cannot parse action {text!r}: "
+                             "expected {stage}{F|B|I|W|U}{index}, e.g. '2F0'")
         stage, kind, index = match.groups()
         return cls(int(stage), kind, int(index))
 
@@ -101,10 +99,8 @@ class Schedule:
                 f"unknown weight_mode {self.weight_mode!r}; allowed: {', '.join(WEIGHT_MODES)}"
             )
         if len(self.ranks) != self.num_ranks:
-            raise ValueError(
-                f"schedule {self.name!r} has {len(self.ranks)} rank rows "
-                f"for num_ranks={self.num_ranks}"
-            )
+            raise ValueError(f"schedule {self.name!r} has {len(self.ranks)} rank rows "
+                             f"for num_ranks={self.num_ranks}")
 
     @property
     def mode(self) -> WeightMode:

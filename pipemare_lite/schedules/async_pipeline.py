@@ -49,10 +49,8 @@ def async_order(stage: int, num_ranks: int, N: int, K: int, warmup: int = 0,
     return order
 
 
-def async_pipeline(
-    num_ranks: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0,
-    *, backward_first: bool = False,
-) -> Schedule:
+def async_pipeline(num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
+                   warmup_minibatches: int = 0, *, backward_first: bool = False) -> Schedule:
     """PipeMare's asynchronous pipeline (``weight_mode="async"``), one update per N microbatches.
 
     ``num_microbatches`` is N, microbatches per update. The first ``warmup_minibatches``
@@ -69,7 +67,5 @@ def async_pipeline(
     notes = clamp_notes(P, N) if W else []  # only the flushed warm-up has a 1F1B warm-up
     if backward_first:
         notes.append(TICK_ORDER_NOTE_BACKWARD_FIRST)
-    return make_schedule(
-        "async", P, N, orders, num_minibatches=K, weight_mode="async", warmup_minibatches=W,
-        notes=notes,
-    )  # fmt: skip
+    return make_schedule("async", P, N, orders, num_minibatches=K, weight_mode="async",
+                         warmup_minibatches=W, notes=notes)

@@ -9,8 +9,10 @@ that sends the tensors, and the argument for why this order cannot deadlock, are
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import takewhile
 
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.validate import execution_order
 
 #: Receives each rank posts per peer before it needs them (see :meth:`PostingOrder.receives_ahead`).
 RECEIVES_AHEAD = 2
@@ -48,10 +50,8 @@ class Message:
         return self.stage + 1 if self.kind == ACTIVATION else self.stage - 1
 
     def __str__(self) -> str:
-        return (
-            f"{self.kind} of stage {self.stage} microbatch {self.microbatch} "
-            f"(rank {self.src} -> rank {self.dst}, seq {self.seq})"
-        )
+        return (f"{self.kind} of stage {self.stage} microbatch {self.microbatch} "
+                f"(rank {self.src} -> rank {self.dst}, seq {self.seq})")
 
 
 @dataclass
@@ -90,30 +90,26 @@ def _message_keys(schedule: Schedule, a, split: bool) -> tuple[list, list]:
 def plan_communication(schedule: Schedule) -> CommPlan:
     """Derive every message of ``schedule`` with its global ``seq`` (introduced in chapter 11).
 
-    Raises:
-        pipemare_lite.schedules.validate.ScheduleError: the schedule deadlocks (the report
-            names the stuck actions) or a message is consumed but never produced.
-    """
-    from pipemare_lite.schedules.validate import ScheduleError, execution_order
+    The schedule is validated first, so every action runs once and every message an action
+    needs is produced by one.
 
+    Raises:
+        pipemare_lite.schedules.validate.ScheduleError: the schedule is invalid or deadlocks
+            (the report names the stuck actions).
+    """
     split = schedule.split_backward
     messages: dict = {}
     produces: dict = {}
     consumes: dict = {}
     for rank, position in execution_order(schedule):  # seq: one execution of the schedule
         action = schedule.ranks[rank][position]
-        for key in _message_keys(schedule, action, split)[0]:
-            if key in messages:
-                raise ScheduleError(f"{action} on rank {rank} produces {key[0]} {key} twice")
-            kind, stage, mb = key
+        for kind, stage, mb in _message_keys(schedule, action, split)[0]:
             dst = schedule.rank_of(stage + 1 if kind == ACTIVATION else stage - 1)
-            messages[key] = Message(kind, stage, mb, rank, dst, seq=len(messages))
-            produces.setdefault((rank, position), []).append(messages[key])
+            message = Message(kind, stage, mb, rank, dst, seq=len(messages))
+            messages[message.key] = message
+            produces.setdefault((rank, position), []).append(message)
     for rank, position, action in schedule.actions():
         for key in _message_keys(schedule, action, split)[1]:
-            if key not in messages:
-                raise ScheduleError(f"{action} on rank {rank} needs {key}, which no action "
-                                    "produces")
             consumes.setdefault((rank, position), []).append(messages[key])
     pair_order: dict = {}
     for message in messages.values():  # inserted in seq order
@@ -148,20 +144,17 @@ class PostingOrder:
         peer = message.dst if message.src == self.rank else message.src
         order = self.plan.pair_order[(self.rank, peer)]
         start = self.cursor[peer]
-        todo = []
         for i in range(start, len(order)):
             op = order[i]
-            if op.src == self.rank and op is not message:
+            if op is message:
+                todo = order[start:i + 1]
+                self.cursor[peer] = i + 1
+                self.posted.update(op.key for op in todo)
+                return todo
+            if op.src == self.rank:
                 raise RuntimeError(
                     f"rank {self.rank}: posting {message} needs the earlier send {op} first, "
-                    "but that send has not been produced yet (plan does not match the schedule)"
-                )
-            todo.append(op)
-            if op is message:
-                self.cursor[peer] = i + 1
-                for posted in todo:
-                    self.posted.add(posted.key)
-                return todo
+                    "but that send has not been produced yet (plan does not match the schedule)")
         raise RuntimeError(f"rank {self.rank}: {message} is not in the plan for pair {peer}")
 
     def receives_ahead(self, limit: int) -> list[Message]:
@@ -173,11 +166,9 @@ class PostingOrder:
         """
         todo = []
         for peer, start in self.cursor.items():
-            order = self.plan.pair_order[(self.rank, peer)]
-            i = start
-            while i < len(order) and i - start < limit and order[i].dst == self.rank:
-                todo.append(order[i])
-                self.posted.add(order[i].key)
-                i += 1
-            self.cursor[peer] = i
+            next_ops = self.plan.pair_order[(self.rank, peer)][start:start + limit]
+            ahead = list(takewhile(lambda op: op.dst == self.rank, next_ops))
+            self.cursor[peer] = start + len(ahead)
+            todo += ahead
+        self.posted.update(op.key for op in todo)
         return todo

@@ -24,6 +24,5 @@ def gpipe(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Sc
             order += [("B", stage, m) for m in mbs]
             order.append(("U", stage, k))
         orders.append(order)
-    return make_schedule(
-        "gpipe", num_ranks, num_microbatches, orders, num_minibatches=num_minibatches
-    )
+    return make_schedule("gpipe", num_ranks, num_microbatches, orders,
+                         num_minibatches=num_minibatches)

@@ -30,9 +30,8 @@ def _virtual_step(k: int, rank: int, P: int, v: int, backward: bool) -> tuple[in
     return chunk * P + rank, microbatch
 
 
-def interleaved(
-    num_ranks: int, num_microbatches: int, chunks: int = 2, num_minibatches: int = 1
-) -> Schedule:
+def interleaved(num_ranks: int, num_microbatches: int, chunks: int = 2,
+                num_minibatches: int = 1) -> Schedule:
     """Interleaved 1F1B with ``chunks`` model chunks per rank and a flush per minibatch.
 
     Requires M to be a multiple of P (Megatron's original rule: microbatches move through

@@ -31,6 +31,7 @@ periodic this way gets its schedule materialized, as before. Torch-free.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from itertools import islice
 
 from pipemare_lite.schedules.actions import UPDATE, Action, Schedule
@@ -56,9 +57,9 @@ def lazy_schedule(build: Callable[[int], Schedule], num_minibatches: int, *,
     while warmup_minibatches + steady_after + 2 < K and steady_after <= 128:
         K0 = warmup_minibatches + steady_after
         short, longer, longest = build(K0), build(K0 + 1), build(K0 + 2)
-        steady = [_steady_window(short, longer, longest, r) for r in range(short.num_ranks)]
-        if None not in steady:
-            return LazySchedule(short, tuple(steady), K, short.notes if notes is None else notes)
+        parts = [_steady_parts(short, longer, longest, r) for r in range(short.num_ranks)]
+        if None not in parts:
+            return LazySchedule(short, parts, K, short.notes if notes is None else notes)
         steady_after *= 2
     return build(K)
 
@@ -87,8 +88,8 @@ class LazySchedule:
     need a whole schedule (T1's delays) are taken: it already shows the steady state.
     """
 
-    def __init__(self, short: Schedule, steady: tuple[int, ...], num_minibatches: int,
-                 notes: tuple[str, ...]) -> None:
+    def __init__(self, short: Schedule, parts: list[tuple[tuple[Action, ...], ...]],
+                 num_minibatches: int, notes: tuple[str, ...]) -> None:
         self.short = short
         self.name, self.num_ranks = short.name, short.num_ranks
         self.num_microbatches, self.chunks = short.num_microbatches, short.chunks
@@ -99,10 +100,7 @@ class LazySchedule:
         self.num_virtual_stages = short.num_virtual_stages  # P * v
         self.total_microbatches = self.num_microbatches * num_minibatches  # the whole run's
         self.extra_windows = num_minibatches - short.num_minibatches  # n of the drawing
-        self._parts = []  # per rank: head (w0 .. w_b), steady window w_b, tail (w_b+1 ..)
-        for rank, b in enumerate(steady):
-            windows = _windows(short.ranks[rank])
-            self._parts.append((sum(windows[: b + 1], ()), windows[b], sum(windows[b + 1:], ())))
+        self._parts = parts  # per rank: head (w0 .. w_b), steady window w_b, tail (w_b+1 ..)
         self.ranks = tuple(LazyRow(self, r) for r in range(self.num_ranks))
 
     rank_of = Schedule.rank_of
@@ -129,12 +127,9 @@ class LazySchedule:
 
     def materialize(self) -> Schedule:
         """The whole schedule as a validated :class:`Schedule` (for small sizes and tests)."""
-        s = self.short
-        return validate(Schedule(
-            name=s.name, num_ranks=s.num_ranks, num_microbatches=s.num_microbatches,
-            ranks=tuple(tuple(self.row(r)) for r in range(s.num_ranks)),
-            num_minibatches=self.num_minibatches, chunks=s.chunks, weight_mode=s.weight_mode,
-            warmup_minibatches=s.warmup_minibatches, notes=self.notes))
+        return validate(replace(self.short, num_minibatches=self.num_minibatches,
+                                ranks=tuple(tuple(self.row(r)) for r in range(self.num_ranks)),
+                                notes=self.notes))
 
 
 def schedule_key(schedule: Schedule | LazySchedule) -> tuple:
@@ -158,19 +153,10 @@ def materialized(schedule: Schedule | LazySchedule) -> Schedule:
 
 
 def _windows(row) -> list[tuple[Action, ...]]:
-    """``row`` cut after each run of updates (window k ends with the updates of minibatch k;
-    what follows the last update joins the last window)."""
-    windows, current = [], []
-    for i, a in enumerate(row):
-        current.append(a)
-        if a.kind == UPDATE and (i + 1 == len(row) or row[i + 1].kind != UPDATE):
-            windows.append(tuple(current))
-            current = []
-    if current:
-        if not windows:
-            return [tuple(current)]
-        windows[-1] += tuple(current)
-    return windows
+    """``row`` cut after each run of updates: window k ends with the updates of minibatch k
+    (a valid row ends with an update, since every action of a stage precedes its last)."""
+    cuts = [i + 1 for i in range(len(row) - 1) if row[i].kind == UPDATE != row[i + 1].kind]
+    return [tuple(row[start:end]) for start, end in zip([0, *cuts], [*cuts, len(row)])]
 
 
 def _shifted(actions, j: int, N: int) -> Iterator[Action]:
@@ -179,10 +165,11 @@ def _shifted(actions, j: int, N: int) -> Iterator[Action]:
             for a in actions)
 
 
-def _steady_window(short: Schedule, longer: Schedule, longest: Schedule, rank: int):
-    """The index b of a steady window of ``rank`` (w_b+1 == w_b shifted by one minibatch)
-    such that ``longer`` and ``longest`` are ``short`` with one and two more copies of it
-    inserted after w_b; None when there is none."""
+def _steady_parts(short: Schedule, longer: Schedule, longest: Schedule, rank: int):
+    """``rank``'s row of ``short`` as (head w0 .. w_b, steady window w_b, tail w_b+1 ..) for
+    a steady window w_b (w_b+1 == w_b shifted by one minibatch) such that ``longer`` and
+    ``longest`` are ``short`` with one and two more copies of it inserted after w_b; None
+    when there is none."""
     N = short.num_microbatches
     A = _windows(short.ranks[rank])
     for b in range(len(A) - 2, -1, -1):  # the last steady window (furthest from filling)
@@ -192,5 +179,5 @@ def _steady_window(short: Schedule, longer: Schedule, longest: Schedule, rank: i
                + [tuple(_shifted(A[b], j, N)) for j in range(1, n + 1)]
                + [tuple(_shifted(w, n, N)) for w in A[b + 1:]]
                for n, s in ((1, longer), (2, longest))):
-            return b
+            return sum(A[: b + 1], ()), A[b], sum(A[b + 1:], ())
     return None

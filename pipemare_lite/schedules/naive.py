@@ -26,6 +26,5 @@ def naive(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Sc
                 order += [("F", stage, m), ("B", stage, m)]
             order.append(("U", stage, k))  # flush: update once the minibatch is done
         orders.append(order)
-    return make_schedule(
-        "naive", num_ranks, num_microbatches, orders, num_minibatches=num_minibatches
-    )
+    return make_schedule("naive", num_ranks, num_microbatches, orders,
+                         num_minibatches=num_minibatches)

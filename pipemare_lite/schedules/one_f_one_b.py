@@ -44,14 +44,12 @@ def one_f_one_b(num_ranks: int, num_microbatches: int, num_minibatches: int = 1)
     notes = clamp_notes(num_ranks, num_microbatches)
     orders = []
     for stage in range(num_ranks):
+        warmup = num_ranks - 1 - stage  # P-1-s forwards before the first B
         order = []
         for k in range(num_minibatches):
             mbs = microbatches_of(k, num_microbatches)
-            order += [
-                (kind, stage, m) for kind, m in one_f_one_b_order(mbs, num_ranks - 1 - stage)
-            ]
+            order += [(kind, stage, m) for kind, m in one_f_one_b_order(mbs, warmup)]
             order.append(("U", stage, k))
         orders.append(order)
-    return make_schedule(
-        "1f1b", num_ranks, num_microbatches, orders, num_minibatches=num_minibatches, notes=notes
-    )
+    return make_schedule("1f1b", num_ranks, num_microbatches, orders,
+                         num_minibatches=num_minibatches, notes=notes)

@@ -18,20 +18,10 @@ def flushed_warmup_order(stage: int, num_ranks: int, N: int, warmup: int) -> lis
     """The first ``warmup`` minibatches as flushed 1F1B (synchronous warm-up, PipeMare-W)."""
     order = []
     for k in range(warmup):
-        order += [
-            (kind, stage, m)
-            for kind, m in one_f_one_b_order(microbatches_of(k, N), num_ranks - 1 - stage)
-        ]
+        order += [(kind, stage, m)
+                  for kind, m in one_f_one_b_order(microbatches_of(k, N), num_ranks - 1 - stage)]
         order.append(("U", stage, k))
     return order
-
-
-def warmup_notes(num_ranks: int, N: int, K: int, warmup: int) -> list[str]:
-    """Notes on clamped warm-ups: in the flushed minibatches, or over the whole async run."""
-    notes = clamp_notes(num_ranks, N) if warmup else []
-    if K > warmup:
-        notes += clamp_notes(num_ranks, (K - warmup) * N, "asynchronous microbatches")
-    return notes
 
 
 def no_flush_order(stage: int, num_ranks: int, N: int, K: int, warmup: int = 0) -> list:
@@ -49,9 +39,8 @@ def no_flush_order(stage: int, num_ranks: int, N: int, K: int, warmup: int = 0) 
     return order
 
 
-def pipedream(
-    num_ranks: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0
-) -> Schedule:
+def pipedream(num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
+              warmup_minibatches: int = 0) -> Schedule:
     """PipeDream: no flush, weight stashing (``weight_mode="stash"``).
 
     With ``num_microbatches=1`` this is PipeDream with an update per microbatch; stage s
@@ -61,9 +50,8 @@ def pipedream(
                               num_minibatches, warmup_minibatches)
 
 
-def two_bw(
-    num_ranks: int, num_microbatches: int, num_minibatches: int = 1, warmup_minibatches: int = 0
-) -> Schedule:
+def two_bw(num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
+           warmup_minibatches: int = 0) -> Schedule:
     """PipeDream-2BW: the PipeDream order, two weight versions (``weight_mode="2bw"``).
 
     Every microbatch of minibatch k runs F and B on version max(k-1, 0), the version made by
@@ -88,5 +76,9 @@ def _no_flush_schedule(name: str, weight_mode: str, P: int, N: int, K: int, W: i
     """The order both share: W flushed 1F1B minibatches, then 1F1B with no flush."""
     check_sizes(name, P, N, K, warmup_minibatches=W)
     orders = [flushed_warmup_order(s, P, N, W) + no_flush_order(s, P, N, K, W) for s in range(P)]
+    # notes on clamped warm-ups: in the flushed minibatches, and over the whole async run
+    notes = clamp_notes(P, N) if W else []
+    if K > W:
+        notes += clamp_notes(P, (K - W) * N, "asynchronous microbatches")
     return make_schedule(name, P, N, orders, num_minibatches=K, weight_mode=weight_mode,
-                         warmup_minibatches=W, notes=warmup_notes(P, N, K, W))
+                         warmup_minibatches=W, notes=notes)

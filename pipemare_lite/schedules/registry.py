@@ -92,8 +92,7 @@ def schedule_names() -> tuple[str, ...]:
 
 def is_asynchronous(name: str) -> bool:
     """True when schedule ``name`` does not flush (it accepts ``warmup_minibatches``)."""
-    key = ALIASES.get(name, name)
-    mode = weight_mode_of(key)
+    mode = weight_mode_of(name)  # aliases included
     return mode is not None and not get_weight_mode(mode).flushes
 
 
@@ -109,17 +108,13 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
     name is refused; registering a name again replaces the builder.
     """
     if not isinstance(name, str) or not name.strip() or name in known_names(builtin=True):
-        raise ScheduleError(
-            f"cannot register schedule {name!r}: give a new name (taken: "
-            f"{', '.join(known_names(builtin=True))})"
-        )
+        raise ScheduleError(f"cannot register schedule {name!r}: give a new name (taken: "
+                            f"{', '.join(known_names(builtin=True))})")
     if not callable(builder):
         raise ScheduleError(f"register_schedule({name!r}): builder {builder!r} is not callable")
     if weight_mode not in WEIGHT_MODES:  # the name; the rule is weight_modes.weight_mode(name)
-        raise ScheduleError(
-            f"register_schedule({name!r}): weight_mode={weight_mode!r}; allowed: "
-            f"{', '.join(WEIGHT_MODES)}"
-        )
+        raise ScheduleError(f"register_schedule({name!r}): weight_mode={weight_mode!r}; allowed: "
+                            f"{', '.join(WEIGHT_MODES)}")
     REGISTERED_WEIGHT_MODES[name] = weight_mode  # validate() accepts the name from now on
 
     def build(P: int, N: int, K: int, v: int, W: int) -> Schedule:

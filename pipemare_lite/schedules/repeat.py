@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pipemare_lite.schedules._build import make_schedule
 from pipemare_lite.schedules.actions import UPDATE, Schedule
-from pipemare_lite.schedules.validate import ScheduleError
+from pipemare_lite.schedules.validate import ScheduleError, check_sizes
 
 
 def repeat_schedule(pattern: Schedule, num_minibatches: int) -> Schedule:
@@ -26,10 +26,8 @@ def repeat_schedule(pattern: Schedule, num_minibatches: int) -> Schedule:
             f"schedule {pattern.name!r} covers {pattern.num_minibatches} minibatches; "
             "only a one-minibatch pattern can be repeated"
         )
-    if isinstance(num_minibatches, bool) or not isinstance(num_minibatches, int) \
-            or num_minibatches < 1:
-        raise ScheduleError(f"num_minibatches={num_minibatches!r}: allowed: an integer >= 1")
     N = pattern.num_microbatches
+    check_sizes(pattern.name, pattern.num_ranks, N, num_minibatches, pattern.chunks)
     orders = [[(a.kind, a.stage, a.index + (k if a.kind == UPDATE else k * N))
                for k in range(num_minibatches) for a in row] for row in pattern.ranks]
     return make_schedule(pattern.name, pattern.num_ranks, N, orders,

@@ -65,9 +65,10 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
     if name != "custom" and mode is None:
         raise ScheduleError(f"unknown schedule name {name!r}; allowed: {', '.join(known_names())}")
     values = {"num_ranks": num_ranks, "num_microbatches": num_microbatches,
-              "num_minibatches": num_minibatches, "chunks": chunks}
+              "num_minibatches": num_minibatches, "chunks": chunks,
+              "warmup_minibatches": warmup_minibatches}
     for key, value in values.items():
-        low, high = LIMITS[key]
+        low, high = LIMITS.get(key, (0, num_minibatches))  # warm-up: 0..num_minibatches
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ScheduleError(
                 f"{name}: {key}={value!r} is out of range; allowed: integers {low}..{high}"
@@ -75,11 +76,6 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
     if chunks > 1 and name not in ("interleaved", "custom", *REGISTERED_WEIGHT_MODES):
         raise ScheduleError(f"{name}: chunks={chunks} only applies to 'interleaved'; allowed: 1")
     w = warmup_minibatches
-    if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= num_minibatches:
-        raise ScheduleError(
-            f"{name}: warmup_minibatches={w!r} is out of range; "
-            f"allowed: integers 0..{num_minibatches} (num_minibatches)"
-        )
     if w and mode is not None and get_weight_mode(mode).flushes:
         unflushed = (n for n, m in {**BUILTIN_WEIGHT_MODES, **REGISTERED_WEIGHT_MODES}.items()
                      if not get_weight_mode(m).flushes)
@@ -96,15 +92,12 @@ def validate(schedule: Schedule) -> Schedule:
     deadlock.
     """
     s = schedule
-    check_sizes(name=s.name, num_ranks=s.num_ranks, num_microbatches=s.num_microbatches,
-                num_minibatches=s.num_minibatches, chunks=s.chunks,
-                warmup_minibatches=s.warmup_minibatches)
+    check_sizes(s.name, s.num_ranks, s.num_microbatches, s.num_minibatches, s.chunks,
+                s.warmup_minibatches)
     expected_mode = weight_mode_of(s.name)
     if expected_mode and s.weight_mode != expected_mode:
-        raise ScheduleError(
-            f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
-            f"allowed: {expected_mode!r}"
-        )
+        raise ScheduleError(f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
+                            f"allowed: {expected_mode!r}")
     if id(s) in _VALIDATED:  # already checked (the builder validated it): nothing can change
         return s
     codes, seen, update_problem = _walk(s)
@@ -191,7 +184,7 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
                     k = index // N
                     if problem is None and k > low and (
                             k <= flushed or two_bw and updates[stage] < k - 1):
-                        problem = _forward_problem(s, rank, len(codes), a, updates)
+                        problem = _forward_problem(s, rank, len(codes), a, flushed)
                 elif kind == gradient:
                     if problem is None and index // N != updates[stage]:
                         problem = _update_problem(s, rank, len(codes), a, updates, grads)
@@ -221,12 +214,11 @@ def _update_problem(s: Schedule, rank, position, a, updates, grads) -> str:
             "gradients of its minibatch)")
 
 
-def _forward_problem(s: Schedule, rank, position, a, updates) -> str:
+def _forward_problem(s: Schedule, rank, position, a, flushed: int) -> str:
     """A forward of minibatch k that runs before some stage of its rank applied update k-1,
-    though minibatch k-1 is flushed (all of a sync schedule, the warm-up of an async one);
-    or in 2BW before its own stage made version k-1 (update k-2)."""
+    though minibatch k-1 is flushed (k <= ``flushed``: all of a sync schedule, the warm-up
+    of an async one); or in 2BW before its own stage made version k-1 (update k-2)."""
     k = a.index // s.num_microbatches
-    flushed = s.num_minibatches if s.mode.flushes else s.warmup_minibatches
     if k <= flushed:
         return (f"{_at(rank, position, a)} starts minibatch {k} before rank {rank} applied "
                 f"update {k - 1} (a flushed minibatch must update before the next starts)")
@@ -239,10 +231,8 @@ def _misplaced(s: Schedule, rank: int, position: int, a) -> str:
     if a.stage >= s.num_virtual_stages:
         allowed = f"0..{s.num_virtual_stages - 1}"
         return f"{_at(rank, position, a)} names stage {a.stage}; allowed: {allowed}"
-    return (
-        f"{_at(rank, position, a)} belongs on rank {a.stage % s.num_ranks} "
-        f"(virtual stage s lives on rank s % {s.num_ranks})"
-    )
+    return (f"{_at(rank, position, a)} belongs on rank {a.stage % s.num_ranks} "
+            f"(virtual stage s lives on rank s % {s.num_ranks})")
 
 
 def _check_complete(s: Schedule, seen: bytearray) -> None:
@@ -361,20 +351,15 @@ def _deadlock_report(s: Schedule, rows, position, done) -> str:
         if p >= len(row):
             continue
         missing = next(d for d in dependency_codes(row[p], n, T) if not done[d])
-        if missing not in where:
-            action = s.ranks[rank][p]
-            lines.append(
-                f"  rank {rank} at {action} (position {p}) waits for an action no rank runs"
-            )
-            continue
-        r2, p2 = where[missing]
-        waited = s.ranks[r2][p2]
-        if r2 == rank:
-            detail = f"which comes later on the same rank (position {p2})"
+        if missing not in where:  # e.g. a W whose I is in no row
+            waits = "an action no rank runs"
         else:
-            blocker = s.ranks[r2][position[r2]]
-            detail = f"on rank {r2} (position {p2}), which is itself stuck at {blocker}"
-        lines.append(
-            f"  rank {rank} at {s.ranks[rank][p]} (position {p}) waits for {waited} {detail}"
-        )
+            r2, p2 = where[missing]
+            if r2 == rank:
+                detail = f"which comes later on the same rank (position {p2})"
+            else:
+                blocker = s.ranks[r2][position[r2]]
+                detail = f"on rank {r2} (position {p2}), which is itself stuck at {blocker}"
+            waits = f"{s.ranks[r2][p2]} {detail}"
+        lines.append(f"  rank {rank} at {s.ranks[rank][p]} (position {p}) waits for {waits}")
     return "\n".join(lines)

@@ -58,6 +58,5 @@ def zb_h1(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Sc
             order += [(kind, stage, m) for kind, m in zb_h1_order(stage, num_ranks, mbs)]
             order.append(("U", stage, k))
         orders.append(order)
-    return make_schedule(
-        "zb-h1", num_ranks, num_microbatches, orders, num_minibatches=num_minibatches, notes=notes
-    )
+    return make_schedule("zb-h1", num_ranks, num_microbatches, orders,
+                         num_minibatches=num_minibatches, notes=notes)
