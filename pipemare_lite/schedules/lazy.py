@@ -155,7 +155,8 @@ def materialized(schedule: Schedule | LazySchedule) -> Schedule:
 def _windows(row) -> list[tuple[Action, ...]]:
     """``row`` cut after each run of updates: window k ends with the updates of minibatch k
     (a valid row ends with an update, since every action of a stage precedes its last)."""
-    cuts = [i + 1 for i in range(len(row) - 1) if row[i].kind == UPDATE != row[i + 1].kind]
+    cuts = [i + 1 for i in range(len(row) - 1)
+            if row[i].kind == UPDATE and row[i + 1].kind != UPDATE]
     return [tuple(row[start:end]) for start, end in zip([0, *cuts], [*cuts, len(row)])]
 
 
