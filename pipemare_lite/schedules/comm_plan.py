@@ -149,7 +149,7 @@ class PostingOrder:
             if op is message:
                 todo = order[start:i + 1]
                 self.cursor[peer] = i + 1
-                self.posted.update(op.key for op in todo)
+                self.posted.update(earlier.key for earlier in todo)
                 return todo
             if op.src == self.rank:
                 raise RuntimeError(
