@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from bench_widgets import REPEATS, best_of, row
 
-from pipemare_lite.analysis.paper_arithmetic import layer_profile, resnet50_layers
 from pipemare_lite.analysis.tradeoff import tradeoff_table
+from pipemare_lite.experiments.paper_arithmetic import layer_profile, resnet50_layers
 from pipemare_lite.figures.widgets import tradeoff_explorer, tradeoff_explorer_static
 
 

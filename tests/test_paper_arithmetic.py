@@ -11,7 +11,8 @@ from torch import nn
 
 from pipemare_lite.analysis.formulas import async_speedup_over_gpipe
 from pipemare_lite.analysis.memory import MemoryProfile, memory_by_kind
-from pipemare_lite.analysis.paper_arithmetic import (
+from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure
+from pipemare_lite.experiments.paper_arithmetic import (
     group_layers,
     layer_profile,
     pipedream_stash_closed_form,
@@ -21,7 +22,6 @@ from pipemare_lite.analysis.paper_arithmetic import (
     weight_memory,
     weight_memory_ratio,
 )
-from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure
 from pipemare_lite.schedules import build_schedule
 
 

@@ -35,7 +35,7 @@ TORCH_FREE = [
     "pipemare_lite.experiments.stage_evidence",
     "pipemare_lite.experiments.paper_shape_claims",
     "pipemare_lite.experiments.paper_shape_table",
-    "pipemare_lite.analysis.paper_arithmetic",
+    "pipemare_lite.experiments.paper_arithmetic",
     "pipemare_lite.analysis.tradeoff",
     "pipemare_lite.book.module_map",
 ]

@@ -9,6 +9,10 @@ several seeds), ``markdown(results) -> str`` (the table a chapter shows) and
 version, seeds, date, machine fingerprint); quick variants to ``<name>_quick.json``.
 :mod:`pipemare_lite.experiments.record` holds what is shared. ``reproduce --list`` prints
 :data:`EXPERIMENTS` with :data:`DESCRIPTIONS`.
+
+Beside the stored experiments, :mod:`~pipemare_lite.experiments.paper_arithmetic` recomputes
+the paper's headline numbers (its abstract's 2.7x and 4.3x) from the simulator and the
+memory model: the paper's claims, checked without training, torch-free.
 """
 
 #: experiment name -> module under pipemare_lite.experiments

@@ -10,7 +10,7 @@
   ties to the smaller peak, then the earlier row; None when nothing fits.
 
 Both come before the engine's versions
-(:func:`pipemare_lite.analysis.paper_arithmetic.weight_memory`,
+(:func:`pipemare_lite.experiments.paper_arithmetic.weight_memory`,
 :func:`pipemare_lite.analysis.tradeoff.pick_method`), which their ``engine_answers`` name; the
 memory
 model (:func:`pipemare_lite.analysis.memory.memory_by_kind`) is an instrument the chapter uses
@@ -27,9 +27,9 @@ from pipemare_lite.book.exercises import references
 from pipemare_lite.book.exercises.compare import compare_bytes_by_kind, compare_name_or_none
 from pipemare_lite.book.exercises.exercise import Exercise, Mistake
 
-_WEIGHT_ANSWERS = ("pipemare_lite.analysis.paper_arithmetic.weight_memory",
-                   "pipemare_lite.analysis.paper_arithmetic.pipedream_stash_closed_form",
-                   "pipemare_lite.analysis.paper_arithmetic.weight_memory_ratio",
+_WEIGHT_ANSWERS = ("pipemare_lite.experiments.paper_arithmetic.weight_memory",
+                   "pipemare_lite.experiments.paper_arithmetic.pipedream_stash_closed_form",
+                   "pipemare_lite.experiments.paper_arithmetic.weight_memory_ratio",
                    "pipemare_lite.analysis.tradeoff.tradeoff_row",
                    "pipemare_lite.analysis.tradeoff.tradeoff_table")
 _PICK_ANSWERS = ("pipemare_lite.analysis.tradeoff.pick_method",)

@@ -209,7 +209,7 @@ def weight_memory_by_kind(method: str, param_bytes: list[int], num_microbatches:
                           optimizer: str) -> dict[str, int]:
     """The memory model's weights, stash, T2 buffer and optimizer bytes over a long run."""
     from pipemare_lite.analysis.memory import MemoryProfile
-    from pipemare_lite.analysis.paper_arithmetic import weight_memory
+    from pipemare_lite.experiments.paper_arithmetic import weight_memory
 
     profile = MemoryProfile(list(param_bytes), [0] * len(param_bytes), optimizer)
     return weight_memory(method, profile, num_microbatches)
