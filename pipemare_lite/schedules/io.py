@@ -132,17 +132,14 @@ def _add_updates(ranks, num_microbatches: int):
     grad = _gradient_kind(ranks)
     out = []
     for row in ranks:
-        last = {}  # (stage, minibatch) -> position of the last gradient
-        for p, a in enumerate(row):
-            if a.kind == grad:
-                last[(a.stage, a.index // num_microbatches)] = p
-        after: dict[int, list[Action]] = {}
-        for (stage, k), p in sorted(last.items(), key=lambda item: (item[1], item[0])):
-            after.setdefault(p, []).append(Action(stage, "U", k))
+        last = {(a.stage, a.index // num_microbatches): p  # the position of the last gradient
+                for p, a in enumerate(row) if a.kind == grad}
         new_row = []
         for p, a in enumerate(row):
             new_row.append(a)
-            new_row.extend(after.get(p, ()))
+            k = a.index // num_microbatches
+            if a.kind == grad and last[(a.stage, k)] == p:
+                new_row.append(Action(a.stage, "U", k))
         out.append(new_row)
     return out
 
