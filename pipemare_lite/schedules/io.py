@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from itertools import takewhile
 from pathlib import Path
 
 from pipemare_lite.schedules.actions import Action, Schedule
@@ -101,11 +102,8 @@ def _infer_microbatches(ranks, has_updates: bool) -> int:
         return max(1 + max((a.index for row in ranks for a in row), default=-1), 1)
     grad = _gradient_kind(ranks)
     row = next((row for row in ranks if any(a.stage == 0 for a in row)), [])
-    count = 0
-    for a in row:
-        if a.stage == 0 and a.kind == "U":
-            break
-        count += a.stage == 0 and a.kind == grad
+    before_update = takewhile(lambda a: a.kind != "U", (a for a in row if a.stage == 0))
+    count = sum(a.kind == grad for a in before_update)
     if count < 1:
         raise ScheduleError("stage 0 has no gradient before its first update; give "
                             "num_microbatches (an integer >= 1)")
