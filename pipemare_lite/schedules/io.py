@@ -174,11 +174,10 @@ def from_json(text: str) -> Schedule:
         raise ScheduleError(
             f"schedule JSON has {len(data['ranks'])} rank rows for num_ranks={data['num_ranks']}"
         )
-    return from_rows(data["ranks"], name=data["name"], num_microbatches=data["num_microbatches"],
-                     chunks=data.get("chunks", 1), weight_mode=data.get("weight_mode"),
-                     num_minibatches=data.get("num_minibatches"),
-                     warmup_minibatches=data.get("warmup_minibatches", 0),
-                     notes=tuple(data.get("notes", ())))
+    # the fields to_json writes, those the file has (from_rows' defaults for the others),
+    # except num_ranks: the rows say it
+    fields = {key: data[key] for key in JSON_FIELDS if key in data and key != "num_ranks"}
+    return from_rows(data["ranks"], notes=tuple(data.get("notes", ())), **fields)
 
 
 def to_csv(schedule: Schedule) -> str:
