@@ -86,7 +86,6 @@ def long_enough(num_ranks: int, num_microbatches: int) -> int:
 def tradeoff_row(method: str, profile: MemoryProfile, num_microbatches: int) -> TradeoffRow:
     """The table's row for ``method`` on ``profile`` (one stage per profile entry)."""
     from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure
-    from pipemare_lite.schedules.validate import ScheduleError
 
     if method not in TRADEOFF_METHODS:
         raise ValueError(f"unknown method {method!r}; allowed: {', '.join(TRADEOFF_METHODS)}")
@@ -94,7 +93,7 @@ def tradeoff_row(method: str, profile: MemoryProfile, num_microbatches: int) -> 
     flushed = not is_asynchronous(SCHEDULE_OF[method][0])
     try:
         schedule, t2 = method_schedule(method, P, N, 2 if flushed else long_enough(P, N))
-    except (ScheduleError, ValueError) as error:
+    except ValueError as error:  # a ScheduleError too: the method cannot run at this P and N
         return TradeoffRow(method, TRADEOFF_METHODS[method], dict.fromkeys(KINDS, 0), 0, None,
                            str(error), dict.fromkeys(KINDS, 0))
     peaks = memory_by_kind(schedule, profile, t2=t2)
