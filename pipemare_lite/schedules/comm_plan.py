@@ -101,6 +101,7 @@ def plan_communication(schedule: Schedule) -> CommPlan:
     messages: dict = {}
     produces: dict = {}
     consumes: dict = {}
+    pair_order: dict = {}
     for rank, position in execution_order(schedule):  # seq: one execution of the schedule
         sends, needs = _message_keys(schedule, schedule.ranks[rank][position], split)
         for key in needs:  # already produced: the order runs every dependency first
@@ -110,11 +111,9 @@ def plan_communication(schedule: Schedule) -> CommPlan:
             message = Message(kind, stage, mb, rank, dst, seq=len(messages))
             messages[message.key] = message
             produces.setdefault((rank, position), []).append(message)
-    pair_order: dict = {}
-    for message in messages.values():  # inserted in seq order
-        if message.src != message.dst:
-            pair_order.setdefault((message.src, message.dst), []).append(message)
-            pair_order.setdefault((message.dst, message.src), []).append(message)
+            if dst != rank:  # both ends list their pair's messages in seq order
+                pair_order.setdefault((rank, dst), []).append(message)
+                pair_order.setdefault((dst, rank), []).append(message)
     return CommPlan(schedule, messages, produces, consumes, pair_order)
 
 
