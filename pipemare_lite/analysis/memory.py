@@ -149,11 +149,8 @@ def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
             current[s] += 1
         elif kind == FORWARD:
             activations += activation[s]
-            if stash_mode:
-                version = needed[s][action.index]
-                if version not in readers[s] and version < current[s]:
-                    stash += param[s]
-                readers[s][version] += 1
+            if stash_mode:  # it reads the current version: one more reader, nothing old
+                readers[s][current[s]] += 1
         elif kind == BACKWARD or kind == WEIGHT_GRAD:  # the microbatch's last backward action
             activations -= activation[s]
             if needed is not None:  # one reader of its version is done

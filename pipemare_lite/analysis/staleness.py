@@ -258,9 +258,7 @@ def microbatch_path(table_or_schedule: VersionTable | Schedule,
                     microbatch: int) -> list[VersionRow]:
     """The versions one microbatch met at every stage, in model order (the explorer's path)."""
     table = _as_table(table_or_schedule)
-    grid = table.version_at_forward
-    path = [table.row(s, microbatch) for s in range(len(grid))
-            if 0 <= microbatch < len(grid[s]) and grid[s][microbatch] is not None]
+    path = [r for r in table.rows if r.microbatch == microbatch]  # rows are in stage order
     if not path:
         raise ValueError(f"microbatch {microbatch} is not in the schedule "
                          f"(it has 0..{table.num_microbatches - 1})")

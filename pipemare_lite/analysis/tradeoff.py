@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipemare_lite.analysis.memory import KINDS, MemoryProfile, memory_by_kind
-from pipemare_lite.schedules.registry import METHOD_TABLE, is_asynchronous
+from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure
+from pipemare_lite.schedules.registry import METHOD_TABLE, build_schedule, is_asynchronous
 
 #: The methods of the table, in the book's order, and how the chapter names them.
 TRADEOFF_METHODS = {
@@ -43,8 +44,6 @@ SCHEDULE_OF = {name: (schedule, t2) for name, schedule, _, t2, _ in METHOD_TABLE
 def method_schedule(method: str, num_ranks: int, num_microbatches: int,
                     num_minibatches: int = 1):
     """The schedule ``method`` runs (PipeMare without warm-up) and whether T2 is on."""
-    from pipemare_lite.schedules import build_schedule
-
     if method not in SCHEDULE_OF:
         raise ValueError(f"unknown method {method!r}; allowed: {', '.join(SCHEDULE_OF)}")
     name, t2 = SCHEDULE_OF[method]
@@ -85,16 +84,13 @@ def long_enough(num_ranks: int, num_microbatches: int) -> int:
 
 def tradeoff_row(method: str, profile: MemoryProfile, num_microbatches: int) -> TradeoffRow:
     """The table's row for ``method`` on ``profile`` (one stage per profile entry)."""
-    from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure
-    from pipemare_lite.schedules.validate import ScheduleError
-
     if method not in TRADEOFF_METHODS:
         raise ValueError(f"unknown method {method!r}; allowed: {', '.join(TRADEOFF_METHODS)}")
     P, N = len(profile.param_bytes), num_microbatches
     flushed = not is_asynchronous(SCHEDULE_OF[method][0])
     try:
         schedule, t2 = method_schedule(method, P, N, 2 if flushed else long_enough(P, N))
-    except (ScheduleError, ValueError) as error:
+    except ValueError as error:  # a ScheduleError too: the method cannot run at this P and N
         return TradeoffRow(method, TRADEOFF_METHODS[method], dict.fromkeys(KINDS, 0), 0, None,
                            str(error), dict.fromkeys(KINDS, 0))
     peaks = memory_by_kind(schedule, profile, t2=t2)

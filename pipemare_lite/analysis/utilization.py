@@ -7,11 +7,14 @@ two utilizations is what the real run lost to communication, waiting and noise.
 
 from __future__ import annotations
 
+from statistics import median
+
+from pipemare_lite.analysis.simulate import OpCosts, metrics, simulate
 from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.schedules.actions import BACKWARD, FORWARD, INPUT_GRAD, UPDATE, WEIGHT_GRAD
 
 
-def measured_costs(trace: Timeline):
+def measured_costs(trace: Timeline) -> OpCosts:
     """:class:`~pipemare_lite.analysis.simulate.OpCosts` read off a measured trace (chapter 11).
 
     Per kind, the median duration over all stages; ``stage_multipliers`` from each
@@ -19,10 +22,6 @@ def measured_costs(trace: Timeline):
     trace lacks is never simulated either; the simulator still wants every compute cost
     positive, so a missing B is I + W and a missing I or W is half a B.
     """
-    from statistics import median
-
-    from pipemare_lite.analysis.simulate import OpCosts
-
     by_kind: dict[str, list[float]] = {}
     forwards: dict[int, list[float]] = {}
     for e in trace.entries:
@@ -54,8 +53,6 @@ def utilization_report(trace: Timeline) -> dict:
     durations measured in ``trace`` (:func:`measured_costs`), so the gap between the two
     numbers is what the real run loses to communication, waiting and noise.
     """
-    from pipemare_lite.analysis.simulate import metrics, simulate
-
     costs = measured_costs(trace)
     measured = metrics(trace)
     simulated = metrics(simulate(trace.schedule, costs))

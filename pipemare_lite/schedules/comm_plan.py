@@ -101,21 +101,19 @@ def plan_communication(schedule: Schedule) -> CommPlan:
     messages: dict = {}
     produces: dict = {}
     consumes: dict = {}
+    pair_order: dict = {}
     for rank, position in execution_order(schedule):  # seq: one execution of the schedule
-        action = schedule.ranks[rank][position]
-        for kind, stage, mb in _message_keys(schedule, action, split)[0]:
+        sends, needs = _message_keys(schedule, schedule.ranks[rank][position], split)
+        for key in needs:  # already produced: the order runs every dependency first
+            consumes.setdefault((rank, position), []).append(messages[key])
+        for kind, stage, mb in sends:
             dst = schedule.rank_of(stage + 1 if kind == ACTIVATION else stage - 1)
             message = Message(kind, stage, mb, rank, dst, seq=len(messages))
             messages[message.key] = message
             produces.setdefault((rank, position), []).append(message)
-    for rank, position, action in schedule.actions():
-        for key in _message_keys(schedule, action, split)[1]:
-            consumes.setdefault((rank, position), []).append(messages[key])
-    pair_order: dict = {}
-    for message in messages.values():  # inserted in seq order
-        if message.src != message.dst:
-            pair_order.setdefault((message.src, message.dst), []).append(message)
-            pair_order.setdefault((message.dst, message.src), []).append(message)
+            if dst != rank:  # both ends list their pair's messages in seq order
+                pair_order.setdefault((rank, dst), []).append(message)
+                pair_order.setdefault((dst, rank), []).append(message)
     return CommPlan(schedule, messages, produces, consumes, pair_order)
 
 

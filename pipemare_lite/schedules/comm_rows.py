@@ -73,18 +73,16 @@ def comm_row(plan: CommPlan, rank: int, *, receives_ahead: int = RECEIVES_AHEAD)
     order = PostingOrder(plan, rank)
     row: list = []
 
-    def post(message: Message) -> None:
-        row.extend(comm_op(op, rank) for op in order.to_post_for(message))
-        row.extend(comm_op(op, rank) for op in order.receives_ahead(receives_ahead))
+    def post(messages: list[Message]) -> None:
+        for message in messages:
+            if message.src != message.dst:  # same-rank hand-overs are not posted
+                row.extend(comm_op(op, rank) for op in order.to_post_for(message))
+                row.extend(comm_op(op, rank) for op in order.receives_ahead(receives_ahead))
 
     for position, action in enumerate(plan.schedule.ranks[rank]):
-        for message in plan.consumes.get((rank, position), []):
-            if message.src != message.dst:  # same-rank hand-overs are not posted
-                post(message)
+        post(plan.consumes.get((rank, position), []))  # what the action waits for
         row.append(action)
-        for message in plan.produces.get((rank, position), []):
-            if message.src != message.dst:
-                post(message)
+        post(plan.produces.get((rank, position), []))  # what it sends on
     return row
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from itertools import takewhile
 from pathlib import Path
 
 from pipemare_lite.schedules.actions import Action, Schedule
@@ -101,11 +102,8 @@ def _infer_microbatches(ranks, has_updates: bool) -> int:
         return max(1 + max((a.index for row in ranks for a in row), default=-1), 1)
     grad = _gradient_kind(ranks)
     row = next((row for row in ranks if any(a.stage == 0 for a in row)), [])
-    count = 0
-    for a in row:
-        if a.stage == 0 and a.kind == "U":
-            break
-        count += a.stage == 0 and a.kind == grad
+    before_update = takewhile(lambda a: a.kind != "U", (a for a in row if a.stage == 0))
+    count = sum(a.kind == grad for a in before_update)
     if count < 1:
         raise ScheduleError("stage 0 has no gradient before its first update; give "
                             "num_microbatches (an integer >= 1)")
@@ -132,17 +130,14 @@ def _add_updates(ranks, num_microbatches: int):
     grad = _gradient_kind(ranks)
     out = []
     for row in ranks:
-        last = {}  # (stage, minibatch) -> position of the last gradient
-        for p, a in enumerate(row):
-            if a.kind == grad:
-                last[(a.stage, a.index // num_microbatches)] = p
-        after: dict[int, list[Action]] = {}
-        for (stage, k), p in sorted(last.items(), key=lambda item: (item[1], item[0])):
-            after.setdefault(p, []).append(Action(stage, "U", k))
+        last = {(a.stage, a.index // num_microbatches): p  # the position of the last gradient
+                for p, a in enumerate(row) if a.kind == grad}
         new_row = []
         for p, a in enumerate(row):
             new_row.append(a)
-            new_row.extend(after.get(p, ()))
+            k = a.index // num_microbatches
+            if a.kind == grad and last[(a.stage, k)] == p:
+                new_row.append(Action(a.stage, "U", k))
         out.append(new_row)
     return out
 
@@ -179,11 +174,10 @@ def from_json(text: str) -> Schedule:
         raise ScheduleError(
             f"schedule JSON has {len(data['ranks'])} rank rows for num_ranks={data['num_ranks']}"
         )
-    return from_rows(data["ranks"], name=data["name"], num_microbatches=data["num_microbatches"],
-                     chunks=data.get("chunks", 1), weight_mode=data.get("weight_mode"),
-                     num_minibatches=data.get("num_minibatches"),
-                     warmup_minibatches=data.get("warmup_minibatches", 0),
-                     notes=tuple(data.get("notes", ())))
+    # the fields to_json writes, those the file has (from_rows' defaults for the others),
+    # except num_ranks: the rows say it
+    fields = {key: data[key] for key in JSON_FIELDS if key in data and key != "num_ranks"}
+    return from_rows(data["ranks"], notes=tuple(data.get("notes", ())), **fields)
 
 
 def to_csv(schedule: Schedule) -> str:

@@ -119,12 +119,6 @@ class LazySchedule:
             offset = 0
         yield from _shifted(islice(tail, max(start - n * len(body), 0), None), n, N)  # the drain
 
-    def key(self) -> tuple:
-        """What identifies this schedule in a checkpoint: its name, length, short rows and
-        steady windows (a Schedule's is ``(name, rows())``)."""
-        return (self.name, self.num_minibatches, self.short.rows(),
-                [len(head) for head, _, _ in self._parts])
-
     def materialize(self) -> Schedule:
         """The whole schedule as a validated :class:`Schedule` (for small sizes and tests)."""
         return validate(replace(self.short, num_minibatches=self.num_minibatches,
@@ -133,9 +127,11 @@ class LazySchedule:
 
 
 def schedule_key(schedule: Schedule | LazySchedule) -> tuple:
-    """A checkpoint's record of the schedule it was saved with."""
+    """A checkpoint's record of the schedule it was saved with: its name and rows, or a lazy
+    one's name, length, short rows and steady windows."""
     if isinstance(schedule, LazySchedule):
-        return schedule.key()
+        return (schedule.name, schedule.num_minibatches, schedule.short.rows(),
+                [len(head) for head, _, _ in schedule._parts])
     return (schedule.name, schedule.rows())
 
 

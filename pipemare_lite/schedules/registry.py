@@ -112,7 +112,7 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
                             f"{', '.join(known_names(builtin=True))})")
     if not callable(builder):
         raise ScheduleError(f"register_schedule({name!r}): builder {builder!r} is not callable")
-    if weight_mode not in WEIGHT_MODES:  # the name; the rule is weight_modes.weight_mode(name)
+    if weight_mode not in WEIGHT_MODES:  # the name; the rule is get_weight_mode(weight_mode)
         raise ScheduleError(f"register_schedule({name!r}): weight_mode={weight_mode!r}; allowed: "
                             f"{', '.join(WEIGHT_MODES)}")
     REGISTERED_WEIGHT_MODES[name] = weight_mode  # validate() accepts the name from now on

@@ -21,51 +21,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: What a forward or a backward may read.
-CURRENT = "current"  # the stage's live weights at that moment
-PREVIOUS_MINIBATCH = "previous minibatch"  # 2BW: minibatch k reads version max(k - 1, 0)
-FORWARDS = "forward's"  # the version this microbatch's forward read
-
 
 @dataclass(frozen=True)
 class WeightMode:
     """One weight mode's rule, a row of the module's table: ``name`` as schedules and the CLI
-    spell it; ``forward_reads`` :data:`CURRENT` or :data:`PREVIOUS_MINIBATCH`;
-    ``backward_reads`` :data:`CURRENT` or :data:`FORWARDS`; ``versions_kept`` per stage at
-    most (None: as many as its in-flight forwards need); ``flushes``: every minibatch
-    finishes before the next starts (no update between a microbatch's F and B)."""
+    spell it; ``forward_reads_current``: a forward reads the live weights (else 2bw's rule,
+    version max(k-1, 0) for minibatch k); ``backward_reads_forwards``: a backward reads the
+    version its forward read (else the live weights); ``versions_kept`` per stage at most
+    (None: as many as its in-flight forwards need); ``flushes``: every minibatch finishes
+    before the next starts (no update between a microbatch's F and B)."""
 
     name: str
-    forward_reads: str
-    backward_reads: str
+    forward_reads_current: bool
+    backward_reads_forwards: bool
     versions_kept: int | None
     flushes: bool
-    description: str = ""
 
     def __str__(self) -> str:
         return self.name
 
     @property
-    def forward_reads_current(self) -> bool:
-        """True when a forward reads the live weights (all modes but 2bw)."""
-        return self.forward_reads == CURRENT
-
-    @property
-    def backward_reads_forwards(self) -> bool:
-        """True when a backward reads the version its forward read (stash, 2bw)."""
-        return self.backward_reads == FORWARDS
-
-    @property
     def readers_known_up_front(self) -> bool:
         """True when every microbatch's version is fixed by its minibatch before it runs
         (2bw), so copies are counted for forwards not yet run; else at each forward."""
-        return self.forward_reads == PREVIOUS_MINIBATCH
+        return not self.forward_reads_current
 
     @property
     def has_discrepancy(self) -> bool:
         """True when a backward may read other weights than its forward (async): the
         discrepancy PipeMare's T2 corrects."""
-        return not self.flushes and self.backward_reads == CURRENT
+        return not self.flushes and not self.backward_reads_forwards
 
     def version_at_forward(self, current: int, minibatch: int) -> int:
         """The version a forward of ``minibatch`` reads when the stage holds ``current``."""
@@ -76,14 +61,18 @@ class WeightMode:
         return forward if self.backward_reads_forwards else current
 
 
-SYNC = WeightMode("sync", CURRENT, CURRENT, 1, True,
-                  "flushed: F and B see the same version, no update in between")
-STASH = WeightMode("stash", CURRENT, FORWARDS, None, False,
-                   "PipeDream: B uses the copy stashed at F")
-TWO_BW = WeightMode("2bw", PREVIOUS_MINIBATCH, FORWARDS, 2, False,
-                    "PipeDream-2BW: minibatch k runs F and B on version max(k-1, 0)")
-ASYNC = WeightMode("async", CURRENT, CURRENT, 1, False,
-                   "no stash: B uses whatever is current at B (PipeMare's T2 acts on top)")
+# flushed: F and B see the same version, no update in between
+SYNC = WeightMode("sync", forward_reads_current=True, backward_reads_forwards=False,
+                  versions_kept=1, flushes=True)
+# PipeDream: B uses the copy stashed at F
+STASH = WeightMode("stash", forward_reads_current=True, backward_reads_forwards=True,
+                   versions_kept=None, flushes=False)
+# PipeDream-2BW: minibatch k runs F and B on version max(k-1, 0)
+TWO_BW = WeightMode("2bw", forward_reads_current=False, backward_reads_forwards=True,
+                    versions_kept=2, flushes=False)
+# no stash: B uses whatever is current at B (PipeMare's T2 acts on top)
+ASYNC = WeightMode("async", forward_reads_current=True, backward_reads_forwards=False,
+                   versions_kept=1, flushes=False)
 
 #: Every weight mode by name, in the book's order.
 MODES: dict[str, WeightMode] = {m.name: m for m in (SYNC, STASH, TWO_BW, ASYNC)}
