@@ -7,7 +7,8 @@ every failure end the job quickly and say what happened:
 - each rank keeps a :class:`StatusBoard`: the main thread notes where it is in its schedule
   (action index, action string, what it waits for) in a plain Python attribute, and a
   daemon thread publishes that note to a side channel (a ``torch.distributed`` key-value
-  store) every tenth of a second (so a killed rank's last known place is at most that old);
+  store) every tenth of a second (so a killed rank's last known place is at most that old),
+  with a count of its publications: the rank's heartbeat;
 - a rank that raises writes ``failed/<rank>`` and, unless its error is only the echo of
   another rank's failure (told by its origin: an abort it saw, or the communication
   library failing in a wait on a peer, :class:`PeerConnectionError`), claims the ``abort``
@@ -18,9 +19,9 @@ every failure end the job quickly and say what happened:
   or :class:`OpTimeoutError` instead of hanging;
 - a backstop: when the main thread does not stop within ``exit_grace`` seconds of an
   abort (stuck in compute or in a blocking collective), the thread ends the process;
-- the thread also publishes a heartbeat, and a wait whose link to its peer breaks notes
-  that peer as lost: under torchrun, :mod:`pipemare_lite.engine.dist.lost` reads both to name
-  the rank a worker lost (a machine that died) before it exits.
+- a wait whose link to its peer breaks notes that peer as lost: under torchrun,
+  :mod:`pipemare_lite.engine.dist.lost` reads that and the heartbeats to name the rank a
+  worker lost (a machine that died) before it exits.
 
 ::
 
@@ -84,6 +85,8 @@ class Position:
         action: the current action as a string (``"1F3"``), or "" before the first.
         state: what the rank is doing: ``setup``, ``compute``, ``wait <what>``, ``done``,
             ``failed: <error>``.
+        beat: how many times the rank's watchdog published its position (the heartbeat:
+            it stops when the rank is gone; 0 in what the main thread writes itself).
     """
 
     rank: int
@@ -91,6 +94,7 @@ class Position:
     total: int = 0
     action: str = ""
     state: str = "setup"
+    beat: int = 0
 
     def describe(self) -> str:
         """One line for an error message: ``rank 1: action 5/20 (1F2) failed: ...``."""
@@ -126,11 +130,6 @@ def read_positions(store, world_size: int) -> dict[int, Position]:
 def read_failures(store, world_size: int) -> dict[int, str]:
     """``rank -> error text`` for every rank that reported a failure."""
     return _read_all(store, world_size, "failed", bytes.decode)
-
-
-def read_beats(store, world_size: int) -> dict[int, int]:
-    """``rank -> heartbeat counter`` for every rank that published one."""
-    return _read_all(store, world_size, "beat", int)
 
 
 def read_abort(store) -> str | None:
@@ -180,8 +179,6 @@ def communication(what: str):
     barrier or a broadcast) into :class:`PeerConnectionError` naming ``what``."""
     try:
         yield
-    except PipelineFault:
-        raise
     except RuntimeError as exc:  # gloo and NCCL raise RuntimeError (or subclasses)
         raise PeerConnectionError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
@@ -207,7 +204,7 @@ class StatusBoard:
     ``exit_grace`` (10 s) is how long the main thread gets to stop on its own after an
     abort, before the watchdog ends the process.
 
-    The watchdog's heartbeat (``beat/<rank>``) tells which peers stopped
+    The watchdog's heartbeat (:attr:`Position.beat`) tells which peers stopped
     (:func:`stalled_ranks`); ``lost`` collects direct evidence (a broken link to a peer);
     ``before_exit``, when set, is called with the reason just before the watchdog ends the
     process.
@@ -288,7 +285,7 @@ class StatusBoard:
         store = None
         with contextlib.suppress(Exception):
             store = self._store_factory() if self.store is not None else None
-        published = abort_seen_at = None
+        abort_seen_at = None
         beat = 0
         while not self._stop.wait(PUBLISH_INTERVAL):
             if self._launcher_gone():
@@ -303,10 +300,8 @@ class StatusBoard:
                 continue
             try:
                 beat += 1
-                store.set(_key(f"beat/{self.rank}"), str(beat))
-                if self.position != published:
-                    published = self.position
-                    store.set(_key(f"status/{self.rank}"), published.to_json())
+                position = dataclasses.replace(self.position, beat=beat)
+                store.set(_key(f"status/{self.rank}"), position.to_json())
                 if self.abort_reason is None:
                     reason = read_abort(store)
                     if reason is not None:
@@ -340,12 +335,12 @@ def stalled_ranks(store, world_size: int, window: float, *, exclude=()) -> list[
     """Ranks whose heartbeat did not advance during ``window`` seconds, leaving out
     ``exclude`` and ranks whose last status says they finished or failed (their watchdog
     stopped on purpose). Raises what the store raises when it is unreachable."""
-    before = read_beats(store, world_size)
+    before = read_positions(store, world_size)
     time.sleep(window)
-    after = read_beats(store, world_size)
-    states = {r: p.state for r, p in read_positions(store, world_size).items()}
-    return [r for r in range(world_size) if r not in exclude and after.get(r) == before.get(r)
-            and not (states.get(r, "") == "done" or states.get(r, "").startswith("failed"))]
+    after = read_positions(store, world_size)
+    ended = {r for r, p in after.items() if p.state == "done" or p.state.startswith("failed")}
+    return [r for r in range(world_size)
+            if r not in exclude and r not in ended and after.get(r) == before.get(r)]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -462,9 +457,7 @@ class Waiter:
             board.note(before)
         try:
             pending.finish()
-        except PipelineFault:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # the library's own error (the Work's wait raised it)
             first = (str(exc).strip().splitlines() or [""])[0][:200]  # gloo's messages run long
             if peer is not None:
                 board.note_lost(peer, f"the link to it broke while waiting for {what} ({first})")

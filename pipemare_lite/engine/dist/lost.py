@@ -14,7 +14,7 @@ Evidence, in order of strength:
 1. a point-to-point wait on rank r failed (the board's ``lost``, noted by the waits);
 2. the side-channel store (hosted by torchrun's agent on node 0, ``MASTER_ADDR``) is
    unreachable: node 0's ranks are lost (or this node's agent, when this is node 0);
-3. a rank's heartbeat (``beat/<rank>``, published every 0.1 s by its watchdog) did not
+3. a rank's heartbeat (the count of its status publications, one every 0.1 s) did not
    advance for :data:`HEARTBEAT_WINDOW` seconds while its status says it is neither done
    nor failed.
 
