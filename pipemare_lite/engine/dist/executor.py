@@ -162,18 +162,16 @@ class DistRunResult(RunResult):
     posted: list = field(default_factory=list)
 
 
-class _NeedsValues(NotImplementedError):
-    """A forward read a tensor's values (``.item()``, ``if tensor:``): meta tensors have none."""
-
-
 class _MetaProbe(TorchDispatchMode):
     """Run a forward on meta tensors: stray non-meta tensors (a constant the forward made on
-    the CPU) join the meta ones, and a read of values raises :class:`_NeedsValues`."""
+    the CPU) join the meta ones, and a read of values (``.item()``, ``if tensor:``: meta
+    tensors have none) raises ``NotImplementedError``, as an operator without a meta
+    kernel does."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.ops.aten._local_scalar_dense.default:
-            raise _NeedsValues(f"{func} reads a tensor's values")
+            raise NotImplementedError(f"{func} reads a tensor's values")
         flat = pytree.tree_leaves((args, kwargs))
         if any(isinstance(t, torch.Tensor) and t.is_meta for t in flat):
             args, kwargs = pytree.tree_map_only(
@@ -195,18 +193,16 @@ def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype, *,
     """
     where = f"{name}: its forward failed in the shape probe on a {shape} {dtype} input"
     try:
-        ghost = copy.deepcopy(module).to("meta")
-        with torch.no_grad(), _MetaProbe():
-            out = ghost(torch.empty(shape, dtype=dtype, device="meta"))
-    except NotImplementedError:
         try:
+            ghost = copy.deepcopy(module).to("meta")
+            with torch.no_grad(), _MetaProbe():
+                out = ghost(torch.empty(shape, dtype=dtype, device="meta"))
+        except NotImplementedError:
+            where += " (run on zeros, as meta tensors could not)"
             ghost = copy.deepcopy(module).cpu()
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
                 out = ghost(torch.zeros(shape, dtype=dtype))
-        except Exception as exc:
-            raise RuntimeError(f"{where} (run on zeros, as meta tensors could not): "
-                               f"{type(exc).__name__}: {exc}") from exc
-    except Exception as exc:
+    except Exception as exc:  # the stage's own error: named, with the original as the cause
         raise RuntimeError(f"{where}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{name} returned {type(out).__name__}; the distributed executor sends "
@@ -281,18 +277,23 @@ class DistributedExecutor:
             optimizer_factory=optimizer_factory, options=method_options,
             device_of=lambda s: self.device, lr_scheduler_factory=lr_scheduler_factory)
         self.board = board or faults.StatusBoard(self.rank, world)
-        self.op_timeout = op_timeout
         self.record_gradients, self.track_bytes = record_gradients, track_bytes
         self.fault = fault if fault is not None and fault.rank == self.rank else None
-        self.p2p_verbose = (os.environ.get("PIPEMARE_P2P_VERBOSE") == "1" if p2p_verbose is None
-                            else p2p_verbose)
-        self.posted: list | None = [] if record_posts else None
         self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # trace keys
         self.gather_into = None if gather_into is None else list(gather_into)
         self.position = 0  # next action of this rank's row
-        self.transport: P2PTransport | None = None
-        self.interpreter: Interpreter | None = None  # built with the transport, at the start
-        self._one_shape = None  # a lazy feed's input (shape, dtype), from the shape probe
+        # the shape probe gives the transport its messages' shapes, at the first run
+        self.transport = P2PTransport(
+            plan_communication(schedule), self.rank, None,
+            waiter=faults.Waiter(self.board, op_timeout, polling=self.backend != "gloo"),
+            backend=self.backend, device=self.device,
+            receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
+            verbose=(os.environ.get("PIPEMARE_P2P_VERBOSE") == "1" if p2p_verbose is None
+                     else p2p_verbose),
+            posted=[] if record_posts else None)
+        self.interpreter = Interpreter(
+            self.workers, schedule.num_virtual_stages - 1, self.transport,
+            devices=[self.device] if self.device.type == "cuda" else [])
         self._failed = False  # a run raised: close() does not wait for the threads
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
@@ -337,8 +338,7 @@ class DistributedExecutor:
         or not at all after a failed run (a thread waiting on a dead peer's message must
         not delay the error report; see :meth:`pipemare_lite.engine.dist.faults.Waiter.close`).
         """
-        if self.transport is not None:
-            self.transport.waiter.close(wait=0.0 if self._failed else 5.0)
+        self.transport.waiter.close(wait=0.0 if self._failed else 5.0)
 
     def __enter__(self) -> DistributedExecutor:
         return self
@@ -358,7 +358,7 @@ class DistributedExecutor:
         stage 0 checks as it reads each input.
         """
         lazy = not isinstance(microbatches, (list, tuple))
-        self._one_shape = _input_meta(microbatches, 0) if lazy else None
+        self.transport.input_meta = _input_meta(microbatches, 0) if lazy else None
         indices = [0] if lazy else range(self.schedule.total_microbatches)
         inputs = sorted({_input_meta(microbatches, m) for m in indices}, key=str)
         current = {meta: meta for meta in inputs}  # first-stage input meta -> stage input meta
@@ -377,7 +377,7 @@ class DistributedExecutor:
         return table
 
     def _message_meta(self, table: dict, microbatches: Sequence, message: Message) -> tuple:
-        key = self._one_shape or _input_meta(microbatches, message.microbatch)
+        key = self.transport.input_meta or _input_meta(microbatches, message.microbatch)
         # an activation has the shape of its stage's output; a gradient the shape of its
         # stage's input, i.e. of the previous stage's output
         stage = message.stage if message.kind == ACTIVATION else message.stage - 1
@@ -385,24 +385,15 @@ class DistributedExecutor:
 
     # ------------------------------------------------------------------ running
     def _start(self, microbatches: Sequence) -> None:
-        """First call of :meth:`run`: shape probe and transport (kept across calls)."""
+        """First call of :meth:`run`: the shape probe gives the transport every message's
+        shape (kept across calls)."""
         schedule = self.schedule
         if len(microbatches) < schedule.total_microbatches:
             raise ValueError(f"schedule {schedule.name!r} needs {schedule.total_microbatches} "
                              f"microbatches, got {len(microbatches)}")
         self._note(-1, "shape probe")
         table = self.probe_shapes(microbatches)
-        self.transport = P2PTransport(
-            plan_communication(schedule), self.rank,
-            partial(self._message_meta, table, microbatches),
-            waiter=faults.Waiter(self.board, self.op_timeout, polling=self.backend != "gloo"),
-            backend=self.backend, device=self.device,
-            receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
-            verbose=self.p2p_verbose, posted=self.posted, input_meta=self._one_shape,
-        )
-        self.interpreter = Interpreter(
-            self.workers, schedule.num_virtual_stages - 1, self.transport,
-            devices=[self.device] if self.device.type == "cuda" else [])
+        self.transport.meta = partial(self._message_meta, table, microbatches)
 
     def run(self, microbatches: Sequence, *,
             stop_after_updates: int | None = None) -> RankResult | DistRunResult:
@@ -436,15 +427,16 @@ class DistributedExecutor:
         return merged
 
     def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
-        if self.transport is None:
+        if self.transport.meta is None:
             self._start(microbatches)
         rank, row, interpreter = self.rank, self.schedule.ranks[self.rank], self.interpreter
+        posted = self.transport.posted  # every run's posts, when recorded
         self.transport.microbatches = microbatches
         interpreter.applied_gradients = ({s: [] for s in self.stages}
                                          if self.record_gradients else None)
         meter = BytesMeter(self.workers, {rank: self.stages}) if self.track_bytes else None
         recorder = Recorder(interpreter, {rank: self._action_names}, meter)
-        first_post = len(self.posted) if self.posted is not None else 0
+        first_post = len(posted) if posted is not None else 0
 
         def done() -> bool:
             return self.finished or (stop_after_updates is not None and all(
@@ -478,7 +470,7 @@ class DistributedExecutor:
             peak_bytes=meter.peaks if meter is not None else {},
             wait_seconds=self.transport.waiter.wait_seconds,
             group_learning_rates=taken.group_learning_rates, update_norms=taken.update_norms,
-            posted=self.posted[first_post:] if self.posted is not None else [])
+            posted=posted[first_post:] if posted is not None else [])
 
 
 def _input_meta(microbatches: Sequence, m: int) -> tuple:

@@ -68,7 +68,8 @@ class P2PTransport:
     Args:
         plan: from :func:`plan_communication`.
         rank: this rank.
-        meta: ``message -> (shape, dtype)`` of its tensor (from the shape probe).
+        meta: ``message -> (shape, dtype)`` of its tensor (from the shape probe; the
+            distributed executor sets it at its first run).
         waiter: a :class:`pipemare_lite.engine.dist.faults.Waiter` (waits that see the abort
             flag and a per-operation timeout, gloo and NCCL).
         backend, device: the process group's backend and where this rank computes. They
@@ -87,14 +88,14 @@ class P2PTransport:
             PyTorch's spelling (``"0SEND_F3"``, ``"1RECV_F3"``, see
             :mod:`pipemare_lite.schedules.comm_rows`), in posting order, each action's
             name between its receives and its send; None: not recorded.
-        input_meta: the ``(shape, dtype)`` every stage-0 input must have (a lazy feed,
-            whose probe saw only microbatch 0), or None.
+
+    ``input_meta`` is the ``(shape, dtype)`` every stage-0 input must have, or None (the
+    executor's shape probe sets it for a lazy feed, whose probe saw only microbatch 0).
     """
 
-    def __init__(self, plan: CommPlan, rank: int, meta: Callable[[Message], tuple], *, waiter,
-                 backend: str = "gloo", device="cpu", receives_ahead: int = 0,
-                 verbose: bool = False,
-                 posted: list | None = None, input_meta: tuple | None = None) -> None:
+    def __init__(self, plan: CommPlan, rank: int, meta: Callable[[Message], tuple] | None, *,
+                 waiter, backend: str = "gloo", device="cpu", receives_ahead: int = 0,
+                 verbose: bool = False, posted: list | None = None) -> None:
         self.plan = plan
         self.rank = rank
         self.meta = meta
@@ -106,7 +107,7 @@ class P2PTransport:
         self.receives_ahead = receives_ahead
         self.verbose = verbose
         self.posted = posted
-        self.input_meta = input_meta
+        self.input_meta: tuple | None = None
         self.microbatches: Sequence = ()  # the current run's feed
         self._recv_work: dict = {}  # key -> (work, buffer)
         self._local: dict = {}  # same-rank hand-over
