@@ -291,27 +291,24 @@ class StatusBoard:
             if self._launcher_gone():
                 # nobody will collect our result, and the launcher's store is gone too (each
                 # failed call would print a C++ stack trace): one line, then exit
-                line = (f"rank {self.rank}: {self.launcher_name} (pid {self.launcher_pid}) "
-                        f"is gone; stopping ({self.position.describe()})\n")
+                gone = f"{self.launcher_name} (pid {self.launcher_pid}) is gone"
                 with contextlib.suppress(OSError):
-                    os.write(2, line.encode())
-                self._exit(3, f"{self.launcher_name} (pid {self.launcher_pid}) is gone")
+                    os.write(2, f"rank {self.rank}: {gone}; stopping "
+                                f"({self.position.describe()})\n".encode())
+                self._exit(3, gone)
             if store is None:
                 continue
             try:
                 beat += 1
                 position = dataclasses.replace(self.position, beat=beat)
                 store.set(_key(f"status/{self.rank}"), position.to_json())
-                if self.abort_reason is None:
-                    reason = read_abort(store)
-                    if reason is not None:
-                        self.abort_reason = reason
-                        abort_seen_at = time.monotonic()
+                reason = self.abort_reason or read_abort(store)
             except Exception:
                 # The store's host died (the launcher or torchrun's agent): stop waiting.
                 self.store_lost = True
-                self.abort_reason = self.abort_reason or "the side-channel store is unreachable"
-                abort_seen_at = abort_seen_at or time.monotonic()
+                reason = self.abort_reason or "the side-channel store is unreachable"
+            if reason is not None and abort_seen_at is None:  # the first sign of an abort
+                self.abort_reason, abort_seen_at = reason, time.monotonic()
             if (abort_seen_at is not None and not self._stop.is_set()
                     and time.monotonic() - abort_seen_at > self.exit_grace):
                 # backstop: the main thread is stuck outside any wait
