@@ -53,7 +53,6 @@ and when a peer disappears it prints which rank it lost before it exits
 from __future__ import annotations
 
 import atexit
-import contextlib
 import datetime
 import multiprocessing as mp
 import os
@@ -63,7 +62,6 @@ import socket
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +127,8 @@ class LaunchError(RuntimeError):
     Attributes:
         failed_ranks: ranks that raised, died or timed out (the cause first when known).
         positions: ``rank -> Position`` as last published.
-        errors: ``rank -> error text`` (traceback) for ranks that reported one.
+        errors: ``rank -> error text`` (type, message, then traceback) for ranks that
+            reported one (:meth:`~pipemare_lite.engine.dist.faults.StatusBoard.fail`).
         exit_codes: ``rank -> exit code`` (negative: killed by that signal).
         pids: ``rank -> process id`` (all ended when the error is raised).
     """
@@ -191,15 +190,11 @@ def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
         from pipemare_lite.plugins import load_plugins
 
         load_plugins(imports)  # the parent's PIPEMARE_PLUGINS travel in ``imports``
-        result = worker_fn(info, *args, **kwargs)
-        _write(Path(result_dir) / f"rank{rank}.pkl", ("ok", result))
+        _write(Path(result_dir) / f"rank{rank}.pkl", worker_fn(info, *args, **kwargs))
         finish(info)
     except BaseException as exc:  # report everything, KeyboardInterrupt included
         code = 1
-        board.fail(exc)
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        with contextlib.suppress(Exception):
-            _write(Path(result_dir) / f"rank{rank}.pkl", ("error", text))
+        board.fail(exc)  # the error and its traceback go to the launcher's store
     sys.stdout.flush()
     sys.stderr.flush()
     # os._exit: no atexit hooks, no joins on communication threads that may hang after a
@@ -224,12 +219,13 @@ def _connect_while_launcher_lives(addr: str, port: int, launcher_pid: int, patie
                 raise
 
 
-def _write(path: Path, payload) -> None:
-    tmp = path.with_suffix(".tmp")
+def _write(path: Path, result) -> None:
+    """Pickle a worker's result to ``path`` (renamed into place: a file there is whole)."""
     try:
-        data = pickle.dumps(payload)
+        data = pickle.dumps(result)
     except Exception as exc:  # an unpicklable result is the worker's bug: say so
-        data = pickle.dumps(("error", f"result of rank could not be pickled: {exc!r}"))
+        raise TypeError(f"the worker's result could not be pickled: {exc!r}") from exc
+    tmp = path.with_suffix(".tmp")
     tmp.write_bytes(data)
     tmp.rename(path)
 
@@ -422,20 +418,13 @@ def _collect(procs, store, result_dir, exit_codes, reason, world_size) -> list:
     _stop_all(procs)
     for rank, proc in enumerate(procs):
         exit_codes.setdefault(rank, proc.exitcode)
-    results, errors = {}, {}
-    for rank in range(world_size):
-        path = Path(result_dir) / f"rank{rank}.pkl"
-        if path.exists():
-            status, payload = pickle.loads(path.read_bytes())
-            (results if status == "ok" else errors)[rank] = payload
-    if len(results) == world_size and all(c == 0 for c in exit_codes.values()):
-        return [results[r] for r in range(world_size)]
+    paths = [Path(result_dir) / f"rank{rank}.pkl" for rank in range(world_size)]
+    if all(path.exists() for path in paths) and all(c == 0 for c in exit_codes.values()):
+        return [pickle.loads(path.read_bytes()) for path in paths]
     positions = faults.read_positions(store, world_size)
-    reports = faults.read_failures(store, world_size)
-    for rank, text in reports.items():
-        errors.setdefault(rank, text)
+    errors = faults.read_failures(store, world_size)  # what each failed rank reported
     failed = [r for r in range(world_size) if exit_codes.get(r) != 0 or r in errors]
-    cause = min(failed, key=lambda r: _suspicion(r, exit_codes, reports, reason), default=None)
+    cause = min(failed, key=lambda r: _suspicion(r, exit_codes, errors, reason), default=None)
     failed.sort(key=lambda r: r != cause)  # the cause first, the others in rank order
     lines = [f"distributed run failed: {reason or 'a rank did not return a result'}",
              "failed rank(s): " + ", ".join(str(r) for r in failed), "where each rank was:",
