@@ -177,12 +177,9 @@ class P2PTransport:
 
     def close(self) -> None:
         """Wait until every send has completed, then stop the waiter's helper threads (call
-        at the end of the run; safe to call twice)."""
-        try:
-            self.waiter.drain()
-        except BaseException:
-            self.waiter.close(wait=0)  # a failed run: report it now, do not join
-            raise
+        at the end of the run; safe to call twice). If a send fails, the threads are left to
+        whoever closes the waiter (the executor's ``close``, without joining them)."""
+        self.waiter.drain()
         self.waiter.close()
         if self._recv_work:
             left = ", ".join(str(k) for k in self._recv_work)
