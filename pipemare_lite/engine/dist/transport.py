@@ -160,9 +160,8 @@ class P2PTransport:
         receives ahead."""
         for op in self.order.to_post_for(message):
             self._post(op, tensor if op is message else None)
-        if self.receives_ahead:
-            for op in self.order.receives_ahead(self.receives_ahead):
-                self._post(op)
+        for op in self.order.receives_ahead(self.receives_ahead):  # none when 0
+            self._post(op)
 
     def recv(self, message: Message):
         """Return the tensor of ``message``, waiting for it if needed."""
