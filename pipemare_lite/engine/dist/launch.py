@@ -309,8 +309,8 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
             procs.append(ctx.Process(target=_child_main, args=(rank, *common),
                                      name=f"pipemare-rank{rank}", daemon=True))
             procs[-1].start()
-        exit_codes, reason = _supervise(procs, store, timeout, grace)
-        return _collect(procs, store, result_dir, exit_codes, reason, world_size)
+        reason = _supervise(procs, store, timeout, grace)
+        return _collect(procs, store, result_dir, reason)
     finally:
         _stop_all(procs)
         shutil.rmtree(result_dir, ignore_errors=True)
@@ -330,9 +330,9 @@ def _listen(address: str) -> socket.socket:
     return listener
 
 
-def _supervise(procs, store, timeout: float, grace: float) -> tuple[dict[int, int], str | None]:
-    """Wait for every child; on a failure or the timeout, abort and reap. Returns the exit
-    codes and the abort reason (None when no child failed).
+def _supervise(procs, store, timeout: float, grace: float) -> str | None:
+    """Wait for every child; on a failure or the timeout, abort and give the ranks ``grace``
+    seconds to stop. Returns the abort reason (None when no child failed).
 
     When a child dies, its neighbours fail a moment later (their connection to it closed),
     and the launcher may see their exits first. So after a failed exit it waits
@@ -342,14 +342,11 @@ def _supervise(procs, store, timeout: float, grace: float) -> tuple[dict[int, in
     """
     deadline = time.monotonic() + timeout
     first_failure = abort_deadline = reason = None
-    exit_codes: dict[int, int] = {}
     while True:
-        for rank, proc in enumerate(procs):
-            if rank not in exit_codes and proc.exitcode is not None:
-                exit_codes[rank] = proc.exitcode
-                if proc.exitcode != 0 and first_failure is None:
-                    first_failure = time.monotonic()
+        exit_codes = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode is not None}
         now, everyone_exited = time.monotonic(), len(exit_codes) == len(procs)
+        if first_failure is None and any(exit_codes.values()):  # a non-zero exit code
+            first_failure = now
         if reason is None and first_failure is not None and (
                 everyone_exited or now >= first_failure + SETTLE):
             reason = faults.read_abort(store)
@@ -362,7 +359,7 @@ def _supervise(procs, store, timeout: float, grace: float) -> tuple[dict[int, in
         if reason is not None and abort_deadline is None:
             abort_deadline = now + grace
         if everyone_exited or (abort_deadline is not None and now > abort_deadline):
-            return exit_codes, reason
+            return reason
         time.sleep(0.02)
 
 
@@ -414,10 +411,11 @@ def _stop_all(procs) -> None:
         p.join(timeout=5.0)
 
 
-def _collect(procs, store, result_dir, exit_codes, reason, world_size) -> list:
+def _collect(procs, store, result_dir, reason) -> list:
+    """Stop every child; the results in rank order, or :class:`LaunchError` naming the
+    failed ranks (the cause first: :func:`_suspicion`) and where every rank was."""
     _stop_all(procs)
-    for rank, proc in enumerate(procs):
-        exit_codes.setdefault(rank, proc.exitcode)
+    world_size, exit_codes = len(procs), {r: p.exitcode for r, p in enumerate(procs)}
     paths = [Path(result_dir) / f"rank{rank}.pkl" for rank in range(world_size)]
     if all(path.exists() for path in paths) and all(c == 0 for c in exit_codes.values()):
         return [pickle.loads(path.read_bytes()) for path in paths]
