@@ -187,14 +187,13 @@ class StatusBoard:
     """One rank's link to the side channel: its position, the abort flag, a watchdog.
 
     Introduced in chapter 11. ``store`` is a ``torch.distributed.Store`` (the main thread and
-    the watchdog thread each use their own client: ``store_factory`` makes the thread's).
+    the watchdog thread each use their own client: the thread's is ``store.clone()``).
     Without a store (``store=None``) the board still records the position locally and
     :class:`Waiter` still enforces per-operation timeouts.
 
     Args:
         rank, world_size: this rank and the number of ranks.
         store: the store for the main thread's writes (failure reports), or None.
-        store_factory: makes a second client for the watchdog thread; defaults to ``store``.
         launcher_pid: when set, the watchdog ends this process if that process disappears
             (so a killed notebook kernel leaves no orphan workers), or, once
             ``exit_with_parent`` is set, as soon as this process's parent is no longer that
@@ -211,12 +210,10 @@ class StatusBoard:
     """
 
     def __init__(self, rank: int, world_size: int, store=None, *,
-                 store_factory: Callable[[], object] | None = None,
                  launcher_pid: int | None = None) -> None:
         self.rank = rank
         self.world_size = world_size
         self.store = store
-        self._store_factory = store_factory or (lambda: store)
         self.launcher_pid = launcher_pid
         self.exit_with_parent = False  # torchrun.install: the launcher is our parent
         self.launcher_name = "its launcher"  # as the exit message names it
@@ -284,7 +281,7 @@ class StatusBoard:
     def _watch(self) -> None:
         store = None
         with contextlib.suppress(Exception):
-            store = self._store_factory() if self.store is not None else None
+            store = self.store.clone() if self.store is not None else None
         abort_seen_at = None
         beat = 0
         while not self._stop.wait(PUBLISH_INTERVAL):

@@ -181,8 +181,8 @@ def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
         # gloo binds to the address the host name resolves to unless told an interface
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     store = _connect_while_launcher_lives(addr, port, launcher_pid)
-    board = faults.StatusBoard(rank, world_size, store, launcher_pid=launcher_pid,
-                               store_factory=lambda: _connect(addr, port, 60)).start()
+    store.set_timeout(datetime.timedelta(seconds=60))  # connected in 2 s attempts; calls may wait
+    board = faults.StatusBoard(rank, world_size, store, launcher_pid=launcher_pid).start()
     code = 0
     try:
         info = _join(backend, rank, world_size, rank, world_size, op_timeout, num_threads,
@@ -461,8 +461,7 @@ def init_from_env(
         store = _connect(addr, port, 30)
     except Exception:  # no side channel: per-operation timeouts still apply
         store = None
-    board = faults.StatusBoard(rank, world_size, store,
-                               store_factory=lambda: _connect(addr, port, 30))
+    board = faults.StatusBoard(rank, world_size, store)
     info = _join(choose_backend(local_world_size, backend), rank, world_size, local_rank,
                  local_world_size, op_timeout, num_threads, board)
     # under torchrun: exit with the agent (our parent) and say which rank was lost or where
