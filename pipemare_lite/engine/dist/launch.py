@@ -74,6 +74,7 @@ from pipemare_lite.engine import placement
 from pipemare_lite.engine.dist import faults
 from pipemare_lite.engine.dist import torchrun as under_torchrun
 from pipemare_lite.engine.placement import choose_backend  # noqa: F401  (chapter 11)
+from pipemare_lite.plugins import env_plugins, load_plugins
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
 ABORT_GRACE = 5.0
@@ -187,8 +188,6 @@ def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
     try:
         info = _join(backend, rank, world_size, rank, world_size, op_timeout, num_threads,
                      board, store)
-        from pipemare_lite.plugins import load_plugins
-
         load_plugins(imports)  # the parent's PIPEMARE_PLUGINS travel in ``imports``
         _write(Path(result_dir) / f"rank{rank}.pkl", worker_fn(info, *args, **kwargs))
         finish(info)
@@ -282,8 +281,6 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
         raise ValueError(f"timeouts must be > 0, got timeout={timeout}, op_timeout={op_timeout}")
     if isinstance(imports, str):
         raise ValueError(f"imports is a list of module names, got the string {imports!r}")
-    from pipemare_lite.plugins import env_plugins, load_plugins
-
     load_plugins(imports)  # here first: a module that does not import fails before any fork
     # the children get the environment's plugins explicitly: a fork server started earlier
     # would hand them an older environment
