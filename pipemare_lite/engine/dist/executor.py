@@ -51,7 +51,6 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -64,11 +63,10 @@ from pipemare_lite.engine.build_worker import build_stage_workers
 from pipemare_lite.engine.dist import faults
 from pipemare_lite.engine.dist.launch import launch
 from pipemare_lite.engine.dist.transport import (
-    ACTIVATION,
     RECEIVES_AHEAD,  # receives each rank posts per peer before it needs them
-    Message,
     P2PTransport,
     plan_communication,
+    tensor_meta,
 )
 from pipemare_lite.engine.interpreter import Interpreter, take_records
 from pipemare_lite.engine.local import RunResult
@@ -284,7 +282,7 @@ class DistributedExecutor:
         self.position = 0  # next action of this rank's row
         # the shape probe gives the transport its messages' shapes, at the first run
         self.transport = P2PTransport(
-            plan_communication(schedule), self.rank, None,
+            plan_communication(schedule), self.rank,
             waiter=faults.Waiter(self.board, op_timeout, polling=self.backend != "gloo"),
             backend=self.backend, device=self.device,
             receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
@@ -349,9 +347,9 @@ class DistributedExecutor:
         stage 0 checks as it reads each input.
         """
         lazy = not isinstance(microbatches, (list, tuple))
-        self.transport.input_meta = _input_meta(microbatches, 0) if lazy else None
+        self.transport.input_meta = tensor_meta(microbatches[0][0]) if lazy else None
         indices = [0] if lazy else range(self.schedule.total_microbatches)
-        inputs = sorted({_input_meta(microbatches, m) for m in indices}, key=str)
+        inputs = sorted({tensor_meta(microbatches[m][0]) for m in indices}, key=str)
         current = {meta: meta for meta in inputs}  # first-stage input meta -> stage input meta
         table = {}
         for s in range(self.schedule.num_virtual_stages - 1):
@@ -367,13 +365,6 @@ class DistributedExecutor:
             table.update(((s, key), meta) for key, meta in current.items())
         return table
 
-    def _message_meta(self, table: dict, microbatches: Sequence, message: Message) -> tuple:
-        key = self.transport.input_meta or _input_meta(microbatches, message.microbatch)
-        # an activation has the shape of its stage's output; a gradient the shape of its
-        # stage's input, i.e. of the previous stage's output
-        stage = message.stage if message.kind == ACTIVATION else message.stage - 1
-        return table[(stage, key)]
-
     # ------------------------------------------------------------------ running
     def _start(self, microbatches: Sequence) -> None:
         """First call of :meth:`run`: the shape probe gives the transport every message's
@@ -383,8 +374,7 @@ class DistributedExecutor:
             raise ValueError(f"schedule {schedule.name!r} needs {schedule.total_microbatches} "
                              f"microbatches, got {len(microbatches)}")
         self._note(-1, "shape probe")
-        table = self.probe_shapes(microbatches)
-        self.transport.meta = partial(self._message_meta, table, microbatches)
+        self.transport.shapes = self.probe_shapes(microbatches)
 
     def run(self, microbatches: Sequence, *,
             stop_after_updates: int | None = None) -> RankResult | DistRunResult:
@@ -418,7 +408,7 @@ class DistributedExecutor:
         return merged
 
     def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
-        if self.transport.meta is None:
+        if self.transport.shapes is None:
             self._start(microbatches)
         rank, row, interpreter = self.rank, self.schedule.ranks[self.rank], self.interpreter
         posted = self.transport.posted  # every run's posts, when recorded
@@ -462,12 +452,6 @@ class DistributedExecutor:
             wait_seconds=self.transport.waiter.wait_seconds,
             group_learning_rates=taken.group_learning_rates, update_norms=taken.update_norms,
             posted=posted[first_post:] if posted is not None else [])
-
-
-def _input_meta(microbatches: Sequence, m: int) -> tuple:
-    """``(shape, dtype)`` of microbatch m's input."""
-    x = microbatches[m][0]
-    return (tuple(x.shape), x.dtype)
 
 
 #: RankResult fields keyed by (stage, microbatch), action or microbatch: merged by update.
