@@ -60,8 +60,7 @@ def install(board: faults.StatusBoard) -> None:
 
 def _write(text: str) -> None:
     with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing to tell
-        sys.stderr.write(text + "\n")
-        sys.stderr.flush()
+        print(text, file=sys.stderr, flush=True)
 
 
 def _store():
