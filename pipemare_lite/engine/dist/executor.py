@@ -440,18 +440,15 @@ class DistributedExecutor:
         self._note(self.position, "draining sends" if self.finished else "between runs")
         if self.finished:
             self.transport.close()
-        taken = take_records(self.workers)
+        records = vars(take_records(self.workers))  # named as RankResult names them, but losses
+        states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
+                  for s, w in self.workers.items()}
         return RankResult(
-            rank, recorder.rank_entries(), taken.losses, recorder.versions,
-            taken.forward_versions, taken.backward_versions, taken.distances,
-            taken.learning_rates,
-            {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
-             for s, w in self.workers.items()},
-            gradients=interpreter.applied_gradients or {},
+            rank, recorder.rank_entries(), records.pop("losses"), recorder.versions,
+            state_dicts=states, gradients=interpreter.applied_gradients or {},
             peak_bytes=meter.peaks if meter is not None else {},
             wait_seconds=self.transport.waiter.wait_seconds,
-            group_learning_rates=taken.group_learning_rates, update_norms=taken.update_norms,
-            posted=posted[first_post:] if posted is not None else [])
+            posted=posted[first_post:] if posted is not None else [], **records)
 
 
 #: RankResult fields keyed by (stage, microbatch), action or microbatch: merged by update.
@@ -472,14 +469,13 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     """
     by_rank = sorted(results, key=lambda r: r.rank)
     S = schedule.num_virtual_stages
-    keyed = {name: {} for name in _BY_KEY}
+    keyed = {name: {key: value for r in by_rank for key, value in getattr(r, name).items()}
+             for name in _BY_KEY}
     staged = {name: [default() for _ in range(S)] for name, default in _BY_STAGE.items()}
     entries = []
     for r in by_rank:
         row = schedule.ranks[r.rank]
         entries += [TimedAction(r.rank, row[i], start, end) for i, _, start, end in r.entries]
-        for name, merged in keyed.items():
-            merged.update(getattr(r, name))
         for name, per_stage in staged.items():
             for s, value in getattr(r, name).items():
                 per_stage[s] = value
