@@ -440,7 +440,8 @@ class DistributedExecutor:
         self._note(self.position, "draining sends" if self.finished else "between runs")
         if self.finished:
             self.transport.close()
-        records = vars(take_records(self.workers))  # named as RankResult names them, but losses
+        # TakenRecords holds RankResult fields of the same names (losses: loss_by_microbatch)
+        records = vars(take_records(self.workers))
         states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
                   for s, w in self.workers.items()}
         return RankResult(

@@ -386,7 +386,7 @@ def _exit_cause(exit_codes: dict[int, int], store, world_size: int, *, final: bo
     failed = sorted(r for r, code in exit_codes.items() if code != 0)
     rank = min(failed, key=lambda r: _suspicion(r, exit_codes, reports), default=None)
     if rank is None or (not final and _suspicion(rank, exit_codes, reports) == 4):
-        return None
+        return None  # no failure yet, or only echoes of one so far
     code = exit_codes[rank]
     if code < 0:
         return f"rank {rank} was killed by signal {-code}"
