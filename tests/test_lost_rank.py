@@ -17,7 +17,8 @@ class FakeStore:
     every read, the others' stand still; ``dead=True`` fails every call."""
 
     def __init__(self, beats: dict[int, int], live=(), dead: bool = False) -> None:
-        self.data = {f"pml/beat/{r}": str(b).encode() for r, b in beats.items()}
+        self.data = {f"pml/status/{r}": faults.Position(r, beat=b).to_json().encode()
+                     for r, b in beats.items()}
         self.live, self.dead = set(live), dead
 
     def check(self, keys):
@@ -27,9 +28,11 @@ class FakeStore:
 
     def get(self, key):
         value = self.data[key]
-        rank = int(key.rsplit("/", 1)[1]) if key.startswith("pml/beat/") else None
-        if rank in self.live:
-            self.data[key] = str(int(value) + 1).encode()
+        rank = int(key.rsplit("/", 1)[1]) if key.startswith("pml/status/") else None
+        if rank in self.live:  # its watchdog published again since the last read
+            position = faults.Position.from_json(value)
+            position.beat += 1
+            self.data[key] = position.to_json().encode()
         return value
 
     def set(self, key, value):

@@ -148,7 +148,7 @@ def _local_executor(schedule, stages, *, loss_fn, optimizer_factory, method_opti
 
 def _dist_executor(schedule, stages, **kwargs):
     # The distributed engine (one process per stage, launched by torchrun) offers fit() the
-    # LocalExecutor contract (run(), state_dict(), load_state_dict(), close()) through
+    # LocalExecutor's run() (no checkpoints: fit() refuses them with 'dist') through
     # pipemare_lite.engine.dist.fit.fit_executor.
     try:
         from pipemare_lite.engine.dist.fit import fit_executor

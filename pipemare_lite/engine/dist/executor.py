@@ -51,7 +51,6 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -64,11 +63,10 @@ from pipemare_lite.engine.build_worker import build_stage_workers
 from pipemare_lite.engine.dist import faults
 from pipemare_lite.engine.dist.launch import launch
 from pipemare_lite.engine.dist.transport import (
-    ACTIVATION,
     RECEIVES_AHEAD,  # receives each rank posts per peer before it needs them
-    Message,
     P2PTransport,
     plan_communication,
+    tensor_meta,
 )
 from pipemare_lite.engine.interpreter import Interpreter, take_records
 from pipemare_lite.engine.local import RunResult
@@ -162,18 +160,16 @@ class DistRunResult(RunResult):
     posted: list = field(default_factory=list)
 
 
-class _NeedsValues(NotImplementedError):
-    """A forward read a tensor's values (``.item()``, ``if tensor:``): meta tensors have none."""
-
-
 class _MetaProbe(TorchDispatchMode):
     """Run a forward on meta tensors: stray non-meta tensors (a constant the forward made on
-    the CPU) join the meta ones, and a read of values raises :class:`_NeedsValues`."""
+    the CPU) join the meta ones, and a read of values (``.item()``, ``if tensor:``: meta
+    tensors have none) raises ``NotImplementedError``, as an operator without a meta
+    kernel does."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.ops.aten._local_scalar_dense.default:
-            raise _NeedsValues(f"{func} reads a tensor's values")
+            raise NotImplementedError(f"{func} reads a tensor's values")
         flat = pytree.tree_leaves((args, kwargs))
         if any(isinstance(t, torch.Tensor) and t.is_meta for t in flat):
             args, kwargs = pytree.tree_map_only(
@@ -195,18 +191,16 @@ def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype, *,
     """
     where = f"{name}: its forward failed in the shape probe on a {shape} {dtype} input"
     try:
-        ghost = copy.deepcopy(module).to("meta")
-        with torch.no_grad(), _MetaProbe():
-            out = ghost(torch.empty(shape, dtype=dtype, device="meta"))
-    except NotImplementedError:
         try:
+            ghost = copy.deepcopy(module).to("meta")
+            with torch.no_grad(), _MetaProbe():
+                out = ghost(torch.empty(shape, dtype=dtype, device="meta"))
+        except NotImplementedError:
+            where += " (run on zeros, as meta tensors could not)"
             ghost = copy.deepcopy(module).cpu()
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
                 out = ghost(torch.zeros(shape, dtype=dtype))
-        except Exception as exc:
-            raise RuntimeError(f"{where} (run on zeros, as meta tensors could not): "
-                               f"{type(exc).__name__}: {exc}") from exc
-    except Exception as exc:
+    except Exception as exc:  # the stage's own error: named, with the original as the cause
         raise RuntimeError(f"{where}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{name} returned {type(out).__name__}; the distributed executor sends "
@@ -281,18 +275,23 @@ class DistributedExecutor:
             optimizer_factory=optimizer_factory, options=method_options,
             device_of=lambda s: self.device, lr_scheduler_factory=lr_scheduler_factory)
         self.board = board or faults.StatusBoard(self.rank, world)
-        self.op_timeout = op_timeout
         self.record_gradients, self.track_bytes = record_gradients, track_bytes
         self.fault = fault if fault is not None and fault.rank == self.rank else None
-        self.p2p_verbose = (os.environ.get("PIPEMARE_P2P_VERBOSE") == "1" if p2p_verbose is None
-                            else p2p_verbose)
-        self.posted: list | None = [] if record_posts else None
         self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # trace keys
         self.gather_into = None if gather_into is None else list(gather_into)
         self.position = 0  # next action of this rank's row
-        self.transport: P2PTransport | None = None
-        self.interpreter: Interpreter | None = None  # built with the transport, at the start
-        self._one_shape = None  # a lazy feed's input (shape, dtype), from the shape probe
+        # the shape probe gives the transport its messages' shapes, at the first run
+        self.transport = P2PTransport(
+            plan_communication(schedule), self.rank,
+            waiter=faults.Waiter(self.board, op_timeout, polling=self.backend != "gloo"),
+            backend=self.backend, device=self.device,
+            receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
+            verbose=(os.environ.get("PIPEMARE_P2P_VERBOSE") == "1" if p2p_verbose is None
+                     else p2p_verbose),
+            posted=[] if record_posts else None)
+        self.interpreter = Interpreter(
+            self.workers, schedule.num_virtual_stages - 1, self.transport,
+            devices=[self.device] if self.device.type == "cuda" else [])
         self._failed = False  # a run raised: close() does not wait for the threads
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
@@ -319,15 +318,6 @@ class DistributedExecutor:
         self.board.at(position, len(row), row[position] if 0 <= position < len(row) else "",
                       state)
 
-    def state_dict(self) -> dict:
-        """Not supported: checkpoints need the local executor."""
-        raise NotImplementedError("checkpoints are not supported with executor 'dist'; "
-                                  "use executor 'local' for checkpoint/resume")
-
-    def load_state_dict(self, state: dict) -> None:
-        """Not supported: checkpoints need the local executor."""
-        self.state_dict()
-
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
         """Stop the threads this executor started (safe to call twice).
@@ -337,8 +327,7 @@ class DistributedExecutor:
         or not at all after a failed run (a thread waiting on a dead peer's message must
         not delay the error report; see :meth:`pipemare_lite.engine.dist.faults.Waiter.close`).
         """
-        if self.transport is not None:
-            self.transport.waiter.close(wait=0.0 if self._failed else 5.0)
+        self.transport.waiter.close(wait=0.0 if self._failed else 5.0)
 
     def __enter__(self) -> DistributedExecutor:
         return self
@@ -358,9 +347,9 @@ class DistributedExecutor:
         stage 0 checks as it reads each input.
         """
         lazy = not isinstance(microbatches, (list, tuple))
-        self._one_shape = _input_meta(microbatches, 0) if lazy else None
+        self.transport.input_meta = tensor_meta(microbatches[0][0]) if lazy else None
         indices = [0] if lazy else range(self.schedule.total_microbatches)
-        inputs = sorted({_input_meta(microbatches, m) for m in indices}, key=str)
+        inputs = sorted({tensor_meta(microbatches[m][0]) for m in indices}, key=str)
         current = {meta: meta for meta in inputs}  # first-stage input meta -> stage input meta
         table = {}
         for s in range(self.schedule.num_virtual_stages - 1):
@@ -376,33 +365,16 @@ class DistributedExecutor:
             table.update(((s, key), meta) for key, meta in current.items())
         return table
 
-    def _message_meta(self, table: dict, microbatches: Sequence, message: Message) -> tuple:
-        key = self._one_shape or _input_meta(microbatches, message.microbatch)
-        # an activation has the shape of its stage's output; a gradient the shape of its
-        # stage's input, i.e. of the previous stage's output
-        stage = message.stage if message.kind == ACTIVATION else message.stage - 1
-        return table[(stage, key)]
-
     # ------------------------------------------------------------------ running
     def _start(self, microbatches: Sequence) -> None:
-        """First call of :meth:`run`: shape probe and transport (kept across calls)."""
+        """First call of :meth:`run`: the shape probe gives the transport every message's
+        shape (kept across calls)."""
         schedule = self.schedule
         if len(microbatches) < schedule.total_microbatches:
             raise ValueError(f"schedule {schedule.name!r} needs {schedule.total_microbatches} "
                              f"microbatches, got {len(microbatches)}")
         self._note(-1, "shape probe")
-        table = self.probe_shapes(microbatches)
-        self.transport = P2PTransport(
-            plan_communication(schedule), self.rank,
-            partial(self._message_meta, table, microbatches),
-            waiter=faults.Waiter(self.board, self.op_timeout, polling=self.backend != "gloo"),
-            backend=self.backend, device=self.device,
-            receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
-            verbose=self.p2p_verbose, posted=self.posted, input_meta=self._one_shape,
-        )
-        self.interpreter = Interpreter(
-            self.workers, schedule.num_virtual_stages - 1, self.transport,
-            devices=[self.device] if self.device.type == "cuda" else [])
+        self.transport.shapes = self.probe_shapes(microbatches)
 
     def run(self, microbatches: Sequence, *,
             stop_after_updates: int | None = None) -> RankResult | DistRunResult:
@@ -436,15 +408,16 @@ class DistributedExecutor:
         return merged
 
     def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
-        if self.transport is None:
+        if self.transport.shapes is None:
             self._start(microbatches)
         rank, row, interpreter = self.rank, self.schedule.ranks[self.rank], self.interpreter
+        posted = self.transport.posted  # every run's posts, when recorded
         self.transport.microbatches = microbatches
         interpreter.applied_gradients = ({s: [] for s in self.stages}
                                          if self.record_gradients else None)
         meter = BytesMeter(self.workers, {rank: self.stages}) if self.track_bytes else None
         recorder = Recorder(interpreter, {rank: self._action_names}, meter)
-        first_post = len(self.posted) if self.posted is not None else 0
+        first_post = len(posted) if posted is not None else 0
 
         def done() -> bool:
             return self.finished or (stop_after_updates is not None and all(
@@ -467,24 +440,16 @@ class DistributedExecutor:
         self._note(self.position, "draining sends" if self.finished else "between runs")
         if self.finished:
             self.transport.close()
-        taken = take_records(self.workers)
+        # TakenRecords holds RankResult fields of the same names (losses: loss_by_microbatch)
+        records = vars(take_records(self.workers))
+        states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
+                  for s, w in self.workers.items()}
         return RankResult(
-            rank, recorder.rank_entries(), taken.losses, recorder.versions,
-            taken.forward_versions, taken.backward_versions, taken.distances,
-            taken.learning_rates,
-            {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
-             for s, w in self.workers.items()},
-            gradients=interpreter.applied_gradients or {},
+            rank, recorder.rank_entries(), records.pop("losses"), recorder.versions,
+            state_dicts=states, gradients=interpreter.applied_gradients or {},
             peak_bytes=meter.peaks if meter is not None else {},
             wait_seconds=self.transport.waiter.wait_seconds,
-            group_learning_rates=taken.group_learning_rates, update_norms=taken.update_norms,
-            posted=self.posted[first_post:] if self.posted is not None else [])
-
-
-def _input_meta(microbatches: Sequence, m: int) -> tuple:
-    """``(shape, dtype)`` of microbatch m's input."""
-    x = microbatches[m][0]
-    return (tuple(x.shape), x.dtype)
+            posted=posted[first_post:] if posted is not None else [], **records)
 
 
 #: RankResult fields keyed by (stage, microbatch), action or microbatch: merged by update.
@@ -505,14 +470,13 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     """
     by_rank = sorted(results, key=lambda r: r.rank)
     S = schedule.num_virtual_stages
-    keyed = {name: {} for name in _BY_KEY}
+    keyed = {name: {key: value for r in by_rank for key, value in getattr(r, name).items()}
+             for name in _BY_KEY}
     staged = {name: [default() for _ in range(S)] for name, default in _BY_STAGE.items()}
     entries = []
     for r in by_rank:
         row = schedule.ranks[r.rank]
         entries += [TimedAction(r.rank, row[i], start, end) for i, _, start, end in r.entries]
-        for name, merged in keyed.items():
-            merged.update(getattr(r, name))
         for name, per_stage in staged.items():
             for s, value in getattr(r, name).items():
                 per_stage[s] = value

@@ -7,7 +7,8 @@ every failure end the job quickly and say what happened:
 - each rank keeps a :class:`StatusBoard`: the main thread notes where it is in its schedule
   (action index, action string, what it waits for) in a plain Python attribute, and a
   daemon thread publishes that note to a side channel (a ``torch.distributed`` key-value
-  store) every tenth of a second (so a killed rank's last known place is at most that old);
+  store) every tenth of a second (so a killed rank's last known place is at most that old),
+  with a count of its publications: the rank's heartbeat;
 - a rank that raises writes ``failed/<rank>`` and, unless its error is only the echo of
   another rank's failure (told by its origin: an abort it saw, or the communication
   library failing in a wait on a peer, :class:`PeerConnectionError`), claims the ``abort``
@@ -18,9 +19,9 @@ every failure end the job quickly and say what happened:
   or :class:`OpTimeoutError` instead of hanging;
 - a backstop: when the main thread does not stop within ``exit_grace`` seconds of an
   abort (stuck in compute or in a blocking collective), the thread ends the process;
-- the thread also publishes a heartbeat, and a wait whose link to its peer breaks notes
-  that peer as lost: under torchrun, :mod:`pipemare_lite.engine.dist.lost` reads both to name
-  the rank a worker lost (a machine that died) before it exits.
+- a wait whose link to its peer breaks notes that peer as lost: under torchrun,
+  :mod:`pipemare_lite.engine.dist.lost` reads that and the heartbeats to name the rank a
+  worker lost (a machine that died) before it exits.
 
 ::
 
@@ -84,6 +85,8 @@ class Position:
         action: the current action as a string (``"1F3"``), or "" before the first.
         state: what the rank is doing: ``setup``, ``compute``, ``wait <what>``, ``done``,
             ``failed: <error>``.
+        beat: how many times the rank's watchdog published its position (the heartbeat:
+            it stops when the rank is gone; 0 in what the main thread writes itself).
     """
 
     rank: int
@@ -91,6 +94,7 @@ class Position:
     total: int = 0
     action: str = ""
     state: str = "setup"
+    beat: int = 0
 
     def describe(self) -> str:
         """One line for an error message: ``rank 1: action 5/20 (1F2) failed: ...``."""
@@ -126,11 +130,6 @@ def read_positions(store, world_size: int) -> dict[int, Position]:
 def read_failures(store, world_size: int) -> dict[int, str]:
     """``rank -> error text`` for every rank that reported a failure."""
     return _read_all(store, world_size, "failed", bytes.decode)
-
-
-def read_beats(store, world_size: int) -> dict[int, int]:
-    """``rank -> heartbeat counter`` for every rank that published one."""
-    return _read_all(store, world_size, "beat", int)
 
 
 def read_abort(store) -> str | None:
@@ -180,8 +179,6 @@ def communication(what: str):
     barrier or a broadcast) into :class:`PeerConnectionError` naming ``what``."""
     try:
         yield
-    except PipelineFault:
-        raise
     except RuntimeError as exc:  # gloo and NCCL raise RuntimeError (or subclasses)
         raise PeerConnectionError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
@@ -190,14 +187,13 @@ class StatusBoard:
     """One rank's link to the side channel: its position, the abort flag, a watchdog.
 
     Introduced in chapter 11. ``store`` is a ``torch.distributed.Store`` (the main thread and
-    the watchdog thread each use their own client: ``store_factory`` makes the thread's).
+    the watchdog thread each use their own client: the thread's is ``store.clone()``).
     Without a store (``store=None``) the board still records the position locally and
     :class:`Waiter` still enforces per-operation timeouts.
 
     Args:
         rank, world_size: this rank and the number of ranks.
         store: the store for the main thread's writes (failure reports), or None.
-        store_factory: makes a second client for the watchdog thread; defaults to ``store``.
         launcher_pid: when set, the watchdog ends this process if that process disappears
             (so a killed notebook kernel leaves no orphan workers), or, once
             ``exit_with_parent`` is set, as soon as this process's parent is no longer that
@@ -207,19 +203,17 @@ class StatusBoard:
     ``exit_grace`` (10 s) is how long the main thread gets to stop on its own after an
     abort, before the watchdog ends the process.
 
-    The watchdog's heartbeat (``beat/<rank>``) tells which peers stopped
+    The watchdog's heartbeat (:attr:`Position.beat`) tells which peers stopped
     (:func:`stalled_ranks`); ``lost`` collects direct evidence (a broken link to a peer);
     ``before_exit``, when set, is called with the reason just before the watchdog ends the
     process.
     """
 
     def __init__(self, rank: int, world_size: int, store=None, *,
-                 store_factory: Callable[[], object] | None = None,
                  launcher_pid: int | None = None) -> None:
         self.rank = rank
         self.world_size = world_size
         self.store = store
-        self._store_factory = store_factory or (lambda: store)
         self.launcher_pid = launcher_pid
         self.exit_with_parent = False  # torchrun.install: the launcher is our parent
         self.launcher_name = "its launcher"  # as the exit message names it
@@ -287,36 +281,31 @@ class StatusBoard:
     def _watch(self) -> None:
         store = None
         with contextlib.suppress(Exception):
-            store = self._store_factory() if self.store is not None else None
-        published = abort_seen_at = None
+            store = self.store.clone() if self.store is not None else None
+        abort_seen_at = None
         beat = 0
         while not self._stop.wait(PUBLISH_INTERVAL):
             if self._launcher_gone():
                 # nobody will collect our result, and the launcher's store is gone too (each
                 # failed call would print a C++ stack trace): one line, then exit
-                line = (f"rank {self.rank}: {self.launcher_name} (pid {self.launcher_pid}) "
-                        f"is gone; stopping ({self.position.describe()})\n")
+                gone = f"{self.launcher_name} (pid {self.launcher_pid}) is gone"
                 with contextlib.suppress(OSError):
-                    os.write(2, line.encode())
-                self._exit(3, f"{self.launcher_name} (pid {self.launcher_pid}) is gone")
+                    os.write(2, f"rank {self.rank}: {gone}; stopping "
+                                f"({self.position.describe()})\n".encode())
+                self._exit(3, gone)
             if store is None:
                 continue
             try:
                 beat += 1
-                store.set(_key(f"beat/{self.rank}"), str(beat))
-                if self.position != published:
-                    published = self.position
-                    store.set(_key(f"status/{self.rank}"), published.to_json())
-                if self.abort_reason is None:
-                    reason = read_abort(store)
-                    if reason is not None:
-                        self.abort_reason = reason
-                        abort_seen_at = time.monotonic()
+                position = dataclasses.replace(self.position, beat=beat)
+                store.set(_key(f"status/{self.rank}"), position.to_json())
+                reason = self.abort_reason or read_abort(store)
             except Exception:
                 # The store's host died (the launcher or torchrun's agent): stop waiting.
                 self.store_lost = True
-                self.abort_reason = self.abort_reason or "the side-channel store is unreachable"
-                abort_seen_at = abort_seen_at or time.monotonic()
+                reason = self.abort_reason or "the side-channel store is unreachable"
+            if reason is not None and abort_seen_at is None:  # the first sign of an abort
+                self.abort_reason, abort_seen_at = reason, time.monotonic()
             if (abort_seen_at is not None and not self._stop.is_set()
                     and time.monotonic() - abort_seen_at > self.exit_grace):
                 # backstop: the main thread is stuck outside any wait
@@ -340,12 +329,12 @@ def stalled_ranks(store, world_size: int, window: float, *, exclude=()) -> list[
     """Ranks whose heartbeat did not advance during ``window`` seconds, leaving out
     ``exclude`` and ranks whose last status says they finished or failed (their watchdog
     stopped on purpose). Raises what the store raises when it is unreachable."""
-    before = read_beats(store, world_size)
+    before = read_positions(store, world_size)
     time.sleep(window)
-    after = read_beats(store, world_size)
-    states = {r: p.state for r, p in read_positions(store, world_size).items()}
-    return [r for r in range(world_size) if r not in exclude and after.get(r) == before.get(r)
-            and not (states.get(r, "") == "done" or states.get(r, "").startswith("failed"))]
+    after = read_positions(store, world_size)
+    ended = {r for r, p in after.items() if p.state == "done" or p.state.startswith("failed")}
+    return [r for r in range(world_size)
+            if r not in exclude and r not in ended and after.get(r) == before.get(r)]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -462,9 +451,7 @@ class Waiter:
             board.note(before)
         try:
             pending.finish()
-        except PipelineFault:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # the library's own error (the Work's wait raised it)
             first = (str(exc).strip().splitlines() or [""])[0][:200]  # gloo's messages run long
             if peer is not None:
                 board.note_lost(peer, f"the link to it broke while waiting for {what} ({first})")

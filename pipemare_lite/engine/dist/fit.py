@@ -28,7 +28,7 @@ def fit_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, loss
 
     Joins the process group (:func:`pipemare_lite.engine.dist.launch.init_from_env` when no launcher
     made one). Not supported: ``devices`` (rank r computes on ``cuda:<local rank>`` or the
-    CPU) and checkpoints (``state_dict`` raises).
+    CPU) and checkpoints (``fit()`` refuses ``checkpoint_path`` with executor 'dist').
     """
     from pipemare_lite.engine.dist.launch import current, init_from_env
 

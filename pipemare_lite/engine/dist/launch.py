@@ -53,7 +53,6 @@ and when a peer disappears it prints which rank it lost before it exits
 from __future__ import annotations
 
 import atexit
-import contextlib
 import datetime
 import multiprocessing as mp
 import os
@@ -63,7 +62,6 @@ import socket
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +74,7 @@ from pipemare_lite.engine import placement
 from pipemare_lite.engine.dist import faults
 from pipemare_lite.engine.dist import torchrun as under_torchrun
 from pipemare_lite.engine.placement import choose_backend  # noqa: F401  (chapter 11)
+from pipemare_lite.plugins import env_plugins, load_plugins
 
 #: Seconds the ranks get to stop on their own after an abort, before terminate/kill.
 ABORT_GRACE = 5.0
@@ -129,7 +128,8 @@ class LaunchError(RuntimeError):
     Attributes:
         failed_ranks: ranks that raised, died or timed out (the cause first when known).
         positions: ``rank -> Position`` as last published.
-        errors: ``rank -> error text`` (traceback) for ranks that reported one.
+        errors: ``rank -> error text`` (type, message, then traceback) for ranks that
+            reported one (:meth:`~pipemare_lite.engine.dist.faults.StatusBoard.fail`).
         exit_codes: ``rank -> exit code`` (negative: killed by that signal).
         pids: ``rank -> process id`` (all ended when the error is raised).
     """
@@ -140,27 +140,21 @@ class LaunchError(RuntimeError):
         self.exit_codes, self.pids = exit_codes, pids
 
 
-def _place(backend: str, rank: int, local_rank: int, local_world_size: int):
-    """This rank's :class:`~pipemare_lite.engine.placement.Placement` and torch device
-    (gloo computes on the CPU, NCCL on ``cuda:<local rank>``, made the current device)."""
+def _join(backend: str, rank: int, world_size: int, local_rank: int, local_world_size: int,
+          op_timeout: float, num_threads: int | None, board: faults.StatusBoard,
+          store=None) -> RankInfo:
+    """Place this rank (:func:`pipemare_lite.engine.placement.plan`: gloo computes on the
+    CPU, NCCL on ``cuda:<local rank>``, made the current device), init its process group (on
+    ``store`` under the prefix ``pg/`` when given, else from torchrun's environment);
+    returns its :class:`RankInfo`, now :func:`current`."""
+    global _CURRENT
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
     where = placement.plan(rank, local_rank, local_world_size, backend=backend,
                            device="cuda" if backend == "nccl" else "cpu")
     device = torch.device(where.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    return where, device
-
-
-def _join(backend: str, rank: int, world_size: int, local_rank: int, local_world_size: int,
-          op_timeout: float, num_threads: int | None, board: faults.StatusBoard,
-          store=None) -> RankInfo:
-    """Place this rank, init its process group (on ``store`` under the prefix ``pg/`` when
-    given, else from torchrun's environment); returns its :class:`RankInfo`, now
-    :func:`current`."""
-    global _CURRENT
-    if num_threads is not None:
-        torch.set_num_threads(num_threads)
-    where, device = _place(backend, rank, local_rank, local_world_size)
     group = {"device_id": device} if backend == "nccl" else {}
     if store is not None:
         group.update(store=dist.PrefixStore("pg/", store), rank=rank, world_size=world_size)
@@ -188,25 +182,18 @@ def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
         # gloo binds to the address the host name resolves to unless told an interface
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     store = _connect_while_launcher_lives(addr, port, launcher_pid)
-    board = faults.StatusBoard(rank, world_size, store, launcher_pid=launcher_pid,
-                               store_factory=lambda: _connect(addr, port, 60)).start()
+    store.set_timeout(datetime.timedelta(seconds=60))  # connected in 2 s attempts; calls may wait
+    board = faults.StatusBoard(rank, world_size, store, launcher_pid=launcher_pid).start()
     code = 0
     try:
         info = _join(backend, rank, world_size, rank, world_size, op_timeout, num_threads,
                      board, store)
-        from pipemare_lite.plugins import load_plugins
-
         load_plugins(imports)  # the parent's PIPEMARE_PLUGINS travel in ``imports``
-        result = worker_fn(info, *args, **kwargs)
-        _write(Path(result_dir) / f"rank{rank}.pkl", ("ok", result))
-        board.finish()
-        dist.destroy_process_group()
+        _write(Path(result_dir) / f"rank{rank}.pkl", worker_fn(info, *args, **kwargs))
+        finish(info)
     except BaseException as exc:  # report everything, KeyboardInterrupt included
         code = 1
-        board.fail(exc)
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        with contextlib.suppress(Exception):
-            _write(Path(result_dir) / f"rank{rank}.pkl", ("error", text))
+        board.fail(exc)  # the error and its traceback go to the launcher's store
     sys.stdout.flush()
     sys.stderr.flush()
     # os._exit: no atexit hooks, no joins on communication threads that may hang after a
@@ -231,12 +218,13 @@ def _connect_while_launcher_lives(addr: str, port: int, launcher_pid: int, patie
                 raise
 
 
-def _write(path: Path, payload) -> None:
-    tmp = path.with_suffix(".tmp")
+def _write(path: Path, result) -> None:
+    """Pickle a worker's result to ``path`` (renamed into place: a file there is whole)."""
     try:
-        data = pickle.dumps(payload)
+        data = pickle.dumps(result)
     except Exception as exc:  # an unpicklable result is the worker's bug: say so
-        data = pickle.dumps(("error", f"result of rank could not be pickled: {exc!r}"))
+        raise TypeError(f"the worker's result could not be pickled: {exc!r}") from exc
+    tmp = path.with_suffix(".tmp")
     tmp.write_bytes(data)
     tmp.rename(path)
 
@@ -293,8 +281,6 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
         raise ValueError(f"timeouts must be > 0, got timeout={timeout}, op_timeout={op_timeout}")
     if isinstance(imports, str):
         raise ValueError(f"imports is a list of module names, got the string {imports!r}")
-    from pipemare_lite.plugins import env_plugins, load_plugins
-
     load_plugins(imports)  # here first: a module that does not import fails before any fork
     # the children get the environment's plugins explicitly: a fork server started earlier
     # would hand them an older environment
@@ -320,8 +306,8 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
             procs.append(ctx.Process(target=_child_main, args=(rank, *common),
                                      name=f"pipemare-rank{rank}", daemon=True))
             procs[-1].start()
-        exit_codes, reason = _supervise(procs, store, timeout, grace)
-        return _collect(procs, store, result_dir, exit_codes, reason, world_size)
+        reason = _supervise(procs, store, timeout, grace)
+        return _collect(procs, store, result_dir, reason)
     finally:
         _stop_all(procs)
         shutil.rmtree(result_dir, ignore_errors=True)
@@ -341,62 +327,66 @@ def _listen(address: str) -> socket.socket:
     return listener
 
 
-def _supervise(procs, store, timeout: float, grace: float) -> tuple[dict[int, int], str | None]:
-    """Wait for every child; on a failure or the timeout, abort and reap. Returns exit codes.
+def _supervise(procs, store, timeout: float, grace: float) -> str | None:
+    """Wait for every child; on a failure or the timeout, abort and give the ranks ``grace``
+    seconds to stop. Returns the abort reason (None when no child failed).
 
     When a child dies, its neighbours fail a moment later (their connection to it closed),
     and the launcher may see their exits first. So after a failed exit it waits
     :data:`SETTLE` seconds, and as long as every failure it knows of is only such an echo,
-    up to :data:`SETTLE_MAX`, before it names the cause (:func:`_exit_cause`).
+    up to :data:`SETTLE_MAX` (or until every child exited), before it names the cause
+    (:func:`_exit_cause`).
     """
     deadline = time.monotonic() + timeout
     first_failure = abort_deadline = reason = None
-    exit_codes: dict[int, int] = {}
-    while len(exit_codes) < len(procs):
-        for rank, proc in enumerate(procs):
-            if rank not in exit_codes and proc.exitcode is not None:
-                exit_codes[rank] = proc.exitcode
-                if proc.exitcode != 0 and first_failure is None:
-                    first_failure = time.monotonic()
-        now = time.monotonic()
-        if abort_deadline is None and first_failure is not None and now >= first_failure + SETTLE:
+    while True:
+        exit_codes = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode is not None}
+        now, everyone_exited = time.monotonic(), len(exit_codes) == len(procs)
+        if first_failure is None and any(exit_codes.values()):  # a non-zero exit code
+            first_failure = now
+        if reason is None and first_failure is not None and (
+                everyone_exited or now >= first_failure + SETTLE):
             reason = faults.read_abort(store)
             if reason is None:
-                cause = _exit_cause(exit_codes, store, len(procs),
-                                    final=now >= first_failure + SETTLE_MAX)
-                reason = None if cause is None else faults.claim_abort(store, cause)
-            if reason is not None:
-                abort_deadline = now + grace
-        if abort_deadline is None and now > deadline:
+                final = everyone_exited or now >= first_failure + SETTLE_MAX
+                cause = _exit_cause(exit_codes, store, len(procs), final=final)
+                reason = cause and faults.claim_abort(store, cause)
+        if reason is None and now > deadline:
             reason = faults.claim_abort(store, f"the launch timed out after {timeout:g} s")
+        if reason is not None and abort_deadline is None:
             abort_deadline = now + grace
-        if abort_deadline is not None and now > abort_deadline:
-            break
+        if everyone_exited or (abort_deadline is not None and now > abort_deadline):
+            return reason
         time.sleep(0.02)
-    if reason is None and any(code != 0 for code in exit_codes.values()):
-        # everyone exited before a cause was named
-        reason = faults.read_abort(store) or faults.claim_abort(
-            store, _exit_cause(exit_codes, store, len(procs), final=True))
-    return exit_codes, reason
+
+
+def _suspicion(rank: int, exit_codes: dict, reports: dict, reason: str | None = None) -> int:
+    """How likely ``rank``'s failure is the cause of the run's (0: most likely).
+
+    0: the abort reason names it; 1: killed by a signal; 2: exited without a failure report;
+    3: reported a real error; 4: reported only the echo of another rank's failure (a
+    closed connection, an abort: :func:`~pipemare_lite.engine.dist.faults.is_communication_error`).
+    """
+    if reason is not None and reason.startswith(f"rank {rank} "):
+        return 0
+    if (exit_codes.get(rank) or 0) < 0:
+        return 1
+    if rank not in reports:
+        return 2
+    return 4 if faults.is_communication_error_text(reports[rank]) else 3
 
 
 def _exit_cause(exit_codes: dict[int, int], store, world_size: int, *, final: bool):
     """The abort reason for failed exits nobody explained, or None to wait a little longer.
 
-    In order: a rank killed by a signal, one that left no failure report, one whose report
-    is a real error; ranks that only report a closed connection are named only when
-    ``final`` (nothing better turned up).
+    The most suspicious failed rank (:func:`_suspicion`); ranks that only report another's
+    failure are named only when ``final`` (nothing better turned up).
     """
+    reports = faults.read_failures(store, world_size)
     failed = sorted(r for r, code in exit_codes.items() if code != 0)
-    reported = faults.read_failures(store, world_size)
-    killed = [r for r in failed if exit_codes[r] < 0]
-    silent = [r for r in failed if r not in reported]
-    real = [r for r in failed if r in reported
-            and not faults.is_communication_error_text(reported[r])]
-    candidates = killed or silent or real or (failed if final else [])
-    if not candidates:
-        return None
-    rank = candidates[0]
+    rank = min(failed, key=lambda r: _suspicion(r, exit_codes, reports), default=None)
+    if rank is None or (not final and _suspicion(rank, exit_codes, reports) == 4):
+        return None  # no failure yet, or only echoes of one so far
     code = exit_codes[rank]
     if code < 0:
         return f"rank {rank} was killed by signal {-code}"
@@ -418,22 +408,19 @@ def _stop_all(procs) -> None:
         p.join(timeout=5.0)
 
 
-def _collect(procs, store, result_dir, exit_codes, reason, world_size) -> list:
+def _collect(procs, store, result_dir, reason) -> list:
+    """Stop every child; the results in rank order, or :class:`LaunchError` naming the
+    failed ranks (the cause first: :func:`_suspicion`) and where every rank was."""
     _stop_all(procs)
-    for rank, proc in enumerate(procs):
-        exit_codes.setdefault(rank, proc.exitcode)
-    results, errors = {}, {}
-    for rank in range(world_size):
-        path = Path(result_dir) / f"rank{rank}.pkl"
-        if path.exists():
-            status, payload = pickle.loads(path.read_bytes())
-            (results if status == "ok" else errors)[rank] = payload
-    if len(results) == world_size and all(c == 0 for c in exit_codes.values()):
-        return [results[r] for r in range(world_size)]
+    world_size, exit_codes = len(procs), {r: p.exitcode for r, p in enumerate(procs)}
+    paths = [Path(result_dir) / f"rank{rank}.pkl" for rank in range(world_size)]
+    if all(path.exists() for path in paths) and all(c == 0 for c in exit_codes.values()):
+        return [pickle.loads(path.read_bytes()) for path in paths]
     positions = faults.read_positions(store, world_size)
-    for rank, text in faults.read_failures(store, world_size).items():
-        errors.setdefault(rank, text)
-    failed = _blame(exit_codes, errors, reason, world_size)
+    errors = faults.read_failures(store, world_size)  # what each failed rank reported
+    failed = [r for r in range(world_size) if exit_codes.get(r) != 0 or r in errors]
+    cause = min(failed, key=lambda r: _suspicion(r, exit_codes, errors, reason), default=None)
+    failed.sort(key=lambda r: r != cause)  # the cause first, the others in rank order
     lines = [f"distributed run failed: {reason or 'a rank did not return a result'}",
              "failed rank(s): " + ", ".join(str(r) for r in failed), "where each rank was:",
              faults.format_positions(positions, world_size)]
@@ -443,17 +430,6 @@ def _collect(procs, store, result_dir, exit_codes, reason, world_size) -> list:
         "\n".join(lines), failed_ranks=failed, positions=positions, errors=errors,
         exit_codes=exit_codes, pids={r: p.pid for r, p in enumerate(procs)},
     )
-
-
-def _blame(exit_codes, errors, reason, world_size) -> list[int]:
-    """Order the failed ranks: the cause first (named in the abort reason, else a rank that
-    died without a report, else one that timed out), then the rest."""
-    failed = [r for r in range(world_size) if exit_codes.get(r) != 0 or r in errors]
-    named = [r for r in failed if reason and reason.startswith(f"rank {r} ")]
-    silent = [r for r in failed if r not in errors]
-    timed = [r for r in failed if "OpTimeoutError" in errors.get(r, "")]
-    cause = (named or silent or timed or failed or [None])[0]
-    return ([cause] if cause is not None else []) + [r for r in failed if r != cause]
 
 
 def init_from_env(
@@ -482,8 +458,7 @@ def init_from_env(
         store = _connect(addr, port, 30)
     except Exception:  # no side channel: per-operation timeouts still apply
         store = None
-    board = faults.StatusBoard(rank, world_size, store,
-                               store_factory=lambda: _connect(addr, port, 30))
+    board = faults.StatusBoard(rank, world_size, store)
     info = _join(choose_backend(local_world_size, backend), rank, world_size, local_rank,
                  local_world_size, op_timeout, num_threads, board)
     # under torchrun: exit with the agent (our parent) and say which rank was lost or where

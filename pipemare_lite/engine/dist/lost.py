@@ -14,7 +14,7 @@ Evidence, in order of strength:
 1. a point-to-point wait on rank r failed (the board's ``lost``, noted by the waits);
 2. the side-channel store (hosted by torchrun's agent on node 0, ``MASTER_ADDR``) is
    unreachable: node 0's ranks are lost (or this node's agent, when this is node 0);
-3. a rank's heartbeat (``beat/<rank>``, published every 0.1 s by its watchdog) did not
+3. a rank's heartbeat (the count of its status publications, one every 0.1 s) did not
    advance for :data:`HEARTBEAT_WINDOW` seconds while its status says it is neither done
    nor failed.
 
@@ -147,8 +147,7 @@ def install(board: faults.StatusBoard, topology: Topology,
     (:func:`pipemare_lite.engine.dist.torchrun.install` does). An uncaught exception also
     goes to :meth:`StatusBoard.fail`, so a rank that fails for a reason of its own claims the
     abort and its peers stop with its name. ``sigterm_note`` runs first on SIGTERM (every
-    rank's position, :mod:`pipemare_lite.engine.dist.torchrun`); when it returns False the
-    handler returns at once (a report is being written; its writer raises SIGTERM again).
+    rank's position, :mod:`pipemare_lite.engine.dist.torchrun`).
     """
     global _installed
     once = threading.Lock()  # taken by the first report, never released: one per process
@@ -171,8 +170,8 @@ def install(board: faults.StatusBoard, topology: Topology,
             os._exit(1)  # no atexit teardown: destroying a group with a dead peer can block
 
     def on_sigterm(signum, frame):
-        if sigterm_note is not None and not sigterm_note():
-            return  # this rank is writing a report of its own; it raises SIGTERM again
+        if sigterm_note is not None:
+            sigterm_note()
         if once.locked():
             return  # a report is on its way (its writer exits); the agent kills after 30 s
         try:

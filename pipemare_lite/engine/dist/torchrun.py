@@ -32,8 +32,6 @@ STORE_TIMEOUT = 3.0
 LINE_LIMIT = 160
 
 _reported = False  # this rank already printed its report: the agent's SIGTERM adds nothing
-_reporting = False  # the main thread is writing a failure report: SIGTERM waits for it
-_sigterm_waiting = False  # SIGTERM came while it was: raised again once the report is out
 
 
 def under_torchrun() -> bool:
@@ -51,23 +49,18 @@ def install(board: faults.StatusBoard) -> None:
     board.launcher_name = "torchrun's agent"
     board.exit_with_parent = True  # a killed agent may stay a zombie: watch the parent
 
-    def on_sigterm() -> bool:
-        global _reported, _sigterm_waiting
-        if _reporting:  # the handler runs on the main thread, inside the failure report:
-            _sigterm_waiting = True  # stopping now would lose that report
-            return False
+    def on_sigterm() -> None:
+        global _reported
         if not _reported:
             _reported = True
             _write(_sigterm_report(board))
-        return True
 
     lost.install(board, lost.Topology.from_env(), sigterm_note=on_sigterm)
 
 
 def _write(text: str) -> None:
     with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing to tell
-        sys.stderr.write(text + "\n")
-        sys.stderr.flush()
+        print(text, file=sys.stderr, flush=True)
 
 
 def _store():
@@ -109,16 +102,18 @@ def report_failure(exc: BaseException, prog: str) -> bool:
     run: keep the traceback).
 
     The agent's SIGTERM may come while the report is being written (the dead peer's exit
-    reaches the agent as fast as its broken link reaches us): it waits until the report is
-    out, then is raised again, so a rank never stops with half a report.
+    reaches the agent as fast as its broken link reaches us): a stand-in handler holds it
+    until the report is out, then it is raised again, so a rank never stops with half a
+    report. Call from the main thread (signal handlers live there), as the command line does.
     """
     from pipemare_lite.engine.dist.launch import current
 
     info = current()
     if info is None or not isinstance(exc, faults.PipelineFault):
         return False
-    global _reported, _reporting
-    _reporting = True
+    global _reported
+    deferred = []  # a SIGTERM that came while the report was being written
+    previous = signal.signal(signal.SIGTERM, lambda *_: deferred.append(True))
     try:
         info.board.fail(exc)
         text = _short(f"rank {info.rank} stopped: {type(exc).__name__}: {exc}")
@@ -127,7 +122,7 @@ def report_failure(exc: BaseException, prog: str) -> bool:
         _write(f"{prog}: {text}")
         _reported = True
     finally:
-        _reporting = False
-    if _sigterm_waiting:
+        signal.signal(signal.SIGTERM, previous)
+    if deferred:
         signal.raise_signal(signal.SIGTERM)
     return True

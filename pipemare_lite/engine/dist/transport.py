@@ -39,7 +39,7 @@ Messages between stages on the same rank (P = 1) are handed over in memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -57,6 +57,11 @@ from pipemare_lite.schedules.comm_plan import (  # noqa: F401  (re-exported: the
 from pipemare_lite.schedules.comm_rows import comm_op
 
 
+def tensor_meta(x: torch.Tensor) -> tuple:
+    """``(shape, dtype)`` of ``x``: how the shape probe and the buffers know a tensor."""
+    return tuple(x.shape), x.dtype
+
+
 class P2PTransport:
     """Send and receive the plan's messages for one rank with ``torch.distributed``.
 
@@ -68,7 +73,6 @@ class P2PTransport:
     Args:
         plan: from :func:`plan_communication`.
         rank: this rank.
-        meta: ``message -> (shape, dtype)`` of its tensor (from the shape probe).
         waiter: a :class:`pipemare_lite.engine.dist.faults.Waiter` (waits that see the abort
             flag and a per-operation timeout, gloo and NCCL).
         backend, device: the process group's backend and where this rank computes. They
@@ -87,17 +91,19 @@ class P2PTransport:
             PyTorch's spelling (``"0SEND_F3"``, ``"1RECV_F3"``, see
             :mod:`pipemare_lite.schedules.comm_rows`), in posting order, each action's
             name between its receives and its send; None: not recorded.
-        input_meta: the ``(shape, dtype)`` every stage-0 input must have (a lazy feed,
-            whose probe saw only microbatch 0), or None.
+
+    The distributed executor's shape probe fills in, at its first run, ``shapes``:
+    ``{(stage, stage-0 input (shape, dtype)): (shape, dtype) of the stage's output}``
+    (:meth:`meta` reads it), and ``input_meta``: the ``(shape, dtype)`` every stage-0 input
+    must have, or None (a lazy feed's, whose probe saw only microbatch 0).
     """
 
-    def __init__(self, plan: CommPlan, rank: int, meta: Callable[[Message], tuple], *, waiter,
-                 backend: str = "gloo", device="cpu", receives_ahead: int = 0,
-                 verbose: bool = False,
-                 posted: list | None = None, input_meta: tuple | None = None) -> None:
+    def __init__(self, plan: CommPlan, rank: int, *, waiter, backend: str = "gloo",
+                 device="cpu", receives_ahead: int = 0, verbose: bool = False,
+                 posted: list | None = None) -> None:
         self.plan = plan
         self.rank = rank
-        self.meta = meta
+        self.shapes: dict | None = None  # from the shape probe
         self.device = torch.device(placement.message_device(backend, device))
         self.pinned = placement.pin_messages(backend, device)
         self.order = PostingOrder(plan, rank)
@@ -106,10 +112,18 @@ class P2PTransport:
         self.receives_ahead = receives_ahead
         self.verbose = verbose
         self.posted = posted
-        self.input_meta = input_meta
+        self.input_meta: tuple | None = None
         self.microbatches: Sequence = ()  # the current run's feed
         self._recv_work: dict = {}  # key -> (work, buffer)
         self._local: dict = {}  # same-rank hand-over
+
+    def meta(self, message: Message) -> tuple:
+        """``(shape, dtype)`` of ``message``'s tensor, from :attr:`shapes`."""
+        key = self.input_meta or tensor_meta(self.microbatches[message.microbatch][0])
+        # an activation has the shape of its stage's output; a gradient the shape of its
+        # stage's input, i.e. of the previous stage's output
+        stage = message.stage if message.kind == ACTIVATION else message.stage - 1
+        return self.shapes[(stage, key)]
 
     def _post(self, op: Message, tensor=None) -> None:
         tag = op.seq if self.use_tags else 0
@@ -159,9 +173,8 @@ class P2PTransport:
         receives ahead."""
         for op in self.order.to_post_for(message):
             self._post(op, tensor if op is message else None)
-        if self.receives_ahead:
-            for op in self.order.receives_ahead(self.receives_ahead):
-                self._post(op)
+        for op in self.order.receives_ahead(self.receives_ahead):  # none when 0
+            self._post(op)
 
     def recv(self, message: Message):
         """Return the tensor of ``message``, waiting for it if needed."""
@@ -176,12 +189,9 @@ class P2PTransport:
 
     def close(self) -> None:
         """Wait until every send has completed, then stop the waiter's helper threads (call
-        at the end of the run; safe to call twice)."""
-        try:
-            self.waiter.drain()
-        except BaseException:
-            self.waiter.close(wait=0)  # a failed run: report it now, do not join
-            raise
+        at the end of the run; safe to call twice). If a send fails, the threads are left to
+        whoever closes the waiter (the executor's ``close``, without joining them)."""
+        self.waiter.drain()
         self.waiter.close()
         if self._recv_work:
             left = ", ".join(str(k) for k in self._recv_work)
@@ -191,7 +201,7 @@ class P2PTransport:
     def first_input(self, m: int):
         """Stage 0's input of microbatch m (checked against :attr:`input_meta`)."""
         x = self.microbatches[m][0]
-        if self.input_meta is not None and (tuple(x.shape), x.dtype) != self.input_meta:
+        if self.input_meta is not None and tensor_meta(x) != self.input_meta:
             raise ValueError(
                 f"microbatch {m} has input shape {tuple(x.shape)} {x.dtype}, microbatch 0 has "
                 f"{self.input_meta}: with a lazy microbatch sequence the distributed executor "
