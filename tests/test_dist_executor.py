@@ -159,9 +159,9 @@ def test_utilization_report_compares_with_the_simulator(runs):
 
 @pytest.mark.slow
 def test_fit_with_the_distributed_executor_equals_local():
-    from pipemare_lite.engine.dist.fit import fit_worker
     from pipemare_lite.engine.dist.launch import launch
     from pipemare_lite.training.datasets import load
+    from pipemare_lite.training.dist_fit import fit_worker
     from pipemare_lite.training.fit import fit
 
     options = dict(method="pipemare", num_stages=2, num_microbatches=2, batch_size=64,

@@ -130,8 +130,8 @@ def local_wpred() -> dict:
 
 @pytest.mark.slow
 def test_a_plugin_method_is_unknown_on_the_ranks_until_imported_there():
-    from pipemare_lite.engine.dist.fit import fit_worker
     from pipemare_lite.engine.dist.launch import LaunchError, launch
+    from pipemare_lite.training.dist_fit import fit_worker
 
     load_plugins([PLUGIN])  # known here, in the parent ...
     args = (dict(FIT, method="fixture-stash", model=(mlp, MODEL), data=(load, {"name": "digits"})),)
@@ -148,8 +148,8 @@ def test_a_plugin_method_is_unknown_on_the_ranks_until_imported_there():
 
 @pytest.mark.slow
 def test_weight_prediction_is_bitwise_equal_locally_under_launch_and_under_torchrun(tmp_path):
-    from pipemare_lite.engine.dist.fit import fit_worker
     from pipemare_lite.engine.dist.launch import launch
+    from pipemare_lite.training.dist_fit import fit_worker
 
     local = local_wpred()
     assert local["memory_bytes"]["prediction"] > 0  # its bytes are counted

@@ -149,9 +149,9 @@ def _local_executor(schedule, stages, *, loss_fn, optimizer_factory, method_opti
 def _dist_executor(schedule, stages, **kwargs):
     # The distributed engine (one process per stage, launched by torchrun) offers fit() the
     # LocalExecutor's run() (no checkpoints: fit() refuses them with 'dist') through
-    # pipemare_lite.engine.dist.fit.fit_executor.
+    # pipemare_lite.training.dist_fit.fit_executor.
     try:
-        from pipemare_lite.engine.dist.fit import fit_executor
+        from pipemare_lite.training.dist_fit import fit_executor
     except ImportError as exc:
         raise ValueError(f"executor 'dist' is not available: {exc}") from exc
     return fit_executor(schedule, stages, **kwargs)

@@ -449,7 +449,7 @@ def init_from_env(
         raise ValueError(
             f"not started by torchrun: environment variables {missing} are not set; run "
             "`torchrun --nproc-per-node P -m pipemare_lite.training --executor dist ...`, or from "
-            "Python launch(pipemare_lite.engine.dist.fit.fit_worker, P, args=(...,))")
+            "Python launch(pipemare_lite.training.dist_fit.fit_worker, P, args=(...,))")
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
