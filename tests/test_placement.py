@@ -72,13 +72,18 @@ def test_impossible_placements_are_refused_by_name(kwargs, message):
         plan(1, 1, 2, **kwargs)
 
 
+def where_this_rank_computes(info) -> tuple:
+    """A launched worker: its placement as the launcher made it."""
+    return info.placement.device, str(info.device), info.placement.messages
+
+
 def test_this_machine_and_the_launcher_agree():
-    from pipemare_lite.engine.dist.launch import _place
     from pipemare_lite.engine.dist.launch import choose_backend as launch_choice
+    from pipemare_lite.engine.dist.launch import launch
 
     count = placement.cuda_device_count()
     assert launch_choice(2) == choose_backend(2, cuda_devices=count)
-    where, device = _place("gloo", 1, 1, 2)
-    assert (where.device, str(device), where.messages) == ("cpu", "cpu", "cpu")
+    placed = launch(where_this_rank_computes, 2, backend="gloo", timeout=120)
+    assert placed == [("cpu", "cpu", "cpu")] * 2
     with pytest.raises(ValueError, match="num_stages must be >= 1, got 0"):
         local_stage_devices(0)
