@@ -167,9 +167,9 @@ class StageWorker:
             hooks = DiscrepancyHooks(self.params, discrepancy_gamma)
         self.hooks = MethodHooks() if hooks is None else hooks
         self.pending: dict[int, _Pending] = {}
-        # running byte counts, so that reading them after every action stays cheap
+        # counted once (weights) or at each update (optimizer state appears at the first
+        # step), not at every read: the executors read the bytes after every action
         self._weight_bytes = sum(p.nbytes for p in self.params)
-        self._activation_bytes = 0
         self._optimizer_bytes = self._count_optimizer_bytes()
         self._before: list[torch.Tensor] | None = None  # see _weights_before_update
         # What happened since the executor last took it (see take_records): for results
@@ -208,7 +208,6 @@ class StageWorker:
         self.pending[microbatch] = record
         self.forward_versions[microbatch] = version
         out = self._build_graph(record)
-        self._activation_bytes += record.saved_bytes
         if self.is_last:
             self.losses[microbatch] = out.item()
         return out
@@ -355,7 +354,6 @@ class StageWorker:
 
     def _finish(self, record: _Pending) -> None:
         del self.pending[record.microbatch]
-        self._activation_bytes -= record.saved_bytes
         self.versions.release(record.version)
         self.hooks.backward_done(record.microbatch)
 
@@ -372,7 +370,7 @@ class StageWorker:
         self.update_norms.append(_change_norm(before, self.params))
         self.hooks.after_update()
         self.versions.after_update()
-        self._optimizer_bytes = self._count_optimizer_bytes()  # state appears at first step
+        self._optimizer_bytes = self._count_optimizer_bytes()
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
 
@@ -400,7 +398,7 @@ class StageWorker:
             "stash": self.versions.held_bytes(),
             "t2_buffer": 0,
             "optimizer": self._optimizer_bytes,
-            "activations": self._activation_bytes,
+            "activations": sum(r.saved_bytes for r in self.pending.values()),
         }
         for kind, value in self.hooks.bytes_held().items():
             held[kind] = held.get(kind, 0) + int(value)
@@ -411,9 +409,8 @@ class StageWorker:
                    for t in state.values() if isinstance(t, torch.Tensor))
 
     def recount_bytes(self) -> None:
-        """Recount the running byte counts (after a checkpoint was loaded)."""
+        """Recount the optimizer state's bytes (after a checkpoint was loaded)."""
         self._optimizer_bytes = self._count_optimizer_bytes()
-        self._activation_bytes = sum(r.saved_bytes for r in self.pending.values())
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
