@@ -32,13 +32,12 @@ import torch
 def stage_state(worker) -> dict:
     """Everything ``worker`` (a :class:`~pipemare_lite.engine.stage.StageWorker`) needs to
     continue bitwise (see the module docstring)."""
-    pending = {}
-    for m, r in worker.pending.items():
-        pending[m] = {"version": r.version, "input": r.input.detach(), "target": r.target,
-                      "saved": list(r.saved),
-                      # chosen at I (split backward); may alias the live weights
-                      "weights": None if r.weights is None else [w.clone() for w in r.weights],
-                      "grad_output": r.grad_output, "input_grad_done": r.input_grad_done}
+    pending = {m: {"version": r.version, "input": r.input.detach(), "target": r.target,
+                   "saved": list(r.saved),
+                   # chosen at I (split backward); may alias the live weights
+                   "weights": None if r.weights is None else [w.clone() for w in r.weights],
+                   "grad_output": r.grad_output, "input_grad_done": r.input_grad_done}
+               for m, r in worker.pending.items()}
     return {
         "module": {k: v.detach().clone() for k, v in worker.module.state_dict().items()},
         "grads": [None if p.grad is None else p.grad.clone() for p in worker.params],
