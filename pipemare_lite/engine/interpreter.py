@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import fields
+from types import SimpleNamespace
 
 import torch
 
-from pipemare_lite.engine.stage import StageWorker
+from pipemare_lite.engine.stage import StageRecords, StageWorker
 from pipemare_lite.schedules.actions import (
     BACKWARD,
     FORWARD,
@@ -189,25 +190,15 @@ class InProcessTransport:
         return True
 
 
-@dataclass
-class TakenRecords:
-    """Every stage's :class:`~pipemare_lite.engine.stage.StageRecords` of one run, keyed
-    for the results: ``(stage, microbatch)`` for versions and distances, ``stage`` for the
-    per-update lists, ``microbatch`` for the losses (sorted)."""
-
-    forward_versions: dict = field(default_factory=dict)
-    backward_versions: dict = field(default_factory=dict)
-    distances: dict = field(default_factory=dict)
-    learning_rates: dict = field(default_factory=dict)
-    group_learning_rates: dict = field(default_factory=dict)
-    update_norms: dict = field(default_factory=dict)
-    losses: dict = field(default_factory=dict)
-
-
-def take_records(workers: Mapping[int, StageWorker]) -> TakenRecords:
+def take_records(workers: Mapping[int, StageWorker]) -> SimpleNamespace:
     """Take (and forget) what each worker did since the last call (both executors, at the
-    end of every run: a flat cost per step, see :meth:`StageWorker.take_records`)."""
-    out = TakenRecords()
+    end of every run: a flat cost per step, see :meth:`StageWorker.take_records`).
+
+    Returns the :class:`~pipemare_lite.engine.stage.StageRecords` fields of every stage, keyed
+    for the results: ``(stage, microbatch)`` for versions and distances, ``stage`` for the
+    per-update lists (in the order of ``workers``), ``microbatch`` for the losses (sorted).
+    """
+    out = SimpleNamespace(**{f.name: {} for f in fields(StageRecords)})
     for s, worker in workers.items():
         taken = worker.take_records()
         for name in ("forward_versions", "backward_versions", "distances"):  # by microbatch

@@ -198,13 +198,12 @@ class LocalExecutor:
         stages_of = {r: self.schedule.stages_of(r) for r in range(len(cursors))}
         recorder = Recorder(interpreter, (), BytesMeter(dict(enumerate(workers)), stages_of))
 
-        def reached() -> bool:  # versions only move at updates: checked after each U
+        def reached() -> bool:  # versions move only at updates: checked per round and after U
             return stop_after_updates is not None and all(
                 w.versions.version >= stop_after_updates for w in workers)
 
-        stopped = reached()
         recorder.start()
-        while not stopped and not self.finished:
+        while not reached() and not self.finished:
             progressed = False
             for rank, cursor in enumerate(cursors):  # one action per rank per round
                 action = cursor.action
@@ -215,7 +214,6 @@ class LocalExecutor:
                 cursor.advance()
                 progressed = True
                 if action.kind == UPDATE and reached():
-                    stopped = True
                     break
             if not progressed:
                 stuck = [str(c.action) for c in cursors if c.action is not None]
@@ -226,18 +224,17 @@ class LocalExecutor:
         return self._result(recorder)
 
     def _result(self, recorder: Recorder) -> RunResult:
-        taken = take_records(dict(enumerate(self.workers)))
-        stages, meter = range(len(self.workers)), recorder.meter
+        taken = take_records(dict(enumerate(self.workers)))  # per-stage dicts in stage order
+        meter = recorder.meter
         trace = Timeline(self.schedule, tuple(recorder.timed_actions()), unit="s",
                          source="measured", extra={"versions": recorder.versions,
                                                    "distances": dict(taken.distances)})
         return RunResult(list(taken.losses.values()), taken.losses, trace,
                          taken.forward_versions, taken.backward_versions, taken.distances,
-                         [taken.learning_rates[s] for s in stages],
-                         [meter.peaks[s] for s in stages], meter.over_time,
-                         peak_bytes_by_rank=list(meter.rank_peaks().values()),  # rank order
-                         group_learning_rates=[taken.group_learning_rates[s] for s in stages],
-                         update_norms=[taken.update_norms[s] for s in stages])
+                         list(taken.learning_rates.values()), list(meter.peaks.values()),
+                         meter.over_time, peak_bytes_by_rank=list(meter.rank_peaks().values()),
+                         group_learning_rates=list(taken.group_learning_rates.values()),
+                         update_norms=list(taken.update_norms.values()))
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
