@@ -196,15 +196,17 @@ def take_records(workers: Mapping[int, StageWorker]) -> SimpleNamespace:
 
     Returns the :class:`~pipemare_lite.engine.stage.StageRecords` fields of every stage, keyed
     for the results: ``(stage, microbatch)`` for versions and distances, ``stage`` for the
-    per-update lists (in the order of ``workers``), ``microbatch`` for the losses (sorted).
+    per-update lists (in the order of ``workers``), ``microbatch`` for the losses (sorted);
+    and ``learning_rates``, the first parameter group's of each update, by stage.
     """
-    out = SimpleNamespace(**{f.name: {} for f in fields(StageRecords)})
+    out = SimpleNamespace(learning_rates={}, **{f.name: {} for f in fields(StageRecords)})
     for s, worker in workers.items():
         taken = worker.take_records()
         for name in ("forward_versions", "backward_versions", "distances"):  # by microbatch
             getattr(out, name).update(((s, m), v) for m, v in getattr(taken, name).items())
-        for name in ("learning_rates", "group_learning_rates", "update_norms"):  # by update
+        for name in ("group_learning_rates", "update_norms"):  # by update
             getattr(out, name)[s] = getattr(taken, name)
+        out.learning_rates[s] = [groups[0] for groups in taken.group_learning_rates]
         if worker.is_last:
             out.losses = dict(sorted(taken.losses.items()))
     return out

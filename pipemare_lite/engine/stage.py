@@ -104,8 +104,8 @@ class StageRecords:
         forward_versions: ``microbatch -> weight version its forward read``.
         backward_versions: ``microbatch -> version its backward used``.
         distances: ``microbatch -> backward version - forward version``.
-        learning_rates: the lr of the first parameter group at each update.
-        group_learning_rates: the lr of every parameter group at each update.
+        group_learning_rates: the lr of every parameter group at each update (the
+            results' ``learning_rates`` are the first group's).
         update_norms: ``||w after - w before||_2`` of each update (float64).
     """
 
@@ -113,7 +113,6 @@ class StageRecords:
     forward_versions: dict[int, int] = field(default_factory=dict)
     backward_versions: dict[int, int] = field(default_factory=dict)
     distances: dict[int, int] = field(default_factory=dict)
-    learning_rates: list[float] = field(default_factory=list)
     group_learning_rates: list[list[float]] = field(default_factory=list)
     update_norms: list[float] = field(default_factory=list)
 
@@ -362,7 +361,6 @@ class StageWorker:
         """U: one optimizer step on the accumulated gradients, then zero them (to None)."""
         self.versions.before_update()
         self.hooks.before_update()
-        self.learning_rates.append(self.optimizer.param_groups[0]["lr"])
         self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
         before = self._weights_before_update()
         self.optimizer.step()
