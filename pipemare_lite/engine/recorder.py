@@ -92,19 +92,22 @@ class BytesMeter:
         """Read the stage's bytes after one of its actions; update the peaks."""
         held = self.now[stage] = self.workers[stage].bytes_held()
         self.over_time.append((seconds, stage, held))
-        peak = self.peaks[stage]
-        for kind, value in held.items():  # a method's hooks may add kinds of their own
-            if value > peak.get(kind, 0):
-                peak[kind] = value
-        rank_peak = self.shared_peaks.get(rank)
-        if rank_peak is not None:
-            for kind in held:
-                total = sum(self.now[s].get(kind, 0) for s in self.stages_of[rank])
-                if total > rank_peak.get(kind, 0):
-                    rank_peak[kind] = total
+        _raise_peaks(self.peaks[stage], held)
+        if rank in self.shared_peaks:
+            stages = self.stages_of[rank]
+            _raise_peaks(self.shared_peaks[rank],
+                         {kind: sum(self.now[s].get(kind, 0) for s in stages) for kind in held})
 
     def rank_peaks(self) -> dict[int, dict[str, int]]:
         """``{rank: {kind: bytes}}``: the largest sum over the rank's stages after any of
         its actions."""
         return {r: self.shared_peaks[r] if r in self.shared_peaks else dict(self.peaks[stages[0]])
                 for r, stages in self.stages_of.items()}
+
+
+def _raise_peaks(peaks: dict[str, int], values: dict[str, int]) -> None:
+    """Raise each kind's peak to its value now where that is higher (a method's hooks may
+    add kinds of their own)."""
+    for kind, value in values.items():
+        if value > peaks.get(kind, 0):
+            peaks[kind] = value
