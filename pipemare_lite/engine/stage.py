@@ -169,8 +169,9 @@ class StageWorker:
         # counted once (weights) or at each update (optimizer state appears at the first
         # step), not at every read: the executors read the bytes after every action
         self._weight_bytes = sum(p.nbytes for p in self.params)
-        self._optimizer_bytes = self._count_optimizer_bytes()
-        self._before: list[torch.Tensor] | None = None  # see _weights_before_update
+        self.recount_bytes()
+        # the weights before an update, in the norm's dtype (see _weights_before_update)
+        self._before = [torch.empty_like(p, dtype=_norm_dtype(p)) for p in self.params]
         # What happened since the executor last took it (see take_records): for results
         # and traces, not needed to continue training.
         self._start_records()
@@ -368,7 +369,7 @@ class StageWorker:
         self.update_norms.append(_change_norm(before, self.params))
         self.hooks.after_update()
         self.versions.after_update()
-        self._optimizer_bytes = self._count_optimizer_bytes()
+        self.recount_bytes()  # the optimizer's state appears at its first step
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
 
@@ -376,8 +377,6 @@ class StageWorker:
         """The weights before this update, in the norm's dtype, in buffers kept across
         updates (allocating and converting fresh copies at every update cost more than the
         norm itself)."""
-        if self._before is None:
-            self._before = [torch.empty_like(p, dtype=_norm_dtype(p)) for p in self.params]
         with torch.no_grad():
             for copy, p in zip(self._before, self.params):
                 copy.copy_(p)
@@ -402,13 +401,11 @@ class StageWorker:
             held[kind] = held.get(kind, 0) + int(value)
         return held
 
-    def _count_optimizer_bytes(self) -> int:
-        return sum(t.nbytes for state in self.optimizer.state.values()
-                   for t in state.values() if isinstance(t, torch.Tensor))
-
     def recount_bytes(self) -> None:
-        """Recount the optimizer state's bytes (after a checkpoint was loaded)."""
-        self._optimizer_bytes = self._count_optimizer_bytes()
+        """Count the optimizer state's bytes (kept: it changes only at an update or when a
+        checkpoint is loaded)."""
+        self._optimizer_bytes = sum(t.nbytes for state in self.optimizer.state.values()
+                                    for t in state.values() if isinstance(t, torch.Tensor))
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
