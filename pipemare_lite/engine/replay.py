@@ -67,7 +67,7 @@ def load_stage_state(worker, state: dict) -> None:
         worker.hooks.load_state_dict(hooks_state)
     for m in sorted(state["pending"]):
         replay_pending(worker, m, state["pending"][m])
-    worker.recount_bytes()
+    worker.recount_optimizer_bytes()
 
 
 def replay_pending(worker, microbatch: int, stored: dict) -> None:

@@ -166,10 +166,10 @@ class StageWorker:
             hooks = DiscrepancyHooks(self.params, discrepancy_gamma)
         self.hooks = MethodHooks() if hooks is None else hooks
         self.pending: dict[int, _Pending] = {}
-        # counted once (weights) or at each update (optimizer state appears at the first
-        # step), not at every read: the executors read the bytes after every action
+        # byte counts kept, not recounted at every read (the executors read them after every
+        # action): the weights' once, the optimizer state's at each update
         self._weight_bytes = sum(p.nbytes for p in self.params)
-        self.recount_bytes()
+        self.recount_optimizer_bytes()
         # the weights before an update, in the norm's dtype (see _weights_before_update)
         self._before = [torch.empty_like(p, dtype=_norm_dtype(p)) for p in self.params]
         # What happened since the executor last took it (see take_records): for results
@@ -369,7 +369,7 @@ class StageWorker:
         self.update_norms.append(_change_norm(before, self.params))
         self.hooks.after_update()
         self.versions.after_update()
-        self.recount_bytes()  # the optimizer's state appears at its first step
+        self.recount_optimizer_bytes()  # its state appears at the first step
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
 
@@ -401,8 +401,8 @@ class StageWorker:
             held[kind] = held.get(kind, 0) + int(value)
         return held
 
-    def recount_bytes(self) -> None:
-        """Count the optimizer state's bytes (kept: it changes only at an update or when a
+    def recount_optimizer_bytes(self) -> None:
+        """Count the optimizer state's bytes (it changes only at an update or when a
         checkpoint is loaded)."""
         self._optimizer_bytes = sum(t.nbytes for state in self.optimizer.state.values()
                                     for t in state.values() if isinstance(t, torch.Tensor))
