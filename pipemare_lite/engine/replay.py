@@ -59,6 +59,7 @@ def load_stage_state(worker, state: dict) -> None:
     for p, g in zip(worker.params, state["grads"]):
         p.grad = None if g is None else g.to(p.device).clone()
     worker.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+    worker.recount_optimizer_bytes()
     if worker.lr_scheduler is not None and state["lr_scheduler"] is not None:
         worker.lr_scheduler.load_state_dict(copy.deepcopy(state["lr_scheduler"]))
     worker.versions.load_state_dict(state["versions"])
@@ -67,7 +68,6 @@ def load_stage_state(worker, state: dict) -> None:
         worker.hooks.load_state_dict(hooks_state)
     for m in sorted(state["pending"]):
         replay_pending(worker, m, state["pending"][m])
-    worker.recount_optimizer_bytes()
 
 
 def replay_pending(worker, microbatch: int, stored: dict) -> None:
