@@ -60,7 +60,8 @@ BYTE_KINDS = KINDS
 class _HeldVersion(torch.autograd.Function):
     """Forward with a held copy's values; the gradient flows to the live parameter.
 
-    Used only when a forward must read a version that is not the current one (2BW).
+    Used only when a forward reads other values than the live weights (2BW's held version,
+    or a method's forward weights, e.g. weight prediction's).
     """
 
     @staticmethod
