@@ -198,7 +198,7 @@ class StatusBoard:
             (so a killed notebook kernel leaves no orphan workers), or, once
             ``exit_with_parent`` is set, as soon as this process's parent is no longer that
             process (a torchrun worker whose agent was killed: the agent's pid may linger as
-            a zombie).
+            a zombie; the exit message then names torchrun's agent).
 
     ``exit_grace`` (10 s) is how long the main thread gets to stop on its own after an
     abort, before the watchdog ends the process.
@@ -216,7 +216,6 @@ class StatusBoard:
         self.store = store
         self.launcher_pid = launcher_pid
         self.exit_with_parent = False  # torchrun.install: the launcher is our parent
-        self.launcher_name = "its launcher"  # as the exit message names it
         self.exit_grace = 10.0
         self.lost: dict[int, str] = {}
         self.store_lost = False  # the watchdog found the side-channel store unreachable
@@ -288,7 +287,8 @@ class StatusBoard:
             if self._launcher_gone():
                 # nobody will collect our result, and the launcher's store is gone too (each
                 # failed call would print a C++ stack trace): one line, then exit
-                gone = f"{self.launcher_name} (pid {self.launcher_pid}) is gone"
+                launcher = "torchrun's agent" if self.exit_with_parent else "its launcher"
+                gone = f"{launcher} (pid {self.launcher_pid}) is gone"
                 with contextlib.suppress(OSError):
                     os.write(2, f"rank {self.rank}: {gone}; stopping "
                                 f"({self.position.describe()})\n".encode())

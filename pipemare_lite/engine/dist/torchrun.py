@@ -57,7 +57,6 @@ def install(board: faults.StatusBoard) -> None:
         return
     global _name_lost
     board.launcher_pid = os.getppid()
-    board.launcher_name = "torchrun's agent"
     board.exit_with_parent = True  # a killed agent may stay a zombie: watch the parent
     topology = lost.Topology.from_env()
     once = threading.Lock()  # taken by the first line, never released: one per process
