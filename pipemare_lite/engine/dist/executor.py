@@ -58,7 +58,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pipemare_lite.analysis.timeline import TimedAction, Timeline
+from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.engine.build_worker import build_stage_workers
 from pipemare_lite.engine.dist import faults
 from pipemare_lite.engine.dist.launch import launch
@@ -118,8 +118,9 @@ class RankResult:
 
     :class:`DistRunResult`'s fields for this rank's stages: per-stage values as ``{stage:
     value}``, versions and distances as ``{(stage, microbatch): int}``, the losses only on
-    the rank of the last stage. Also ``entries``, ``(position, action string, start, end)``
-    in seconds from the common origin; ``versions``, ``{"1F3": 0, ...}`` the weight version
+    the rank of the last stage. Also ``entries``, this rank's
+    :class:`~pipemare_lite.analysis.timeline.TimedAction` in seconds from the common origin
+    (the trace's entries as they are); ``versions``, ``{"1F3": 0, ...}`` the weight version
     each action used; ``wait_seconds``, this rank's time waiting for messages so far.
     """
 
@@ -277,7 +278,7 @@ class DistributedExecutor:
         self.board = board or faults.StatusBoard(self.rank, world)
         self.record_gradients, self.track_bytes = record_gradients, track_bytes
         self.fault = fault if fault is not None and fault.rank == self.rank else None
-        self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # trace keys
+        self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # as the board notes
         self.gather_into = None if gather_into is None else list(gather_into)
         self.position = 0  # next action of this rank's row
         # the shape probe gives the transport its messages' shapes, at the first run
@@ -445,7 +446,7 @@ class DistributedExecutor:
         states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
                   for s, w in self.workers.items()}
         return RankResult(
-            rank, recorder.rank_entries(), records.pop("losses"), recorder.versions,
+            rank, recorder.timed_actions(), records.pop("losses"), recorder.versions,
             state_dicts=states, gradients=interpreter.applied_gradients or {},
             peak_bytes=meter.peaks if meter is not None else {},
             wait_seconds=self.transport.waiter.wait_seconds,
@@ -475,8 +476,7 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     staged = {name: [default() for _ in range(S)] for name, default in _BY_STAGE.items()}
     entries = []
     for r in by_rank:
-        row = schedule.ranks[r.rank]
-        entries += [TimedAction(r.rank, row[i], start, end) for i, _, start, end in r.entries]
+        entries += r.entries
         for name, per_stage in staged.items():
             for s, value in getattr(r, name).items():
                 per_stage[s] = value
