@@ -339,7 +339,9 @@ class DistributedExecutor:
 
     # ------------------------------------------------------------------ shapes
     def probe_shapes(self, microbatches: Sequence) -> dict:
-        """``{(stage, input meta): output meta}`` for every stage but the last, on every rank.
+        """``{(stage, input meta): output meta}`` for every stage but the last, on every rank;
+        also the transport's :attr:`~.transport.P2PTransport.shapes` (the first :meth:`run`
+        calls it; they are kept across runs).
 
         Stage by stage, the owner probes its module (:func:`probe_output_meta`) for every
         distinct microbatch input shape and broadcasts the result (``S - 1`` broadcasts).
@@ -347,6 +349,11 @@ class DistributedExecutor:
         ``fit()``'s epoch feed) is assumed to have microbatch 0's shape throughout, which
         stage 0 checks as it reads each input.
         """
+        if len(microbatches) < self.schedule.total_microbatches:
+            raise ValueError(f"schedule {self.schedule.name!r} needs "
+                             f"{self.schedule.total_microbatches} microbatches, got "
+                             f"{len(microbatches)}")
+        self._note(-1, "shape probe")
         lazy = not isinstance(microbatches, (list, tuple))
         self.transport.input_meta = tensor_meta(microbatches[0][0]) if lazy else None
         indices = [0] if lazy else range(self.schedule.total_microbatches)
@@ -364,18 +371,10 @@ class DistributedExecutor:
                     box, src=owner, device=self.device if self.backend == "nccl" else None)
             current = box[0]
             table.update(((s, key), meta) for key, meta in current.items())
+        self.transport.shapes = table
         return table
 
     # ------------------------------------------------------------------ running
-    def _start(self, microbatches: Sequence) -> None:
-        """First call of :meth:`run`: the shape probe gives the transport every message's
-        shape (kept across calls)."""
-        schedule = self.schedule
-        if len(microbatches) < schedule.total_microbatches:
-            raise ValueError(f"schedule {schedule.name!r} needs {schedule.total_microbatches} "
-                             f"microbatches, got {len(microbatches)}")
-        self._note(-1, "shape probe")
-        self.transport.shapes = self.probe_shapes(microbatches)
 
     def run(self, microbatches: Sequence, *,
             stop_after_updates: int | None = None) -> RankResult | DistRunResult:
@@ -410,7 +409,7 @@ class DistributedExecutor:
 
     def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
         if self.transport.shapes is None:
-            self._start(microbatches)
+            self.probe_shapes(microbatches)
         rank, row, interpreter = self.rank, self.schedule.ranks[self.rank], self.interpreter
         posted = self.transport.posted  # every run's posts, when recorded
         self.transport.microbatches = microbatches
