@@ -469,22 +469,18 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     :func:`pipemare_lite.analysis.simulate.metrics` read it like a simulated one.
     """
     by_rank = sorted(results, key=lambda r: r.rank)
-    S = schedule.num_virtual_stages
-    keyed = {name: {key: value for r in by_rank for key, value in getattr(r, name).items()}
-             for name in _BY_KEY}
-    staged = {name: [default() for _ in range(S)] for name, default in _BY_STAGE.items()}
-    entries = []
-    for r in by_rank:
-        entries += r.entries
-        for name, per_stage in staged.items():
-            for s, value in getattr(r, name).items():
-                per_stage[s] = value
-    versions, by_mb = keyed.pop("versions"), dict(sorted(keyed.pop("loss_by_microbatch").items()))
-    trace = Timeline(schedule, tuple(entries), unit="s", source="measured",
-                     extra={"versions": versions, "distances": dict(keyed["distances"]),
+    # each field's {key: value} of every rank in one dict (no two ranks share a key) ...
+    merged = {name: {key: value for r in by_rank for key, value in getattr(r, name).items()}
+              for name in (*_BY_KEY, *_BY_STAGE)}
+    for name, default in _BY_STAGE.items():  # ... and a list by stage for the per-stage ones
+        merged[name] = [merged[name].get(s, default()) for s in range(schedule.num_virtual_stages)]
+    versions, by_mb = merged.pop("versions"), dict(sorted(merged.pop("loss_by_microbatch").items()))
+    entries = tuple(entry for r in by_rank for entry in r.entries)
+    trace = Timeline(schedule, entries, unit="s", source="measured",
+                     extra={"versions": versions, "distances": dict(merged["distances"]),
                             "wait_seconds": [r.wait_seconds for r in by_rank]})
-    # the other fields of both tables are DistRunResult's, under the same names
-    return DistRunResult(list(by_mb.values()), by_mb, trace, **keyed, **staged,
+    # the other merged fields are DistRunResult's, under the same names
+    return DistRunResult(list(by_mb.values()), by_mb, trace, **merged,
                          rank_results=list(by_rank), posted=[r.posted for r in by_rank])
 
 
