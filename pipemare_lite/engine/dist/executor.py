@@ -149,7 +149,6 @@ class DistRunResult(RunResult):
         state_dicts: ``state_dicts[stage]`` the stage module's state at the end.
         gradients: ``gradients[stage][k]`` the parameter gradients applied by update k
             (when ``record_gradients=True``).
-        rank_results: the raw :class:`RankResult` of each rank.
         posted: ``posted[rank]`` the rank's actions and posted operations, in order (when
             ``record_posts=True``; compare with
             :func:`pipemare_lite.schedules.comm_rows.comm_row_strings`).
@@ -157,7 +156,6 @@ class DistRunResult(RunResult):
 
     state_dicts: list = field(default_factory=list)
     gradients: list = field(default_factory=list)
-    rank_results: list = field(default_factory=list)
     posted: list = field(default_factory=list)
 
 
@@ -481,7 +479,7 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
                             "wait_seconds": [r.wait_seconds for r in by_rank]})
     # the other merged fields are DistRunResult's, under the same names
     return DistRunResult(list(by_mb.values()), by_mb, trace, **merged,
-                         rank_results=list(by_rank), posted=[r.posted for r in by_rank])
+                         posted=[r.posted for r in by_rank])
 
 
 # ---------------------------------------------------------------------- from Python
