@@ -43,6 +43,7 @@ import queue
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -498,8 +499,6 @@ class Waiter:
             thread.join(max(0.0, deadline - time.monotonic()))
         alive = [thread.name for thread, _jobs in threads if thread.is_alive()]
         if alive:
-            import warnings
-
             warnings.warn(f"rank {self.board.rank}: helper thread(s) "
                           f"{alive} still wait on a message after {wait:g} s (a send nobody "
                           "received); they end with the process", RuntimeWarning, stacklevel=2)
