@@ -62,18 +62,14 @@ from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.engine.build_worker import build_stage_workers
 from pipemare_lite.engine.dist import faults
 from pipemare_lite.engine.dist.launch import launch
-from pipemare_lite.engine.dist.transport import (
-    RECEIVES_AHEAD,  # receives each rank posts per peer before it needs them
-    P2PTransport,
-    plan_communication,
-    tensor_meta,
-)
+from pipemare_lite.engine.dist.transport import P2PTransport, tensor_meta
 from pipemare_lite.engine.interpreter import Interpreter, take_records
 from pipemare_lite.engine.local import RunResult
 from pipemare_lite.engine.recorder import BytesMeter, Recorder
 from pipemare_lite.engine.stage import BYTE_KINDS
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, plan_communication
 
 #: Kinds of :class:`Fault`.
 FAULT_KINDS = ("raise", "kill", "hang")
@@ -284,6 +280,7 @@ class DistributedExecutor:
             plan_communication(schedule), self.rank,
             waiter=faults.Waiter(self.board, op_timeout, polling=self.backend != "gloo"),
             backend=self.backend, device=self.device,
+            # receives each rank posts per peer before it needs them
             receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
             verbose=(os.environ.get("PIPEMARE_P2P_VERBOSE") == "1" if p2p_verbose is None
                      else p2p_verbose),
