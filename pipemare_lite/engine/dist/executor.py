@@ -33,7 +33,8 @@ have no dropout).
 
 Entry points: :class:`DistributedExecutor` (one rank's engine, inside a process group made
 by ``torchrun``, :func:`~pipemare_lite.engine.dist.launch.launch` or your own; with
-``gather_into`` it is also ``fit(..., executor="dist")``'s engine, :mod:`.fit`);
+``gather_into`` it is also ``fit(..., executor="dist")``'s engine,
+:mod:`pipemare_lite.training.dist_fit`);
 :func:`run_distributed` and :func:`run_distributed_jobs` start the processes from Python or
 a notebook and gather one :class:`DistRunResult` per job; :class:`Fault` makes a rank raise,
 die or hang. Measured against simulated utilization:
