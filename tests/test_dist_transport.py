@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import pytest
 
-from pipemare_lite.engine.dist.transport import (
+from pipemare_lite.schedules import ScheduleError, build_schedule
+from pipemare_lite.schedules.actions import Action, Schedule
+from pipemare_lite.schedules.comm_plan import (
     ACTIVATION,
     GRADIENT,
     PostingOrder,
     plan_communication,
 )
-from pipemare_lite.schedules import ScheduleError, build_schedule
-from pipemare_lite.schedules.actions import Action, Schedule
 
 
 class InOrderNetwork:

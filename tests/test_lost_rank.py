@@ -38,6 +38,11 @@ class FakeStore:
     def set(self, key, value):
         self.data[key] = value.encode() if isinstance(value, str) else value
 
+    def add(self, key, amount):
+        count = int(self.data.get(key, b"0")) + amount
+        self.data[key] = str(count).encode()
+        return count
+
 
 def torchrun_env(rank, world, local, **extra):
     return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(local),
@@ -112,11 +117,13 @@ HOOKED = """
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
 from tests.test_lost_rank import FakeStore, torchrun_env
-from pipemare_lite.engine.dist import faults, lost
+os.environ.update(torchrun_env(0, 2, 1, TORCHELASTIC_RUN_ID="t"))
+from pipemare_lite.engine.dist import faults, torchrun
 
 board = faults.StatusBoard(0, 2, FakeStore({{0: 1, 1: 1}}, live=(0,)))
 board.at(4, 10, "0B1", "wait gradient of stage 1 microbatch 1")
-lost.install(board, lost.Topology.from_env(torchrun_env(0, 2, 1)))
+torchrun._store = lambda: board.store  # the SIGTERM's positions report reads the fake store
+torchrun.install(board)
 if {how!r} == "sigterm":
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(30)  # the handler exits before this ends
@@ -142,3 +149,7 @@ def test_a_stopping_worker_prints_one_line_naming_the_lost_rank(how, code, cause
                      "lost rank 1 (node 1): its heartbeat stopped for 1.5 s"], done.stderr
     if how == "exception":  # the traceback still comes first
         assert "Traceback" in done.stderr.split(lines[0])[0]
+    else:  # every rank's position first (torchrun.install hooks both reports)
+        before = done.stderr.split(lines[0])[0]
+        assert "rank 0: stopped by torchrun (SIGTERM) (rank 0: action 4/10" in before
+        assert "where each rank was:\n  rank 0: action 4/10" in before, done.stderr

@@ -446,12 +446,10 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
     try:
         return run_from_args(args, prog=prog)
     except PipelineFault as exc:
-        from pipemare_lite.engine.dist.lost import report_caught
         from pipemare_lite.engine.dist.torchrun import report_failure
 
-        if not report_failure(exc, prog):
+        if not report_failure(exc, prog):  # under torchrun also which rank was lost
             raise
-        report_caught(exc)  # under torchrun: which rank was lost, with the evidence
         return 1
     except INPUT_ERRORS as exc:  # bad input only: a bug keeps its traceback
         print(f"{prog}: error: {exc}", file=sys.stderr)

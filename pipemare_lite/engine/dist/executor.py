@@ -33,7 +33,8 @@ have no dropout).
 
 Entry points: :class:`DistributedExecutor` (one rank's engine, inside a process group made
 by ``torchrun``, :func:`~pipemare_lite.engine.dist.launch.launch` or your own; with
-``gather_into`` it is also ``fit(..., executor="dist")``'s engine, :mod:`.fit`);
+``gather_into`` it is also ``fit(..., executor="dist")``'s engine,
+:mod:`pipemare_lite.training.dist_fit`);
 :func:`run_distributed` and :func:`run_distributed_jobs` start the processes from Python or
 a notebook and gather one :class:`DistRunResult` per job; :class:`Fault` makes a rank raise,
 die or hang. Measured against simulated utilization:
@@ -58,22 +59,18 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pipemare_lite.analysis.timeline import TimedAction, Timeline
+from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.engine.build_worker import build_stage_workers
 from pipemare_lite.engine.dist import faults
 from pipemare_lite.engine.dist.launch import launch
-from pipemare_lite.engine.dist.transport import (
-    RECEIVES_AHEAD,  # receives each rank posts per peer before it needs them
-    P2PTransport,
-    plan_communication,
-    tensor_meta,
-)
+from pipemare_lite.engine.dist.transport import P2PTransport, tensor_meta
 from pipemare_lite.engine.interpreter import Interpreter, take_records
 from pipemare_lite.engine.local import RunResult
 from pipemare_lite.engine.recorder import BytesMeter, Recorder
 from pipemare_lite.engine.stage import BYTE_KINDS
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, plan_communication
 
 #: Kinds of :class:`Fault`.
 FAULT_KINDS = ("raise", "kill", "hang")
@@ -118,8 +115,9 @@ class RankResult:
 
     :class:`DistRunResult`'s fields for this rank's stages: per-stage values as ``{stage:
     value}``, versions and distances as ``{(stage, microbatch): int}``, the losses only on
-    the rank of the last stage. Also ``entries``, ``(position, action string, start, end)``
-    in seconds from the common origin; ``versions``, ``{"1F3": 0, ...}`` the weight version
+    the rank of the last stage. Also ``entries``, this rank's
+    :class:`~pipemare_lite.analysis.timeline.TimedAction` in seconds from the common origin
+    (the trace's entries as they are); ``versions``, ``{"1F3": 0, ...}`` the weight version
     each action used; ``wait_seconds``, this rank's time waiting for messages so far.
     """
 
@@ -148,7 +146,6 @@ class DistRunResult(RunResult):
         state_dicts: ``state_dicts[stage]`` the stage module's state at the end.
         gradients: ``gradients[stage][k]`` the parameter gradients applied by update k
             (when ``record_gradients=True``).
-        rank_results: the raw :class:`RankResult` of each rank.
         posted: ``posted[rank]`` the rank's actions and posted operations, in order (when
             ``record_posts=True``; compare with
             :func:`pipemare_lite.schedules.comm_rows.comm_row_strings`).
@@ -156,7 +153,6 @@ class DistRunResult(RunResult):
 
     state_dicts: list = field(default_factory=list)
     gradients: list = field(default_factory=list)
-    rank_results: list = field(default_factory=list)
     posted: list = field(default_factory=list)
 
 
@@ -277,7 +273,7 @@ class DistributedExecutor:
         self.board = board or faults.StatusBoard(self.rank, world)
         self.record_gradients, self.track_bytes = record_gradients, track_bytes
         self.fault = fault if fault is not None and fault.rank == self.rank else None
-        self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # trace keys
+        self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # as the board notes
         self.gather_into = None if gather_into is None else list(gather_into)
         self.position = 0  # next action of this rank's row
         # the shape probe gives the transport its messages' shapes, at the first run
@@ -285,6 +281,7 @@ class DistributedExecutor:
             plan_communication(schedule), self.rank,
             waiter=faults.Waiter(self.board, op_timeout, polling=self.backend != "gloo"),
             backend=self.backend, device=self.device,
+            # receives each rank posts per peer before it needs them
             receives_ahead=int(os.environ.get("PIPEMARE_RECEIVES_AHEAD", RECEIVES_AHEAD)),
             verbose=(os.environ.get("PIPEMARE_P2P_VERBOSE") == "1" if p2p_verbose is None
                      else p2p_verbose),
@@ -338,7 +335,9 @@ class DistributedExecutor:
 
     # ------------------------------------------------------------------ shapes
     def probe_shapes(self, microbatches: Sequence) -> dict:
-        """``{(stage, input meta): output meta}`` for every stage but the last, on every rank.
+        """``{(stage, input meta): output meta}`` for every stage but the last, on every rank;
+        also the transport's :attr:`~.transport.P2PTransport.shapes` (the first :meth:`run`
+        calls it; they are kept across runs).
 
         Stage by stage, the owner probes its module (:func:`probe_output_meta`) for every
         distinct microbatch input shape and broadcasts the result (``S - 1`` broadcasts).
@@ -346,6 +345,11 @@ class DistributedExecutor:
         ``fit()``'s epoch feed) is assumed to have microbatch 0's shape throughout, which
         stage 0 checks as it reads each input.
         """
+        if len(microbatches) < self.schedule.total_microbatches:
+            raise ValueError(f"schedule {self.schedule.name!r} needs "
+                             f"{self.schedule.total_microbatches} microbatches, got "
+                             f"{len(microbatches)}")
+        self._note(-1, "shape probe")
         lazy = not isinstance(microbatches, (list, tuple))
         self.transport.input_meta = tensor_meta(microbatches[0][0]) if lazy else None
         indices = [0] if lazy else range(self.schedule.total_microbatches)
@@ -363,18 +367,10 @@ class DistributedExecutor:
                     box, src=owner, device=self.device if self.backend == "nccl" else None)
             current = box[0]
             table.update(((s, key), meta) for key, meta in current.items())
+        self.transport.shapes = table
         return table
 
     # ------------------------------------------------------------------ running
-    def _start(self, microbatches: Sequence) -> None:
-        """First call of :meth:`run`: the shape probe gives the transport every message's
-        shape (kept across calls)."""
-        schedule = self.schedule
-        if len(microbatches) < schedule.total_microbatches:
-            raise ValueError(f"schedule {schedule.name!r} needs {schedule.total_microbatches} "
-                             f"microbatches, got {len(microbatches)}")
-        self._note(-1, "shape probe")
-        self.transport.shapes = self.probe_shapes(microbatches)
 
     def run(self, microbatches: Sequence, *,
             stop_after_updates: int | None = None) -> RankResult | DistRunResult:
@@ -409,7 +405,7 @@ class DistributedExecutor:
 
     def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
         if self.transport.shapes is None:
-            self._start(microbatches)
+            self.probe_shapes(microbatches)
         rank, row, interpreter = self.rank, self.schedule.ranks[self.rank], self.interpreter
         posted = self.transport.posted  # every run's posts, when recorded
         self.transport.microbatches = microbatches
@@ -445,7 +441,7 @@ class DistributedExecutor:
         states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
                   for s, w in self.workers.items()}
         return RankResult(
-            rank, recorder.rank_entries(), records.pop("losses"), recorder.versions,
+            rank, recorder.timed_actions(), records.pop("losses"), recorder.versions,
             state_dicts=states, gradients=interpreter.applied_gradients or {},
             peak_bytes=meter.peaks if meter is not None else {},
             wait_seconds=self.transport.waiter.wait_seconds,
@@ -469,24 +465,19 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     :func:`pipemare_lite.analysis.simulate.metrics` read it like a simulated one.
     """
     by_rank = sorted(results, key=lambda r: r.rank)
-    S = schedule.num_virtual_stages
-    keyed = {name: {key: value for r in by_rank for key, value in getattr(r, name).items()}
-             for name in _BY_KEY}
-    staged = {name: [default() for _ in range(S)] for name, default in _BY_STAGE.items()}
-    entries = []
-    for r in by_rank:
-        row = schedule.ranks[r.rank]
-        entries += [TimedAction(r.rank, row[i], start, end) for i, _, start, end in r.entries]
-        for name, per_stage in staged.items():
-            for s, value in getattr(r, name).items():
-                per_stage[s] = value
-    versions, by_mb = keyed.pop("versions"), dict(sorted(keyed.pop("loss_by_microbatch").items()))
-    trace = Timeline(schedule, tuple(entries), unit="s", source="measured",
-                     extra={"versions": versions, "distances": dict(keyed["distances"]),
+    # each field's {key: value} of every rank in one dict (no two ranks share a key) ...
+    merged = {name: {key: value for r in by_rank for key, value in getattr(r, name).items()}
+              for name in (*_BY_KEY, *_BY_STAGE)}
+    for name, default in _BY_STAGE.items():  # ... and a list by stage for the per-stage ones
+        merged[name] = [merged[name].get(s, default()) for s in range(schedule.num_virtual_stages)]
+    versions, by_mb = merged.pop("versions"), dict(sorted(merged.pop("loss_by_microbatch").items()))
+    entries = tuple(entry for r in by_rank for entry in r.entries)
+    trace = Timeline(schedule, entries, unit="s", source="measured",
+                     extra={"versions": versions, "distances": dict(merged["distances"]),
                             "wait_seconds": [r.wait_seconds for r in by_rank]})
-    # the other fields of both tables are DistRunResult's, under the same names
-    return DistRunResult(list(by_mb.values()), by_mb, trace, **keyed, **staged,
-                         rank_results=list(by_rank), posted=[r.posted for r in by_rank])
+    # the other merged fields are DistRunResult's, under the same names
+    return DistRunResult(list(by_mb.values()), by_mb, trace, **merged,
+                         posted=[r.posted for r in by_rank])
 
 
 # ---------------------------------------------------------------------- from Python

@@ -43,6 +43,7 @@ import queue
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -198,7 +199,7 @@ class StatusBoard:
             (so a killed notebook kernel leaves no orphan workers), or, once
             ``exit_with_parent`` is set, as soon as this process's parent is no longer that
             process (a torchrun worker whose agent was killed: the agent's pid may linger as
-            a zombie).
+            a zombie; the exit message then names torchrun's agent).
 
     ``exit_grace`` (10 s) is how long the main thread gets to stop on its own after an
     abort, before the watchdog ends the process.
@@ -216,7 +217,6 @@ class StatusBoard:
         self.store = store
         self.launcher_pid = launcher_pid
         self.exit_with_parent = False  # torchrun.install: the launcher is our parent
-        self.launcher_name = "its launcher"  # as the exit message names it
         self.exit_grace = 10.0
         self.lost: dict[int, str] = {}
         self.store_lost = False  # the watchdog found the side-channel store unreachable
@@ -288,7 +288,8 @@ class StatusBoard:
             if self._launcher_gone():
                 # nobody will collect our result, and the launcher's store is gone too (each
                 # failed call would print a C++ stack trace): one line, then exit
-                gone = f"{self.launcher_name} (pid {self.launcher_pid}) is gone"
+                launcher = "torchrun's agent" if self.exit_with_parent else "its launcher"
+                gone = f"{launcher} (pid {self.launcher_pid}) is gone"
                 with contextlib.suppress(OSError):
                     os.write(2, f"rank {self.rank}: {gone}; stopping "
                                 f"({self.position.describe()})\n".encode())
@@ -498,8 +499,6 @@ class Waiter:
             thread.join(max(0.0, deadline - time.monotonic()))
         alive = [thread.name for thread, _jobs in threads if thread.is_alive()]
         if alive:
-            import warnings
-
             warnings.warn(f"rank {self.board.rank}: helper thread(s) "
                           f"{alive} still wait on a message after {wait:g} s (a send nobody "
                           "received); they end with the process", RuntimeWarning, stacklevel=2)

@@ -453,9 +453,8 @@ def init_from_env(
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     try:
-        store = _connect(addr, port, 30)
+        store = _connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), 30)
     except Exception:  # no side channel: per-operation timeouts still apply
         store = None
     board = faults.StatusBoard(rank, world_size, store)

@@ -18,28 +18,21 @@ Evidence, in order of strength:
    advance for :data:`HEARTBEAT_WINDOW` seconds while its status says it is neither done
    nor failed.
 
-:func:`install` (called under torchrun by
-:func:`pipemare_lite.engine.dist.launch.init_from_env`) hooks the report into the three ways
-such a worker stops: an uncaught exception (the traceback, then the report, then
-``os._exit(1)``: no atexit teardown that could wait on a dead peer), SIGTERM from the agent
-(the report, then exit 143), and the watchdog's backstop.
+:func:`pipemare_lite.engine.dist.torchrun.install` hooks :func:`report` into the ways such
+a worker stops (an uncaught exception, SIGTERM from the agent, the watchdog's backstop), and
+:func:`~pipemare_lite.engine.dist.torchrun.report_failure` prints it after a failure the
+command line caught.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import sys
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipemare_lite.engine.dist import faults
 
 #: Seconds the report watches the heartbeats when no direct evidence names a lost rank.
 HEARTBEAT_WINDOW = 1.5
-#: Exit status after SIGTERM (128 + 15, what a shell reports for a terminated process).
-SIGTERM_EXIT = 143
 
 
 @dataclass(frozen=True)
@@ -127,61 +120,3 @@ def report(board: faults.StatusBoard, topology: Topology, store, cause: str,
     parts = [f"lost {topology.label(r)}: {why}" for r, why in sorted(lost.items())]
     return f"{head}: " + ("; ".join(parts) or board.abort_reason or "no peer found lost")
 
-
-_installed = None  # this process's reporter, once :func:`install` ran
-
-
-def report_caught(exc: BaseException) -> None:
-    """Print the one-line report for a pipeline fault that the caller caught (the command
-    line catches them, so the uncaught-exception hook never sees them); nothing when
-    :func:`install` did not run in this process."""
-    if _installed is not None:
-        _installed(type(exc).__name__)
-
-
-def install(board: faults.StatusBoard, topology: Topology,
-            sigterm_note: Callable[[], None] | None = None) -> None:
-    """Hook the report into an uncaught exception, SIGTERM and the watchdog's backstop.
-
-    Call from the main thread of a torchrun worker
-    (:func:`pipemare_lite.engine.dist.torchrun.install` does). An uncaught exception also
-    goes to :meth:`StatusBoard.fail`, so a rank that fails for a reason of its own claims the
-    abort and its peers stop with its name. ``sigterm_note`` runs first on SIGTERM (every
-    rank's position, :mod:`pipemare_lite.engine.dist.torchrun`).
-    """
-    global _installed
-    once = threading.Lock()  # taken by the first report, never released: one per process
-
-    def reporter(cause: str, *, use_store: bool = True) -> None:
-        if once.acquire(blocking=False):
-            store = board.store if use_store else None
-            print(report(board, topology, store, cause), file=sys.stderr, flush=True)
-
-    _installed = reporter
-    previous_hook = sys.excepthook
-
-    def on_exception(kind, value, tb):
-        previous_hook(kind, value, tb)
-        try:
-            board.fail(value)
-            reporter(kind.__name__)
-        finally:
-            sys.stderr.flush()
-            os._exit(1)  # no atexit teardown: destroying a group with a dead peer can block
-
-    def on_sigterm(signum, frame):
-        if sigterm_note is not None:
-            sigterm_note()
-        if once.locked():
-            return  # a report is on its way (its writer exits); the agent kills after 30 s
-        try:
-            board.note("failed: SIGTERM from torchrun's agent")
-            reporter("SIGTERM from torchrun's agent")
-        finally:
-            os._exit(SIGTERM_EXIT)
-
-    sys.excepthook = on_exception
-    if threading.current_thread() is threading.main_thread():  # signals go to the main thread
-        signal.signal(signal.SIGTERM, on_sigterm)
-    # the watchdog thread must not share the main thread's store client: direct evidence only
-    board.before_exit = lambda reason: reporter(reason, use_store=False)

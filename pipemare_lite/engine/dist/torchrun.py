@@ -8,13 +8,16 @@ watchdog's backstop). Here:
 
 - :func:`install` (called by :func:`~pipemare_lite.engine.dist.launch.init_from_env`) makes the
   watchdog watch the agent's process (the rank's parent): when it disappears the rank says
-  so in one line and exits (:meth:`StatusBoard._watch`), before touching the dead store;
-  and it turns the agent's SIGTERM into one report, every rank's position, printed by the
-  first rank to claim it (the others print one line each), then the one line of
-  :mod:`pipemare_lite.engine.dist.lost` naming the lost rank (exit 143, as for SIGTERM);
+  so in one line and exits (:meth:`StatusBoard._watch`), before touching the dead store.
+  It hooks the one line of :mod:`pipemare_lite.engine.dist.lost` naming the lost rank into
+  the three ways such a worker stops: an uncaught exception (the traceback, then the line,
+  then ``os._exit(1)``: no atexit teardown that could wait on a dead peer), the agent's
+  SIGTERM (first every rank's position, printed by the first rank to claim it, the others
+  printing one line each; then the line; exit 143, as for SIGTERM) and the watchdog's
+  backstop;
 - :func:`report_failure` gives the command line (``python -m pipemare_lite.training``) a rank's
   pipeline failure (an abort, a broken connection to a dead peer, a timeout) as a message
-  with every rank's position instead of a traceback.
+  with every rank's position instead of a traceback, then the line naming the lost rank.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 
 from pipemare_lite.engine.dist import faults, lost
 
@@ -30,8 +34,11 @@ from pipemare_lite.engine.dist import faults, lost
 STORE_TIMEOUT = 3.0
 #: Longest line of a report (gloo's errors run to several hundred characters).
 LINE_LIMIT = 160
+#: Exit status after SIGTERM (128 + 15, what a shell reports for a terminated process).
+SIGTERM_EXIT = 143
 
 _reported = False  # this rank already printed its report: the agent's SIGTERM adds nothing
+_name_lost = None  # once :func:`install` ran: prints the line naming the lost rank (once)
 
 
 def under_torchrun() -> bool:
@@ -40,22 +47,55 @@ def under_torchrun() -> bool:
 
 
 def install(board: faults.StatusBoard) -> None:
-    """Under torchrun (main thread only): watch the agent (this process's parent) and hook
-    the failure reports (:func:`pipemare_lite.engine.dist.lost.install`), the agent's SIGTERM
-    first printing every rank's position (:func:`_sigterm_report`)."""
+    """Under torchrun (main thread only): watch the agent (this process's parent), and
+    print the line naming the lost rank (:func:`pipemare_lite.engine.dist.lost.report`) on
+    an uncaught exception, the agent's SIGTERM (after every rank's position:
+    :func:`_sigterm_report`) and the watchdog's backstop. An uncaught exception also goes to
+    :meth:`StatusBoard.fail`, so a rank that fails for a reason of its own claims the abort
+    and its peers stop with its name."""
     if not under_torchrun():
         return
+    global _name_lost
     board.launcher_pid = os.getppid()
-    board.launcher_name = "torchrun's agent"
     board.exit_with_parent = True  # a killed agent may stay a zombie: watch the parent
+    topology = lost.Topology.from_env()
+    once = threading.Lock()  # taken by the first line, never released: one per process
 
-    def on_sigterm() -> None:
+    def name_lost(cause: str, *, use_store: bool = True) -> None:
+        if once.acquire(blocking=False):
+            store = board.store if use_store else None
+            print(lost.report(board, topology, store, cause), file=sys.stderr, flush=True)
+
+    _name_lost = name_lost
+    previous_hook = sys.excepthook
+
+    def on_exception(kind, value, tb):
+        previous_hook(kind, value, tb)
+        try:
+            board.fail(value)
+            name_lost(kind.__name__)
+        finally:
+            sys.stderr.flush()
+            os._exit(1)  # no atexit teardown: destroying a group with a dead peer can block
+
+    def on_sigterm(signum, frame):
         global _reported
         if not _reported:
             _reported = True
             _write(_sigterm_report(board))
+        if once.locked():
+            return  # a line is on its way (its writer exits); the agent kills after 30 s
+        try:
+            board.note("failed: SIGTERM from torchrun's agent")
+            name_lost("SIGTERM from torchrun's agent")
+        finally:
+            os._exit(SIGTERM_EXIT)
 
-    lost.install(board, lost.Topology.from_env(), sigterm_note=on_sigterm)
+    sys.excepthook = on_exception
+    if threading.current_thread() is threading.main_thread():  # signals go to the main thread
+        signal.signal(signal.SIGTERM, on_sigterm)
+    # the watchdog thread must not share the main thread's store client: direct evidence only
+    board.before_exit = lambda reason: name_lost(reason, use_store=False)
 
 
 def _write(text: str) -> None:
@@ -98,8 +138,8 @@ def _sigterm_report(board: faults.StatusBoard) -> str:
 
 def report_failure(exc: BaseException, prog: str) -> bool:
     """Print this rank's pipeline failure with every rank's position, as ``prog: rank r
-    stopped: ...`` (False, printing nothing: not a pipeline failure, or not a distributed
-    run: keep the traceback).
+    stopped: ...``, then, under torchrun, the line naming the lost rank (False, printing
+    nothing: not a pipeline failure, or not a distributed run: keep the traceback).
 
     The agent's SIGTERM may come while the report is being written (the dead peer's exit
     reaches the agent as fast as its broken link reaches us): a stand-in handler holds it
@@ -125,4 +165,6 @@ def report_failure(exc: BaseException, prog: str) -> bool:
         signal.signal(signal.SIGTERM, previous)
     if deferred:
         signal.raise_signal(signal.SIGTERM)
+    if _name_lost is not None:  # the command line caught it: the excepthook never sees it
+        _name_lost(type(exc).__name__)
     return True

@@ -45,15 +45,7 @@ import torch
 import torch.distributed as dist
 
 from pipemare_lite.engine import placement
-from pipemare_lite.schedules.comm_plan import (  # noqa: F401  (re-exported: the plan lives there)
-    ACTIVATION,
-    GRADIENT,
-    RECEIVES_AHEAD,
-    CommPlan,
-    Message,
-    PostingOrder,
-    plan_communication,
-)
+from pipemare_lite.schedules.comm_plan import ACTIVATION, GRADIENT, CommPlan, Message, PostingOrder
 from pipemare_lite.schedules.comm_rows import comm_op
 
 
@@ -71,7 +63,7 @@ class P2PTransport:
     the data are read from this rank's copy of the feed, ``microbatches``.
 
     Args:
-        plan: from :func:`plan_communication`.
+        plan: from :func:`pipemare_lite.schedules.comm_plan.plan_communication`.
         rank: this rank.
         waiter: a :class:`pipemare_lite.engine.dist.faults.Waiter` (waits that see the abort
             flag and a per-operation timeout, gloo and NCCL).
