@@ -196,7 +196,7 @@ class LocalExecutor:
         interpreter, transport = self.interpreter, self.transport
         transport.microbatches = microbatches
         stages_of = {r: self.schedule.stages_of(r) for r in range(len(cursors))}
-        recorder = Recorder(interpreter, (), BytesMeter(dict(enumerate(workers)), stages_of))
+        recorder = Recorder(interpreter, BytesMeter(dict(enumerate(workers)), stages_of))
 
         def reached() -> bool:  # versions move only at updates: checked per round and after U
             return stop_after_updates is not None and all(
@@ -210,7 +210,7 @@ class LocalExecutor:
                 if action is None or not transport.ready(action):
                     continue
                 start, end = interpreter.step(action)
-                recorder.record(rank, cursor.position, action, start, end)
+                recorder.record(rank, action, start, end)
                 cursor.advance()
                 progressed = True
                 if action.kind == UPDATE and reached():

@@ -3,11 +3,10 @@
 Both executors keep one :class:`Recorder` per ``run()`` and call :meth:`Recorder.record`
 after every action the :class:`~pipemare_lite.engine.interpreter.Interpreter` ran::
 
-    recorder = Recorder(interpreter, names, meter)    # names[rank][position] = "2F5"
+    recorder = Recorder(interpreter, meter)
     for each action:  start, end = interpreter.step(action)
-                      recorder.record(rank, position, action, start, end)
-    recorder.timed_actions()   -> TimedAction entries for the Timeline (local)
-    recorder.rank_entries()    -> (position, "2F5", start, end) tuples (one rank, picklable)
+                      recorder.record(rank, action, start, end)
+    recorder.timed_actions()   -> TimedAction entries for the Timeline (a rank's, or all)
     recorder.versions          -> {"2F5": version the action used}
     recorder.meter             -> BytesMeter: peaks per stage and per rank, bytes over time
 
@@ -30,16 +29,13 @@ class Recorder:
 
     Args:
         interpreter: answers which version an action used (``version_of``).
-        names: ``names[rank][position]``, the action's string (for :meth:`rank_entries`).
         meter: a :class:`BytesMeter` read after every action, or None (not tracked).
     """
 
-    def __init__(self, interpreter, names: Mapping[int, Sequence[str]] | Sequence[Sequence[str]],
-                 meter: BytesMeter | None = None) -> None:
+    def __init__(self, interpreter, meter: BytesMeter | None = None) -> None:
         self.interpreter = interpreter
-        self.names = names
         self.meter = meter
-        self.entries: list[tuple[int, int, Action, float, float]] = []
+        self.entries: list[tuple[int, Action, float, float]] = []
         self.versions: dict[str, int] = {}
         self.origin = time.perf_counter()
 
@@ -47,25 +43,18 @@ class Recorder:
         """Take the time origin now."""
         self.origin = time.perf_counter()
 
-    def record(self, rank: int, position: int, action: Action, start: float,
-               end: float) -> None:
-        """Note ``action`` (the ``position``-th of ``rank``'s row), which ran from
-        ``start`` to ``end`` (``time.perf_counter``), right after it ran."""
+    def record(self, rank: int, action: Action, start: float, end: float) -> None:
+        """Note ``action`` of ``rank``'s row, which ran from ``start`` to ``end``
+        (``time.perf_counter``), right after it ran."""
         origin = self.origin
-        self.entries.append((rank, position, action, start - origin, end - origin))
+        self.entries.append((rank, action, start - origin, end - origin))
         self.versions[str(action)] = self.interpreter.version_of(action)
         if self.meter is not None:
             self.meter.after_action(rank, action.stage, end - origin)
 
     def timed_actions(self) -> list[TimedAction]:
         """The entries as :class:`~pipemare_lite.analysis.timeline.TimedAction` (for a Timeline)."""
-        return [TimedAction(rank, action, start, end)
-                for rank, _, action, start, end in self.entries]
-
-    def rank_entries(self) -> list[tuple[int, str, float, float]]:
-        """The entries as ``(position, action string, start, end)`` (a rank's result)."""
-        return [(position, self.names[rank][position], start, end)
-                for rank, position, _, start, end in self.entries]
+        return [TimedAction(*entry) for entry in self.entries]
 
 
 class BytesMeter:

@@ -412,7 +412,7 @@ class DistributedExecutor:
         interpreter.applied_gradients = ({s: [] for s in self.stages}
                                          if self.record_gradients else None)
         meter = BytesMeter(self.workers, {rank: self.stages}) if self.track_bytes else None
-        recorder = Recorder(interpreter, {rank: self._action_names}, meter)
+        recorder = Recorder(interpreter, meter)
         first_post = len(posted) if posted is not None else 0
 
         def done() -> bool:
@@ -431,12 +431,12 @@ class DistributedExecutor:
                 self.fault.trigger(action)
             start, end = interpreter.step(action)
             self.position += 1
-            recorder.record(rank, position, action, start, end)
+            recorder.record(rank, action, start, end)
         self.transport.microbatches = ()
         self._note(self.position, "draining sends" if self.finished else "between runs")
         if self.finished:
             self.transport.close()
-        # TakenRecords holds RankResult fields of the same names (losses: loss_by_microbatch)
+        # take_records' fields are RankResult fields of the same names (losses apart)
         records = vars(take_records(self.workers))
         states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
                   for s, w in self.workers.items()}
