@@ -315,6 +315,16 @@ class DistributedExecutor:
         self.board.at(position, len(row), row[position] if 0 <= position < len(row) else "",
                       state)
 
+    def state_dict(self) -> dict:
+        """Not supported: checkpoints need the local executor (a clear error, not an
+        AttributeError, for code written against :class:`~pipemare_lite.engine.LocalExecutor`)."""
+        raise NotImplementedError("checkpoints are not supported with executor 'dist'; "
+                                  "use executor 'local' for checkpoint/resume")
+
+    def load_state_dict(self, state: dict) -> None:
+        """Not supported: checkpoints need the local executor."""
+        self.state_dict()
+
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
         """Stop the threads this executor started (safe to call twice).
