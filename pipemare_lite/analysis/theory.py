@@ -95,6 +95,19 @@ def largest_stable_step(radius_of, high=4.0, grid=400, tol=1e-10) -> float:
     return float(low)
 
 
+def momentum_stability_bound(tau, momentum=0.0) -> float:
+    """Largest stable ``alpha * lam`` of delayed heavy-ball GD with delay ``tau``.
+
+    Without momentum :func:`stability_bound`; with it, found from the characteristic roots
+    (:func:`largest_stable_step` over :func:`spectral_radius`): torch's SGD with momentum m
+    is this recurrence (``v <- m v + g``, ``w <- w - alpha v``).
+    """
+    _check_delay(tau)
+    if not momentum:
+        return stability_bound(tau)
+    return largest_stable_step(lambda x: spectral_radius(x, 1.0, tau, momentum))
+
+
 def stability_map(alphas, taus, lam=1.0, momentum=0.0) -> np.ndarray:
     """Spectral radius on a grid: ``result[i, j]`` for ``taus[i]``, ``alphas[j]`` (< 1: stable)."""
     return np.array([[spectral_radius(a, lam, int(t), momentum) for a in alphas] for t in taus],

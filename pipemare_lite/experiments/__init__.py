@@ -21,9 +21,11 @@ EXPERIMENTS = {"paper-shape": "pipemare_lite.experiments.paper_shape",
 
 #: experiment name -> one line for ``reproduce --list``
 DESCRIPTIONS = {
-    "paper-shape": "PipeMare's claims in miniature: granularity sweep P = 2..16 (ResNet, SGD) "
-    "and P = 2, 8 (Transformer, Adam), 8 methods, T1/T2 sweeps, 3 seeds, verdicts "
-    "(full: about 1,400 CPU-s, 2 processes; --quick: about 160 CPU-s)",
+    "paper-shape": "PipeMare's claims in miniature: granularity sweep P = 2..16 (ResNet, SGD, "
+    "420 updates), the claims at P = 16 over 1,680 updates with 8 seeds where a margin is "
+    "judged, the Transformer (Adam) at P = 8 over 1,024 updates with and without lr warm-up, "
+    "T1 horizon and warm-up length as factors, a predicted collapse, 95% intervals "
+    "(full: about 2 CPU-hours, 2 processes; --quick: about 6 CPU-minutes)",
     "beyond-pipemare": "chapter 12: async, PipeMare, wpred, nesterov at P = 8 (SGD), async "
     "with N = 1..8 (accumulation), 1F1B/2BW/2BW+dc with AdamW and Muon; 3 seeds",
 }

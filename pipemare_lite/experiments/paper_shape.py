@@ -1,145 +1,167 @@
-"""PipeMare's experiment in miniature, designed before it was run (chapters 07-10).
+"""PipeMare's experiment in miniature, redesigned before it was run (chapters 07-10).
 
 PipeMare (Yang et al., arXiv:1910.05124, MLSys 2021) trains ResNets (SGD with momentum) and
 Transformers (Adam) cut into one pipeline stage per layer, with standard decaying lr
 schedules, and reports: asynchronous pipeline training without fixes degrades or diverges,
-and more so as the stages get finer (larger delays); T1 (lr rescheduling) recovers most of
-it; T2 (discrepancy correction) and a synchronous warm-up close the rest; all of it with
-one weight copy plus one buffer (no stash) and near-full pipeline utilization. This module
-asks whether that shape appears in models small enough for a laptop CPU, and says plainly
-where it does not. Everything below, thresholds included, was fixed before any row other
-than the synchronous lr sweep was run (what was looked at before: see the last section).
+more so as the stages get finer; T1 (lr rescheduling) recovers most of it; T2 (discrepancy
+correction) and a synchronous warm-up close the rest; with one weight copy plus one buffer
+and near-full pipeline utilization. This module asks whether that shape appears in models
+small enough for a laptop CPU. Everything below, thresholds included, was written down
+before any run of this design (what was looked at before: the last section).
 
-The ResNet setting (the granularity sweep)
-------------------------------------------
-- model: :func:`~pipemare_lite.training.models.small_resnet` with 8 channels and 14 residual
-  blocks: stem + 14 blocks + head = 16 units. The same network at every granularity P in
-  {2, 4, 8, 16}, cut into P stages of 16/P consecutive units: at P = 16 one unit per stage
-  (the paper's fine-grained setting). The network is held fixed so that P changes the
-  pipeline (its delays) and nothing else; a network of P units at each P would confound
-  depth with delay (and the ResNet has no 2-unit form). Sync results are therefore the
-  same at every P (checked bitwise by the run), and every P is judged against one sync.
-- data: the 8x8 digits (1,347 train / 450 test, one fixed split), batch 16 cut into N = 2
-  microbatches of 8, 5 epochs = 420 steps (updates per stage).
-- N = 2 so that the delays are large. Measured max forward delay of stage 0 (updates),
-  from the executed schedule: async and PipeMare P = 2: 2, P = 4: 4, P = 8: 8, P = 16: 16;
-  PipeDream 1, 2, 4, 8 (it updates as 1F1B runs); 2BW 1 at every P. The run records every
-  row's measured delays per stage.
-- optimizer: SGD, momentum 0.9; base schedule: cosine annealing over the run (the paper's
-  family of decaying schedules; no lr warm-up), stepped once per update of each stage; T1
-  multiplies on top of it.
+Why a redesign (2026-12-04)
+---------------------------
+The first design (stored until 2026-12-04) fixed T1's horizon at K = 1/4 of a 420-update
+run. At P = 16 the delay of stage 0 (16 updates) is ~4 % of such a run, and when the anneal
+ends (update 105 + warm-up) stage 0 is back at the cosine base lr, still ~0.6 of its peak,
+with its full delay: outside chapter 06's stability region. Its collapses were the design's,
+not PipeMare's. This design makes the horizon, the run length and the warm-up *factors*,
+runs the claims with enough seeds for intervals, and tests a prediction of the collapse.
 
-The Transformer setting (the paper's second model)
---------------------------------------------------
-:func:`~pipemare_lite.training.models.tiny_transformer` (d = 32, 2 heads, 6 blocks: embedding + 6
-blocks + head = 8 units) on the ``sort`` task (2,048 train / 512 test sequences of 8 tokens,
-vocabulary 16), Adam, cosine schedule, batch 32 cut into N = 2, 2 epochs = 128 steps, at
-P = 2 (4 units per stage) and P = 8 (one unit per stage; stage 0's measured delay: 8).
+Studies (each a model setting with its own lr sweep and rows)
+-------------------------------------------------------------
+``resnet`` (the granularity sweep, short runs, as before): :func:`small_resnet` with 8
+channels and 14 residual blocks (stem + 14 blocks + head = 16 units), the 8x8 digits (one
+fixed split, 1,348 train / 449 test), batch 16 = N 2 microbatches of 8, **5 epochs = 420
+updates**, P in {2, 4, 8, 16} (16/P consecutive units per stage; the network is the same at
+every P so that only the pipeline changes), SGD momentum 0.9 on a cosine base schedule. All
+eight rows (below), 3 seeds. The check cell (1F1B at P = 16, 8 seeds) lives here.
+
+``resnet_long`` (the claims at P = 16): the same network and data, **20 epochs = 1,680
+updates** (4x; stage 0's delay of 16 is then ~1 % of the run), P = 16 only. Rows 1F1B,
+PipeDream, async, async + T1, async + T2, async + T1 + T2, PipeMare-W (2BW needs N >= 15:
+not run, as before). Factor cells beside the rows:
+
+- T1 horizon: async + T1 with K = 1/16 and K = 1/4 of the run, PipeMare-W with K = 1/4 of
+  the run (the first design's horizon); the rows use the whole asynchronous phase.
+- synchronous warm-up length: PipeMare-W with a warm-up of 1/20 of the run beside the
+  row's 1/5.
+- curvature: 1F1B seeds 0, 1, 2 trained again while measuring each stage's sharpness
+  (:func:`~pipemare_lite.training.curvature.stage_sharpness`, chapter 07; 10 power
+  iterations on a fixed batch of 256 training samples) every 2 epochs; these runs'
+  training losses must equal the 1F1B row's bitwise (measuring does not perturb training).
+
+``transformer`` and ``transformer_warm`` (the paper's second model):
+:func:`tiny_transformer` (d = 32, 2 heads, 6 blocks = 8 units) on ``sort`` (2,048 train /
+512 test sequences of 8 tokens, vocabulary 16), Adam on a cosine base, batch 32 = N 2,
+**16 epochs = 1,024 updates**, P = 8 (one unit per stage). ``transformer_warm`` adds a
+linear lr warm-up over the first 1/10 of the run (102 updates), the usual recipe for Adam;
+``transformer`` has none. Rows: 1F1B, PipeDream, async, async + T1, async + T1 + T2,
+PipeMare-W (2BW and async + T2 are left out of the Transformer for budget: 2BW needs N = 8,
+4x the microbatches).
+
+The rows
+--------
+1F1B (sync); PipeDream (weight stashing); 2BW (two versions); async (no fix); async + T1;
+async + T2; async + T1 + T2; PipeMare-W (T1 + T2 + synchronous warm-up). Fixed settings: T1
+anneals over the **whole asynchronous phase** (``fit``'s default: from the first
+asynchronous update to the end of the run) unless a factor cell says otherwise; T2's gamma =
+0.9; PipeMare-W runs the first 1/5 of the run flushed. 2BW runs with the smallest N that
+divides the batch and is >= max(2, P - 1), only where its microbatches keep >= 4 samples.
+
+Seeds: **8** (0..7) for every row a margin claim compares: 1F1B, async + T1 + T2 and
+PipeMare-W in ``resnet_long``; 1F1B and PipeMare-W in both Transformer studies. **3** (0, 1,
+2) for every other row and cell. The seed sets the initial weights and the data order.
 
 The learning rate: chosen on sync only, by a rule fixed in advance
 ------------------------------------------------------------------
-For each model, 1F1B is trained at every lr of a fixed grid (ResNet 0.01, 0.02, 0.05, 0.1,
-0.2; Transformer 0.001, 0.003, 0.01, 0.03), every seed, at the coarsest P (sync numerics do
-not depend on P). The chosen lr is the **largest** grid lr at which no seed diverged and the
-mean final test accuracy over seeds is within ``fine_margin`` = 0.01 of the best lr's mean:
-the lr a practitioner tuning sync would ship. Every other row uses it, untuned.
+Per study, 1F1B at P = 2 (sync numerics do not depend on P; checked bitwise in ``resnet``)
+at every lr of a fixed grid, 3 seeds: ``resnet`` 0.01, 0.02, 0.05, 0.1, 0.2 (as before);
+``resnet_long`` 0.01, 0.02, 0.05; both Transformers 0.003, 0.01, 0.03. The chosen lr is the
+**largest** grid lr at which no seed diverged and the mean final test accuracy is within
+0.01 of the best lr's mean. Every other row of the study uses it, untuned.
 
-The rows (at every P of the model)
-----------------------------------
-1F1B (sync); PipeDream (weight stashing); 2BW (two versions); async (no fix); async + T1;
-async + T2; async + T1 + T2; PipeMare-W (T1 + T2 + warm-up). Fixed settings: T1 anneals
-over K = 1/4 of the run's updates (counted from the first asynchronous update); T2's gamma
-= 0.9 (the library default); PipeMare-W's warm-up runs the first 1/5 of the run flushed
-(synchronous). 2BW needs N >= P - 1 microbatches: it runs with the smallest N that divides
-the batch and is >= max(2, P - 1), and only where its microbatches keep >= 4 samples
-(ResNet P = 2, 4; Transformer P = 2, 8); elsewhere its cells are marked "not run" (cost:
->= 8x the microbatches of the other rows). Its N is recorded in its row.
+Divergence, and one convention for a diverged seed
+--------------------------------------------------
+A seed **diverged** when its training loss turned non-finite (``fit`` stops it) **or** when
+the mean training loss over its last evaluation window exceeds ``loss_blowup`` = 3x the mean
+over its first window (it ended blown up while still finite). Both counts are reported. In
+every table, interval, verdict and chapter, **a diverged seed's accuracy counts as 0** (its
+last evaluated accuracy stays in the JSON as ``final_accuracy``, and is shown nowhere as a
+quality); ``quality`` in the stored seed is that number.
 
-Sweeps at the finest ResNet granularity (P = 16)
-------------------------------------------------
-- T1 horizon: async + T1 with K in {1/16, 1/4, 1/2, 1} of the run (1/4 is the row above);
-- T2 decay: async + T1 + T2 with gamma in {0, 0.5, 0.9, 0.99} (0.9 is the row above).
+Intervals and verdicts
+----------------------
+Per row: the mean quality over seeds with its 95 % Student-t interval, and the min-max.
+Claims compare rows by the difference of their means with a 95 % Welch interval (degrees of
+freedom rounded down), never by one seed:
 
-Seeds
------
-Every cell is trained with seeds 0, 1, 2 (the seed sets the initial weights and the data
-order; the data split is fixed, so all rows are judged on one test set). Tables report mean
-and [min, max] over seeds. The check cell (1F1B at the finest P) has 8 seeds, so that the
-re-run check of :mod:`pipemare_lite.experiments.record` has a useful margin.
+- "X is materially worse than Y" (X < Y - d): **held** when the interval of X - Y lies below
+  -d; **did not hold** when it lies at or above -d; else **not separable**.
+- "X > Y": held when the interval of X - Y lies above 0; did not hold when it lies at or
+  below 0; else not separable.
+- "T1 recovers most": the same test on X - (async + 1F1B) / 2, the interval from the three
+  rows' variances.
+- "reaches sync quality within delta": an equivalence (non-inferiority) test, two one-sided
+  at 5 %: **held** when the 90 % interval of PipeMare-W - 1F1B lies above -delta, **did not
+  hold** when it lies below -delta, else not separable. delta = d = 0.01 (4.5 test images of
+  449 on the ResNet, 41 tokens of 4,096 on the Transformer).
 
-Reported per run (per seed)
----------------------------
-final test accuracy and loss; divergence (a non-finite loss stops the run) and the step it
-happened at; steps to reach the target test accuracy (ResNet 0.90, Transformer 0.80, fixed
-in advance; evaluated every 14 resp. 8 steps; None if never); peak bytes by kind as the
-executor measured them, summed over stages (weights, stash, T2 buffer, optimizer state,
-activations); measured forward delays; the training loss and test curve; and the per-stage
-evidence below. Per cell: simulated pipeline utilization of the row's schedule over the
-whole run (:mod:`pipemare_lite.analysis.simulate`, F = 1, B = 2 cost units).
+Where a row has zero spread (every seed diverged, say) the interval is the point.
 
-Per-stage evidence: where does async go wrong?
-----------------------------------------------
-The engine records every stage's update norm ``u_s(k) = ||w_s after update k - w_s
-before||_2`` (float64; non-finite exactly when the update leaves a non-finite weight).
-From it, per run: (a) the first update at which each stage turned non-finite; (b) each
-stage's *blow-up onset*: the first update k with ``u_s(k) >= 10 * u_s^sync(k)`` (the
-1F1B run of the same seed and lr: the same schedule of base lrs, so the ratio isolates
-the pipeline) or non-finite; (c) each stage's *excess* ``rms_k u_s(k) / rms_k u_s^sync(k)``
-over the updates both runs made; and (d) ``u_s`` as RMS over windows of the evaluation
-period, for the figures. Comparing update indices is conservative for "the stalest stage
-goes first": stage 0 makes its k-th update after every later stage made its k-th.
-
-The claims and their tests (a verdict counts only where seed ranges separate)
-------------------------------------------------------------------------------
-A diverged seed counts as accuracy 0. For "X is at least Y - d": **held** when the worst
-seed of X is >= the best seed of Y - d; **did not hold** when the best seed of X is < the
-worst seed of Y - d; otherwise **not separable from noise**. Material difference d = 0.01.
-
-1. async degrades at fine granularity: at the finest P, async < 1F1B - 0.01.
-2. ... and more as stages get finer: async at the coarsest P > async at the finest P.
-3. T1 recovers most of it: async + T1 above the midpoint of async and 1F1B (finest P).
-4. T2 helps on its own: async + T2 > async (finest P).
-5. T2 adds to T1: async + T1 + T2 > async + T1 (finest P).
-6. warm-up adds to T1 + T2: PipeMare-W > async + T1 + T2 (finest P).
-7. PipeMare-W reaches sync quality: PipeMare-W >= 1F1B - 0.01 (finest P).
-8. memory: PipeMare-W's weights + stash + T2 buffer + optimizer bytes < PipeDream's, and
-   its stash is 0 (measured bytes; no noise: held or did not hold).
+The claims (each with its study and P)
+--------------------------------------
+1. async degrades at fine granularity: async < 1F1B - d (``resnet_long``, P = 16).
+2. ... more as stages get finer: async at P = 2 > async at P = 16 (``resnet``, short).
+3. T1 recovers most of it: async + T1 above the midpoint of async and 1F1B (``resnet_long``).
+4. T2 helps on its own: async + T2 > async (``resnet_long``).
+5. T2 adds to T1: async + T1 + T2 > async + T1 (``resnet_long``).
+6. warm-up adds to T1 + T2: PipeMare-W > async + T1 + T2 (``resnet_long``).
+7. PipeMare-W reaches sync quality within delta (``resnet_long``).
+8. memory: PipeMare-W's weights + stash + T2 buffer + optimizer bytes < PipeDream's, stash 0
+   (``resnet_long``; measured bytes, no noise).
 9. utilization: async's simulated utilization > 1F1B's, near (N + P - 1) / N times it.
-10. the stalest stages fail first: in async at the finest P, in every seed where some
-    stage has a blow-up onset, the earliest onsets are all in the stalest quarter of the
-    stages (held if so in every such seed, did not hold if in none, else not separable);
-    and the stalest quarter's mean excess exceeds the freshest quarter's in every seed.
-11-13. the Transformer with Adam at its finest P: claims 1, 3 and 7.
+10. the stalest stages fail first (``resnet_long`` async): in every seed with a blow-up
+    onset, the earliest onsets are in the stalest quarter of the stages; and the stalest
+    quarter's mean excess update norm exceeds the freshest quarter's in every seed.
+11-13. the Transformer at P = 8, per study (``transformer``, ``transformer_warm``): claims
+    1, 3 and 7.
+14. the horizon matters (``resnet_long``): async + T1 with the whole-phase horizon > async +
+    T1 with K = 1/4 of the run, and PipeMare-W (whole phase) > PipeMare-W with K = 1/4.
+15. the warm-up's length: PipeMare-W with 1/5 of the run warm > with 1/20 (``resnet_long``).
 
-"Strictly above" comparisons (2-6) read: held when the worst seed of X > the best seed of
-Y; did not hold when the best seed of X <= the worst seed of Y.
+Per-stage evidence and the prediction
+-------------------------------------
+Every stage's update norm ``u_s(k)`` is recorded; per asynchronous seed: the first
+non-finite update per stage; each stage's **blow-up onset**, the first update with
+``u_s(k) >= 10 u_s^sync(k)`` (the 1F1B run of the same seed) or non-finite; the excess
+``rms u_s / rms u_s^sync``.
 
-Budget and the quick variant
-----------------------------
-Sized from measured costs (about 1.1-1.5 CPU-s per ResNet epoch at P = 2-16, 2.6 CPU-s per
-Transformer run): the full run is about 20 minutes on one idle core (one process, one torch
-thread per run; the progress bar on stderr shows an ETA). Amended after the first quick run
-measured 2-3 CPU-s per ResNet epoch with the evaluations and update norms (about 1,900
-CPU-s for the full run): ``reproduce`` trains in 2 processes on a 2-core machine
-(``--jobs``, one torch thread each; the numbers do not depend on it), about 16 minutes
-of wall time when the machine is idle. (The stored run's own wall and CPU times are in its
-``.meta.json``.) ``--quick`` (<= 3 minutes): the
-ResNet at P in {4, 16} for 1 epoch with the lr grid 0.01, 0.02, 0.05; the Transformer at
-P = 8 for 1 epoch with the grid 0.003, 0.01; no K or gamma sweep; the claims whose cells
-it lacks are left out.
+**The prediction** (chapter 08's lesson), for every T1 cell of ``resnet_long`` (rows and
+horizon cells, each seed): stage s at update k runs with T1's lr ``lr_s(k)`` (closed form,
+:func:`pipemare_lite.analysis.stage_lr.stage_lrs`, from the cell's K, W and the measured
+delays tau_s); chapter 06's heavy-ball quadratic with the run's momentum 0.9 and delay tau_s
+is stable for ``lr * lam < b(tau_s)`` (the largest stable step,
+:func:`~pipemare_lite.analysis.theory.largest_stable_step`); ``lam_s(k)`` is the stage's
+sharpness measured on the 1F1B run of the same seed (held from one measurement to the next;
+seeds without a curvature run use seed 0's). The **predicted onset** is the first update at
+which some stage has ``lr_s(k) * lam_s(k) >= b(tau_s)`` (None: never). It is set beside the
+measured onset (the earliest stage's blow-up onset; None: none). They **agree** when both
+are None, or both exist and differ by at most 10 % of the run (168 updates), fixed in
+advance. Reported per cell: each seed's pair and the count of agreeing seeds.
+
+Budget
+------
+Measured before the run: about 0.05 CPU-s per update at P = 16 and 0.025 at P = 2 (ResNet),
+0.03 at P = 8 (Transformer), on this 2-core machine. The full run trains in 2 processes
+(``--jobs``, one torch thread each) with a progress bar and ETA; it was sized to about 60
+minutes of wall time on 2 idle cores. ``--quick`` (about 3 minutes): ``resnet`` at P in {4,
+16} for 1 epoch, ``resnet_long`` for 1 epoch with 3 seeds everywhere and only the K = 1/4
+horizon cell and one curvature seed, ``transformer`` for 2 epochs with 3 seeds, no
+``transformer_warm``; the claims whose cells it lacks are left out.
 
 What was looked at before this design was fixed
 -----------------------------------------------
-The sync lr sweep at 3 and 5 epochs (ResNet) and at 1-4 epochs on the reverse and sort
-tasks (Transformer: reverse was solved at every lr, so sort was chosen); costs of single
-runs; one-epoch runs of the same 16-unit ResNet used to measure costs: at lr 0.005, async
-at P = 16, 8, 4, 2 reached 0.29, 0.62, 0.66, 0.84 and PipeDream at P = 16 0.57; async at
-P = 16 and lr 0.05 diverged (2BW and async + T2 one-epoch runs were timed, their accuracy
-not read). They set no number above except that N = 2 gives large delays.
+The first design's stored results (its tables are in the git history: async + T1 2/3 seeds
+diverged at P = 16 with K = 1/4; PipeMare-W at 0.57), an independent probe's report that
+the collapses follow the end of T1's anneal and that a whole-phase K and a 4x longer run
+remove them (not re-run here before the design), the ResNet sync lr sweep at 420 updates
+(0.1 and 0.2 worse or diverged: the long grid stops at 0.05), the Transformer sweep at 128
+updates (0.001 far below: the grid starts at 0.003), and the cost of single runs.
 
 :func:`check` re-runs one seed of the check cell and compares it with the stored seeds,
-bitwise on the machine that wrote the file and within the widened seed range elsewhere
-(:func:`pipemare_lite.experiments.record.check_rerun`).
+bitwise where the machine's kernel fingerprint equals the writer's and within the widened
+seed range elsewhere (:func:`pipemare_lite.experiments.record.check_rerun`).
 """
 
 from __future__ import annotations
@@ -147,11 +169,11 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from pipemare_lite.experiments import record, stage_evidence
 
-#: The rows of every granularity: label, method name, and fit() switches.
+#: The rows: label, method name, and fit() switches.
 ROWS = (
     ("1F1B (sync)", "1f1b", {}),
     ("PipeDream (stash)", "pipedream", {}),
@@ -163,27 +185,27 @@ ROWS = (
     ("PipeMare-W (T1 + T2 + warm-up)", "pipemare", {"t1": True, "t2": True, "warmup": True}),
 )
 LABELS = tuple(label for label, _, _ in ROWS)
-SYNC = LABELS[0]
+SYNC, PIPEDREAM, TWO_BW, ASYNC, T1, T2, T1T2, PMW = LABELS
 
 #: torch threads of every run: one, so the numbers do not depend on the machine's cores
 THREADS = 1
 
-#: the row :func:`check` re-runs (a sweep of its own with more seeds: a margin from 3 seeds
-#: is too wide to reject anything); sync at the finest P, so a wrong delay moves it far
+#: the row :func:`check` re-runs: sync at the finest P of ``resnet`` (a wrong delay moves it far)
 CHECK_ROW = SYNC
 #: compared within the widened seed range on a foreign machine ...
 CHECK_METRICS = ("final_accuracy", "final_loss")
 #: ... and exactly everywhere (no CPU changes step counts, bytes or measured delays)
 CHECK_EXACT = ("steps", "memory_bytes", "diverged", "forward_delay_max")
-#: per row, summarised over seeds (mean, min, max)
-SUMMARY_METRICS = ("final_accuracy", "final_loss", "steps_to_target", "divergence_step")
+#: per row, summarised over seeds
+SUMMARY_METRICS = ("quality", "final_loss", "steps_to_target", "divergence_step")
 
 
 @dataclass(frozen=True)
-class ModelSetting:
-    """One model's part of the experiment (see the module docstring)."""
+class Study:
+    """One model setting with its run length, lr sweep, rows and seeds (module docstring)."""
 
     name: str
+    model: str  # "resnet" or "transformer": the network and data
     dataset: str
     data_args: dict
     architecture: dict
@@ -194,21 +216,51 @@ class ModelSetting:
     epochs: int
     granularities: tuple[int, ...]
     lr_grid: tuple[float, ...]
+    rows: tuple[str, ...]
     target_accuracy: float
     eval_every: int
+    lr_warmup_fraction: float = 0.0
+    sweep_P: int = 2
+    #: rows trained with ``claim_seeds`` (the others with the config's ``seeds``)
+    claim_rows: tuple[str, ...] = ()
+    #: (label, K as a fraction of the run) cells beside the rows, at the finest P
+    horizon_cells: tuple[tuple[str, float], ...] = ()
+    #: PipeMare-W's warm-up as a fraction of the run, beside the row's
+    warmup_cells: tuple[float, ...] = ()
+    #: 1F1B seeds re-trained with the stages' sharpness measured every ``curvature_every``
+    curvature_seeds: tuple[int, ...] = ()
+    curvature_every: int = 0
+    curvature_samples: int = 256
+    curvature_iterations: int = 10
+    check_cell: bool = False
 
 
-RESNET = ModelSetting(
-    name="resnet", dataset="digits", data_args={"seed": 0},
+RESNET = dict(
+    model="resnet", dataset="digits", data_args={"seed": 0},
     architecture={"channels": 8, "blocks": 14}, optimizer="sgd", momentum=0.9,
-    batch_size=16, num_microbatches=2, epochs=5, granularities=(2, 4, 8, 16),
-    lr_grid=(0.01, 0.02, 0.05, 0.1, 0.2), target_accuracy=0.90, eval_every=14,
+    batch_size=16, num_microbatches=2, target_accuracy=0.90,
 )  # fmt: skip
-TRANSFORMER = ModelSetting(
-    name="transformer", dataset="sort", data_args={"num_train": 2048, "num_test": 512, "seed": 0},
+TRANSFORMER = dict(
+    model="transformer", dataset="sort", data_args={"num_train": 2048, "num_test": 512, "seed": 0},
     architecture={"d_model": 32, "heads": 2, "layers": 6}, optimizer="adam", momentum=None,
-    batch_size=32, num_microbatches=2, epochs=2, granularities=(2, 8),
-    lr_grid=(0.001, 0.003, 0.01, 0.03), target_accuracy=0.80, eval_every=8,
+    batch_size=32, num_microbatches=2, target_accuracy=0.80,
+)  # fmt: skip
+TRANSFORMER_ROWS = (SYNC, PIPEDREAM, ASYNC, T1, T1T2, PMW)
+
+STUDIES = (
+    Study(name="resnet", **RESNET, epochs=5, granularities=(2, 4, 8, 16),
+          lr_grid=(0.01, 0.02, 0.05, 0.1, 0.2), rows=LABELS, eval_every=14, check_cell=True),
+    Study(name="resnet_long", **RESNET, epochs=20, granularities=(16,),
+          lr_grid=(0.01, 0.02, 0.05), rows=tuple(x for x in LABELS if x != TWO_BW),
+          eval_every=42, claim_rows=(SYNC, T1T2, PMW),
+          horizon_cells=((T1, 1 / 16), (T1, 1 / 4), (PMW, 1 / 4)), warmup_cells=(1 / 20,),
+          curvature_seeds=(0, 1, 2), curvature_every=168),
+    Study(name="transformer", **TRANSFORMER, epochs=16, granularities=(8,),
+          lr_grid=(0.003, 0.01, 0.03), rows=TRANSFORMER_ROWS, eval_every=32,
+          claim_rows=(SYNC, PMW)),
+    Study(name="transformer_warm", **TRANSFORMER, epochs=16, granularities=(8,),
+          lr_grid=(0.003, 0.01, 0.03), rows=TRANSFORMER_ROWS, eval_every=32,
+          claim_rows=(SYNC, PMW), lr_warmup_fraction=0.1),
 )  # fmt: skip
 
 
@@ -216,33 +268,42 @@ TRANSFORMER = ModelSetting(
 class PaperShapeConfig:
     """Every setting of the experiment (the JSON stores it)."""
 
-    resnet: ModelSetting = RESNET
-    transformer: ModelSetting = TRANSFORMER
+    studies: tuple[Study, ...] = STUDIES
     seeds: tuple[int, ...] = (0, 1, 2)
+    claim_seeds: tuple[int, ...] = tuple(range(8))
     check_seeds: tuple[int, ...] = tuple(range(8))
     fine_margin: float = 0.01
     material: float = 0.01
-    t1_fraction: float = 0.25
+    confidence: float = 0.95
     warmup_fraction: float = 0.2
     gamma: float = 0.9
-    k_fractions: tuple[float, ...] = (1 / 16, 1 / 4, 1 / 2, 1.0)
-    gammas: tuple[float, ...] = (0.0, 0.5, 0.9, 0.99)
     blowup_factor: float = 10.0
+    loss_blowup: float = 3.0
+    onset_tolerance: float = 0.1
     two_bw_min_samples: int = 4
+    notes: dict = field(default_factory=dict)
 
-    def settings(self) -> tuple[ModelSetting, ...]:
-        """The models in the order they run."""
-        return (self.resnet, self.transformer)
+    def study(self, name: str) -> Study:
+        """The :class:`Study` called ``name``."""
+        for study in self.studies:
+            if study.name == name:
+                return study
+        raise ValueError(f"unknown study {name!r}; allowed: "
+                         f"{', '.join(s.name for s in self.studies)}")  # fmt: skip
 
 
 FULL = PaperShapeConfig()
 QUICK = replace(
     FULL,
-    resnet=replace(RESNET, epochs=1, granularities=(4, 16), lr_grid=(0.01, 0.02, 0.05),
-                   eval_every=7),
-    transformer=replace(TRANSFORMER, epochs=1, granularities=(8,), lr_grid=(0.003, 0.01)),
-    k_fractions=(),
-    gammas=(),
+    studies=(
+        replace(STUDIES[0], epochs=1, granularities=(4, 16), lr_grid=(0.01, 0.02, 0.05),
+                eval_every=7),
+        replace(STUDIES[1], epochs=1, lr_grid=(0.01, 0.02), rows=(SYNC, ASYNC, T1, T1T2, PMW),
+                eval_every=14, claim_rows=(), horizon_cells=((T1, 1 / 4),), warmup_cells=(),
+                curvature_seeds=(0,), curvature_every=28),
+        replace(STUDIES[2], epochs=2, lr_grid=(0.01,), rows=(SYNC, ASYNC, T1, PMW), eval_every=16,
+                claim_rows=()),
+    ),
 )  # fmt: skip
 
 
@@ -256,40 +317,32 @@ def command_for(quick: bool) -> str:
     return "python -m pipemare_lite reproduce paper-shape" + (" --quick" if quick else "")
 
 
-def setting_named(config: PaperShapeConfig, name: str) -> ModelSetting:
-    """The :class:`ModelSetting` called ``name`` (``resnet`` or ``transformer``)."""
-    for setting in config.settings():
-        if setting.name == name:
-            return setting
-    raise ValueError(f"unknown model {name!r}; allowed: resnet, transformer")
-
-
 # --------------------------------------------------------------------------- one run
 
 
-def load_data(setting: ModelSetting):
-    """The model's dataset, with its fixed split."""
+def load_data(study: Study):
+    """The study's dataset, with its fixed split."""
     from pipemare_lite.training.datasets import digits, sequence_task
 
-    if setting.dataset == "digits":
-        return digits(**setting.data_args)
-    return sequence_task(setting.dataset, **setting.data_args)
+    if study.dataset == "digits":
+        return digits(**study.data_args)
+    return sequence_task(study.dataset, **study.data_args)
 
 
-def build_model(setting: ModelSetting, data, seed: int):
+def build_model(study: Study, data, seed: int):
     """The model with its initial weights drawn from ``seed``."""
     from pipemare_lite.training.models import small_resnet, tiny_transformer
 
-    if setting.name == "resnet":
+    if study.model == "resnet":
         return small_resnet(num_classes=data.num_classes, in_channels=1, image_size=8,
-                            seed=seed, **setting.architecture)  # fmt: skip
+                            seed=seed, **study.architecture)  # fmt: skip
     return tiny_transformer(vocab=data.num_classes, seq_len=data.input_shape[0], seed=seed,
-                            **setting.architecture)  # fmt: skip
+                            **study.architecture)  # fmt: skip
 
 
-def planned_steps(setting: ModelSetting, data) -> int:
+def planned_steps(study: Study, data) -> int:
     """Steps (updates per stage) of a run that does not diverge."""
-    return setting.epochs * (len(data.x_train) // setting.batch_size)
+    return study.epochs * (len(data.x_train) // study.batch_size)
 
 
 def row_definition(label: str) -> tuple[str, dict]:
@@ -301,76 +354,100 @@ def row_definition(label: str) -> tuple[str, dict]:
 
 
 def run_settings(
-    config: PaperShapeConfig, setting: ModelSetting, label: str, P: int, total_steps: int,
-    *, k_fraction: float | None = None, gamma: float | None = None,
+    config: PaperShapeConfig, study: Study, label: str, P: int, total_steps: int,
+    *, k_fraction: float | None = None, warmup_fraction: float | None = None,
 ) -> dict:
-    """How a row runs at granularity P: method, T1/T2, N, K, gamma, warm-up, or why not.
-
-    ``k_fraction`` and ``gamma`` replace the fixed T1 horizon and T2 decay (the sweeps).
-    """  # fmt: skip
+    """How a row runs: method, T1/T2, N, K (None: the whole asynchronous phase), gamma,
+    warm-up, lr warm-up, or why it does not run. ``k_fraction`` and ``warmup_fraction``
+    are the factor cells' values."""  # fmt: skip
     method, switches = row_definition(label)
     t1, t2 = bool(switches.get("t1")), bool(switches.get("t2"))
-    n, not_run = setting.num_microbatches, None
+    n, not_run = study.num_microbatches, None
     if method == "2bw":  # two versions suffice only with N >= P - 1
-        n = min(d for d in range(1, setting.batch_size + 1)
-                if setting.batch_size % d == 0 and d >= max(n, P - 1))  # fmt: skip
-        if setting.batch_size // n < config.two_bw_min_samples:
+        n = min(d for d in range(1, study.batch_size + 1)
+                if study.batch_size % d == 0 and d >= max(n, P - 1))  # fmt: skip
+        if study.batch_size // n < config.two_bw_min_samples:
             not_run = (f"2BW needs N >= P - 1 = {P - 1}: {n} microbatches of "
-                       f"{setting.batch_size // n} samples, over the budget")  # fmt: skip
-    warmup = round(config.warmup_fraction * total_steps) if switches.get("warmup") else 0
-    k_fraction = config.t1_fraction if k_fraction is None else k_fraction
+                       f"{study.batch_size // n} samples, over the budget")  # fmt: skip
+    warmup, fraction = 0, None
+    if switches.get("warmup"):
+        fraction = config.warmup_fraction if warmup_fraction is None else warmup_fraction
+        warmup = round(fraction * total_steps)
     return {
         "method": method,
         "t1": t1,
         "t2": t2,
         "num_microbatches": n,
         "t1_k_fraction": k_fraction if t1 else None,
-        "t1_horizon": max(1, round(k_fraction * total_steps)) if t1 else None,
-        "gamma": (config.gamma if gamma is None else gamma) if t2 else None,
+        "t1_horizon": max(1, round(k_fraction * total_steps)) if t1 and k_fraction else None,
+        "gamma": config.gamma if t2 else None,
         "warmup_minibatches": warmup,
+        "warmup_fraction": fraction,
+        "lr_warmup": round(study.lr_warmup_fraction * total_steps),
         "not_run": not_run,
     }
 
 
-def train(setting: ModelSetting, data, spec: dict, P: int, lr: float, seed: int):
-    """One seed of one cell: a :func:`~pipemare_lite.training.fit.fit` run; returns its History."""
+def train(study: Study, data, spec: dict, P: int, lr: float, seed: int, *, model=None,
+          on_step=None):
+    """One seed of one cell: a :func:`~pipemare_lite.training.fit.fit` run; its History.
+
+    ``model``: the seed's model when the caller built it (default: built here).
+    """
     from pipemare_lite.training.fit import fit
 
     return fit(
-        build_model(setting, data, seed),
+        build_model(study, data, seed) if model is None else model,
         data,
         method=spec["method"],
         num_stages=P,
         num_microbatches=spec["num_microbatches"],
-        batch_size=setting.batch_size,
-        epochs=setting.epochs,
+        batch_size=study.batch_size,
+        epochs=study.epochs,
         lr=lr,
-        optimizer=setting.optimizer,
-        momentum=setting.momentum,
+        optimizer=study.optimizer,
+        momentum=study.momentum,
         lr_schedule="cosine",
+        lr_warmup=spec["lr_warmup"],
         seed=seed,
         t1=spec["t1"],
         t2=spec["t2"],
         t1_anneal_updates=spec["t1_horizon"],
         gamma=spec["gamma"] if spec["gamma"] is not None else 0.9,
         warmup=spec["warmup_minibatches"],
-        eval_every=setting.eval_every,
+        eval_every=study.eval_every,
         progress=False,
+        on_step=on_step,
     )
 
 
-def outcome(seed: int, history, setting: ModelSetting) -> dict:
+def loss_blew_up(window_means: list[float], factor: float) -> bool:
+    """The loss rule of divergence: the last window's mean training loss above ``factor``
+    times the first window's (a non-finite last window counts too)."""
+    if not window_means:
+        return False
+    first, last = window_means[0], window_means[-1]
+    return not math.isfinite(last) or (math.isfinite(first) and last > factor * first)
+
+
+def outcome(seed: int, history, study: Study, loss_blowup: float) -> dict:
     """One seed's JSON-ready numbers; ``blowup_onset`` and ``excess`` need the sync run of
     the same seed and are filled in by the runner (None here, and for sync rows)."""
     norms = history.stage_update_norm
-    width = setting.eval_every
+    width = study.eval_every
     reached = next((e["step"] for e in history.evals
-                    if e["accuracy"] >= setting.target_accuracy), None)  # fmt: skip
+                    if e["accuracy"] >= study.target_accuracy), None)  # fmt: skip
+    windows = stage_evidence.window_mean(history.loss, width)
+    blew_up = not history.diverged and loss_blew_up(windows, loss_blowup)
+    diverged = bool(history.diverged) or blew_up
     return {
         "seed": seed,
+        "quality": 0.0 if diverged else history.final_accuracy,
         "final_accuracy": history.final_accuracy,
         "final_loss": history.final_loss,
-        "diverged": history.diverged,
+        "diverged": diverged,
+        "diverged_non_finite": bool(history.diverged),
+        "diverged_loss_rule": blew_up,
         "divergence_step": history.divergence_step,
         "divergence": history.divergence,
         "steps": history.steps,
@@ -378,7 +455,7 @@ def outcome(seed: int, history, setting: ModelSetting) -> dict:
         "memory_bytes": history.memory_bytes,
         "forward_delay_max": history.forward_delay_max,
         "evals": [[e["step"], e["accuracy"], e["loss"]] for e in history.evals],
-        "train_loss_windows": _rounded(stage_evidence.window_mean(history.loss, width)),
+        "train_loss_windows": _rounded(windows),
         "update_norm_windows": [_rounded(stage_evidence.window_rms(n, width)) for n in norms],
         "first_non_finite_update": stage_evidence.first_non_finite(norms),
         "blowup_onset": None,
@@ -407,87 +484,129 @@ def utilization(method: str, P: int, N: int, steps: int, warmup: int) -> dict:
     }
 
 
+def train_measuring_sharpness(study: Study, data, spec: dict, P: int, lr: float,
+                              seed: int) -> tuple:
+    """:func:`train` of a synchronous cell that also measures every stage's sharpness
+    (:func:`~pipemare_lite.training.curvature.stage_sharpness`) before the first step and
+    every ``study.curvature_every`` steps; returns ``(history, [[step, [lam_0, ...]], ...])``.
+
+    At a step boundary a synchronous pipeline's stages hold the current weights, and the
+    measurement touches no gradient and no random state of the run, so the training is
+    bitwise the run :func:`train` makes (the runner checks it).
+    """
+    from pipemare_lite.training.curvature import stage_sharpness
+    from pipemare_lite.training.partition import partition
+
+    if row_definition(SYNC)[0] != spec["method"]:
+        raise ValueError(f"sharpness is measured on the synchronous row, not {spec['method']!r}")
+    x, y = data.x_train[: study.curvature_samples], data.y_train[: study.curvature_samples]
+    model = build_model(study, data, seed)
+    measured: list = []
+
+    def measure(step: int, *_) -> None:
+        if step % study.curvature_every == 0:
+            values = stage_sharpness(partition(model, P), x, y,
+                                     iterations=study.curvature_iterations)  # fmt: skip
+            measured.append([step, [float(f"{v:.6g}") for v in values]])
+
+    measure(0)
+    history = train(study, data, spec, P, lr, seed, model=model, on_step=measure)
+    return history, measured
+
+
 # --------------------------------------------------------------------------- the run
 
 
-def cells(config: PaperShapeConfig, setting: ModelSetting, phase: str) -> list[tuple]:
-    """(sweep, P, label, k_fraction, gamma, seeds) of the model's cells, in table order.
+@dataclass(frozen=True)
+class CellPlan:
+    """One cell: a row (or a factor's value) of one study at one P, with its seeds."""
 
-    ``phase`` "lr": the sync lr sweep (one cell per grid lr, at the coarsest P); "rest":
-    every other cell, run at the chosen lr.
-    """
-    coarsest, finest = setting.granularities[0], setting.granularities[-1]
+    study: str
+    sweep: str  # "lr", "grid", "horizon", "warmup", "curvature", "check"
+    P: int
+    label: str
+    seeds: tuple[int, ...]
+    k_fraction: float | None = None
+    warmup_fraction: float | None = None
+
+
+def cells(config: PaperShapeConfig, study: Study, phase: str) -> list[CellPlan]:
+    """The study's cells in table order. ``phase`` "lr": the sync lr sweep (one cell per
+    grid lr, at ``study.sweep_P``); "rest": every other cell, run at the chosen lr."""
     if phase == "lr":
-        return [("lr", coarsest, SYNC, None, None, config.seeds) for _ in setting.lr_grid]
-    out = [("grid", P, label, None, None, config.seeds)
-           for P in setting.granularities for label in LABELS]  # fmt: skip
-    if setting.name == "resnet":
-        out += [("k", finest, "async + T1", k, None, config.seeds) for k in config.k_fractions]
-        out += [("gamma", finest, "async + T1 + T2", None, g, config.seeds)
-                for g in config.gammas]  # fmt: skip
-        out.append(("check", finest, SYNC, None, None, config.check_seeds))
+        return [CellPlan(study.name, "lr", study.sweep_P, SYNC, config.seeds)
+                for _ in study.lr_grid]  # fmt: skip
+    finest = study.granularities[-1]
+    out = [CellPlan(study.name, "grid", P, label,
+                    config.claim_seeds if label in study.claim_rows else config.seeds)
+           for P in study.granularities for label in study.rows]  # fmt: skip
+    out += [CellPlan(study.name, "horizon", finest, label, config.seeds, k_fraction=k)
+            for label, k in study.horizon_cells]  # fmt: skip
+    out += [CellPlan(study.name, "warmup", finest, PMW, config.seeds, warmup_fraction=w)
+            for w in study.warmup_cells]  # fmt: skip
+    if study.curvature_seeds:
+        out.append(CellPlan(study.name, "curvature", finest, SYNC, study.curvature_seeds))
+    if study.check_cell:
+        out.append(CellPlan(study.name, "check", finest, SYNC, config.check_seeds))
     return out
 
 
 def choose_lr(sweep: list[dict], margin: float) -> float:
     """The largest lr where no sync seed diverged and the mean accuracy is within ``margin``
     of the best lr's mean accuracy (``sweep``: entries with ``lr``, ``diverged_seeds`` and
-    the ``final_accuracy`` summary over seeds)."""
+    the ``quality`` summary over seeds)."""
     finite = [r for r in sweep
-              if r["diverged_seeds"] == 0 and r["final_accuracy"]["mean"] is not None]  # fmt: skip
+              if r["diverged_seeds"] == 0 and r["quality"]["mean"] is not None]  # fmt: skip
     if not finite:
         raise RuntimeError("sync diverged at every lr of the grid; widen the grid downwards")
-    best = max(r["final_accuracy"]["mean"] for r in finite)
-    return max(r["lr"] for r in finite if r["final_accuracy"]["mean"] >= best - margin)
+    best = max(r["quality"]["mean"] for r in finite)
+    return max(r["lr"] for r in finite if r["quality"]["mean"] >= best - margin)
 
 
 def run(quick: bool = False, *, jobs: int = 1, log=sys.stderr, progress: bool = True) -> dict:
-    """Run the experiment (module docstring): lr sweeps, rows, sweeps, claims.
+    """Run the experiment (module docstring): lr sweeps, rows, factor cells, claims.
 
     ``jobs``: processes that train at once (each with one torch thread); the numbers do not
     depend on it, only the wall time does.
     """
-    from pipemare_lite.experiments.paper_shape_claims import claims
+    from pipemare_lite.experiments.paper_shape_claims import claims, predictions
     from pipemare_lite.experiments.paper_shape_runner import CellRunner
 
     config = config_for(quick)
     started, cpu = time.perf_counter(), time.process_time()
     with CellRunner(config, quick, jobs=jobs, log=log, progress=progress) as runner:
-        sweeps = {s.name: [runner.plan(s, *c, lr=lr) for c, lr in
-                           zip(cells(config, s, "lr"), s.lr_grid)]
-                  for s in config.settings()}  # fmt: skip
+        sweeps = {s.name: [runner.plan(c, lr=lr) for c, lr in zip(cells(config, s, "lr"),
+                                                                   s.lr_grid)]
+                  for s in config.studies}  # fmt: skip
         runner.run_planned()
-        models, chosen = {}, {}
-        for setting in config.settings():
-            rows = [runner.row(cell) for cell in sweeps[setting.name]]
-            sweep = [{"lr": r["lr"], "final_accuracy": r["summary"]["final_accuracy"],
+        studies, chosen = {}, {}
+        for study in config.studies:
+            rows = [runner.row(cell) for cell in sweeps[study.name]]
+            sweep = [{"lr": r["lr"], "quality": r["summary"]["quality"],
                       "diverged_seeds": r["diverged_seeds"]} for r in rows]  # fmt: skip
-            chosen[setting.name] = choose_lr(sweep, config.fine_margin)
-            models[setting.name] = {"lr_sweep": sweep, "sweep_rows": rows}
-        rest = {s.name: [runner.plan(s, *c, lr=chosen[s.name]) for c in cells(config, s, "rest")]
-                for s in config.settings()}  # fmt: skip
+            chosen[study.name] = choose_lr(sweep, config.fine_margin)
+            studies[study.name] = {"lr_sweep": sweep, "sweep_rows": rows}
+        rest = {s.name: [runner.plan(c, lr=chosen[s.name]) for c in cells(config, s, "rest")]
+                for s in config.studies}  # fmt: skip
         runner.run_planned()
         all_rows = []
-        for setting in config.settings():
-            part = models[setting.name]
-            rows = part.pop("sweep_rows") + [runner.row(cell) for cell in rest[setting.name]]
+        for study in config.studies:
+            part = studies[study.name]
+            rows = part.pop("sweep_rows") + [runner.row(cell) for cell in rest[study.name]]
             all_rows += rows
-            data = runner.data[setting.name]
-            lr = chosen[setting.name]
+            data = runner.data[study.model]
             part.update(
                 dataset={"name": data.name, "train": len(data.x_train),
                          "test": len(data.x_test), "provenance": data.provenance},
-                planned_steps=planned_steps(setting, data),
-                chosen_lr=lr,
+                planned_steps=planned_steps(study, data),
+                chosen_lr=chosen[study.name],
                 lr_rule=f"largest lr of the grid where no seed of 1F1B diverged and its mean "
                 f"test accuracy over seeds is within {config.fine_margin} of the best lr's "
-                f"(swept at P = {setting.granularities[0]})",
-                sync_bitwise_same_at_every_P=runner.sync_same_at_every_p(setting, lr),
+                f"(swept at P = {study.sweep_P})",
+                sync_bitwise_same_at_every_P=runner.sync_same_at_every_p(study,
+                                                                          chosen[study.name]),
                 cpu_seconds=round(sum(r["cpu_seconds"] for r in rows), 1),
             )  # fmt: skip
-            models[setting.name] = {k: part[k] for k in (
-                "dataset", "planned_steps", "lr_sweep", "chosen_lr", "lr_rule",
-                "sync_bitwise_same_at_every_P", "cpu_seconds")}  # fmt: skip
         runs, child_cpu = runner.runs, runner.child_cpu
     results = {
         "experiment": "paper-shape",
@@ -495,13 +614,14 @@ def run(quick: bool = False, *, jobs: int = 1, log=sys.stderr, progress: bool = 
         "command": command_for(quick),
         "config": asdict(config),
         "torch_threads": THREADS,
-        "models": models,
+        "studies": studies,
         "rows": all_rows,
         "runs": runs,
         "jobs": jobs,
         "wall_seconds": round(time.perf_counter() - started, 1),
         "cpu_seconds": round(time.process_time() - cpu + child_cpu, 1),  # workers' too
     }
+    results["predictions"] = predictions(results)
     results["claims"] = claims(results)
     return results
 
@@ -509,24 +629,24 @@ def run(quick: bool = False, *, jobs: int = 1, log=sys.stderr, progress: bool = 
 # --------------------------------------------------------------------------- the check
 
 
-def find_row(results: dict, *, model: str, sweep: str, P: int, label: str,
-             k_fraction: float | None = None, gamma: float | None = None) -> dict:
-    """The stored row of one cell (``k_fraction``/``gamma`` pick a sweep's cell)."""
+def find_row(results: dict, *, study: str, sweep: str, P: int, label: str,
+             k_fraction: float | None = None, warmup_fraction: float | None = None) -> dict:
+    """The stored row of one cell (``k_fraction``/``warmup_fraction`` pick a factor's cell)."""
     for row in results["rows"]:
-        if (row["model"], row["sweep"], row["P"], row["label"]) != (model, sweep, P, label):
+        if (row["study"], row["sweep"], row["P"], row["label"]) != (study, sweep, P, label):
             continue
         if k_fraction is not None and row["t1_k_fraction"] != k_fraction:
             continue
-        if gamma is not None and row["gamma"] != gamma:
+        if warmup_fraction is not None and row["warmup_fraction"] != warmup_fraction:
             continue
         return row
-    raise ValueError(f"no stored row {model}/{sweep}/P={P}/{label!r}")
+    raise ValueError(f"no stored row {study}/{sweep}/P={P}/{label!r}")
 
 
 def check_row(results: dict) -> dict:
-    """The stored check cell: 1F1B at the finest ResNet P, over ``check_seeds``."""
-    P = config_for(results["quick"]).resnet.granularities[-1]
-    return find_row(results, model="resnet", sweep="check", P=P, label=CHECK_ROW)
+    """The stored check cell: 1F1B at the finest P of ``resnet``, over ``check_seeds``."""
+    P = config_for(results["quick"]).study("resnet").granularities[-1]
+    return find_row(results, study="resnet", sweep="check", P=P, label=CHECK_ROW)
 
 
 def rerun(results: dict, seed: int | None = None, *, method: str | None = None,
@@ -537,18 +657,18 @@ def rerun(results: dict, seed: int | None = None, *, method: str | None = None,
     check); the outcome holds only what training produced, so only its numbers can tell.
     """
     config = config_for(results["quick"])
-    setting = config.resnet
+    study = config.study("resnet")
     seed = config.check_seeds[0] if seed is None else seed
-    P = setting.granularities[-1]
+    P = study.granularities[-1]
     with record.torch_threads(results.get("torch_threads", THREADS)):
-        data = load_data(setting)
-        spec = run_settings(config, setting, CHECK_ROW, P, planned_steps(setting, data))
+        data = load_data(study)
+        spec = run_settings(config, study, CHECK_ROW, P, planned_steps(study, data))
         if method is not None:
             spec["method"] = method
         if switches:
             spec.update(switches)
-        history = train(setting, data, spec, P, results["models"]["resnet"]["chosen_lr"], seed)
-    return outcome(seed, history, setting)
+        history = train(study, data, spec, P, results["studies"]["resnet"]["chosen_lr"], seed)
+    return outcome(seed, history, study, config.loss_blowup)
 
 
 def compare(results: dict, meta: dict, again: dict, *,
@@ -561,7 +681,7 @@ def compare(results: dict, meta: dict, again: dict, *,
     row = check_row(results)
     if fingerprint is None:
         fingerprint = record.machine_fingerprint(results.get("torch_threads", THREADS))
-    test_size = results["models"]["resnet"]["dataset"]["test"]
+    test_size = results["studies"]["resnet"]["dataset"]["test"]
     return record.check_rerun(
         row["seeds"],
         again,

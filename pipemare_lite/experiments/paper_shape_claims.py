@@ -1,21 +1,23 @@
-"""The paper-shape verdicts: each of PipeMare's claims tested on seed ranges (chapter 10).
+"""The paper-shape verdicts and the T1 onset prediction, from the stored rows (chapter 10).
 
-The claims and their tests are the ones fixed in advance in
+The claims, their tests and the prediction are the ones fixed in advance in
 :mod:`pipemare_lite.experiments.paper_shape`'s docstring; this module computes them from
-the stored rows alone (plain Python, no torch), so a test or a chapter can re-derive every
-verdict from the JSON. A seed's quality is its final test accuracy, 0 when it diverged.
+the stored rows alone (plain Python and numpy, no torch), so a test or a chapter can
+re-derive every verdict from the JSON. A seed's quality is its final test accuracy, 0 when
+it diverged (non-finite, or the loss rule): ``seed["quality"]``, the one convention.
 
-Verdicts (:func:`pipemare_lite.experiments.record.verdict`): **held** when the claim holds
-with every compared row at the unfavourable end of its seed range, **did not hold** when it
-fails even at the favourable end, else **not separable from noise**. Byte counts and
-simulated utilizations have no seed noise: they hold or do not.
+Verdicts compare row means through a Welch interval of their difference
+(:func:`pipemare_lite.experiments.record.difference_interval`): **held** when the whole
+interval says so, **did not hold** when the whole interval says the opposite, else **not
+separable** (the numbers are shown). Byte counts and simulated utilizations have no seed
+noise: they hold or do not.
 """
 
 from __future__ import annotations
 
 import math
 
-from pipemare_lite.experiments.record import verdict
+from pipemare_lite.experiments.record import difference_interval, mean_interval
 
 SYNC = "1F1B (sync)"
 ASYNC = "async"
@@ -24,93 +26,137 @@ T2 = "async + T2"
 T1T2 = "async + T1 + T2"
 PMW = "PipeMare-W (T1 + T2 + warm-up)"
 PIPEDREAM = "PipeDream (stash)"
-NOT_SEPARABLE = "not separable from noise"
+HELD, NOT_HELD, NOT_SEPARABLE = "held", "did not hold", "not separable"
 
 
 def qualities(row: dict) -> list[float]:
-    """Each seed's final test accuracy, 0 for a diverged seed."""
-    out = []
-    for s in row["seeds"]:
-        value = s["final_accuracy"]
-        bad = s["diverged"] or value is None or not math.isfinite(value)
-        out.append(0.0 if bad else float(value))
+    """Each seed's quality: final test accuracy, 0 for a diverged seed (either rule)."""
+    return [float(s["quality"]) for s in row["seeds"]]
+
+
+def _confidence(results: dict) -> float:
+    return results["config"]["confidence"]
+
+
+def judge(low: float, high: float, threshold: float) -> str:
+    """"The quantity exceeds ``threshold``" from its interval ``[low, high]``."""
+    if low > threshold:
+        return HELD
+    if high <= threshold:
+        return NOT_HELD
+    return NOT_SEPARABLE
+
+
+def _show(values: list[float], confidence: float) -> str:
+    low, high = mean_interval(values, confidence)
+    mean = sum(values) / len(values)
+    return (f"{mean:.3f} (95% CI {low:.3f}..{high:.3f}; min-max {min(values):.3f}.."
+            f"{max(values):.3f}; n={len(values)})")
+
+
+def _diff(d: dict) -> str:
+    return f"difference {d['estimate']:+.3f} (CI {d['low']:+.3f}..{d['high']:+.3f})"
+
+
+def cell_rows(results: dict, study: str, sweep: str = "grid", P: int | None = None) -> dict:
+    """The stored rows of one study's sweep (at ``P``; default: the finest), by label;
+    factor cells (sweep "horizon"/"warmup") by ``(label, fraction)``."""
+    config = next(s for s in results["config"]["studies"] if s["name"] == study)
+    P = config["granularities"][-1] if P is None else P
+    out = {}
+    for r in results["rows"]:
+        if r["study"] != study or r["sweep"] != sweep or r["P"] != P:
+            continue
+        key = r["label"]
+        if sweep == "horizon":
+            key = (r["label"], r["t1_k_fraction"])
+        elif sweep == "warmup":
+            key = (r["label"], r["warmup_fraction"])
+        out[key] = r
     return out
 
 
-def at_least(x: list[float], y: list[float], d: float) -> str:
-    """"X >= Y - d" judged on the seed ranges."""
-    return verdict(min(x) >= max(y) - d, max(x) < min(y) - d)
-
-
-def below(x: list[float], y: list[float], d: float) -> str:
-    """"X < Y - d" (X is materially worse) judged on the seed ranges."""
-    return verdict(max(x) < min(y) - d, min(x) >= max(y) - d)
-
-
-def above(x: list[float], y: list[float]) -> str:
-    """"X > Y" judged on the seed ranges."""
-    return verdict(min(x) > max(y), max(x) <= min(y))
-
-
-def _show(values: list[float]) -> str:
-    return f"{sum(values) / len(values):.3f} [{min(values):.3f}, {max(values):.3f}]"
-
-
-def _grid(results: dict, model: str, P: int) -> dict[str, dict]:
-    return {r["label"]: r for r in results["rows"]
-            if r["model"] == model and r["sweep"] == "grid" and r["P"] == P}  # fmt: skip
-
-
-def _claim(number: str, claim: str, test: str, outcome: str, numbers: str) -> dict:
+def _claim(number: str, claim: str, test: str, outcome: str, numbers: str, **data) -> dict:
     return {"number": number, "claim": claim, "test": test, "verdict": outcome,
-            "numbers": numbers}  # fmt: skip
+            "numbers": numbers, **data}  # fmt: skip
 
 
-def _quality_claims(results: dict, model: str, first: int, full: bool) -> list[dict]:
-    """Claims 1-7 (``full``) or 1, 3, 7 for one model at its finest P."""
-    config = results["config"]
-    d = config["material"]
-    granularities = config[model]["granularities"]
-    finest, coarsest = granularities[-1], granularities[0]
-    rows = _grid(results, model, finest)
+def _worse(number, what, x_label, x, y_label, y, d, c) -> dict:
+    diff = difference_interval([(1, x), (-1, y)], c)
+    outcome = judge(-diff["high"], -diff["low"], d)  # X - Y < -d  <=>  Y - X > d
+    return _claim(number, what, f"{x_label} < {y_label} - {d}", outcome,
+                  f"{x_label} {_show(x, c)}; {y_label} {_show(y, c)}; {_diff(diff)}",
+                  difference=diff)
+
+
+def _better(number, what, x_label, x, y_label, y, c) -> dict:
+    diff = difference_interval([(1, x), (-1, y)], c)
+    return _claim(number, what, f"{x_label} > {y_label}", judge(diff["low"], diff["high"], 0.0),
+                  f"{x_label} {_show(x, c)}; {y_label} {_show(y, c)}; {_diff(diff)}",
+                  difference=diff)
+
+
+def _recovers(number, what, t1, plain, sync, c) -> dict:
+    diff = difference_interval([(1, t1), (-0.5, plain), (-0.5, sync)], c)
+    return _claim(number, what, "async + T1 above the midpoint of async and 1F1B",
+                  judge(diff["low"], diff["high"], 0.0),
+                  f"async + T1 {_show(t1, c)}; midpoint {(sum(plain) / len(plain) + sum(sync) / len(sync)) / 2:.3f}; "  # noqa: E501
+                  f"T1 - midpoint {_diff(diff)}", difference=diff)
+
+
+def _reaches(number, what, x, sync, delta, c) -> dict:
+    # two one-sided tests at (1 - c): the (2c - 1) two-sided interval, e.g. 90 % for c = 95 %
+    diff = difference_interval([(1, x), (-1, sync)], 2 * c - 1)
+    return _claim(number, what, f"PipeMare-W >= 1F1B - {delta} (equivalence, TOST at "
+                  f"{1 - c:.0%})", judge(diff["low"], diff["high"], -delta),
+                  f"PipeMare-W {_show(x, c)}; 1F1B {_show(sync, c)}; {_diff(diff)} at "
+                  f"{2 * c - 1:.0%}", difference=diff)
+
+
+def _quality_claims(results: dict, study: str, suffix: str = "") -> list[dict]:
+    """Claims 1 and 3-7 (``resnet_long``) or 11-13 (+ ``suffix``) of one study at its
+    finest P: degradation, T1's recovery, (T2, T2 with T1, warm-up,) sync quality."""
+    full = study == "resnet_long"
+    first, recover, reach = ("1", "3", "7") if full else (f"11{suffix}", f"12{suffix}",
+                                                          f"13{suffix}")
+    c, d = _confidence(results), results["config"]["material"]
+    rows = cell_rows(results, study)
+    P = rows[SYNC]["P"]
     q = {label: qualities(row) for label, row in rows.items() if row["seeds"]}
-    sync, plain = q[SYNC], q[ASYNC]
-    at = f"{model}, P = {finest}"
-    out = []
-    degrade = below(plain, sync, d)
-    out.append(_claim(f"{first}", f"async degrades at fine granularity ({at})",
-                      f"async < 1F1B - {d}", degrade,
-                      f"1F1B {_show(sync)}, async {_show(plain)}, "
-                      f"async diverged {rows[ASYNC]['diverged_seeds']}/{len(plain)}"))
-    if full and coarsest != finest:
-        coarse = qualities(_grid(results, model, coarsest)[ASYNC])
-        out.append(_claim(f"{first + 1}", "... and more as stages get finer",
-                          f"async at P = {coarsest} > async at P = {finest}",
-                          above(coarse, plain),
-                          f"async P = {coarsest} {_show(coarse)}, P = {finest} {_show(plain)}"))
-    t1 = q[T1]
-    if degrade == "held":
-        low = (max(sync) + max(plain)) / 2, (min(sync) + min(plain)) / 2
-        recovered = verdict(min(t1) >= low[0], max(t1) < low[1])
-        note = f"midpoint {low[1]:.3f}..{low[0]:.3f}"
-    else:
-        recovered, note = NOT_SEPARABLE, "no separated damage to recover"
-    out.append(_claim(f"{first + 2 if full else first + 1}", f"T1 recovers most of it ({at})",
-                      "async + T1 above the midpoint of async and 1F1B", recovered,
-                      f"async + T1 {_show(t1)}; {note}"))
+    at = f"{study}, P = {P}, {results['studies'][study]['planned_steps']} updates"
+    out = [_worse(first, f"async degrades at fine granularity ({at})", "async", q[ASYNC],
+                  "1F1B", q[SYNC], d, c)]
+    out[-1]["numbers"] += (f"; async diverged {rows[ASYNC]['diverged_seeds']}/"
+                           f"{len(q[ASYNC])}")  # fmt: skip
+    if T1 in q:
+        out.append(_recovers(recover, f"T1 recovers most of it ({at})",
+                             q[T1], q[ASYNC], q[SYNC], c))
     if full:
-        out.append(_claim(f"{first + 3}", f"T2 helps on its own ({at})", "async + T2 > async",
-                          above(q[T2], plain), f"async + T2 {_show(q[T2])}, async {_show(plain)}"))
-        out.append(_claim(f"{first + 4}", f"T2 adds to T1 ({at})",
-                          "async + T1 + T2 > async + T1", above(q[T1T2], t1),
-                          f"async + T1 + T2 {_show(q[T1T2])}, async + T1 {_show(t1)}"))
-        out.append(_claim(f"{first + 5}", f"warm-up adds to T1 + T2 ({at})",
-                          "PipeMare-W > async + T1 + T2", above(q[PMW], q[T1T2]),
-                          f"PipeMare-W {_show(q[PMW])}, async + T1 + T2 {_show(q[T1T2])}"))
-    out.append(_claim(f"{first + 6 if full else first + 2}",
-                      f"PipeMare-W reaches sync quality ({at})", f"PipeMare-W >= 1F1B - {d}",
-                      at_least(q[PMW], sync, d), f"PipeMare-W {_show(q[PMW])}, 1F1B {_show(sync)}"))
+        if T2 in q:
+            out.append(_better("4", f"T2 helps on its own ({at})", "async + T2", q[T2], "async",
+                               q[ASYNC], c))
+        if T1T2 in q and T1 in q:
+            out.append(_better("5", f"T2 adds to T1 ({at})", "async + T1 + T2", q[T1T2],
+                               "async + T1", q[T1], c))
+        if T1T2 in q and PMW in q:
+            out.append(_better("6", f"warm-up adds to T1 + T2 ({at})", "PipeMare-W", q[PMW],
+                               "async + T1 + T2", q[T1T2], c))
+    if PMW in q:
+        out.append(_reaches(reach, f"PipeMare-W reaches sync quality "
+                            f"({at})", q[PMW], q[SYNC], d, c))
     return out
+
+
+def _granularity_claim(results: dict) -> list[dict]:
+    config = next(s for s in results["config"]["studies"] if s["name"] == "resnet")
+    coarse, fine = config["granularities"][0], config["granularities"][-1]
+    if coarse == fine:
+        return []
+    a = qualities(cell_rows(results, "resnet", P=coarse)[ASYNC])
+    b = qualities(cell_rows(results, "resnet", P=fine)[ASYNC])
+    steps = results["studies"]["resnet"]["planned_steps"]
+    return [_better("2", f"... and more as stages get finer (resnet, {steps} updates)",
+                    f"async at P = {coarse}", a, f"async at P = {fine}", b, _confidence(results))]
 
 
 def _weight_bytes(row: dict) -> int:
@@ -118,60 +164,58 @@ def _weight_bytes(row: dict) -> int:
     return sum(m.get(k, 0) for k in ("weights", "stash", "t2_buffer", "optimizer"))
 
 
-def _memory_claim(results: dict) -> dict:
-    P = results["config"]["resnet"]["granularities"][-1]
-    rows = _grid(results, "resnet", P)
+def _memory_claim(results: dict) -> list[dict]:
+    rows = cell_rows(results, "resnet_long")
+    if PIPEDREAM not in rows or PMW not in rows:
+        return []
+    P = rows[SYNC]["P"]
     pmw, dream, sync = (_weight_bytes(rows[k]) for k in (PMW, PIPEDREAM, SYNC))
     stash = rows[PMW]["memory_bytes"].get("stash", 0)
-    return _claim("8", f"memory: no stash, less than PipeDream (resnet, P = {P})",
-                  "PipeMare-W weights + stash + T2 buffer + optimizer < PipeDream's; stash 0",
-                  "held" if pmw < dream and stash == 0 else "did not hold",
-                  f"PipeMare-W {pmw} B (stash {stash}), PipeDream {dream} B "
-                  f"({dream / pmw:.2f}x), 1F1B {sync} B; activations: PipeMare-W "
-                  f"{rows[PMW]['memory_bytes'].get('activations', 0)} B, PipeDream "
-                  f"{rows[PIPEDREAM]['memory_bytes'].get('activations', 0)} B, 1F1B "
-                  f"{rows[SYNC]['memory_bytes'].get('activations', 0)} B")
+    return [_claim("8", f"memory: no stash, less than PipeDream (resnet_long, P = {P})",
+                   "PipeMare-W weights + stash + T2 buffer + optimizer < PipeDream's; stash 0",
+                   HELD if pmw < dream and stash == 0 else NOT_HELD,
+                   f"PipeMare-W {pmw} B (stash {stash}), PipeDream {dream} B "
+                   f"({dream / pmw:.2f}x), 1F1B {sync} B; activations: PipeMare-W "
+                   f"{rows[PMW]['memory_bytes'].get('activations', 0)} B, PipeDream "
+                   f"{rows[PIPEDREAM]['memory_bytes'].get('activations', 0)} B, 1F1B "
+                   f"{rows[SYNC]['memory_bytes'].get('activations', 0)} B")]
 
 
 def _utilization_claim(results: dict) -> dict:
-    config = results["config"]["resnet"]
-    P, N = config["granularities"][-1], config["num_microbatches"]
-    rows = _grid(results, "resnet", P)
+    rows = cell_rows(results, "resnet_long")
+    P, N = rows[SYNC]["P"], rows[SYNC]["num_microbatches"]
     a, s = (rows[k]["utilization"]["utilization"] for k in (ASYNC, SYNC))
     w = rows[PMW]["utilization"]["utilization"]
-    return _claim("9", f"utilization near 1 where sync pays the bubble (resnet, P = {P})",
-                  "simulated utilization: async > 1F1B", "held" if a > s else "did not hold",
+    return _claim("9", f"utilization near 1 where sync pays the bubble (resnet_long, P = {P})",
+                  "simulated utilization: async > 1F1B", HELD if a > s else NOT_HELD,
                   f"async {a:.3f}, 1F1B {s:.3f} (ratio {a / s:.2f}, formula (N + P - 1) / N = "
                   f"{(N + P - 1) / N:.2f}); PipeMare-W with its flushed warm-up {w:.3f}")
 
 
 def _stalest_claims(results: dict) -> list[dict]:
-    P = results["config"]["resnet"]["granularities"][-1]
-    row = _grid(results, "resnet", P)[ASYNC]
+    row = cell_rows(results, "resnet_long")[ASYNC]
+    P = row["P"]
     quarter = max(1, P // 4)
     stale, fresh = set(range(quarter)), set(range(P - quarter, P))
-    seeds_with_onset, ok, firsts = 0, 0, []
+    with_onset, ok, firsts = 0, 0, []
     for s in row["seeds"]:
-        onsets = s["blowup_onset"]
-        known = [k for k in onsets if k is not None]
+        known = [k for k in s["blowup_onset"] if k is not None]
         if not known:
             firsts.append("none")
             continue
         first = min(known)
-        stages = [i for i, k in enumerate(onsets) if k == first]
+        stages = [i for i, k in enumerate(s["blowup_onset"]) if k == first]
         firsts.append(f"stage(s) {','.join(map(str, stages))} at update {first}")
-        seeds_with_onset += 1
+        with_onset += 1
         ok += set(stages) <= stale
-    if seeds_with_onset == 0:
-        onset_verdict = NOT_SEPARABLE
-    else:
-        onset_verdict = verdict(ok == seeds_with_onset, ok == 0)
-    onset = _claim("10a", f"the stalest stages fail first (resnet async, P = {P})",
-                   f"earliest blow-up onset (update norm >= {results['config']['blowup_factor']:g}"
-                   f"x sync's, or non-finite) among stages 0..{quarter - 1} in every seed "
-                   "that has one", onset_verdict,
+    outcome = NOT_SEPARABLE if not with_onset else (
+        HELD if ok == with_onset else NOT_HELD if ok == 0 else NOT_SEPARABLE)
+    onset = _claim("10a", f"the stalest stages fail first (resnet_long async, P = {P})",
+                   f"earliest blow-up onset (update norm >= "
+                   f"{results['config']['blowup_factor']:g}x sync's, or non-finite) among "
+                   f"stages 0..{quarter - 1} in every seed that has one", outcome,
                    "; ".join(f"seed {s['seed']}: {f}" for s, f in zip(row["seeds"], firsts))
-                   + ("" if seeds_with_onset else " (nothing to locate)"))
+                   + ("" if with_onset else " (nothing to locate)"))
     stale_more, shown = 0, []
     for s in row["seeds"]:
         ex = s["excess"]
@@ -184,17 +228,122 @@ def _stalest_claims(results: dict) -> list[dict]:
         stale_more += ma > mb
         shown.append(f"seed {s['seed']}: {ma:.3g} vs {mb:.3g}")
     n = len(row["seeds"])
-    excess = _claim("10b", f"the stalest stages leave sync's path most (resnet async, P = {P})",
+    excess = _claim("10b", f"the stalest stages leave sync's path most (resnet_long async, "
+                    f"P = {P})",
                     f"mean excess update norm (rms async / rms sync) of stages 0..{quarter - 1} "
                     f"> that of stages {P - quarter}..{P - 1}, in every seed",
-                    verdict(stale_more == n, stale_more == 0), "; ".join(shown))
+                    HELD if stale_more == n else NOT_HELD if stale_more == 0 else NOT_SEPARABLE,
+                    "; ".join(shown))
     return [onset, excess]
+
+
+def _factor_claims(results: dict) -> list[dict]:
+    c = _confidence(results)
+    rows = cell_rows(results, "resnet_long")
+    out = []
+    for label, short in sorted(cell_rows(results, "resnet_long", "horizon"),
+                               key=lambda cell: cell[0] != T1):
+        if short != 0.25 or label not in rows:
+            continue
+        name = "async + T1" if label == T1 else "PipeMare-W"
+        out.append(_better(f"14{'a' if label == T1 else 'b'}", f"the horizon matters: {name} "
+                           "with T1 over the whole asynchronous phase beats K = 1/4 of the run",
+                           f"{name} (K whole phase)", qualities(rows[label]),
+                           f"{name} (K = 1/4)",
+                           qualities(cell_rows(results, "resnet_long", "horizon")[(label, short)]),
+                           c))  # fmt: skip
+    warm = cell_rows(results, "resnet_long", "warmup")
+    default = results["config"]["warmup_fraction"]
+    for (_label, fraction), row in sorted(warm.items()):
+        out.append(_better("15", f"a longer synchronous warm-up helps PipeMare-W ({default:g} "
+                           f"of the run against {fraction:g})", f"warm-up {default:g}",
+                           qualities(rows[PMW]), f"warm-up {fraction:g}", qualities(row), c))
+    return out
 
 
 def claims(results: dict) -> list[dict]:
     """Every claim the stored rows can test (the quick run lacks some cells)."""
-    out = _quality_claims(results, "resnet", 1, full=True)
-    out += [_memory_claim(results), _utilization_claim(results)]
-    out += _stalest_claims(results)
-    out += _quality_claims(results, "transformer", 11, full=False)
+    studies = results["studies"]
+    out = _quality_claims(results, "resnet_long")
+    out[1:1] = _granularity_claim(results)
+    out += _memory_claim(results) + [_utilization_claim(results)] + _stalest_claims(results)
+    for suffix, study in (("", "transformer"), ("w", "transformer_warm")):
+        if study in studies:
+            out += _quality_claims(results, study, suffix)
+    out += _factor_claims(results)
     return out
+
+
+# --------------------------------------------------------------------------- the prediction
+
+
+def _sharpness_by_seed(results: dict) -> dict[int, list]:
+    for r in results["rows"]:
+        if r["study"] == "resnet_long" and r["sweep"] == "curvature":
+            return {s["seed"]: s["sharpness"] for s in r["seeds"]}
+    return {}
+
+
+def predictions(results: dict) -> list[dict]:
+    """For every T1 cell of ``resnet_long``, each seed's predicted and measured blow-up
+    onset (see the module docstring of :mod:`~pipemare_lite.experiments.paper_shape`)."""
+    from pipemare_lite.analysis.stage_lr import stage_lrs
+    from pipemare_lite.analysis.theory import momentum_stability_bound
+
+    sharpness = _sharpness_by_seed(results)
+    if not sharpness:
+        return []
+    config = next(s for s in results["config"]["studies"] if s["name"] == "resnet_long")
+    steps = results["studies"]["resnet_long"]["planned_steps"]
+    tolerance = results["config"]["onset_tolerance"] * steps
+    momentum = config["momentum"] or 0.0
+    bounds: dict[int, float] = {}
+    out = []
+    for r in results["rows"]:
+        if r["study"] != "resnet_long" or not r.get("t1") or not r["seeds"]:
+            continue
+        if r["sweep"] not in ("grid", "horizon", "warmup"):
+            continue
+        start = r["warmup_minibatches"]
+        horizon = r["t1_horizon"] or steps - start
+        per_seed = []
+        for s in r["seeds"]:
+            taus = [max(1, int(t)) for t in s["forward_delay_max"]]
+            for tau in set(taus):
+                if tau not in bounds:
+                    bounds[tau] = momentum_stability_bound(tau, momentum)
+            lrs = stage_lrs(r["lr"], taus, steps, horizon=horizon, start=start,
+                            schedule="cosine", warmup=r["lr_warmup"])  # fmt: skip
+            curve = sharpness.get(s["seed"], sharpness[min(sharpness)])
+            predicted, stage = _first_crossing(lrs, taus, curve, bounds, start)
+            onsets = [k for k in (s["blowup_onset"] or []) if k is not None]
+            measured = min(onsets) if onsets else None
+            agree = (predicted is None and measured is None) or (
+                predicted is not None and measured is not None
+                and abs(predicted - measured) <= tolerance)  # fmt: skip
+            per_seed.append({"seed": s["seed"], "predicted": predicted, "predicted_stage": stage,
+                             "measured": measured, "agree": agree,
+                             "sharpness_seed": s["seed"] if s["seed"] in sharpness
+                             else min(sharpness)})  # fmt: skip
+        out.append({"label": r["label"], "sweep": r["sweep"], "t1_k_fraction": r["t1_k_fraction"],
+                    "t1_horizon": horizon, "warmup_minibatches": start, "seeds": per_seed,
+                    "agreeing": sum(p["agree"] for p in per_seed), "of": len(per_seed),
+                    "tolerance_updates": tolerance,
+                    "bounds": {str(t): bounds[t] for t in sorted(bounds)}})  # fmt: skip
+    return out
+
+
+def _first_crossing(lrs, taus, curve, bounds, start) -> tuple[int | None, int | None]:
+    """First update >= ``start`` at which some stage's ``lr * lam`` reaches its bound, and
+    the stage (the stalest on a tie); ``curve``: ``[[step, [lam_s ...]], ...]``, each value
+    held until the next measurement."""
+    marks = [step for step, _ in curve]
+    j = 0
+    for k in range(start, len(lrs[0])):
+        while j + 1 < len(marks) and marks[j + 1] <= k:
+            j += 1
+        lams = curve[j][1]
+        for s, tau in enumerate(taus):
+            if lrs[s][k] * lams[s] >= bounds[tau] and math.isfinite(lams[s]):
+                return k, s
+    return None, None

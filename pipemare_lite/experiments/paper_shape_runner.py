@@ -1,11 +1,11 @@
 """Running paper-shape's cells (chapter 10): every distinct training run once, in 1+ processes.
 
-:func:`pipemare_lite.experiments.paper_shape.run` plans cells (a row at one P, all its
-seeds) with :meth:`CellRunner.plan`, trains what is planned with
+:func:`pipemare_lite.experiments.paper_shape.run` plans cells (a row or a factor's value of
+one study at one P, all its seeds) with :meth:`CellRunner.plan`, trains what is planned with
 :meth:`CellRunner.run_planned`, then assembles each cell's JSON-ready row with
-:meth:`CellRunner.row`. A run is identified by what it computes (model, P, lr, the row's
-settings, seed), so a cell that repeats another's runs (the sync row at the sweep's P, the
-sweeps' default values, the check cell's first seeds) reuses them.
+:meth:`CellRunner.row`. A run is identified by what it computes (study, P, lr, the row's
+settings, seed, and whether it measures sharpness), so a cell that repeats another's runs
+(the sync row at the sweep's P, the check cell's first seeds) reuses them.
 
 Processes. ``jobs=1`` trains in this process; ``jobs > 1`` in that many spawned worker
 processes, each with one torch thread. A run's numbers depend only on its settings, never
@@ -13,9 +13,9 @@ on the process or the order runs finish in (the check of the stored results reli
 The stage evidence needs the sync run of the same seed, so it is computed here, after
 training, from the update norms the runs return.
 
-Progress: a tqdm bar on ``log`` whose units are planned training steps (times the row's
-microbatches per step relative to the model's N), so its ETA weighs a run by its cost; a
-line per finished run.
+Progress: a tqdm bar on ``log`` whose units are planned training steps weighted by the
+run's cost per step (microbatches times stages, relative to the study's sync at P = 2), so
+its ETA weighs a run by its cost; a line per finished run.
 """
 
 from __future__ import annotations
@@ -31,17 +31,18 @@ class Job:
     """One training run: what it computes (``key``) and what the log calls it."""
 
     quick: bool
-    model: str
+    study: str
     P: int
     lr: float
     spec: tuple  # sorted items of paper_shape.run_settings(...)
     seed: int
     label: str
+    measure_sharpness: bool = False
 
     @property
     def key(self) -> tuple:
         """What identifies the run's numbers."""
-        return (self.model, self.P, self.lr, self.spec, self.seed)
+        return (self.study, self.P, self.lr, self.spec, self.seed, self.measure_sharpness)
 
 
 _DATA: dict = {}  # per process: model name -> dataset
@@ -50,27 +51,35 @@ _DATA: dict = {}  # per process: model name -> dataset
 def run_job(job: Job) -> tuple[dict, list, list, float]:
     """Train one run (in whichever process); its outcome, update norms, losses, CPU seconds."""
     config = paper_shape.config_for(job.quick)
-    setting = paper_shape.setting_named(config, job.model)
+    study = config.study(job.study)
     cpu = time.process_time()
     with record.torch_threads(paper_shape.THREADS):
-        if job.model not in _DATA:
-            _DATA[job.model] = paper_shape.load_data(setting)
-        history = paper_shape.train(setting, _DATA[job.model], dict(job.spec), job.P, job.lr,
-                                    job.seed)  # fmt: skip
-    result = paper_shape.outcome(job.seed, history, setting)
+        if study.model not in _DATA:
+            _DATA[study.model] = paper_shape.load_data(study)
+        data, spec = _DATA[study.model], dict(job.spec)
+        if job.measure_sharpness:
+            history, sharpness = paper_shape.train_measuring_sharpness(
+                study, data, spec, job.P, job.lr, job.seed)
+        else:
+            history = paper_shape.train(study, data, spec, job.P, job.lr, job.seed)
+    result = paper_shape.outcome(job.seed, history, study, config.loss_blowup)
+    if job.measure_sharpness:
+        result["sharpness"] = sharpness
     return result, history.stage_update_norm, history.loss, time.process_time() - cpu
 
 
 @dataclass
 class _Cell:
-    setting: object
-    sweep: str
-    P: int
-    label: str
+    study: object
+    plan: object  # paper_shape.CellPlan
     lr: float
     spec: dict
     jobs: list
     owned: list  # the jobs this cell was the first to plan (their CPU counts here)
+
+
+def _items(spec: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in spec.items() if k != "not_run"))
 
 
 class CellRunner:
@@ -81,10 +90,13 @@ class CellRunner:
         if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
             raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
         self.config, self.quick, self.jobs, self.log = config, quick, jobs, log
-        self.data = {s.name: paper_shape.load_data(s) for s in config.settings()}
+        self.data = {}
+        for study in config.studies:
+            if study.model not in self.data:
+                self.data[study.model] = paper_shape.load_data(study)
         self.done: dict[tuple, tuple[dict, list, list, float]] = {}
         self.planned: dict[tuple, Job] = {}
-        self.units: dict[tuple, int] = {}
+        self.units: dict[tuple, float] = {}
         self.utilizations: dict[tuple, dict] = {}
         self.runs, self.child_cpu = 0, 0.0
         self._pool, self._bar, self._progress = None, None, progress
@@ -94,34 +106,43 @@ class CellRunner:
 
     def __exit__(self, *exc) -> None:
         if self._pool is not None:
-            self._pool.shutdown()
+            self._pool.shutdown(cancel_futures=True)
         if self._bar is not None:
             self._bar.close()
 
+    def _steps(self, study) -> int:
+        return paper_shape.planned_steps(study, self.data[study.model])
+
     # ------------------------------------------------------------------ planning
-    def plan(self, setting, sweep: str, P: int, label: str, k_fraction, gamma, seeds, *,
-             lr: float) -> _Cell:
-        """Plan one cell; its runs are trained by the next :meth:`run_planned`."""
-        steps = paper_shape.planned_steps(setting, self.data[setting.name])
-        spec = paper_shape.run_settings(self.config, setting, label, P, steps,
-                                        k_fraction=k_fraction, gamma=gamma)  # fmt: skip
-        cell = _Cell(setting, sweep, P, label, lr, spec, [], [])
+    def plan(self, cell, *, lr: float) -> _Cell:
+        """Plan one cell (a :class:`~pipemare_lite.experiments.paper_shape.CellPlan`); its
+        runs are trained by the next :meth:`run_planned`."""
+        study = self.config.study(cell.study)
+        steps = self._steps(study)
+        spec = paper_shape.run_settings(self.config, study, cell.label, cell.P, steps,
+                                        k_fraction=cell.k_fraction,
+                                        warmup_fraction=cell.warmup_fraction)  # fmt: skip
+        planned = _Cell(study, cell, lr, spec, [], [])
         if spec["not_run"]:
-            return cell
-        items = tuple(sorted((k, v) for k, v in spec.items() if k != "not_run"))
-        for seed in seeds:
-            job = Job(self.quick, setting.name, P, lr, items, seed, label)
-            cell.jobs.append(job)
+            return planned
+        measure = cell.sweep == "curvature"
+        # cost per step ~ actions: microbatches x stages (a P = 2 sync step is 1 unit)
+        cost = spec["num_microbatches"] * (cell.P + 2) / (study.num_microbatches * 4)
+        for seed in cell.seeds:
+            job = Job(self.quick, study.name, cell.P, lr, _items(spec), seed, cell.label,
+                      measure)  # fmt: skip
+            planned.jobs.append(job)
             if job.key not in self.done and job.key not in self.planned:
                 self.planned[job.key] = job
-                self.units[job.key] = steps * spec["num_microbatches"] // setting.num_microbatches
-                cell.owned.append(job.key)
-        return cell
+                self.units[job.key] = steps * cost * (2 if measure else 1)
+                planned.owned.append(job.key)
+        return planned
 
     # ------------------------------------------------------------------ training
     def run_planned(self) -> None:
-        """Train every planned run (in order in one process, or across ``jobs`` workers)."""
-        todo = list(self.planned.values())
+        """Train every planned run (in order in one process, or across ``jobs`` workers);
+        the costliest first, so that the last minutes are not one long run alone."""
+        todo = sorted(self.planned.values(), key=lambda j: -self.units[j.key])
         self.planned = {}
         if self._progress and self._bar is None:
             from tqdm.auto import tqdm
@@ -129,7 +150,7 @@ class CellRunner:
             self._bar = tqdm(desc="paper-shape", unit="step", file=self.log, mininterval=2.0,
                              dynamic_ncols=True, total=0)  # fmt: skip
         if self._bar is not None:
-            self._bar.total += sum(self.units[j.key] for j in todo)
+            self._bar.total += round(sum(self.units[j.key] for j in todo))
             self._bar.refresh()
         if self.jobs == 1:
             for job in todo:
@@ -153,76 +174,83 @@ class CellRunner:
         outcome, cpu = result[0], result[3]
         if not in_process:
             self.child_cpu += cpu
-        text = (f"  {job.model} P={job.P} {job.label} lr={job.lr} seed {job.seed}: accuracy "
-                f"{outcome['final_accuracy']:.4f}"
-                + (f", diverged at step {outcome['divergence_step']}" if outcome["diverged"]
-                   else "") + f" ({cpu:.1f} CPU-s)")  # fmt: skip
+        how = ""
+        if outcome["diverged_non_finite"]:
+            how = f", diverged (non-finite) at step {outcome['divergence_step']}"
+        elif outcome["diverged_loss_rule"]:
+            how = ", diverged (loss rule)"
+        text = (f"  {job.study} P={job.P} {job.label} lr={job.lr} seed {job.seed}"
+                f"{' (sharpness)' if job.measure_sharpness else ''}: quality "
+                f"{outcome['quality']:.4f}{how} ({cpu:.1f} CPU-s)")  # fmt: skip
         if self._bar is not None:
-            self._bar.update(self.units[job.key])
+            self._bar.update(round(self.units[job.key]))
             self._bar.write(text, file=self.log)
         elif self.log is not None:
             print(text, file=self.log, flush=True)
 
     # ------------------------------------------------------------------ assembling
-    def _sync_norms(self, job: Job):
-        steps = paper_shape.planned_steps(
-            paper_shape.setting_named(self.config, job.model), self.data[job.model])
-        setting = paper_shape.setting_named(self.config, job.model)
-        spec = paper_shape.run_settings(self.config, setting, paper_shape.SYNC, job.P, steps)
-        items = tuple(sorted((k, v) for k, v in spec.items() if k != "not_run"))
-        key = (job.model, job.P, job.lr, items, job.seed)
+    def _sync_result(self, study, P: int, lr: float, seed: int) -> tuple:
+        spec = paper_shape.run_settings(self.config, study, paper_shape.SYNC, P,
+                                        self._steps(study))  # fmt: skip
+        key = (study.name, P, lr, _items(spec), seed, False)
         if key not in self.done:
             raise RuntimeError(f"no sync run for {key}: plan the grid's 1F1B row first")
-        return self.done[key][1]
+        return self.done[key]
 
     def row(self, cell: _Cell) -> dict:
         """The cell's JSON-ready row: settings, per-seed outcomes (with stage evidence for
         the asynchronous rows), summaries over seeds, peak bytes, simulated utilization."""
-        spec, setting = cell.spec, cell.setting
-        row = {"model": setting.name, "sweep": cell.sweep, "P": cell.P, "label": cell.label,
-               "lr": cell.lr, **spec}  # fmt: skip
+        spec, study, plan = cell.spec, cell.study, cell.plan
+        row = {"study": study.name, "model": study.model, "sweep": plan.sweep, "P": plan.P,
+               "label": plan.label, "lr": cell.lr, **spec}  # fmt: skip
         if spec["not_run"]:
             return {**row, "utilization": None, "memory_bytes": None, "forward_delay_max": None,
                     "summary": None, "diverged_seeds": 0, "seeds": [], "cpu_seconds": 0.0}
         seeds = []
         for job in cell.jobs:
-            outcome, norms, _, _ = self.done[job.key]
+            outcome, norms, losses, _ = self.done[job.key]
             outcome = dict(outcome)
-            if cell.label != paper_shape.SYNC:
-                sync = self._sync_norms(job)
+            if plan.label != paper_shape.SYNC:
+                sync = self._sync_result(study, plan.P, cell.lr, job.seed)[1]
                 outcome["blowup_onset"] = stage_evidence.blowup_onset(
                     norms, sync, self.config.blowup_factor)
                 outcome["excess"] = stage_evidence.excess(norms, sync)
+            elif job.measure_sharpness:  # measuring must not have changed the training
+                plain = self._sync_result(study, plan.P, cell.lr, job.seed)[2]
+                outcome["losses_bitwise_equal_unmeasured"] = losses == plain
             seeds.append(outcome)
         memory: dict[str, int] = {}  # peak over seeds (a diverged seed may stop before it)
         for s in seeds:
             for kind, value in s["memory_bytes"].items():
                 memory[kind] = max(memory.get(kind, 0), value)
-        steps = paper_shape.planned_steps(setting, self.data[setting.name])
-        util_key = (spec["method"], cell.P, spec["num_microbatches"], steps,
+        util_key = (spec["method"], plan.P, spec["num_microbatches"], self._steps(study),
                     spec["warmup_minibatches"])  # fmt: skip
         if util_key not in self.utilizations:
             self.utilizations[util_key] = paper_shape.utilization(*util_key)
+        summary = {k: record.seed_summary([s[k] for s in seeds])
+                   for k in paper_shape.SUMMARY_METRICS}  # fmt: skip
+        summary["quality"]["interval"] = record.mean_interval(
+            [s["quality"] for s in seeds], self.config.confidence)
         return {
             **row,
             "utilization": self.utilizations[util_key],
             "memory_bytes": memory,
             "forward_delay_max": seeds[0]["forward_delay_max"],
-            "summary": {k: record.seed_summary([s[k] for s in seeds])
-                        for k in paper_shape.SUMMARY_METRICS},  # fmt: skip
+            "summary": summary,
             "diverged_seeds": sum(bool(s["diverged"]) for s in seeds),
+            "diverged_non_finite": sum(bool(s["diverged_non_finite"]) for s in seeds),
+            "diverged_loss_rule": sum(bool(s["diverged_loss_rule"]) for s in seeds),
             "seeds": seeds,
             "cpu_seconds": round(sum(self.done[k][3] for k in cell.owned), 2),
         }
 
-    def sync_same_at_every_p(self, setting, lr: float) -> bool:
-        """Whether 1F1B's training losses are bitwise the same at every P, for every seed."""
-        steps = paper_shape.planned_steps(setting, self.data[setting.name])
-        losses = {}
-        for P in setting.granularities:
-            spec = paper_shape.run_settings(self.config, setting, paper_shape.SYNC, P, steps)
-            items = tuple(sorted((k, v) for k, v in spec.items() if k != "not_run"))
+    def sync_same_at_every_p(self, study, lr: float) -> bool | None:
+        """Whether 1F1B's training losses are bitwise the same at every P of the study and
+        at the sweep's P, for every seed (None: only one P was run)."""
+        ps = sorted({*study.granularities, study.sweep_P})
+        losses: dict[int, set] = {}
+        for P in ps:
             for seed in self.config.seeds:
                 losses.setdefault(seed, set()).add(
-                    tuple(self.done[(setting.name, P, lr, items, seed)][2]))
-        return all(len(v) == 1 for v in losses.values())
+                    tuple(self._sync_result(study, P, lr, seed)[2]))
+        return all(len(v) == 1 for v in losses.values()) if len(ps) > 1 else None

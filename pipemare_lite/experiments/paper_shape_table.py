@@ -1,17 +1,15 @@
 """The paper-shape results as markdown tables (chapter 10 shows them; plain Python, no torch).
 
-Every number comes from the stored results: mean [min, max] over seeds, a diverged seed
-shown in the count of diverged seeds (and counted as accuracy 0 by the verdicts only).
+Every number comes from the stored results. A row's quality is mean (95 % interval) [min,
+max] over seeds, a diverged seed counted as 0 (the one convention, see
+:mod:`pipemare_lite.experiments.paper_shape`), with the diverged seeds counted by rule.
 """
 
 from __future__ import annotations
 
 import math
 
-LABELS = (
-    "1F1B (sync)", "PipeDream (stash)", "2BW", "async", "async + T1", "async + T2",
-    "async + T1 + T2", "PipeMare-W (T1 + T2 + warm-up)",
-)  # fmt: skip
+from pipemare_lite.experiments.paper_shape import LABELS, SYNC
 
 
 def _num(value, digits: int = 3) -> str:
@@ -37,71 +35,86 @@ def mean_range(summary: dict | None, digits: int = 3) -> str:
             f"{summary['max']:.{digits}f}]")  # fmt: skip
 
 
-def _accuracy_cell(row: dict) -> str:
+def quality_cell(row: dict) -> str:
+    """``mean (CI low..high) [min, max]``, then the diverged seeds by rule ('not run' when
+    the row did not run)."""
     if row["not_run"]:
         return "not run"
-    text = mean_range(row["summary"]["final_accuracy"])
+    q = row["summary"]["quality"]
+    low, high = q["interval"]
+    text = (f"{q['mean']:.3f} ({low:.3f}..{high:.3f}) [{q['min']:.3f}, {q['max']:.3f}] "
+            f"n={q['n']}")  # fmt: skip
     if row["diverged_seeds"]:
-        steps = [s["divergence_step"] for s in row["seeds"] if s["diverged"]]
-        text += f" (diverged {row['diverged_seeds']}/{len(row['seeds'])}: step " + \
-            ", ".join(map(str, steps)) + ")"
+        text += (f"; diverged {row['diverged_seeds']}/{q['n']} (non-finite "
+                 f"{row['diverged_non_finite']}, loss rule {row['diverged_loss_rule']})")
     return text
 
 
-def _rows(results: dict, model: str, sweep: str, P: int | None = None) -> list[dict]:
-    return [r for r in results["rows"] if r["model"] == model and r["sweep"] == sweep
+def _rows(results: dict, study: str, sweep: str, P: int | None = None) -> list[dict]:
+    return [r for r in results["rows"] if r["study"] == study and r["sweep"] == sweep
             and (P is None or r["P"] == P)]  # fmt: skip
 
 
-def _setting_line(results: dict, model: str) -> str:
-    cfg, part = results["config"][model], results["models"][model]
+def _study_config(results: dict, study: str) -> dict:
+    return next(s for s in results["config"]["studies"] if s["name"] == study)
+
+
+def _setting_line(results: dict, study: str) -> str:
+    cfg, part = _study_config(results, study), results["studies"][study]
     arch = ", ".join(f"{k} {v}" for k, v in cfg["architecture"].items())
     data = part["dataset"]
-    return (f"**{model}** ({arch}) on {data['name']} ({data['train']} train / {data['test']} "
-            f"test), {cfg['optimizer']}" + (f" momentum {cfg['momentum']}" if cfg["momentum"]
-                                           else "")
-            + f", cosine lr schedule, batch {cfg['batch_size']} = N {cfg['num_microbatches']} "
-            f"microbatches, {cfg['epochs']} epochs ({part['planned_steps']} steps), P in "
-            f"{_seq(cfg['granularities'])}; seeds {_seq(results['config']['seeds'])}. lr = "
+    warm = (f", linear lr warm-up over {cfg['lr_warmup_fraction']:g} of the run"
+            if cfg["lr_warmup_fraction"] else "")
+    return (f"**{study}**: {cfg['model']} ({arch}) on {data['name']} ({data['train']} train / "
+            f"{data['test']} test), {cfg['optimizer']}"
+            + (f" momentum {cfg['momentum']}" if cfg["momentum"] else "")
+            + f", cosine lr schedule{warm}, batch {cfg['batch_size']} = N "
+            f"{cfg['num_microbatches']} microbatches, {cfg['epochs']} epochs "
+            f"({part['planned_steps']} updates), P in {_seq(cfg['granularities'])}. lr = "
             f"{part['chosen_lr']}: {part['lr_rule']}. Sweep: "
-            + ", ".join(f"{e['lr']}: {mean_range(e['final_accuracy'])}"
+            + ", ".join(f"{e['lr']}: {mean_range(e['quality'])}"
                         + (f" ({e['diverged_seeds']} diverged)" if e["diverged_seeds"] else "")
                         for e in part["lr_sweep"])
-            + f". 1F1B bitwise the same at every P: {part['sync_bitwise_same_at_every_P']}.")
+            + (f". 1F1B bitwise the same at P = {cfg['sweep_P']} and every P of the study: "
+               f"{part['sync_bitwise_same_at_every_P']}."
+               if part["sync_bitwise_same_at_every_P"] is not None else "."))
 
 
-def _granularity_table(results: dict, model: str) -> list[str]:
-    ps = results["config"][model]["granularities"]
-    grid = {(r["P"], r["label"]): r for r in _rows(results, model, "grid")}
+def _grid_table(results: dict, study: str) -> list[str]:
+    ps = _study_config(results, study)["granularities"]
+    grid = {(r["P"], r["label"]): r for r in _rows(results, study, "grid")}
+    labels = [x for x in LABELS if any((p, x) in grid for p in ps)]
     lines = ["| row | " + " | ".join(f"P = {p}" for p in ps) + " |",
              "|---|" + "---|" * len(ps)]  # fmt: skip
-    for label in LABELS:
-        lines.append(f"| {label} | " + " | ".join(_accuracy_cell(grid[(p, label)]) for p in ps)
-                     + " |")
+    for label in labels:
+        lines.append(f"| {label} | " + " | ".join(
+            quality_cell(grid[(p, label)]) if (p, label) in grid else "-" for p in ps) + " |")
     delays = []
     for label in ("async", "PipeDream (stash)", "2BW"):
-        cells = [grid[(p, label)] for p in ps]
-        delays.append(f"{label} " + ", ".join(
-            f"P={c['P']}: {c['forward_delay_max'][0] if not c['not_run'] else '-'}" for c in cells))
+        cells = [grid[(p, label)] for p in ps if (p, label) in grid]
+        if cells:
+            delays.append(f"{label} " + ", ".join(
+                f"P={c['P']}: {c['forward_delay_max'][0] if not c['not_run'] else '-'}"
+                for c in cells))
     lines += ["", "Measured max forward delay of stage 0 (updates): " + "; ".join(delays) + "."]
     return lines
 
 
-def _detail_table(results: dict, model: str) -> list[str]:
-    P = results["config"][model]["granularities"][-1]
-    target = results["config"][model]["target_accuracy"]
-    lines = [f"| row (P = {P}) | test accuracy | test loss | steps to {target} | weights | "
+def _detail_table(results: dict, study: str) -> list[str]:
+    cfg = _study_config(results, study)
+    P = cfg["granularities"][-1]
+    lines = [f"| row (P = {P}) | test loss | steps to {cfg['target_accuracy']} | weights | "
              "stash | T2 buffer | optimizer | activations | utilization (sim.) | N |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in _rows(results, model, "grid", P):
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in _rows(results, study, "grid", P):
         if r["not_run"]:
-            lines.append(f"| {r['label']} | not run: {r['not_run']} |" + " |" * 9)
+            lines.append(f"| {r['label']} | not run: {r['not_run']} |" + " |" * 8)
             continue
         m, s = r["memory_bytes"], r["summary"]
         reached = s["steps_to_target"]
         missed = reached["non_finite"]
         lines.append(
-            f"| {r['label']} | {_accuracy_cell(r)} | {mean_range(s['final_loss'])} | "
+            f"| {r['label']} | {mean_range(s['final_loss'])} | "
             f"{mean_range(reached, 0)}{f' ({missed} never)' if missed else ''} | "
             f"{m.get('weights', 0)} | {m.get('stash', 0)} | {m.get('t2_buffer', 0)} | "
             f"{m.get('optimizer', 0)} | {m.get('activations', 0)} | "
@@ -109,24 +122,50 @@ def _detail_table(results: dict, model: str) -> list[str]:
     return lines
 
 
-def _sweep_table(results: dict, sweep: str, key: str, title: str) -> list[str]:
-    rows = _rows(results, "resnet", sweep)
+def _factor_table(results: dict, study: str) -> list[str]:
+    rows = _rows(results, study, "horizon") + _rows(results, study, "warmup")
     if not rows:
         return []
-    lines = [f"| {title} | test accuracy | test loss |", "|---|---|---|"]
+    lines = ["| cell | K (updates) | warm-up (updates) | quality |", "|---|---|---|---|"]
+    for r in _rows(results, study, "grid"):
+        if r.get("t1"):
+            lines.append(f"| {r['label']} (row: K = the whole asynchronous phase) | "
+                         f"{results['studies'][study]['planned_steps'] - r['warmup_minibatches']}"
+                         f" | {r['warmup_minibatches']} | {quality_cell(r)} |")
     for r in rows:
-        lines.append(f"| {_num(r[key], 4)} | {_accuracy_cell(r)} | "
-                     f"{mean_range(r['summary']['final_loss'])} |")
+        what = (f"K = {r['t1_k_fraction']:g} of the run" if r["sweep"] == "horizon"
+                else f"warm-up {r['warmup_fraction']:g} of the run")
+        lines.append(f"| {r['label']}, {what} | {r['t1_horizon'] or '-'} | "
+                     f"{r['warmup_minibatches']} | {quality_cell(r)} |")
     return lines
 
 
-def _evidence(results: dict) -> list[str]:
-    P = results["config"]["resnet"]["granularities"][-1]
-    lines = [f"Per-stage evidence, resnet at P = {P} (update norms against the 1F1B run of "
+def _prediction_table(results: dict) -> list[str]:
+    if not results.get("predictions"):
+        return []
+    first = results["predictions"][0]
+    lines = ["Stability bounds used (largest stable lr x lam, momentum heavy ball) by delay: "
+             + ", ".join(f"tau {t}: {b:.4g}" for t, b in first["bounds"].items()) + ".", "",
+             "| cell | K | W | seeds: predicted / measured onset (update) | agree |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for p in results["predictions"]:
+        what = p["label"] + ("" if p["sweep"] == "grid" else f" ({p['sweep']} cell)")
+        pairs = "; ".join(f"{s['seed']}: {_num(s['predicted'])} / {_num(s['measured'])}"
+                          for s in p["seeds"])  # fmt: skip
+        lines.append(f"| {what} | {p['t1_horizon']} | {p['warmup_minibatches']} | {pairs} | "
+                     f"{p['agreeing']}/{p['of']} |")
+    lines += ["", f"Agreement: both none, or within {first['tolerance_updates']:g} updates "
+              "(fixed in advance)."]
+    return lines
+
+
+def _evidence(results: dict, study: str) -> list[str]:
+    P = _study_config(results, study)["granularities"][-1]
+    lines = [f"Per-stage evidence, {study} at P = {P} (update norms against the 1F1B run of "
              "the same seed; onset: first update with norm >= "
              f"{results['config']['blowup_factor']:g}x sync's or non-finite):", ""]
-    for r in _rows(results, "resnet", "grid", P):
-        if r["label"] == "1F1B (sync)" or r["not_run"]:
+    for r in _rows(results, study, "grid", P):
+        if r["label"] == SYNC or r["not_run"]:
             continue
         parts = []
         for s in r["seeds"]:
@@ -137,15 +176,30 @@ def _evidence(results: dict) -> list[str]:
             bad = [k for k in s["first_non_finite_update"] if k is not None]
             non_finite = [i for i, k in enumerate(s["first_non_finite_update"])
                           if bad and k == min(bad)]  # fmt: skip
-            ex = [v for v in s["excess"] if v is not None]
             parts.append(f"seed {s['seed']}: onset "
                          + (f"stage(s) {','.join(map(str, stages))} at {first}" if known
                             else "none")
                          + (f", first non-finite stage(s) {','.join(map(str, non_finite))} at "
-                            f"{min(bad)}" if bad else "")
-                         + (f", excess stage 0 {_sci(s['excess'][0])} / stage {P - 1} "
-                            f"{_sci(s['excess'][-1])}" if ex else ""))
+                            f"{min(bad)}" if bad else ""))
         lines.append(f"- {r['label']}: " + "; ".join(parts))
+    return lines
+
+
+CONVENTION = (
+    "Quality: final test accuracy, a diverged seed (non-finite loss, or a last-window training "
+    "loss above the fixed multiple of the first window's) counted as 0 in every table, "
+    "interval and verdict. Cells: mean (95 % Student-t interval) [min, max] n=seeds. Memory: "
+    "peak bytes per kind measured by the executor, summed over stages (largest over seeds). "
+    "Utilization: the row's schedule over the whole run, simulated with F = 1, B = 2.")
+
+
+def verdict_table(results: dict) -> list[str]:
+    """The verdict table: one line per claim."""
+    lines = ["| # | claim | test (fixed in advance) | verdict | numbers |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for c in results["claims"]:
+        lines.append(f"| {c['number']} | {c['claim']} | {c['test']} | **{c['verdict']}** | "
+                     f"{c['numbers']} |")
     return lines
 
 
@@ -156,29 +210,22 @@ def markdown(results: dict) -> str:
              f"Regenerate with `{results['command']}` "
              f"({results['runs']} training runs, {results['wall_seconds']} s wall, "
              f"{results['cpu_seconds']} s CPU on the machine in the .meta.json).", "",
-             "## Verdicts against the paper's claims", "",
-             "| # | claim | test (fixed in advance) | verdict | numbers (mean [min, max] over "
-             "seeds) |", "|---|---|---|---|---|"]  # fmt: skip
-    for c in results["claims"]:
-        lines.append(f"| {c['number']} | {c['claim']} | {c['test']} | **{c['verdict']}** | "
-                     f"{c['numbers']} |")
-    for model in ("resnet", "transformer"):
-        lines += ["", f"## {model}", "", _setting_line(results, model), "",
-                  "Final test accuracy, mean [min, max] over seeds:", ""]
-        lines += _granularity_table(results, model)
-        lines += [""] + _detail_table(results, model)
-        lines += ["", "A diverged seed's accuracy and loss are its last evaluation (the "
-                  "weights when the loss turned non-finite); the verdicts count its accuracy "
-                  "as 0. Memory: peak bytes per kind measured by the executor, summed over "
-                  "stages (largest over seeds). Utilization: the row's schedule over the "
-                  "whole run, simulated with F = 1, B = 2."]
-    k = _sweep_table(results, "k", "t1_k_fraction", "T1 horizon K (fraction of the run)")
-    g = _sweep_table(results, "gamma", "gamma", "T2 gamma")
-    if k or g:
-        P = results["config"]["resnet"]["granularities"][-1]
-        lines += ["", f"## Sweeps at P = {P} (resnet)", "", "async + T1 over K:", ""] + k
-        lines += ["", "async + T1 + T2 over gamma (K = 1/4):", ""] + g
-    lines += ["", "## Where async goes wrong", ""] + _evidence(results)
-    timing = ", ".join(f"{m} {p['cpu_seconds']} s" for m, p in results["models"].items())
-    lines += ["", f"Training CPU time per model: {timing}; {results['jobs']} process(es)."]
+             CONVENTION, "", "## Verdicts against the paper's claims", ""]  # fmt: skip
+    lines += verdict_table(results)
+    prediction = _prediction_table(results)
+    if prediction:
+        lines += ["", "## T1's end predicted from chapter 06's bound (resnet_long)", ""]
+        lines += prediction
+    for study in results["studies"]:
+        lines += ["", f"## {study}", "", _setting_line(results, study), "",
+                  "Quality by row and P:", ""]
+        lines += _grid_table(results, study)
+        lines += [""] + _detail_table(results, study)
+        factors = _factor_table(results, study)
+        if factors:
+            lines += ["", "T1 horizon and warm-up length (factor cells):", ""] + factors
+        if study == "resnet_long":
+            lines += ["", "### Where async goes wrong", ""] + _evidence(results, study)
+    timing = ", ".join(f"{m} {p['cpu_seconds']} s" for m, p in results["studies"].items())
+    lines += ["", f"Training CPU time per study: {timing}; {results['jobs']} process(es)."]
     return "\n".join(lines) + "\n"

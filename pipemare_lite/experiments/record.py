@@ -12,7 +12,9 @@ stored result records
 
 and the check that re-runs one row (:func:`check_rerun`) works in one of two modes:
 
-- **bitwise**, when the current fingerprint equals the stored one: the re-run seed's
+- **bitwise**, when the current fingerprint's kernel part (:func:`kernel_fingerprint`: the
+  fp32 SIMD flags, torch's CPU capability, the libraries and threads, not the CPU's model
+  number) equals the stored one: the re-run seed's
   numbers must equal the stored ones exactly (same seed, same machine, same numbers);
 - **range**, on any other machine: each checked metric of the re-run must lie within the
   stored seeds' range ``[min, max]`` widened on each side by the margin of
@@ -59,6 +61,23 @@ SIMD_FLAGS = (
     "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512dq",
     "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",
     "amx_bf16", "amx_int8", "asimd", "sve", "sve2",
+)  # fmt: skip
+
+#: the flags among :data:`SIMD_FLAGS` that change float32 kernels: vector width and FMA. The
+#: VNNI, bf16, fp16 and AMX extensions serve int8 and low-precision kernels only (oneDNN and
+#: MKL pick fp32 code by AVX2 / AVX-512), so two CPUs that differ only there compute fp32
+#: training bitwise alike (seen: an EPYC with and one without ``avx_vnni`` reproduced the
+#: stored paper-shape run bitwise).
+FP32_KERNEL_FLAGS = (
+    "sse4_1", "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl",
+    "asimd", "sve", "sve2",
+)  # fmt: skip
+
+#: fingerprint fields that decide the kernels (and so the bitwise check); the others (CPU
+#: model number, numpy/scikit-learn/python versions, OS) are recorded but decide nothing
+KERNEL_FIELDS = (
+    "cpu_vendor", "machine", "torch_cpu_capability", "blas", "lapack", "mkl", "onednn",
+    "torch_commit", "torch_version", "torch_threads", "kernel_env",
 )  # fmt: skip
 
 #: environment variables that change which kernels run (recorded when set)
@@ -164,6 +183,14 @@ def fingerprint_differences(stored: dict, current: dict) -> list[str]:
         for k in keys
         if stored.get(k) != current.get(k)
     ]
+
+
+def kernel_fingerprint(fingerprint: dict) -> dict:
+    """The part of a :func:`machine_fingerprint` that decides the float32 kernels a run
+    takes: :data:`KERNEL_FIELDS` and the :data:`FP32_KERNEL_FLAGS` the CPU has."""
+    flags = set(fingerprint.get("cpu_simd_flags", []))
+    return {**{k: fingerprint.get(k) for k in KERNEL_FIELDS},
+            "fp32_simd_flags": [f for f in FP32_KERNEL_FLAGS if f in flags]}  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -280,6 +307,47 @@ def range_margin(values, *, alpha: float = ALPHA, floor: float = 0.0) -> float:
     return max(floor, student_t_quantile(1 - alpha / 2, n - 1) * sd * math.sqrt(1 + 1 / n))
 
 
+def _mean_and_variance(values) -> tuple[float, float, int]:
+    values = [float(v) for v in values]
+    n = len(values)
+    if n == 0 or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"an interval needs finite values, got {values!r}")
+    mean = math.fsum(values) / n
+    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    return mean, variance, n
+
+
+def mean_interval(values, confidence: float = 0.95) -> list[float]:
+    """``[low, high]``: the two-sided Student-t interval of the mean over seeds (one value,
+    or no spread: the point itself)."""
+    mean, variance, n = _mean_and_variance(values)
+    if n == 1 or variance == 0:
+        return [mean, mean]
+    half = student_t_quantile((1 + confidence) / 2, n - 1) * math.sqrt(variance / n)
+    return [mean - half, mean + half]
+
+
+def difference_interval(terms, confidence: float = 0.95) -> dict:
+    """A linear combination of row means, ``sum(c * mean(values))``, with its two-sided
+    Welch interval (Welch-Satterthwaite degrees of freedom, rounded down).
+
+    ``terms``: ``[(c, values), ...]``, e.g. ``[(1, x), (-1, y)]`` for ``mean(x) - mean(y)``
+    or ``[(1, x), (-0.5, a), (-0.5, s)]`` for x against the midpoint of a and s. Returns
+    ``{"estimate", "low", "high", "df"}`` (``df`` None when every term has no spread: the
+    interval is then the point).
+    """
+    parts = [(c, *_mean_and_variance(values)) for c, values in terms]
+    estimate = math.fsum(c * mean for c, mean, _, _ in parts)
+    pieces = [(c * c * variance / n, n) for c, _, variance, n in parts]
+    total = math.fsum(v for v, _ in pieces)
+    if total == 0:
+        return {"estimate": estimate, "low": estimate, "high": estimate, "df": None}
+    df = total**2 / math.fsum(v * v / (n - 1) for v, n in pieces if n > 1 and v > 0)
+    df = max(1, math.floor(df))
+    half = student_t_quantile((1 + confidence) / 2, df) * math.sqrt(total)
+    return {"estimate": estimate, "low": estimate - half, "high": estimate + half, "df": df}
+
+
 # ------------------------------------------------------------------------------ the check
 
 
@@ -335,7 +403,8 @@ def check_rerun(
         stored_seeds: the row's per-seed results as stored (each has ``seed_key``).
         rerun: the re-run's result for one of those seeds (same keys).
         stored_fingerprint, fingerprint: the writer's and this machine's
-            :func:`machine_fingerprint`; equal -> bitwise mode, else range mode.
+            :func:`machine_fingerprint`; equal :func:`kernel_fingerprint` -> bitwise mode,
+            else range mode.
         metrics: keys checked against the widened seed range in range mode.
         exact_keys: keys compared exactly in range mode too (what no kernel changes).
         floors: per-metric smallest margin (see :func:`range_margin`).
@@ -351,7 +420,8 @@ def check_rerun(
     missing = [k for k in (*metrics, *exact_keys) if k not in stored or k not in rerun]
     if missing:
         raise ValueError(f"keys {missing} missing from the stored or the re-run result")
-    differences = fingerprint_differences(stored_fingerprint, fingerprint)
+    differences = fingerprint_differences(kernel_fingerprint(stored_fingerprint),
+                                          kernel_fingerprint(fingerprint))  # fmt: skip
     lines: list[str] = []
     if not differences:
         keys = sorted(set(stored) | set(rerun))
