@@ -285,8 +285,9 @@ def _sharpness_by_seed(results: dict) -> dict[int, list]:
 
 
 def predictions(results: dict) -> list[dict]:
-    """For every T1 cell of ``resnet_long``, each seed's predicted and measured blow-up
-    onset (see the module docstring of :mod:`~pipemare_lite.experiments.paper_shape`)."""
+    """For every T1 cell of ``resnet_long``, each seed's measured blow-up onset beside the
+    onsets the two rules predict (see :mod:`~pipemare_lite.experiments.paper_shape`'s
+    docstring): ``any_update`` (as first designed) and ``after_anneal`` (the amendment)."""
     from pipemare_lite.analysis.stage_lr import stage_lrs
     from pipemare_lite.analysis.theory import momentum_stability_bound
 
@@ -315,22 +316,29 @@ def predictions(results: dict) -> list[dict]:
             lrs = stage_lrs(r["lr"], taus, steps, horizon=horizon, start=start,
                             schedule="cosine", warmup=r["lr_warmup"])  # fmt: skip
             curve = sharpness.get(s["seed"], sharpness[min(sharpness)])
-            predicted, stage = _first_crossing(lrs, taus, curve, bounds, start)
             onsets = [k for k in (s["blowup_onset"] or []) if k is not None]
             measured = min(onsets) if onsets else None
-            agree = (predicted is None and measured is None) or (
-                predicted is not None and measured is not None
-                and abs(predicted - measured) <= tolerance)  # fmt: skip
-            per_seed.append({"seed": s["seed"], "predicted": predicted, "predicted_stage": stage,
-                             "measured": measured, "agree": agree,
-                             "sharpness_seed": s["seed"] if s["seed"] in sharpness
-                             else min(sharpness)})  # fmt: skip
+            entry = {"seed": s["seed"], "measured": measured,
+                     "sharpness_seed": s["seed"] if s["seed"] in sharpness else min(sharpness)}
+            for rule, first in (("any_update", start), ("after_anneal", start + horizon)):
+                predicted, stage = _first_crossing(lrs, taus, curve, bounds, first)
+                entry[rule] = {"predicted": predicted, "stage": stage,
+                               "agree": _agree(predicted, measured, tolerance)}
+            per_seed.append(entry)
         out.append({"label": r["label"], "sweep": r["sweep"], "t1_k_fraction": r["t1_k_fraction"],
                     "t1_horizon": horizon, "warmup_minibatches": start, "seeds": per_seed,
-                    "agreeing": sum(p["agree"] for p in per_seed), "of": len(per_seed),
-                    "tolerance_updates": tolerance,
+                    "agreeing": {rule: sum(p[rule]["agree"] for p in per_seed)
+                                 for rule in ("any_update", "after_anneal")},
+                    "of": len(per_seed), "tolerance_updates": tolerance,
                     "bounds": {str(t): bounds[t] for t in sorted(bounds)}})  # fmt: skip
     return out
+
+
+def _agree(predicted: int | None, measured: int | None, tolerance: float) -> bool:
+    """Both none, or both there and at most ``tolerance`` updates apart."""
+    if predicted is None or measured is None:
+        return predicted is None and measured is None
+    return abs(predicted - measured) <= tolerance
 
 
 def _first_crossing(lrs, taus, curve, bounds, start) -> tuple[int | None, int | None]:

@@ -146,16 +146,19 @@ def _prediction_table(results: dict) -> list[str]:
     first = results["predictions"][0]
     lines = ["Stability bounds used (largest stable lr x lam, momentum heavy ball) by delay: "
              + ", ".join(f"tau {t}: {b:.4g}" for t, b in first["bounds"].items()) + ".", "",
-             "| cell | K | W | seeds: predicted / measured onset (update) | agree |",
-             "|---|---|---|---|---|"]  # fmt: skip
+             "| cell | K | W | seed: measured / predicted (any update) / predicted (after the "
+             "anneal) | agree (any update) | agree (after the anneal) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for p in results["predictions"]:
         what = p["label"] + ("" if p["sweep"] == "grid" else f" ({p['sweep']} cell)")
-        pairs = "; ".join(f"{s['seed']}: {_num(s['predicted'])} / {_num(s['measured'])}"
-                          for s in p["seeds"])  # fmt: skip
+        pairs = "; ".join(f"{s['seed']}: {_num(s['measured'])} / "
+                          f"{_num(s['any_update']['predicted'])} / "
+                          f"{_num(s['after_anneal']['predicted'])}" for s in p["seeds"])
         lines.append(f"| {what} | {p['t1_horizon']} | {p['warmup_minibatches']} | {pairs} | "
-                     f"{p['agreeing']}/{p['of']} |")
+                     f"{p['agreeing']['any_update']}/{p['of']} | "
+                     f"{p['agreeing']['after_anneal']}/{p['of']} |")
     lines += ["", f"Agreement: both none, or within {first['tolerance_updates']:g} updates "
-              "(fixed in advance)."]
+              "(fixed in advance). '-': none."]
     return lines
 
 
