@@ -196,6 +196,38 @@ CONVENTION = (
     "Utilization: the row's schedule over the whole run, simulated with F = 1, B = 2.")
 
 
+#: what each verdict says in plain words (the one place a verdict becomes a sentence)
+PLAIN_WORDS = {
+    "held": "the miniature supports it",
+    "did not hold": "the miniature contradicts it",
+    "not separable": "the miniature cannot tell: the interval straddles the threshold",
+}
+
+
+def describe_claim(claim: dict) -> str:
+    """One claim as a chapter prints it: number, claim, verdict in plain words, numbers."""
+    return (f"claim {claim['number']}, {claim['claim']}: {claim['verdict'].upper()}, "
+            f"{PLAIN_WORDS[claim['verdict']]}\n   test: {claim['test']}\n   "
+            f"numbers: {claim['numbers']}")
+
+
+def claims_numbered(results: dict, *numbers: str) -> list[dict]:
+    """The stored claims with these numbers, in the order given (absent ones left out)."""
+    by_number = {c["number"]: c for c in results["claims"]}
+    return [by_number[n] for n in numbers if n in by_number]
+
+
+def verdict_markdown(results: dict) -> str:
+    """The verdict of chapter 10: one table, each claim with its answer in plain words and
+    its numbers (mean, 95 % interval, min-max, seeds), every number read from ``results``."""
+    lines = ["| # | PipeMare's claim (where tested) | test | answer | numbers |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for c in results["claims"]:
+        lines.append(f"| {c['number']} | {c['claim']} | {c['test']} | **{c['verdict']}**: "
+                     f"{PLAIN_WORDS[c['verdict']]} | {c['numbers']} |")
+    return "\n".join(lines)
+
+
 def verdict_table(results: dict) -> list[str]:
     """The verdict table: one line per claim."""
     lines = ["| # | claim | test (fixed in advance) | verdict | numbers |",

@@ -221,6 +221,25 @@ def meta_record(
     }
 
 
+def read_stored(directory, stem: str) -> tuple[dict | None, dict | None]:
+    """A stored experiment's results and meta as plain JSON (``(None, None)`` when either
+    file is missing): ``<directory>/<stem>.json`` and ``.meta.json``. Nothing in them is run."""
+    from pathlib import Path
+
+    results, meta = Path(directory) / f"{stem}.json", Path(directory) / f"{stem}.meta.json"
+    if not (results.is_file() and meta.is_file()):
+        return None, None
+    return json.loads(results.read_text()), json.loads(meta.read_text())
+
+
+def provenance(meta: dict) -> str:
+    """Two lines for a chapter: the command that regenerates a stored result, and when, by
+    which version, with which seeds and how long it took on the machine that wrote it."""
+    return (f"regenerate with: {meta['command']}\nstored {str(meta.get('date', '?'))[:10]} by "
+            f"version {meta.get('package_version')}, seeds {meta.get('seeds')}, "
+            f"{meta.get('wall_seconds')} s wall on the machine that wrote it")
+
+
 # --------------------------------------------------------------------------- seed values
 
 
