@@ -229,6 +229,7 @@ class Study:
     rows: tuple[str, ...]
     target_accuracy: float
     eval_every: int
+    lr_schedule: str = "cosine"  # the base schedule; T1 multiplies on top of it
     lr_warmup_fraction: float = 0.0
     sweep_P: int = 2
     #: rows trained with ``claim_seeds`` (the others with the config's ``seeds``)
@@ -416,7 +417,7 @@ def train(study: Study, data, spec: dict, P: int, lr: float, seed: int, *, model
         lr=lr,
         optimizer=study.optimizer,
         momentum=study.momentum,
-        lr_schedule="cosine",
+        lr_schedule=study.lr_schedule,
         lr_warmup=spec["lr_warmup"],
         seed=seed,
         t1=spec["t1"],

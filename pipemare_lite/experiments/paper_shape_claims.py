@@ -314,7 +314,7 @@ def predictions(results: dict) -> list[dict]:
                 if tau not in bounds:
                     bounds[tau] = momentum_stability_bound(tau, momentum)
             lrs = stage_lrs(r["lr"], taus, steps, horizon=horizon, start=start,
-                            schedule="cosine", warmup=r["lr_warmup"])  # fmt: skip
+                            schedule=config["lr_schedule"], warmup=r["lr_warmup"])  # fmt: skip
             curve = sharpness.get(s["seed"], sharpness[min(sharpness)])
             onsets = [k for k in (s["blowup_onset"] or []) if k is not None]
             measured = min(onsets) if onsets else None

@@ -68,7 +68,7 @@ def _setting_line(results: dict, study: str) -> str:
     return (f"**{study}**: {cfg['model']} ({arch}) on {data['name']} ({data['train']} train / "
             f"{data['test']} test), {cfg['optimizer']}"
             + (f" momentum {cfg['momentum']}" if cfg["momentum"] else "")
-            + f", cosine lr schedule{warm}, batch {cfg['batch_size']} = N "
+            + f", {cfg['lr_schedule']} lr schedule{warm}, batch {cfg['batch_size']} = N "
             f"{cfg['num_microbatches']} microbatches, {cfg['epochs']} epochs "
             f"({part['planned_steps']} updates), P in {_seq(cfg['granularities'])}. lr = "
             f"{part['chosen_lr']}: {part['lr_rule']}. Sweep: "
