@@ -14,9 +14,17 @@ every method over the same seeds, three groups:
   :class:`~pipemare_lite.training.optimizers.MuonWithAdamW`), and 2BW + delay compensation
   (``dc``) with AdamW.
 
-Per seed: final test accuracy and loss, steps, the measured delays, peak bytes by kind, and
-the CPU seconds of the run (one thread: the extra compute, machine-dependent, never
-checked). The methods come from the plugin :mod:`pipemare_lite.methods.beyond`.
+Every row runs on a **cosine base schedule** (annealed to 0 over the run). PipeMare's T1, like
+any lr rescheduling, is meant for a decaying base: on a constant base its anneal hands every
+stage back a learning rate that the delays make unstable (chapter 08). The first version of
+this experiment used a constant base and so judged PipeMare by a setting it is not meant
+for (changed 2026-12-04, before the re-run; the other methods get the same base).
+
+Per seed: final test accuracy and loss, its **quality** (the accuracy, 0 for a diverged
+seed: the convention of :mod:`pipemare_lite.experiments.paper_shape`), steps, the measured
+delays, peak bytes by kind, and the CPU seconds of the run (one thread: the extra compute,
+machine-dependent, never checked). The methods come from the plugin
+:mod:`pipemare_lite.methods.beyond`.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ class Row:
     momentum: float | None
     num_microbatches: int
     epochs: int
+    lr_schedule: str = "cosine"
 
 
 SGD = dict(optimizer="sgd", lr=0.005, momentum=0.9)
@@ -99,10 +108,11 @@ def train(row: Row, seed: int, *, method: str | None = None) -> dict:
                       num_microbatches=row.num_microbatches,
                       batch_size=MICROBATCH * row.num_microbatches, epochs=row.epochs,
                       lr=row.lr, optimizer=row.optimizer, momentum=row.momentum, seed=seed,
-                      progress=False)
+                      lr_schedule=row.lr_schedule, progress=False)
     return {
         "seed": seed,
         "final_accuracy": history.final_accuracy,
+        "quality": 0.0 if history.diverged else history.final_accuracy,
         "final_loss": history.final_loss,
         "diverged": history.diverged,
         "steps": history.steps,
@@ -140,7 +150,7 @@ def run(quick: bool = False, *, jobs: int = 1, log=sys.stderr, progress: bool = 
             **asdict(row),
             "seeds": per_seed,
             "summary": {k: record.seed_summary([s[k] for s in per_seed])
-                        for k in ("final_accuracy", "final_loss", "cpu_seconds")},
+                        for k in ("final_accuracy", "quality", "final_loss", "cpu_seconds")},
             "diverged_seeds": sum(s["diverged"] for s in per_seed),
         })
     return {
@@ -191,8 +201,6 @@ def check(results: dict, meta: dict) -> record.CheckReport:
 
 
 def _cell(summary: dict, digits: int = 3) -> str:
-    if summary["mean"] is None:
-        return "diverged"
     mean, lo, hi = summary["mean"], summary["min"], summary["max"]
     return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
@@ -206,11 +214,12 @@ def markdown(results: dict) -> str:
         "# Beyond PipeMare: chapter 07's MLP at P = 8",
         "",
         f"Regenerate: `{results['command']}`; seeds {results['config']['seeds']}; "
-        "accuracy mean [min, max] over seeds; memory: peak bytes summed over stages (KiB); "
+        "quality (test accuracy, a diverged seed counted as 0) mean [min, max] over seeds; every "
+        "row on a cosine base lr; memory: peak bytes summed over stages (KiB); "
         "CPU: mean CPU seconds of a run relative to async (N = 2), a timing (noisy on a "
         "shared machine; the AdamW and Muon rows train 4 epochs, the others 2).",
         "",
-        "| row | optimizer | N | steps | test accuracy | diverged | stage-0 delay | "
+        "| row | optimizer | N | steps | quality | diverged | stage-0 delay | "
         "memory by kind (KiB) | CPU vs async |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -220,7 +229,7 @@ def markdown(results: dict) -> str:
                           if v)
         cpu = row["summary"]["cpu_seconds"]["mean"] / async_cpu
         lines.append(f"| {row['label']} | {row['optimizer']} | {row['num_microbatches']} | "
-                     f"{first['steps']} | {_cell(row['summary']['final_accuracy'])} | "
+                     f"{first['steps']} | {_cell(row['summary']['quality'])} | "
                      f"{row['diverged_seeds']} | {first['forward_delay_max'][0]} | {kinds} | "
                      f"{cpu:.2f} |")
     return "\n".join(lines) + "\n"
