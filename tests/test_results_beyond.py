@@ -40,6 +40,12 @@ def test_the_file_names_its_command_and_has_every_row_and_seed(stored):
         assert [s["seed"] for s in row["seeds"]] == list(experiment.SEEDS)
         summary = record.seed_summary([s["final_accuracy"] for s in row["seeds"]])
         assert row["summary"]["final_accuracy"] == summary
+        # one convention with paper-shape: a diverged seed's quality is 0
+        assert [s["quality"] for s in row["seeds"]] == [
+            0.0 if s["diverged"] else s["final_accuracy"] for s in row["seeds"]]
+        assert row["summary"]["quality"] == record.seed_summary(
+            [s["quality"] for s in row["seeds"]])
+        assert row["lr_schedule"] == "cosine"  # T1 is meant for a decaying base (chapter 08)
 
 
 def test_declared_bytes_and_delays_are_the_methods(stored):
