@@ -200,7 +200,7 @@ CONVENTION = (
 PLAIN_WORDS = {
     "held": "the miniature supports it",
     "did not hold": "the miniature contradicts it",
-    "not separable": "the miniature cannot tell: the interval straddles the threshold",
+    "not separable": "the miniature cannot tell: its seeds do not decide it",
 }
 
 
