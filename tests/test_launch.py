@@ -119,7 +119,9 @@ def test_torchrun_trains_with_the_distributed_executor(tmp_path, capsys):
     options = ["--method", "1f1b", "--stages", "2", "--microbatches", "2", "--batch-size", "64",
                "--epochs", "1", "--width", "16", "--json", "--no-progress"]
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        # chapter 11's command: the rendezvous store on loopback only
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", "127.0.0.1:0", "--nproc-per-node", "2",
         "--max-restarts", "0", "--log-dir", str(tmp_path), "--redirects", "3",
         "-m", "pipemare_lite.training", "--executor", "dist", *options,
     ]
