@@ -77,9 +77,12 @@ from torch import nn
 from pipemare_lite.schedules.lazy import lazy_schedule, materialized
 from pipemare_lite.training import run_schedule
 from pipemare_lite.training.checkpoint import (
+    CheckpointError,
+    check_model_layout,
     decode_state,
     encode_state,
     load_checkpoint,
+    model_layout,
     rng_state,
     save_checkpoint,
     set_rng_state,
@@ -600,6 +603,7 @@ class _TrainingRun:
                 "format": CHECKPOINT_FORMAT,
                 "config": self.config,
                 "step": self.step,
+                "model_layout": model_layout(self.stages),
                 "executor": encode_state(self.engine.state_dict()),
                 **self.recorder.state(),
                 "rng": rng_state(),
@@ -614,6 +618,12 @@ class _TrainingRun:
                 f"{path}: checkpoint format {state.get('format')!r}, "
                 f"this version reads {CHECKPOINT_FORMAT}"
             )
+        missing = [k for k in ("config", "step", "executor", "rng") if k not in state]
+        if missing or not isinstance(state["config"], dict):
+            raise CheckpointError(
+                f"checkpoint {path} is not a training checkpoint of fit(): "
+                + (f"it lacks {', '.join(missing)}" if missing else "its config is no dict")
+            )
         config, saved = self.config, {**_SETTINGS_ADDED_LATER, **state["config"]}
         differ = sorted(k for k in config if saved.get(k) != config[k])
         if differ:
@@ -621,10 +631,18 @@ class _TrainingRun:
                 f"{path} was written by a run with other settings: "
                 + ", ".join(f"{k}={saved.get(k)!r} (now {config[k]!r})" for k in differ)
             )
-        self.engine.load_state_dict(decode_state(state["executor"]))
-        self.recorder.load(state)
-        self.step = state["step"]
-        set_rng_state(state["rng"])
+        if "model_layout" in state:  # checkpoints before it: load_state_dict's check only
+            check_model_layout(path, state["model_layout"], model_layout(self.stages))
+        try:
+            self.engine.load_state_dict(decode_state(state["executor"]))
+            self.recorder.load(state)
+            self.step = state["step"]
+            set_rng_state(state["rng"])
+        except (KeyError, TypeError, RuntimeError, ValueError, IndexError) as exc:
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this run ({type(exc).__name__}: "
+                f"{str(exc).strip()[:300]}); it holds another model or another structure"
+            ) from exc
 
 
 @contextmanager
