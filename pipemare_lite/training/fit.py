@@ -88,7 +88,7 @@ from pipemare_lite.training.checkpoint import (
     set_rng_state,
 )
 from pipemare_lite.training.data_feed import EpochMicrobatches, epoch_order
-from pipemare_lite.training.datasets import Dataset
+from pipemare_lite.training.datasets import Dataset, check_dataset
 from pipemare_lite.training.evaluation import classification_loss, evaluate, forward_through
 from pipemare_lite.training.history import (
     DivergenceError,
@@ -283,6 +283,7 @@ def fit(
     _check_arguments(
         config, len(data.x_train), checkpoint_path, checkpoint_every, resume, eval_every
     )
+    check_dataset(data, classification_targets=loss_fn is None)
     run = _TrainingRun(
         model, data, config, gamma=gamma, balance=balance, devices=devices,
         optimizer=optimizer, lr_schedule=lr_schedule, loss_fn=loss_fn,
@@ -338,8 +339,8 @@ def _check_torch_options(arguments: dict) -> None:
         check_optimizer_options(optimizer, arguments["momentum"], arguments["weight_decay"])
         if lr is None:
             raise ValueError(f"lr is required with optimizer {optimizer!r} (a positive number)")
-        if not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0):
-            raise ValueError(f"lr must be a positive number, got {lr!r}")
+        if not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < lr < math.inf):
+            raise ValueError(f"lr must be a positive number (finite), got {lr!r}")
     schedule = arguments["lr_schedule"]
     if callable(schedule):
         given = [f"{name}={arguments[name]!r}" for name, unset in
@@ -435,6 +436,13 @@ def _check_arguments(
         )
     if config["warmup"] < 0:
         raise ValueError(f"warmup must be >= 0 minibatches, got {config['warmup']}")
+    seed = config["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in 0..2**32-1, got {seed!r}")
+    k = config["t1_anneal_updates"]
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+        raise ValueError(f"t1_anneal_updates must be an integer >= 0 (updates; 0: T1 off) or "
+                         f"None (the whole run), got {k!r}")
     if config["executor"] not in EXECUTORS:
         raise ValueError(
             f"unknown executor {config['executor']!r}; allowed: {', '.join(EXECUTORS)}"

@@ -257,6 +257,37 @@ def _check_output_paths(args: argparse.Namespace) -> None:
         raise ValueError(f"--out and --jsonl both name {args.out!r}; give two files")
 
 
+#: option -> (check, what is allowed): the numeric options refused by their --name before
+#: any model is built (fit() checks them too, by its argument names).
+_NUMERIC_OPTIONS = {
+    "seed": (lambda v: 0 <= v < 2**32, "an integer in 0..2**32-1"),
+    "lr": (lambda v: 0 < v < math.inf, "a positive finite number"),
+    "momentum": (lambda v: v is None or 0 <= v < 1, "a number in [0, 1)"),
+    "weight_decay": (lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+    "gamma": (lambda v: 0 <= v <= 1, "a number in [0, 1] (T2's EMA decay)"),
+    "t1_anneal_updates": (lambda v: v is None or v >= 0,
+                          "an integer >= 0 (updates; 0: T1 off), or unset: the whole run"),
+    "batch_size": (lambda v: v >= 1, "a positive integer"),
+    "epochs": (lambda v: v >= 1, "a positive integer"),
+    "width": (lambda v: v >= 1, "a positive integer"),
+    "layers": (lambda v: v is None or v >= 1, "a positive integer"),
+    "warmup": (lambda v: v >= 0, "an integer >= 0 (minibatches)"),
+    "lr_warmup": (lambda v: v >= 0, "an integer >= 0 (updates)"),
+    "lr_step_size": (lambda v: v is None or v >= 1, "a positive integer (updates)"),
+    "lr_gamma": (lambda v: v is None or 0 < v < math.inf, "a positive finite number"),
+    "clip_grad_norm": (lambda v: v is None or 0 < v < math.inf, "a positive finite number"),
+    "checkpoint_every": (lambda v: v is None or v >= 1, "a positive integer (steps)"),
+}
+
+
+def check_numeric_options(args: argparse.Namespace) -> None:
+    """Raise ValueError naming the first ``--option`` whose value is out of range."""
+    for name, (ok, allowed) in _NUMERIC_OPTIONS.items():
+        value = getattr(args, name, None)
+        if not ok(value):
+            raise ValueError(f"--{name.replace('_', '-')} {value!r}: allowed: {allowed}")
+
+
 def build_model_and_data(
     name: str, dataset: str | None, stages: int, width: int, layers: int | None, seed: int
 ):
@@ -326,6 +357,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     from pipemare_lite.training.history import DivergenceError
 
     load_plugins(getattr(args, "plugin", None) or ())  # before the method's name is looked up
+    check_numeric_options(args)
     schedule = _schedule_sizes(args)
     for name in ("stages", "microbatches", "chunks"):  # before they size the model
         value = getattr(args, name)

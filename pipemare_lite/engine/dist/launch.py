@@ -297,7 +297,7 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
         master_addr, port, is_master=True, wait_for_workers=False,
         timeout=datetime.timedelta(seconds=60), master_listen_fd=listener.detach(),
     )  # the store owns the socket from here on and closes it
-    result_dir = tempfile.mkdtemp(prefix="pipemare-launch-")
+    result_dir = _result_dir()
     common = (world_size, master_addr, port, backend, worker_fn, args, kwargs or {}, result_dir,
               os.getpid(), op_timeout, num_threads, imports)  # _child_main's after the rank
     procs = []
@@ -311,6 +311,28 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
     finally:
         _stop_all(procs)
         shutil.rmtree(result_dir, ignore_errors=True)
+
+
+#: The results folder of a launch: ``<tmp>/pipemare-launch-<launcher pid>-<random>``.
+RESULT_DIR_PREFIX = "pipemare-launch-"
+
+
+def _result_dir() -> str:
+    """A fresh folder for the ranks' results, named after this launcher's pid.
+
+    A launcher killed outright (SIGKILL, or SIGTERM, which runs no ``finally``) cannot
+    remove its folder; the next launch on the machine removes those whose launcher is gone.
+    """
+    base = Path(tempfile.gettempdir())
+    for old in base.glob(f"{RESULT_DIR_PREFIX}*-*"):
+        pid = old.name[len(RESULT_DIR_PREFIX):].split("-", 1)[0]
+        try:
+            mine = old.is_dir() and old.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid.isdigit() and not faults._pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{RESULT_DIR_PREFIX}{os.getpid()}-")
 
 
 def _listen(address: str) -> socket.socket:
