@@ -28,6 +28,7 @@ An executor's state holds tuples, tuple-keyed dicts and small records (``ParamRe
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import random
 import re
@@ -36,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipemare_lite.files import atomic_write
+from pipemare_lite.files import atomic_write_bytes
 
 _PLAIN = (bool, int, float, str, type(None))
 
@@ -106,7 +107,11 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
     if CHECKSUM_KEY in state:
         raise TypeError(f"checkpoint key {CHECKSUM_KEY!r} is reserved for the file's checksum")
     stored = {**state, CHECKSUM_KEY: state_digest(state)}
-    return atomic_write(path, lambda handle: torch.save(stored, handle))
+    # serialized in memory first: torch.save writing straight to a full disk reports only
+    # "unexpected pos"; a plain write reports the disk's own error, with the file named
+    buffer = io.BytesIO()
+    torch.save(stored, buffer)
+    return atomic_write_bytes(path, buffer.getbuffer())
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:

@@ -74,6 +74,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from pipemare_lite.files import check_writable
 from pipemare_lite.schedules.lazy import lazy_schedule, materialized
 from pipemare_lite.training import run_schedule
 from pipemare_lite.training.checkpoint import (
@@ -284,6 +285,8 @@ def fit(
         config, len(data.x_train), checkpoint_path, checkpoint_every, resume, eval_every
     )
     check_dataset(data, classification_targets=loss_fn is None)
+    if checkpoint_path is not None:  # not at the first save, steps into the run
+        check_writable(checkpoint_path, "checkpoint_path")
     run = _TrainingRun(
         model, data, config, gamma=gamma, balance=balance, devices=devices,
         optimizer=optimizer, lr_schedule=lr_schedule, loss_fn=loss_fn,

@@ -248,13 +248,16 @@ def _write_history(path: str, history, args: argparse.Namespace) -> None:
 
 
 def _check_output_paths(args: argparse.Namespace) -> None:
-    """Refuse ``--out``/``--jsonl`` paths that cannot be files before any training."""
-    for option in ("out", "jsonl"):
-        path = getattr(args, option)
-        if path is not None and os.path.isdir(path):
-            raise ValueError(f"--{option} {path!r} is a folder; give a file path")
+    """Refuse ``--out``/``--jsonl``/``--checkpoint`` paths that cannot be written, before
+    any training (``--out`` is written only at the end of the run)."""
+    from pipemare_lite.files import check_writable
+
     if args.out is not None and args.out == args.jsonl:
         raise ValueError(f"--out and --jsonl both name {args.out!r}; give two files")
+    for option in ("out", "jsonl", "checkpoint"):
+        path = getattr(args, option)
+        if path is not None:
+            check_writable(path, f"--{option}")
 
 
 #: option -> (check, what is allowed): the numeric options refused by their --name before
