@@ -291,38 +291,81 @@ def check_numeric_options(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} {value!r}: allowed: {allowed}")
 
 
+#: The most model units (mlp layers, resnet or transformer blocks) the CLI builds: each
+#: is a Python module, and 100,000 of them take minutes to make before any check could run.
+MAX_MODEL_UNITS = 4096
+#: Bytes per parameter a run holds at least: the weights, their gradients and up to two
+#: optimizer slots (momentum; Adam's two moments), 4 bytes each (float32).
+BYTES_PER_PARAMETER = 16
+
+
+def memory_limit_bytes() -> int:
+    """Half of this machine's physical memory: the most a model's estimate may need."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): 8 GiB
+        return 8 * 2**30
+
+
+def check_model_size(name: str, model) -> None:
+    """Raise ValueError stating the estimate and the limit when ``model`` (built on the
+    meta device: shapes only) would need more than :func:`memory_limit_bytes`."""
+    parameters = sum(p.numel() for p in model.parameters())
+    need, limit = parameters * BYTES_PER_PARAMETER, memory_limit_bytes()
+    if need > limit:
+        raise ValueError(
+            f"model {name!r} has {parameters:,} parameters: about {need / 2**30:,.1f} GiB "
+            f"for weights, gradients and optimizer state ({BYTES_PER_PARAMETER} bytes each), "
+            f"more than the limit of {limit / 2**30:,.1f} GiB (half of this machine's memory); "
+            "use a smaller --width or fewer --layers"
+        )
+
+
 def build_model_and_data(
     name: str, dataset: str | None, stages: int, width: int, layers: int | None, seed: int
 ):
     """The CLI's model and dataset: by default one model unit (layer/block) per stage.
 
     A model that does not fit the
-    dataset (a transformer on images, an MLP on tokens) is refused with the allowed names.
+    dataset (a transformer on images, an MLP on tokens) is refused with the allowed names;
+    so is one with more than :data:`MAX_MODEL_UNITS` units or whose parameters would need
+    more than :func:`memory_limit_bytes` (measured on the meta device, before allocating).
     """
     import torch
 
     from pipemare_lite.training.datasets import load
-    from pipemare_lite.training.models import mlp, small_resnet, tiny_transformer
 
+    units = layers if layers is not None else (stages if name == "mlp" else max(stages - 2, 1))
+    if units > MAX_MODEL_UNITS:
+        option = "--layers" if layers is not None else "--stages (one model unit per stage)"
+        raise ValueError(f"{option}: a {name} of {units:,} layers/blocks; the limit is "
+                         f"{MAX_MODEL_UNITS:,}")
     dataset = dataset or DEFAULT_DATASET[name]
     data = load(dataset, seed=seed)
     if name == "transformer" and data.x_train.dtype != torch.int64:
         raise ValueError(f"the transformer needs a token dataset (reverse, sort), not {dataset!r}")
     if name != "transformer" and data.x_train.dtype == torch.int64:
         raise ValueError(f"model {name!r} needs a float dataset (digits, signals), not {dataset!r}")
+    with torch.device("meta"):  # shapes only: nothing allocated
+        check_model_size(name, _model(name, data, stages, width, layers, seed, dataset))
+    return _model(name, data, stages, width, layers, seed, dataset), data
+
+
+def _model(name: str, data, stages: int, width: int, layers: int | None, seed: int,
+           dataset: str):
+    from pipemare_lite.training.models import mlp, small_resnet, tiny_transformer
+
     if name == "mlp":
         depth = layers if layers is not None else stages
-        features = int(torch.tensor(data.input_shape).prod())
-        return mlp(features, width, depth, data.num_classes, seed=seed), data
+        features = math.prod(data.input_shape)
+        return mlp(features, width, depth, data.num_classes, seed=seed)
     blocks = layers if layers is not None else max(stages - 2, 1)
     if name == "resnet":
         if len(data.input_shape) != 3:
             raise ValueError(f"the resnet needs images (digits), not {dataset!r}")
         channels, size, _ = data.input_shape
-        return small_resnet(width, blocks, data.num_classes, channels, size, seed=seed), data
-    return tiny_transformer(
-        data.num_classes, width, 2, blocks, data.input_shape[0], seed=seed
-    ), data
+        return small_resnet(width, blocks, data.num_classes, channels, size, seed=seed)
+    return tiny_transformer(data.num_classes, width, 2, blocks, data.input_shape[0], seed=seed)
 
 
 def _schedule_sizes(args: argparse.Namespace):
@@ -362,10 +405,15 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     load_plugins(getattr(args, "plugin", None) or ())  # before the method's name is looked up
     check_numeric_options(args)
     schedule = _schedule_sizes(args)
-    for name in ("stages", "microbatches", "chunks"):  # before they size the model
-        value = getattr(args, name)
+    from pipemare_lite.schedules.validate import LIMITS
+
+    for name, limit in (("stages", "num_ranks"), ("microbatches", "num_microbatches"),
+                        ("chunks", "chunks")):  # before they size the model
+        value, (low, high) = getattr(args, name), LIMITS[limit]
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be a positive integer, got {value}")
+        if value is not None and value > high:
+            raise ValueError(f"--{name} {value}: allowed: integers {low}..{high}")
     _check_output_paths(args)
     interleaved = args.method == "interleaved" and args.schedule is None
     pieces = args.stages * (args.chunks or (2 if interleaved else 1))
