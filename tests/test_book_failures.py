@@ -19,6 +19,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from pipemare_lite import cli
 from pipemare_lite.book import build as book
 from tests.timeouts import hard_time_limit
 
@@ -67,7 +68,9 @@ def test_a_misbehaving_chapter_fails_within_the_timeout_naming_chapter_and_cell(
     assert list(shared.iterdir()) == [], "a kernel file was left in the temporary folder"
 
 
-def _start_build(tmp_path: Path, cell: str) -> tuple[subprocess.Popen, Path]:
+def _start_build(
+    tmp_path: Path, cell: str, out: Path | None = None
+) -> tuple[subprocess.Popen, Path]:
     chapters = tmp_path / "chapters"
     chapters.mkdir()
     started = chapters / "started"
@@ -86,7 +89,7 @@ def _start_build(tmp_path: Path, cell: str) -> tuple[subprocess.Popen, Path]:
             "pipemare_lite",
             "book",
             "--out",
-            str(tmp_path / "out"),
+            str(out or tmp_path / "out"),
             "--chapters-dir",
             str(chapters),
             "--timeout",
@@ -144,3 +147,27 @@ def test_a_signal_ends_the_build_and_its_kernel_within_5_seconds(tmp_path, signu
                 os.kill(int(started.read_text()), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_second_build_into_the_same_folder_is_refused_while_the_first_runs(tmp_path, capsys):
+    # issue #36, item 10: both used to exit 0 with a site mixing their chapters
+    out = tmp_path / "out"
+    first, started = _start_build(tmp_path, "import time\ntime.sleep(8)", out=out)
+    try:
+        other = tmp_path / "other"
+        other.mkdir()
+        _chapter(other, "02_other", "print('other')")
+        argv = ["book", "--out", str(out), "--chapters-dir", str(other), "--timeout", "60"]
+        start = time.monotonic()
+        assert cli.main(argv) == 2
+        assert time.monotonic() - start < 5  # at once, not after running a chapter
+        err = capsys.readouterr().err
+        assert f"another book build (pid {first.pid}) is writing {out}" in err
+        output, _ = first.communicate(timeout=90)
+        assert first.returncode == 0, output
+        index = (out / "index.html").read_text()
+        assert "01_forever" in index and "02_other" not in index
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()

@@ -13,6 +13,7 @@ offline: local plotly.js and MathJax), written to ``--out``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -224,6 +225,39 @@ def select_chapters(names: Sequence[str] | None, directory: Path) -> list[Path]:
     return list(dict.fromkeys(chosen))
 
 
+@contextlib.contextmanager
+def build_lock(out: Path):
+    """Hold ``<out>.lock`` (an exclusive ``flock``) for one build into ``out``.
+
+    Two builds into one folder would interleave their chapters and Sphinx projects and both
+    exit 0 with a mixed site; the second now fails at once, naming the first's pid. The
+    operating system drops the lock when its holder dies, so a killed build never leaves
+    the folder locked.
+    """
+    import fcntl
+
+    lock_path = out.with_name(f"{out.name}.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(lock_path, "a+", encoding="utf-8")  # noqa: SIM115 (held for the build)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            raise ValueError(
+                f"another book build (pid {holder}) is writing {out}; wait for it to finish "
+                f"or build into another --out (lock: {lock_path})"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # releases the lock
+
+
 def build_book(
     out: str | Path = "build/book",
     chapters: Sequence[str] | None = None,
@@ -251,6 +285,13 @@ def build_book(
     paths = select_chapters(chapters, folder)
     if not paths:
         raise ValueError(f"no chapter notebooks (NN_snake_case.ipynb) in {folder}")
+    with build_lock(Path(out).resolve()):
+        return _build_locked(out, paths, folder, timeout, keep_going, log, record, command)
+
+
+def _build_locked(out, paths: list[Path], folder: Path, timeout: int, keep_going: bool, log,
+                  record, command: str) -> list[ChapterResult]:
+    """:func:`build_book`'s work, under its lock."""
     site = SiteProject(out, folder, folder.parent)
     site.check_output()  # before minutes of running chapters, not after
 
