@@ -73,3 +73,15 @@ def verbose_gpipe_output(info, via_env: bool = False) -> str:
     ) as executor:
         executor.run(data)
     return printed.getvalue()
+
+
+def watch_abort(info, seconds: float) -> str:
+    """Check the side channel's abort flag for ``seconds`` (as every wait on a message
+    does); raises PeerFailedError when the run is aborted, else returns "finished"."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        info.board.check()
+        time.sleep(0.05)
+    return "finished"
