@@ -535,8 +535,17 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
             raise
         return 1
     except INPUT_ERRORS as exc:  # bad input only: a bug keeps its traceback
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
+        from pipemare_lite.engine.dist.launch import current
+
+        info = current()
+        if info is None:  # refused before this rank joined a job: the command's bad input
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
+        # after joining, every argument was checked: one rank's ValueError is that rank's
+        # failure; report it on the side channel (its peers stop with it as the cause)
+        info.board.fail(exc)
+        print(f"{prog}: rank {info.rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

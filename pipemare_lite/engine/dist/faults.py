@@ -401,8 +401,10 @@ class StatusBoard:
                 claim_abort(self.store, f"rank {self.rank} failed at {where}: {text}")
 
     def finish(self) -> None:
-        """Mark this rank done and stop the watchdog thread."""
-        self.note("done")
+        """Mark this rank done (unless it failed: that stays its last word) and stop the
+        watchdog thread."""
+        if not self.position.state.startswith("failed"):
+            self.note("done")
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * PUBLISH_INTERVAL + 1.0)
