@@ -85,3 +85,17 @@ def watch_abort(info, seconds: float) -> str:
         info.board.check()
         time.sleep(0.05)
     return "finished"
+
+
+def hung_sender(info) -> str:
+    """Rank 1 hangs (never sends); rank 0 waits for its message as the transport does."""
+    import torch
+
+    from pipemare_lite.engine.dist.faults import Waiter
+
+    if info.rank == 1:
+        time.sleep(60)
+        return "rank 1 woke up"
+    waiter = Waiter(info.board, info.op_timeout, polling=False)
+    waiter.wait(dist.irecv(torch.zeros(1), src=1), "a tensor from rank 1", peer=1)
+    return "received"

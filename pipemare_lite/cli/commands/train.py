@@ -180,6 +180,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         default="local",
         help="local: one process; dist: one process per stage (torchrun)",
     )
+    parser.add_argument("--op-timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="--executor dist: seconds any single wait on a message may take "
+                        "before the run stops (a hung or lost rank is found after about this)")
     parser.add_argument("--on-divergence", choices=DIVERGENCE_ACTIONS, default="stop",
                         help=f"stop: report it and exit 0; raise: exit {DIVERGED_EXIT_CODE}")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -280,6 +283,7 @@ _NUMERIC_OPTIONS = {
     "lr_gamma": (lambda v: v is None or 0 < v < math.inf, "a positive finite number"),
     "clip_grad_norm": (lambda v: v is None or 0 < v < math.inf, "a positive finite number"),
     "checkpoint_every": (lambda v: v is None or v >= 1, "a positive integer (steps)"),
+    "op_timeout": (lambda v: v is None or 0 < v < math.inf, "a positive number of seconds"),
 }
 
 
@@ -404,6 +408,11 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
 
     load_plugins(getattr(args, "plugin", None) or ())  # before the method's name is looked up
     check_numeric_options(args)
+    if args.executor == "dist" and getattr(args, "op_timeout", None) is not None:  # read by
+        # init_from_env under torchrun
+        from pipemare_lite.engine.dist.launch import OP_TIMEOUT_ENV
+
+        os.environ[OP_TIMEOUT_ENV] = repr(float(args.op_timeout))
     schedule = _schedule_sizes(args)
     from pipemare_lite.schedules.validate import LIMITS
 

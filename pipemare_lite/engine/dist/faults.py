@@ -73,7 +73,15 @@ class PeerFailedError(PipelineFault):
 
 
 class OpTimeoutError(PipelineFault):
-    """A wait on a message took longer than the per-operation timeout."""
+    """A wait on a message took longer than the per-operation timeout.
+
+    ``peer``: the rank the message was to come from (None: not a point-to-point wait). A
+    rank that reports this timeout names that peer, not itself, as the cause.
+    """
+
+    def __init__(self, message: str, peer: int | None = None) -> None:
+        super().__init__(message)
+        self.peer = peer
 
 
 class PeerConnectionError(PipelineFault):
@@ -286,6 +294,17 @@ def claim_abort(store, reason: str) -> str:
     return store.compare_set(_key("abort"), "", reason).decode()
 
 
+def _where_is(store, rank: int) -> str:
+    """``rank``'s last published position, for a message (never raises)."""
+    try:
+        key = _key(f"status/{rank}")
+        if store.check([key]):
+            return f"last seen: {Position.from_json(store.get(key)).describe()}"
+    except Exception:
+        pass
+    return "no status published"
+
+
 def format_positions(positions: dict[int, Position], world_size: int) -> str:
     """Every rank's position on its own line (ranks with no report say so)."""
     return "\n".join(f"  {positions[r].describe()}" if r in positions
@@ -397,7 +416,12 @@ class StatusBoard:
             self.store.set(_key(f"status/{self.rank}"), self.position.to_json())
             detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             self.store.set(_key(f"failed/{self.rank}"), f"{text}\n{detail}")
-            if not is_communication_error(exc):
+            if isinstance(exc, OpTimeoutError) and exc.peer is not None:
+                # the rank that did not send is the suspect, not the one that waited
+                claim_abort(self.store, f"rank {exc.peer} did not answer within the "
+                            f"per-operation timeout ({_where_is(self.store, exc.peer)}): "
+                            f"rank {self.rank} {text}")
+            elif not is_communication_error(exc):
                 claim_abort(self.store, f"rank {self.rank} failed at {where}: {text}")
 
     def finish(self) -> None:
@@ -589,7 +613,7 @@ class Waiter:
                 board.check()
                 if time.monotonic() > deadline:
                     raise OpTimeoutError(f"waited more than {self.timeout:g} s for {what} "
-                                         f"({board.position.describe()})")
+                                         f"({board.position.describe()})", peer=peer)
                 if self.polling:
                     pause = min(pause * 2, 1e-3)
             board.note(before)

@@ -467,8 +467,13 @@ def _collect(procs, store, result_dir, reason) -> list:
     )
 
 
+#: Environment variable giving :func:`init_from_env`'s default ``op_timeout`` (seconds); the
+#: command line's ``--op-timeout`` sets it.
+OP_TIMEOUT_ENV = "PIPEMARE_OP_TIMEOUT"
+
+
 def init_from_env(
-    *, backend: str | None = None, op_timeout: float = 120.0, num_threads: int | None = 1
+    *, backend: str | None = None, op_timeout: float | None = None, num_threads: int | None = 1
 ) -> RankInfo:
     """Join a job started by ``torchrun``: read its environment, init the process group.
 
@@ -478,6 +483,14 @@ def init_from_env(
     ``torch.set_num_threads`` as :func:`launch` does (one thread: bitwise-reproducible CPU
     sums, and P processes do not fight over the cores); None leaves torch's default.
     """
+    if op_timeout is None:  # PIPEMARE_OP_TIMEOUT (the command line's --op-timeout), else 120 s
+        text = os.environ.get(OP_TIMEOUT_ENV, "120")
+        try:
+            op_timeout = float(text)
+        except ValueError:
+            op_timeout = -1.0
+        if not 0 < op_timeout < float("inf"):
+            raise ValueError(f"{OP_TIMEOUT_ENV}={text!r}; allowed: a positive number of seconds")
     needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     missing = [k for k in needed if k not in os.environ]
     if missing:
