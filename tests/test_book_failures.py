@@ -171,3 +171,17 @@ def test_a_second_build_into_the_same_folder_is_refused_while_the_first_runs(tmp
         if first.poll() is None:
             first.kill()
             first.communicate()
+
+
+def test_a_chapter_run_leaves_no_kernel_connection_file(tmp_path, monkeypatch):
+    # issue #36, item 11: each run left its kernel's connection file (with its HMAC key)
+    shared = tmp_path / "shared-tmp"
+    shared.mkdir()
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(shared))
+    monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    path = _chapter(tmp_path, "01_fine", "x = 1")
+    with hard_time_limit(60):
+        _, _, error = book.execute_chapter(path, 30)
+    assert error == ""
+    assert list(shared.iterdir()) == []
