@@ -48,8 +48,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) 
     temporary file is removed (or, after a kill, left as a hidden ``.name.*.tmp``).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
         os.chmod(tmp_name, _mode_for(path))
         with os.fdopen(fd, "wb") as handle:
@@ -57,11 +60,36 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) 
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
+    except OSError as exc:  # a full disk (ENOSPC), a quota, an I/O error: name the file
+        Path(tmp_name).unlink(missing_ok=True)
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}; the old "
+                      "file, if any, is unchanged") from exc
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
     return path
+
+
+def check_writable(path: str | os.PathLike, what: str) -> None:
+    """Raise ValueError naming ``what`` (e.g. ``--out``) and ``path`` unless a file can be
+    written there, before a long run that would write it only at its end.
+
+    Probed the way :func:`atomic_write` writes: the folder is made if missing, and a
+    temporary file is created in it and removed (a read-only disk, a missing permission, a
+    file where a folder should be all fail here).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a folder; give a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+    except OSError as exc:
+        raise ValueError(f"{what} {str(path)!r} cannot be written: "
+                         f"{exc.strerror or exc} ({exc.filename or path.parent})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

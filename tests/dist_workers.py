@@ -73,3 +73,29 @@ def verbose_gpipe_output(info, via_env: bool = False) -> str:
     ) as executor:
         executor.run(data)
     return printed.getvalue()
+
+
+def watch_abort(info, seconds: float) -> str:
+    """Check the side channel's abort flag for ``seconds`` (as every wait on a message
+    does); raises PeerFailedError when the run is aborted, else returns "finished"."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        info.board.check()
+        time.sleep(0.05)
+    return "finished"
+
+
+def hung_sender(info) -> str:
+    """Rank 1 hangs (never sends); rank 0 waits for its message as the transport does."""
+    import torch
+
+    from pipemare_lite.engine.dist.faults import Waiter
+
+    if info.rank == 1:
+        time.sleep(60)
+        return "rank 1 woke up"
+    waiter = Waiter(info.board, info.op_timeout, polling=False)
+    waiter.wait(dist.irecv(torch.zeros(1), src=1), "a tensor from rank 1", peer=1)
+    return "received"

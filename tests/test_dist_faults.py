@@ -115,7 +115,9 @@ def test_a_rank_that_never_sends_makes_its_neighbours_time_out():
     text = str(error)
     assert "OpTimeoutError" in text and f"waited more than {op_timeout:g} s" in text
     assert "rank 1 -> rank" in text  # the message it waited for comes from the hung rank
-    assert error.failed_ranks[0] in (0, 2)  # the neighbour that gave up first
+    # the hung rank is the cause, not the neighbour that gave up first (issue #36, item 4)
+    assert error.failed_ranks[0] == FAULT_RANK, text
+    assert text.startswith(f"distributed run failed: rank {FAULT_RANK} did not answer"), text
     assert error.positions[FAULT_RANK].index == FAULT_POSITION  # the hung rank's place
     assert_positions_listed(error)
     assert_all_ended(error)

@@ -31,6 +31,14 @@ from pipemare_lite.schedules.validate import (
 
 #: Marker and version written into every JSON schedule.
 JSON_FORMAT, JSON_VERSION = "pipemare-lite-schedule", 1
+#: The longest cell read as an action (``"12F34567"`` is 8): longer ones are refused unread.
+MAX_CELL = 64
+
+
+def _short(value, limit: int = 40) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a bad cell may be megabytes long)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def to_rows(schedule: Schedule) -> list[list[str]]:
@@ -53,12 +61,20 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
     """
     ranks = []
     for r, row in enumerate(rows):
-        if isinstance(row, str):
-            raise ScheduleError(f"row {r} is a string {row!r}; allowed: a list of action strings")
+        if isinstance(row, (str, bytes, dict)) or not hasattr(row, "__iter__"):
+            raise ScheduleError(f"row {r} is a {type(row).__name__} {_short(row)}; allowed: a "
+                                "list of action strings")
         parsed = []
         for cell in row:
             if cell is None or (isinstance(cell, str) and not cell.strip()):
                 continue
+            if not isinstance(cell, (str, Action)):
+                raise ScheduleError(f"row {r}: cell {_short(cell)} is a {type(cell).__name__}, "
+                                    "not an action; allowed: action strings like '2F0'")
+            if isinstance(cell, str) and len(cell) > MAX_CELL:
+                raise ScheduleError(f"row {r}: a cell of {len(cell)} characters "
+                                    f"({_short(cell)}); an action is like '2F0' (at most "
+                                    f"{MAX_CELL} characters)")
             try:
                 parsed.append(cell if isinstance(cell, Action) else Action.parse(str(cell)))
             except ValueError as exc:
@@ -160,6 +176,9 @@ def from_json(text: str) -> Schedule:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ScheduleError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ScheduleError("JSON nested too deeply; a schedule is an object of "
+                            "ranks -> rows -> action strings") from None
     if not isinstance(data, dict) or data.get("format") != JSON_FORMAT:
         raise ScheduleError(f"not a schedule: expected a JSON object with format {JSON_FORMAT!r}")
     if data.get("version") != JSON_VERSION:
@@ -170,7 +189,8 @@ def from_json(text: str) -> Schedule:
                if key not in data]
     if missing:
         raise ScheduleError(f"schedule JSON lacks {', '.join(missing)}")
-    if not isinstance(data["ranks"], list) or len(data["ranks"]) != data["num_ranks"]:
+    _check_json_types(data)
+    if len(data["ranks"]) != data["num_ranks"]:
         raise ScheduleError(
             f"schedule JSON has {len(data['ranks'])} rank rows for num_ranks={data['num_ranks']}"
         )
@@ -178,6 +198,36 @@ def from_json(text: str) -> Schedule:
     # except num_ranks: the rows say it
     fields = {key: data[key] for key in JSON_FIELDS if key in data and key != "num_ranks"}
     return from_rows(data["ranks"], notes=tuple(data.get("notes", ())), **fields)
+
+
+#: What each JSON field may hold: (check, what is allowed).
+_JSON_TYPES = {
+    "name": (lambda v: isinstance(v, str), "a string"),
+    "num_ranks": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "num_microbatches": (lambda v: v is None or (_is_int(v) and v >= 1),
+                         "an integer >= 1 (or null: inferred)"),
+    "num_minibatches": (lambda v: v is None or (_is_int(v) and v >= 1),
+                        "an integer >= 1 (or null: inferred)"),
+    "chunks": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "weight_mode": (lambda v: v is None or isinstance(v, str), "a string (or null: derived)"),
+    "warmup_minibatches": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "notes": (lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
+              "a list of strings"),
+    "ranks": (lambda v: isinstance(v, list) and all(isinstance(r, list) for r in v),
+              "a list of rows, one list of action strings per rank"),
+}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_json_types(data: dict) -> None:
+    """Raise ScheduleError naming the first field whose value has the wrong type."""
+    for key, (ok, allowed) in _JSON_TYPES.items():
+        if key in data and not ok(data[key]):
+            raise ScheduleError(f"schedule JSON field {key!r} is {_short(data[key])}; "
+                                f"allowed: {allowed}")
 
 
 def to_csv(schedule: Schedule) -> str:
@@ -189,7 +239,13 @@ def to_csv(schedule: Schedule) -> str:
 
 def from_csv(text: str, **kwargs) -> Schedule:
     """Read :func:`to_csv` output; keyword arguments as for :func:`from_rows` (name, ...)."""
-    return from_rows(list(csv.reader(io.StringIO(text))), **kwargs)
+    reader = csv.reader(io.StringIO(text))
+    try:
+        rows = list(reader)
+    except csv.Error as exc:  # e.g. a field over csv's 128 KiB limit
+        raise ScheduleError(f"CSV line {reader.line_num}: {exc}; a cell holds one action "
+                            "like '2F0'") from None
+    return from_rows(rows, **kwargs)
 
 
 #: File suffixes :func:`load_schedule` reads.
@@ -213,6 +269,11 @@ def load_schedule(path, **kwargs) -> Schedule:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScheduleError(f"cannot read schedule file {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ScheduleError(
+            f"schedule file {str(path)!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} "
+            f"at offset {exc.start}); save it as UTF-8"
+        ) from None
     try:
         if suffix == ".json":
             given = {k: v for k, v in kwargs.items() if v is not None}
@@ -223,5 +284,5 @@ def load_schedule(path, **kwargs) -> Schedule:
         kwargs.setdefault("name", "custom")
         kwargs.setdefault("num_microbatches", None)
         return from_csv(text, **kwargs)
-    except ScheduleError as exc:
+    except ValueError as exc:  # ScheduleError, or a field a Schedule refuses (weight_mode)
         raise ScheduleError(f"{path.name}: {exc}") from None

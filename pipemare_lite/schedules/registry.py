@@ -22,6 +22,7 @@ from pipemare_lite.schedules.validate import (
     REGISTERED_WEIGHT_MODES,
     ScheduleError,
     check_sizes,
+    check_total_work,
     known_names,
     validate,
     weight_mode_of,
@@ -159,6 +160,7 @@ def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: 
         raise ScheduleError(f"unknown schedule name {name!r}; allowed: {allowed}")
     # the builders of flushed schedules take neither chunks nor a warm-up: check them here
     check_sizes(name, num_ranks, num_microbatches, num_minibatches, chunks, warmup_minibatches)
+    check_total_work(key, num_ranks, num_microbatches, num_minibatches, chunks)  # the product
     with gc_paused():  # the one pause of a build: ~0.3 s of a P=128, N=1024 one (benchmarks)
         return BUILDERS[key](num_ranks, num_microbatches, num_minibatches, chunks,
                              warmup_minibatches)

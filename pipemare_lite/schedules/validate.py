@@ -58,6 +58,43 @@ class ScheduleError(ValueError):
     """A schedule (or a request for one) that is malformed or cannot run."""
 
 
+#: The most actions a schedule built in full may hold. Each sizes alone may be in range
+#: while their product is not (P=1024, N=65536, K=100000 is 1.3e13 actions): the product is
+#: checked before anything is allocated. A long *training* run is made lazily
+#: (:mod:`pipemare_lite.schedules.lazy`) and never holds this many.
+MAX_ACTIONS = 10_000_000
+#: Bytes one action costs at the peak of a build (tracemalloc: 1f1b, P=32, N=256, K=20:
+#: 260 at the peak, 170 kept); the estimate in :func:`check_total_work`'s message.
+BYTES_PER_ACTION = 260
+
+
+def action_count(name: str, num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
+                 chunks: int = 1) -> int:
+    """Actions of the built schedule: per rank, chunk and minibatch, each microbatch's F and
+    B (F, I and W when the backward is split, zb-h1) and one U."""
+    per_microbatch = 3 if name.startswith("zb") else 2
+    return num_ranks * chunks * num_minibatches * (per_microbatch * num_microbatches + 1)
+
+
+def _gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:,.1f} GiB"
+
+
+def check_total_work(name: str, num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
+                     chunks: int = 1) -> None:
+    """Raise ScheduleError stating the estimate and the limit when the schedule would hold
+    more than :data:`MAX_ACTIONS` actions (checked before building)."""
+    total = action_count(name, num_ranks, num_microbatches, num_minibatches, chunks)
+    if total > MAX_ACTIONS:
+        raise ScheduleError(
+            f"{name} with P={num_ranks}, N={num_microbatches}, K={num_minibatches}, "
+            f"v={chunks} is {total:,} actions (about {_gib(total * BYTES_PER_ACTION)} to "
+            f"build); the limit is {MAX_ACTIONS:,} actions (about "
+            f"{_gib(MAX_ACTIONS * BYTES_PER_ACTION)}): use fewer stages, microbatches or "
+            "minibatches"
+        )
+
+
 def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
                 chunks: int = 1, warmup_minibatches: int = 0) -> None:
     """Raise :class:`ScheduleError` naming any size outside :data:`LIMITS` or an unknown name."""

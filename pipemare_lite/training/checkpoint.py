@@ -13,6 +13,13 @@ and the generator that orders the data), and the history so far. Two rules make 
   values, and :func:`load_checkpoint` reads with ``torch.load(..., weights_only=True)``,
   which cannot execute code hidden in a file.
 
+And one rule makes it honest: **a checksum of the content** (:func:`state_digest`, SHA-256
+over every tensor's bytes and every plain value) is stored beside it, so a file changed
+after it was written (one flipped bit on a disk or in a copy) is refused instead of
+resuming a run from wrong numbers. Every file that cannot be used (missing, empty,
+truncated, not written by ``torch.save``, holding pickled objects, not a dict, checksum
+wrong) raises :class:`CheckpointError` naming the file and what is wrong with it.
+
 An executor's state holds tuples, tuple-keyed dicts and small records (``ParamRef``), which
 ``weights_only=True`` would refuse: :func:`encode_state` spells them out as plain values and
 :func:`decode_state` builds them back, rebuilding only the record classes it lists.
@@ -20,14 +27,17 @@ An executor's state holds tuples, tuple-keyed dicts and small records (``ParamRe
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import random
+import re
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pipemare_lite.files import atomic_write
+from pipemare_lite.files import atomic_write_bytes
 
 _PLAIN = (bool, int, float, str, type(None))
 
@@ -52,18 +62,107 @@ def check_plain(value, where: str = "checkpoint") -> None:
     )
 
 
+#: The key under which a checkpoint file stores :func:`state_digest` of the rest.
+CHECKSUM_KEY = "sha256"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used; the message names the file and the fault."""
+
+
+def state_digest(state) -> str:
+    """SHA-256 (hex) of a checkpoint's content: every tensor's dtype, shape and bytes and
+    every plain value, walked in order. Equal content gives an equal digest on any machine
+    that stores the same bytes; any change of a value changes it."""
+    digest = hashlib.sha256()
+
+    def feed(value) -> None:
+        if isinstance(value, torch.Tensor):
+            t = value.detach().cpu().contiguous()
+            digest.update(f"T{t.dtype}{tuple(t.shape)};".encode())
+            digest.update(t.reshape(-1).view(torch.uint8).numpy())
+        elif isinstance(value, dict):
+            digest.update(f"D{len(value)};".encode())
+            for key, item in value.items():
+                feed(key)
+                feed(item)
+        elif isinstance(value, (list, tuple)):
+            digest.update(f"{type(value).__name__[0]}{len(value)};".encode())
+            for item in value:
+                feed(item)
+        else:
+            text = f"{type(value).__name__}:{value!r}".encode()
+            digest.update(f"V{len(text)};".encode() + text)
+
+    feed(state)
+    return digest.hexdigest()
+
+
 def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
-    """Write ``state`` to ``path`` atomically (:func:`pipemare_lite.files.atomic_write`)."""
+    """Write ``state`` and its checksum to ``path`` atomically
+    (:func:`pipemare_lite.files.atomic_write`)."""
     check_plain(state)
-    return atomic_write(path, lambda handle: torch.save(state, handle))
+    if not isinstance(state, dict):
+        raise TypeError(f"a checkpoint is a dict, got a {type(state).__name__}")
+    if CHECKSUM_KEY in state:
+        raise TypeError(f"checkpoint key {CHECKSUM_KEY!r} is reserved for the file's checksum")
+    stored = {**state, CHECKSUM_KEY: state_digest(state)}
+    # serialized in memory first: torch.save writing straight to a full disk reports only
+    # "unexpected pos"; a plain write reports the disk's own error, with the file named
+    buffer = io.BytesIO()
+    torch.save(stored, buffer)
+    return atomic_write_bytes(path, buffer.getbuffer())
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
-    """Read a checkpoint written by :func:`save_checkpoint` (``weights_only=True``)."""
+    """Read a checkpoint written by :func:`save_checkpoint` (``weights_only=True``) and
+    check its checksum; raises :class:`CheckpointError` (FileNotFoundError when missing)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty (0 bytes): not a checkpoint")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a hostile or broken file may fail in any way torch.load can
+        text = str(exc)
+        wanted = re.search(r"GLOBAL (\S+)", text)
+        if wanted:  # torch's own text goes on to advise weights_only=False: never repeat it
+            raise CheckpointError(
+                f"checkpoint {path} holds a pickled object ({wanted.group(1)}) that only "
+                "running code could rebuild; it was refused unread (pipemare-lite "
+                "checkpoints hold only tensors and plain values, so this file was not "
+                "written by it or was altered)"
+            ) from None
+        detail = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        reason = detail.group(1).strip() if detail else (lines[0].split(". ")[0] if lines else "")
+        if "weights_only" in reason:
+            reason = ""
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({type(exc).__name__}"
+            + (f": {reason[:200]}" if reason else "")
+            + "): it is truncated, corrupt, or not a file written by torch.save"
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"checkpoint {path} holds a {type(state).__name__}, not the dict that "
+            "pipemare-lite writes"
+        )
+    stored = state.pop(CHECKSUM_KEY, None)
+    if stored is None:
+        raise CheckpointError(
+            f"checkpoint {path} has no {CHECKSUM_KEY!r} checksum: it was not written by "
+            "save_checkpoint (or by a version before checksums)"
+        )
+    actual = state_digest(state)
+    if stored != actual:
+        raise CheckpointError(
+            f"checkpoint {path} fails its checksum (stored {str(stored)[:16]}..., content "
+            f"{actual[:16]}...): the file changed after it was written (a damaged disk or "
+            "copy); use an intact copy"
+        )
+    return state
 
 
 def rng_state() -> dict:
@@ -153,3 +252,40 @@ def decode_state(value):
 def _hashable(key):
     """A decoded dict key: lists (tuples spelled out) back to tuples, at any depth."""
     return tuple(_hashable(k) for k in key) if isinstance(key, (list, tuple)) else key
+
+
+def model_layout(stages) -> list[list[list]]:
+    """Each stage's state as ``[name, dtype, shape]`` entries: what decides whether a
+    checkpoint of these stages can be loaded into others (width, depth, layer kinds)."""
+    return [
+        [[name, str(t.dtype).removeprefix("torch."), list(t.shape)]
+         for name, t in stage.state_dict().items()]
+        for stage in stages
+    ]
+
+
+def check_model_layout(path, saved: list, now: list) -> None:
+    """Raise CheckpointError naming the first difference between a checkpoint's model
+    layout (:func:`model_layout`) and this run's."""
+    if saved == now:
+        return
+    where = f"checkpoint {path} was written for another model"
+    hint = "; resume with the model (width, depth, layers) that wrote it"
+    if len(saved) != len(now):
+        raise CheckpointError(f"{where}: {len(saved)} stages, this run has {len(now)}{hint}")
+    for s, (old, new) in enumerate(zip(saved, now)):
+        if old == new:
+            continue
+        old_by_name = {e[0]: e for e in old}
+        new_by_name = {e[0]: e for e in new}
+        for name, dtype, shape in new:
+            if name not in old_by_name:
+                raise CheckpointError(f"{where}: stage {s} has no {name!r} there{hint}")
+            if old_by_name[name] != [name, dtype, shape]:
+                _, old_dtype, old_shape = old_by_name[name]
+                raise CheckpointError(
+                    f"{where}: stage {s} {name!r} is {old_dtype} {old_shape} there, "
+                    f"{dtype} {shape} now{hint}"
+                )
+        extra = [e[0] for e in old if e[0] not in new_by_name]
+        raise CheckpointError(f"{where}: stage {s} also has {', '.join(extra)} there{hint}")

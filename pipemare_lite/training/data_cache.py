@@ -27,26 +27,36 @@ def cache_dir() -> Path:
     return Path(base) / "pipemare-lite"
 
 
-def cached_arrays(key: str, build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def cached_arrays(
+    key: str, build: Callable[[], dict[str, np.ndarray]], names: tuple[str, ...] | None = None
+) -> dict[str, np.ndarray]:
     """``build()``'s arrays, read from the cache file ``<key>.npz`` when it exists.
 
-    Set ``PIPEMARE_CACHE=off`` to always build.
+    ``names``: the arrays ``build()`` returns; a cache file holding other arrays (written by
+    another version, or by hand) is rebuilt rather than failing every run. Set
+    ``PIPEMARE_CACHE=off`` to always build.
     """
     if os.environ.get("PIPEMARE_CACHE") == "off":
         return build()
     path = cache_dir() / f"{key}.npz"
     try:
         with np.load(path, allow_pickle=False) as stored:
-            return {name: stored[name] for name in stored.files}
+            if names is None or sorted(stored.files) == sorted(names):
+                return {name: stored[name] for name in stored.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile):  # missing or damaged: rebuild
         pass
     arrays = build()
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
         with os.fdopen(handle, "wb") as f:
             np.savez(f, **arrays)
         os.replace(tmp, path)  # atomic: a concurrent reader sees all or nothing
+        tmp = None
     except OSError:
         pass
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     return arrays

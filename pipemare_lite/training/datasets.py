@@ -55,6 +55,35 @@ class Dataset:
         )
 
 
+def check_dataset(data: Dataset, *, classification_targets: bool = True) -> None:
+    """Refuse a dataset fit() cannot train and evaluate on, before any training: inputs and
+    targets of different lengths, an empty training or test set, or (``classification_targets``:
+    the default loss; the test loss is always the cross-entropy) integer labels outside
+    ``0..num_classes-1``."""
+    for part in ("train", "test"):
+        x, y = getattr(data, f"x_{part}"), getattr(data, f"y_{part}")
+        if len(x) != len(y):
+            raise ValueError(f"dataset {data.name!r}: x_{part} has {len(x)} samples but "
+                             f"y_{part} has {len(y)}; give one target per input")
+        if len(x) == 0:
+            raise ValueError(f"dataset {data.name!r}: the {part} set is empty; fit() needs "
+                             f"samples to {'train on' if part == 'train' else 'evaluate on'}")
+    if not isinstance(data.num_classes, int) or data.num_classes < 1:
+        raise ValueError(f"dataset {data.name!r}: num_classes must be a positive integer, got "
+                         f"{data.num_classes!r}")
+    parts = ("train", "test") if classification_targets else ("test",)
+    for part in parts:
+        y = getattr(data, f"y_{part}")
+        if not isinstance(y, torch.Tensor) or y.dtype.is_floating_point or y.is_complex():
+            raise ValueError(f"dataset {data.name!r}: y_{part} must be a tensor of integer "
+                             f"class labels, got {getattr(y, 'dtype', type(y).__name__)}")
+        low, high = int(y.min()), int(y.max())
+        if low < 0 or high >= data.num_classes:
+            bad = low if low < 0 else high
+            raise ValueError(f"dataset {data.name!r}: y_{part} holds label {bad}; allowed: "
+                             f"0..{data.num_classes - 1} (num_classes={data.num_classes})")
+
+
 def _split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be strictly between 0 and 1, got {test_fraction}")
@@ -69,7 +98,8 @@ def digits(*, test_fraction: float = 0.25, seed: int = 0) -> Dataset:
     The decoded arrays are cached (:mod:`pipemare_lite.training.data_cache`), keyed by the
     scikit-learn version, so later calls skip importing scikit-learn.
     """
-    arrays = cached_arrays(f"digits-sklearn-{_version('scikit-learn')}", _load_digits)
+    arrays = cached_arrays(f"digits-sklearn-{_version('scikit-learn')}", _load_digits,
+                           names=("images", "target"))
     images = torch.tensor(arrays["images"] / 16.0, dtype=torch.float32).unsqueeze(1)
     labels = torch.tensor(arrays["target"], dtype=torch.int64)
     train, test = _split(len(labels), test_fraction, seed)

@@ -74,18 +74,22 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from pipemare_lite.files import check_writable
 from pipemare_lite.schedules.lazy import lazy_schedule, materialized
 from pipemare_lite.training import run_schedule
 from pipemare_lite.training.checkpoint import (
+    CheckpointError,
+    check_model_layout,
     decode_state,
     encode_state,
     load_checkpoint,
+    model_layout,
     rng_state,
     save_checkpoint,
     set_rng_state,
 )
 from pipemare_lite.training.data_feed import EpochMicrobatches, epoch_order
-from pipemare_lite.training.datasets import Dataset
+from pipemare_lite.training.datasets import Dataset, check_dataset
 from pipemare_lite.training.evaluation import classification_loss, evaluate, forward_through
 from pipemare_lite.training.history import (
     DivergenceError,
@@ -280,6 +284,9 @@ def fit(
     _check_arguments(
         config, len(data.x_train), checkpoint_path, checkpoint_every, resume, eval_every
     )
+    check_dataset(data, classification_targets=loss_fn is None)
+    if checkpoint_path is not None:  # not at the first save, steps into the run
+        check_writable(checkpoint_path, "checkpoint_path")
     run = _TrainingRun(
         model, data, config, gamma=gamma, balance=balance, devices=devices,
         optimizer=optimizer, lr_schedule=lr_schedule, loss_fn=loss_fn,
@@ -335,8 +342,8 @@ def _check_torch_options(arguments: dict) -> None:
         check_optimizer_options(optimizer, arguments["momentum"], arguments["weight_decay"])
         if lr is None:
             raise ValueError(f"lr is required with optimizer {optimizer!r} (a positive number)")
-        if not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0):
-            raise ValueError(f"lr must be a positive number, got {lr!r}")
+        if not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < lr < math.inf):
+            raise ValueError(f"lr must be a positive number (finite), got {lr!r}")
     schedule = arguments["lr_schedule"]
     if callable(schedule):
         given = [f"{name}={arguments[name]!r}" for name, unset in
@@ -432,6 +439,13 @@ def _check_arguments(
         )
     if config["warmup"] < 0:
         raise ValueError(f"warmup must be >= 0 minibatches, got {config['warmup']}")
+    seed = config["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in 0..2**32-1, got {seed!r}")
+    k = config["t1_anneal_updates"]
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+        raise ValueError(f"t1_anneal_updates must be an integer >= 0 (updates; 0: T1 off) or "
+                         f"None (the whole run), got {k!r}")
     if config["executor"] not in EXECUTORS:
         raise ValueError(
             f"unknown executor {config['executor']!r}; allowed: {', '.join(EXECUTORS)}"
@@ -600,6 +614,7 @@ class _TrainingRun:
                 "format": CHECKPOINT_FORMAT,
                 "config": self.config,
                 "step": self.step,
+                "model_layout": model_layout(self.stages),
                 "executor": encode_state(self.engine.state_dict()),
                 **self.recorder.state(),
                 "rng": rng_state(),
@@ -614,6 +629,12 @@ class _TrainingRun:
                 f"{path}: checkpoint format {state.get('format')!r}, "
                 f"this version reads {CHECKPOINT_FORMAT}"
             )
+        missing = [k for k in ("config", "step", "executor", "rng") if k not in state]
+        if missing or not isinstance(state["config"], dict):
+            raise CheckpointError(
+                f"checkpoint {path} is not a training checkpoint of fit(): "
+                + (f"it lacks {', '.join(missing)}" if missing else "its config is no dict")
+            )
         config, saved = self.config, {**_SETTINGS_ADDED_LATER, **state["config"]}
         differ = sorted(k for k in config if saved.get(k) != config[k])
         if differ:
@@ -621,10 +642,18 @@ class _TrainingRun:
                 f"{path} was written by a run with other settings: "
                 + ", ".join(f"{k}={saved.get(k)!r} (now {config[k]!r})" for k in differ)
             )
-        self.engine.load_state_dict(decode_state(state["executor"]))
-        self.recorder.load(state)
-        self.step = state["step"]
-        set_rng_state(state["rng"])
+        if "model_layout" in state:  # checkpoints before it: load_state_dict's check only
+            check_model_layout(path, state["model_layout"], model_layout(self.stages))
+        try:
+            self.engine.load_state_dict(decode_state(state["executor"]))
+            self.recorder.load(state)
+            self.step = state["step"]
+            set_rng_state(state["rng"])
+        except (KeyError, TypeError, RuntimeError, ValueError, IndexError) as exc:
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this run ({type(exc).__name__}: "
+                f"{str(exc).strip()[:300]}); it holds another model or another structure"
+            ) from exc
 
 
 @contextmanager

@@ -28,6 +28,7 @@ ordinary whole-model clipping.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 import torch
@@ -103,8 +104,12 @@ def check_optimizer_options(name: str, momentum: float | None, weight_decay: flo
         raise ValueError(f"unknown optimizer {name!r}; allowed: {', '.join(OPTIMIZERS)}")
     if momentum is not None and not (isinstance(momentum, (int, float)) and momentum >= 0):
         raise ValueError(f"momentum must be a number >= 0, got {momentum!r}")
+    if momentum is not None and not momentum < 1:  # never forgets a gradient: grows unbounded
+        raise ValueError(f"momentum must be a number in [0, 1), got {momentum!r}")
     if not (isinstance(weight_decay, (int, float)) and weight_decay >= 0):
         raise ValueError(f"weight_decay must be a number >= 0, got {weight_decay!r}")
+    if not weight_decay < math.inf:
+        raise ValueError(f"weight_decay must be a finite number >= 0, got {weight_decay!r}")
     if name in ("adam", "adamw") and momentum:
         raise ValueError(
             f"momentum={momentum} has no effect with optimizer {name!r} (its momentum is in "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 from pathlib import Path
 
 
@@ -60,17 +61,21 @@ def _command(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Build; 0 when every chosen chapter ran, 1 otherwise. Prints where to open the book."""
-    from pipemare_lite.book.build import build_book
+    from pipemare_lite.book.build import BuildInterrupted, build_book
 
-    results = build_book(
-        out=args.out,
-        chapters=args.chapters,
-        timeout=args.timeout,
-        keep_going=args.keep_going,
-        directory=args.chapters_dir,
-        record=args.record_timings,
-        command=_command(args),
-    )
+    try:
+        results = build_book(
+            out=args.out,
+            chapters=args.chapters,
+            timeout=args.timeout,
+            keep_going=args.keep_going,
+            directory=args.chapters_dir,
+            record=args.record_timings,
+            command=_command(args),
+        )
+    except BuildInterrupted as stopped:
+        print(f"[book] stopped: {stopped}", flush=True)
+        return 128 + int(getattr(signal, stopped.signal_name))
     index = (Path(args.out) / "index.html").resolve()
     failed = [r for r in results if not r.ok]
     total = sum(r.seconds for r in results)

@@ -10,8 +10,10 @@ table. Results files are plain JSON: nothing ever executes code from them. Non-f
 numbers (a diverged run's loss) are stored as null; the seed's ``diverged`` flag says why.
 
 ``--check`` writes nothing: it re-runs the experiment's check row against the stored file
-and prints which mode it used (bitwise on the machine that wrote it, seed range elsewhere);
-exit status 1 when the check fails.
+and prints which mode it used (bitwise on the machine that wrote it, seed range elsewhere).
+Exit status: 0 the check passed, 1 it failed (the numbers differ), 2 bad input (the CLI's
+rule), :data:`STORED_UNUSABLE` (3) the stored files are missing, unreadable or lack what the
+check reads (named, before any training: the check is first dry-run on the stored seed).
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="re-run one row and compare it with the stored results in --out (writes nothing)",
+        help="re-run one row and compare it with the stored results in --out (writes "
+        "nothing); exit 1 when the numbers differ, 3 when the stored files are missing or "
+        "damaged",
     )
 
 
@@ -64,12 +68,80 @@ def _stem(args: argparse.Namespace) -> str:
     return args.experiment.replace("-", "_") + ("_quick" if args.quick else "")
 
 
+#: ``reproduce --check``'s exit status when the stored files cannot be checked against
+#: (missing, not JSON, or without what the check reads); 1 means the check ran and failed.
+STORED_UNUSABLE = 3
+
+#: What reading a damaged stored file can raise (its structure is not what the code reads).
+_DAMAGE = (KeyError, TypeError, IndexError, AttributeError, ValueError)
+
+
+class StoredResultsError(Exception):
+    """Stored results that cannot be checked against; the message names the file."""
+
+
+def _read_stored(path: Path, command: str):
+    """The JSON object in ``path``, or StoredResultsError naming the file and the fault."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        message = f"no stored results at {path}; write them with: {command}"
+        raise StoredResultsError(message) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoredResultsError(f"cannot read stored results {path}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:  # JSONDecodeError
+        raise StoredResultsError(f"stored results {path} are not valid JSON ({exc}); "
+                                 f"regenerate them with: {command}") from None
+    except RecursionError:
+        raise StoredResultsError(f"stored results {path} are nested too deeply to be ours; "
+                                 f"regenerate them with: {command}") from None
+    if not isinstance(data, dict):
+        raise StoredResultsError(f"stored results {path} hold a JSON {type(data).__name__}, "
+                                 f"not an object; regenerate them with: {command}")
+    return data
+
+
+def _stored_check_seed(module, results: dict) -> dict:
+    """The stored check row's first seed (what the dry run compares with itself)."""
+    if hasattr(module, "check_row"):
+        row = module.check_row(results)
+    else:
+        row = module.find_row(results, module.CHECK_ROW)
+    return row["seeds"][0]
+
+
 def _check(module, args: argparse.Namespace) -> int:
-    """Re-run the stored experiment's check row; print the report; 0 when it passed."""
+    """Re-run the stored experiment's check row; print the report; 0 when it passed.
+
+    The stored files are read and dry-run first (the stored seed compared with itself in
+    seed-range mode, which reads every value the real comparison reads): a damaged file
+    is named with exit status :data:`STORED_UNUSABLE` before minutes of training.
+    """
     out, stem = Path(args.out), _stem(args)
-    results = json.loads((out / f"{stem}.json").read_text())
-    meta = json.loads((out / f"{stem}.meta.json").read_text())
-    report = module.check(results, meta)
+    command = command_for(args.experiment, args.quick)
+    files = f"{out / stem}.json (+ .meta.json)"
+    try:
+        results = _read_stored(out / f"{stem}.json", command)
+        meta = _read_stored(out / f"{stem}.meta.json", command)
+        try:
+            module.compare(results, meta, _stored_check_seed(module, results),
+                           fingerprint={"dry run": "seed-range mode"})
+        except _DAMAGE as exc:
+            raise StoredResultsError(
+                f"stored results {files} lack what the check reads ({type(exc).__name__}: "
+                f"{str(exc)[:200]}); regenerate them with: {command}") from None
+        try:
+            report = module.check(results, meta)
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:
+            raise StoredResultsError(
+                f"stored results {files}: the re-run could not read them "
+                f"({type(exc).__name__}: {str(exc)[:200]}); regenerate them with: {command}"
+            ) from None
+    except StoredResultsError as exc:
+        print(f"pipemare-lite reproduce: stored results unusable: {exc}", file=sys.stderr)
+        return STORED_UNUSABLE
     print(report)
     return 0 if report.passed else 1
 

@@ -180,6 +180,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         default="local",
         help="local: one process; dist: one process per stage (torchrun)",
     )
+    parser.add_argument("--op-timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="--executor dist: seconds any single wait on a message may take "
+                        "before the run stops (a hung or lost rank is found after about this)")
     parser.add_argument("--on-divergence", choices=DIVERGENCE_ACTIONS, default="stop",
                         help=f"stop: report it and exit 0; raise: exit {DIVERGED_EXIT_CODE}")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -248,13 +251,78 @@ def _write_history(path: str, history, args: argparse.Namespace) -> None:
 
 
 def _check_output_paths(args: argparse.Namespace) -> None:
-    """Refuse ``--out``/``--jsonl`` paths that cannot be files before any training."""
-    for option in ("out", "jsonl"):
-        path = getattr(args, option)
-        if path is not None and os.path.isdir(path):
-            raise ValueError(f"--{option} {path!r} is a folder; give a file path")
+    """Refuse ``--out``/``--jsonl``/``--checkpoint`` paths that cannot be written, before
+    any training (``--out`` is written only at the end of the run)."""
+    from pipemare_lite.files import check_writable
+
     if args.out is not None and args.out == args.jsonl:
         raise ValueError(f"--out and --jsonl both name {args.out!r}; give two files")
+    for option in ("out", "jsonl", "checkpoint"):
+        path = getattr(args, option)
+        if path is not None:
+            check_writable(path, f"--{option}")
+
+
+#: option -> (check, what is allowed): the numeric options refused by their --name before
+#: any model is built (fit() checks them too, by its argument names).
+_NUMERIC_OPTIONS = {
+    "seed": (lambda v: 0 <= v < 2**32, "an integer in 0..2**32-1"),
+    "lr": (lambda v: 0 < v < math.inf, "a positive finite number"),
+    "momentum": (lambda v: v is None or 0 <= v < 1, "a number in [0, 1)"),
+    "weight_decay": (lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+    "gamma": (lambda v: 0 <= v <= 1, "a number in [0, 1] (T2's EMA decay)"),
+    "t1_anneal_updates": (lambda v: v is None or v >= 0,
+                          "an integer >= 0 (updates; 0: T1 off), or unset: the whole run"),
+    "batch_size": (lambda v: v >= 1, "a positive integer"),
+    "epochs": (lambda v: v >= 1, "a positive integer"),
+    "width": (lambda v: v >= 1, "a positive integer"),
+    "layers": (lambda v: v is None or v >= 1, "a positive integer"),
+    "warmup": (lambda v: v >= 0, "an integer >= 0 (minibatches)"),
+    "lr_warmup": (lambda v: v >= 0, "an integer >= 0 (updates)"),
+    "lr_step_size": (lambda v: v is None or v >= 1, "a positive integer (updates)"),
+    "lr_gamma": (lambda v: v is None or 0 < v < math.inf, "a positive finite number"),
+    "clip_grad_norm": (lambda v: v is None or 0 < v < math.inf, "a positive finite number"),
+    "checkpoint_every": (lambda v: v is None or v >= 1, "a positive integer (steps)"),
+    "op_timeout": (lambda v: v is None or 0 < v < math.inf, "a positive number of seconds"),
+}
+
+
+def check_numeric_options(args: argparse.Namespace) -> None:
+    """Raise ValueError naming the first ``--option`` whose value is out of range."""
+    for name, (ok, allowed) in _NUMERIC_OPTIONS.items():
+        value = getattr(args, name, None)
+        if not ok(value):
+            raise ValueError(f"--{name.replace('_', '-')} {value!r}: allowed: {allowed}")
+
+
+#: The most model units (mlp layers, resnet or transformer blocks) the CLI builds: each
+#: is a Python module, and 100,000 of them take minutes to make before any check could run.
+MAX_MODEL_UNITS = 4096
+#: Bytes per parameter a run holds at least: the weights, their gradients and up to two
+#: optimizer slots (momentum; Adam's two moments), 4 bytes each (float32).
+BYTES_PER_PARAMETER = 16
+
+
+def memory_limit_bytes() -> int:
+    """Half of this machine's physical memory: the most a model's estimate may need."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): 8 GiB
+        return 8 * 2**30
+
+
+def check_model_size(name: str, model) -> None:
+    """Raise ValueError stating the estimate and the limit when ``model`` (built on the
+    meta device: shapes only) would need more than :func:`memory_limit_bytes`."""
+    parameters = sum(p.numel() for p in model.parameters())
+    need, limit = parameters * BYTES_PER_PARAMETER, memory_limit_bytes()
+    if need > limit:
+        raise ValueError(
+            f"model {name!r} has {parameters:,} parameters: about {need / 2**30:,.1f} GiB "
+            f"for weights, gradients and optimizer state ({BYTES_PER_PARAMETER} bytes each), "
+            f"more than the limit of {limit / 2**30:,.1f} GiB (half of this machine's memory); "
+            "use a smaller --width or fewer --layers"
+        )
 
 
 def build_model_and_data(
@@ -263,32 +331,45 @@ def build_model_and_data(
     """The CLI's model and dataset: by default one model unit (layer/block) per stage.
 
     A model that does not fit the
-    dataset (a transformer on images, an MLP on tokens) is refused with the allowed names.
+    dataset (a transformer on images, an MLP on tokens) is refused with the allowed names;
+    so is one with more than :data:`MAX_MODEL_UNITS` units or whose parameters would need
+    more than :func:`memory_limit_bytes` (measured on the meta device, before allocating).
     """
     import torch
 
     from pipemare_lite.training.datasets import load
-    from pipemare_lite.training.models import mlp, small_resnet, tiny_transformer
 
+    units = layers if layers is not None else (stages if name == "mlp" else max(stages - 2, 1))
+    if units > MAX_MODEL_UNITS:
+        option = "--layers" if layers is not None else "--stages (one model unit per stage)"
+        raise ValueError(f"{option}: a {name} of {units:,} layers/blocks; the limit is "
+                         f"{MAX_MODEL_UNITS:,}")
     dataset = dataset or DEFAULT_DATASET[name]
     data = load(dataset, seed=seed)
     if name == "transformer" and data.x_train.dtype != torch.int64:
         raise ValueError(f"the transformer needs a token dataset (reverse, sort), not {dataset!r}")
     if name != "transformer" and data.x_train.dtype == torch.int64:
         raise ValueError(f"model {name!r} needs a float dataset (digits, signals), not {dataset!r}")
+    with torch.device("meta"):  # shapes only: nothing allocated
+        check_model_size(name, _model(name, data, stages, width, layers, seed, dataset))
+    return _model(name, data, stages, width, layers, seed, dataset), data
+
+
+def _model(name: str, data, stages: int, width: int, layers: int | None, seed: int,
+           dataset: str):
+    from pipemare_lite.training.models import mlp, small_resnet, tiny_transformer
+
     if name == "mlp":
         depth = layers if layers is not None else stages
-        features = int(torch.tensor(data.input_shape).prod())
-        return mlp(features, width, depth, data.num_classes, seed=seed), data
+        features = math.prod(data.input_shape)
+        return mlp(features, width, depth, data.num_classes, seed=seed)
     blocks = layers if layers is not None else max(stages - 2, 1)
     if name == "resnet":
         if len(data.input_shape) != 3:
             raise ValueError(f"the resnet needs images (digits), not {dataset!r}")
         channels, size, _ = data.input_shape
-        return small_resnet(width, blocks, data.num_classes, channels, size, seed=seed), data
-    return tiny_transformer(
-        data.num_classes, width, 2, blocks, data.input_shape[0], seed=seed
-    ), data
+        return small_resnet(width, blocks, data.num_classes, channels, size, seed=seed)
+    return tiny_transformer(data.num_classes, width, 2, blocks, data.input_shape[0], seed=seed)
 
 
 def _schedule_sizes(args: argparse.Namespace):
@@ -326,11 +407,22 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     from pipemare_lite.training.history import DivergenceError
 
     load_plugins(getattr(args, "plugin", None) or ())  # before the method's name is looked up
+    check_numeric_options(args)
+    if args.executor == "dist" and getattr(args, "op_timeout", None) is not None:  # read by
+        # init_from_env under torchrun
+        from pipemare_lite.engine.dist.launch import OP_TIMEOUT_ENV
+
+        os.environ[OP_TIMEOUT_ENV] = repr(float(args.op_timeout))
     schedule = _schedule_sizes(args)
-    for name in ("stages", "microbatches", "chunks"):  # before they size the model
-        value = getattr(args, name)
+    from pipemare_lite.schedules.validate import LIMITS
+
+    for name, limit in (("stages", "num_ranks"), ("microbatches", "num_microbatches"),
+                        ("chunks", "chunks")):  # before they size the model
+        value, (low, high) = getattr(args, name), LIMITS[limit]
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be a positive integer, got {value}")
+        if value is not None and value > high:
+            raise ValueError(f"--{name} {value}: allowed: integers {low}..{high}")
     _check_output_paths(args)
     interleaved = args.method == "interleaved" and args.schedule is None
     pieces = args.stages * (args.chunks or (2 if interleaved else 1))
@@ -452,8 +544,17 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
             raise
         return 1
     except INPUT_ERRORS as exc:  # bad input only: a bug keeps its traceback
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
+        from pipemare_lite.engine.dist.launch import current
+
+        info = current()
+        if info is None:  # refused before this rank joined a job: the command's bad input
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
+        # after joining, every argument was checked: one rank's ValueError is that rank's
+        # failure; report it on the side channel (its peers stop with it as the cause)
+        info.board.fail(exc)
+        print(f"{prog}: rank {info.rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -31,6 +31,17 @@ every failure end the job quickly and say what happened:
 
 Keys live under the prefix ``pml/`` of the store that the process group was built on, so
 they never collide with torch's own keys.
+
+That store has no authentication, and torch's listens on every interface (torchrun's too,
+``--standalone`` included): anyone who can reach its port can read and write any key. So
+every value this module writes is signed with a secret of the job (:class:`SignedStore`:
+an HMAC over key and value), and a value that does not verify is treated as absent: a
+stranger can still *read* positions, and can still disturb the job as torch's own keys
+allow, but cannot make the ranks stop with a text of theirs as the cause. :func:`launch`
+makes a fresh secret per job and hands it to its ranks with their arguments; under
+torchrun it is ``PIPEMARE_JOB_TOKEN`` (the same on every machine), or, when every rank is
+on one machine, a random key the first rank writes to an owner-only file
+(:func:`torchrun_secret`).
 """
 
 from __future__ import annotations
@@ -62,7 +73,15 @@ class PeerFailedError(PipelineFault):
 
 
 class OpTimeoutError(PipelineFault):
-    """A wait on a message took longer than the per-operation timeout."""
+    """A wait on a message took longer than the per-operation timeout.
+
+    ``peer``: the rank the message was to come from (None: not a point-to-point wait). A
+    rank that reports this timeout names that peer, not itself, as the cause.
+    """
+
+    def __init__(self, message: str, peer: int | None = None) -> None:
+        super().__init__(message)
+        self.peer = peer
 
 
 class PeerConnectionError(PipelineFault):
@@ -117,6 +136,136 @@ def _key(name: str) -> str:
     return KEY_PREFIX + name
 
 
+#: Environment variable holding the job's secret under torchrun (every machine the same).
+TOKEN_ENV = "PIPEMARE_JOB_TOKEN"
+
+
+class SignedStore:
+    """A store client whose values carry an HMAC-SHA256 of (key, value) under ``secret``.
+
+    ``set`` and ``compare_set`` sign; ``get`` returns the value without its signature and
+    raises KeyError for one that does not verify; ``check`` answers True only for keys
+    whose values verify, so a value a stranger wrote reads as absent. ``add`` (counters)
+    passes through unsigned. ``clone`` keeps the secret.
+    """
+
+    def __init__(self, store, secret: bytes) -> None:
+        self.store, self.secret = store, secret
+
+    def _mac(self, key: str, value: bytes) -> bytes:
+        import hashlib
+        import hmac
+
+        return hmac.new(self.secret, key.encode() + b"\0" + value, hashlib.sha256
+                        ).hexdigest().encode()
+
+    def _sign(self, key: str, value) -> bytes:
+        value = value.encode() if isinstance(value, str) else bytes(value)
+        return self._mac(key, value) + b"|" + value
+
+    def _open(self, key: str, raw: bytes) -> bytes | None:
+        import hmac
+
+        mac, sep, value = bytes(raw).partition(b"|")
+        return value if sep and hmac.compare_digest(mac, self._mac(key, value)) else None
+
+    def set(self, key: str, value) -> None:
+        self.store.set(key, self._sign(key, value))
+
+    def get(self, key: str) -> bytes:
+        value = self._open(key, self.store.get(key))
+        if value is None:
+            raise KeyError(f"{key}: the value does not carry this job's signature")
+        return value
+
+    def check(self, keys) -> bool:
+        if not self.store.check(list(keys)):
+            return False
+        return all(self._open(k, self.store.get(k)) is not None for k in keys)
+
+    def compare_set(self, key: str, expected, desired) -> bytes:
+        signed = self._sign(key, desired)
+        held = self.store.compare_set(key, expected, signed)
+        value = self._open(key, held)
+        if value is None:  # a stranger's value sits there: ours replaces it
+            self.store.set(key, signed)
+            return self._open(key, signed)
+        return value
+
+    def add(self, key: str, amount: int) -> int:
+        return self.store.add(key, amount)
+
+    def clone(self) -> SignedStore:
+        return SignedStore(self.store.clone(), self.secret)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def new_secret() -> bytes:
+    """A fresh random job secret (what :func:`launch` hands its ranks)."""
+    import secrets
+
+    return secrets.token_hex(32).encode()
+
+
+def signed(store, secret: bytes | None):
+    """``store`` as a :class:`SignedStore` under ``secret`` (None or no store: unchanged)."""
+    return store if store is None or secret is None else SignedStore(store, secret)
+
+
+def _torchrun_secret_path():
+    import hashlib
+    import tempfile
+    from pathlib import Path
+
+    run = hashlib.sha256(os.environ.get("TORCHELASTIC_RUN_ID", "").encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"pipemare-job-{os.getppid()}-{run}.key"
+
+
+def forget_torchrun_secret() -> None:
+    """Remove the key file of :func:`torchrun_secret` (once every rank has read it)."""
+    with contextlib.suppress(OSError):
+        _torchrun_secret_path().unlink()
+
+
+def torchrun_secret(wait: float = 30.0) -> bytes | None:
+    """The job's secret under torchrun: ``PIPEMARE_JOB_TOKEN`` when set; else, when every
+    rank runs on this machine (``LOCAL_WORLD_SIZE == WORLD_SIZE``), a random key in an
+    owner-only file named after torchrun's agent (this process's parent) and run id, which
+    the first rank to get there writes and the others read; else None (several machines
+    and no token: the side channel stays unsigned, and rank 0 says so)."""
+    import secrets
+
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        return token.encode()
+    if os.environ.get("LOCAL_WORLD_SIZE") != os.environ.get("WORLD_SIZE"):
+        return None
+    path = _torchrun_secret_path()
+    if not path.exists():
+        mine = path.with_name(f"{path.name}.{os.getpid()}")
+        fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32))
+        try:
+            os.link(mine, path)  # atomic, and fails when another rank was first
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(mine)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            if path.stat().st_uid == os.getuid() and (path.stat().st_mode & 0o077) == 0:
+                return path.read_bytes().strip()
+            raise PermissionError(f"{path} is not an owner-only file of this user")
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+
+
 def _read_all(store, world_size: int, name: str, parse) -> dict:
     """``rank -> parse(value of pml/<name>/<rank>)`` for every rank that wrote the key."""
     keys = {rank: _key(f"{name}/{rank}") for rank in range(world_size)}
@@ -143,6 +292,17 @@ def claim_abort(store, reason: str) -> str:
     """Set the run's abort reason unless one is set already; returns the reason that holds."""
     # compare_set with expected "" sets the key only when it is absent.
     return store.compare_set(_key("abort"), "", reason).decode()
+
+
+def _where_is(store, rank: int) -> str:
+    """``rank``'s last published position, for a message (never raises)."""
+    try:
+        key = _key(f"status/{rank}")
+        if store.check([key]):
+            return f"last seen: {Position.from_json(store.get(key)).describe()}"
+    except Exception:
+        pass
+    return "no status published"
 
 
 def format_positions(positions: dict[int, Position], world_size: int) -> str:
@@ -256,12 +416,19 @@ class StatusBoard:
             self.store.set(_key(f"status/{self.rank}"), self.position.to_json())
             detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             self.store.set(_key(f"failed/{self.rank}"), f"{text}\n{detail}")
-            if not is_communication_error(exc):
+            if isinstance(exc, OpTimeoutError) and exc.peer is not None:
+                # the rank that did not send is the suspect, not the one that waited
+                claim_abort(self.store, f"rank {exc.peer} did not answer within the "
+                            f"per-operation timeout ({_where_is(self.store, exc.peer)}): "
+                            f"rank {self.rank} {text}")
+            elif not is_communication_error(exc):
                 claim_abort(self.store, f"rank {self.rank} failed at {where}: {text}")
 
     def finish(self) -> None:
-        """Mark this rank done and stop the watchdog thread."""
-        self.note("done")
+        """Mark this rank done (unless it failed: that stays its last word) and stop the
+        watchdog thread."""
+        if not self.position.state.startswith("failed"):
+            self.note("done")
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * PUBLISH_INTERVAL + 1.0)
@@ -446,7 +613,7 @@ class Waiter:
                 board.check()
                 if time.monotonic() > deadline:
                     raise OpTimeoutError(f"waited more than {self.timeout:g} s for {what} "
-                                         f"({board.position.describe()})")
+                                         f"({board.position.describe()})", peer=peer)
                 if self.polling:
                     pause = min(pause * 2, 1e-3)
             board.note(before)

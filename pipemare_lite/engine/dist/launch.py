@@ -32,13 +32,21 @@ From a shell, the same training runs under ``torchrun`` (one process per rank; t
 ``--executor dist`` option of ``pipemare_lite.training.fit`` calls :func:`init_from_env`)::
 
     # one machine, 4 ranks
-    torchrun --standalone --nproc-per-node 4 -m pipemare_lite.training --executor dist ...
+    torchrun --nnodes 1 --nproc-per-node 4 --rdzv-backend c10d \\
+        --rdzv-endpoint 127.0.0.1:0 -m pipemare_lite.training --executor dist ...
 
-    # two machines with 4 ranks each: run on both, with the first machine's address
+    # two machines with 4 ranks each: run on both, with the first machine's address and
+    # the same PIPEMARE_JOB_TOKEN (a secret) in both environments
     torchrun --nnodes 2 --nproc-per-node 4 --node-rank 0 \\
         --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29500 --rdzv-id job42 \\
         -m pipemare_lite.training --executor dist ...
     # (--node-rank 1 on the second machine; --max-restarts 0 keeps failures visible)
+
+torchrun's store, unlike :func:`launch`'s, listens on every interface whatever address it
+is given, without authentication: anyone reaching its port can read and write it. The
+ranks sign the side channel (:class:`~pipemare_lite.engine.dist.faults.SignedStore`), so a
+stranger's text never becomes a reported cause; torch's own keys stay unprotected (README,
+"What torch's store does not protect").
 
 The two-machine form is tested as two torchrun "nodes" on one host
 (``tests/test_multinode.py``). Under torchrun a worker exits with its agent (its parent),
@@ -173,7 +181,7 @@ def _connect(addr: str, port: int, seconds: float):
 def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
                 worker_fn: Callable, args: tuple, kwargs: dict, result_dir: str,
                 launcher_pid: int, op_timeout: float, num_threads: int | None,
-                imports: tuple = ()) -> None:
+                imports: tuple = (), secret: bytes | None = None) -> None:
     """Body of one child process: init, import the plugins, run the worker, write the
     result, exit."""
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
@@ -183,7 +191,10 @@ def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     store = _connect_while_launcher_lives(addr, port, launcher_pid)
     store.set_timeout(datetime.timedelta(seconds=60))  # connected in 2 s attempts; calls may wait
-    board = faults.StatusBoard(rank, world_size, store, launcher_pid=launcher_pid).start()
+    # the side channel signed with the job's secret (it came with our arguments, not over
+    # the network): a value a stranger writes into the store reads as absent
+    board = faults.StatusBoard(rank, world_size, faults.signed(store, secret),
+                               launcher_pid=launcher_pid).start()
     code = 0
     try:
         info = _join(backend, rank, world_size, rank, world_size, op_timeout, num_threads,
@@ -297,20 +308,44 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
         master_addr, port, is_master=True, wait_for_workers=False,
         timeout=datetime.timedelta(seconds=60), master_listen_fd=listener.detach(),
     )  # the store owns the socket from here on and closes it
-    result_dir = tempfile.mkdtemp(prefix="pipemare-launch-")
+    result_dir = _result_dir()
+    secret = faults.new_secret()  # signs the side channel (faults.SignedStore)
     common = (world_size, master_addr, port, backend, worker_fn, args, kwargs or {}, result_dir,
-              os.getpid(), op_timeout, num_threads, imports)  # _child_main's after the rank
+              os.getpid(), op_timeout, num_threads, imports, secret)  # after the rank
+    side = faults.signed(store, secret)
     procs = []
     try:
         for rank in range(world_size):
             procs.append(ctx.Process(target=_child_main, args=(rank, *common),
                                      name=f"pipemare-rank{rank}", daemon=True))
             procs[-1].start()
-        reason = _supervise(procs, store, timeout, grace)
-        return _collect(procs, store, result_dir, reason)
+        reason = _supervise(procs, side, timeout, grace)
+        return _collect(procs, side, result_dir, reason)
     finally:
         _stop_all(procs)
         shutil.rmtree(result_dir, ignore_errors=True)
+
+
+#: The results folder of a launch: ``<tmp>/pipemare-launch-<launcher pid>-<random>``.
+RESULT_DIR_PREFIX = "pipemare-launch-"
+
+
+def _result_dir() -> str:
+    """A fresh folder for the ranks' results, named after this launcher's pid.
+
+    A launcher killed outright (SIGKILL, or SIGTERM, which runs no ``finally``) cannot
+    remove its folder; the next launch on the machine removes those whose launcher is gone.
+    """
+    base = Path(tempfile.gettempdir())
+    for old in base.glob(f"{RESULT_DIR_PREFIX}*-*"):
+        pid = old.name[len(RESULT_DIR_PREFIX):].split("-", 1)[0]
+        try:
+            mine = old.is_dir() and old.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid.isdigit() and not faults._pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{RESULT_DIR_PREFIX}{os.getpid()}-")
 
 
 def _listen(address: str) -> socket.socket:
@@ -432,8 +467,13 @@ def _collect(procs, store, result_dir, reason) -> list:
     )
 
 
+#: Environment variable giving :func:`init_from_env`'s default ``op_timeout`` (seconds); the
+#: command line's ``--op-timeout`` sets it.
+OP_TIMEOUT_ENV = "PIPEMARE_OP_TIMEOUT"
+
+
 def init_from_env(
-    *, backend: str | None = None, op_timeout: float = 120.0, num_threads: int | None = 1
+    *, backend: str | None = None, op_timeout: float | None = None, num_threads: int | None = 1
 ) -> RankInfo:
     """Join a job started by ``torchrun``: read its environment, init the process group.
 
@@ -443,6 +483,14 @@ def init_from_env(
     ``torch.set_num_threads`` as :func:`launch` does (one thread: bitwise-reproducible CPU
     sums, and P processes do not fight over the cores); None leaves torch's default.
     """
+    if op_timeout is None:  # PIPEMARE_OP_TIMEOUT (the command line's --op-timeout), else 120 s
+        text = os.environ.get(OP_TIMEOUT_ENV, "120")
+        try:
+            op_timeout = float(text)
+        except ValueError:
+            op_timeout = -1.0
+        if not 0 < op_timeout < float("inf"):
+            raise ValueError(f"{OP_TIMEOUT_ENV}={text!r}; allowed: a positive number of seconds")
     needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     missing = [k for k in needed if k not in os.environ]
     if missing:
@@ -457,9 +505,20 @@ def init_from_env(
         store = _connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), 30)
     except Exception:  # no side channel: per-operation timeouts still apply
         store = None
-    board = faults.StatusBoard(rank, world_size, store)
+    # torchrun's store listens on every interface, unauthenticated: sign the side channel
+    secret = faults.torchrun_secret() if under_torchrun.under_torchrun() else (
+        os.environ.get(faults.TOKEN_ENV, "").encode() or None)
+    under_torchrun.SECRET = secret
+    if secret is None and rank == 0 and world_size > 1:
+        print(f"pipemare-lite: the side channel is not signed (ranks on several machines and "
+              f"no {faults.TOKEN_ENV}): anyone who reaches {os.environ['MASTER_ADDR']}:"
+              f"{os.environ['MASTER_PORT']} can stop the job with a text of theirs; set "
+              f"{faults.TOKEN_ENV} to the same secret on every machine", file=sys.stderr)
+    board = faults.StatusBoard(rank, world_size, faults.signed(store, secret))
     info = _join(choose_backend(local_world_size, backend), rank, world_size, local_rank,
                  local_world_size, op_timeout, num_threads, board)
+    if local_rank == 0 and not os.environ.get(faults.TOKEN_ENV):
+        faults.forget_torchrun_secret()  # every rank read it before the group formed
     # under torchrun: exit with the agent (our parent) and say which rank was lost or where
     # every rank was when it stops us (torchrun.py, lost.py)
     under_torchrun.install(board)

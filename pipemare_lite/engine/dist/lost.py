@@ -118,5 +118,11 @@ def report(board: faults.StatusBoard, topology: Topology, store, cause: str,
     where = f"action {p.index}/{p.total} ({p.action})" if p.index >= 0 else "its start"
     head = f"pipemare_lite: {topology.label(topology.rank)} stops ({cause}) at {where}"
     parts = [f"lost {topology.label(r)}: {why}" for r, why in sorted(lost.items())]
-    return f"{head}: " + ("; ".join(parts) or board.abort_reason or "no peer found lost")
+    reason = board.abort_reason
+    if reason is None and store is not None and not board.store_lost:
+        try:  # a peer failed (not lost) a moment before our watchdog's next look
+            reason = faults.read_abort(store)
+        except Exception:
+            reason = None
+    return f"{head}: " + ("; ".join(parts) or reason or "no peer found lost")
 

@@ -37,6 +37,9 @@ LINE_LIMIT = 160
 #: Exit status after SIGTERM (128 + 15, what a shell reports for a terminated process).
 SIGTERM_EXIT = 143
 
+#: The job's side-channel secret (:func:`pipemare_lite.engine.dist.faults.torchrun_secret`),
+#: set by :func:`~pipemare_lite.engine.dist.launch.init_from_env`; None: unsigned.
+SECRET: bytes | None = None
 _reported = False  # this rank already printed its report: the agent's SIGTERM adds nothing
 _name_lost = None  # once :func:`install` ran: prints the line naming the lost rank (once)
 
@@ -106,7 +109,8 @@ def _write(text: str) -> None:
 def _store():
     from pipemare_lite.engine.dist.launch import _connect
 
-    return _connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), STORE_TIMEOUT)
+    raw = _connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), STORE_TIMEOUT)
+    return faults.signed(raw, SECRET)
 
 
 def _short(text: str) -> str:
