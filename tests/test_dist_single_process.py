@@ -273,7 +273,7 @@ def test_failure_reports_land_in_the_store():
     board = StatusBoard(2, 3, store)
     board.at(4, 9, "2B1")
     board.fail(ValueError("bad value 7"))
-    assert read_abort(store) == "rank 2 failed at rank 2: action 4/9 (2B1) compute: " \
+    assert read_abort(store) == "rank 2 failed at action 4/9 (2B1) compute: " \
                                 "ValueError: bad value 7"
     assert "ValueError: bad value 7" in read_failures(store, 3)[2]
     assert read_positions(store, 3)[2].state == "failed: ValueError: bad value 7"

@@ -426,6 +426,9 @@ def _collect(procs, store, result_dir, reason) -> list:
              faults.format_positions(positions, world_size)]
     lines += [f"rank {r} error: {errors[r].strip().splitlines()[-1]}" if r in errors
               else f"rank {r}: no error report (exit code {exit_codes.get(r)})" for r in failed]
+    if cause in errors:  # the cause's traceback: where in the worker (a method's hook ...)
+        detail = errors[cause].split("\n", 1)[-1].rstrip()
+        lines += [f"rank {cause} traceback:", *("  " + line for line in detail.splitlines())]
     raise LaunchError(
         "\n".join(lines), failed_ranks=failed, positions=positions, errors=errors,
         exit_codes=exit_codes, pids={r: p.pid for r, p in enumerate(procs)},
