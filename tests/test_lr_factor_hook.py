@@ -166,3 +166,21 @@ def test_optimizer_factory_is_told_its_stage():
     result = run.run(data(2))
     assert seen == [0, 1, 2]
     assert [rates[0] for rates in result.learning_rates] == pytest.approx([0.1, 0.2, 0.3])
+
+
+def test_fit_factories_are_told_their_stage_even_with_gradient_clipping():
+    seen = {"optimizer": [], "schedule": []}
+
+    def optimizer(params, stage):
+        seen["optimizer"].append(stage)
+        return torch.optim.SGD(params, lr=0.05)
+
+    def schedule(opt, *, stage):
+        seen["schedule"].append(stage)
+        return torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (stage + 1))
+
+    history = fit(mlp(64, 16, 3, 10, seed=1), load("digits"), method="1f1b", num_stages=3,
+                  num_microbatches=2, batch_size=256, epochs=1, progress=False,
+                  optimizer=optimizer, lr_schedule=schedule, clip_grad_norm=1.0)
+    assert seen == {"optimizer": [0, 1, 2], "schedule": [0, 1, 2]}
+    assert [rates[0] for rates in history.stage_lr] == pytest.approx([0.05, 0.025, 0.05 / 3])

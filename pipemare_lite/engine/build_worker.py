@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-import inspect
-
 import torch
 from torch import nn
 
 from pipemare_lite.engine.stage import StageWorker
-from pipemare_lite.methods.hooks import MethodHooks, StageInfo, call_factory, check_hooks
+from pipemare_lite.methods.hooks import (
+    MethodHooks,
+    StageInfo,
+    call_factory,
+    call_stage_factory,
+    check_hooks,
+)
 from pipemare_lite.methods.lr_rescheduling import LRReschedulingHooks, stage_forward_delays
 from pipemare_lite.methods.registry import MethodOptions, get_method, t2_hooks
 from pipemare_lite.schedules.actions import Schedule
@@ -61,20 +65,6 @@ def build_hooks(schedule: Schedule, stage: int, module: nn.Module, optimizer,
     return hooks
 
 
-def call_stage_factory(factory: Callable, first, stage: int):
-    """``factory(first)``, or ``factory(first, stage=stage)`` when it has a parameter named
-    ``stage``: an optimizer or lr-schedule factory may build differently per stage."""
-    try:
-        parameters = inspect.signature(factory).parameters
-    except (TypeError, ValueError):  # no signature to read: the plain call
-        return factory(first)
-    stage_param = parameters.get("stage")
-    if stage_param is not None and stage_param.kind in (stage_param.KEYWORD_ONLY,
-                                                        stage_param.POSITIONAL_OR_KEYWORD):
-        return factory(first, stage=stage)
-    return factory(first)
-
-
 def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, loss_fn: Callable,
                        optimizer_factory: Callable, options: MethodOptions,
                        delays: list[int] | None, device: torch.device | None = None,
@@ -84,7 +74,7 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
     Moves ``module`` to ``device`` (if given), builds its optimizer with
     ``optimizer_factory(trainable params)``, the optional base scheduler with
     ``lr_scheduler_factory(optimizer)`` (either factory is given ``stage=`` too when it takes
-    a parameter of that name: :func:`call_stage_factory`), the method's hooks (:func:`build_hooks`: T2
+    a parameter of that name: :func:`~pipemare_lite.methods.hooks.call_stage_factory`), the method's hooks (:func:`build_hooks`: T2
     with the stage's gamma when ``options.discrepancy_correction`` is on, or a registered
     method's), and T1 on top of them when ``delays`` is given
     (:class:`~pipemare_lite.methods.lr_rescheduling.LRReschedulingHooks`, through the

@@ -176,6 +176,19 @@ def call_factory(factory, info: StageInfo, method):
     return factory(info)
 
 
+def call_stage_factory(factory, first, stage: int):
+    """``factory(first)``, or ``factory(first, stage=stage)`` when it has a parameter named
+    ``stage``: an optimizer or lr-schedule factory may build differently per stage."""
+    try:
+        parameter = inspect.signature(factory).parameters.get("stage")
+    except (TypeError, ValueError):  # no signature to read: the plain call
+        return factory(first)
+    if parameter is not None and parameter.kind in (parameter.KEYWORD_ONLY,
+                                                    parameter.POSITIONAL_OR_KEYWORD):
+        return factory(first, stage=stage)
+    return factory(first)
+
+
 def check_hooks(hooks, method, stage: int) -> None:
     """Refuse hooks that are not a :class:`MethodHooks` or whose hook methods cannot be called
     the way the stage worker calls them (:data:`HOOK_ARGUMENTS`)."""
