@@ -394,7 +394,9 @@ def _exit_cause(exit_codes: dict[int, int], store, world_size: int, *, final: bo
 
 
 def _stop_all(procs) -> None:
-    """Terminate, then kill, every child still alive; join them all."""
+    """Terminate, then kill, every child still alive; join them all (a child whose start
+    failed, e.g. its arguments could not be pickled, is skipped: the start's error stands)."""
+    procs = [p for p in procs if p.pid is not None]
     alive = [p for p in procs if p.is_alive()]
     for p in alive:
         p.terminate()
