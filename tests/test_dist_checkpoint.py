@@ -87,3 +87,31 @@ def test_dist_checkpoints_resume_bitwise_in_either_executor(method, stop):
     assert {**local_head, **from_local_losses} == full.loss_by_microbatch
     assert not set(local_head) & set(from_local_losses)
     same_weights(merged(from_local, "weights"), final)
+
+
+@pytest.mark.slow
+def test_fit_with_executor_dist_checkpoints_and_resumes_bitwise(tmp_path):
+    """fit(executor="dist", checkpoint_path=...) under launch(): rank 0 writes the file; a
+    run resumed from it ends with the uninterrupted run's history."""
+    from pipemare_lite.training.datasets import load
+    from pipemare_lite.training.dist_fit import fit_worker
+    from pipemare_lite.training.models import mlp
+
+    path = tmp_path / "dist.ckpt"
+    common = dict(method="pipemare", num_stages=2, num_microbatches=2, batch_size=128,
+                  epochs=1, lr=0.05, progress=False, checkpoint_path=str(path),
+                  checkpoint_every=4, model=(mlp, dict(in_features=64, hidden=16, depth=2,
+                                                       out_features=10, seed=0)),
+                  data=(load, {"name": "digits"}))
+    with hard_time_limit(300):
+        straight = launch(fit_worker, 2, args=(common,), timeout=240, num_threads=1)
+        assert path.exists() and len(straight[0]["loss"]) == 10  # saved at step 8
+        resumed = launch(fit_worker, 2, args=(dict(common, resume=True),), timeout=240,
+                         num_threads=1)
+    for key in ("loss", "stage_lr", "evals", "forward_delay"):
+        assert resumed[0][key] == straight[0][key] == straight[1][key], key
+    from pipemare_lite.engine.dist.launch import LaunchError
+
+    with hard_time_limit(200), pytest.raises(LaunchError) as error:  # it reads the file:
+        launch(fit_worker, 2, args=(dict(common, resume=True, lr=0.1),), timeout=150)
+    assert "other settings: lr=0.05 (now 0.1)" in str(error.value)
