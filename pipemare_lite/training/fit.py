@@ -231,11 +231,14 @@ def fit(
             (required), ``momentum`` (sgd: default 0; muon: default 0.95; refused with
             adam/adamw) and ``weight_decay``; or a factory ``params -> Optimizer`` that sets
             its own hyper-parameters (then ``lr``, ``momentum`` and ``weight_decay`` must
-            stay unset).
+            stay unset); a factory with a parameter named ``stage`` is given the stage it
+            builds for (``factory(params, stage=s)``).
         lr_schedule: the base schedule ``lr(k)`` of update k: None or ``"constant"``,
             ``"cosine"`` (annealed to 0 over the run's ``epochs * steps_per_epoch`` updates,
             the warm-up excluded), ``"step"``; or a factory ``optimizer -> LRScheduler``.
-            Stepped once per optimizer update per stage; T1 multiplies on top of it.
+            Stepped once per optimizer update per stage (a factory with a ``stage``
+            parameter is told the stage); T1 and a method's ``lr_factor`` multiply on top
+            of it, for each update only.
         lr_warmup: updates of linear lr warm-up before the named schedule,
             ``lr * (k + 1) / (lr_warmup + 1)`` (not PipeMare-W's flushed ``warmup``).
         lr_step_size, lr_gamma: ``"step"`` only: multiply the lr by ``lr_gamma`` (default
