@@ -51,8 +51,11 @@ def load_plugins(modules: Iterable[str] = (), *, from_env: bool = True) -> list[
         try:
             importlib.import_module(name)
         except ImportError as exc:
+            rank = os.environ.get("RANK")  # set by launch() and torchrun
+            where = f"rank {rank} (process {os.getpid()})" if rank is not None else (
+                f"process {os.getpid()}")
             raise PluginError(
-                f"plugin {name!r} could not be imported in process {os.getpid()}: {exc} "
+                f"plugin {name!r} could not be imported in {where}: {exc} "
                 f"(plugins come from --plugin, launch(imports=...) and {ENV_VAR}; the module "
                 "must be importable on sys.path, e.g. through PYTHONPATH)"
             ) from exc

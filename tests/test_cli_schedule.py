@@ -84,7 +84,7 @@ def test_torch_csv_is_one_minibatch_pytorch_loads(capsys):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["gpipes", "-P", "2", "-M", "2"], "unknown schedule 'gpipes'; allowed: naive, gpipe"),
+        (["gpipes", "-P", "2", "-M", "2"], "unknown schedule name 'gpipes'; allowed: naive, gpipe"),
         (["gpipe", "-P", "two", "-M", "2"], "--stages='two': allowed: an integer >= 1"),
         (["gpipe", "-P", "2000", "-M", "2"], "allowed: integers 1..1024"),
         (["gpipe", "-M", "2"], "--stages is required"),
@@ -124,7 +124,7 @@ def test_subprocess_json_and_error_exit():
         [sys.executable, "-m", "pipemare_lite", "schedule", "nope", "-P", "2", "-M", "2"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert bad.returncode != 0 and "unknown schedule 'nope'" in bad.stderr
+    assert bad.returncode != 0 and "unknown schedule name 'nope'" in bad.stderr
 
 
 def test_grid_cells_follow_the_costs(capsys):

@@ -21,6 +21,11 @@ def test_the_page_shows_the_real_weight_prediction_file():
     assert blocks[0] == real
 
 
+def test_the_page_shows_the_real_delay_adaptive_example():
+    real = (ROOT / "docs" / "examples" / "delay_adaptive_lr.py").read_text()
+    assert real in python_blocks()
+
+
 def test_the_usage_block_trains_with_the_plugin_and_counts_its_bytes():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 
 import pytest
 
 from pipemare_lite.cli import main
+from pipemare_lite.schedules.io import load_schedule
 from pipemare_lite.schedules.registry import BUILDERS
 from pipemare_lite.schedules.validate import REGISTERED_WEIGHT_MODES
 
@@ -17,7 +17,19 @@ PAGE = (ROOT / "docs" / "write-a-schedule.md").read_text()
 
 
 def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", PAGE, flags=re.S)
+    """The page's fenced blocks of ``language`` ("" for none), fences read in pairs."""
+    found, current, lang = [], None, None
+    for line in PAGE.splitlines(keepends=True):
+        if line.startswith("```"):
+            if current is None:
+                current, lang = [], line[3:].strip()
+            else:
+                if lang == language:
+                    found.append("".join(current))
+                current = None
+        elif current is not None:
+            current.append(line)
+    return found
 
 
 @pytest.fixture
@@ -35,14 +47,20 @@ def test_the_csv_shown_is_the_example_file():
 
 def test_the_commands_run(in_root, capsys):
     commands = [b.strip() for b in blocks("") if b.strip().startswith("python -m")]
-    assert len(commands) == 2
+    assert len(commands) == 3
     for command in commands:
         argv = shlex.split(command)[3:]  # after "python -m pipemare_lite"
-        argv = [str(in_root / a) if a == "run.ckpt" else a for a in argv]
+        argv = [str(in_root / a) if a in ("run.ckpt", "saved.json") else a for a in argv]
         assert main(argv) == 0, command
     out = capsys.readouterr().out
     assert "custom: P=2 stages, M=4 microbatches" in out and "test accuracy" in out
     assert (in_root / "run.ckpt").exists()
+    saved = load_schedule(in_root / "saved.json")  # --save: a file that loads back
+    assert saved.rows() == load_schedule(ROOT / "docs" / "examples" / "two_stage_1f1b.csv").rows()
+
+
+def test_the_json_shown_is_the_example_file():
+    assert blocks("json")[0] == (ROOT / "docs" / "examples" / "two_stage_1f1b.json").read_text()
 
 
 def test_the_python_blocks_run(in_root, capsys):

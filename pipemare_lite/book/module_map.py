@@ -97,6 +97,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.engine.build_worker": "08",
     "pipemare_lite.engine.dist": "11",
     "pipemare_lite.engine.dist.executor": "11",
+    "pipemare_lite.engine.dist.checkpoint": "11",
     "pipemare_lite.engine.dist.faults": "11",
     "pipemare_lite.engine.dist.launch": "11",
     "pipemare_lite.engine.dist.lost": "11",

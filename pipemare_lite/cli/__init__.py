@@ -2,7 +2,12 @@
 
 Each subcommand lives in ``pipemare_lite/cli/commands/<name>.py`` and provides
 ``configure(parser)`` and ``run(args) -> int``. Subcommand modules are imported only when
-called, so ``schedule`` stays torch-free and ``--version`` is instant. ``gpu_check.py`` is what
+called, so ``schedule`` stays torch-free and ``--version`` is instant.
+
+Plugins (:mod:`pipemare_lite.plugins`) load the same way for every subcommand: ``--plugin
+MODULE`` (repeatable) and the environment variable ``PIPEMARE_PLUGINS`` are imported before
+the subcommand's parser is built, so its help and its checks know the plugin's methods and
+schedules; a module that cannot be imported is one line of error and exit code 2. ``gpu_check.py`` is what
 ``gpu-check`` runs: a diagnostic built on the engine, not a part of it.
 """
 
@@ -13,6 +18,7 @@ import importlib
 import sys
 
 from pipemare_lite import __version__
+from pipemare_lite.plugins import ENV_VAR, load_plugins
 
 #: The project's input errors: every check of a user's value raises ValueError (or a
 #: subclass, e.g. ScheduleError) naming the value and what is allowed. The CLI prints these
@@ -49,12 +55,40 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
             _module(name).configure(p)
+        if not any("--plugin" in action.option_strings for action in p._actions):
+            add_plugin_option(p)  # (``train`` declares its own, with the same meaning)
     return parser
+
+
+def add_plugin_option(parser: argparse.ArgumentParser) -> None:
+    """``--plugin MODULE`` (repeatable), as every subcommand has it."""
+    parser.add_argument(
+        "--plugin", action="append", default=[], metavar="MODULE",
+        help=f"import MODULE first (it may register methods and schedules); repeatable; "
+             f"{ENV_VAR}=MODULE[,MODULE...] does the same")
+
+
+def plugins_in(argv: list[str]) -> list[str]:
+    """The ``--plugin`` values in ``argv`` (``--plugin M`` and ``--plugin=M``), in order."""
+    found = []
+    for i, arg in enumerate(argv):
+        if arg == "--plugin" and i + 1 < len(argv):
+            found.append(argv[i + 1])
+        elif arg.startswith("--plugin="):
+            found.append(arg.split("=", 1)[1])
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pipemare-lite`` script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    if chosen in SUBCOMMANDS:  # every subcommand: --plugin and PIPEMARE_PLUGINS first
+        try:
+            load_plugins(plugins_in(argv))
+        except INPUT_ERRORS as exc:
+            print(f"pipemare-lite {chosen}: error: {exc}", file=sys.stderr)
+            return 2
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not args.command:

@@ -7,7 +7,8 @@ machine with one or several CUDA GPUs, in well under 5 minutes:
 
 1. the environment: torch, CUDA and NCCL versions, every device (name, memory);
 2. the placement each rank gets (:mod:`pipemare_lite.engine.placement`);
-3. for 1F1B and PipeMare, the same seeded run (an MLP, one layer per stage, synthetic data)
+3. for 1F1B and PipeMare (or the ``--method`` names, a plugin's included: ``--plugin``
+   imports its module here and in every rank), the same seeded run (an MLP, one layer per stage, synthetic data)
    three ways: the local executor on the CPU (the reference, one thread), the local
    executor with stage s on ``cuda:(s mod G)`` (several stages per GPU when G < P), and the
    distributed executor with NCCL, one process per GPU (skipped, with the reason, on one
@@ -151,9 +152,11 @@ def _run_local(job, devices: list[str]) -> dict:
 
 def _run_distributed(job, backend: str, timeout: float) -> dict:
     from pipemare_lite.engine.dist.executor import run_distributed_jobs
+    from pipemare_lite.plugins import loaded_plugins
 
     start = time.perf_counter()
-    result = run_distributed_jobs([job], backend=backend, timeout=timeout)[0]
+    result = run_distributed_jobs([job], backend=backend, timeout=timeout,
+                                  imports=loaded_plugins())[0]  # --plugin: in every rank too
     wall = time.perf_counter() - start
     return {"losses": list(result.losses), "states": result.state_dicts, "trace": result.trace,
             "wall": wall}

@@ -1,5 +1,5 @@
-"""Building a stage worker: optimizer, LR scheduler, T1 on top, the method's hooks (T2 among
-them) (chapters 08-11).
+"""Building a stage worker: optimizer, LR scheduler, the method's hooks (T2 among them) and T1
+on top of them through the ``lr_factor`` hook (chapters 08-11).
 
 Both executors build their :class:`~pipemare_lite.engine.stage.StageWorker` objects here,
 so the local executor (one process) and the distributed one (one process per rank) start
@@ -14,8 +14,14 @@ import torch
 from torch import nn
 
 from pipemare_lite.engine.stage import StageWorker
-from pipemare_lite.methods.hooks import MethodHooks, StageInfo
-from pipemare_lite.methods.lr_rescheduling import LRRescheduling, stage_forward_delays
+from pipemare_lite.methods.hooks import (
+    MethodHooks,
+    StageInfo,
+    call_factory,
+    call_stage_factory,
+    check_hooks,
+)
+from pipemare_lite.methods.lr_rescheduling import LRReschedulingHooks, stage_forward_delays
 from pipemare_lite.methods.registry import MethodOptions, get_method, t2_hooks
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.lazy import short_schedule
@@ -53,10 +59,9 @@ def build_hooks(schedule: Schedule, stage: int, module: nn.Module, optimizer,
         names=[n for n, p in module.named_parameters() if p.requires_grad],
         optimizer=optimizer, schedule=schedule, options=options,
     )
-    hooks = factory(info)
-    if hooks is not None and not isinstance(hooks, MethodHooks):
-        raise TypeError(f"method {options.method!r}: its hooks factory returned {hooks!r}, "
-                        "not a MethodHooks (or None)")
+    hooks = call_factory(factory, info, options.method)  # HookError: not factory(info)
+    if hooks is not None:  # HookError: not a MethodHooks, or a hook with a wrong signature
+        check_hooks(hooks, options.method, stage)
     return hooks
 
 
@@ -68,30 +73,37 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
 
     Moves ``module`` to ``device`` (if given), builds its optimizer with
     ``optimizer_factory(trainable params)``, the optional base scheduler with
-    ``lr_scheduler_factory(optimizer)``, T1 (:class:`LRRescheduling`) on top of it when
-    ``delays`` is given (``delays[stage]`` is the stage's tau, from
+    ``lr_scheduler_factory(optimizer)`` (either factory is given ``stage=`` too when it takes
+    a parameter of that name: :func:`~pipemare_lite.methods.hooks.call_stage_factory`), the method's hooks (:func:`build_hooks`: T2
+    with the stage's gamma when ``options.discrepancy_correction`` is on, or a registered
+    method's), and T1 on top of them when ``delays`` is given
+    (:class:`~pipemare_lite.methods.lr_rescheduling.LRReschedulingHooks`, through the
+    ``lr_factor`` hook: ``delays[stage]`` is the stage's tau, from
     :func:`build_stage_workers`; off during the schedule's ``warmup_minibatches`` W, then
     annealed over ``options.rescheduling_horizon`` or the ``num_minibatches - W``
-    asynchronous updates), and the method's hooks (:func:`build_hooks`: T2 with the
-    stage's gamma when ``options.discrepancy_correction`` is on, or a registered method's).
+    asynchronous updates).
     """
     if device is not None:
         module.to(device)
-    optimizer = optimizer_factory([p for p in module.parameters() if p.requires_grad])
-    scheduler = lr_scheduler_factory(optimizer) if lr_scheduler_factory else None
+    optimizer = call_stage_factory(optimizer_factory,
+                                   [p for p in module.parameters() if p.requires_grad],
+                                   stage)
+    scheduler = (call_stage_factory(lr_scheduler_factory, optimizer, stage)
+                 if lr_scheduler_factory else None)
+    hooks = build_hooks(schedule, stage, module, optimizer, options)
     if delays is not None:
         # T1 compensates a delay: it starts at the first asynchronous update (chapter 09)
         warmup = schedule.warmup_minibatches
         horizon = options.rescheduling_horizon
         horizon = schedule.num_minibatches - warmup if horizon is None else horizon
-        scheduler = LRRescheduling(optimizer, delays[stage], horizon, base=scheduler,
-                                   start=warmup)
+        hooks = LRReschedulingHooks(hooks, delays[stage], horizon, start=warmup)
     return StageWorker(
         stage, module, optimizer, weight_mode=schedule.weight_mode,
         is_last=stage == schedule.num_virtual_stages - 1,
         num_microbatches=schedule.num_microbatches, num_minibatches=schedule.num_minibatches,
-        loss_fn=loss_fn, device=device, lr_scheduler=scheduler,
-        hooks=build_hooks(schedule, stage, module, optimizer, options),
+        loss_fn=loss_fn, device=device, lr_scheduler=scheduler, hooks=hooks,
+        method=options.method or ("built-in (T2)" if options.discrepancy_correction
+                                  else "built-in"),
     )
 
 

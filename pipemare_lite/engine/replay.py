@@ -60,8 +60,15 @@ def load_stage_state(worker, state: dict) -> None:
         p.grad = None if g is None else g.to(p.device).clone()
     worker.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
     worker.recount_optimizer_bytes()
-    if worker.lr_scheduler is not None and state["lr_scheduler"] is not None:
-        worker.lr_scheduler.load_state_dict(copy.deepcopy(state["lr_scheduler"]))
+    scheduler_state = state["lr_scheduler"]
+    if scheduler_state is not None and "_base_values" in scheduler_state:
+        # a checkpoint from before T1 moved onto the lr_factor hook: its scheduler was T1's
+        # LRRescheduling, the groups held T1's product; now they hold the base's lr
+        for group, lr in zip(worker.optimizer.param_groups, scheduler_state["_base_values"]):
+            group["lr"] = lr
+        scheduler_state = scheduler_state["base"]
+    if worker.lr_scheduler is not None and scheduler_state is not None:
+        worker.lr_scheduler.load_state_dict(copy.deepcopy(scheduler_state))
     worker.versions.load_state_dict(state["versions"])
     hooks_state = state.get("hooks", state.get("t2"))  # "t2": checkpoints before hooks
     if hooks_state is not None:

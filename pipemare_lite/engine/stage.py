@@ -49,7 +49,7 @@ from torch import nn
 from pipemare_lite.analysis.memory import KINDS
 from pipemare_lite.engine import replay
 from pipemare_lite.methods.discrepancy import DiscrepancyHooks
-from pipemare_lite.methods.hooks import MethodHooks
+from pipemare_lite.methods.hooks import MethodHooks, check_lr_factor, check_weights
 from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
 
 #: Byte kinds reported per stage: the memory model's (:data:`pipemare_lite.analysis.memory.KINDS`);
@@ -135,8 +135,9 @@ class StageWorker:
         discrepancy_gamma: T2's gamma; None switches T2 off (needs weight mode ``async``).
             Shorthand for ``hooks=DiscrepancyHooks(params, gamma)``.
         hooks: the method's :class:`~pipemare_lite.methods.hooks.MethodHooks` for this
-            stage (which weights F and B see, what happens at an update, bytes it holds);
-            None: the base class's, which do nothing.
+            stage (which weights F and B see, the lr factor and what happens at an update,
+            bytes it holds); None: the base class's, which do nothing.
+        method: the method's name, for the messages that refuse what its hooks return.
     """
 
     def __init__(self, stage: int, module: nn.Module, optimizer: torch.optim.Optimizer, *,
@@ -144,7 +145,7 @@ class StageWorker:
                  num_minibatches: int = 1, loss_fn: Callable | None = None,
                  device: torch.device | str | None = None, lr_scheduler=None,
                  discrepancy_gamma: float | None = None,
-                 hooks: MethodHooks | None = None) -> None:
+                 hooks: MethodHooks | None = None, method: str | None = None) -> None:
         if is_last and loss_fn is None:
             raise ValueError("the last stage needs a loss_fn(output, target)")
         self.stage, self.module, self.optimizer = stage, module, optimizer
@@ -166,6 +167,7 @@ class StageWorker:
                 raise ValueError("give T2 either as discrepancy_gamma or inside hooks, not both")
             hooks = DiscrepancyHooks(self.params, discrepancy_gamma)
         self.hooks = MethodHooks() if hooks is None else hooks
+        self.method = method
         self.pending: dict[int, _Pending] = {}
         # byte counts kept, not recounted at every read (the executors read them after every
         # action): the weights' once, the optimizer state's at each update
@@ -243,6 +245,9 @@ class StageWorker:
         versions, hooks, index_of = self.versions, self.hooks, self._index_of
         # a replay's saved tensors are stored: the method's hooks are not asked for weights
         copies = hooks.forward_weights(record.microbatch, record.version) if pack is None else None
+        if copies is not None:  # refused with the method, hook, stage and parameter named
+            copies = check_weights(copies, self.params, self._names, method=self.method,
+                                   hook="forward_weights", stage=self.stage)
         if copies is None and record.version != versions.version and (
                 not versions.rule.forward_reads_current or record.version in versions.held):
             # 2BW (or a replayed stash forward): read the held copy, not the live weights.
@@ -307,6 +312,9 @@ class StageWorker:
         m, current = record.microbatch, self.versions.version
         used = self.versions.rule.version_at_backward(current, record.version)
         chosen = self.hooks.backward_weights(m, record.version, current)
+        if chosen is not None:  # refused with the method, hook, stage and parameter named
+            chosen = check_weights(chosen, self.params, self._names, method=self.method,
+                                   hook="backward_weights", stage=self.stage)
         record.weights = self.versions.weights(used) if chosen is None else chosen
         self.backward_versions[m] = used
         self.distances[m] = used - record.version  # the discrepancy (T2's d when T2 is on)
@@ -363,9 +371,20 @@ class StageWorker:
         """U: one optimizer step on the accumulated gradients, then zero them (to None)."""
         self.versions.before_update()
         self.hooks.before_update()
-        self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
+        groups = self.optimizer.param_groups
+        factors = check_lr_factor(self.hooks.lr_factor(self.versions.version), len(groups),
+                                  method=self.method, stage=self.stage,
+                                  update=self.versions.version)
+        if factors is not None:  # this step only: the groups keep (and a scheduler sees) base lrs
+            base_lrs = [group["lr"] for group in groups]
+            for group, lr, factor in zip(groups, base_lrs, factors):
+                group["lr"] = lr * factor
+        self.group_learning_rates.append([group["lr"] for group in groups])
         before = self._weights_before_update()
         self.optimizer.step()
+        if factors is not None:
+            for group, lr in zip(groups, base_lrs):
+                group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
         self.update_norms.append(_change_norm(before, self.params))
         self.hooks.after_update()

@@ -12,9 +12,10 @@
 """
 
 from pipemare_lite.methods.discrepancy import DiscrepancyCorrection, DiscrepancyHooks
-from pipemare_lite.methods.hooks import MethodHooks, StageInfo
+from pipemare_lite.methods.hooks import HookError, MethodHooks, StageInfo
 from pipemare_lite.methods.lr_rescheduling import (
     LRRescheduling,
+    LRReschedulingHooks,
     rescheduling_factor,
     stage_forward_delays,
 )
@@ -34,7 +35,8 @@ __all__ = [
     "METHODS", "MethodOptions", "MethodSpec", "get_method", "method_options",
     "build_method_schedule", "register_method", "t2_hooks", "MethodHooks", "StageInfo",
     "WeightVersions", "ParamRef", "DiscrepancyCorrection", "DiscrepancyHooks",
-    "LRRescheduling", "rescheduling_factor", "stage_forward_delays",
+    "LRRescheduling", "LRReschedulingHooks", "rescheduling_factor", "stage_forward_delays",
+    "HookError",
 ]
 
 # chapter 12's methods register themselves through the public API above (last: they import it)

@@ -15,6 +15,12 @@ while the pipeline is flushed, and its annealing clock starts at the first async
 update W; by default ``K`` is the number of asynchronous minibatches (``num_minibatches -
 W``). How the paper (Yang et al., PipeMare, MLSys 2021) combines warm-up with T1 is recalled
 from its published form, not quoted from its text: read this as the book's definition.
+
+Two forms of the same factor: the engine applies T1 through the public ``lr_factor`` hook
+(:class:`LRReschedulingHooks`, wrapped around the method's own hooks, so a method of your
+own gets T1 with ``t1=True``); :class:`LRRescheduling` is the same rule as a
+``torch.optim.lr_scheduler.LRScheduler``, for a plain training loop (chapter 08). A test
+(``tests/test_lr_factor_hook.py``) checks that both give bitwise the same learning rates.
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from pipemare_lite.analysis.stage_lr import rescheduling_factor  # the formula, torch-free
+from pipemare_lite.methods.hooks import MethodHooks
 from pipemare_lite.schedules.actions import Schedule
 
-__all__ = ["LRRescheduling", "rescheduling_factor", "stage_forward_delays"]
+__all__ = ["LRRescheduling", "LRReschedulingHooks", "rescheduling_factor",
+           "stage_forward_delays"]
 
 
 def stage_forward_delays(schedule: Schedule) -> list[int]:
@@ -108,3 +116,71 @@ class LRRescheduling(LRScheduler):
         super().load_state_dict(state)
         if self.base is not None and base_state is not None:
             self.base.load_state_dict(base_state)
+
+
+class LRReschedulingHooks(MethodHooks):
+    """T1 for one stage through the ``lr_factor`` hook, around the method's own hooks.
+
+    Every hook is the ``inner`` hooks' (none: the base class's); ``lr_factor(k)`` is
+    ``rescheduling_factor(k, tau, horizon, start)``, times the inner hooks' factor when they
+    give one. The factor multiplies the lr the optimizer's groups hold (the base schedule's
+    ``lr(k)``) for update k only, so the base scheduler never sees it: the same numbers as
+    :class:`LRRescheduling` on top of the base, bitwise. T1 keeps no state of its own (k is
+    the stage's update count), so checkpoints hold the inner hooks' state only.
+
+    Attributes other than the hooks (e.g. weight prediction's ``predicted``) are the inner
+    hooks', so code that inspects a stage's hooks keeps working.
+    """
+
+    def __init__(self, inner: MethodHooks | None, tau: float, horizon: int, start: int = 0):
+        rescheduling_factor(0, tau, horizon, start)  # refuses a bad tau, K or W now
+        self.inner = MethodHooks() if inner is None else inner
+        self.tau, self.horizon, self.start = float(tau), int(horizon), int(start)
+
+    def __getattr__(self, name: str):
+        """The inner hooks' attribute (only reached for names this class lacks)."""
+        if name == "inner":  # not set yet (e.g. while unpickling)
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def lr_factor(self, update: int):
+        """T1's ``tau ** (-p_k)`` for update ``update``, times the inner hooks' factor."""
+        factor = rescheduling_factor(update, self.tau, self.horizon, self.start)
+        inner = self.inner.lr_factor(update)
+        if inner is None:
+            return factor
+        if isinstance(inner, (list, tuple)):
+            return [factor * f for f in inner]
+        return factor * inner
+
+    def forward_weights(self, microbatch: int, version: int):
+        """The inner hooks'."""
+        return self.inner.forward_weights(microbatch, version)
+
+    def backward_weights(self, microbatch: int, forward_version: int, version: int):
+        """The inner hooks'."""
+        return self.inner.backward_weights(microbatch, forward_version, version)
+
+    def backward_done(self, microbatch: int) -> None:
+        """The inner hooks'."""
+        self.inner.backward_done(microbatch)
+
+    def before_update(self) -> None:
+        """The inner hooks'."""
+        self.inner.before_update()
+
+    def after_update(self) -> None:
+        """The inner hooks'."""
+        self.inner.after_update()
+
+    def bytes_held(self) -> dict[str, int]:
+        """The inner hooks' (T1 holds nothing)."""
+        return self.inner.bytes_held()
+
+    def state_dict(self) -> dict:
+        """The inner hooks' state (T1's factor depends only on the update count)."""
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """The inner hooks'."""
+        self.inner.load_state_dict(state)

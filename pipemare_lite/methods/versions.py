@@ -59,16 +59,29 @@ class ParamRef:
     Attributes:
         index: the parameter's position in the stage's parameter list.
         view: ``(size, stride, storage_offset)`` when autograd saved a view of the parameter
-            (Linear saves ``weight.t()``), None when it saved the parameter itself.
+            (Linear saves ``weight.t()``), None when it saved the parameter itself. The
+            offset is counted from the parameter's own first element (a parameter's storage
+            offset is 0, so it equals the view's), so that the view can be rebuilt over any
+            tensor of the parameter's shape, a slice of a larger buffer included.
     """
 
     index: int
     view: tuple | None = None
 
     def materialize(self, weights: Sequence[torch.Tensor]) -> torch.Tensor:
-        """The saved tensor rebuilt from ``weights[index]`` (a chosen version)."""
+        """The saved tensor rebuilt from ``weights[index]`` (a chosen version: a tensor of the
+        parameter's shape, which :func:`pipemare_lite.methods.hooks.check_weights` checked).
+
+        The view's strides are the contiguous parameter's, so a non-contiguous version is
+        made contiguous first, and its own storage offset is added to the view's.
+        """
         tensor = weights[self.index]
-        return tensor if self.view is None else tensor.as_strided(*self.view)
+        if self.view is None:
+            return tensor
+        size, stride, offset = self.view
+        if not tensor.is_contiguous():
+            tensor = tensor.contiguous()
+        return tensor.as_strided(size, stride, tensor.storage_offset() + offset)
 
 
 def param_ref(tensor: torch.Tensor, index_of: dict[int, int]) -> ParamRef | None:
@@ -86,7 +99,7 @@ def param_ref(tensor: torch.Tensor, index_of: dict[int, int]) -> ParamRef | None
         index = index_of.get(id(base))
         if index is not None:
             return ParamRef(index, (tuple(tensor.size()), tuple(tensor.stride()),
-                                    tensor.storage_offset()))
+                                    tensor.storage_offset() - base.storage_offset()))
     return None
 
 

@@ -133,9 +133,11 @@ class PostingOrder:
     def to_post_for(self, message: Message) -> list[Message]:
         """Operations to post now (in order) so that ``message``'s own operation is posted.
 
-        Empty when ``message`` is already posted (a receive posted early). Raises
-        RuntimeError if a *send* would have to be posted out of its own action's turn:
-        that would mean the plan does not follow this rank's action order.
+        Empty when ``message`` is already posted (a receive posted early). Operations in
+        :attr:`posted` ahead of the cursor are passed over (a checkpoint's resume marks what
+        was sent before it, on both ends of each pair). Raises RuntimeError if a *send*
+        would have to be posted out of its own action's turn: that would mean the plan does
+        not follow this rank's action order.
         """
         if message.key in self.posted:
             return []
@@ -145,11 +147,12 @@ class PostingOrder:
         for i in range(start, len(order)):
             op = order[i]
             if op is message:
-                todo = order[start:i + 1]
+                todo = [earlier for earlier in order[start:i + 1]
+                        if earlier.key not in self.posted]
                 self.cursor[peer] = i + 1
                 self.posted.update(earlier.key for earlier in todo)
                 return todo
-            if op.src == self.rank:
+            if op.src == self.rank and op.key not in self.posted:
                 raise RuntimeError(
                     f"rank {self.rank}: posting {message} needs the earlier send {op} first, "
                     "but that send has not been produced yet (plan does not match the schedule)")
@@ -164,8 +167,19 @@ class PostingOrder:
         """
         todo = []
         for peer, start in self.cursor.items():
-            next_ops = self.plan.pair_order[(self.rank, peer)][start:start + limit]
-            ahead = list(takewhile(lambda op: op.dst == self.rank, next_ops))
+            order = self.plan.pair_order[(self.rank, peer)]
+            if not self.posted.isdisjoint(op.key for op in order[start:start + limit]):
+                ahead, i = [], start  # pass over what a checkpoint's resume marked posted
+                while i < len(order) and len(ahead) < limit:
+                    if order[i].key not in self.posted:
+                        if order[i].dst != self.rank:
+                            break
+                        ahead.append(order[i])
+                    i += 1
+                self.cursor[peer] = i
+                todo += ahead
+                continue
+            ahead = list(takewhile(lambda op: op.dst == self.rank, order[start:start + limit]))
             self.cursor[peer] = start + len(ahead)
             todo += ahead
         self.posted.update(op.key for op in todo)

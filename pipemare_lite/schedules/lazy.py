@@ -56,7 +56,10 @@ def lazy_schedule(build: Callable[[int], Schedule], num_minibatches: int, *,
     steady_after = 4
     while warmup_minibatches + steady_after + 2 < K and steady_after <= 128:
         K0 = warmup_minibatches + steady_after
-        short, longer, longest = build(K0), build(K0 + 1), build(K0 + 2)
+        try:
+            short, longer, longest = build(K0), build(K0 + 1), build(K0 + 2)
+        except Exception:  # noqa: BLE001  the probe's error would quote K0, not the run's K:
+            return build(K)  # the run's own build raises (or, if only K0 failed, succeeds)
         parts = [_steady_parts(short, longer, longest, r) for r in range(short.num_ranks)]
         if None not in parts:
             return LazySchedule(short, parts, K, short.notes if notes is None else notes)

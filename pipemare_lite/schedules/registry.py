@@ -97,7 +97,12 @@ def is_asynchronous(name: str) -> bool:
     return mode is not None and not get_weight_mode(mode).flushes
 
 
-def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync") -> None:
+#: registered name -> the module whose builder it is (for messages: who registered it)
+REGISTERED_BY: dict[str, str] = {}
+
+
+def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync",
+                      replace_existing: bool = False) -> None:
     """Make ``build_schedule(name, ...)``, ``fit(schedule=name)`` and ``--schedule name`` work.
 
     ``builder(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup_minibatches)``
@@ -106,11 +111,17 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
     updates added after each minibatch's last gradient when the rows have none).
     ``weight_mode`` declares what its backwards read (one of :data:`WEIGHT_MODES`): "sync"
     schedules must flush every minibatch, which validation checks. Registering a built-in
-    name is refused; registering a name again replaces the builder.
+    name is refused; registering a name again is refused unless ``replace_existing=True``
+    (as :func:`~pipemare_lite.methods.register_method` does). Other processes know the
+    schedule once they import its module (:mod:`pipemare_lite.plugins`).
     """
     if not isinstance(name, str) or not name.strip() or name in known_names(builtin=True):
         raise ScheduleError(f"cannot register schedule {name!r}: give a new name (taken: "
                             f"{', '.join(known_names(builtin=True))})")
+    if name in BUILDERS and not replace_existing:
+        raise ScheduleError(f"schedule {name!r} is already registered (by "
+                            f"{REGISTERED_BY.get(name, 'an unknown module')}); pass "
+                            "replace_existing=True to replace it")
     if not callable(builder):
         raise ScheduleError(f"register_schedule({name!r}): builder {builder!r} is not callable")
     if weight_mode not in WEIGHT_MODES:  # the name; the rule is get_weight_mode(weight_mode)
@@ -142,6 +153,24 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
         return validate(made)
 
     BUILDERS[name] = build
+    REGISTERED_BY[name] = getattr(builder, "__module__", None) or "an unknown module"
+
+
+def unknown_schedule_message(name) -> str:
+    """Why schedule ``name`` is unknown in this process, and how to make it known."""
+    import os
+
+    from pipemare_lite.plugins import ENV_VAR, loaded_plugins
+
+    rank = os.environ.get("RANK")
+    where = f"process {os.getpid()}" + (f", rank {rank}" if rank is not None else "")
+    return (f"unknown schedule name {name!r}; allowed: "
+            f"{', '.join(schedule_names() + tuple(ALIASES))}. Not registered in {where} "
+            f"(plugins imported here: {', '.join(loaded_plugins()) or 'none'}): a schedule "
+            "added with register_schedule() exists only in the processes that imported its "
+            "module; load it with --plugin MODULE (command line), launch(..., "
+            f"imports=['MODULE']) (Python) or {ENV_VAR}=MODULE[,MODULE...] (every rank reads "
+            "it)")
 
 
 def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: int = 1,
@@ -156,8 +185,11 @@ def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: 
     """
     key = ALIASES.get(name, name)
     if key not in BUILDERS:
-        allowed = ", ".join(schedule_names() + tuple(ALIASES))
-        raise ScheduleError(f"unknown schedule name {name!r}; allowed: {allowed}")
+        from pipemare_lite.plugins import load_plugins  # torch-free
+
+        load_plugins()  # the environment's plugins (each imported once per process)
+    if key not in BUILDERS:
+        raise ScheduleError(unknown_schedule_message(name))
     # the builders of flushed schedules take neither chunks nor a warm-up: check them here
     check_sizes(name, num_ranks, num_microbatches, num_minibatches, chunks, warmup_minibatches)
     check_total_work(key, num_ranks, num_microbatches, num_minibatches, chunks)  # the product

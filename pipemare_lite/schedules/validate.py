@@ -100,7 +100,10 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
     """Raise :class:`ScheduleError` naming any size outside :data:`LIMITS` or an unknown name."""
     mode = weight_mode_of(name)
     if name != "custom" and mode is None:
-        raise ScheduleError(f"unknown schedule name {name!r}; allowed: {', '.join(known_names())}")
+        raise ScheduleError(
+            f"unknown schedule name {name!r}; allowed: {', '.join(known_names())} (a "
+            "hand-written schedule is named 'custom'; a registered builder's name is known "
+            "once its plugin is loaded: --plugin MODULE or PIPEMARE_PLUGINS)")
     values = {"num_ranks": num_ranks, "num_microbatches": num_microbatches,
               "num_minibatches": num_minibatches, "chunks": chunks,
               "warmup_minibatches": warmup_minibatches}

@@ -23,12 +23,14 @@ from pipemare_lite.schedules.actions import Schedule
 
 def fit_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, loss_fn: Callable,
                  optimizer_factory: Callable, method_options=None, devices=None,
-                 lr_scheduler_factory: Callable | None = None) -> DistributedExecutor:
+                 lr_scheduler_factory: Callable | None = None,
+                 checkpoints: bool = False) -> DistributedExecutor:
     """``fit()``'s engine for this rank (registered as ``EXECUTORS["dist"]``, chapter 11).
 
     Joins the process group (:func:`pipemare_lite.engine.dist.launch.init_from_env` when no launcher
     made one). Not supported: ``devices`` (rank r computes on ``cuda:<local rank>`` or the
-    CPU) and checkpoints (``fit()`` refuses ``checkpoint_path`` with executor 'dist').
+    CPU). ``checkpoints``: keep what ``state_dict()`` needs (``fit()`` asks for it with a
+    ``checkpoint_path``; every rank computes the checkpoint, rank 0 writes the file).
     """
     from pipemare_lite.engine.dist.launch import current, init_from_env
 
@@ -50,7 +52,7 @@ def fit_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, loss
         schedule, own, loss_fn=loss_fn, optimizer_factory=optimizer_factory,
         method_options=method_options, lr_scheduler_factory=lr_scheduler_factory,
         rank=info.rank, device=info.device, board=info.board, op_timeout=info.op_timeout,
-        track_bytes=True, gather_into=stage_modules,
+        track_bytes=True, gather_into=stage_modules, checkpoints=checkpoints,
     )
 
 

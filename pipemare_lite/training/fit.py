@@ -152,7 +152,7 @@ def _local_executor(schedule, stages, *, loss_fn, optimizer_factory, method_opti
 
 def _dist_executor(schedule, stages, **kwargs):
     # The distributed engine (one process per stage, launched by torchrun) offers fit() the
-    # LocalExecutor's run() (no checkpoints: fit() refuses them with 'dist') through
+    # LocalExecutor's run() (and, with checkpoints=True, its checkpoints) through
     # pipemare_lite.training.dist_fit.fit_executor.
     try:
         from pipemare_lite.training.dist_fit import fit_executor
@@ -235,11 +235,14 @@ def fit(
             (required), ``momentum`` (sgd: default 0; muon: default 0.95; refused with
             adam/adamw) and ``weight_decay``; or a factory ``params -> Optimizer`` that sets
             its own hyper-parameters (then ``lr``, ``momentum`` and ``weight_decay`` must
-            stay unset).
+            stay unset); a factory with a parameter named ``stage`` is given the stage it
+            builds for (``factory(params, stage=s)``).
         lr_schedule: the base schedule ``lr(k)`` of update k: None or ``"constant"``,
             ``"cosine"`` (annealed to 0 over the run's ``epochs * steps_per_epoch`` updates,
             the warm-up excluded), ``"step"``; or a factory ``optimizer -> LRScheduler``.
-            Stepped once per optimizer update per stage; T1 multiplies on top of it.
+            Stepped once per optimizer update per stage (a factory with a ``stage``
+            parameter is told the stage); T1 and a method's ``lr_factor`` multiply on top
+            of it, for each update only.
         lr_warmup: updates of linear lr warm-up before the named schedule,
             ``lr * (k + 1) / (lr_warmup + 1)`` (not PipeMare-W's flushed ``warmup``).
         lr_step_size, lr_gamma: ``"step"`` only: multiply the lr by ``lr_gamma`` (default
@@ -290,7 +293,7 @@ def fit(
     run = _TrainingRun(
         model, data, config, gamma=gamma, balance=balance, devices=devices,
         optimizer=optimizer, lr_schedule=lr_schedule, loss_fn=loss_fn,
-        schedule=arguments["schedule"],
+        schedule=arguments["schedule"], checkpoints=checkpoint_path is not None,
     )
     if resume and Path(checkpoint_path).exists():
         run.resume_from(checkpoint_path)
@@ -432,11 +435,6 @@ def _check_arguments(
             f"chunks={config['chunks']} needs method 'interleaved'; "
             f"{config['method']!r} runs one chunk per rank"
         )
-    if config["executor"] == "dist" and checkpoint_path is not None:
-        raise ValueError(
-            "checkpoints are not supported with executor='dist' yet; "
-            "use executor='local' to checkpoint and resume"
-        )
     if config["warmup"] < 0:
         raise ValueError(f"warmup must be >= 0 minibatches, got {config['warmup']}")
     seed = config["seed"]
@@ -479,7 +477,7 @@ class _TrainingRun:
 
     def __init__(
         self, model: nn.Sequential, data: Dataset, config: dict, *, gamma, balance, devices,
-        optimizer="sgd", lr_schedule=None, loss_fn=None, schedule=None,
+        optimizer="sgd", lr_schedule=None, loss_fn=None, schedule=None, checkpoints=False,
     ) -> None:
         from pipemare_lite.methods import MethodOptions, build_method_schedule, method_options
 
@@ -517,6 +515,8 @@ class _TrainingRun:
         )
         if scheduler_factory is not None:  # left out when None: registered executors may
             engine_options["lr_scheduler_factory"] = scheduler_factory  # not know it
+        if config["executor"] == "dist" and checkpoints:
+            engine_options["checkpoints"] = True  # the ranks keep what a checkpoint needs
         self.engine = EXECUTORS[config["executor"]](schedule, self.stages, **engine_options)
         self.feed = EpochMicrobatches(
             data, config["batch_size"], n, config["seed"], config["epochs"]
@@ -608,6 +608,9 @@ class _TrainingRun:
     def save_to(self, path) -> None:
         """Write the full state atomically (:mod:`pipemare_lite.training.checkpoint`)."""
         self.finish()
+        executor_state = self.engine.state_dict()  # collective with executor 'dist'
+        if os.environ.get("RANK", "0") != "0":  # every rank has it; rank 0 writes the file
+            return
         save_checkpoint(
             path,
             {
@@ -615,7 +618,7 @@ class _TrainingRun:
                 "config": self.config,
                 "step": self.step,
                 "model_layout": model_layout(self.stages),
-                "executor": encode_state(self.engine.state_dict()),
+                "executor": encode_state(executor_state),
                 **self.recorder.state(),
                 "rng": rng_state(),
             },

@@ -157,8 +157,10 @@ def with_grad_clipping(factory: Callable, max_norm: float) -> Callable:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         torch.nn.utils.clip_grad_norm_(params, max_norm)
 
-    def clipped_factory(params):
-        optimizer = factory(params)
+    def clipped_factory(params, *, stage: int = 0):
+        from pipemare_lite.methods.hooks import call_stage_factory
+
+        optimizer = call_stage_factory(factory, params, stage)  # stage= if factory takes it
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"the optimizer factory returned {type(optimizer).__name__}, "
                             "not a torch.optim.Optimizer")

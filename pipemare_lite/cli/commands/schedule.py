@@ -8,12 +8,20 @@ Examples::
     python -m pipemare_lite schedule zb-h1 --stages 4 --microbatches 8 --costs 1,2,1
     python -m pipemare_lite schedule interleaved -P 2 -M 4 --torch-csv > s.csv  # PyTorch's
     python -m pipemare_lite schedule --from my_schedule.csv      # a hand-written schedule
+    python -m pipemare_lite schedule 1f1b -P 2 -M 4 --save s.json # a file --from reads back
+    python -m pipemare_lite schedule --plugin my_schedules eager-1f1b -P 4 -M 8  # registered
 
 ``--from FILE`` reads a ``.csv`` (one row of actions per rank) or ``.json`` schedule
 (:func:`pipemare_lite.schedules.io.load_schedule`, docs/write-a-schedule.md) instead of
 building one; for a CSV, ``--microbatches`` says how many microbatches a minibatch has
 (default: all the rows name, or what their updates imply) and ``--weight-mode`` what the
 backwards read (default: derived; needed when the schedule does not flush).
+
+``--save FILE`` also writes the schedule itself (``.json``: every field, see
+docs/write-a-schedule.md; ``.csv``: the rows), a file ``--from FILE``, ``fit(schedule=FILE)``
+and ``train --schedule FILE`` read back unchanged; ``--json`` prints a report (metrics), not a
+schedule. A schedule a plugin registers is built like the others once ``--plugin MODULE`` (or
+``PIPEMARE_PLUGINS``) names its module.
 
 ``--csv`` prints the engine's rows (with U, microbatches numbered over the whole run);
 ``--torch-csv`` prints one flushed minibatch (``--minibatch k``, needed when K > 1) in
@@ -38,8 +46,12 @@ from pipemare_lite.analysis.staleness import stage_delays, steady_state_minibatc
 from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.interop.torch_notation import to_torch_csv
 from pipemare_lite.schedules import ALIASES, WEIGHT_MODES, Schedule, build_schedule
-from pipemare_lite.schedules.io import to_csv
-from pipemare_lite.schedules.registry import is_asynchronous, schedule_names
+from pipemare_lite.schedules.io import SCHEDULE_SUFFIXES, to_csv, to_json
+from pipemare_lite.schedules.registry import (
+    is_asynchronous,
+    schedule_names,
+    unknown_schedule_message,
+)
 
 #: Widest text grid printed (in time cells); wider timelines print metrics only.
 MAX_GRID_CELLS = 160
@@ -82,11 +94,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--minibatch", metavar="k", help="with --torch-csv: which minibatch (0-based)"
     )
+    parser.add_argument("--save", metavar="FILE",
+                        help="also write the schedule to FILE (.json or .csv), for --from FILE")
 
 
 def run(args: argparse.Namespace) -> int:
     """Build, simulate, print. Bad input raises ValueError (the CLI prints it, exit 2)."""
+    save = getattr(args, "save", None)
+    if save is not None and not str(save).lower().endswith(SCHEDULE_SUFFIXES):
+        raise ValueError(f"--save={save}: allowed: a file ending in "
+                         f"{' or '.join(SCHEDULE_SUFFIXES)}")
     schedule, costs = _schedule_and_costs(args)
+    if save is not None:
+        save_schedule(schedule, save)
     if args.minibatch is not None and not args.torch_csv:
         raise ValueError(f"--minibatch={args.minibatch}: only applies with --torch-csv")
     if args.torch_csv:
@@ -137,9 +157,8 @@ def _schedule_and_costs(args) -> tuple[Schedule, OpCosts]:
     if name is None:
         raise ValueError("give a schedule NAME or --from FILE")
     key = ALIASES.get(name, name)
-    if key not in schedule_names():
-        allowed = ", ".join(schedule_names() + tuple(ALIASES))
-        raise ValueError(f"unknown schedule {name!r}; allowed: {allowed}")
+    if key not in schedule_names():  # (--plugin and PIPEMARE_PLUGINS are loaded already)
+        raise ValueError(unknown_schedule_message(name))
     if args.stages is None:
         raise ValueError("--stages is required (an integer >= 1)")
     stages = _integer("--stages", args.stages, 1)
@@ -172,6 +191,18 @@ def _schedule_and_costs(args) -> tuple[Schedule, OpCosts]:
         warmup_minibatches=_integer("--warmup", args.warmup, 0),
     )
     return schedule, parse_costs(args.costs, args.comm)
+
+
+def save_schedule(schedule: Schedule, path) -> None:
+    """Write ``schedule`` to ``path``: JSON (every field) for ``.json``, the rows for ``.csv``
+    (a CSV keeps no weight mode: an unflushed one needs ``--weight-mode`` to be read back)."""
+    from pathlib import Path
+
+    text = to_json(schedule) + "\n" if str(path).lower().endswith(".json") else to_csv(schedule)
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"--save={path}: cannot write: {exc.strerror}") from None
 
 
 def _integer(flag: str, text: str, low: int) -> int:

@@ -183,6 +183,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--op-timeout", type=float, default=120.0, metavar="SECONDS",
                         help="--executor dist: seconds any single wait on a message may take "
                         "before the run stops (a hung or lost rank is found after about this)")
+    parser.add_argument(
+        "--devices", default=None, metavar="LIST",
+        help="local executor: the stages' devices, one for all (cuda:0) or one per stage "
+             "(cpu,cuda:0,cuda:1), or auto (stage s on cuda:(s mod GPUs), else cpu); default: cpu")
     parser.add_argument("--on-divergence", choices=DIVERGENCE_ACTIONS, default="stop",
                         help=f"stop: report it and exit 0; raise: exit {DIVERGED_EXIT_CODE}")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -396,6 +400,46 @@ def _schedule_sizes(args: argparse.Namespace):
     return choice.given if choice.given is not None else choice.name
 
 
+def stage_devices(text: str | None, stages: int, executor: str = "local") -> list[str] | None:
+    """``--devices``: None (the model's device), or one device per (virtual) stage.
+
+    ``text`` is one device for every stage (``cuda:0``), a comma-separated one per stage, or
+    ``auto`` (:func:`pipemare_lite.engine.placement.local_stage_devices`: stage s on
+    ``cuda:(s mod G)`` with G GPUs, the CPU without). Bad names, a count that is neither 1 nor
+    ``stages``, a CUDA device this machine lacks, and the dist executor (each rank takes its
+    own device there) are refused with the value named.
+    """
+    if text is None:
+        return None
+    import torch
+
+    if executor != "local":
+        raise ValueError(f"--devices={text}: only for the local executor; with --executor "
+                         f"{executor} each rank takes its own device (LOCAL_RANK)")
+    if text.strip() == "auto":
+        from pipemare_lite.engine.placement import local_stage_devices
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return list(local_stage_devices(stages, cuda_devices=gpus))
+    names = [name.strip() for name in text.split(",")]
+    if len(names) not in (1, stages):
+        raise ValueError(f"--devices={text}: {len(names)} devices for {stages} stages; allowed: "
+                         f"one device, {stages} comma-separated devices, or auto")
+    devices = []
+    for name in names:
+        try:
+            device = torch.device(name)
+        except (RuntimeError, ValueError):
+            raise ValueError(f"--devices={text}: {name!r} is not a device; allowed: cpu, cuda, "
+                             "cuda:N, mps, or auto") from None
+        if device.type == "cuda" and (not torch.cuda.is_available() or (
+                device.index or 0) >= torch.cuda.device_count()):
+            raise ValueError(f"--devices={text}: {name!r} is not on this machine (CUDA "
+                             f"devices: {torch.cuda.device_count()})")
+        devices.append(str(device))
+    return devices * stages if len(devices) == 1 else devices
+
+
 def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -> int:
     """Train as the parsed arguments say; print a summary (or JSON); return the exit code.
 
@@ -471,6 +515,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
             resume=args.resume,
             executor=args.executor,
             schedule=schedule,
+            devices=stage_devices(getattr(args, "devices", None), pieces, args.executor),
         )
     except DivergenceError as error:
         if reporter:

@@ -62,6 +62,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.engine.build_worker import build_stage_workers
 from pipemare_lite.engine.dist import faults
+from pipemare_lite.engine.dist.checkpoint import PeerProgress, local_key, message_key
 from pipemare_lite.engine.dist.launch import launch
 from pipemare_lite.engine.dist.transport import P2PTransport, tensor_meta
 from pipemare_lite.engine.interpreter import Interpreter, take_records
@@ -235,6 +236,8 @@ class DistributedExecutor:
             take the same decisions), and copies every stage's weights from its owner's
             result into these modules (for evaluation). The weights travel in the gather:
             fine for the book's models.
+        checkpoints: keep what :meth:`state_dict` needs (every sent tensor until the
+            schedule says its receiver consumed it: :mod:`.checkpoint`); off by default.
 
     Use it as a context manager (``with DistributedExecutor(...) as executor:``) or call
     :meth:`close`: the helper threads of its waits end with the job. It creates no process
@@ -251,7 +254,8 @@ class DistributedExecutor:
                  record_gradients: bool = False, track_bytes: bool = False,
                  fault: Fault | None = None, p2p_verbose: bool | None = None,
                  record_posts: bool = False,
-                 gather_into: Sequence[nn.Module] | None = None) -> None:
+                 gather_into: Sequence[nn.Module] | None = None,
+                 checkpoints: bool = False) -> None:
         if not dist.is_initialized():
             raise RuntimeError("DistributedExecutor needs an initialized process group "
                                "(use pipemare_lite.engine.dist.launch.launch or torchrun)")
@@ -290,6 +294,10 @@ class DistributedExecutor:
             self.workers, schedule.num_virtual_stages - 1, self.transport,
             devices=[self.device] if self.device.type == "cuda" else [])
         self._failed = False  # a run raised: close() does not wait for the threads
+        self._progress = PeerProgress(schedule) if checkpoints else None
+        if checkpoints:
+            self.transport.sent_log = {}
+        self._feed: Sequence = ()  # the last run's microbatches (a checkpoint's targets)
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
         S = self.schedule.num_virtual_stages
@@ -316,14 +324,64 @@ class DistributedExecutor:
                       state)
 
     def state_dict(self) -> dict:
-        """Not supported: checkpoints need the local executor (a clear error, not an
-        AttributeError, for code written against :class:`~pipemare_lite.engine.LocalExecutor`)."""
-        raise NotImplementedError("checkpoints are not supported with executor 'dist'; "
-                                  "use executor 'local' for checkpoint/resume")
+        """The whole run's checkpoint, in :class:`~pipemare_lite.engine.LocalExecutor`'s
+        format, on every rank (collective: every rank calls it between the same two runs;
+        :mod:`.checkpoint`). Needs ``checkpoints=True``."""
+        from pipemare_lite.schedules.lazy import schedule_key
+
+        if self._progress is None:
+            raise NotImplementedError("this DistributedExecutor keeps no checkpoint state: "
+                                      "create it with checkpoints=True")
+        sent = self.transport.sent_log
+        first = self.schedule.rank_of(0) == self.rank
+        mine = {"position": self.position,
+                "stages": {s: w.state_dict() for s, w in self.workers.items()},
+                "sent": {k: t.cpu() for k, t in sent.items() if k in self._progress.unconsumed},
+                "targets": {m: self._feed[m][1] for m in self._progress.targets} if first else {}}
+        parts = [None] * dist.get_world_size()
+        with faults.communication("gathering the checkpoint's parts"):
+            dist.all_gather_object(parts, mine)
+        state = {"schedule": schedule_key(self.schedule),
+                 "positions": [part["position"] for part in parts],
+                 "activations": {}, "gradients": {}, "targets": {},
+                 "stages": [None] * self.schedule.num_virtual_stages,
+                 "rng": {"cpu": torch.get_rng_state()}}
+        for part in parts:
+            for key, tensor in part["sent"].items():
+                table, local = local_key(key)
+                state[table][local] = tensor
+            for s, stage_state in part["stages"].items():
+                state["stages"][s] = stage_state
+            state["targets"].update(part["targets"])
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Not supported: checkpoints need the local executor."""
-        self.state_dict()
+        """Continue from a checkpoint of either executor (before the first run): this
+        rank's position and stages; the messages in transit to it are handed over, and
+        what was sent before the cut is not posted again (:mod:`.checkpoint`)."""
+        from pipemare_lite.schedules.lazy import schedule_key
+
+        if state["schedule"] != schedule_key(self.schedule):
+            raise ValueError(f"state was saved for schedule {state['schedule'][0]!r} with other "
+                             f"actions; this executor runs {self.schedule.name!r}")
+        if self.position or self.transport.shapes is not None:
+            raise RuntimeError("load_state_dict needs an executor that has not run yet")
+        self.position = state["positions"][self.rank]
+        for s, worker in self.workers.items():
+            worker.load_state_dict(state["stages"][s])
+        progress = self._progress or PeerProgress(self.schedule)
+        self.transport.order.posted.update(progress.restore(state["positions"]))
+        for table in ("activations", "gradients"):
+            for local, tensor in state[table].items():
+                message = self.transport.plan.messages[message_key(table, local)]
+                if message.dst == self.rank:
+                    tensor = tensor.to(self.transport.device if message.src != self.rank
+                                       else self.workers[message.stage].device)
+                    into = self.transport._local if message.src == self.rank else (
+                        self.transport.preloaded)
+                    into[message.key] = tensor
+                if message.src == self.rank and self.transport.sent_log is not None:
+                    self.transport.sent_log[message.key] = tensor
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -418,7 +476,7 @@ class DistributedExecutor:
             self.probe_shapes(microbatches)
         rank, row, interpreter = self.rank, self.schedule.ranks[self.rank], self.interpreter
         posted = self.transport.posted  # every run's posts, when recorded
-        self.transport.microbatches = microbatches
+        self.transport.microbatches = self._feed = microbatches
         interpreter.applied_gradients = ({s: [] for s in self.stages}
                                          if self.record_gradients else None)
         meter = BytesMeter(self.workers, {rank: self.stages}) if self.track_bytes else None
@@ -443,6 +501,14 @@ class DistributedExecutor:
             self.position += 1
             recorder.record(rank, action, start, end)
         self.transport.microbatches = ()
+        if self._progress is not None:  # where every rank stopped; forget what was consumed
+            self._progress.advance(stop_after_updates)
+            if self._progress.positions[rank] != self.position:
+                raise RuntimeError(f"rank {rank}: stopped at action {self.position}, the "
+                                   f"schedule says {self._progress.positions[rank]}")
+            log = self.transport.sent_log
+            for key in [k for k in log if k not in self._progress.unconsumed]:
+                del log[key]
         self._note(self.position, "draining sends" if self.finished else "between runs")
         if self.finished:
             self.transport.close()

@@ -116,11 +116,13 @@ class Position:
     state: str = "setup"
     beat: int = 0
 
-    def describe(self) -> str:
-        """One line for an error message: ``rank 1: action 5/20 (1F2) failed: ...``."""
+    def describe(self, *, rank: bool = True) -> str:
+        """One line for an error message: ``rank 1: action 5/20 (1F2) failed: ...``
+        (without ``rank 1: `` when ``rank`` is False)."""
+        head = f"rank {self.rank}: " if rank else ""
         if self.index < 0:
-            return f"rank {self.rank}: before its first action ({self.state})"
-        return f"rank {self.rank}: action {self.index}/{self.total} ({self.action}) {self.state}"
+            return f"{head}before its first action ({self.state})"
+        return f"{head}action {self.index}/{self.total} ({self.action}) {self.state}"
 
     def to_json(self) -> str:
         """Serialize for the store."""
@@ -406,7 +408,7 @@ class StatusBoard:
 
     def fail(self, exc: BaseException) -> None:
         """Report this rank's failure: ``failed/<rank>``, the position, and ``abort``."""
-        where = self.position.describe()
+        where = self.position.describe(rank=False)  # "rank 1 failed at action 4/9 (1B1) ..."
         text = f"{type(exc).__name__}: {exc}"
         self.note(f"failed: {text}")
         if self.store is None:

@@ -429,7 +429,9 @@ def _exit_cause(exit_codes: dict[int, int], store, world_size: int, *, final: bo
 
 
 def _stop_all(procs) -> None:
-    """Terminate, then kill, every child still alive; join them all."""
+    """Terminate, then kill, every child still alive; join them all (a child whose start
+    failed, e.g. its arguments could not be pickled, is skipped: the start's error stands)."""
+    procs = [p for p in procs if p.pid is not None]
     alive = [p for p in procs if p.is_alive()]
     for p in alive:
         p.terminate()
@@ -461,6 +463,9 @@ def _collect(procs, store, result_dir, reason) -> list:
              faults.format_positions(positions, world_size)]
     lines += [f"rank {r} error: {errors[r].strip().splitlines()[-1]}" if r in errors
               else f"rank {r}: no error report (exit code {exit_codes.get(r)})" for r in failed]
+    if cause in errors:  # the cause's traceback: where in the worker (a method's hook ...)
+        detail = errors[cause].split("\n", 1)[-1].rstrip()
+        lines += [f"rank {cause} traceback:", *("  " + line for line in detail.splitlines())]
     raise LaunchError(
         "\n".join(lines), failed_ranks=failed, positions=positions, errors=errors,
         exit_codes=exit_codes, pids={r: p.pid for r, p in enumerate(procs)},

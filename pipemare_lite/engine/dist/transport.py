@@ -108,6 +108,10 @@ class P2PTransport:
         self.microbatches: Sequence = ()  # the current run's feed
         self._recv_work: dict = {}  # key -> (work, buffer)
         self._local: dict = {}  # same-rank hand-over
+        #: key -> tensor of every message sent, while a checkpoint may need it (None: not
+        #: kept; the executor's ``checkpoints=True`` sets a dict and prunes it)
+        self.sent_log: dict | None = None
+        self.preloaded: dict = {}  # key -> tensor in transit at a loaded checkpoint
 
     def meta(self, message: Message) -> tuple:
         """``(shape, dtype)`` of ``message``'s tensor, from :attr:`shapes`."""
@@ -136,6 +140,8 @@ class P2PTransport:
     def send(self, message: Message, tensor) -> None:
         """Post the send of ``tensor`` (non-blocking) after any earlier ops on the pair."""
         tensor = tensor.detach()
+        if self.sent_log is not None:
+            self.sent_log[message.key] = tensor
         if message.src == message.dst:
             self._local[message.key] = tensor
             return
@@ -172,6 +178,8 @@ class P2PTransport:
         """Return the tensor of ``message``, waiting for it if needed."""
         if message.src == message.dst:
             return self._local.pop(message.key)
+        if message.key in self.preloaded:  # in transit at a checkpoint: never posted again
+            return self.preloaded.pop(message.key)
         self._post_through(message)
         work, buffer = self._recv_work.pop(message.key)
         self.waiter.wait(work, str(message), peer=message.src)

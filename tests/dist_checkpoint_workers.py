@@ -1,0 +1,52 @@
+"""Process bodies for tests/test_dist_checkpoint.py (importable by every launched rank)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pipemare_lite.engine.dist.executor import DistributedExecutor
+from pipemare_lite.methods import method_options
+from pipemare_lite.methods.registry import build_method_schedule
+
+WIDTH, MINIBATCHES, N = 6, 6, 2
+
+
+def setup(method: str):
+    """The run both executors make: schedule, options, fresh stage modules, microbatches."""
+    options = method_options(method)
+    schedule = build_method_schedule(method, 2, N, num_minibatches=MINIBATCHES, options=options)
+    torch.manual_seed(0)
+    stages = [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh()), nn.Sequential(nn.Linear(WIDTH, 3))]
+    g = torch.Generator().manual_seed(1)
+    mbs = [(torch.randn(4, WIDTH, generator=g), torch.randint(0, 3, (4,), generator=g))
+           for _ in range(MINIBATCHES * N)]
+    return schedule, options, stages, mbs
+
+
+def sgd(params):
+    """Each stage's optimizer."""
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def dist_run(info, method: str, stop: int | None = None, state: bytes | None = None) -> dict:
+    """Run on the distributed executor: from ``state`` (a checkpoint as ``torch.save``
+    bytes, as fit() writes it) if given, to ``stop`` updates if given (then return the
+    checkpoint too)."""
+    import io
+
+    schedule, options, stages, mbs = setup(method)
+    if state is not None:
+        state = torch.load(io.BytesIO(state), weights_only=False)
+    with DistributedExecutor(schedule, stages, loss_fn=nn.functional.cross_entropy,
+                             optimizer_factory=sgd, method_options=options,
+                             checkpoints=True) as executor:
+        if state is not None:
+            executor.load_state_dict(state)
+        result = executor.run(mbs, stop_after_updates=stop)
+        out = {"losses": result.loss_by_microbatch, "weights": result.state_dicts,
+               "lrs": result.learning_rates}
+        if stop is not None:
+            out["state"] = executor.state_dict()
+            executor.run(mbs)  # and it goes on: the checkpoint disturbed nothing
+    return out

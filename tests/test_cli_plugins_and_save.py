@@ -1,0 +1,109 @@
+"""The command line after issue #33, items 5 and 6.
+
+- every subcommand takes ``--plugin MODULE`` and reads ``PIPEMARE_PLUGINS``, loaded before its
+  parser is built; ``schedule`` builds a schedule a plugin registers; a missing plugin or an
+  unknown schedule is one line naming how to load a plugin (exit 2);
+- ``schedule --save FILE`` writes a file that ``--from FILE`` (and ``load_schedule``) reads back
+  unchanged, JSON and CSV, built-in, registered and hand-written schedules alike.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from pipemare_lite import plugins
+from pipemare_lite.cli import SUBCOMMANDS, build_parser, main
+from pipemare_lite.schedules import build_schedule
+from pipemare_lite.schedules.io import JSON_FIELDS, load_schedule
+from pipemare_lite.schedules.registry import BUILDERS, REGISTERED_BY
+from pipemare_lite.schedules.validate import REGISTERED_WEIGHT_MODES
+
+EAGER = "docs.examples.eager_1f1b"
+
+
+@pytest.fixture
+def fresh_plugins(monkeypatch):
+    """As in a new process: eager-1f1b unregistered, no plugin imported, no environment."""
+    def forget():
+        for table in (BUILDERS, REGISTERED_WEIGHT_MODES, REGISTERED_BY):
+            table.pop("eager-1f1b", None)
+        sys.modules.pop(EAGER, None)
+    forget()
+    monkeypatch.setattr(plugins, "_LOADED", [])
+    monkeypatch.delenv(plugins.ENV_VAR, raising=False)
+    yield
+    forget()
+
+
+@pytest.mark.parametrize("command", list(SUBCOMMANDS))
+def test_every_subcommand_takes_plugin(command):
+    args = build_parser([command]).parse_args([command, "--plugin", "a", "--plugin", "b"]
+                                              + {"grade": ["x.ipynb"], "assign": ["student"]}.get(command, []))
+    assert args.plugin == ["a", "b"]
+
+
+@pytest.mark.parametrize("command", ["schedule", "gpu-check", "reproduce"])
+def test_a_missing_plugin_is_one_line_and_exit_2(command, fresh_plugins, capsys):
+    assert main([command, "--plugin", "no_such_plugin_xyz"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pipemare-lite {command}: error: plugin 'no_such_plugin_xyz' could "
+                          "not be imported") and err.count("\n") == 1
+
+
+def test_schedule_builds_a_plugin_schedule_with_plugin_or_environment(fresh_plugins, capsys,
+                                                                        monkeypatch):
+    assert main(["schedule", "eager-1f1b", "-P", "3", "-M", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown schedule name 'eager-1f1b'" in err and "--plugin MODULE" in err
+    assert "PIPEMARE_PLUGINS" in err
+    assert main(["schedule", "--plugin", EAGER, "eager-1f1b", "-P", "3", "-M", "4"]) == 0
+    assert "rank 0  | F0 F1 F2 F3 ." in capsys.readouterr().out
+    BUILDERS.pop("eager-1f1b")  # forget it again; now through the environment
+    sys.modules.pop(EAGER)
+    monkeypatch.setattr(plugins, "_LOADED", [])
+    monkeypatch.setenv(plugins.ENV_VAR, EAGER)
+    assert main(["schedule", "eager-1f1b", "-P", "3", "-M", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["schedule"] == "eager-1f1b"
+
+
+def fields(schedule):
+    return {key: getattr(schedule, key) for key in JSON_FIELDS} | {"rows": schedule.rows(),
+                                                                   "notes": schedule.notes}
+
+
+@pytest.mark.parametrize("argv, name, sizes", [
+    (["1f1b", "-P", "3", "-M", "4", "-K", "2"], "1f1b", (3, 4, dict(num_minibatches=2))),
+    (["async", "-P", "3", "-M", "2", "-K", "5", "--warmup", "1"], "async",
+     (3, 2, dict(num_minibatches=5, warmup_minibatches=1))),
+    (["interleaved", "-P", "2", "-M", "4", "-v", "2"], "interleaved", (2, 4, dict(chunks=2))),
+    (["--plugin", EAGER, "eager-1f1b", "-P", "3", "-M", "4"], "eager-1f1b", (3, 4, {})),
+])
+def test_save_round_trips_json(argv, name, sizes, tmp_path, capsys):
+    saved, again = tmp_path / "s.json", tmp_path / "t.json"
+    assert main(["schedule", *argv, "--save", str(saved)]) == 0
+    printed = capsys.readouterr().out
+    built = build_schedule(name, sizes[0], sizes[1], **sizes[2])
+    assert fields(load_schedule(saved)) == fields(built)
+    assert main(["schedule", "--from", str(saved), "--save", str(again)]) == 0
+    assert again.read_text() == saved.read_text()
+    assert capsys.readouterr().out == printed  # the same timeline and metrics
+
+
+def test_save_round_trips_csv_and_refuses_other_suffixes(tmp_path, capsys):
+    saved = tmp_path / "s.csv"
+    assert main(["schedule", "gpipe", "-P", "2", "-M", "3", "--save", str(saved)]) == 0
+    assert load_schedule(saved).rows() == build_schedule("gpipe", 2, 3).rows()
+    assert main(["schedule", "gpipe", "-P", "2", "-M", "3", "--save", str(tmp_path / "s.txt")]) == 2
+    assert "--save=" in capsys.readouterr().err
+
+
+def test_hand_written_json_example_loads_like_its_csv():
+    from pathlib import Path
+
+    examples = Path(__file__).parent.parent / "docs" / "examples"
+    by_hand = load_schedule(examples / "two_stage_1f1b.json")
+    from_csv = load_schedule(examples / "two_stage_1f1b.csv")
+    assert fields(by_hand) == fields(from_csv)
