@@ -40,8 +40,8 @@ def fresh_plugins(monkeypatch):
 
 @pytest.mark.parametrize("command", list(SUBCOMMANDS))
 def test_every_subcommand_takes_plugin(command):
-    args = build_parser([command]).parse_args([command, "--plugin", "a", "--plugin", "b"]
-                                              + {"grade": ["x.ipynb"], "assign": ["student"]}.get(command, []))
+    extra = {"grade": ["x.ipynb"], "assign": ["student"]}.get(command, [])
+    args = build_parser([command]).parse_args([command, "--plugin", "a", "--plugin", "b", *extra])
     assert args.plugin == ["a", "b"]
 
 

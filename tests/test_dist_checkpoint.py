@@ -63,8 +63,8 @@ def test_dist_checkpoints_resume_bitwise_in_either_executor(method, stop):
     with hard_time_limit(240):
         saved = launch(dist_run, 2, args=(method, stop), timeout=200, num_threads=1)
         state = saved[0]["state"]
-        assert all(torch.equal(a, b) for a, b in zip(
-            state["stages"][0]["module"].values(), saved[1]["state"]["stages"][0]["module"].values()))
+        restored = saved[1]["state"]["stages"][0]["module"].values()
+        assert all(torch.equal(a, b) for a, b in zip(state["stages"][0]["module"].values(), restored))
         assert state["activations"] or state["gradients"]  # the cut has messages in transit
         resumed = launch(dist_run, 2, args=(method, None, as_bytes(state)), timeout=200,
                          num_threads=1)

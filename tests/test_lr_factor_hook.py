@@ -139,7 +139,8 @@ def test_method_lr_factor_equals_a_per_stage_scheduler_bitwise(half_method):
     plain = executor("async", lr_scheduler_factory=lambda_per_stage).run(data())
     assert result.losses == plain.losses
     assert result.learning_rates == plain.learning_rates
-    assert result.learning_rates[0][:3] == [0.1, 0.05, 0.025] and set(result.learning_rates[1]) == {0.1}
+    assert result.learning_rates[0][:3] == [0.1, 0.05, 0.025]
+    assert set(result.learning_rates[1]) == {0.1}
     # the factor is for its update only: the groups hold the base lr again
     assert [w.optimizer.param_groups[0]["lr"] for w in hooked.workers] == [0.1, 0.1, 0.1]
 

@@ -114,7 +114,8 @@ def test_delay_adaptive_equals_async_with_the_same_factors_as_a_per_stage_schedu
     assert factors[0][3] < factors[2][3] <= 1.0 and factors[0][0] == 1.0  # stale: smaller
 
     def per_stage(optimizer, *, stage):
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: factors[stage][k] if k < 8 else 1.0)
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda k: factors[stage][k] if k < 8 else 1.0)
 
     mbs = data(16)
     method = LocalExecutor(schedule, blocks(), loss_fn=nn.functional.cross_entropy,

@@ -7,8 +7,8 @@ called, so ``schedule`` stays torch-free and ``--version`` is instant.
 Plugins (:mod:`pipemare_lite.plugins`) load the same way for every subcommand: ``--plugin
 MODULE`` (repeatable) and the environment variable ``PIPEMARE_PLUGINS`` are imported before
 the subcommand's parser is built, so its help and its checks know the plugin's methods and
-schedules; a module that cannot be imported is one line of error and exit code 2. ``gpu_check.py`` is what
-``gpu-check`` runs: a diagnostic built on the engine, not a part of it.
+schedules; a module that cannot be imported is one line of error and exit code 2.
+``gpu_check.py`` is what ``gpu-check`` runs: a diagnostic built on the engine, not a part of it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ machine with one or several CUDA GPUs, in well under 5 minutes:
 1. the environment: torch, CUDA and NCCL versions, every device (name, memory);
 2. the placement each rank gets (:mod:`pipemare_lite.engine.placement`);
 3. for 1F1B and PipeMare (or the ``--method`` names, a plugin's included: ``--plugin``
-   imports its module here and in every rank), the same seeded run (an MLP, one layer per stage, synthetic data)
+   imports its module here and in every rank), the same seeded run (an MLP, one layer per
+   stage, synthetic data)
    three ways: the local executor on the CPU (the reference, one thread), the local
    executor with stage s on ``cuda:(s mod G)`` (several stages per GPU when G < P), and the
    distributed executor with NCCL, one process per GPU (skipped, with the reason, on one

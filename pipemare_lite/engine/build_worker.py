@@ -74,7 +74,8 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
     Moves ``module`` to ``device`` (if given), builds its optimizer with
     ``optimizer_factory(trainable params)``, the optional base scheduler with
     ``lr_scheduler_factory(optimizer)`` (either factory is given ``stage=`` too when it takes
-    a parameter of that name: :func:`~pipemare_lite.methods.hooks.call_stage_factory`), the method's hooks (:func:`build_hooks`: T2
+    a parameter of that name: :func:`~pipemare_lite.methods.hooks.call_stage_factory`), the
+    method's hooks (:func:`build_hooks`: T2
     with the stage's gamma when ``options.discrepancy_correction`` is on, or a registered
     method's), and T1 on top of them when ``delays`` is given
     (:class:`~pipemare_lite.methods.lr_rescheduling.LRReschedulingHooks`, through the
