@@ -64,7 +64,8 @@ def test_dist_checkpoints_resume_bitwise_in_either_executor(method, stop):
         saved = launch(dist_run, 2, args=(method, stop), timeout=200, num_threads=1)
         state = saved[0]["state"]
         restored = saved[1]["state"]["stages"][0]["module"].values()
-        assert all(torch.equal(a, b) for a, b in zip(state["stages"][0]["module"].values(), restored))
+        first = state["stages"][0]["module"].values()
+        assert all(torch.equal(a, b) for a, b in zip(first, restored))
         assert state["activations"] or state["gradients"]  # the cut has messages in transit
         resumed = launch(dist_run, 2, args=(method, None, as_bytes(state)), timeout=200,
                          num_threads=1)
