@@ -604,3 +604,29 @@ def test_bad_job_counts_are_refused_by_name(capsys):
     argv = ["reproduce", "paper-shape", "--quick", "--jobs", "0", "--out", "/nowhere"]
     assert cli.main(argv) == 2
     assert "--jobs must be a positive integer" in capsys.readouterr().err
+
+
+def test_a_stored_pipemare_seed_comes_back_bitwise_where_the_kernels_match(quick):
+    # the check cell is synchronous; this re-runs a seed of PipeMare-W (T1, T2, warm-up), so
+    # an engine change that moves the fixes' numbers (T1's scheduler, T2's buffer, recording
+    # levels) is caught on the machine that wrote the file
+    results, meta = quick
+    here = record.machine_fingerprint(paper_shape.THREADS)
+    if record.kernel_fingerprint(here) != record.kernel_fingerprint(meta["fingerprint"]):
+        pytest.skip("another kernel fingerprint than the stored file's: only the check cell's "
+                    "range comparison applies on this machine")
+    config = paper_shape.config_for(True)
+    study = config.study("resnet_long")
+    data = paper_shape.load_data(study)
+    P = study.granularities[-1]
+    row = paper_shape.find_row(results, study=study.name, sweep="grid", P=P, label=paper_shape.PMW)
+    spec = paper_shape.run_settings(config, study, paper_shape.PMW, P,
+                                    paper_shape.planned_steps(study, data))  # fmt: skip
+    assert {k: row[k] for k in spec} == spec
+    with record.torch_threads(paper_shape.THREADS):
+        history = paper_shape.train(study, data, spec, P, row["lr"], row["seeds"][0]["seed"])
+    again = paper_shape.outcome(row["seeds"][0]["seed"], history, study, config.loss_blowup)
+    stored = row["seeds"][0]
+    for key in ("final_accuracy", "final_loss", "train_loss_windows", "update_norm_windows",
+                "memory_bytes", "forward_delay_max", "steps", "evals"):
+        assert record._plain(again[key]) == stored[key], key
