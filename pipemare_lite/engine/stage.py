@@ -48,6 +48,7 @@ from torch import nn
 
 from pipemare_lite.analysis.memory import KINDS
 from pipemare_lite.engine import replay
+from pipemare_lite.engine.recording import Recording, recording
 from pipemare_lite.methods.discrepancy import DiscrepancyHooks
 from pipemare_lite.methods.hooks import MethodHooks
 from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
@@ -83,7 +84,7 @@ class _Pending:
     version: int
     input: torch.Tensor
     target: object = None
-    saved: list = field(default_factory=list)
+    saved: list | None = field(default_factory=list)  # None: run without saved-tensor hooks
     root: torch.Tensor | None = None
     weights: list | None = None
     grad_output: torch.Tensor | None = None
@@ -107,7 +108,10 @@ class StageRecords:
         distances: ``microbatch -> backward version - forward version``.
         group_learning_rates: the lr of every parameter group at each update (the
             results' ``learning_rates`` are the first group's).
-        update_norms: ``||w after - w before||_2`` of each update (float64).
+        update_norms: ``||w after - w before||_2`` of each update (float64; only when the
+            recording asks for them).
+        forward_delays: per update, the delay (updates between forward and update) of each
+            microbatch whose gradient it applied, in the order their backwards finished.
     """
 
     losses: dict[int, float] = field(default_factory=dict)
@@ -116,6 +120,7 @@ class StageRecords:
     distances: dict[int, int] = field(default_factory=dict)
     group_learning_rates: list[list[float]] = field(default_factory=list)
     update_norms: list[float] = field(default_factory=list)
+    forward_delays: list[int] = field(default_factory=list)
 
 
 class StageWorker:
@@ -137,6 +142,9 @@ class StageWorker:
         hooks: the method's :class:`~pipemare_lite.methods.hooks.MethodHooks` for this
             stage (which weights F and B see, what happens at an update, bytes it holds);
             None: the base class's, which do nothing.
+        record: what the stage records (:mod:`pipemare_lite.engine.recording`: a level's
+            name or a :class:`~pipemare_lite.engine.recording.Recording`); never changes
+            the numbers.
     """
 
     def __init__(self, stage: int, module: nn.Module, optimizer: torch.optim.Optimizer, *,
@@ -144,7 +152,8 @@ class StageWorker:
                  num_minibatches: int = 1, loss_fn: Callable | None = None,
                  device: torch.device | str | None = None, lr_scheduler=None,
                  discrepancy_gamma: float | None = None,
-                 hooks: MethodHooks | None = None) -> None:
+                 hooks: MethodHooks | None = None,
+                 record: str | Recording = "full") -> None:
         if is_last and loss_fn is None:
             raise ValueError("the last stage needs a loss_fn(output, target)")
         self.stage, self.module, self.optimizer = stage, module, optimizer
@@ -166,13 +175,25 @@ class StageWorker:
                 raise ValueError("give T2 either as discrepancy_gamma or inside hooks, not both")
             hooks = DiscrepancyHooks(self.params, discrepancy_gamma)
         self.hooks = MethodHooks() if hooks is None else hooks
+        self.recording = recording(record)
         self.pending: dict[int, _Pending] = {}
+        # sync with the base hooks: nothing comes between F and B, so autograd's own saved
+        # tensors are the right ones and the hooks only take note (see _build_graph)
+        self._live = self.versions.rule.flushes and type(self.hooks) is MethodHooks
+        # the activation bytes of a forward run without hooks: {input's shape...: bytes},
+        # measured with the hooks on the first forward of each (see _build_graph)
+        # (key None: bytes not recorded, nothing to measure)
+        self._saved_bytes_of: dict[tuple | None, int] = {None: 0}
+        # forward versions of the microbatches whose backward finished since the last
+        # update (each update applies their gradients: its forward delays)
+        self.unapplied: list[int] = []
         # byte counts kept, not recounted at every read (the executors read them after every
         # action): the weights' once, the optimizer state's at each update
         self._weight_bytes = sum(p.nbytes for p in self.params)
         self.recount_optimizer_bytes()
-        # the weights before an update, in the norm's dtype (see _weights_before_update)
-        self._before = [torch.empty_like(p, dtype=_norm_dtype(p)) for p in self.params]
+        # the weights before an update, in the norm's dtype, made at the first update that
+        # records its norm (see _weights_before_update)
+        self._before: list[torch.Tensor] | None = None
         # What happened since the executor last took it (see take_records): for results
         # and traces, not needed to continue training.
         self._start_records()
@@ -207,7 +228,8 @@ class StageWorker:
         record = self._new_record(microbatch, version, x, target)
         self.versions.acquire(version)
         self.pending[microbatch] = record
-        self.forward_versions[microbatch] = version
+        if self.recording.trace:
+            self.forward_versions[microbatch] = version
         out = self._build_graph(record)
         if self.is_last:
             self.losses[microbatch] = out.item()
@@ -232,14 +254,22 @@ class StageWorker:
     #                   bytes and checkpoints)    method's hooks chose at B/I)
     #
     # So the backward's weights are picked late, at B, not frozen at F; sync keeps w
-    # itself (``live``). A checkpoint's replay swaps pack() for one that hands back the
-    # stored tensors (:mod:`pipemare_lite.engine.replay`).
+    # itself (``live``), and then the hooks change nothing: a run that keeps no saved
+    # tensors runs sync forwards without them (bytes measured once per input shape). A
+    # checkpoint's replay swaps pack() for one that hands back the stored tensors
+    # (:mod:`pipemare_lite.engine.replay`).
     def _build_graph(self, record: _Pending, pack: Callable | None = None) -> torch.Tensor:
         """Run the forward under the hooks; sets ``record.root``; returns the detached output.
 
         ``pack``: another pack hook (a checkpoint's replay, :mod:`.replay`, hands back the
         stored saved tensors; the method's hooks are then not asked for weights).
         """
+        unhooked = pack is None and self._live and not self.recording.saved_tensors
+        if unhooked:
+            key = self._bytes_key(record)
+            if key in self._saved_bytes_of:  # bytes known (or not recorded): no hooks
+                record.saved, record.saved_bytes = None, self._saved_bytes_of[key]
+                return self._run_module(record)
         versions, hooks, index_of = self.versions, self.hooks, self._index_of
         # a replay's saved tensors are stored: the method's hooks are not asked for weights
         copies = hooks.forward_weights(record.microbatch, record.version) if pack is None else None
@@ -253,23 +283,37 @@ class StageWorker:
             weights = {name: _HeldVersion.apply(p, c)
                        for name, p, c in zip(self._names, self.params, copies)}
             index_of = {id(t): i for i, t in enumerate(weights.values())}
-        # sync: no update can come between F and B (WeightVersions refuses it), so the
-        # backward reads exactly the tensors the forward saved and the hooks only take note
-        # (unless a method's hooks may choose the backward's weights)
-        live = versions.rule.flushes and type(hooks) is MethodHooks
         if pack is None:
-            pack = self._packer(record, index_of, live)
+            pack = self._packer(record, index_of, self._live)
         with torch.autograd.graph.saved_tensors_hooks(pack, self._unpacker(record)):
-            if weights is None:
-                y = out = self.module(record.input)
-            else:
-                y = out = torch.func.functional_call(self.module, weights, (record.input,))
-            if self.is_last:  # the output is the loss; the backward starts from loss / N
-                out = self.loss_fn(y, record.target)
-                y = out / self.num_microbatches
+            out = self._run_module(record, weights)
+        if self.recording.peak_bytes or self.recording.saved_tensors:
+            record.count_saved_bytes()
+        if unhooked:  # measured once, for the forwards of this shape to come
+            self._saved_bytes_of[key] = record.saved_bytes
+        return out
+
+    def _run_module(self, record: _Pending, weights: dict | None = None) -> torch.Tensor:
+        """The forward itself (with ``weights`` instead of the module's own, if given) and,
+        on the last stage, the loss; sets ``record.root``; returns the detached output."""
+        if weights is None:
+            y = out = self.module(record.input)
+        else:
+            y = out = torch.func.functional_call(self.module, weights, (record.input,))
+        if self.is_last:  # the output is the loss; the backward starts from loss / N
+            out = self.loss_fn(y, record.target)
+            y = out / self.num_microbatches
         record.root = y
-        record.count_saved_bytes()
         return out.detach()
+
+    def _bytes_key(self, record: _Pending) -> tuple | None:
+        """What a forward's saved bytes depend on (None when bytes are not recorded): the
+        input's and target's shape and dtype, and train or eval mode."""
+        if not self.recording.peak_bytes:
+            return None
+        x, target = record.input, record.target
+        return (x.shape, x.dtype, x.device, self.module.training,
+                getattr(target, "shape", None), getattr(target, "dtype", None))
 
     @staticmethod
     def _packer(record: _Pending, index_of: dict[int, int], live: bool = False):
@@ -308,8 +352,9 @@ class StageWorker:
         used = self.versions.rule.version_at_backward(current, record.version)
         chosen = self.hooks.backward_weights(m, record.version, current)
         record.weights = self.versions.weights(used) if chosen is None else chosen
-        self.backward_versions[m] = used
-        self.distances[m] = used - record.version  # the discrepancy (T2's d when T2 is on)
+        if self.recording.trace:
+            self.backward_versions[m] = used
+            self.distances[m] = used - record.version  # the discrepancy (T2's d when T2 is on)
 
     def _take(self, microbatch: int, kind: str) -> _Pending:
         record = self.pending.get(microbatch)
@@ -357,6 +402,7 @@ class StageWorker:
         del self.pending[record.microbatch]
         self.versions.release(record.version)
         self.hooks.backward_done(record.microbatch)
+        self.unapplied.append(record.version)  # the next update applies its gradient
 
     # ------------------------------------------------------------------ update
     def update(self) -> None:
@@ -364,11 +410,17 @@ class StageWorker:
         self.versions.before_update()
         self.hooks.before_update()
         self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
-        before = self._weights_before_update()
+        norms = self.recording.update_norms
+        if norms:
+            before = self._weights_before_update()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.update_norms.append(_change_norm(before, self.params))
+        if norms:
+            self.update_norms.append(_change_norm(before, self.params))
         self.hooks.after_update()
+        applied = self.versions.version  # the version this update read
+        self.forward_delays.extend(applied - version for version in self.unapplied)
+        self.unapplied.clear()
         self.versions.after_update()
         self.recount_optimizer_bytes()  # its state appears at the first step
         if self.lr_scheduler is not None:
@@ -377,10 +429,12 @@ class StageWorker:
     def _weights_before_update(self) -> list[torch.Tensor]:
         """The weights before this update, in the norm's dtype, in buffers kept across
         updates (allocating and converting fresh copies at every update cost more than the
-        norm itself)."""
-        with torch.no_grad():
-            for copy, p in zip(self._before, self.params):
-                copy.copy_(p)
+        norm itself), copied by one fused multi-tensor kernel."""
+        if self._before is None:
+            self._before = [torch.empty_like(p, dtype=_norm_dtype(p)) for p in self.params]
+        if self._before:
+            with torch.no_grad():
+                torch._foreach_copy_(self._before, self.params)
         return self._before
 
     # ------------------------------------------------------------------ bytes
@@ -432,13 +486,18 @@ def update_norm(before, after) -> float:
 
 def _change_norm(before: list[torch.Tensor], after) -> float:
     """:func:`update_norm` with ``before`` already in the norm's dtype, which it overwrites
-    (the worker's buffers: no tensor is allocated). ``(before - after)**2`` is bitwise
-    ``(after - before)**2``: a difference only changes sign when its operands swap."""
-    squares = []
-    for old, new in zip(before, after, strict=True):
-        old.sub_(new.detach())  # promotes ``new`` to the norm's dtype, exactly
-        squares.append(old.mul_(old).sum().cpu())
-    return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
+    (the worker's buffers). Fused multi-tensor kernels: one call computes every tensor's
+    ``before - after`` (``after`` promoted to the norm's dtype, exactly) and one every
+    tensor's 2-norm; the stage's norm is the 2-norm of those (a difference's norm does not
+    depend on its sign)."""
+    if len(before) != len(after):
+        raise ValueError(f"update_norm: {len(before)} tensors before, {len(after)} after")
+    if not before:
+        return 0.0
+    with torch.no_grad():
+        torch._foreach_sub_(before, list(after))
+        norms = torch._foreach_norm(before, 2)
+    return float(norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms)))
 
 
 def _norm_dtype(tensor: torch.Tensor) -> torch.dtype:
