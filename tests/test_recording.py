@@ -40,13 +40,13 @@ def _small_digits():
 DATA = _small_digits()
 
 
-def _train(case: str, record: str, model=None):
+def _train(case: str, record: str, model=None, lr=0.05):
     options = dict(CASES[case])
     method = options.pop("method", case)
     model = model if model is not None else mlp(64, 32, 4, 10, seed=3)
     history = fit(model, DATA, method=method, num_stages=2, num_microbatches=4, batch_size=32,
-                  epochs=2, lr=0.05, momentum=0.9, lr_schedule="cosine", progress=False,
-                  record=record, **options)
+                  epochs=2, lr=lr, momentum=0.9, lr_schedule="cosine", progress=False,
+                  eval_every=5, record=record, **options)
     weights = [t.detach().clone() for t in model.state_dict().values()]
     return history, weights
 
@@ -87,6 +87,19 @@ def test_levels_agree_on_a_resnet(method):
         assert history.loss == full.loss and _same_bits(other, weights), level
     assert runs["history"][0].memory_bytes == full.memory_bytes
     assert runs["history"][0].stage_update_norm == full.stage_update_norm
+
+
+@pytest.mark.parametrize("case", ["async", "pipemare"])
+def test_a_diverging_run_stops_in_the_same_state_at_every_level(case):
+    runs = {level: _train(case, level, lr=40.0) for level in LEVELS}
+    full, weights = runs["full"]
+    assert full.diverged
+    for level, (history, other) in runs.items():
+        assert history.divergence == full.divergence, level
+        # repr: every float exactly, and nan equal to nan
+        assert repr((history.loss, history.evals)) == repr((full.loss, full.evals)), level
+        assert _same_bits(other, weights), level  # NaN weights: compared as bits
+    assert repr(runs["history"][0].stage_update_norm) == repr(full.stage_update_norm)
 
 
 def test_the_executor_records_what_its_level_asks():

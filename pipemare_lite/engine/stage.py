@@ -40,7 +40,7 @@ Checkpoints: :meth:`StageWorker.state_dict` and :meth:`StageWorker.load_state_di
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -191,9 +191,9 @@ class StageWorker:
         # action): the weights' once, the optimizer state's at each update
         self._weight_bytes = sum(p.nbytes for p in self.params)
         self.recount_optimizer_bytes()
-        # the weights before an update, in the norm's dtype, made at the first update that
-        # records its norm (see _weights_before_update)
-        self._before: list[torch.Tensor] | None = None
+        # the update norm's buffers, made at the first update that records it (see
+        # _UpdateNorm)
+        self._norm: _UpdateNorm | None = None
         # What happened since the executor last took it (see take_records): for results
         # and traces, not needed to continue training.
         self._start_records()
@@ -350,8 +350,9 @@ class StageWorker:
         """
         m, current = record.microbatch, self.versions.version
         used = self.versions.rule.version_at_backward(current, record.version)
-        chosen = self.hooks.backward_weights(m, record.version, current)
-        record.weights = self.versions.weights(used) if chosen is None else chosen
+        if record.saved is not None:  # (a forward without hooks left autograd its weights)
+            chosen = self.hooks.backward_weights(m, record.version, current)
+            record.weights = self.versions.weights(used) if chosen is None else chosen
         if self.recording.trace:
             self.backward_versions[m] = used
             self.distances[m] = used - record.version  # the discrepancy (T2's d when T2 is on)
@@ -410,13 +411,14 @@ class StageWorker:
         self.versions.before_update()
         self.hooks.before_update()
         self.group_learning_rates.append([group["lr"] for group in self.optimizer.param_groups])
-        norms = self.recording.update_norms
-        if norms:
-            before = self._weights_before_update()
+        norm = None
+        if self.recording.update_norms:
+            norm = self._norm = self._norm or _UpdateNorm(self.params)
+            norm.before()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if norms:
-            self.update_norms.append(_change_norm(before, self.params))
+        if norm is not None:
+            self.update_norms.append(norm.after())
         self.hooks.after_update()
         applied = self.versions.version  # the version this update read
         self.forward_delays.extend(applied - version for version in self.unapplied)
@@ -426,16 +428,6 @@ class StageWorker:
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
 
-    def _weights_before_update(self) -> list[torch.Tensor]:
-        """The weights before this update, in the norm's dtype, in buffers kept across
-        updates (allocating and converting fresh copies at every update cost more than the
-        norm itself), copied by one fused multi-tensor kernel."""
-        if self._before is None:
-            self._before = [torch.empty_like(p, dtype=_norm_dtype(p)) for p in self.params]
-        if self._before:
-            with torch.no_grad():
-                torch._foreach_copy_(self._before, self.params)
-        return self._before
 
     # ------------------------------------------------------------------ bytes
     def bytes_held(self) -> dict[str, int]:
@@ -480,24 +472,57 @@ def update_norm(before, after) -> float:
     exactly when ``after`` holds a non-finite value (``before`` being finite). Devices
     without float64 (MPS) compute in float32.
     """
-    copies = [old.to(_norm_dtype(new), copy=True) for old, new in zip(before, after, strict=True)]
-    return _change_norm(copies, after)
-
-
-def _change_norm(before: list[torch.Tensor], after) -> float:
-    """:func:`update_norm` with ``before`` already in the norm's dtype, which it overwrites
-    (the worker's buffers). Fused multi-tensor kernels: one call computes every tensor's
-    ``before - after`` (``after`` promoted to the norm's dtype, exactly) and one every
-    tensor's 2-norm; the stage's norm is the 2-norm of those (a difference's norm does not
-    depend on its sign)."""
     if len(before) != len(after):
         raise ValueError(f"update_norm: {len(before)} tensors before, {len(after)} after")
-    if not before:
+    if not after:
         return 0.0
-    with torch.no_grad():
-        torch._foreach_sub_(before, list(after))
-        norms = torch._foreach_norm(before, 2)
-    return float(norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms)))
+    flat_before = torch.cat([t.detach().reshape(-1) for t in before])
+    flat_after = torch.cat([t.detach().reshape(-1) for t in after])
+    return _change_norm(flat_before, flat_after,
+                        torch.empty_like(flat_after, dtype=_norm_dtype(flat_after)))
+
+
+def _change_norm(before: torch.Tensor, after: torch.Tensor, diff: torch.Tensor) -> float:
+    """:func:`update_norm` of two flat tensors, through ``diff`` (in the norm's dtype, which
+    it overwrites): ``after`` converted to that dtype, exactly, minus ``before``, promoted
+    exactly too."""
+    diff.copy_(after)
+    diff.sub_(before)
+    return float(torch.linalg.vector_norm(diff))
+
+
+class _UpdateNorm:
+    """One stage's :func:`update_norm` around each update, in buffers kept across updates:
+    the weights before the update and after it, each gathered into one flat tensor by one
+    kernel (``torch.cat`` of views of the weights), then one difference and one norm. A
+    handful of kernels per update, however many tensors the stage has: per tensor, the
+    Python calls cost more than the arithmetic on a small stage."""
+
+    def __init__(self, params: Sequence[torch.Tensor]) -> None:
+        self.params = list(params)
+        # views of the live weights (in-place updates show through them); a weight that is
+        # not contiguous is reshaped (copied) at every update instead
+        contiguous = all(p.is_contiguous() for p in self.params)
+        self.views = [p.detach().view(-1) for p in self.params] if contiguous else None
+        size = sum(p.numel() for p in self.params)
+        like = self.params[0] if self.params else torch.empty(0)
+        self.weights_before = torch.empty(size, dtype=like.dtype, device=like.device)
+        self.weights_after = torch.empty_like(self.weights_before)
+        self.diff = torch.empty_like(self.weights_before, dtype=_norm_dtype(like))
+
+    def _gather(self, out: torch.Tensor) -> torch.Tensor:
+        views = self.views or [p.detach().reshape(-1) for p in self.params]
+        return torch.cat(views, out=out) if views else out
+
+    def before(self) -> None:
+        """Keep the weights as they are before the update."""
+        self._gather(self.weights_before)
+
+    def after(self) -> float:
+        """``||w after - w before||_2`` of the update that just ran."""
+        if not self.params:
+            return 0.0
+        return _change_norm(self.weights_before, self._gather(self.weights_after), self.diff)
 
 
 def _norm_dtype(tensor: torch.Tensor) -> torch.dtype:
