@@ -184,6 +184,14 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                         help=f"stop: report it and exit 0; raise: exit {DIVERGED_EXIT_CODE}")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar (default: in a terminal)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of this process (per rank under torchrun); the "
+                        "tiny stages of the book run fastest on one, and more threads than "
+                        "free cores make a run many times slower")
+    parser.add_argument("--record", choices=("losses", "history", "full"), default="history",
+                        help="what the engine records: history (the history's update norms "
+                        "and peak bytes) or losses (cheapest: neither); never changes what "
+                        "is trained")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", default=None, metavar="FILE",
                         help="write the whole history (per-step loss, per-stage lr of every "
@@ -327,8 +335,8 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
 
     load_plugins(getattr(args, "plugin", None) or ())  # before the method's name is looked up
     schedule = _schedule_sizes(args)
-    for name in ("stages", "microbatches", "chunks"):  # before they size the model
-        value = getattr(args, name)
+    for name in ("stages", "microbatches", "chunks", "threads"):  # before they size the model
+        value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be a positive integer, got {value}")
     _check_output_paths(args)
@@ -346,6 +354,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
         stream.write(json.dumps(step_record(step, history), allow_nan=False) + "\n")
         stream.flush()
 
+    threads = _set_threads(getattr(args, "threads", None))  # restored when the run ends
     try:
         history = fit(
             model,
@@ -379,6 +388,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
             resume=args.resume,
             executor=args.executor,
             schedule=schedule,
+            record=getattr(args, "record", "history"),
         )
     except DivergenceError as error:
         if reporter:
@@ -387,6 +397,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
             print(f"{prog}: {error}", file=sys.stderr)
         return DIVERGED_EXIT_CODE
     finally:
+        _set_threads(threads)
         if stream is not None:
             stream.close()
     if not reporter:
@@ -411,6 +422,18 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     if history.diverged:
         print(f"  DIVERGED: {history.divergence}")
     return 0
+
+
+def _set_threads(threads: int | None) -> int | None:
+    """Give torch ``threads`` threads in this process (None: leave them as they are);
+    returns the count before (None when unchanged), to restore it."""
+    if threads is None:
+        return None
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    return previous
 
 
 def main(argv: list[str] | None = None) -> int:
