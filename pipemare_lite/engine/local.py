@@ -220,17 +220,18 @@ class LocalExecutor:
                             every_action=recording.trace) if recording.peak_bytes else None)
         recorder = Recorder(interpreter, meter) if recording.trace else None
 
-        def reached() -> bool:  # versions move only at updates: checked per round and after U
+        def reached() -> bool:  # versions move only at updates: checked first and after U
             return stop_after_updates is not None and all(
                 w.versions.version >= stop_after_updates for w in workers)
 
         if recorder is not None:
             recorder.start()
-        while not reached() and not self.finished:
+        ready, stopped = transport.ready, reached()
+        while not stopped:
             progressed = False
             for rank, cursor in enumerate(cursors):  # one action per rank per round
                 action = cursor.action
-                if action is None or not transport.ready(action):
+                if action is None or not ready(action):
                     continue
                 start, end = interpreter.step(action)
                 if recorder is not None:
@@ -240,8 +241,11 @@ class LocalExecutor:
                 cursor.advance()
                 progressed = True
                 if action.kind == UPDATE and reached():
+                    stopped = True
                     break
-            if not progressed:
+            if not progressed:  # a round without an action: the end, or a stuck schedule
+                if self.finished:
+                    break
                 stuck = [str(c.action) for c in cursors if c.action is not None]
                 raise RuntimeError(f"schedule {self.schedule.name!r} is stuck: no rank can run "
                                    f"its next action ({', '.join(stuck)}); a dependency is "
