@@ -102,3 +102,4 @@ def replay_pending(worker, microbatch: int, stored: dict) -> None:
     record.grad_output = stored["grad_output"]
     record.input_grad_done = stored["input_grad_done"]
     worker.pending[microbatch] = record
+    worker._activation_bytes += record.saved_bytes

@@ -184,6 +184,9 @@ class StageWorker:
         # measured with the hooks on the first forward of each (see _build_graph)
         # (key None: bytes not recorded, nothing to measure)
         self._saved_bytes_of: dict[tuple | None, int] = {None: 0}
+        # the pending microbatches' saved bytes, kept as they come and go (read after every
+        # action by the byte meter: a sum over 16 pending microbatches each time cost more)
+        self._activation_bytes = 0
         # forward versions of the microbatches whose backward finished since the last
         # update (each update applies their gradients: its forward delays)
         self.unapplied: list[int] = []
@@ -231,6 +234,7 @@ class StageWorker:
         if self.recording.trace:
             self.forward_versions[microbatch] = version
         out = self._build_graph(record)
+        self._activation_bytes += record.saved_bytes
         if self.is_last:
             self.losses[microbatch] = out.item()
         return out
@@ -401,6 +405,7 @@ class StageWorker:
 
     def _finish(self, record: _Pending) -> None:
         del self.pending[record.microbatch]
+        self._activation_bytes -= record.saved_bytes
         self.versions.release(record.version)
         self.hooks.backward_done(record.microbatch)
         self.unapplied.append(record.version)  # the next update applies its gradient
@@ -442,7 +447,7 @@ class StageWorker:
             "stash": self.versions.held_bytes(),
             "t2_buffer": 0,
             "optimizer": self._optimizer_bytes,
-            "activations": sum(r.saved_bytes for r in self.pending.values()),
+            "activations": self._activation_bytes,  # the sum over self.pending
         }
         for kind, value in self.hooks.bytes_held().items():
             held[kind] = held.get(kind, 0) + int(value)
