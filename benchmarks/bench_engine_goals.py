@@ -22,10 +22,12 @@ Rows marked ``[losses]`` run the cheapest recording level, ``[full]`` the fulles
    1F1B at P=2 and 4 (``bench_vs_torch_pipelining.py``): median of paired step ratios;
    goal <= 1.0.
 6. The book's experiment (:data:`pipemare_lite.experiments.paper_shape.RESNET`, 16 units)
-   trained by ``fit()`` at P=16 (1F1B, N=2, batch 16, SGD with momentum, cosine schedule):
-   CPU milliseconds per update (per step: every stage updates once) against a plain loop
-   doing the same updates on one device, median over back-to-back pairs (no goal of its
-   own: it decides how many seeds the experiment affords). Evaluation is left out of both.
+   trained by ``fit()`` at P=16 (N=2, batch 16, SGD with momentum, cosine schedule): 1F1B
+   at every recording level and PipeMare (async + T1 + T2, most of the experiment's rows
+   are asynchronous) at ``fit()``'s default: CPU milliseconds per update (per step: every
+   stage updates once) against a plain loop doing the same updates on one device, median
+   over back-to-back pairs (no goal of its own: it decides how many seeds the experiment
+   affords). Evaluation is left out of both.
 
 CPU seconds (``time.process_time``, one torch thread) are used wherever one process does the
 work: a machine shared with other jobs disturbs them less than wall-clock time. The load
@@ -240,10 +242,10 @@ def resnet_goal(repeats: int) -> None:
             schedule.step()
         return time.process_time() - start
 
-    def pipelined(level) -> float:  # one epoch of fit(), as the experiment trains a row
+    def pipelined(method, level) -> float:  # one epoch of fit(), as the experiment trains a row
         model = paper_shape.build_model(setting, data, 0)
         start = time.process_time()
-        fit(model, data, method="1f1b", num_stages=P, num_microbatches=N, batch_size=batch,
+        fit(model, data, method=method, num_stages=P, num_microbatches=N, batch_size=batch,
             epochs=1, lr=lr, optimizer=setting.optimizer, momentum=setting.momentum,
             lr_schedule="cosine", eval_every=10 * steps, progress=False,
             **({} if level is None else {"record": level}))
@@ -252,21 +254,22 @@ def resnet_goal(repeats: int) -> None:
         evaluate(model, data.x_test, data.y_test)  # fit's one evaluation, left out
         return total - (time.process_time() - start)
 
-    chosen = (None,) if levels() == (None,) else ("losses", "history", "full")
-    pipelined(chosen[0])  # warm-up
-    plains, seconds = [], {level: [] for level in chosen}
+    runs = ([("1f1b", None), ("pipemare", None)] if levels() == (None,) else
+            [("1f1b", "losses"), ("1f1b", "history"), ("1f1b", "full"), ("pipemare", "history")])
+    pipelined(*runs[0])  # warm-up
+    plains, seconds = [], {run: [] for run in runs}
     for _ in range(repeats):
         plains.append(plain())
-        for level in chosen:
-            seconds[level].append(pipelined(level))
+        for run in runs:
+            seconds[run].append(pipelined(*run))
     plain_ms = statistics.median(plains) / steps * 1e3
     print(f"{'ResNet P=16: plain loop, CPU ms per update':50} {plain_ms:10.2f} ms "
           f"({statistics.median(plains):.2f} CPU s per {steps}-step epoch)", flush=True)
-    for level in chosen:
-        ratios = [s / p for s, p in zip(seconds[level], plains)]
-        ms = statistics.median(seconds[level]) / steps * 1e3
-        print(f"{'ResNet P=16: fit, CPU ms per update ' + label(level):50} {ms:10.2f} ms "
-              f"({statistics.median(seconds[level]):.2f} CPU s per epoch; fit / plain "
+    for (method, level), found in seconds.items():
+        ratios = [s / p for s, p in zip(found, plains)]
+        ms = statistics.median(found) / steps * 1e3
+        print(f"{f'ResNet P=16: fit {method}, ms per update ' + label(level):50} {ms:10.2f} ms "
+              f"({statistics.median(found):.2f} CPU s per epoch; fit / plain "
               f"{statistics.median(ratios):.2f}x, median of {repeats} pairs)", flush=True)
 
 

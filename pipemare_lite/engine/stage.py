@@ -378,7 +378,7 @@ class StageWorker:
         """B(m): gradients of weights (accumulated) and of the input (returned; None on stage 0)."""
         record = self._take(microbatch, "B")
         self._choose_backward_weights(record)
-        torch.autograd.backward(record.root, self._grad_output(microbatch, grad_y))
+        _backward(record.root, self._grad_output(microbatch, grad_y))
         grad_x = record.input.grad if self.stage > 0 else None
         self._finish(record)
         return grad_x
@@ -468,6 +468,26 @@ class StageWorker:
         """Restore :meth:`state_dict`'s output and rebuild the pending microbatches' graphs
         (:func:`.replay.load_stage_state`)."""
         replay.load_stage_state(self, state)
+
+
+try:  # the engine call that torch.autograd.backward ends with
+    from torch.autograd.graph import _engine_run_backward
+except ImportError:  # a torch without it: the public function
+    _engine_run_backward = None
+
+
+def _backward(root: torch.Tensor, grad: torch.Tensor | None) -> None:
+    """``torch.autograd.backward(root, grad)``: the same engine call, without the public
+    function's handling of its arguments (tuples, ``__torch_function__``, shape checks of
+    symbolic sizes), which costs more than a small stage's backward itself. A scalar root
+    without ``grad`` starts from ones, as torch's does."""
+    if _engine_run_backward is None:
+        torch.autograd.backward(root, grad)
+        return
+    if grad is None:
+        grad = torch.ones_like(root, memory_format=torch.preserve_format)
+    _engine_run_backward((root,), (grad,), False, False, (),
+                         allow_unreachable=True, accumulate_grad=True)
 
 
 def update_norm(before, after) -> float:
