@@ -421,7 +421,7 @@ class StageWorker:
             norm = self._norm = self._norm or _UpdateNorm(self.params)
             norm.before()
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        _zero_grads(self.optimizer)
         if norm is not None:
             self.update_norms.append(norm.after())
         self.hooks.after_update()
@@ -488,6 +488,17 @@ def _backward(root: torch.Tensor, grad: torch.Tensor | None) -> None:
         grad = torch.ones_like(root, memory_format=torch.preserve_format)
     _engine_run_backward((root,), (grad,), False, False, (),
                          allow_unreachable=True, accumulate_grad=True)
+
+
+def _zero_grads(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.zero_grad(set_to_none=True)``; torch's own is this loop inside a profiling
+    wrapper that costs more than the loop (an optimizer with its own ``zero_grad`` runs it)."""
+    if type(optimizer).zero_grad is not torch.optim.Optimizer.zero_grad:
+        optimizer.zero_grad(set_to_none=True)
+        return
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            param.grad = None
 
 
 def update_norm(before, after) -> float:
