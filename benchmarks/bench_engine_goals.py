@@ -1,14 +1,18 @@
-"""Issue 11's speed goals in one table: goal, measured, ratio to the goal, met (prints only).
+"""Issues 11 and 35's speed goals in one table: goal, measured, ratio to the goal, met
+(prints only).
 
 Each row reuses the measurement of the benchmark that owns it, with fewer repeats so that
-the whole table fits in ``make bench`` (well under a minute per goal on 2 loaded cores):
+the whole table fits in ``make bench`` (well under a minute per goal on 2 loaded cores).
+Rows marked ``[losses]`` run the cheapest recording level, ``[full]`` the fullest
+(:mod:`pipemare_lite.engine.recording`); on code without recording levels, ``[as is]``.
 
 1. ``fit()`` / a plain training loop (``bench_train.py``), width 128 (goal <= 1.5x) and
    width 1024 (goal <= 1.1x): median over back-to-back pairs of CPU times.
 2. Executor overhead per action (``bench_executor.py``): (local executor - the same stages
-   run by hand) / actions, median over back-to-back pairs; goal <= 20 us. A second row
-   measures against a hand loop in the executor's own 1F1B order (bitwise the executor's
-   numbers): what is left is the engine's machinery, without the order's own cost.
+   run by hand) / actions, median over back-to-back pairs; goal <= 20 us (cheapest level),
+   <= 40 us (full). A second row measures against a hand loop in the executor's own 1F1B
+   order (bitwise the executor's numbers): what is left is the engine's machinery, without
+   the order's own cost.
 3. Build + simulate + staleness (``weight_versions`` + ``stage_delays``) at P=128, M=1024
    (``bench_schedules.py``): interleaved (v=2) < 2 s, every other schedule < 1 s; CPU seconds,
    median over the repeats.
@@ -17,6 +21,13 @@ the whole table fits in ``make bench`` (well under a minute per goal on 2 loaded
 5. Our distributed executor / ``torch.distributed.pipelining``, one training step, GPipe and
    1F1B at P=2 and 4 (``bench_vs_torch_pipelining.py``): median of paired step ratios;
    goal <= 1.0.
+6. The book's experiment (:data:`pipemare_lite.experiments.paper_shape.RESNET`, 16 units)
+   trained by ``fit()`` at P=16 (N=2, batch 16, SGD with momentum, cosine schedule): 1F1B
+   at every recording level and PipeMare (async + T1 + T2, most of the experiment's rows
+   are asynchronous) at ``fit()``'s default: CPU milliseconds per update (per step: every
+   stage updates once) against a plain loop doing the same updates on one device, median
+   over back-to-back pairs (no goal of its own: it decides how many seeds the experiment
+   affords). Evaluation is left out of both.
 
 CPU seconds (``time.process_time``, one torch thread) are used wherever one process does the
 work: a machine shared with other jobs disturbs them less than wall-clock time. The load
@@ -39,7 +50,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmarks
 
-GOALS = ("train", "executor", "schedules", "step", "pipelining")
+GOALS = ("train", "executor", "schedules", "step", "pipelining", "resnet")
+
+
+def levels() -> tuple:
+    """The recording levels to measure: cheapest and fullest, or None on code without."""
+    import inspect
+
+    from pipemare_lite.training.fit import fit
+
+    return ("losses", "full") if "record" in inspect.signature(fit).parameters else (None,)
+
+
+def label(level) -> str:
+    return "[as is]" if level is None else f"[{level}]"
 
 
 def row(goal: str, measured: float, target: float, unit: str, note: str = "") -> None:
@@ -68,10 +92,15 @@ def train_goal(repeats: int) -> None:
     data = digits()
     pipelined(data, *SIZES[0])  # warm-up: imports, allocator
     for (width, batch), goal in zip(SIZES, (1.5, 1.1)):
-        ratios = [pipelined(data, width, batch) / plain_loop(data, width, batch)
-                  for _ in range(repeats)]
-        row(f"fit / plain loop, width {width}", statistics.median(ratios), goal, "x",
-            f"median of {repeats} pairs (range {min(ratios):.2f}-{max(ratios):.2f})")
+        ratios = {level: [] for level in levels()}
+        for _ in range(repeats):  # the levels alternate with the plain loop
+            for level, found in ratios.items():
+                found.append(pipelined(data, width, batch, level)
+                             / plain_loop(data, width, batch))
+        for level, found in ratios.items():
+            row(f"fit / plain loop, width {width} {label(level)}", statistics.median(found),
+                goal, "x",
+                f"median of {repeats} pairs (range {min(found):.2f}-{max(found):.2f})")
 
 
 def executor_goal(repeats: int) -> None:
@@ -86,10 +115,11 @@ def executor_goal(repeats: int) -> None:
     from pipemare_lite.training.models import mlp
     from pipemare_lite.training.partition import partition
 
-    def executor_run(stages) -> float:  # bench_executor.executor_epoch, timed in CPU seconds
+    def executor_run(stages, level) -> float:  # bench_executor.executor_epoch, in CPU seconds
         executor = LocalExecutor(schedule, stages, loss_fn=nn.functional.cross_entropy,
                                  optimizer_factory=lambda ps: torch.optim.SGD(ps, lr=0.01,
-                                                                              momentum=0.9))
+                                                                              momentum=0.9),
+                                 **({} if level is None else {"record": level}))
         return cpu_seconds(executor.run, mbs)
 
     torch.set_num_threads(1)
@@ -98,20 +128,27 @@ def executor_goal(repeats: int) -> None:
     mbs = microbatches(N * K, samples, 64, 10)
     schedule = build_schedule("1f1b", P, N, num_minibatches=K)
     actions = sum(len(r) for r in schedule.ranks)
-    executor_run(partition(copy.deepcopy(model), P))  # warm-up
-    gaps, ordered_gaps = [], []
+    chosen = levels()
+    for level in chosen:
+        executor_run(partition(copy.deepcopy(model), P), level)  # warm-up
+    gaps = {level: [] for level in chosen}
+    ordered_gaps = {level: [] for level in chosen}
     for _ in range(repeats):
-        piped = executor_run(partition(copy.deepcopy(model), P))
         hand = cpu_seconds(hand_staged_epoch, partition(copy.deepcopy(model), P), mbs, N, K, 0.01)
         ordered = cpu_seconds(hand_in_schedule_order, schedule, partition(copy.deepcopy(model), P),
                               mbs, 0.01)
-        gaps.append((piped - hand) / actions * 1e6)
-        ordered_gaps.append((piped - ordered) / actions * 1e6)
-    row("executor overhead per action (1F1B, P=4)", statistics.median(gaps), 20.0, "us",
-        f"CPU, median of {repeats} pairs over {actions} actions")
-    # the same, against a hand loop in 1F1B's own order: the order's cost left out
-    row("  ... against a hand loop in 1F1B's order", statistics.median(ordered_gaps), 20.0, "us",
-        f"CPU, median of {repeats} triples")
+        for level in chosen:
+            piped = executor_run(partition(copy.deepcopy(model), P), level)
+            gaps[level].append((piped - hand) / actions * 1e6)
+            ordered_gaps[level].append((piped - ordered) / actions * 1e6)
+    for level in chosen:
+        goal = 40.0 if level == "full" else 20.0
+        row(f"executor overhead per action (1F1B, P=4) {label(level)}",
+            statistics.median(gaps[level]), goal, "us",
+            f"CPU, median of {repeats} pairs over {actions} actions")
+        # the same, against a hand loop in 1F1B's own order: the order's cost left out
+        row("  ... against a hand loop in 1F1B's order", statistics.median(ordered_gaps[level]),
+            goal, "us", f"CPU, median of {repeats} triples")
 
 
 def schedules_goal(repeats: int) -> None:
@@ -172,6 +209,70 @@ def pipelining_goal(repeats: int) -> None:
             f"{result['torch_ms']:.1f} ms)")
 
 
+def resnet_goal(repeats: int) -> None:
+    """CPU ms per update of the experiment's ResNet at P=16 (fit) against a plain loop."""
+    import torch
+    import torch.nn.functional as F
+
+    from pipemare_lite.experiments import paper_shape
+    from pipemare_lite.training.data_feed import epoch_order
+    from pipemare_lite.training.datasets import microbatches
+    from pipemare_lite.training.evaluation import evaluate
+    from pipemare_lite.training.fit import fit
+
+    torch.set_num_threads(1)
+    setting = paper_shape.RESNET
+    data = paper_shape.load_data(setting)
+    batch, N, P = setting.batch_size, setting.num_microbatches, 16
+    steps = len(data.x_train) // batch
+    lr = setting.lr_grid[2]
+
+    def plain() -> float:  # one epoch, one device, the same updates (one optimizer)
+        model = paper_shape.build_model(setting, data, 0)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=setting.momentum)
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
+        order = epoch_order(len(data.x_train), 0, 0)
+        start = time.process_time()
+        for k in range(steps):
+            idx = order[k * batch:(k + 1) * batch]
+            for x, y in microbatches(data.x_train[idx], data.y_train[idx], N):
+                (F.cross_entropy(model(x), y) / N).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            schedule.step()
+        return time.process_time() - start
+
+    def pipelined(method, level) -> float:  # one epoch of fit(), as the experiment trains a row
+        model = paper_shape.build_model(setting, data, 0)
+        start = time.process_time()
+        fit(model, data, method=method, num_stages=P, num_microbatches=N, batch_size=batch,
+            epochs=1, lr=lr, optimizer=setting.optimizer, momentum=setting.momentum,
+            lr_schedule="cosine", eval_every=10 * steps, progress=False,
+            **({} if level is None else {"record": level}))
+        total = time.process_time() - start
+        start = time.process_time()
+        evaluate(model, data.x_test, data.y_test)  # fit's one evaluation, left out
+        return total - (time.process_time() - start)
+
+    runs = ([("1f1b", None), ("pipemare", None)] if levels() == (None,) else
+            [("1f1b", "losses"), ("1f1b", "history"), ("1f1b", "full"), ("pipemare", "history")])
+    pipelined(*runs[0])  # warm-up
+    plains, seconds = [], {run: [] for run in runs}
+    for _ in range(repeats):
+        plains.append(plain())
+        for run in runs:
+            seconds[run].append(pipelined(*run))
+    plain_ms = statistics.median(plains) / steps * 1e3
+    print(f"{'ResNet P=16: plain loop, CPU ms per update':50} {plain_ms:10.2f} ms "
+          f"({statistics.median(plains):.2f} CPU s per {steps}-step epoch)", flush=True)
+    for (method, level), found in seconds.items():
+        ratios = [s / p for s, p in zip(found, plains)]
+        ms = statistics.median(found) / steps * 1e3
+        print(f"{f'ResNet P=16: fit {method}, ms per update ' + label(level):50} {ms:10.2f} ms "
+              f"({statistics.median(found):.2f} CPU s per epoch; fit / plain "
+              f"{statistics.median(ratios):.2f}x, median of {repeats} pairs)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Print the table (one goal after the other, each as soon as it is measured)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -179,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"comma-separated goals to measure (of {', '.join(GOALS)})")
     parser.add_argument("--repeats", type=int, default=None,
                         help="repeats per goal (default: 3 train, 5 executor, 2 schedules, "
-                             "15 pipelining steps)")
+                             "15 pipelining steps, 3 resnet)")
     parser.add_argument("--steps", type=int, default=1000, help="steps of the step-cost run")
     args = parser.parse_args(argv)
     chosen = args.only.split(",")
@@ -199,6 +300,8 @@ def main(argv: list[str] | None = None) -> None:
         step_goal(args.steps)
     if "pipelining" in chosen:
         pipelining_goal(repeats or 15)
+    if "resnet" in chosen:
+        resnet_goal(repeats or 3)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

@@ -47,8 +47,9 @@ def plain_loop(data, width: int, batch: int) -> float:
     return (time.process_time() - start) / EPOCHS
 
 
-def pipelined(data, width: int, batch: int) -> float:
-    """Seconds per epoch of fit() with 1F1B (training only: evaluation time subtracted)."""
+def pipelined(data, width: int, batch: int, record: str | None = None) -> float:
+    """Seconds per epoch of fit() with 1F1B (training only: evaluation time subtracted);
+    ``record``: fit's recording level (None: its default)."""
     model = mlp(64, width, P, 10, seed=0)
     start = time.process_time()
     fit(
@@ -61,6 +62,7 @@ def pipelined(data, width: int, batch: int) -> float:
         epochs=EPOCHS,
         lr=LR,
         progress=False,
+        **({} if record is None else {"record": record}),
     )
     total = time.process_time() - start
     eval_start = time.process_time()

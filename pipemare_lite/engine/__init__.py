@@ -7,9 +7,10 @@ executor (:mod:`~pipemare_lite.engine.local`) and the distributed one
 :mod:`~pipemare_lite.engine.build_worker`. Both run actions with one
 :mod:`~pipemare_lite.engine.interpreter` (only the transport differs: dicts in one
 process, :mod:`~pipemare_lite.engine.dist.transport` across processes) and note them with a
-:mod:`~pipemare_lite.engine.recorder`. :mod:`~pipemare_lite.analysis.utilization` compares a
-measured trace with the simulator; :mod:`~pipemare_lite.engine.trace` prints a measured trace
-as text.
+:mod:`~pipemare_lite.engine.recorder`; :mod:`~pipemare_lite.engine.recording` chooses what a run
+records (a run that asks for no trace pays for none). :mod:`~pipemare_lite.analysis.utilization`
+compares a measured trace with the simulator; :mod:`~pipemare_lite.engine.trace` prints a
+measured trace as text.
 """
 
 from pipemare_lite.engine.local import LocalExecutor, RunResult

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
+from pipemare_lite.engine.recording import Recording
 from pipemare_lite.engine.stage import StageWorker
 from pipemare_lite.methods.hooks import (
     MethodHooks,
@@ -68,21 +69,22 @@ def build_hooks(schedule: Schedule, stage: int, module: nn.Module, optimizer,
 def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, loss_fn: Callable,
                        optimizer_factory: Callable, options: MethodOptions,
                        delays: list[int] | None, device: torch.device | None = None,
-                       lr_scheduler_factory: Callable | None = None) -> StageWorker:
+                       lr_scheduler_factory: Callable | None = None,
+                       record: str | Recording = "full") -> StageWorker:
     """One virtual stage's worker, as every executor builds it (chapters 08, 09 and 11).
 
     Moves ``module`` to ``device`` (if given), builds its optimizer with
     ``optimizer_factory(trainable params)``, the optional base scheduler with
     ``lr_scheduler_factory(optimizer)`` (either factory is given ``stage=`` too when it takes
     a parameter of that name: :func:`~pipemare_lite.methods.hooks.call_stage_factory`), the
-    method's hooks (:func:`build_hooks`: T2
-    with the stage's gamma when ``options.discrepancy_correction`` is on, or a registered
+    method's hooks (:func:`build_hooks`: T2 with the stage's gamma when ``options.discrepancy_correction`` is on, or a registered
     method's), and T1 on top of them when ``delays`` is given
     (:class:`~pipemare_lite.methods.lr_rescheduling.LRReschedulingHooks`, through the
     ``lr_factor`` hook: ``delays[stage]`` is the stage's tau, from
     :func:`build_stage_workers`; off during the schedule's ``warmup_minibatches`` W, then
     annealed over ``options.rescheduling_horizon`` or the ``num_minibatches - W``
-    asynchronous updates).
+    asynchronous updates). ``record``: what the worker records
+    (:mod:`pipemare_lite.engine.recording`).
     """
     if device is not None:
         module.to(device)
@@ -105,6 +107,7 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
         loss_fn=loss_fn, device=device, lr_scheduler=scheduler, hooks=hooks,
         method=options.method or ("built-in (T2)" if options.discrepancy_correction
                                   else "built-in"),
+        record=record,
     )
 
 
@@ -113,6 +116,7 @@ def build_stage_workers(schedule: Schedule, modules: Mapping[int, nn.Module], *,
                         options: MethodOptions | None,
                         device_of: Callable[[int], torch.device | None],
                         lr_scheduler_factory: Callable | None = None,
+                        record: str | Recording = "full",
                         ) -> tuple[dict[int, StageWorker], list[int] | None]:
     """``({stage: worker}, T1's delays)`` for ``modules`` (``{stage: module}``), as both
     executors build them: ``options`` checked (:func:`check_method_options`), T1's delays
@@ -125,5 +129,5 @@ def build_stage_workers(schedule: Schedule, modules: Mapping[int, nn.Module], *,
     return {s: build_stage_worker(schedule, s, module, loss_fn=loss_fn,
                                   optimizer_factory=optimizer_factory, options=options,
                                   delays=delays, device=device_of(s),
-                                  lr_scheduler_factory=lr_scheduler_factory)
+                                  lr_scheduler_factory=lr_scheduler_factory, record=record)
             for s, module in modules.items()}, delays

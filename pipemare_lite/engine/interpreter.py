@@ -60,17 +60,19 @@ class Interpreter:
         last: the index of the last virtual stage (the one that computes the loss).
         transport: see the module docstring.
         devices: CUDA devices to synchronize after each action (empty on CPU).
+        timed: whether the times :meth:`step` returns are used (a trace is recorded); if
+            not, no CUDA synchronization is made for them.
 
     ``applied_gradients``: ``{stage: []}`` to keep a CPU copy of the gradients each update
     applies (the distributed executor's ``record_gradients``), or None.
     """
 
     def __init__(self, workers: Mapping[int, StageWorker] | Sequence[StageWorker], last: int,
-                 transport, devices: Sequence[torch.device] = ()) -> None:
+                 transport, devices: Sequence[torch.device] = (), timed: bool = True) -> None:
         self.workers = workers
         self.last = last
         self.transport = transport
-        self.cuda = list(devices)
+        self.cuda = list(devices) if timed else []
         self.applied_gradients: dict[int, list] | None = None
         self.table = {FORWARD: self._forward, BACKWARD: self._backward,
                       INPUT_GRAD: self._backward, WEIGHT_GRAD: self._weight_grad,
@@ -204,7 +206,7 @@ def take_records(workers: Mapping[int, StageWorker]) -> SimpleNamespace:
         taken = worker.take_records()
         for name in ("forward_versions", "backward_versions", "distances"):  # by microbatch
             getattr(out, name).update(((s, m), v) for m, v in getattr(taken, name).items())
-        for name in ("group_learning_rates", "update_norms"):  # by update
+        for name in ("group_learning_rates", "update_norms", "forward_delays"):  # by update
             getattr(out, name)[s] = getattr(taken, name)
         out.learning_rates[s] = [groups[0] for groups in taken.group_learning_rates]
         if worker.is_last:

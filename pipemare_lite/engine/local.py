@@ -43,6 +43,11 @@ distributed executor relies on exactly this. Each action is run by the
 here with the in-process transport (tensors in dicts); the
 :class:`~pipemare_lite.engine.recorder.Recorder` notes the wall-clock time of every
 action, the weight version each F and B used, and the bytes each stage held.
+
+What is recorded: ``LocalExecutor(..., record="full")`` (the default) records all of the
+above; ``"history"`` only what a training history keeps (update norms, peak bytes) and
+``"losses"`` nothing more than losses, learning rates and forward delays, each cheaper
+(:mod:`pipemare_lite.engine.recording`). The numbers trained are the same at every level.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.engine.build_worker import build_stage_workers
 from pipemare_lite.engine.interpreter import InProcessTransport, Interpreter, take_records
 from pipemare_lite.engine.recorder import BytesMeter, Recorder
+from pipemare_lite.engine.recording import Recording, recording
 from pipemare_lite.engine.stage import StageWorker
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import UPDATE, Schedule
@@ -67,6 +73,9 @@ from pipemare_lite.schedules.lazy import LazySchedule, schedule_key
 @dataclass
 class RunResult:
     """What one :meth:`LocalExecutor.run` call did.
+
+    Fields left empty (the trace None) are those the executor's recording leaves out
+    (:mod:`pipemare_lite.engine.recording`).
 
     Attributes:
         losses: unscaled loss per microbatch whose last-stage forward ran in this call, in
@@ -87,11 +96,14 @@ class RunResult:
             after any of its actions (what one device holds; equals ``peak_bytes`` unless
             interleaved). The memory model (:func:`pipemare_lite.analysis.memory.memory_by_kind`)
             predicts these numbers.
+        forward_delays: ``forward_delays[stage]``, for each microbatch whose gradient an
+            update of this call applied, the updates between its forward and that update
+            (recorded at every level).
     """
 
     losses: list[float]
     loss_by_microbatch: dict[int, float]
-    trace: Timeline
+    trace: Timeline | None
     forward_versions: dict[tuple[int, int], int]
     backward_versions: dict[tuple[int, int], int]
     distances: dict[tuple[int, int], int]
@@ -101,6 +113,7 @@ class RunResult:
     peak_bytes_by_rank: list[dict[str, int]] = field(default_factory=list)
     group_learning_rates: list[list[list[float]]] = field(default_factory=list)
     update_norms: list[list[float]] = field(default_factory=list)
+    forward_delays: list[list[int]] = field(default_factory=list)
 
 
 class LocalExecutor:
@@ -117,13 +130,17 @@ class LocalExecutor:
         devices: one ``torch.device`` per virtual stage (default: where each module is).
         lr_scheduler_factory: ``factory(optimizer) -> scheduler`` per stage; with T1 on, T1
             multiplies on top of it.
+        record: what to record, a level of :data:`pipemare_lite.engine.recording.RECORDINGS`
+            (``"full"``, ``"history"``, ``"losses"``) or a
+            :class:`~pipemare_lite.engine.recording.Recording`; never changes the numbers.
     """
 
     def __init__(self, schedule: Schedule | LazySchedule, stage_modules: Sequence[nn.Module], *,
                  loss_fn: Callable, optimizer_factory: Callable,
                  method_options: MethodOptions | None = None,
                  devices: Sequence[torch.device | str] | None = None,
-                 lr_scheduler_factory: Callable | None = None) -> None:
+                 lr_scheduler_factory: Callable | None = None,
+                 record: str | Recording = "full") -> None:
         stages = schedule.num_virtual_stages
         if len(stage_modules) != stages:
             raise ValueError(f"schedule {schedule.name!r} has {stages} virtual stages, got "
@@ -131,18 +148,21 @@ class LocalExecutor:
         if devices is not None and len(devices) != stages:
             raise ValueError(f"devices: need one per virtual stage ({stages}), got {len(devices)}")
         self.schedule = schedule
+        self.recording = recording(record)
         workers, self.forward_delays = build_stage_workers(
             schedule, dict(enumerate(stage_modules)), loss_fn=loss_fn,
             optimizer_factory=optimizer_factory, options=method_options,
             device_of=lambda s: None if devices is None else torch.device(devices[s]),
-            lr_scheduler_factory=lr_scheduler_factory)
+            lr_scheduler_factory=lr_scheduler_factory, record=self.recording)
         self.workers: list[StageWorker] = list(workers.values())
+        self._stages_of = {r: schedule.stages_of(r) for r in range(schedule.num_ranks)}
         self._cursors = [_Cursor(schedule, r, 0) for r in range(schedule.num_ranks)]
         # tensors in transit live in the transport; the interpreter runs the actions
         self.transport = InProcessTransport(self.workers)
         self.interpreter = Interpreter(
             self.workers, stages - 1, self.transport,
-            devices=[w.device for w in self.workers if w.device.type == "cuda"])
+            devices=[w.device for w in self.workers if w.device.type == "cuda"],
+            timed=self.recording.trace)
         # the random state of a checkpoint this executor continues ({"cpu", "cuda"}), or
         # None: draw from the process's stream (see the module docstring)
         self._rng: dict | None = None
@@ -195,46 +215,59 @@ class LocalExecutor:
         workers, cursors = self.workers, self._cursors
         interpreter, transport = self.interpreter, self.transport
         transport.microbatches = microbatches
-        stages_of = {r: self.schedule.stages_of(r) for r in range(len(cursors))}
-        recorder = Recorder(interpreter, BytesMeter(dict(enumerate(workers)), stages_of))
+        recording = self.recording
+        meter = (BytesMeter(dict(enumerate(workers)), self._stages_of,
+                            every_action=recording.trace) if recording.peak_bytes else None)
+        recorder = Recorder(interpreter, meter) if recording.trace else None
 
-        def reached() -> bool:  # versions move only at updates: checked per round and after U
+        def reached() -> bool:  # versions move only at updates: checked first and after U
             return stop_after_updates is not None and all(
                 w.versions.version >= stop_after_updates for w in workers)
 
-        recorder.start()
-        while not reached() and not self.finished:
+        if recorder is not None:
+            recorder.start()
+        ready, stopped = transport.ready, reached()
+        while not stopped:
             progressed = False
             for rank, cursor in enumerate(cursors):  # one action per rank per round
                 action = cursor.action
-                if action is None or not transport.ready(action):
+                if action is None or not ready(action):
                     continue
                 start, end = interpreter.step(action)
-                recorder.record(rank, action, start, end)
+                if recorder is not None:
+                    recorder.record(rank, action, start, end)
+                elif meter is not None:  # without a trace, the meter alone is told
+                    meter.after_action(rank, action)
                 cursor.advance()
                 progressed = True
                 if action.kind == UPDATE and reached():
+                    stopped = True
                     break
-            if not progressed:
+            if not progressed:  # a round without an action: the end, or a stuck schedule
+                if self.finished:
+                    break
                 stuck = [str(c.action) for c in cursors if c.action is not None]
                 raise RuntimeError(f"schedule {self.schedule.name!r} is stuck: no rank can run "
                                    f"its next action ({', '.join(stuck)}); a dependency is "
                                    "missing or ordered after its consumer")
         transport.microbatches = ()  # the feed is the caller's: not kept between runs
-        return self._result(recorder)
+        return self._result(recorder, meter)
 
-    def _result(self, recorder: Recorder) -> RunResult:
+    def _result(self, recorder: Recorder | None, meter: BytesMeter | None) -> RunResult:
         taken = take_records(dict(enumerate(self.workers)))  # per-stage dicts in stage order
-        meter = recorder.meter
-        trace = Timeline(self.schedule, tuple(recorder.timed_actions()), unit="s",
-                         source="measured", extra={"versions": recorder.versions,
-                                                   "distances": dict(taken.distances)})
+        trace = None if recorder is None else Timeline(
+            self.schedule, tuple(recorder.timed_actions()), unit="s", source="measured",
+            extra={"versions": recorder.versions, "distances": dict(taken.distances)})
         return RunResult(list(taken.losses.values()), taken.losses, trace,
                          taken.forward_versions, taken.backward_versions, taken.distances,
-                         list(taken.learning_rates.values()), list(meter.peaks.values()),
-                         meter.over_time, peak_bytes_by_rank=list(meter.rank_peaks().values()),
+                         list(taken.learning_rates.values()),
+                         [] if meter is None else list(meter.peaks.values()),
+                         [] if meter is None else meter.over_time,
+                         peak_bytes_by_rank=[] if meter is None else list(
+                             meter.rank_peaks().values()),
                          group_learning_rates=list(taken.group_learning_rates.values()),
-                         update_norms=list(taken.update_norms.values()))
+                         update_norms=list(taken.update_norms.values()),
+                         forward_delays=list(taken.forward_delays.values()))
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:

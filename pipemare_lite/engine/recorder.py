@@ -12,6 +12,10 @@ after every action the :class:`~pipemare_lite.engine.interpreter.Interpreter` ra
 
 Times are seconds from ``recorder.origin`` (set by :meth:`Recorder.start`, which the
 distributed executor calls as every rank leaves the barrier: a common origin).
+
+A run that records no trace (:mod:`pipemare_lite.engine.recording`) keeps no Recorder; its
+executor asks the :class:`BytesMeter` alone, which then reads a stage only after the actions
+that can raise a peak.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from collections.abc import Mapping, Sequence
 
 from pipemare_lite.analysis.timeline import TimedAction
 from pipemare_lite.engine.stage import BYTE_KINDS, StageWorker
-from pipemare_lite.schedules.actions import Action
+from pipemare_lite.methods.hooks import MethodHooks
+from pipemare_lite.schedules.actions import FORWARD, UPDATE, Action
 
 
 class Recorder:
@@ -50,7 +55,7 @@ class Recorder:
         self.entries.append((rank, action, start - origin, end - origin))
         self.versions[str(action)] = self.interpreter.version_of(action)
         if self.meter is not None:
-            self.meter.after_action(rank, action.stage, end - origin)
+            self.meter.after_action(rank, action, end - origin)
 
     def timed_actions(self) -> list[TimedAction]:
         """The entries as :class:`~pipemare_lite.analysis.timeline.TimedAction` (for a Timeline)."""
@@ -63,11 +68,19 @@ class BytesMeter:
     Args:
         workers: ``{stage: StageWorker}`` being measured.
         stages_of: ``{rank: [its stages]}`` of the ranks whose actions are recorded.
+        every_action: read after every action and keep ``over_time``; False reads a stage
+            only after the actions that can raise one of its peaks, with the same peaks
+            (a stage's bytes grow only at F, its activations, and at U, a stashed copy and
+            the optimizer state; a stage with hooks of its own, or sharing its rank with
+            others, whose sum needs every stage's bytes now, is read after every action).
     """
 
     def __init__(self, workers: Mapping[int, StageWorker],
-                 stages_of: Mapping[int, Sequence[int]]) -> None:
+                 stages_of: Mapping[int, Sequence[int]], *, every_action: bool = True) -> None:
         self.workers = workers
+        self.every_action = every_action
+        self.always = {s for s, w in workers.items() if type(w.hooks) is not MethodHooks}
+        self.always.update(s for stages in stages_of.values() if len(stages) > 1 for s in stages)
         self.now = {s: w.bytes_held() for s, w in workers.items()}
         self.stages_of = dict(stages_of)
         self.peaks = {s: dict.fromkeys(BYTE_KINDS, 0) for s in workers}
@@ -77,10 +90,17 @@ class BytesMeter:
                              for r, stages in self.stages_of.items() if len(stages) > 1}
         self.over_time: list[tuple[float, int, dict[str, int]]] = []
 
-    def after_action(self, rank: int, stage: int, seconds: float) -> None:
-        """Read the stage's bytes after one of its actions; update the peaks."""
-        held = self.now[stage] = self.workers[stage].bytes_held()
-        self.over_time.append((seconds, stage, held))
+    def after_action(self, rank: int, action: Action, seconds: float = 0.0) -> None:
+        """Read the bytes of ``action``'s stage after it ran (at ``seconds``); update the
+        peaks."""
+        stage = action.stage
+        if not self.every_action:
+            if action.kind != FORWARD and action.kind != UPDATE and stage not in self.always:
+                return  # nothing grew
+            held = self.now[stage] = self.workers[stage].bytes_held()
+        else:
+            held = self.now[stage] = self.workers[stage].bytes_held()
+            self.over_time.append((seconds, stage, held))
         _raise_peaks(self.peaks[stage], held)
         if rank in self.shared_peaks:
             stages = self.stages_of[rank]

@@ -32,6 +32,13 @@ import torch
 def stage_state(worker) -> dict:
     """Everything ``worker`` (a :class:`~pipemare_lite.engine.stage.StageWorker`) needs to
     continue bitwise (see the module docstring)."""
+    unkept = sorted(m for m, r in worker.pending.items() if r.saved is None)
+    if unkept:
+        raise RuntimeError(
+            f"stage {worker.stage}: microbatch(es) {unkept} ran their forward without keeping "
+            "their saved tensors (the run's recording has saved_tensors=False), so they "
+            "cannot be saved between forward and backward; record with saved_tensors=True "
+            "(e.g. record='full') to checkpoint there")
     pending = {m: {"version": r.version, "input": r.input.detach(), "target": r.target,
                    "saved": list(r.saved),
                    # chosen at I (split backward); may alias the live weights
@@ -47,6 +54,7 @@ def stage_state(worker) -> dict:
         "versions": worker.versions.state_dict(),
         "hooks": worker.hooks.state_dict(),
         "pending": pending,
+        "unapplied": list(worker.unapplied),
     }
 
 
@@ -73,6 +81,7 @@ def load_stage_state(worker, state: dict) -> None:
     hooks_state = state.get("hooks", state.get("t2"))  # "t2": checkpoints before hooks
     if hooks_state is not None:
         worker.hooks.load_state_dict(hooks_state)
+    worker.unapplied = list(state.get("unapplied", []))  # absent: written before delays
     for m in sorted(state["pending"]):
         replay_pending(worker, m, state["pending"][m])
 
@@ -100,3 +109,4 @@ def replay_pending(worker, microbatch: int, stored: dict) -> None:
     record.grad_output = stored["grad_output"]
     record.input_grad_done = stored["input_grad_done"]
     worker.pending[microbatch] = record
+    worker._activation_bytes += record.saved_bytes

@@ -40,7 +40,7 @@ Checkpoints: :meth:`StageWorker.state_dict` and :meth:`StageWorker.load_state_di
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -48,6 +48,7 @@ from torch import nn
 
 from pipemare_lite.analysis.memory import KINDS
 from pipemare_lite.engine import replay
+from pipemare_lite.engine.recording import Recording, recording
 from pipemare_lite.methods.discrepancy import DiscrepancyHooks
 from pipemare_lite.methods.hooks import MethodHooks, check_lr_factor, check_weights
 from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
@@ -83,7 +84,7 @@ class _Pending:
     version: int
     input: torch.Tensor
     target: object = None
-    saved: list = field(default_factory=list)
+    saved: list | None = field(default_factory=list)  # None: run without saved-tensor hooks
     root: torch.Tensor | None = None
     weights: list | None = None
     grad_output: torch.Tensor | None = None
@@ -107,7 +108,10 @@ class StageRecords:
         distances: ``microbatch -> backward version - forward version``.
         group_learning_rates: the lr of every parameter group at each update (the
             results' ``learning_rates`` are the first group's).
-        update_norms: ``||w after - w before||_2`` of each update (float64).
+        update_norms: ``||w after - w before||_2`` of each update (float64; only when the
+            recording asks for them).
+        forward_delays: per update, the delay (updates between forward and update) of each
+            microbatch whose gradient it applied, in the order their backwards finished.
     """
 
     losses: dict[int, float] = field(default_factory=dict)
@@ -116,6 +120,7 @@ class StageRecords:
     distances: dict[int, int] = field(default_factory=dict)
     group_learning_rates: list[list[float]] = field(default_factory=list)
     update_norms: list[float] = field(default_factory=list)
+    forward_delays: list[int] = field(default_factory=list)
 
 
 class StageWorker:
@@ -138,6 +143,9 @@ class StageWorker:
             stage (which weights F and B see, the lr factor and what happens at an update,
             bytes it holds); None: the base class's, which do nothing.
         method: the method's name, for the messages that refuse what its hooks return.
+        record: what the stage records (:mod:`pipemare_lite.engine.recording`: a level's
+            name or a :class:`~pipemare_lite.engine.recording.Recording`); never changes
+            the numbers.
     """
 
     def __init__(self, stage: int, module: nn.Module, optimizer: torch.optim.Optimizer, *,
@@ -145,7 +153,8 @@ class StageWorker:
                  num_minibatches: int = 1, loss_fn: Callable | None = None,
                  device: torch.device | str | None = None, lr_scheduler=None,
                  discrepancy_gamma: float | None = None,
-                 hooks: MethodHooks | None = None, method: str | None = None) -> None:
+                 hooks: MethodHooks | None = None, method: str | None = None,
+                 record: str | Recording = "full") -> None:
         if is_last and loss_fn is None:
             raise ValueError("the last stage needs a loss_fn(output, target)")
         self.stage, self.module, self.optimizer = stage, module, optimizer
@@ -168,13 +177,28 @@ class StageWorker:
             hooks = DiscrepancyHooks(self.params, discrepancy_gamma)
         self.hooks = MethodHooks() if hooks is None else hooks
         self.method = method
+        self.recording = recording(record)
         self.pending: dict[int, _Pending] = {}
+        # sync with the base hooks: nothing comes between F and B, so autograd's own saved
+        # tensors are the right ones and the hooks only take note (see _build_graph)
+        self._live = self.versions.rule.flushes and type(self.hooks) is MethodHooks
+        # the activation bytes of a forward run without hooks: {input's shape...: bytes},
+        # measured with the hooks on the first forward of each (see _build_graph)
+        # (key None: bytes not recorded, nothing to measure)
+        self._saved_bytes_of: dict[tuple | None, int] = {None: 0}
+        # the pending microbatches' saved bytes, kept as they come and go (read after every
+        # action by the byte meter: a sum over 16 pending microbatches each time cost more)
+        self._activation_bytes = 0
+        # forward versions of the microbatches whose backward finished since the last
+        # update (each update applies their gradients: its forward delays)
+        self.unapplied: list[int] = []
         # byte counts kept, not recounted at every read (the executors read them after every
         # action): the weights' once, the optimizer state's at each update
         self._weight_bytes = sum(p.nbytes for p in self.params)
         self.recount_optimizer_bytes()
-        # the weights before an update, in the norm's dtype (see _weights_before_update)
-        self._before = [torch.empty_like(p, dtype=_norm_dtype(p)) for p in self.params]
+        # the update norm's buffers, made at the first update that records it (see
+        # _UpdateNorm)
+        self._norm: _UpdateNorm | None = None
         # What happened since the executor last took it (see take_records): for results
         # and traces, not needed to continue training.
         self._start_records()
@@ -209,8 +233,10 @@ class StageWorker:
         record = self._new_record(microbatch, version, x, target)
         self.versions.acquire(version)
         self.pending[microbatch] = record
-        self.forward_versions[microbatch] = version
+        if self.recording.trace:
+            self.forward_versions[microbatch] = version
         out = self._build_graph(record)
+        self._activation_bytes += record.saved_bytes
         if self.is_last:
             self.losses[microbatch] = out.item()
         return out
@@ -234,14 +260,22 @@ class StageWorker:
     #                   bytes and checkpoints)    method's hooks chose at B/I)
     #
     # So the backward's weights are picked late, at B, not frozen at F; sync keeps w
-    # itself (``live``). A checkpoint's replay swaps pack() for one that hands back the
-    # stored tensors (:mod:`pipemare_lite.engine.replay`).
+    # itself (``live``), and then the hooks change nothing: a run that keeps no saved
+    # tensors runs sync forwards without them (bytes measured once per input shape). A
+    # checkpoint's replay swaps pack() for one that hands back the stored tensors
+    # (:mod:`pipemare_lite.engine.replay`).
     def _build_graph(self, record: _Pending, pack: Callable | None = None) -> torch.Tensor:
         """Run the forward under the hooks; sets ``record.root``; returns the detached output.
 
         ``pack``: another pack hook (a checkpoint's replay, :mod:`.replay`, hands back the
         stored saved tensors; the method's hooks are then not asked for weights).
         """
+        unhooked = pack is None and self._live and not self.recording.saved_tensors
+        if unhooked:
+            key = self._bytes_key(record)
+            if key in self._saved_bytes_of:  # bytes known (or not recorded): no hooks
+                record.saved, record.saved_bytes = None, self._saved_bytes_of[key]
+                return self._run_module(record)
         versions, hooks, index_of = self.versions, self.hooks, self._index_of
         # a replay's saved tensors are stored: the method's hooks are not asked for weights
         copies = hooks.forward_weights(record.microbatch, record.version) if pack is None else None
@@ -258,23 +292,37 @@ class StageWorker:
             weights = {name: _HeldVersion.apply(p, c)
                        for name, p, c in zip(self._names, self.params, copies)}
             index_of = {id(t): i for i, t in enumerate(weights.values())}
-        # sync: no update can come between F and B (WeightVersions refuses it), so the
-        # backward reads exactly the tensors the forward saved and the hooks only take note
-        # (unless a method's hooks may choose the backward's weights)
-        live = versions.rule.flushes and type(hooks) is MethodHooks
         if pack is None:
-            pack = self._packer(record, index_of, live)
+            pack = self._packer(record, index_of, self._live)
         with torch.autograd.graph.saved_tensors_hooks(pack, self._unpacker(record)):
-            if weights is None:
-                y = out = self.module(record.input)
-            else:
-                y = out = torch.func.functional_call(self.module, weights, (record.input,))
-            if self.is_last:  # the output is the loss; the backward starts from loss / N
-                out = self.loss_fn(y, record.target)
-                y = out / self.num_microbatches
+            out = self._run_module(record, weights)
+        if self.recording.peak_bytes or self.recording.saved_tensors:
+            record.count_saved_bytes()
+        if unhooked:  # measured once, for the forwards of this shape to come
+            self._saved_bytes_of[key] = record.saved_bytes
+        return out
+
+    def _run_module(self, record: _Pending, weights: dict | None = None) -> torch.Tensor:
+        """The forward itself (with ``weights`` instead of the module's own, if given) and,
+        on the last stage, the loss; sets ``record.root``; returns the detached output."""
+        if weights is None:
+            y = out = self.module(record.input)
+        else:
+            y = out = torch.func.functional_call(self.module, weights, (record.input,))
+        if self.is_last:  # the output is the loss; the backward starts from loss / N
+            out = self.loss_fn(y, record.target)
+            y = out / self.num_microbatches
         record.root = y
-        record.count_saved_bytes()
         return out.detach()
+
+    def _bytes_key(self, record: _Pending) -> tuple | None:
+        """What a forward's saved bytes depend on (None when bytes are not recorded): the
+        input's and target's shape and dtype, and train or eval mode."""
+        if not self.recording.peak_bytes:
+            return None
+        x, target = record.input, record.target
+        return (x.shape, x.dtype, x.device, self.module.training,
+                getattr(target, "shape", None), getattr(target, "dtype", None))
 
     @staticmethod
     def _packer(record: _Pending, index_of: dict[int, int], live: bool = False):
@@ -311,13 +359,15 @@ class StageWorker:
         """
         m, current = record.microbatch, self.versions.version
         used = self.versions.rule.version_at_backward(current, record.version)
-        chosen = self.hooks.backward_weights(m, record.version, current)
-        if chosen is not None:  # refused with the method, hook, stage and parameter named
-            chosen = check_weights(chosen, self.params, self._names, method=self.method,
-                                   hook="backward_weights", stage=self.stage)
-        record.weights = self.versions.weights(used) if chosen is None else chosen
-        self.backward_versions[m] = used
-        self.distances[m] = used - record.version  # the discrepancy (T2's d when T2 is on)
+        if record.saved is not None:  # (a forward without hooks left autograd its weights)
+            chosen = self.hooks.backward_weights(m, record.version, current)
+            if chosen is not None:  # refused with the method, hook, stage and parameter named
+                chosen = check_weights(chosen, self.params, self._names, method=self.method,
+                                       hook="backward_weights", stage=self.stage)
+            record.weights = self.versions.weights(used) if chosen is None else chosen
+        if self.recording.trace:
+            self.backward_versions[m] = used
+            self.distances[m] = used - record.version  # the discrepancy (T2's d when T2 is on)
 
     def _take(self, microbatch: int, kind: str) -> _Pending:
         record = self.pending.get(microbatch)
@@ -336,7 +386,7 @@ class StageWorker:
         """B(m): gradients of weights (accumulated) and of the input (returned; None on stage 0)."""
         record = self._take(microbatch, "B")
         self._choose_backward_weights(record)
-        torch.autograd.backward(record.root, self._grad_output(microbatch, grad_y))
+        _backward(record.root, self._grad_output(microbatch, grad_y))
         grad_x = record.input.grad if self.stage > 0 else None
         self._finish(record)
         return grad_x
@@ -363,8 +413,10 @@ class StageWorker:
 
     def _finish(self, record: _Pending) -> None:
         del self.pending[record.microbatch]
+        self._activation_bytes -= record.saved_bytes
         self.versions.release(record.version)
         self.hooks.backward_done(record.microbatch)
+        self.unapplied.append(record.version)  # the next update applies its gradient
 
     # ------------------------------------------------------------------ update
     def update(self) -> None:
@@ -380,27 +432,26 @@ class StageWorker:
             for group, lr, factor in zip(groups, base_lrs, factors):
                 group["lr"] = lr * factor
         self.group_learning_rates.append([group["lr"] for group in groups])
-        before = self._weights_before_update()
+        norm = None
+        if self.recording.update_norms:
+            norm = self._norm = self._norm or _UpdateNorm(self.params)
+            norm.before()
         self.optimizer.step()
         if factors is not None:
             for group, lr in zip(groups, base_lrs):
                 group["lr"] = lr
-        self.optimizer.zero_grad(set_to_none=True)
-        self.update_norms.append(_change_norm(before, self.params))
+        _zero_grads(self.optimizer)
+        if norm is not None:
+            self.update_norms.append(norm.after())
         self.hooks.after_update()
+        applied = self.versions.version  # the version this update read
+        self.forward_delays.extend(applied - version for version in self.unapplied)
+        self.unapplied.clear()
         self.versions.after_update()
         self.recount_optimizer_bytes()  # its state appears at the first step
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
 
-    def _weights_before_update(self) -> list[torch.Tensor]:
-        """The weights before this update, in the norm's dtype, in buffers kept across
-        updates (allocating and converting fresh copies at every update cost more than the
-        norm itself)."""
-        with torch.no_grad():
-            for copy, p in zip(self._before, self.params):
-                copy.copy_(p)
-        return self._before
 
     # ------------------------------------------------------------------ bytes
     def bytes_held(self) -> dict[str, int]:
@@ -415,7 +466,7 @@ class StageWorker:
             "stash": self.versions.held_bytes(),
             "t2_buffer": 0,
             "optimizer": self._optimizer_bytes,
-            "activations": sum(r.saved_bytes for r in self.pending.values()),
+            "activations": self._activation_bytes,  # the sum over self.pending
         }
         for kind, value in self.hooks.bytes_held().items():
             held[kind] = held.get(kind, 0) + int(value)
@@ -438,6 +489,37 @@ class StageWorker:
         replay.load_stage_state(self, state)
 
 
+try:  # the engine call that torch.autograd.backward ends with
+    from torch.autograd.graph import _engine_run_backward
+except ImportError:  # a torch without it: the public function
+    _engine_run_backward = None
+
+
+def _backward(root: torch.Tensor, grad: torch.Tensor | None) -> None:
+    """``torch.autograd.backward(root, grad)``: the same engine call, without the public
+    function's handling of its arguments (tuples, ``__torch_function__``, shape checks of
+    symbolic sizes), which costs more than a small stage's backward itself. A scalar root
+    without ``grad`` starts from ones, as torch's does."""
+    if _engine_run_backward is None:
+        torch.autograd.backward(root, grad)
+        return
+    if grad is None:
+        grad = torch.ones_like(root, memory_format=torch.preserve_format)
+    _engine_run_backward((root,), (grad,), False, False, (),
+                         allow_unreachable=True, accumulate_grad=True)
+
+
+def _zero_grads(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.zero_grad(set_to_none=True)``; torch's own is this loop inside a profiling
+    wrapper that costs more than the loop (an optimizer with its own ``zero_grad`` runs it)."""
+    if type(optimizer).zero_grad is not torch.optim.Optimizer.zero_grad:
+        optimizer.zero_grad(set_to_none=True)
+        return
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            param.grad = None
+
+
 def update_norm(before, after) -> float:
     """``||after - before||_2`` over all tensors, in float64 (chapter 07's per-stage evidence).
 
@@ -445,19 +527,57 @@ def update_norm(before, after) -> float:
     exactly when ``after`` holds a non-finite value (``before`` being finite). Devices
     without float64 (MPS) compute in float32.
     """
-    copies = [old.to(_norm_dtype(new), copy=True) for old, new in zip(before, after, strict=True)]
-    return _change_norm(copies, after)
+    if len(before) != len(after):
+        raise ValueError(f"update_norm: {len(before)} tensors before, {len(after)} after")
+    if not after:
+        return 0.0
+    flat_before = torch.cat([t.detach().reshape(-1) for t in before])
+    flat_after = torch.cat([t.detach().reshape(-1) for t in after])
+    return _change_norm(flat_before, flat_after,
+                        torch.empty_like(flat_after, dtype=_norm_dtype(flat_after)))
 
 
-def _change_norm(before: list[torch.Tensor], after) -> float:
-    """:func:`update_norm` with ``before`` already in the norm's dtype, which it overwrites
-    (the worker's buffers: no tensor is allocated). ``(before - after)**2`` is bitwise
-    ``(after - before)**2``: a difference only changes sign when its operands swap."""
-    squares = []
-    for old, new in zip(before, after, strict=True):
-        old.sub_(new.detach())  # promotes ``new`` to the norm's dtype, exactly
-        squares.append(old.mul_(old).sum().cpu())
-    return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
+def _change_norm(before: torch.Tensor, after: torch.Tensor, diff: torch.Tensor) -> float:
+    """:func:`update_norm` of two flat tensors, through ``diff`` (in the norm's dtype, which
+    it overwrites): ``after`` converted to that dtype, exactly, minus ``before``, promoted
+    exactly too."""
+    diff.copy_(after)
+    diff.sub_(before)
+    return float(torch.linalg.vector_norm(diff))
+
+
+class _UpdateNorm:
+    """One stage's :func:`update_norm` around each update, in buffers kept across updates:
+    the weights before the update and after it, each gathered into one flat tensor by one
+    kernel (``torch.cat`` of views of the weights), then one difference and one norm. A
+    handful of kernels per update, however many tensors the stage has: per tensor, the
+    Python calls cost more than the arithmetic on a small stage."""
+
+    def __init__(self, params: Sequence[torch.Tensor]) -> None:
+        self.params = list(params)
+        # views of the live weights (in-place updates show through them); a weight that is
+        # not contiguous is reshaped (copied) at every update instead
+        contiguous = all(p.is_contiguous() for p in self.params)
+        self.views = [p.detach().view(-1) for p in self.params] if contiguous else None
+        size = sum(p.numel() for p in self.params)
+        like = self.params[0] if self.params else torch.empty(0)
+        self.weights_before = torch.empty(size, dtype=like.dtype, device=like.device)
+        self.weights_after = torch.empty_like(self.weights_before)
+        self.diff = torch.empty_like(self.weights_before, dtype=_norm_dtype(like))
+
+    def _gather(self, out: torch.Tensor) -> torch.Tensor:
+        views = self.views or [p.detach().reshape(-1) for p in self.params]
+        return torch.cat(views, out=out) if views else out
+
+    def before(self) -> None:
+        """Keep the weights as they are before the update."""
+        self._gather(self.weights_before)
+
+    def after(self) -> float:
+        """``||w after - w before||_2`` of the update that just ran."""
+        if not self.params:
+            return 0.0
+        return _change_norm(self.weights_before, self._gather(self.weights_after), self.diff)
 
 
 def _norm_dtype(tensor: torch.Tensor) -> torch.dtype:

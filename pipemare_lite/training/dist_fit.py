@@ -24,13 +24,14 @@ from pipemare_lite.schedules.actions import Schedule
 def fit_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, loss_fn: Callable,
                  optimizer_factory: Callable, method_options=None, devices=None,
                  lr_scheduler_factory: Callable | None = None,
-                 checkpoints: bool = False) -> DistributedExecutor:
+                 checkpoints: bool = False, record=None) -> DistributedExecutor:
     """``fit()``'s engine for this rank (registered as ``EXECUTORS["dist"]``, chapter 11).
 
     Joins the process group (:func:`pipemare_lite.engine.dist.launch.init_from_env` when no launcher
     made one). Not supported: ``devices`` (rank r computes on ``cuda:<local rank>`` or the
     CPU). ``checkpoints``: keep what ``state_dict()`` needs (``fit()`` asks for it with a
     ``checkpoint_path``; every rank computes the checkpoint, rank 0 writes the file).
+    ``record`` is taken and not used: the distributed executor records everything.
     """
     from pipemare_lite.engine.dist.launch import current, init_from_env
 

@@ -136,7 +136,7 @@ _SETTINGS_ADDED_LATER = {
 
 
 def _local_executor(schedule, stages, *, loss_fn, optimizer_factory, method_options, devices,
-                    lr_scheduler_factory=None):
+                    lr_scheduler_factory=None, record="full"):
     from pipemare_lite.engine.local import LocalExecutor
 
     return LocalExecutor(
@@ -147,6 +147,7 @@ def _local_executor(schedule, stages, *, loss_fn, optimizer_factory, method_opti
         method_options=method_options,
         devices=devices,
         lr_scheduler_factory=lr_scheduler_factory,
+        record=record,
     )
 
 
@@ -162,8 +163,10 @@ def _dist_executor(schedule, stages, **kwargs):
 
 
 #: name -> ``factory(schedule, stage_modules, *, loss_fn, optimizer_factory, method_options,
-#: devices)`` returning an object with the LocalExecutor contract; fit adds
-#: ``lr_scheduler_factory=`` only when the run has an lr schedule.
+#: devices, record)`` returning an object with the LocalExecutor contract (``record``: a
+#: :class:`~pipemare_lite.engine.recording.Recording`, which the factory may exceed: results
+#: may hold more than asked); fit adds ``lr_scheduler_factory=`` only when the run has an lr
+#: schedule.
 EXECUTORS: dict[str, Callable] = {"local": _local_executor, "dist": _dist_executor}
 
 
@@ -212,6 +215,7 @@ def fit(
     resume: bool = False,
     executor: str = "local",
     schedule=None,
+    record: str = "history",
 ) -> History:
     """Train ``model`` on ``data`` with a pipeline ``method``; return the :class:`History`.
 
@@ -279,6 +283,11 @@ def fit(
             :class:`~pipemare_lite.schedules.Schedule` or a ``.csv``/``.json`` file, covering
             the whole run or one minibatch (repeated once per step). With a method too, the
             method's options (T1, T2) apply and its weight mode must be the schedule's.
+        record: what the engine records (:mod:`pipemare_lite.engine.recording`):
+            ``"history"`` (default) what the history holds, update norms and peak bytes
+            included; ``"losses"`` the cheapest run (no update norms, no bytes: the history's
+            ``stage_update_norm`` and ``memory_bytes`` stay empty); ``"full"`` the trace too
+            (which fit does not keep). The trained numbers are the same at every level.
     """
     arguments = dict(locals())
     arguments["schedule"] = run_schedule.resolve(schedule, method=method)  # a bad file first
@@ -294,6 +303,7 @@ def fit(
         model, data, config, gamma=gamma, balance=balance, devices=devices,
         optimizer=optimizer, lr_schedule=lr_schedule, loss_fn=loss_fn,
         schedule=arguments["schedule"], checkpoints=checkpoint_path is not None,
+        record=_run_recording(record, checkpoint_path),
     )
     if resume and Path(checkpoint_path).exists():
         run.resume_from(checkpoint_path)
@@ -326,6 +336,18 @@ def _callable_name(value) -> str:
     """How the history records a factory or loss function: ``module.qualified_name``."""
     kind = value if hasattr(value, "__qualname__") else type(value)
     return f"{getattr(kind, '__module__', '?')}.{kind.__qualname__}"
+
+
+def _run_recording(record, checkpoint_path):
+    """The engine's :class:`~pipemare_lite.engine.recording.Recording` for ``record``; a run
+    that saves checkpoints keeps every forward's saved tensors (a checkpoint may fall between
+    a forward and its backward)."""
+    from dataclasses import replace
+
+    from pipemare_lite.engine.recording import recording
+
+    chosen = recording(record)  # ValueError naming the levels
+    return chosen if checkpoint_path is None else replace(chosen, saved_tensors=True)
 
 
 def _check_torch_options(arguments: dict) -> None:
@@ -478,6 +500,7 @@ class _TrainingRun:
     def __init__(
         self, model: nn.Sequential, data: Dataset, config: dict, *, gamma, balance, devices,
         optimizer="sgd", lr_schedule=None, loss_fn=None, schedule=None, checkpoints=False,
+        record="history",
     ) -> None:
         from pipemare_lite.methods import MethodOptions, build_method_schedule, method_options
 
@@ -512,6 +535,7 @@ class _TrainingRun:
             optimizer_factory=self._optimizer_factory(optimizer),
             method_options=options,
             devices=devices,
+            record=record,
         )
         if scheduler_factory is not None:  # left out when None: registered executors may
             engine_options["lr_scheduler_factory"] = scheduler_factory  # not know it

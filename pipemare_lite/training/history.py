@@ -143,7 +143,9 @@ class ForwardDelayMeter:
     For each stage, walking its executed actions in order: F(m) records the version its
     forward read; the first U after B(m) (or W(m)) applies m's gradient to version v, and
     the delay is v - version_at_forward. Traces may come in pieces (one per step): a
-    microbatch whose update has not run yet waits for the next piece.
+    microbatch whose update has not run yet waits for the next piece. The executors measure
+    the same delays as they run (their results' ``forward_delays``, recorded even without
+    a trace), which :meth:`add` takes.
     """
 
     def __init__(self, num_stages: int) -> None:
@@ -168,6 +170,10 @@ class ForwardDelayMeter:
                     for m in self.waiting[s]:
                         self.delays[s].append(applied - self.forward_version[s].pop(m))
                     self.waiting[s] = []
+
+    def add(self, stage: int, delays) -> None:
+        """Add delays measured elsewhere (an executor's ``forward_delays[stage]``)."""
+        self.delays[stage].extend(int(d) for d in delays)
 
     def mean(self) -> list[float]:
         """Per stage, the mean delay in updates (0.0 where nothing was measured)."""
@@ -236,7 +242,12 @@ class HistoryRecorder:
         for stage_peak, new in zip(self.peaks, result.peak_bytes):
             for kind, value in new.items():
                 stage_peak[kind] = max(stage_peak.get(kind, 0), int(value))
-        self.delays.feed(result.trace)
+        delays = getattr(result, "forward_delays", None)
+        if delays is not None:  # measured by the executor, with or without a trace
+            for s, stage_delays in enumerate(delays):
+                self.delays.add(s, stage_delays)
+        elif result.trace is not None:  # an executor that only records a trace
+            self.delays.feed(result.trace)
 
     def _record_group_rates(self, result) -> None:
         """Append every param group's lr per update (a result without them: one group)."""

@@ -191,6 +191,14 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                         help=f"stop: report it and exit 0; raise: exit {DIVERGED_EXIT_CODE}")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar (default: in a terminal)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of this process (per rank under torchrun); the "
+                        "tiny stages of the book run fastest on one, and more threads than "
+                        "free cores make a run many times slower")
+    parser.add_argument("--record", choices=("losses", "history", "full"), default="history",
+                        help="what the engine records: history (the history's update norms "
+                        "and peak bytes) or losses (cheapest: neither); never changes what "
+                        "is trained")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", default=None, metavar="FILE",
                         help="write the whole history (per-step loss, per-stage lr of every "
@@ -467,6 +475,9 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
             raise ValueError(f"--{name} must be a positive integer, got {value}")
         if value is not None and value > high:
             raise ValueError(f"--{name} {value}: allowed: integers {low}..{high}")
+    threads = getattr(args, "threads", None)
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads must be a positive integer, got {threads}")
     _check_output_paths(args)
     interleaved = args.method == "interleaved" and args.schedule is None
     pieces = args.stages * (args.chunks or (2 if interleaved else 1))
@@ -482,6 +493,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
         stream.write(json.dumps(step_record(step, history), allow_nan=False) + "\n")
         stream.flush()
 
+    threads = _set_threads(getattr(args, "threads", None))  # restored when the run ends
     try:
         history = fit(
             model,
@@ -516,6 +528,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
             executor=args.executor,
             schedule=schedule,
             devices=stage_devices(getattr(args, "devices", None), pieces, args.executor),
+            record=getattr(args, "record", "history"),
         )
     except DivergenceError as error:
         if reporter:
@@ -524,6 +537,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
             print(f"{prog}: {error}", file=sys.stderr)
         return DIVERGED_EXIT_CODE
     finally:
+        _set_threads(threads)
         if stream is not None:
             stream.close()
     if not reporter:
@@ -548,6 +562,18 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     if history.diverged:
         print(f"  DIVERGED: {history.divergence}")
     return 0
+
+
+def _set_threads(threads: int | None) -> int | None:
+    """Give torch ``threads`` threads in this process (None: leave them as they are);
+    returns the count before (None when unchanged), to restore it."""
+    if threads is None:
+        return None
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    return previous
 
 
 def main(argv: list[str] | None = None) -> int:

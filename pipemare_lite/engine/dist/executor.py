@@ -136,6 +136,7 @@ class RankResult:
     wait_seconds: float = 0.0
     group_learning_rates: dict = field(default_factory=dict)
     update_norms: dict = field(default_factory=dict)
+    forward_delays: dict = field(default_factory=dict)
     posted: list = field(default_factory=list)
 
 
@@ -529,7 +530,8 @@ _BY_KEY = ("versions", "forward_versions", "backward_versions", "distances",
            "loss_by_microbatch")
 #: RankResult fields keyed by stage -> the default of a stage that no rank reported.
 _BY_STAGE = {"learning_rates": lambda: None, "group_learning_rates": lambda: None,
-             "update_norms": list, "state_dicts": lambda: None, "gradients": list,
+             "update_norms": list, "forward_delays": list, "state_dicts": lambda: None,
+             "gradients": list,
              "peak_bytes": lambda: dict.fromkeys(BYTE_KINDS, 0)}
 
 
