@@ -78,7 +78,8 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
     ``lr_scheduler_factory(optimizer)`` (either factory is given ``stage=`` too when it takes
     a parameter of that name: :func:`~pipemare_lite.methods.hooks.call_stage_factory`), the
     method's hooks (:func:`build_hooks`: T2 with the stage's gamma when
-    ``options.discrepancy_correction`` is on, or a registered method's), and T1 on top of them when ``delays`` is given
+    ``options.discrepancy_correction`` is on, or a registered method's), and T1 on top of
+    them when ``delays`` is given
     (:class:`~pipemare_lite.methods.lr_rescheduling.LRReschedulingHooks`, through the
     ``lr_factor`` hook: ``delays[stage]`` is the stage's tau, from
     :func:`build_stage_workers`; off during the schedule's ``warmup_minibatches`` W, then
