@@ -311,10 +311,16 @@ def test_measured_stage0_delays_are_the_ones_the_design_states(stored):
     for row in _rows(results, sweep="grid"):
         if row["not_run"] or row["num_microbatches"] != 2:
             continue
-        P, delay = row["P"], row["forward_delay_max"][0]
+        P = row["P"]
         expected = {"async": P, "pipemare": P, "pipedream": P // 2, "1f1b": 0}
-        if row["method"] in expected and row["warmup_minibatches"] == 0:
-            assert delay == expected[row["method"]], (row["study"], row["label"], P)
+        if row["method"] not in expected or row["warmup_minibatches"]:
+            continue
+        for seed in row["seeds"]:
+            delay = seed["forward_delay_max"][0]
+            if seed["diverged_non_finite"]:  # stopped early: only the delays it applied
+                assert delay <= expected[row["method"]], (row["study"], row["label"], P)
+            else:
+                assert delay == expected[row["method"]], (row["study"], row["label"], P)
     for row in _rows(results, sweep="grid", label="2BW"):
         if not row["not_run"]:
             assert row["forward_delay_max"][0] == 1
