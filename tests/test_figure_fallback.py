@@ -63,7 +63,7 @@ CELLS = [
 
 
 @pytest.fixture(scope="module")
-def executed():
+def executed(tmp_path_factory):
     """The notebook above, run in a kernel of this environment as a reader's kernel runs."""
     from nbclient import NotebookClient
 
@@ -71,7 +71,9 @@ def executed():
 
     nb = new_notebook(cells=[new_code_cell(c) for c in CELLS])
     env = {k: v for k, v in os.environ.items() if k != "PLOTLY_RENDERER"}
-    client = NotebookClient(nb, km=_kernel_manager(), timeout=120, kernel_name="python3")
+    connection = tmp_path_factory.mktemp("kernel") / "kernel.json"  # its HMAC key: private
+    client = NotebookClient(nb, km=_kernel_manager(connection), timeout=120,
+                            kernel_name="python3")
     client.execute(env=env)
     return nb
 

@@ -108,6 +108,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.engine.local": "02",
     "pipemare_lite.engine.placement": "11",
     "pipemare_lite.engine.recorder": "03",
+    "pipemare_lite.engine.recording": "03",
     "pipemare_lite.engine.replay": "05",
     "pipemare_lite.engine.stage": "03",
     "pipemare_lite.engine.trace": "05",
