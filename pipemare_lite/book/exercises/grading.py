@@ -336,8 +336,9 @@ def grade_submission(
         ValueError: ``timeout``, ``budget``, ``memory_mb`` or ``disk_mb`` is not positive.
         SandboxUnavailable: ``sandboxed`` and no jail can start here (the message says why).
     """
-    if not timeout > 0 or not budget > 0:
-        raise ValueError(f"timeout and budget must be positive seconds, got {timeout!r}, {budget!r}")
+    for name, value in (("timeout", timeout), ("budget", budget)):
+        if not value > 0:
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     for name, value in (("memory_mb", memory_mb), ("disk_mb", disk_mb)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -173,12 +173,12 @@ def _raiser(name: str, free_variables: int):
         + "".join(f"    {n} = None\n" for n in names)
         + "    def inner(*_a, **_k):\n"
         + (f"        ({', '.join(names)},)\n" if free_variables else "")
+        # an import, not a global: the code runs with the engine module's globals
+        + "        from pipemare_lite.book.exercises.originality import EngineAnswerSwitchedOff\n"
         + f"        raise EngineAnswerSwitchedOff({name!r})\n"
         + "    return inner\n"
     )
-    from pipemare_lite.book.exercises.originality import EngineAnswerSwitchedOff
-
-    namespace = {"EngineAnswerSwitchedOff": EngineAnswerSwitchedOff}
+    namespace: dict = {}
     exec(source, namespace)  # the grader's own text: a name from its registry
     return namespace["outer"]()
 
