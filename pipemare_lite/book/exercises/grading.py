@@ -406,8 +406,16 @@ class _Run:
     disk_mb: int
     deadline: float
     budget: float
+    forbidden: dict[str, set[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for (name, _data), exercises in self.pending.items():
+            self.forbidden[name] = {n for e in exercises for n in e.engine_answers}
 
     def _job(self, cwd: str) -> dict:
+        """The worker's job: the pending notebooks and exercises, and per notebook every
+        engine function that answers any of its exercises (switched off, in the process that
+        runs the notebook, from before it loads to the end)."""
         steps = len(self.pending) + sum(len(v) for v in self.pending.values())
         return {
             "cwd": cwd,
@@ -417,6 +425,7 @@ class _Run:
                 {
                     "path": name,
                     "data": data,
+                    "forbidden": sorted(self.forbidden[name]),
                     "tasks": [
                         {
                             "id": e.id,
@@ -425,6 +434,7 @@ class _Run:
                             "cases": self.cases.get(e.id, []),
                             "engine_answers": list(e.engine_answers),
                             "harness": e.harness,
+                            "needs_torch": e.needs_torch,
                         }
                         for e in exercises
                     ],
@@ -442,7 +452,9 @@ class _Run:
                     del self.pending[key]
 
     def one_worker(self) -> None:
-        """Run one worker over what is pending; what it finished leaves ``pending``.
+        """Run one worker (one jail) over what is pending; what it finished leaves
+        ``pending``. Inside, each notebook runs in its own process, forked by the worker
+        (see :mod:`~pipemare_lite.book.exercises.worker`).
 
         If it times out, dies or sends a value too big, the exercise (or the notebook load)
         in progress is graded as such and removed, so the next worker starts after it. When
@@ -458,7 +470,7 @@ class _Run:
             return
         by_id = {e.id: (key, e) for key, exercises in self.pending.items() for e in exercises}
         current: tuple[str, object] | None = None  # ("load", name) or ("start", exercise id)
-        outcome = "eof"
+        outcome = "done"
         with tempfile.TemporaryFile() as log, tempfile.TemporaryDirectory() as cwd:
             worker = _Worker(self._job(cwd), self.python, log, self.sandboxed, self.disk_mb)
             try:
@@ -507,9 +519,9 @@ class _Run:
             self._finish(exercise, _grade_of(exercise, status, f"{exercise.function_name} {reason}"))
         else:  # loading a notebook (or starting the worker) failed: its exercises go
             name = current[1] if current is not None else next(iter(self.pending))[0]
-            for key in [k for k in self.pending if k[0] == name][:1] or [next(iter(self.pending))]:
-                for exercise in list(self.pending[key]):
-                    self._finish(exercise, _grade_of(exercise, status, f"loading {key[0]} {reason}"))
+            key = next((k for k in self.pending if k[0] == name), next(iter(self.pending)))
+            for exercise in list(self.pending[key]):
+                self._finish(exercise, _grade_of(exercise, status, f"loading {key[0]} {reason}"))
 
 
 def class_submissions(folder: str | Path) -> list[Path]:

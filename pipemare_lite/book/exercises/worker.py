@@ -17,10 +17,12 @@ harness's name. Then it
 3. makes the registry, the references and the chapter modules unimportable (and
    ``check`` a no-op that returns True), so the student's code can neither read nor patch
    the exercise definitions: the grader judges with its own copies;
-4. replaces every engine function that answers one of the notebook's exercises
-   (``Exercise.engine_answers``) by one that raises, *before* the notebook loads: a wrapper
+4. runs each notebook in a process of its own (forked, so torch is imported once), in which
+   every engine function that answers one of the notebook's exercises (the notebook's
+   ``forbidden``) is replaced by one that raises, *before* the notebook loads: a wrapper
    fails however it reaches the engine (a thread, a profiler switched off, a table
-   precomputed while the notebook loads);
+   precomputed while the notebook loads); between notebooks, in the jail, every process
+   the last one left is killed and the temporary files are removed;
 5. loads each notebook with :func:`~pipemare_lite.book.exercises.loader.load_from_notebook`,
    runs each answer on its cases (:mod:`~pipemare_lite.book.exercises.evaluate`) and writes
    one JSON line per event to file descriptor FD: ``load``, ``warnings``, ``start``,
@@ -45,7 +47,7 @@ from pathlib import Path
 #: Submodules of pipemare_lite.book.exercises the worker itself needs; all others are blocked.
 ALLOWED = frozenset(
     {"check", "evaluate", "exercise", "harness", "hashing", "loader", "originality", "plain",
-     "worker"}
+     "sandbox", "worker"}
 )
 PACKAGE = "pipemare_lite.book.exercises"
 
@@ -134,34 +136,60 @@ def _drop_privileges() -> None:
         raise SystemExit("the grading worker could not drop its privileges")
 
 
-def _disable_engine_answers(names: set[str]) -> list[str]:
-    """Make each named engine function (or class) raise
-    :class:`~pipemare_lite.book.exercises.originality.EngineAnswerSwitchedOff` when called,
-    wherever it is referenced from (its code object is replaced, so every alias, import and
-    caller inside the engine reaches the raising one). Returns the names that could not be
-    resolved (not fatal: the watcher of rule 3 still sees those)."""
-    from pipemare_lite.book.exercises.originality import resolve
+class _Switch:
+    """Engine functions (or classes) that answer exercises, switched off and on again.
 
-    missing = []
-    for name in sorted(names):
+    Off, a function's code object is replaced by one that raises
+    :class:`~pipemare_lite.book.exercises.originality.EngineAnswerSwitchedOff`, so every
+    alias, import and caller inside the engine reaches the raising one; a class's
+    ``__init__`` and ``__new__`` raise. A name that cannot be resolved is left alone (the
+    watcher of rule 3 still sees it). (The original code stays in this process, as the
+    engine's source stays on disk: a student who digs it out has copied the engine.)
+    """
+
+    def __init__(self):
+        self.saved: dict[str, tuple] = {}
+
+    def off(self, names: set[str]) -> None:
+        """Exactly ``names`` off; every other name switched off before is on again."""
+        for name in [n for n in self.saved if n not in names]:
+            self._restore(name)
+        for name in sorted(names - set(self.saved)):
+            self._disable(name)
+
+    def _disable(self, name: str) -> None:
+        from pipemare_lite.book.exercises.originality import resolve
+
         try:
             target = resolve(name)
-        except Exception:
-            missing.append(name)
-            continue
+        except Exception:  # noqa: BLE001
+            return
         if isinstance(target, type):
+            self.saved[name] = (target, target.__dict__.get("__init__"), target.__dict__.get("__new__"))
             raiser = _raiser(name, 0)
             target.__init__ = raiser
             target.__new__ = staticmethod(raiser)
-            continue
+            return
         function = getattr(target, "__func__", target)
         function = getattr(function, "__wrapped__", function)
         code = getattr(function, "__code__", None)
         if code is None:
-            missing.append(name)
-            continue
+            return
+        self.saved[name] = (function, code)
         function.__code__ = _raiser(name, len(code.co_freevars)).__code__
-    return missing
+
+    def _restore(self, name: str) -> None:
+        saved = self.saved.pop(name)
+        if isinstance(saved[0], type):
+            target, init, new = saved
+            for attribute, value in (("__init__", init), ("__new__", new)):
+                if value is None:
+                    delattr(target, attribute)
+                else:
+                    setattr(target, attribute, value)
+        else:
+            function, code = saved
+            function.__code__ = code
 
 
 def _raiser(name: str, free_variables: int):
@@ -213,6 +241,8 @@ def main(argv: list[str]) -> int:
     job = pickle.loads(sys.stdin.buffer.read())  # from the grader, before any student code
     report = os.fdopen(int(argv[0]), "w", encoding="utf-8")
     sandboxed = "--sandboxed" in argv[1:]
+    if sandboxed:  # nothing importable from the working directory, where students write
+        sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd(), ".")]
     if not sandboxed:
         os.chdir(job["cwd"])  # a private copy the grader made
     _write_notebooks(job["notebooks"])
@@ -221,44 +251,162 @@ def main(argv: list[str]) -> int:
     from pipemare_lite.book.exercises import evaluate
     from pipemare_lite.book.exercises.loader import load_from_notebook
 
-    forbidden = {n for nb in job["notebooks"] for t in nb["tasks"] for n in t["engine_answers"]}
     for notebook in job["notebooks"]:  # the watcher of rule 3 needs the code objects first
         for task in notebook["tasks"]:
             task["codes"] = evaluate.forbidden_codes(task["engine_answers"])
-    _disable_engine_answers(forbidden)
+    _preload(job["notebooks"])
     _limit(job["memory_bytes"], job["cpu_seconds"], sandboxed)
     _hide_definitions()
+    _not_traceable()
+    report.flush()
     for notebook in job["notebooks"]:
-        _send(report, {"event": "load", "notebook": notebook["path"]})
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        child = os.fork()
+        if child == 0:  # the notebook's own process: its engine answers off, then its code
+            code = 0
             try:
-                names = [task["name"] for task in notebook["tasks"]]
-                namespace = load_from_notebook(Path(notebook["path"]), names)
-            except Exception as exc:  # an unreadable notebook costs its exercises only
-                namespace = {}
-                caught.append(warnings.WarningMessage(
-                    f"{Path(notebook['path']).name}: {type(exc).__name__}: {exc}",
-                    UserWarning, "", 0))
-        texts = [str(w.message)[:500] for w in caught]
-        if texts:
-            _send(report, {"event": "warnings", "notebook": notebook["path"], "texts": texts})
-        for task in notebook["tasks"]:
-            _send(report, {"event": "start", "id": task["id"]})
-            if task["name"] not in namespace:
-                _send(report, {"event": "result", "id": task["id"], "missing": True})
-                continue
-            answer = namespace[task["name"]]
-            if task["kind"] == "constant":
-                evaluation = evaluate.read_constant(answer)
-            else:
-                evaluation = evaluate.run_function(
-                    answer, task["cases"], task["engine_answers"], task.get("harness"),
-                    codes=task["codes"],
-                )
-            _send(report, {"event": "result", "id": task["id"], **_encoded(evaluation)})
+                _run_notebook(notebook, report, evaluate, load_from_notebook)
+                report.flush()
+            except BaseException:  # noqa: BLE001 - whatever the student's code did
+                code = 70
+            os._exit(code)
+        _pid, status = os.waitpid(child, 0)
+        if sandboxed:
+            _clean_up_after(job["notebooks"])
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:  # the grader sees the crash (exit code) and starts again after it
+            os._exit(code if code > 0 else 128 - code)
     report.close()
     return 0
+
+
+def _run_notebook(notebook: dict, report, evaluate, load_from_notebook) -> None:
+    """Load one notebook and run its answers (in the notebook's own process).
+
+    While it loads, every engine function answering any exercise of the notebook is off.
+    While exercise k runs, those of exercise k and of every exercise after it stay off; those
+    of exercises already graded are on again (a later answer may use an earlier exercise's
+    engine function honestly: chapter 08's ex08_2 uses ex08_1's ``rescheduling_factor``)."""
+    switch = _Switch()
+    tasks = notebook["tasks"]
+    switch.off(set(notebook.get("forbidden", ())) | {n for t in tasks for n in t["engine_answers"]})
+    _send(report, {"event": "load", "notebook": notebook["path"]})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            names = [task["name"] for task in notebook["tasks"]]
+            namespace = load_from_notebook(Path(notebook["path"]), names)
+        except Exception as exc:  # an unreadable notebook costs its exercises only
+            namespace = {}
+            caught.append(warnings.WarningMessage(
+                f"{Path(notebook['path']).name}: {type(exc).__name__}: {exc}",
+                UserWarning, "", 0))
+    texts = [str(w.message)[:500] for w in caught]
+    if texts:
+        _send(report, {"event": "warnings", "notebook": notebook["path"], "texts": texts})
+    for k, task in enumerate(tasks):
+        switch.off({n for t in tasks[k:] for n in t["engine_answers"]})
+        _send(report, {"event": "start", "id": task["id"]})
+        if task["name"] not in namespace:
+            _send(report, {"event": "result", "id": task["id"], "missing": True})
+            continue
+        answer = namespace[task["name"]]
+        if task["kind"] == "constant":
+            evaluation = evaluate.read_constant(answer)
+        else:
+            evaluation = evaluate.run_function(
+                answer, task["cases"], task["engine_answers"], task.get("harness"),
+                codes=task["codes"],
+            )
+        _send(report, {"event": "result", "id": task["id"], **_encoded(evaluation)})
+
+
+#: Packages the worker may import for the notebooks before any student code runs (each
+#: notebook's process is forked from the worker and inherits them: an import is slow).
+PRELOAD = frozenset({"numpy", "torch", "pipemare_lite", "math", "fractions", "itertools",
+                     "functools", "collections", "random", "dataclasses", "typing", "heapq"})
+
+
+def _preload(notebooks: list[dict]) -> None:
+    """Import, once and before any student code, what the notebooks' processes will need:
+    the modules of the engine functions switched off (resolved for the watcher already),
+    torch when an exercise needs it, and the modules of :data:`PRELOAD` that the notebooks'
+    ``import`` statements name (read with :mod:`ast`; nothing else is imported)."""
+    import ast
+    import importlib
+
+    wanted: set[str] = set()
+    if any(task.get("needs_torch") for nb in notebooks for task in nb["tasks"]):
+        wanted.add("torch")
+    for notebook in notebooks:
+        try:
+            cells = json.loads(Path(notebook["path"]).read_bytes()).get("cells", [])
+        except Exception:  # noqa: BLE001 - the loader will say what is wrong
+            continue
+        for cell in cells if isinstance(cells, list) else []:
+            if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+                continue
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else str(source)
+            try:
+                tree = ast.parse("\n".join(
+                    line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+            except (SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    wanted |= {alias.name for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    wanted.add(node.module)
+    for name in sorted(wanted):
+        if name.split(".")[0] in PRELOAD and not name.startswith(PACKAGE):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the notebook's own import will say why
+                pass
+
+
+def _not_traceable() -> None:
+    """No process of the student's (same uid) may ptrace this one or read its memory."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except Exception:  # noqa: BLE001 - not Linux: no jail either
+        pass
+
+
+def _clean_up_after(notebooks: list[dict]) -> None:
+    """In the jail, after a notebook's process ended: kill every other process it left
+    (``kill(-1)`` reaches all of uid 65534 in this pid namespace but this one), and empty
+    the temporary and working directories but for the notebooks: the next notebook starts
+    from nothing the last one left."""
+    import shutil
+    import signal
+
+    from pipemare_lite.book.exercises.sandbox import TMP_DIR, WORK_DIR
+
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                break
+        except ChildProcessError:
+            break
+    keep = {Path(nb["path"]).name for nb in notebooks}
+    for place in (Path(TMP_DIR), Path(WORK_DIR)):
+        for entry in place.iterdir():
+            if place == Path(WORK_DIR) and entry.name in keep:
+                continue
+            try:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink()
+            except OSError:
+                pass
 
 
 if __name__ == "__main__":
