@@ -83,7 +83,8 @@ def _refuse_the_submissions_conftest(config, folder: Path) -> None:
     folder = folder.resolve()
     for plugin in config.pluginmanager.get_plugins():
         source = getattr(plugin, "__file__", None)
-        if source and (Path(source).resolve() == folder or folder in Path(source).resolve().parents):
+        where = Path(source).resolve() if source else None
+        if where is not None and (where == folder or folder in where.parents):
             raise pytest.UsageError(
                 f"{source} from the submission was loaded by pytest: its code ran in the "
                 f"grader. Run `pytest -p {PLUGIN} tests/grading --student ...` (as `make grade` "

@@ -302,7 +302,8 @@ def read_submission(folder: Path) -> tuple[dict[int, tuple[str, bytes]], list[st
             elif info.st_nlink > 1:
                 refused.append(f"{path.name} is a hard link (shared with another file): refused")
             elif info.st_size > MAX_NOTEBOOK_BYTES:
-                refused.append(f"{path.name} is larger than {MAX_NOTEBOOK_BYTES >> 20} MiB: refused")
+                limit = MAX_NOTEBOOK_BYTES >> 20
+                refused.append(f"{path.name} is larger than {limit} MiB: refused")
             else:
                 found[int(match.group(1))] = (path.name, handle.read(MAX_NOTEBOOK_BYTES + 1))
     return found, refused
@@ -493,7 +494,8 @@ class _Run:
                         current = ("start", event["id"])
                     elif kind == "result" and event.get("id") in by_id:
                         _key, exercise = by_id.pop(event["id"])
-                        self._finish(exercise, _judged(exercise, event, self.cases.get(exercise.id)))
+                        judged = _judged(exercise, event, self.cases.get(exercise.id))
+                        self._finish(exercise, judged)
                         current = None
             finally:
                 if outcome == "eof":
@@ -516,7 +518,8 @@ class _Run:
                             f"{worker.process.returncode}): {_log_tail(log) or 'no output'}"))
         if in_answer and current[1] in by_id:
             _key, exercise = by_id[current[1]]
-            self._finish(exercise, _grade_of(exercise, status, f"{exercise.function_name} {reason}"))
+            message = f"{exercise.function_name} {reason}"
+            self._finish(exercise, _grade_of(exercise, status, message))
         else:  # loading a notebook (or starting the worker) failed: its exercises go
             name = current[1] if current is not None else next(iter(self.pending))[0]
             key = next((k for k in self.pending if k[0] == name), next(iter(self.pending)))

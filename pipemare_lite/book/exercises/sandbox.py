@@ -20,7 +20,8 @@ the grader's home, not the other students, not the reports. No network (a new ne
 namespace), a new pid, IPC and UTS namespace, a minimal environment, ``/`` read-only. The
 worker starts as root *inside* the jail (with only CAP_SETUID, CAP_SETGID and CAP_CHOWN), writes the
 notebooks, then drops to uid/gid 65534 (``nobody``) for good before any student code runs,
-and caps its memory, CPU time, file size and processes (:mod:`~pipemare_lite.book.exercises.worker`).
+and caps its memory, CPU time, file size and processes
+(:mod:`~pipemare_lite.book.exercises.worker`).
 When the grader is not root, bubblewrap maps the grader's uid to 65534 in a new user
 namespace instead (same mounts; the process cap then counts the grader's own processes).
 

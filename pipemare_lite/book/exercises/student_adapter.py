@@ -8,7 +8,8 @@ Keep this file next to your chapter notebooks (``NN_name.ipynb``) and run::
 It grades the notebooks in this folder as the instructor's grader does (the same code from
 ``pipemare_lite``, in a separate process, on every case of ``check()``; the instructor's
 grader runs the same fixed cases and redraws the random ones, so an answer that computes
-rather than remembers scores the same) and prints your points and the feedback per exercise. Only the cells that define your answers run, with the
+rather than remembers scores the same) and prints your points and the feedback per exercise.
+Only the cells that define your answers run, with the
 imports and the helper functions they use; put a helper in its own cell or next to the
 answer. Changing this file changes nothing in your grade: the grader never runs the copy
 handed in with your notebooks, only the notebooks.

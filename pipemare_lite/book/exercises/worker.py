@@ -165,7 +165,8 @@ class _Switch:
         except Exception:  # noqa: BLE001
             return
         if isinstance(target, type):
-            self.saved[name] = (target, target.__dict__.get("__init__"), target.__dict__.get("__new__"))
+            own = target.__dict__
+            self.saved[name] = (target, own.get("__init__"), own.get("__new__"))
             raiser = _raiser(name, 0)
             target.__init__ = raiser
             target.__new__ = staticmethod(raiser)
@@ -348,8 +349,9 @@ def _preload(notebooks: list[dict]) -> None:
             source = cell.get("source", "")
             source = "".join(source) if isinstance(source, list) else str(source)
             try:
+                lines = source.splitlines()
                 tree = ast.parse("\n".join(
-                    line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+                    line for line in lines if not line.lstrip().startswith(("%", "!"))))
             except (SyntaxError, ValueError):
                 continue
             for node in ast.walk(tree):
