@@ -2,10 +2,13 @@
 
 Each test is one attack of the issue, as an adversarial student would hand it in, graded
 next to an honest classmate. Each docstring says what the attack did to the grader before
-issue 31 (commit 74f6b13, the same notebooks graded by the old ``grade_submission``,
-recorded by running them against that commit); the test asserts what it does now: the
-attacker scores 0 (or the damage stays with the attacker), the honest student's score is
-unchanged, and nothing is left behind (no process, no file outside the reports).
+issue 31 (commit 74f6b13). Where it says "re-run", these tests' notebooks were graded by
+that commit's ``grade_class``/``grade_submission``/``write_reports`` (a copy of its package on
+PYTHONPATH) and the result is quoted; the others quote the reproduction in issue 31 (the
+``.pth`` one would have written into the shared venv). Each test asserts what the attack
+does now: the attacker scores 0 (or the damage stays with the attacker), the honest
+student's score is unchanged, and nothing is left behind (no process, no file outside the
+reports).
 
 The jail is bubblewrap (:mod:`pipemare_lite.book.exercises.sandbox`); without it these tests
 skip loudly (``tests/sandbox_required.py``).
@@ -121,7 +124,8 @@ def test_a_dataclass_naming_a_module_it_wrote_into_the_package_runs_nothing(tmp_
 def test_a_bad_module_name_costs_the_attacker_only(tmp_path):
     """Before: a dataclass whose ``__module__`` named a module that does not exist made
     ``from_plain`` raise ModuleNotFoundError in the grader: the whole class run died, no
-    report was written. Now the attacker's exercise fails and the class is graded."""
+    report was written (re-run: ``ModuleNotFoundError: No module named 'pipemare_lite.no'``
+    out of ``grade_class``). Now the attacker's exercise fails and the class is graded."""
     class_dir = tmp_path / "class"
     _notebook(
         class_dir / "a_mallory" / "01_naive.ipynb",
@@ -215,7 +219,8 @@ def test_notebooks_that_are_symlinks_are_refused(tmp_path):
     """Before: ``02_gpipe.ipynb`` a symbolic link to the instructor's
     ``chapters/02_gpipe_and_the_bubble.ipynb`` (or to a classmate's notebook) scored full
     marks; one to ``/proc/self/environ`` scored 0 but the report's warnings echoed the
-    grader's environment, secrets included. Now links are refused before anything is read."""
+    grader's environment, secrets included (re-run: the link to chapter 02 scored 4/4). Now
+    links are refused before anything is read."""
     os.environ["PIPEMARE_TEST_TOKEN_31"] = "s3cr3t-31"
     class_dir = tmp_path / "class"
     mallory = class_dir / "mallory"
@@ -237,7 +242,8 @@ def test_notebooks_that_are_symlinks_are_refused(tmp_path):
 
 def test_a_student_folder_that_links_to_another_is_refused(tmp_path):
     """Before: ``class/mallory`` a symbolic link to ``class/alice`` was graded as Mallory's
-    work: Alice's points under Mallory's name. Now such a folder is refused (0, with why)."""
+    work: Alice's points under Mallory's name (issue 31). Now such a folder is refused (0,
+    with why)."""
     class_dir = tmp_path / "class"
     _honest(class_dir / "alice")
     (class_dir / "mallory").symlink_to(class_dir / "alice")
@@ -249,8 +255,9 @@ def test_a_student_folder_that_links_to_another_is_refused(tmp_path):
 
 def test_a_saboteur_cannot_touch_a_classmates_notebook(tmp_path):
     """Before: the answer, running with the submission folder as working directory, wrote
-    over ``../zed/01_naive.ipynb`` (graded later): Zed's work was destroyed, 0 points. Now
-    the jail holds only the saboteur's own copies."""
+    over ``../zed/01_naive.ipynb`` (graded later): Zed's work was destroyed, 0 points
+    (re-run: ``[('a_sab', 0), ('zed', 0)]``). Now the jail holds only the saboteur's own
+    copies."""
     class_dir = tmp_path / "class"
     zed = _honest(class_dir / "zed")
     before = (zed / "01_naive.ipynb").read_bytes()
@@ -322,7 +329,8 @@ def _lookup_table_answer(exercise_id: str) -> str:
 
 def test_a_lookup_table_of_checks_cases_fails_the_graders_cases(tmp_path):
     """Before: the graded cases were ``check()``'s, so a table of the engine's answers to
-    them (computed with the installed package) scored 32/34 points. Now the grader redraws
+    them (computed with the installed package) scored 32/34 points (re-run on ex02_2: 1/1).
+    Now the grader redraws
     the random cases from the instructor's secret: the table passes ``check()`` and fails
     grading."""
     ids = ["ex02_2", "ex03_2", "ex04_1"]
@@ -372,7 +380,8 @@ def test_engine_wrappers_are_rejected_however_they_call(tmp_path, trick):
     """Before: the rule against answers that only call the engine was a profiling hook:
     ``sys.setprofile(None)`` in the answer switched it off, an engine call in a thread was
     not seen, and a table precomputed while the notebook loaded (a default argument) never
-    ran under the hook: each scored full marks. Now the engine's answering functions raise
+    ran under the hook: each scored full marks (re-run: 1/1 for each of the three). Now the
+    engine's answering functions raise
     inside the jail from before the notebook loads."""
     answers = {
         "setprofile": """
@@ -408,7 +417,8 @@ def test_engine_wrappers_are_rejected_however_they_call(tmp_path, trick):
 
 def test_report_names_never_collide_and_csv_cells_are_not_formulas(tmp_path):
     """Before: students ``a b`` and ``a_b`` both got ``a_b.md`` (one report lost), and a
-    folder named ``=2+3`` went into grades.csv raw, which a spreadsheet runs as a formula.
+    folder named ``=2+3`` went into grades.csv raw, which a spreadsheet runs as a formula
+    (re-run: reports ``['_2_3.md', 'a_b.md']`` for three students, first CSV cell ``=2+3``).
     Now names are unique and such cells start with ``'``."""
     class_dir = tmp_path / "class"
     for name in ("a b", "a_b", "=2+3"):
