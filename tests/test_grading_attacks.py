@@ -242,8 +242,8 @@ def test_notebooks_that_are_symlinks_are_refused(tmp_path):
 
 def test_a_student_folder_that_links_to_another_is_refused(tmp_path):
     """Before: ``class/mallory`` a symbolic link to ``class/alice`` was graded as Mallory's
-    work: Alice's points under Mallory's name (issue 31). Now such a folder is refused (0,
-    with why)."""
+    work, under Alice's name (re-run: ``[('alice', 1), ('eve', 0), ('alice', 1)]``: two rows
+    for Alice). Now such a folder is refused (0, with why)."""
     class_dir = tmp_path / "class"
     _honest(class_dir / "alice")
     (class_dir / "mallory").symlink_to(class_dir / "alice")
@@ -479,7 +479,8 @@ def test_disk_is_capped_and_nothing_is_written_outside(tmp_path):
 
 def test_a_huge_answer_is_reported_as_too_big_not_as_a_timeout(tmp_path):
     """Before: an answer returning a 40 MB string (or a list of millions of items) filled
-    the pipe past the grader's limit and was reported as "took longer than ... s". Now
+    the pipe past the grader's limit and was reported as "took longer than ... s" (re-run:
+    "timed out ... took longer than 20 s", after 42 s). Now
     strings are cut, oversized answers are refused by size, and the message says so."""
     folder = _notebook(
         tmp_path / "huge" / "01_naive.ipynb",
