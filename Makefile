@@ -52,7 +52,9 @@ grade: setup
 ifdef SUBMISSIONS
 	$(PY) -m pipemare_lite grade $(SUBMISSIONS) --out reports
 else
-	$(PY) -m pytest tests/grading -p no:cacheprovider $(if $(STUDENT),--student $(STUDENT),) --junitxml reports/grades.xml
+	$(PY) -m pytest -c pyproject.toml --rootdir . -p pipemare_lite.book.exercises.pytest_grading \
+	    tests/grading -p no:cacheprovider $(if $(STUDENT),--student=$(abspath $(STUDENT)),) \
+	    --junitxml reports/grades.xml
 endif
 
 bench: setup

@@ -39,3 +39,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 echo "[bootstrap] torch $("$VPY" -c 'import torch; print(torch.__version__)') in $VENV"
+# Grading untrusted submissions needs bubblewrap (a jail per submission). The bootstrap does
+# not apt-get (it does not run as root); .ci/run installs it on CI.
+if ! command -v bwrap >/dev/null 2>&1; then
+  echo "[bootstrap] NOTE: 'bwrap' (bubblewrap) is not installed: 'pipemare_lite grade' and" >&2
+  echo "[bootstrap]       'make grade' will refuse to grade students' work until you run" >&2
+  echo "[bootstrap]       'sudo apt-get install bubblewrap' (see docs/instructors.md)." >&2
+fi

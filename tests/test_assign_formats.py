@@ -192,3 +192,8 @@ def test_otter_round_trip(tmp_path):
     assert "ex04_2 results:" in report and "known mistake" in report, report[-3000:]
     assert "ex04_1 results: All test cases passed!" in report
     assert "ex04_3 results: All test cases passed!" in report
+    # issue 31: the export generates the autograder zip, so `otter run` grades as exported
+    (autograder,) = (folder / "dist" / "autograder").glob("*.zip")
+    ran = _run(sys.executable, "-m", "otter", "run", "-a", str(autograder), "-o", str(tmp_path),
+               "right.ipynb", cwd=folder)
+    assert "0.0" not in (ran.stdout.strip().splitlines() or ["0.0"])[-1], ran.stdout

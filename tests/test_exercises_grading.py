@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from pipemare_lite.book.exercises import EXERCISES, run_checks
+from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,11 +67,14 @@ def _write_student(folder: Path) -> Path:
 
 
 def _run_grading(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "pytest", "tests/grading", "-p", "no:cacheprovider", *args]
+    command = [sys.executable, "-m", "pytest", "-c", "pyproject.toml", "--rootdir", ".",
+               "-p", "pipemare_lite.book.exercises.pytest_grading",  # as `make grade` does
+               "tests/grading", "-p", "no:cacheprovider", *args]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.slow
+@requires_sandbox
 def test_grading_a_student_writes_one_verdict_per_exercise(tmp_path):
     adapter = _write_student(tmp_path / "student") / "adapter.py"  # its folder is graded
     report = tmp_path / "reports" / "grades.xml"

@@ -27,8 +27,11 @@ from pipemare_lite.book.exercises.grading import (
     grade_submission,
     write_reports,
 )
+from pipemare_lite.book.exercises.hidden import graded_cases, instructor_secret
 from pipemare_lite.cli import main
+from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
 
+pytestmark = requires_sandbox
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTION_EXERCISES = [e for e in list_exercises() if e.kind == "function"]
 
@@ -233,7 +236,8 @@ def test_case_counts_are_honest_and_every_case_runs(tmp_path):
         folder / "01_naive.ipynb", "def naive_utilization(P):\n    return 1 / P if P < 4 else 0.5\n"
     )
     (grade,) = grade_submission(folder, ["ex01_1"]).grades
-    cases = [c["P"] for c in list_exercises(1)[0].cases()]
+    # the grader's cases: check()'s fixed ones and random ones drawn from its secret
+    cases = [c["P"] for c in graded_cases(list_exercises(1)[0], instructor_secret())]
     right = sum(1 for P in cases if P < 4)
     assert (grade.cases_passed, grade.cases_total) == (right, len(cases))
     assert f"{right} of {len(cases)} cases passed" in grade.message

@@ -54,3 +54,28 @@ def test_adapter_pre_grades_the_notebooks_next_to_it(tmp_path):
     shutil.copyfile(ROOT / "chapters" / student.name, student)  # as if solved
     done = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and f"{maximum} / {maximum} points" in done.stdout, done.stdout
+
+
+def test_the_handout_ships_no_engine_file_that_answers_an_exercise(tmp_path):
+    """Issue 31: the handout's engine_source/ held formulas.py, whose one-line functions
+    answered ex02_2, ex04_1 and ex12_1, and simulate.py with ex04_3's logic. Now a file that
+    defines any exercise's engine answer is left out; its links point to LEFT_OUT.md."""
+    from pipemare_lite.book.exercises.handout import answering_files
+
+    package = ROOT / "pipemare_lite"
+    left_out = answering_files(package)
+    assert "pipemare_lite/analysis/formulas.py" in left_out
+    answered = {e for ids in left_out.values() for e in ids}
+    assert {"ex02_2", "ex04_1", "ex12_1", "ex04_3"} <= answered
+    assert "ex04_3" in left_out["pipemare_lite/analysis/simulate.py"]
+    build_student(ROOT / "chapters", tmp_path)
+    shipped = {str(p.relative_to(tmp_path / "engine_source")) for p in
+               (tmp_path / "engine_source").rglob("*.py")}
+    assert not shipped & set(left_out), shipped & set(left_out)
+    for exercise in list_exercises():
+        for name in exercise.engine_answers:
+            function = name.rsplit(".", 1)[1]
+            for path in (tmp_path / "engine_source").rglob("*.py"):
+                assert f"\ndef {function}(" not in path.read_text(), (exercise.id, path)
+    note = (tmp_path / "engine_source" / "LEFT_OUT.md").read_text()
+    assert "formulas.py" in note

@@ -23,33 +23,18 @@ from pipemare_lite.book.exercises.grading import (
     SECONDS_PER_EXERCISE,
     grade_submission,
 )
+from pipemare_lite.book.exercises.pytest_grading import PLUGIN, add_options
+from pipemare_lite.book.exercises.sandbox import SandboxUnavailable
 
 CHAPTERS = Path(__file__).resolve().parents[2] / "chapters"
 
 
-def pytest_addoption(parser):
-    """``--student PATH``, ``--exercise-timeout SECONDS``, ``--memory-mb MIB``."""
-    parser.addoption(
-        "--student",
-        default=None,
-        metavar="PATH",
-        help="a student's submission folder (or a file in it); default: chapters/, a "
-        "self-test against the solutions",
-    )
-    parser.addoption(
-        "--exercise-timeout",
-        type=float,
-        default=SECONDS_PER_EXERCISE,
-        metavar="SECONDS",
-        help=f"seconds one exercise may take before it fails (default {SECONDS_PER_EXERCISE})",
-    )
-    parser.addoption(
-        "--memory-mb",
-        type=int,
-        default=MEMORY_MB,
-        metavar="MIB",
-        help=f"memory cap of the grading process (default {MEMORY_MB} MiB)",
-    )
+def pytest_addoption(parser, pluginmanager):
+    """``--student PATH``, ``--exercise-timeout SECONDS``, ``--memory-mb MIB``,
+    ``--no-sandbox``: registered here unless the early plugin (``-p``, see its docstring)
+    already did."""
+    if not pluginmanager.has_plugin(PLUGIN):
+        add_options(parser)
 
 
 def pytest_configure(config):
@@ -68,8 +53,12 @@ def submission_report(request):
     student = request.config.getoption("--student", default=None)
     timeout = request.config.getoption("--exercise-timeout", default=SECONDS_PER_EXERCISE)
     memory = request.config.getoption("--memory-mb", default=MEMORY_MB)
-    if student is None:
-        return grade_submission(CHAPTERS, timeout=timeout, memory_mb=memory), True
+    no_sandbox = request.config.getoption("--no-sandbox", default=False)
+    if student is None:  # the book's own solutions: trusted, on a fixed secret's cases
+        report = grade_submission(
+            CHAPTERS, timeout=timeout, memory_mb=memory, sandboxed=False, secret=b"self-test"
+        )
+        return report, True
     path = Path(student)
     if not path.is_absolute():
         path = Path(request.config.invocation_params.dir) / path
@@ -77,7 +66,30 @@ def submission_report(request):
         path = path.parent
     if not path.is_dir():
         raise pytest.UsageError(f"--student {student}: no submission folder at {path}")
-    return grade_submission(path, timeout=timeout, memory_mb=memory), False
+    _refuse_the_submissions_conftest(request.config, path)
+    try:
+        report = grade_submission(path, timeout=timeout, memory_mb=memory, sandboxed=not no_sandbox)
+    except SandboxUnavailable as exc:
+        raise pytest.UsageError(
+            f"refusing to grade untrusted work without a sandbox: {exc}; pass --no-sandbox "
+            "only if you trust the submission"
+        ) from None
+    return report, False
+
+
+def _refuse_the_submissions_conftest(config, folder: Path) -> None:
+    """A conftest.py from the submission's folder in this process: stop (see
+    :mod:`pipemare_lite.book.exercises.pytest_grading`)."""
+    folder = folder.resolve()
+    for plugin in config.pluginmanager.get_plugins():
+        source = getattr(plugin, "__file__", None)
+        where = Path(source).resolve() if source else None
+        if where is not None and (where == folder or folder in where.parents):
+            raise pytest.UsageError(
+                f"{source} from the submission was loaded by pytest: its code ran in the "
+                f"grader. Run `pytest -p {PLUGIN} tests/grading --student ...` (as `make grade` "
+                "does), with the submissions outside the repository"
+            )
 
 
 @pytest.fixture

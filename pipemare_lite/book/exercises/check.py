@@ -200,12 +200,16 @@ def _judge_constant(exercise: Exercise, evaluation: ev.Evaluation):
     return CheckResult(exercise.id, FAILED, verdict + _hint(exercise), 0, 1)
 
 
-def judge(exercise: Exercise, evaluation: ev.Evaluation) -> CheckResult:
+def judge(
+    exercise: Exercise, evaluation: ev.Evaluation, cases: list[dict] | None = None
+) -> CheckResult:
     """The verdict on ``evaluation`` (made by :mod:`~pipemare_lite.book.exercises.evaluate` here or
-    in a grading worker) for ``exercise``; the expected values come from this process."""
+    in a grading worker) for ``exercise``; the expected values come from this process.
+    ``cases``: the cases the evaluation ran (default ``exercise.cases()``; the grader's are
+    drawn from its secret, :mod:`~pipemare_lite.book.exercises.hidden`)."""
     if exercise.kind == "constant":
         return _judge_constant(exercise, evaluation)
-    return _judge_function(exercise, evaluation, exercise.cases())
+    return _judge_function(exercise, evaluation, exercise.cases() if cases is None else cases)
 
 
 def run_checks(exercise_id: str, answer) -> CheckResult:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipemare_lite.book.exercises.originality import (
+    EngineAnswerSwitchedOff,
     call_watching,
     engine_origin,
     forbidden_codes,
@@ -88,13 +89,17 @@ def run_function(
     cases: Iterable[dict[str, Any]],
     engine_answers: Iterable[str] = (),
     harness: str | None = None,
+    *,
+    codes: dict | None = None,
 ) -> Evaluation:
     """Call ``answer`` on every case (a dict of arguments, in call order) and record it.
 
     With ``harness`` (the dotted name of a function of
     :mod:`~pipemare_lite.book.exercises.harness`), each case runs ``harness(answer, *values)``
     instead: for an answer that is a tool the harness uses, not a value. The engine functions
-    the answer must not call are watched while the harness runs, the answer's code included.
+    the answer must not call are watched while the harness runs, the answer's code included
+    (``codes``: their code objects, when the caller took them before switching the functions
+    off; by default :func:`forbidden_codes` of ``engine_answers``).
     """
     if not callable(answer):
         return Evaluation(NOT_CALLABLE, detail=type(answer).__name__)
@@ -105,7 +110,7 @@ def run_function(
     referenced = referenced_engine_answers(answer, engine_answers)
     if referenced:
         return Evaluation(USES_ENGINE, detail=", ".join(referenced))
-    codes = forbidden_codes(engine_answers)
+    codes = forbidden_codes(engine_answers) if codes is None else codes
     run = answer
     if harness is not None:
         use = resolve(harness)
@@ -116,6 +121,8 @@ def run_function(
             value, called = call_watching(run, tuple(arguments.values()), codes)
         except NotImplementedError:
             return Evaluation(NOT_ATTEMPTED)
+        except EngineAnswerSwitchedOff as exc:  # grading: the engine's answer was reached
+            return Evaluation(USES_ENGINE, detail=str(exc.args[0]) if exc.args else "?")
         except (Exception, SystemExit) as exc:  # the student's bug: one line, no traceback
             text = f"{type(exc).__name__}: {_shorten(str(exc))}{_where_it_raised(exc, answer)}"
             outcomes.append(CaseOutcome(error=text))

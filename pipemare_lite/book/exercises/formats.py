@@ -175,7 +175,7 @@ def otter_notebook(notebook, name: str) -> nbformat.NotebookNode:
         "export_cell: false\n"
         "init_cell: true\n"
         "check_all_cell: false\n"
-        "generate: false\n"
+        "generate: true\n"  # dist/autograder/*.zip: `otter run` / `otter grade` work as exported
         "run_tests: false\n"
         "files: []\n"
         "tests:\n"

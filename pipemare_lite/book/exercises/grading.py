@@ -7,16 +7,25 @@ submission :func:`grade_submission`
 1. takes the exercises, their cases and their expected answers from this package (the
    instructor's copy: nothing in the submission is imported, an ``adapter.py`` in it
    included);
-2. starts a fresh interpreter (:mod:`pipemare_lite.book.exercises.worker`) with a memory cap,
-   a CPU cap and, per exercise, a wall-clock timeout; the worker loads the student's
-   answers from the notebooks, cannot import the registry or the references, and sends
-   back only what the answers returned (as JSON);
-3. judges those values here, with :func:`~pipemare_lite.book.exercises.check.judge`: the same
-   verdict and message as ``check()`` in the notebook, every case run and counted.
+2. reads the submission's notebooks itself, refusing symbolic links, hard links and
+   anything that is not a regular file of the folder, and starts a fresh interpreter
+   (:mod:`pipemare_lite.book.exercises.worker`) in a bubblewrap jail
+   (:mod:`~pipemare_lite.book.exercises.sandbox`: its own tmpfs, the package and the venv
+   read-only, no network, uid 65534, rlimits), sending it the notebooks' contents and the
+   cases; the worker loads the student's answers, cannot import the registry or the
+   references, and sends back only what the answers returned (as JSON);
+3. decodes those values with a fixed list of plain types (nothing a worker sends is ever
+   imported: :mod:`~pipemare_lite.book.exercises.plain`) and judges them here, with
+   :func:`~pipemare_lite.book.exercises.check.judge`: the same verdict and message as
+   ``check()`` in the notebook, every case run and counted.
 
-An answer that loops past its timeout or crashes the worker costs that exercise only: the
-grader starts a new worker for the remaining ones. Each exercise is worth its ``points``
-when every case passes, nothing otherwise. :func:`grade_class` grades every submission of a
+The cases graded are not ``check()``'s: the random ones are drawn again from the
+instructor's secret (:mod:`~pipemare_lite.book.exercises.hidden`), which the handout and
+``check()`` do not have. An answer that loops past its timeout or crashes the worker costs
+that exercise only: the grader starts a new worker for the remaining ones, until the
+submission's time budget (``budget``) runs out. Any failure while grading one submission is
+that submission's failure only. Each exercise is worth its ``points`` when every case
+passes, nothing otherwise. :func:`grade_class` grades every submission of a
 folder and :func:`write_reports` writes one report per student (Markdown) and the class
 CSVs. ``python -m pipemare_lite grade FOLDER`` drives it (for
 instructors: docs/instructors.md). Torch-free.
@@ -25,11 +34,14 @@ instructors: docs/instructors.md). Torch-free.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import pickle
 import re
 import select
+import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -39,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipemare_lite.book.exercises import evaluate as ev
+from pipemare_lite.book.exercises import hidden, sandbox
 from pipemare_lite.book.exercises.check import judge
 from pipemare_lite.book.exercises.exercise import Exercise
 from pipemare_lite.book.exercises.plain import from_plain
@@ -53,6 +66,10 @@ STARTUP_SECONDS = 30
 MEMORY_MB = 4096
 #: Most bytes one event line of a worker may have (a runaway answer is cut, not read).
 MAX_EVENT_BYTES = 32 * 2**20
+#: Default wall-clock seconds one submission may take in all (workers, restarts, loads).
+STUDENT_SECONDS = 300
+#: Largest notebook the grader reads, in bytes.
+MAX_NOTEBOOK_BYTES = 16 * 2**20
 _NOTEBOOK_RE = re.compile(r"^(\d\d)_\w+\.ipynb$")
 
 MISSING, TIMEOUT, CRASHED = "missing", "timed out", "crashed"
@@ -171,7 +188,7 @@ def _evaluation_from(event: dict) -> ev.Evaluation:
     )
 
 
-def _judged(exercise: Exercise, event: dict) -> ExerciseGrade:
+def _judged(exercise: Exercise, event: dict, cases: list[dict] | None) -> ExerciseGrade:
     if event.get("missing"):
         return _grade_of(
             exercise, MISSING,
@@ -179,28 +196,35 @@ def _judged(exercise: Exercise, event: dict) -> ExerciseGrade:
             "see the warnings)",
         )
     try:
-        result = judge(exercise, _evaluation_from(event))
-    except (ValueError, TypeError, KeyError) as exc:  # a malformed report is no pass
-        return _grade_of(exercise, CRASHED, f"the worker's report could not be read: {exc}")
+        result = judge(exercise, _evaluation_from(event), cases=cases)
+    except Exception as exc:  # a malformed report is no pass, and this student's only
+        return _grade_of(
+            exercise, CRASHED,
+            f"the worker's report could not be read: {type(exc).__name__}: {str(exc)[:300]}",
+        )
     grade = _grade_of(exercise, result.status, result.message, result.cases_passed)
     grade.cases_total = result.cases_total
     return grade
 
 
 class _Worker:
-    """One worker process and the pipe it reports on."""
+    """One worker process (in a jail unless ``jailed`` is False) and the pipe it reports on."""
 
-    def __init__(self, job: dict, python: str, log):
+    def __init__(self, job: dict, python: str, log, jailed: bool, disk_mb: int):
         read_fd, write_fd = os.pipe()
-        self.process = subprocess.Popen(
-            [python, "-m", "pipemare_lite.book.exercises.worker", str(write_fd)],
-            stdin=subprocess.PIPE,
-            stdout=log,
-            stderr=log,
-            pass_fds=(write_fd,),
-            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"},
-        )
-        os.close(write_fd)
+        if jailed:
+            command = sandbox.worker_command(write_fd, disk_mb)
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        else:
+            command = [python, "-m", "pipemare_lite.book.exercises.worker", str(write_fd)]
+            env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
+        try:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=log, stderr=log,
+                pass_fds=(write_fd,), env=env, start_new_session=True,
+            )
+        finally:
+            os.close(write_fd)
         self.fd, self.buffer = read_fd, b""
         try:
             self.process.stdin.write(pickle.dumps(job))
@@ -209,16 +233,19 @@ class _Worker:
             pass
 
     def next_event(self, deadline: float) -> dict | None:
-        """The next event; ``{"event": "eof"}`` when the worker closed its end, None when
+        """The next event; ``{"event": "eof"}`` when the worker closed its end,
+        ``{"event": "too big"}`` for a line over :data:`MAX_EVENT_BYTES`, None when
         ``deadline`` passed first."""
         while b"\n" not in self.buffer:
+            if len(self.buffer) > MAX_EVENT_BYTES:
+                return {"event": "too big"}
             left = deadline - time.monotonic()
-            if left <= 0 or len(self.buffer) > MAX_EVENT_BYTES:
+            if left <= 0:
                 return None
             ready, _, _ = select.select([self.fd], [], [], left)
             if not ready:
                 return None
-            chunk = os.read(self.fd, 1 << 16)
+            chunk = os.read(self.fd, 1 << 20)
             if not chunk:
                 return {"event": "eof"}
             self.buffer += chunk
@@ -230,9 +257,12 @@ class _Worker:
         return event if isinstance(event, dict) else {"event": "garbled"}
 
     def stop(self) -> None:
-        """Kill the worker if it still runs; close the pipe."""
-        if self.process.poll() is None:
-            self.process.kill()
+        """Kill the worker and its whole session (what it started) if still there; close
+        the pipe. In a jail, bubblewrap's pid namespace takes the rest with it."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         self.process.wait()
         os.close(self.fd)
 
@@ -244,6 +274,41 @@ def _log_tail(log) -> str:
     return text[-600:]
 
 
+def read_submission(folder: Path) -> tuple[dict[int, tuple[str, bytes]], list[str]]:
+    """Chapter -> ``(file name, contents)`` of the notebooks in ``folder``, and warnings.
+
+    Refused (with a warning, never followed): a folder that is a symbolic link, a notebook
+    that is a symbolic link, a hard link or not a regular file, one over
+    :data:`MAX_NOTEBOOK_BYTES`. The contents are read here, by the grader, so the worker
+    never sees a path outside its jail.
+    """
+    found: dict[int, tuple[str, bytes]] = {}
+    refused: list[str] = []
+    if folder.is_symlink():
+        return {}, [f"{folder.name} is a symbolic link (to another folder): refused, not graded"]
+    for path in sorted(folder.iterdir()):
+        match = _NOTEBOOK_RE.match(path.name)
+        if not match or int(match.group(1)) in found:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            refused.append(f"{path.name} is a symbolic link or cannot be opened: refused")
+            continue
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                refused.append(f"{path.name} is not a regular file: refused")
+            elif info.st_nlink > 1:
+                refused.append(f"{path.name} is a hard link (shared with another file): refused")
+            elif info.st_size > MAX_NOTEBOOK_BYTES:
+                limit = MAX_NOTEBOOK_BYTES >> 20
+                refused.append(f"{path.name} is larger than {limit} MiB: refused")
+            else:
+                found[int(match.group(1))] = (path.name, handle.read(MAX_NOTEBOOK_BYTES + 1))
+    return found, refused
+
+
 def grade_submission(
     folder: str | Path,
     exercises: Iterable[str | Exercise] | None = None,
@@ -252,47 +317,72 @@ def grade_submission(
     timeout: float = SECONDS_PER_EXERCISE,
     memory_mb: int = MEMORY_MB,
     python: str = sys.executable,
+    sandboxed: bool = True,
+    budget: float = STUDENT_SECONDS,
+    disk_mb: int = sandbox.DISK_MB,
+    secret: bytes | None = None,
+    hidden_cases: bool = True,
 ) -> SubmissionReport:
     """Grade the notebooks in ``folder`` on ``exercises`` (default: all registered).
 
+    ``sandboxed=False`` runs the worker outside a jail (trusted work only: the book's own
+    chapters, a student's pre-grade on their own machine); ``budget`` is the wall-clock
+    seconds the whole submission may take; ``secret`` draws the graded cases
+    (:func:`~pipemare_lite.book.exercises.hidden.graded_cases`; default: the instructor's
+    secret, :func:`~pipemare_lite.book.exercises.hidden.instructor_secret`);
+    ``hidden_cases=False`` grades on ``check()``'s own cases (a student's pre-grade).
+
     Raises:
         FileNotFoundError: ``folder`` is not a folder.
-        ValueError: ``timeout`` or ``memory_mb`` is not positive.
+        ValueError: ``timeout``, ``budget``, ``memory_mb`` or ``disk_mb`` is not positive.
+        SandboxUnavailable: ``sandboxed`` and no jail can start here (the message says why).
     """
-    if not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb <= 0:
-        raise ValueError(f"memory_mb must be a positive int, got {memory_mb!r}")
-    folder = Path(folder).resolve()
-    notebooks = submission_notebooks(folder)
+    for name, value in (("timeout", timeout), ("budget", budget)):
+        if not value > 0:
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    for name, value in (("memory_mb", memory_mb), ("disk_mb", disk_mb)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if sandboxed:
+        available, why = sandbox.sandbox_available()
+        if not available:
+            raise sandbox.SandboxUnavailable(why)
+    given = Path(folder)
+    if not given.is_dir():
+        raise FileNotFoundError(f"no submission folder at {given}")
+    notebooks, warnings_seen = read_submission(given)
     chosen = _selected(exercises)
+    if hidden_cases:
+        secret = hidden.instructor_secret() if secret is None else secret
+        cases = {e.id: hidden.graded_cases(e, secret) for e in chosen if e.kind == "function"}
+    else:
+        cases = {e.id: e.cases() for e in chosen if e.kind == "function"}
     grades: dict[str, ExerciseGrade] = {}
-    pending: dict[Path, list[Exercise]] = {}
+    pending: dict[tuple[str, bytes], list[Exercise]] = {}
     for exercise in chosen:
-        path = notebooks.get(exercise.chapter)
-        unsendable = _unsendable(exercise)
+        notebook = notebooks.get(exercise.chapter)
+        unsendable = _unsendable(cases.get(exercise.id, []), exercise)
         if unsendable:
             grades[exercise.id] = _grade_of(exercise, CRASHED, unsendable)
-        elif path is None:
+        elif notebook is None:
             grades[exercise.id] = _grade_of(
                 exercise, MISSING,
                 f"no notebook for chapter {exercise.chapter:02d} (NN_name.ipynb) in the submission",
             )
         else:
-            pending.setdefault(path, []).append(exercise)
-    warnings_seen: list[str] = []
+            pending.setdefault(notebook, []).append(exercise)
+    run = _Run(pending, grades, warnings_seen, cases, timeout, memory_mb, python, sandboxed,
+               disk_mb, time.monotonic() + budget, budget)
     while pending:
-        _run_worker(pending, grades, warnings_seen, folder, timeout, memory_mb, python)
+        run.one_worker()
     ordered = [grades[e.id] for e in chosen]
-    return SubmissionReport(student or folder.name, folder, ordered, warnings_seen)
+    return SubmissionReport(student or given.name, given, ordered, warnings_seen)
 
 
-def _unsendable(exercise: Exercise) -> str | None:
+def _unsendable(cases: list[dict], exercise: Exercise) -> str | None:
     """Why the exercise's cases cannot be sent to a worker (they must pickle), or None."""
-    if exercise.kind != "function":
-        return None
     try:
-        pickle.dumps(exercise.cases())
+        pickle.dumps(cases)
     except Exception as exc:
         return (
             f"the grader cannot send the cases of {exercise.id} to the grading process "
@@ -302,94 +392,139 @@ def _unsendable(exercise: Exercise) -> str | None:
     return None
 
 
-def _job(pending: dict[Path, list[Exercise]], folder: Path, timeout: float, memory_mb: int):
-    steps = len(pending) + sum(len(v) for v in pending.values())
-    return {
-        "cwd": str(folder),
-        "memory_bytes": memory_mb * 2**20,
-        "cpu_seconds": int(timeout * steps) + 10,  # a backstop: the wall clock rules
-        "notebooks": [
-            {
-                "path": str(path),
-                "tasks": [
-                    {
-                        "id": e.id,
-                        "name": e.function_name,
-                        "kind": e.kind,
-                        "cases": e.cases() if e.kind == "function" else [],
-                        "engine_answers": list(e.engine_answers),
-                        "harness": e.harness,
-                    }
-                    for e in exercises
-                ],
-            }
-            for path, exercises in pending.items()
-        ],
-    }
+@dataclass
+class _Run:
+    """Workers over one submission until every exercise is graded or the budget is spent."""
 
+    pending: dict[tuple[str, bytes], list[Exercise]]
+    grades: dict[str, ExerciseGrade]
+    warnings_seen: list[str]
+    cases: dict[str, list[dict]]
+    timeout: float
+    memory_mb: int
+    python: str
+    sandboxed: bool
+    disk_mb: int
+    deadline: float
+    budget: float
+    forbidden: dict[str, set[str]] = field(default_factory=dict)
 
-def _run_worker(pending, grades, warnings_seen, folder, timeout, memory_mb, python) -> None:
-    """Run one worker over ``pending``; what it finished leaves ``pending``.
+    def __post_init__(self) -> None:
+        for (name, _data), exercises in self.pending.items():
+            self.forbidden[name] = {n for e in exercises for n in e.engine_answers}
 
-    If it times out or dies, the exercise (or the notebook load) in progress is graded as
-    such and removed, so the next worker starts after it.
-    """
-    by_id = {e.id: (path, e) for path, exercises in pending.items() for e in exercises}
-    with tempfile.TemporaryFile() as log:
-        worker = _Worker(_job(pending, folder, timeout, memory_mb), python, log)
-        current: tuple[str, object] | None = None  # ("load", path) or ("start", exercise id)
-        timed_out = False
-        try:
-            while pending:
-                running_answer = current is not None and current[0] == "start"
-                allowed = timeout if running_answer else timeout + STARTUP_SECONDS
-                event = worker.next_event(time.monotonic() + allowed)
-                timed_out = event is None
-                if event is None or event.get("event") == "eof":
-                    break
-                kind = event.get("event")
-                if kind == "load":
-                    current = ("load", Path(str(event.get("notebook"))))
-                elif kind == "warnings":
-                    warnings_seen.extend(str(t) for t in event.get("texts", []))
-                elif kind == "start" and event.get("id") in by_id:
-                    current = ("start", event["id"])
-                elif kind == "result" and event.get("id") in by_id:
-                    path, exercise = by_id.pop(event["id"])
-                    grades[exercise.id] = _judged(exercise, event)
-                    pending[path].remove(exercise)
-                    if not pending[path]:
-                        del pending[path]
-                    current = None
-        finally:
-            if not timed_out:
-                try:  # it closed its pipe: let it finish exiting, to read its exit code
-                    worker.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
-            worker.stop()
-        if not pending:
+    def _job(self, cwd: str) -> dict:
+        """The worker's job: the pending notebooks and exercises, and per notebook every
+        engine function that answers any of its exercises (switched off, in the process that
+        runs the notebook, from before it loads to the end)."""
+        steps = len(self.pending) + sum(len(v) for v in self.pending.values())
+        return {
+            "cwd": cwd,
+            "memory_bytes": self.memory_mb * 2**20,
+            "cpu_seconds": int(min(self.timeout * steps, self.budget)) + 10,  # wall clock rules
+            "notebooks": [
+                {
+                    "path": name,
+                    "data": data,
+                    "forbidden": sorted(self.forbidden[name]),
+                    "tasks": [
+                        {
+                            "id": e.id,
+                            "name": e.function_name,
+                            "kind": e.kind,
+                            "cases": self.cases.get(e.id, []),
+                            "engine_answers": list(e.engine_answers),
+                            "harness": e.harness,
+                            "needs_torch": e.needs_torch,
+                        }
+                        for e in exercises
+                    ],
+                }
+                for (name, data), exercises in self.pending.items()
+            ],
+        }
+
+    def _finish(self, exercise: Exercise, grade: ExerciseGrade) -> None:
+        self.grades[exercise.id] = grade
+        for key, exercises in list(self.pending.items()):
+            if exercise in exercises:
+                exercises.remove(exercise)
+                if not exercises:
+                    del self.pending[key]
+
+    def one_worker(self) -> None:
+        """Run one worker (one jail) over what is pending; what it finished leaves
+        ``pending``. Inside, each notebook runs in its own process, forked by the worker
+        (see :mod:`~pipemare_lite.book.exercises.worker`).
+
+        If it times out, dies or sends a value too big, the exercise (or the notebook load)
+        in progress is graded as such and removed, so the next worker starts after it. When
+        the submission's budget is spent, everything left is graded as timed out.
+        """
+        if time.monotonic() >= self.deadline:
+            for exercises in list(self.pending.values()):
+                for exercise in list(exercises):
+                    self._finish(exercise, _grade_of(
+                        exercise, TIMEOUT,
+                        f"not run: the submission used up its {self.budget:g} s of grading time",
+                    ))
             return
-        in_answer = current is not None and current[0] == "start"
-        limit = timeout if in_answer else timeout + STARTUP_SECONDS
-        reason = (
-            f"took longer than {limit:g} s (an endless loop?)" if timed_out
-            else f"stopped the grading process (exit code {worker.process.returncode}): "
-            f"{_log_tail(log) or 'no output'}"
-        )
-        status = TIMEOUT if timed_out else CRASHED
-        if current is not None and current[0] == "start":
-            path, exercise = by_id[current[1]]
-            grades[exercise.id] = _grade_of(exercise, status, f"{exercise.function_name} {reason}")
-            pending[path].remove(exercise)
-            if not pending[path]:
-                del pending[path]
+        by_id = {e.id: (key, e) for key, exercises in self.pending.items() for e in exercises}
+        current: tuple[str, object] | None = None  # ("load", name) or ("start", exercise id)
+        outcome = "done"
+        with tempfile.TemporaryFile() as log, tempfile.TemporaryDirectory() as cwd:
+            worker = _Worker(self._job(cwd), self.python, log, self.sandboxed, self.disk_mb)
+            try:
+                while self.pending:
+                    in_answer = current is not None and current[0] == "start"
+                    allowed = self.timeout if in_answer else self.timeout + STARTUP_SECONDS
+                    event = worker.next_event(min(time.monotonic() + allowed, self.deadline))
+                    if event is None:
+                        outcome = "budget" if time.monotonic() >= self.deadline else "timeout"
+                        break
+                    kind = event.get("event")
+                    if kind in ("eof", "too big"):
+                        outcome = kind
+                        break
+                    if kind == "load":
+                        current = ("load", str(event.get("notebook")))
+                    elif kind == "warnings":
+                        self.warnings_seen.extend(str(t)[:500] for t in event.get("texts", [])[:50])
+                    elif kind == "start" and event.get("id") in by_id:
+                        current = ("start", event["id"])
+                    elif kind == "result" and event.get("id") in by_id:
+                        _key, exercise = by_id.pop(event["id"])
+                        judged = _judged(exercise, event, self.cases.get(exercise.id))
+                        self._finish(exercise, judged)
+                        current = None
+            finally:
+                if outcome == "eof":
+                    try:  # it closed its pipe: let it finish exiting, to read its exit code
+                        worker.process.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        pass
+                worker.stop()
+            if not self.pending:
+                return
+            in_answer = current is not None and current[0] == "start"
+            limit = self.timeout if in_answer else self.timeout + STARTUP_SECONDS
+            status, reason = {
+                "timeout": (TIMEOUT, f"took longer than {limit:g} s (an endless loop?)"),
+                "budget": (TIMEOUT, f"was stopped: the submission used up its {self.budget:g} s "
+                           "of grading time"),
+                "too big": (CRASHED, f"returned more than {MAX_EVENT_BYTES >> 20} MiB of data "
+                            "(too big to grade)"),
+            }.get(outcome, (CRASHED, f"stopped the grading process (exit code "
+                            f"{worker.process.returncode}): {_log_tail(log) or 'no output'}"))
+        if in_answer and current[1] in by_id:
+            _key, exercise = by_id[current[1]]
+            message = f"{exercise.function_name} {reason}"
+            self._finish(exercise, _grade_of(exercise, status, message))
         else:  # loading a notebook (or starting the worker) failed: its exercises go
-            path = current[1] if current is not None else next(iter(pending))
-            for exercise in pending.pop(path, []):
-                grades[exercise.id] = _grade_of(
-                    exercise, status, f"loading {Path(path).name} {reason}"
-                )
+            name = current[1] if current is not None else next(iter(self.pending))[0]
+            key = next((k for k in self.pending if k[0] == name), next(iter(self.pending)))
+            for exercise in list(self.pending[key]):
+                self._finish(exercise, _grade_of(exercise, status, f"loading {key[0]} {reason}"))
 
 
 def class_submissions(folder: str | Path) -> list[Path]:
@@ -415,46 +550,112 @@ def class_submissions(folder: str | Path) -> list[Path]:
 def grade_class(
     folder: str | Path, exercises: Iterable[str | Exercise] | None = None, **options
 ) -> list[SubmissionReport]:
-    """:func:`grade_submission` for each submission of :func:`class_submissions`."""
+    """:func:`grade_submission` for each submission of :func:`class_submissions`.
+
+    Whatever goes wrong while grading one submission is that submission's failure only: its
+    report says so and the class goes on (a missing sandbox is the instructor's problem and
+    stops the run before the first student).
+    """
     chosen = _selected(exercises)
-    return [grade_submission(path, chosen, **options) for path in class_submissions(folder)]
+    if options.get("sandboxed", True):
+        available, why = sandbox.sandbox_available()
+        if not available:
+            raise sandbox.SandboxUnavailable(why)
+    reports = []
+    for path in class_submissions(folder):
+        try:
+            reports.append(grade_submission(path, chosen, **options))
+        except sandbox.SandboxUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one student's failure is theirs only
+            message = f"grading stopped: {type(exc).__name__}: {str(exc)[:300]}"
+            grades = [_grade_of(e, CRASHED, message) for e in chosen]
+            reports.append(SubmissionReport(path.name, path, grades, [message]))
+    return reports
+
+
+#: Characters a spreadsheet reads as the start of a formula.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def csv_cell(value) -> str | int:
+    """A CSV cell a spreadsheet shows as text: a string starting like a formula gets a ``'``;
+    control characters become spaces."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    text = re.sub(r"[\x00-\x1f\x7f]", " ", str(value))
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def report_names(reports: list[SubmissionReport]) -> list[str]:
+    """One file name per report (``<student>.md`` without the suffix), all different: unsafe
+    characters become ``_``, and a name already taken (``a b`` and ``a_b``) gets ``-2``,
+    ``-3`` ... (case-insensitively, for file systems that ignore case)."""
+    taken: set[str] = {"grades", "grades_detail"}
+    names = []
+    for report in reports:
+        base = re.sub(r"[^\w.-]", "_", report.student).lstrip(".")[:100] or "student"
+        name, n = base, 1
+        while name.lower() in taken:
+            n += 1
+            name = f"{base}-{n}"
+        taken.add(name.lower())
+        names.append(name)
+    return names
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file next to ``path``, then rename it over ``path``."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _csv_text(rows: list[list]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    for row in rows:
+        writer.writerow([csv_cell(cell) for cell in row])
+    return buffer.getvalue()
 
 
 def write_reports(reports: list[SubmissionReport], out_dir: str | Path) -> dict[str, Path]:
     """Write ``grades.csv`` (one row per student: points per exercise, total, maximum),
     ``grades_detail.csv`` (one row per student and exercise) and ``<student>.md``.
 
-    Returns the paths written, by name (``"grades.csv"``, ``"grades_detail.csv"`` and one
-    per student).
+    Called once every worker has ended; each file is written to a temporary name and renamed
+    (atomic). Cells that a spreadsheet would read as a formula are escaped
+    (:func:`csv_cell`); report names are unique (:func:`report_names`). Returns the paths
+    written, by name (``"grades.csv"``, ``"grades_detail.csv"`` and one per student).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ids = [g.exercise_id for g in reports[0].grades] if reports else []
     written: dict[str, Path] = {}
-    summary = out_dir / "grades.csv"
-    with summary.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["student", *ids, "total", "max_points"])
-        for report in reports:
-            points = {g.exercise_id: g.points for g in report.grades}
-            writer.writerow(
-                [report.student, *(points.get(i, 0) for i in ids), report.points, report.max_points]
-            )
-    written["grades.csv"] = summary
-    detail = out_dir / "grades_detail.csv"
-    with detail.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(
-            ["student", "exercise", "status", "points", "max_points", "cases_passed", "cases_total"]
-        )
-        for report in reports:
-            for g in report.grades:
-                writer.writerow([report.student, g.exercise_id, g.status, g.points,
-                                 g.max_points, g.cases_passed, g.cases_total])
-    written["grades_detail.csv"] = detail
-    for report in reports:
-        safe = re.sub(r"[^\w.-]", "_", report.student) or "student"
-        path = out_dir / f"{safe}.md"
-        path.write_text(report.to_markdown() + "\n", encoding="utf-8")
+    names = report_names(reports)
+    for report, name in zip(reports, names):
+        path = out_dir / f"{name}.md"
+        _write_atomically(path, report.to_markdown() + "\n")
         written[report.student] = path
+    rows = [["student", *ids, "total", "max_points"]]
+    for report in reports:
+        points = {g.exercise_id: g.points for g in report.grades}
+        rows.append(
+            [report.student, *(points.get(i, 0) for i in ids), report.points, report.max_points]
+        )
+    detail = [["student", "exercise", "status", "points", "max_points", "cases_passed",
+               "cases_total"]]
+    for report in reports:
+        for g in report.grades:
+            detail.append([report.student, g.exercise_id, g.status, g.points,
+                           g.max_points, g.cases_passed, g.cases_total])
+    written["grades_detail.csv"] = out_dir / "grades_detail.csv"
+    _write_atomically(written["grades_detail.csv"], _csv_text(detail))
+    written["grades.csv"] = out_dir / "grades.csv"
+    _write_atomically(written["grades.csv"], _csv_text(rows))
     return written

@@ -12,7 +12,12 @@ book's repository:
 - ``engine_source/pipemare_lite/...``: the engine files the chapters link to, copied from
   the installed package (the same version the notebooks import), with the notebooks'
   ``../pipemare_lite/...`` links rewritten to point there. (Not ``pipemare_lite/`` itself:
-  a folder of that name next to the notebooks would shadow the installed package.)
+  a folder of that name next to the notebooks would shadow the installed package.) A file
+  that defines an engine function answering an exercise (``Exercise.engine_answers``, of
+  any chapter) is left out (issue 31: ``formulas.py`` answered ex02_2, ex04_1 and ex12_1 in
+  one line each, ``simulate.py`` held ex04_3's logic); its links point to
+  ``engine_source/LEFT_OUT.md``, which lists them. (Students who have the package can still
+  open its files; the handout just does not hand them the answers.)
 
 Torch-free.
 """
@@ -89,14 +94,39 @@ never runs the copy you hand in, and changing it changes nothing in your grade.
 """
 
 
-def _rewrite_links(notebook) -> set[str]:
-    """Point ``../pipemare_lite/...`` links at the copies; return the files they name."""
+#: Where the links to left-out engine files point.
+LEFT_OUT = "LEFT_OUT.md"
+
+
+def answering_files(package: Path) -> dict[str, list[str]]:
+    """``"pipemare_lite/analysis/formulas.py" -> [exercise ids]``: the engine files that
+    define a function answering an exercise (found on disk, nothing imported)."""
+    found: dict[str, list[str]] = {}
+    for exercise in list_exercises():
+        for name in exercise.engine_answers:
+            parts = name.split(".")
+            for cut in range(len(parts), 0, -1):
+                relative = "/".join(parts[:cut]) + ".py"
+                if (package.parent / relative).is_file():
+                    ids = found.setdefault(relative, [])
+                    if exercise.id not in ids:
+                        ids.append(exercise.id)
+                    break
+    return found
+
+
+def _rewrite_links(notebook, left_out: dict[str, list[str]] | None = None) -> set[str]:
+    """Point ``../pipemare_lite/...`` links at the copies (or, for a file in ``left_out``,
+    at the note saying why it is not there); return the files copied."""
     linked: set[str] = set()
+    left_out = left_out or {}
     for cell in notebook.cells:
         if cell.cell_type != "markdown":
             continue
 
         def swap(match: re.Match) -> str:
+            if match.group(1) in left_out:
+                return f"]({ENGINE_SOURCE}/{LEFT_OUT})"
             linked.add(match.group(1))
             return f"]({ENGINE_SOURCE}/{match.group(1)}{match.group(2) or ''})"
 
@@ -116,10 +146,20 @@ def write_handout(out_dir: str | Path, notebooks: list[Path]) -> list[Path]:
     package = Path(pipemare_lite.__file__).resolve().parent
     written: list[Path] = []
     linked: set[str] = set()
+    left_out = answering_files(package)
     for path in notebooks:
         notebook = nbformat.read(path, as_version=4)
-        linked |= _rewrite_links(notebook)
+        linked |= _rewrite_links(notebook, left_out)
         nbformat.write(notebook, path)
+    note = out_dir / ENGINE_SOURCE / LEFT_OUT
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text(
+        "# Engine files left out of this handout\n\n"
+        "These files of `pipemare_lite` define functions that answer exercises, so they are "
+        "not in this folder (the chapters show them after the exercises):\n\n"
+        + "".join(f"- `{f}` (answers {', '.join(ids)})\n" for f, ids in sorted(left_out.items()))
+    )
+    written.append(note)
     for relative in sorted(linked):
         source = package.parent / relative
         if not source.is_file():

@@ -31,6 +31,12 @@ from typing import Any
 _MAX_HELPER_DEPTH = 8
 
 
+class EngineAnswerSwitchedOff(RuntimeError):
+    """Raised, while grading, by an engine function that answers an exercise of the notebook
+    being graded (the grading worker switches them off before the notebook loads); its
+    argument is the function's dotted name."""
+
+
 def resolve(dotted: str) -> Any:
     """The object a dotted name points at
     (``"pipemare_lite.analysis.formulas.idle_fraction_gpipe"``).

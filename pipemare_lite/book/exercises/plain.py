@@ -7,19 +7,21 @@ code in the grader when it is loaded, so answers travel as JSON with a few tags:
 - ``None``, bools, ints, strings, lists: as themselves; floats too, ``nan`` and the
   infinities tagged; tuples, dicts, ``Fraction`` tagged;
 - numpy arrays and scalars: as the lists and numbers ``tolist()`` gives;
-- frozen dataclasses of the engine (``Action``, ``Schedule`` ...): tagged with their class,
-  rebuilt on the grader's side from their fields (only classes defined in ``pipemare_lite``,
-  outside ``pipemare_lite.book.exercises``);
-- anything else: a :class:`ForeignValue` holding its type name and ``str()``, so a
-  comparator can still say "returned a <type>; expected ...".
+- anything else (a dataclass included): a :class:`ForeignValue` holding its type name and
+  ``str()``, so a comparator can still say "returned a <type>; expected ...".
+
+Decoding (:func:`from_plain`) knows a fixed list of types: ``None``, bool, int, float, str,
+list, tuple, dict, ``Fraction`` and :class:`ForeignValue`. It never imports anything a worker
+names (until issue 31 an engine dataclass was rebuilt by importing the module its
+``__module__`` named: a submission could name a module it had just written into the package,
+and it ran in the grader), and anything it does not know is a ``ValueError``.
+Strings longer than :data:`MAX_TEXT` characters are cut.
 
 For instructors: docs/instructors.md. Torch-free.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import json
 import math
 from fractions import Fraction
@@ -27,6 +29,8 @@ from fractions import Fraction
 #: Deepest nesting and most items an answer may have before it is cut (a runaway answer
 #: must not exhaust the grader's memory).
 MAX_DEPTH, MAX_ITEMS = 12, 200_000
+#: Longest string an answer may hold (longer ones are cut, with a mark).
+MAX_TEXT = 100_000
 
 
 class ForeignValue:
@@ -48,12 +52,6 @@ class ForeignValue:
         )
 
     __hash__ = None  # mutable-looking on purpose: never a dict key
-
-
-def _engine_class(cls) -> bool:
-    module = getattr(cls, "__module__", "")
-    return (module.startswith("pipemare_lite.")
-            and not module.startswith("pipemare_lite.book.exercises"))
 
 
 class _Budget:
@@ -78,8 +76,11 @@ def to_plain(value, _depth: int = 0, _budget: _Budget | None = None):
     if _depth > MAX_DEPTH:
         raise ValueError(f"the answer nests deeper than {MAX_DEPTH} levels")
     again = lambda item: to_plain(item, _depth + 1, budget)  # noqa: E731
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        text = str.__str__(value)
+        return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "...(cut)"
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -94,12 +95,6 @@ def to_plain(value, _depth: int = 0, _budget: _Budget | None = None):
         return {"__dict__": [[again(k), again(v)] for k, v in value.items()]}
     if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
         return again(value.tolist())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type) and _engine_class(
-        type(value)
-    ):
-        fields = {f.name: again(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        cls = type(value)
-        return {"__dataclass__": f"{cls.__module__}:{cls.__qualname__}", "fields": fields}
     try:
         text = str(value)
     except Exception as exc:  # a student's __str__ may raise
@@ -107,43 +102,42 @@ def to_plain(value, _depth: int = 0, _budget: _Budget | None = None):
     return {"__foreign__": type(value).__name__[:100], "text": text[:2000]}
 
 
-def from_plain(data):
-    """The value :func:`to_plain` encoded (an engine dataclass is rebuilt from its fields)."""
-    if isinstance(data, list):
-        return [from_plain(item) for item in data]
-    if not isinstance(data, dict):
+def from_plain(data, _depth: int = 0):
+    """The value :func:`to_plain` encoded, from the fixed list of types in the module
+    docstring; nothing is imported.
+
+    Raises:
+        ValueError: ``data`` holds something else, or nests deeper than :data:`MAX_DEPTH`.
+    """
+    if _depth > MAX_DEPTH + 2:
+        raise ValueError(f"the answer nests deeper than {MAX_DEPTH} levels")
+    again = lambda item: from_plain(item, _depth + 1)  # noqa: E731
+    if data is None or isinstance(data, (bool, int, float)):
         return data
-    if "__float__" in data:
+    if isinstance(data, str):
+        return data[: MAX_TEXT + 10]
+    if isinstance(data, list):
+        return [again(item) for item in data]
+    if not isinstance(data, dict) or len(data) > 2:
+        raise ValueError(f"not an encoded answer: {type(data).__name__}")
+    if "__float__" in data and str(data["__float__"]) in ("nan", "inf", "-inf"):
         return float(data["__float__"])
     if "__fraction__" in data:
         numerator, denominator = data["__fraction__"]
-        return Fraction(int(numerator), int(denominator))
-    if "__tuple__" in data:
-        return tuple(from_plain(item) for item in data["__tuple__"])
-    if "__dict__" in data:
-        return {_hashable(from_plain(k)): from_plain(v) for k, v in data["__dict__"]}
-    if "__dataclass__" in data:
-        module_name, _, qualname = str(data["__dataclass__"]).partition(":")
-        if module_name.startswith("pipemare_lite.") and not module_name.startswith(
-            "pipemare_lite.book.exercises"
-        ):
-            cls = importlib.import_module(module_name)
-            for part in qualname.split("."):
-                cls = getattr(cls, part)
-            if isinstance(cls, type) and dataclasses.is_dataclass(cls):
-                fields = {k: from_plain(v) for k, v in data["fields"].items()}
-                try:
-                    return cls(**fields)
-                except Exception as exc:  # fields the class refuses: report, do not crash
-                    return ForeignValue(cls.__name__, f"(invalid {cls.__name__}: {exc})")
-        return ForeignValue(qualname, "(not an engine class)")
+        if not all(type(n) is int for n in (numerator, denominator)):
+            raise ValueError("a fraction of non-integers")
+        return Fraction(numerator, denominator)
+    if "__tuple__" in data and isinstance(data["__tuple__"], list):
+        return tuple(again(item) for item in data["__tuple__"])
+    if "__dict__" in data and isinstance(data["__dict__"], list):
+        return {_hashable(again(k)): again(v) for k, v in data["__dict__"]}
     if "__foreign__" in data:
-        return ForeignValue(str(data["__foreign__"]), str(data.get("text", "")))
-    return {k: from_plain(v) for k, v in data.items()}
+        return ForeignValue(str(data["__foreign__"])[:100], str(data.get("text", ""))[:2000])
+    raise ValueError(f"not an encoded answer: a dict with keys {sorted(map(str, data))[:3]}")
 
 
 def _hashable(key):
-    return key if key.__hash__ is not None else repr(key)
+    return key if getattr(key, "__hash__", None) is not None else repr(key)
 
 
 def dumps(value) -> str:

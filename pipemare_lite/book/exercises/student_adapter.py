@@ -5,9 +5,11 @@ Keep this file next to your chapter notebooks (``NN_name.ipynb``) and run::
     python adapter.py                 # every exercise of the notebooks here
     python adapter.py ex02_1 ex02_2   # some exercises
 
-It grades the notebooks in this folder exactly as the instructor's grader does (the same
-code from ``pipemare_lite``, in a separate process, on every case) and prints your points
-and the feedback per exercise. Only the cells that define your answers run, with the
+It grades the notebooks in this folder as the instructor's grader does (the same code from
+``pipemare_lite``, in a separate process, on every case of ``check()``; the instructor's
+grader runs the same fixed cases and redraws the random ones, so an answer that computes
+rather than remembers scores the same) and prints your points and the feedback per exercise.
+Only the cells that define your answers run, with the
 imports and the helper functions they use; put a helper in its own cell or next to the
 answer. Changing this file changes nothing in your grade: the grader never runs the copy
 handed in with your notebooks, only the notebooks.
@@ -45,7 +47,9 @@ def main(argv: list[str]) -> int:
 
     chapters = set(submission_notebooks(NOTEBOOK_DIR))
     chosen = argv or [e.id for e in list_exercises() if e.chapter in chapters]
-    report = grade_submission(NOTEBOOK_DIR, chosen)
+    # your own notebooks on your own machine: no jail needed, and check()'s own cases (the
+    # instructor's grader draws its random cases anew from a secret you do not have)
+    report = grade_submission(NOTEBOOK_DIR, chosen, sandboxed=False, hidden_cases=False)
     print(report.to_markdown())
     return 0 if report.points == report.max_points else 1
 

@@ -1,26 +1,36 @@
 """The grading worker: a fresh interpreter that runs a student's answers, reports what they return.
 
 Started by :mod:`pipemare_lite.book.exercises.grading` as
-``python -m pipemare_lite.book.exercises.worker FD``, once per submission (and again after an
-answer that timed out or crashed it). It reads its job from stdin (pickled by the grader,
-before any student code runs): the notebooks, and for each exercise the name to read, the
-cases to call it on, the engine functions it must not call and, for an answer that a
-harness uses (:mod:`~pipemare_lite.book.exercises.harness`), the harness's name. Then it
+``python -m pipemare_lite.book.exercises.worker FD [--sandboxed]``, once per submission (and
+again after an answer that timed out or crashed it), inside a bubblewrap jail
+(:mod:`~pipemare_lite.book.exercises.sandbox`) unless the instructor passed ``--no-sandbox``.
+It reads its job from stdin (pickled by the grader, before any student code runs): the
+notebooks' *contents* (the grader read them, refusing symbolic links), and for each
+exercise the name to read, the cases to call it on, the engine functions it must not call
+and, for an answer that a harness uses (:mod:`~pipemare_lite.book.exercises.harness`), the
+harness's name. Then it
 
-1. caps its own memory, CPU time and file sizes (:func:`resource.setrlimit`);
-2. makes the registry, the references and the chapter modules unimportable (and
+1. writes the notebooks into its working directory (the jail's private tmpfs) and, in a
+   jail started by root, drops to uid/gid 65534 for good;
+2. caps its own memory, CPU time, file sizes, open files and processes
+   (:func:`resource.setrlimit`);
+3. makes the registry, the references and the chapter modules unimportable (and
    ``check`` a no-op that returns True), so the student's code can neither read nor patch
    the exercise definitions: the grader judges with its own copies;
-3. loads each notebook with :func:`~pipemare_lite.book.exercises.loader.load_from_notebook`,
+4. runs each notebook in a process of its own (forked, so torch is imported once), in which
+   every engine function that answers one of the notebook's exercises (the notebook's
+   ``forbidden``) is replaced by one that raises, *before* the notebook loads: a wrapper
+   fails however it reaches the engine (a thread, a profiler switched off, a table
+   precomputed while the notebook loads); between notebooks, in the jail, every process
+   the last one left is killed and the temporary files are removed;
+5. loads each notebook with :func:`~pipemare_lite.book.exercises.loader.load_from_notebook`,
    runs each answer on its cases (:mod:`~pipemare_lite.book.exercises.evaluate`) and writes
    one JSON line per event to file descriptor FD: ``load``, ``warnings``, ``start``,
    ``result`` (values as :mod:`~pipemare_lite.book.exercises.plain` JSON, never pickles).
 
 The worker never decides whether an answer is right; the grader trusts it only for what
-the student's code returned. It is a process boundary, not a sandbox: the student's code
-can still read and write files as the user running the grader (run untrusted submissions
-in a container or a throwaway account). For instructors:
-docs/instructors.md. Torch-free (the student's code may import torch).
+the student's code returned, and decodes that with a fixed list of plain types. For
+instructors: docs/instructors.md. Torch-free (the student's code may import torch).
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ from pathlib import Path
 #: Submodules of pipemare_lite.book.exercises the worker itself needs; all others are blocked.
 ALLOWED = frozenset(
     {"check", "evaluate", "exercise", "harness", "hashing", "loader", "originality", "plain",
-     "worker"}
+     "sandbox", "worker"}
 )
 PACKAGE = "pipemare_lite.book.exercises"
 
@@ -60,13 +70,34 @@ def _no_check(*_args, **_kwargs) -> bool:
     return True
 
 
-def _limit(memory_bytes: int, cpu_seconds: int) -> None:
-    for limit, value in (
+#: Most processes (threads count) the student's code may have, beyond the worker's own.
+PROCESSES = 64
+#: Most open files.
+OPEN_FILES = 256
+
+
+def _processes_of_this_uid() -> int:
+    uid, count = os.getuid(), 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                count += os.stat(f"/proc/{entry}").st_uid == uid
+            except OSError:
+                pass
+    return count
+
+
+def _limit(memory_bytes: int, cpu_seconds: int, sandboxed: bool = False) -> None:
+    limits = [
         (resource.RLIMIT_AS, memory_bytes),
         (resource.RLIMIT_CPU, cpu_seconds),
         (resource.RLIMIT_FSIZE, 256 * 2**20),  # no file written larger than 256 MiB
         (resource.RLIMIT_CORE, 0),
-    ):
+        (resource.RLIMIT_NOFILE, OPEN_FILES),
+    ]
+    if sandboxed:  # counted per real uid: 65534 here, or the grader's own (a user namespace)
+        limits.append((resource.RLIMIT_NPROC, _processes_of_this_uid() + PROCESSES))
+    for limit, value in limits:
         if value:
             _soft, hard = resource.getrlimit(limit)
             capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
@@ -80,6 +111,105 @@ def _hide_definitions() -> None:
     sys.meta_path.insert(0, _BlockExerciseDefinitions())
     package = sys.modules[PACKAGE]
     package.check = _no_check  # the chapters' `from pipemare_lite.book.exercises import check`
+
+
+def _write_notebooks(notebooks: list[dict]) -> None:
+    """The notebooks the grader sent, as files in the working directory."""
+    for notebook in notebooks:
+        name = Path(notebook["path"]).name
+        Path(name).write_bytes(notebook.pop("data"))
+        notebook["path"] = name
+
+
+def _drop_privileges() -> None:
+    """In a jail started by root: everything writable to 65534, then become 65534 for good."""
+    if os.geteuid() != 0:
+        return  # a user namespace already made us 65534
+    from pipemare_lite.book.exercises.sandbox import SANDBOX_UID, TMP_DIR, WORK_DIR
+
+    for place in (WORK_DIR, TMP_DIR, *os.listdir(WORK_DIR)):
+        os.chown(place, SANDBOX_UID, SANDBOX_UID)
+    os.setgroups([])
+    os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+    os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+    if os.getuid() != SANDBOX_UID or os.geteuid() != SANDBOX_UID:
+        raise SystemExit("the grading worker could not drop its privileges")
+
+
+class _Switch:
+    """Engine functions (or classes) that answer exercises, switched off and on again.
+
+    Off, a function's code object is replaced by one that raises
+    :class:`~pipemare_lite.book.exercises.originality.EngineAnswerSwitchedOff`, so every
+    alias, import and caller inside the engine reaches the raising one; a class's
+    ``__init__`` and ``__new__`` raise. A name that cannot be resolved is left alone (the
+    watcher of rule 3 still sees it). (The original code stays in this process, as the
+    engine's source stays on disk: a student who digs it out has copied the engine.)
+    """
+
+    def __init__(self):
+        self.saved: dict[str, tuple] = {}
+
+    def off(self, names: set[str]) -> None:
+        """Exactly ``names`` off; every other name switched off before is on again."""
+        for name in [n for n in self.saved if n not in names]:
+            self._restore(name)
+        for name in sorted(names - set(self.saved)):
+            self._disable(name)
+
+    def _disable(self, name: str) -> None:
+        from pipemare_lite.book.exercises.originality import resolve
+
+        try:
+            target = resolve(name)
+        except Exception:  # noqa: BLE001
+            return
+        if isinstance(target, type):
+            own = target.__dict__
+            self.saved[name] = (target, own.get("__init__"), own.get("__new__"))
+            raiser = _raiser(name, 0)
+            target.__init__ = raiser
+            target.__new__ = staticmethod(raiser)
+            return
+        function = getattr(target, "__func__", target)
+        function = getattr(function, "__wrapped__", function)
+        code = getattr(function, "__code__", None)
+        if code is None:
+            return
+        self.saved[name] = (function, code)
+        function.__code__ = _raiser(name, len(code.co_freevars)).__code__
+
+    def _restore(self, name: str) -> None:
+        saved = self.saved.pop(name)
+        if isinstance(saved[0], type):
+            target, init, new = saved
+            for attribute, value in (("__init__", init), ("__new__", new)):
+                if value is None:
+                    delattr(target, attribute)
+                else:
+                    setattr(target, attribute, value)
+        else:
+            function, code = saved
+            function.__code__ = code
+
+
+def _raiser(name: str, free_variables: int):
+    """A function that raises EngineAnswerSwitchedOff(name), with as many free variables as
+    the code it replaces (a closure's code needs the same number)."""
+    names = [f"_v{i}" for i in range(free_variables)] or ["_unused"]
+    source = (
+        "def outer():\n"
+        + "".join(f"    {n} = None\n" for n in names)
+        + "    def inner(*_a, **_k):\n"
+        + (f"        ({', '.join(names)},)\n" if free_variables else "")
+        # an import, not a global: the code runs with the engine module's globals
+        + "        from pipemare_lite.book.exercises.originality import EngineAnswerSwitchedOff\n"
+        + f"        raise EngineAnswerSwitchedOff({name!r})\n"
+        + "    return inner\n"
+    )
+    namespace: dict = {}
+    exec(source, namespace)  # the grader's own text: a name from its registry
+    return namespace["outer"]()
 
 
 def _send(stream, event: dict) -> None:
@@ -111,42 +241,174 @@ def main(argv: list[str]) -> int:
     """Run the job on stdin and report on file descriptor ``argv[0]`` (see the docstring)."""
     job = pickle.loads(sys.stdin.buffer.read())  # from the grader, before any student code
     report = os.fdopen(int(argv[0]), "w", encoding="utf-8")
-    _limit(job["memory_bytes"], job["cpu_seconds"])
+    sandboxed = "--sandboxed" in argv[1:]
+    if sandboxed:  # nothing importable from the working directory, where students write
+        sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd(), ".")]
+    if not sandboxed:
+        os.chdir(job["cwd"])  # a private copy the grader made
+    _write_notebooks(job["notebooks"])
+    if sandboxed:
+        _drop_privileges()
     from pipemare_lite.book.exercises import evaluate
     from pipemare_lite.book.exercises.loader import load_from_notebook
 
-    _hide_definitions()
-    os.chdir(job["cwd"])
-    for notebook in job["notebooks"]:
-        _send(report, {"event": "load", "notebook": notebook["path"]})
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                names = [task["name"] for task in notebook["tasks"]]
-                namespace = load_from_notebook(Path(notebook["path"]), names)
-            except Exception as exc:  # an unreadable notebook costs its exercises only
-                namespace = {}
-                caught.append(warnings.WarningMessage(
-                    f"{Path(notebook['path']).name}: {type(exc).__name__}: {exc}",
-                    UserWarning, "", 0))
-        texts = [str(w.message)[:500] for w in caught]
-        if texts:
-            _send(report, {"event": "warnings", "notebook": notebook["path"], "texts": texts})
+    for notebook in job["notebooks"]:  # the watcher of rule 3 needs the code objects first
         for task in notebook["tasks"]:
-            _send(report, {"event": "start", "id": task["id"]})
-            if task["name"] not in namespace:
-                _send(report, {"event": "result", "id": task["id"], "missing": True})
-                continue
-            answer = namespace[task["name"]]
-            if task["kind"] == "constant":
-                evaluation = evaluate.read_constant(answer)
-            else:
-                evaluation = evaluate.run_function(
-                    answer, task["cases"], task["engine_answers"], task.get("harness")
-                )
-            _send(report, {"event": "result", "id": task["id"], **_encoded(evaluation)})
+            task["codes"] = evaluate.forbidden_codes(task["engine_answers"])
+    _preload(job["notebooks"])
+    _limit(job["memory_bytes"], job["cpu_seconds"], sandboxed)
+    _hide_definitions()
+    _not_traceable()
+    report.flush()
+    for notebook in job["notebooks"]:
+        child = os.fork()
+        if child == 0:  # the notebook's own process: its engine answers off, then its code
+            code = 0
+            try:
+                _run_notebook(notebook, report, evaluate, load_from_notebook)
+                report.flush()
+            except BaseException:  # noqa: BLE001 - whatever the student's code did
+                code = 70
+            os._exit(code)
+        _pid, status = os.waitpid(child, 0)
+        if sandboxed:
+            _clean_up_after(job["notebooks"])
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:  # the grader sees the crash (exit code) and starts again after it
+            os._exit(code if code > 0 else 128 - code)
     report.close()
     return 0
+
+
+def _run_notebook(notebook: dict, report, evaluate, load_from_notebook) -> None:
+    """Load one notebook and run its answers (in the notebook's own process).
+
+    While it loads, every engine function answering any exercise of the notebook is off.
+    While exercise k runs, those of exercise k and of every exercise after it stay off; those
+    of exercises already graded are on again (a later answer may use an earlier exercise's
+    engine function honestly: chapter 08's ex08_2 uses ex08_1's ``rescheduling_factor``)."""
+    switch = _Switch()
+    tasks = notebook["tasks"]
+    switch.off(set(notebook.get("forbidden", ())) | {n for t in tasks for n in t["engine_answers"]})
+    _send(report, {"event": "load", "notebook": notebook["path"]})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            names = [task["name"] for task in notebook["tasks"]]
+            namespace = load_from_notebook(Path(notebook["path"]), names)
+        except Exception as exc:  # an unreadable notebook costs its exercises only
+            namespace = {}
+            caught.append(warnings.WarningMessage(
+                f"{Path(notebook['path']).name}: {type(exc).__name__}: {exc}",
+                UserWarning, "", 0))
+    texts = [str(w.message)[:500] for w in caught]
+    if texts:
+        _send(report, {"event": "warnings", "notebook": notebook["path"], "texts": texts})
+    for k, task in enumerate(tasks):
+        switch.off({n for t in tasks[k:] for n in t["engine_answers"]})
+        _send(report, {"event": "start", "id": task["id"]})
+        if task["name"] not in namespace:
+            _send(report, {"event": "result", "id": task["id"], "missing": True})
+            continue
+        answer = namespace[task["name"]]
+        if task["kind"] == "constant":
+            evaluation = evaluate.read_constant(answer)
+        else:
+            evaluation = evaluate.run_function(
+                answer, task["cases"], task["engine_answers"], task.get("harness"),
+                codes=task["codes"],
+            )
+        _send(report, {"event": "result", "id": task["id"], **_encoded(evaluation)})
+
+
+#: Packages the worker may import for the notebooks before any student code runs (each
+#: notebook's process is forked from the worker and inherits them: an import is slow).
+PRELOAD = frozenset({"numpy", "torch", "pipemare_lite", "math", "fractions", "itertools",
+                     "functools", "collections", "random", "dataclasses", "typing", "heapq"})
+
+
+def _preload(notebooks: list[dict]) -> None:
+    """Import, once and before any student code, what the notebooks' processes will need:
+    the modules of the engine functions switched off (resolved for the watcher already),
+    torch when an exercise needs it, and the modules of :data:`PRELOAD` that the notebooks'
+    ``import`` statements name (read with :mod:`ast`; nothing else is imported)."""
+    import ast
+    import importlib
+
+    wanted: set[str] = set()
+    if any(task.get("needs_torch") for nb in notebooks for task in nb["tasks"]):
+        wanted.add("torch")
+    for notebook in notebooks:
+        try:
+            cells = json.loads(Path(notebook["path"]).read_bytes()).get("cells", [])
+        except Exception:  # noqa: BLE001 - the loader will say what is wrong
+            continue
+        for cell in cells if isinstance(cells, list) else []:
+            if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+                continue
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else str(source)
+            try:
+                lines = source.splitlines()
+                tree = ast.parse("\n".join(
+                    line for line in lines if not line.lstrip().startswith(("%", "!"))))
+            except (SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    wanted |= {alias.name for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    wanted.add(node.module)
+    for name in sorted(wanted):
+        if name.split(".")[0] in PRELOAD and not name.startswith(PACKAGE):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the notebook's own import will say why
+                pass
+
+
+def _not_traceable() -> None:
+    """No process of the student's (same uid) may ptrace this one or read its memory."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except Exception:  # noqa: BLE001 - not Linux: no jail either
+        pass
+
+
+def _clean_up_after(notebooks: list[dict]) -> None:
+    """In the jail, after a notebook's process ended: kill every other process it left
+    (``kill(-1)`` reaches all of uid 65534 in this pid namespace but this one), and empty
+    the temporary and working directories but for the notebooks: the next notebook starts
+    from nothing the last one left."""
+    import shutil
+    import signal
+
+    from pipemare_lite.book.exercises.sandbox import TMP_DIR, WORK_DIR
+
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                break
+        except ChildProcessError:
+            break
+    keep = {Path(nb["path"]).name for nb in notebooks}
+    for place in (Path(TMP_DIR), Path(WORK_DIR)):
+        for entry in place.iterdir():
+            if place == Path(WORK_DIR) and entry.name in keep:
+                continue
+            try:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink()
+            except OSError:
+                pass
 
 
 if __name__ == "__main__":

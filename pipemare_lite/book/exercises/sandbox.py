@@ -1,0 +1,185 @@
+"""One jail per submission: the command line that starts a grading worker inside bubblewrap.
+
+:mod:`~pipemare_lite.book.exercises.grading` starts one worker per submission (and again
+after an answer that timed out or crashed it). Outside a sandbox a worker is a process
+boundary only: the student's code runs as the grader's user and can write into the package,
+the virtual environment, the reports or a classmate's folder. Inside, it sees::
+
+    /usr, /bin, /lib*          read-only (the system's programs and libraries)
+    <python>, <venv>           read-only, at their own paths (the interpreter and its packages)
+    /opt/pipemare/pipemare_lite  read-only: the package without the exercise definitions
+                               (registry, references, chNN.py ... are empty files here)
+    /sandbox                   the only writable place: one tmpfs of ``disk_mb`` MiB holding
+                               /sandbox/work (the working directory, where the worker writes
+                               the student's notebooks, sent to it through its stdin) and
+                               /sandbox/tmp (``$TMPDIR``; /tmp points there)
+    /proc, /dev                its own (a new pid namespace; null, zero, random ...)
+
+and nothing else: not the repository (so not ``chapters/``, which holds the solutions), not
+the grader's home, not the other students, not the reports. No network (a new network
+namespace), a new pid, IPC and UTS namespace, a minimal environment, ``/`` read-only. The
+worker starts as root *inside* the jail (with only CAP_SETUID, CAP_SETGID and CAP_CHOWN), writes the
+notebooks, then drops to uid/gid 65534 (``nobody``) for good before any student code runs,
+and caps its memory, CPU time, file size and processes
+(:mod:`~pipemare_lite.book.exercises.worker`).
+When the grader is not root, bubblewrap maps the grader's uid to 65534 in a new user
+namespace instead (same mounts; the process cap then counts the grader's own processes).
+
+The whole process tree dies with the worker: bubblewrap's init is pid 1 of the namespace,
+and when the worker exits (or the grader kills bubblewrap, ``--die-with-parent``), the
+kernel kills everything left in it, a double-forked daemon included.
+
+Bubblewrap is Debian's ``bubblewrap`` package (``apt-get install bubblewrap``; ``.ci/run``
+installs it). Without it :func:`sandbox_available` says why, and grading refuses untrusted
+work unless the instructor passes ``--no-sandbox`` (docs/instructors.md). Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pipemare_lite
+
+#: Where the package is mounted inside the jail (``PYTHONPATH``).
+PACKAGE_ROOT = "/opt/pipemare"
+#: The worker's working directory and temporary directory inside the jail.
+WORK_DIR, TMP_DIR = "/sandbox/work", "/sandbox/tmp"
+#: Default size of the jail's only writable file system, in MiB (the total disk cap).
+DISK_MB = 256
+#: The uid and gid student code runs as (``nobody``).
+SANDBOX_UID = 65534
+
+#: Files of ``pipemare_lite/book/exercises`` that hold exercise definitions, cases or
+#: answers: empty inside the jail (the worker cannot import them either).
+HIDDEN_FILES = (
+    "registry.py", "references.py", "grading.py", "hidden.py", "assign.py", "handout.py",
+    "formats.py", "student_adapter.py", "compare.py",
+) + tuple(f"ch{n:02d}.py" for n in range(100))
+
+
+class SandboxUnavailable(RuntimeError):
+    """Bubblewrap is missing or cannot start a jail here; the message says why."""
+
+
+def bwrap_executable() -> str | None:
+    """The ``bwrap`` command, or None."""
+    return shutil.which("bwrap")
+
+
+@lru_cache(maxsize=1)
+def _probe() -> str | None:
+    """None when a trivial jail starts, else why not (cached per process)."""
+    bwrap = bwrap_executable()
+    if bwrap is None:
+        return (
+            "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap` (Debian/Ubuntu; "
+            ".ci/run does it) or your distribution's bubblewrap package"
+        )
+    command = _bwrap_prefix(bwrap, disk_mb=1) + [sys.executable, "-c", "pass"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap could not start a jail: {exc}"
+    if done.returncode != 0:
+        return f"bubblewrap could not start a jail: {done.stderr.strip()[-400:] or done.returncode}"
+    return None
+
+
+def sandbox_available() -> tuple[bool, str]:
+    """``(True, "")`` when a jail starts on this machine, else ``(False, why)``."""
+    why = _probe()
+    return why is None, why or ""
+
+
+def _system_mounts() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(name):
+            args += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            args += ["--ro-bind", name, name]
+    for name in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf"):
+        if os.path.exists(name):
+            args += ["--ro-bind", name, name]
+    return args
+
+
+def _python_mounts() -> list[str]:
+    """The interpreter's installation and the virtual environment, read-only."""
+    places = {os.path.realpath(sys.base_prefix), sys.prefix, os.path.realpath(sys.prefix)}
+    places.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    args: list[str] = []
+    for place in sorted(p for p in places if not p.startswith("/usr")):
+        args += ["--ro-bind", place, place]
+    return args
+
+
+def _package_mounts() -> list[str]:
+    source = Path(pipemare_lite.__file__).resolve().parent
+    args = ["--ro-bind", str(source), f"{PACKAGE_ROOT}/pipemare_lite"]
+    exercises = source / "book" / "exercises"
+    inside = f"{PACKAGE_ROOT}/pipemare_lite/book/exercises"
+    for name in HIDDEN_FILES:
+        if (exercises / name).exists():
+            args += ["--ro-bind", "/dev/null", f"{inside}/{name}"]
+    if (exercises / "__pycache__").is_dir():  # compiled copies of the definitions
+        args += ["--tmpfs", f"{inside}/__pycache__"]
+    return args
+
+
+def _parent_dirs(mounts: list[str]) -> list[str]:
+    """``--perms 0755 --dir`` for every folder above a mount point (bubblewrap would make
+    them 0700, which uid 65534 cannot enter)."""
+    destinations = [mounts[i + 2] for i, a in enumerate(mounts) if a == "--ro-bind"]
+    parents = sorted({str(p) for d in destinations for p in Path(d).parents if str(p) != "/"},
+                     key=lambda p: p.count("/"))
+    args: list[str] = []
+    for parent in parents:
+        if not any(parent == d or parent.startswith(d + "/") for d in destinations):
+            args += ["--perms", "0755", "--dir", parent]
+    return args
+
+
+def _bwrap_prefix(bwrap: str, disk_mb: int) -> list[str]:
+    as_root = os.geteuid() == 0
+    args = [bwrap, "--die-with-parent", "--new-session",
+            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try"]
+    if as_root:  # the worker drops to 65534 itself, after writing the notebooks
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]
+    else:
+        args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    mounts = _system_mounts() + _python_mounts() + _package_mounts()
+    args += _parent_dirs(mounts) + mounts
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(disk_mb * 2**20), "--perms", "0755", "--tmpfs", "/sandbox",
+             "--dir", WORK_DIR, "--dir", TMP_DIR, "--symlink", TMP_DIR, "/tmp",
+             "--size", str(16 * 2**20), "--tmpfs", "/dev/shm",
+             "--remount-ro", "/", "--chdir", WORK_DIR, "--clearenv"]
+    environment = {
+        "PATH": "/usr/bin:/bin", "HOME": WORK_DIR, "TMPDIR": TMP_DIR, "LANG": "C.UTF-8",
+        "PYTHONPATH": PACKAGE_ROOT, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
+        "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1",
+    }
+    for key, value in environment.items():
+        args += ["--setenv", key, value]
+    return args
+
+
+def worker_command(fd: int, disk_mb: int = DISK_MB) -> list[str]:
+    """The command that runs the grading worker in a jail, reporting on ``fd``.
+
+    Raises:
+        SandboxUnavailable: bubblewrap is missing or cannot start a jail here.
+    """
+    why = _probe()
+    if why is not None:
+        raise SandboxUnavailable(why)
+    prefix = _bwrap_prefix(bwrap_executable(), disk_mb)
+    return prefix + [sys.executable, "-s", "-m", "pipemare_lite.book.exercises.worker",
+                     str(fd), "--sandboxed"]

@@ -1,0 +1,508 @@
+"""Issue 31: grading that holds against a hostile class.
+
+Each test is one attack of the issue, as an adversarial student would hand it in, graded
+next to an honest classmate. Each docstring says what the attack did to the grader before
+issue 31 (commit 74f6b13). Where it says "re-run", these tests' notebooks were graded by
+that commit's ``grade_class``/``grade_submission``/``write_reports`` (a copy of its package on
+PYTHONPATH) and the result is quoted; the others quote the reproduction in issue 31 (the
+``.pth`` one would have written into the shared venv). Each test asserts what the attack
+does now: the attacker scores 0 (or the damage stays with the attacker), the honest
+student's score is unchanged, and nothing is left behind (no process, no file outside the
+reports).
+
+The jail is bubblewrap (:mod:`pipemare_lite.book.exercises.sandbox`); without it these tests
+skip loudly (``tests/sandbox_required.py``).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+import pipemare_lite
+from pipemare_lite.book.exercises import get_exercise, run_checks
+from pipemare_lite.book.exercises.grading import (
+    class_submissions,
+    grade_class,
+    grade_submission,
+    write_reports,
+)
+from pipemare_lite.book.exercises.hidden import graded_cases, instructor_secret
+from pipemare_lite.book.exercises.plain import ForeignValue, from_plain
+from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
+
+pytestmark = requires_sandbox
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = Path(pipemare_lite.__file__).resolve().parent
+SITE_PACKAGES = next(Path(p) for p in sys.path if p.endswith("site-packages"))
+
+HONEST_01 = (
+    "def naive_utilization(P):\n    return 1 / P\n",
+    "def naive_order(P):\n    return [[f'{s}F0', f'{s}B0'] for s in range(P)]\n",
+)
+HONEST_02_2 = (
+    "def idle_fraction(P, M):\n    return (P - 1) / (M + P - 1)\n"
+)
+
+
+def _notebook(path: Path, *cells: str) -> Path:
+    notebook = new_notebook()
+    notebook.cells = [new_code_cell(textwrap.dedent(c)) for c in cells]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, path)
+    return path
+
+
+def _honest(folder: Path) -> Path:
+    _notebook(folder / "01_naive.ipynb", *HONEST_01)
+    return folder
+
+
+def _points(reports, student: str) -> int:
+    return next(r.points for r in reports if r.student == student)
+
+
+def _processes_with(token: str) -> list[int]:
+    """Pids whose command line or environment mentions ``token`` (a leftover of a test)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if token.encode() in text:
+            found.append(int(entry))
+    return found
+
+
+def test_a_dataclass_naming_a_module_it_wrote_into_the_package_runs_nothing(tmp_path):
+    """Before: the answer wrote ``pipemare_lite/evil_31.py`` into the (writable) package and
+    returned a dataclass whose ``__module__`` named it; the grader ``import_module``-d it to
+    rebuild the value, so its code ran in the grader (an honest student graded later scored
+    0/4). Now the package is read-only in the jail and decoding never imports."""
+    marker = tmp_path / "ran_in_grader"
+    class_dir = tmp_path / "class"
+    _notebook(
+        class_dir / "a_mallory" / "01_naive.ipynb",
+        f"""
+        import dataclasses, pathlib, sys, types, pipemare_lite
+        def naive_utilization(P):
+            target = pathlib.Path(pipemare_lite.__file__).parent / "evil_31.py"
+            try:
+                target.write_text("import pathlib; pathlib.Path({str(marker)!r}).write_text('x')")
+            except OSError:
+                pass
+            sys.modules.setdefault("pipemare_lite.evil_31", types.ModuleType("evil"))
+            class Fake:
+                __module__ = "pipemare_lite.evil_31"
+                x: int = 1
+            return dataclasses.dataclass(Fake)()
+        """,
+    )
+    _honest(class_dir / "b_honest")
+    try:
+        reports = grade_class(class_dir, ["ex01_1", "ex01_2"])
+        assert not (PACKAGE / "evil_31.py").exists()
+        assert not marker.exists()
+        assert _points(reports, "a_mallory") == 0 and _points(reports, "b_honest") == 2
+        assert "Fake" in reports[0].grades[0].message
+    finally:
+        (PACKAGE / "evil_31.py").unlink(missing_ok=True)
+
+
+def test_a_bad_module_name_costs_the_attacker_only(tmp_path):
+    """Before: a dataclass whose ``__module__`` named a module that does not exist made
+    ``from_plain`` raise ModuleNotFoundError in the grader: the whole class run died, no
+    report was written (re-run: ``ModuleNotFoundError: No module named 'pipemare_lite.no'``
+    out of ``grade_class``). Now the attacker's exercise fails and the class is graded."""
+    class_dir = tmp_path / "class"
+    _notebook(
+        class_dir / "a_mallory" / "01_naive.ipynb",
+        """
+        import dataclasses, sys, types
+        def naive_utilization(P):
+            sys.modules.setdefault("pipemare_lite.no.such.module", types.ModuleType("x"))
+            class Fake:
+                __module__ = "pipemare_lite.no.such.module"
+                x: int = 1
+            return dataclasses.dataclass(Fake)()
+        """,
+    )
+    _honest(class_dir / "b_honest")
+    reports = grade_class(class_dir, ["ex01_1", "ex01_2"])
+    written = write_reports(reports, tmp_path / "reports")
+    assert _points(reports, "a_mallory") == 0 and _points(reports, "b_honest") == 2
+    assert written["grades.csv"].exists()
+    # and the decoder itself refuses to import anything it is sent
+    assert isinstance(from_plain({"__foreign__": "Fake", "text": "x"}), ForeignValue)
+    with pytest.raises(ValueError):
+        from_plain({"__dataclass__": "pipemare_lite.evil:Fake", "fields": {}})
+
+
+def test_a_pth_file_cannot_be_planted_in_the_virtual_environment(tmp_path):
+    """Before: the answer wrote ``zz_evil.pth`` into the venv's site-packages; it ran in every
+    later Python start (the grader's next worker, the instructor's shell). Now the venv is
+    read-only in the jail."""
+    planted = SITE_PACKAGES / "zz_evil_31.pth"
+    folder = _notebook(
+        tmp_path / "mallory" / "01_naive.ipynb",
+        f"""
+        import pathlib
+        def naive_utilization(P):
+            try:
+                pathlib.Path({str(planted)!r}).write_text("import os")
+                return "written"
+            except OSError as exc:
+                return type(exc).__name__
+        """,
+    ).parent
+    try:
+        (grade,) = grade_submission(folder, ["ex01_1"]).grades
+        assert not planted.exists()
+        assert grade.points == 0 and "OSError" in grade.message, grade.message
+    finally:
+        planted.unlink(missing_ok=True)
+
+
+def test_a_submissions_conftest_never_loads_under_make_grade(tmp_path):
+    """Before: ``make grade STUDENT=submissions/mallory`` (the folder inside the repository,
+    as the docs suggested) ran ``pytest tests/grading --student submissions/mallory``;
+    pytest did not know ``--student`` yet, took the folder for a test path and imported its
+    ``conftest.py``, which replaced the judge: 30/30 with stub notebooks. Now ``make grade``
+    loads the option early (``-p pipemare_lite.book.exercises.pytest_grading``) and the
+    suite refuses to grade if a conftest of the submission got loaded anyway."""
+    folder = ROOT / "submissions" / f".attack-31-{os.getpid()}"
+    marker = tmp_path / "conftest_ran"
+    try:
+        _notebook(folder / "01_naive.ipynb",
+                  "def naive_utilization(P):\n    raise NotImplementedError\n")
+        (folder / "conftest.py").write_text(
+            f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+            "import pytest\n@pytest.hookimpl(tryfirst=True)\n"
+            "def pytest_runtest_call(item):\n    item.runtest = lambda: None\n"
+        )
+        make_grade = [  # the Makefile's command
+            sys.executable, "-m", "pytest", "-c", "pyproject.toml", "--rootdir", ".",
+            "-p", "pipemare_lite.book.exercises.pytest_grading", "tests/grading",
+            "-p", "no:cacheprovider", f"--student={folder}", "-m", "ex01_1", "-q",
+        ]
+        done = subprocess.run(make_grade, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert not marker.exists(), done.stdout
+        assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout[-2000:]
+        # the old command line (two tokens, no early plugin) loads the conftest: the suite
+        # then refuses to grade instead of trusting the result
+        old = [sys.executable, "-m", "pytest", "tests/grading", "-p", "no:cacheprovider",
+               "--student", str(folder.relative_to(ROOT)), "-m", "ex01_1", "-q"]
+        done = subprocess.run(old, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode != 0 and "passed" not in done.stdout.splitlines()[-1]
+    finally:
+        for path in sorted(folder.glob("**/*"), reverse=True):
+            path.unlink() if path.is_file() else path.rmdir()
+        folder.rmdir() if folder.exists() else None
+        parent = ROOT / "submissions"
+        if parent.exists() and not any(parent.iterdir()):
+            parent.rmdir()
+
+
+def test_notebooks_that_are_symlinks_are_refused(tmp_path):
+    """Before: ``02_gpipe.ipynb`` a symbolic link to the instructor's
+    ``chapters/02_gpipe_and_the_bubble.ipynb`` (or to a classmate's notebook) scored full
+    marks; one to ``/proc/self/environ`` scored 0 but the report's warnings echoed the
+    grader's environment, secrets included (re-run: the link to chapter 02 scored 4/4). Now
+    links are refused before anything is read."""
+    os.environ["PIPEMARE_TEST_TOKEN_31"] = "s3cr3t-31"
+    class_dir = tmp_path / "class"
+    mallory = class_dir / "mallory"
+    mallory.mkdir(parents=True)
+    chapter = next((ROOT / "chapters").glob("02_*.ipynb"))
+    (mallory / "02_gpipe.ipynb").symlink_to(chapter)
+    (mallory / "01_naive.ipynb").symlink_to("/proc/self/environ")
+    honest = _honest(class_dir / "honest")
+    (mallory / "03_1f1b.ipynb").symlink_to(honest / "01_naive.ipynb")
+    reports = grade_class(class_dir, ["ex01_1", "ex02_1", "ex02_2", "ex03_1"])
+    written = write_reports(reports, tmp_path / "reports")
+    report = next(r for r in reports if r.student == "mallory")
+    assert report.points == 0
+    assert sum("symbolic link" in w for w in report.warnings) == 3, report.warnings
+    for path in written.values():
+        assert "s3cr3t-31" not in path.read_text()
+    del os.environ["PIPEMARE_TEST_TOKEN_31"]
+
+
+def test_a_student_folder_that_links_to_another_is_refused(tmp_path):
+    """Before: ``class/mallory`` a symbolic link to ``class/alice`` was graded as Mallory's
+    work, under Alice's name (re-run: ``[('alice', 1), ('eve', 0), ('alice', 1)]``: two rows
+    for Alice). Now such a folder is refused (0, with why)."""
+    class_dir = tmp_path / "class"
+    _honest(class_dir / "alice")
+    (class_dir / "mallory").symlink_to(class_dir / "alice")
+    reports = grade_class(class_dir, ["ex01_1", "ex01_2"])
+    assert _points(reports, "alice") == 2 and _points(reports, "mallory") == 0
+    mallory = next(r for r in reports if r.student == "mallory")
+    assert any("symbolic link" in w for w in mallory.warnings)
+
+
+def test_a_saboteur_cannot_touch_a_classmates_notebook(tmp_path):
+    """Before: the answer, running with the submission folder as working directory, wrote
+    over ``../zed/01_naive.ipynb`` (graded later): Zed's work was destroyed, 0 points
+    (re-run: ``[('a_sab', 0), ('zed', 0)]``). Now the jail holds only the saboteur's own
+    copies."""
+    class_dir = tmp_path / "class"
+    zed = _honest(class_dir / "zed")
+    before = (zed / "01_naive.ipynb").read_bytes()
+    _notebook(
+        class_dir / "a_saboteur" / "01_naive.ipynb",
+        f"""
+        import pathlib
+        def naive_utilization(P):
+            hit = 0
+            for target in (pathlib.Path("../zed/01_naive.ipynb"),
+                           pathlib.Path({str(zed / "01_naive.ipynb")!r})):
+                try:
+                    target.write_text("{{}}")
+                    hit += 1
+                except OSError:
+                    pass
+            return hit
+        """,
+    )
+    reports = grade_class(class_dir, ["ex01_1", "ex01_2"])
+    assert (zed / "01_naive.ipynb").read_bytes() == before
+    assert _points(reports, "zed") == 2 and _points(reports, "a_saboteur") == 0
+    assert "returned 0" in reports[0].grades[0].message
+
+
+def test_a_daemon_dies_with_its_worker_and_grades_csv_is_final(tmp_path):
+    """Before: a double-forked daemon, started by an answer, slept and rewrote
+    ``reports/grades.csv`` 92 s after grading ended, giving itself full marks. Now the
+    process tree dies with the worker (bubblewrap's pid namespace) and the reports are out
+    of its reach; the CSV is written (atomically) after every worker has ended."""
+    token = f"daemon-31-{os.getpid()}"
+    out = tmp_path / "reports"
+    class_dir = tmp_path / "class"
+    _notebook(
+        class_dir / "mallory" / "01_naive.ipynb",
+        f"""
+        import os, subprocess, sys
+        def naive_utilization(P):
+            if P == 4:
+                code = ("import time, pathlib; time.sleep(4); "
+                        "pathlib.Path({str(out / 'grades.csv')!r}).write_text('mallory,9,9,99,2')")
+                subprocess.Popen([sys.executable, "-c", code, {token!r}], start_new_session=True,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return 1 / P
+        """,
+    )
+    _honest(class_dir / "zed")
+    reports = grade_class(class_dir, ["ex01_1", "ex01_2"])
+    write_reports(reports, out)
+    text = (out / "grades.csv").read_text()
+    assert _processes_with(token) == []
+    time.sleep(6)
+    assert (out / "grades.csv").read_text() == text
+    rows = {r["student"]: r for r in csv.DictReader(text.splitlines())}
+    assert rows["mallory"]["total"] == "1" and rows["zed"]["total"] == "2"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "grades.csv", "grades_detail.csv", "mallory.md", "zed.md"]
+
+
+def _lookup_table_answer(exercise_id: str) -> str:
+    """An answer that knows check()'s cases: a literal table computed with the engine (what
+    a student can do at home with the installed package), 0 elsewhere."""
+    exercise = get_exercise(exercise_id)
+    table = {tuple(c.values()): exercise.reference(*c.values()) for c in exercise.cases()}
+    arguments = ", ".join(exercise.cases()[0])
+    return (f"TABLE = {table!r}\n\ndef {exercise.function_name}({arguments}):\n"
+            f"    return TABLE.get(({arguments},), 0)\n")
+
+
+def test_a_lookup_table_of_checks_cases_fails_the_graders_cases(tmp_path):
+    """Before: the graded cases were ``check()``'s, so a table of the engine's answers to
+    them (computed with the installed package) scored 32/34 points (re-run on ex02_2: 1/1).
+    Now the grader redraws
+    the random cases from the instructor's secret: the table passes ``check()`` and fails
+    grading."""
+    ids = ["ex02_2", "ex03_2", "ex04_1"]
+    folder = tmp_path / "mallory"
+    for exercise_id in ids:
+        chapter = get_exercise(exercise_id).chapter
+        _notebook(folder / f"{chapter:02d}_table.ipynb", _lookup_table_answer(exercise_id))
+    namespace: dict = {}
+    exec(_lookup_table_answer("ex02_2"), namespace)
+    assert run_checks("ex02_2", namespace["idle_fraction"]).passed  # check() is fooled
+    exercise = get_exercise("ex02_2")
+    assert graded_cases(exercise, instructor_secret()) != exercise.cases()
+    report = grade_submission(folder, ids)
+    assert report.points == 0, [g.message for g in report.grades]
+    # an honest answer scores the same on the grader's cases as on check()'s
+    honest = _notebook(tmp_path / "honest" / "02_gpipe.ipynb", HONEST_02_2).parent
+    assert grade_submission(honest, ["ex02_2"]).points == 1
+
+
+def test_the_solutions_and_definitions_are_not_in_the_jail(tmp_path):
+    """Before: the answer found the editable install's ``chapters/`` next to the package,
+    ran the solution cells and scored 8/8; it could also read ``references.py`` and the
+    chapter modules. Now the jail has the package only, with those files empty."""
+    folder = _notebook(
+        tmp_path / "mallory" / "02_gpipe.ipynb",
+        """
+        import pathlib, pipemare_lite
+        def idle_fraction(P, M):
+            package = pathlib.Path(pipemare_lite.__file__).parent
+            found = [str(p) for p in package.parent.glob("chapters/*.ipynb")]
+            for name in ("references.py", "ch02.py", "registry.py", "hidden.py"):
+                try:
+                    text = (package / "book" / "exercises" / name).read_text()
+                except OSError:  # in the jail: an unreadable empty file
+                    text = ""
+                if text:
+                    found.append(name)
+            return found
+        """,
+    ).parent
+    (grade,) = grade_submission(folder, ["ex02_2"]).grades
+    assert "returned [] (list)" in grade.message, grade.message
+
+
+@pytest.mark.parametrize("trick", ["setprofile", "thread", "precompute"])
+def test_engine_wrappers_are_rejected_however_they_call(tmp_path, trick):
+    """Before: the rule against answers that only call the engine was a profiling hook:
+    ``sys.setprofile(None)`` in the answer switched it off, an engine call in a thread was
+    not seen, and a table precomputed while the notebook loaded (a default argument) never
+    ran under the hook: each scored full marks (re-run: 1/1 for each of the three). Now the
+    engine's answering functions raise
+    inside the jail from before the notebook loads."""
+    answers = {
+        "setprofile": """
+            import sys
+            from pipemare_lite.analysis import formulas
+            def idle_fraction(P, M):
+                sys.setprofile(None)
+                return getattr(formulas, "idle_" + "fraction_gpipe")(P, M)
+            """,
+        "thread": """
+            import threading
+            from pipemare_lite.analysis import formulas
+            def idle_fraction(P, M):
+                out = []
+                work = lambda: out.append(getattr(formulas, "idle_" + "fraction_gpipe")(P, M))
+                thread = threading.Thread(target=work)
+                thread.start(); thread.join()
+                return out[0] if out else None
+            """,
+        "precompute": """
+            from pipemare_lite.analysis import formulas
+            def _table():
+                f = getattr(formulas, "idle_" + "fraction_gpipe")
+                return {(P, M): f(P, M) for P in range(1, 20) for M in range(1, 40)}
+            def idle_fraction(P, M, _t=_table()):
+                return _t[(P, M)]
+            """,
+    }
+    folder = _notebook(tmp_path / "mallory" / "02_gpipe.ipynb", answers[trick]).parent
+    (grade,) = grade_submission(folder, ["ex02_2"]).grades
+    assert grade.points == 0, grade.message
+
+
+def test_report_names_never_collide_and_csv_cells_are_not_formulas(tmp_path):
+    """Before: students ``a b`` and ``a_b`` both got ``a_b.md`` (one report lost), and a
+    folder named ``=2+3`` went into grades.csv raw, which a spreadsheet runs as a formula
+    (re-run: reports ``['_2_3.md', 'a_b.md']`` for three students, first CSV cell ``=2+3``).
+    Now names are unique and such cells start with ``'``."""
+    class_dir = tmp_path / "class"
+    for name in ("a b", "a_b", "=2+3"):
+        _honest(class_dir / name)
+    reports = grade_class(class_dir, ["ex01_1"])
+    written = write_reports(reports, tmp_path / "reports")
+    paths = [written[r.student] for r in reports]
+    assert len(set(paths)) == 3 and all(p.exists() for p in paths)
+    assert {p.read_text().splitlines()[0] for p in paths} == {
+        "# Grade report: a b", "# Grade report: a_b", "# Grade report: =2+3"}
+    rows = list(csv.reader(written["grades.csv"].open()))
+    assert [r[0] for r in rows[1:]] == ["'=2+3", "a b", "a_b"]
+
+
+def test_a_submission_has_one_time_budget(tmp_path):
+    """Before: each endless loop cost its own timeout (about 4.5 min each at the defaults),
+    with no bound per student. Now a submission has a wall-clock budget for all its
+    workers; what is left when it runs out is graded as timed out."""
+    folder = _notebook(
+        tmp_path / "slow" / "01_naive.ipynb",
+        "def naive_utilization(P):\n    while True:\n        pass\n",
+        "def naive_order(P):\n    while True:\n        pass\n",
+        "def naive_start_times(P, F, B):\n    while True:\n        pass\n",
+    ).parent
+    start = time.monotonic()
+    report = grade_submission(folder, ["ex01_1", "ex01_2", "ex01_3"], timeout=4, budget=7)
+    assert time.monotonic() - start < 7 + 15  # the budget, plus starting and killing
+    assert [g.status for g in report.grades] == ["timed out"] * 3
+    assert "grading time" in report.grades[-1].message
+
+
+def test_disk_is_capped_and_nothing_is_written_outside(tmp_path):
+    """Before: an answer wrote 600 MB outside its folder (the grader's /tmp), uncapped. Now
+    the jail's only writable place is one tmpfs of ``disk_mb`` MiB, gone with the jail."""
+    token = f"fill-31-{os.getpid()}"
+    folder = _notebook(
+        tmp_path / "filler" / "01_naive.ipynb",
+        f"""
+        import os, tempfile
+        def naive_utilization(P):
+            written = 0
+            for place in (tempfile.gettempdir(), ".", "/tmp"):
+                try:
+                    with open(os.path.join(place, "{token}-" + str(written)), "wb") as f:
+                        for _ in range(64):
+                            f.write(b"x" * 2**20)
+                            written += 2**20
+                except OSError:
+                    pass
+            return written
+        """,
+    ).parent
+    (grade,) = grade_submission(folder, ["ex01_1"], disk_mb=16).grades
+    returned = float(grade.message.split("returned ")[1].split()[0].rstrip(","))
+    assert returned <= 17 * 2**20, grade.message
+    assert not list(Path("/tmp").glob(f"{token}*")) and not list(folder.glob(f"{token}*"))
+
+
+def test_a_huge_answer_is_reported_as_too_big_not_as_a_timeout(tmp_path):
+    """Before: an answer returning a 40 MB string (or a list of millions of items) filled
+    the pipe past the grader's limit and was reported as "took longer than ... s" (re-run:
+    "timed out ... took longer than 20 s", after 42 s). Now
+    strings are cut, oversized answers are refused by size, and the message says so."""
+    folder = _notebook(
+        tmp_path / "huge" / "01_naive.ipynb",
+        "def naive_utilization(P):\n    return 'x' * (40 * 2**20)\n",
+        "def naive_order(P):\n    return list(range(5_000_000))\n",
+    ).parent
+    report = grade_submission(folder, ["ex01_1", "ex01_2"])
+    for grade in report.grades:
+        assert grade.status != "timed out" and grade.points == 0, grade.message
+    assert "cannot be graded" in report.grades[1].message, report.grades[1].message
+
+
+def test_class_submissions_and_sandbox_refusal(tmp_path, monkeypatch):
+    """Without a jail the grader refuses untrusted work unless told it is trusted."""
+    from pipemare_lite.book.exercises import sandbox
+    from pipemare_lite.cli import main
+
+    _honest(tmp_path / "class" / "alice")
+    assert [p.name for p in class_submissions(tmp_path / "class")] == ["alice"]
+    monkeypatch.setattr(sandbox, "_probe", lambda: "bubblewrap (bwrap) is not installed")
+    with pytest.raises(sandbox.SandboxUnavailable, match="not installed"):
+        grade_class(tmp_path / "class", ["ex01_1"])
+    assert main(["grade", str(tmp_path / "class"), "--out", str(tmp_path / "r")]) == 2
+    assert main(["grade", str(tmp_path / "class"), "--out", str(tmp_path / "r"),
+                 "--exercises", "ex01_1", "--no-sandbox"]) == 0
