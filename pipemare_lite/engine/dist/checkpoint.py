@@ -63,11 +63,11 @@ class PeerProgress:
         self.unconsumed: set = set()  # message keys produced, not yet consumed
         self.targets: set[int] = set()  # microbatches whose target is in flight
 
-    def advance(self, stop_after_updates: int | None) -> None:
-        """Move every rank to where a run with ``stop_after_updates`` leaves it."""
+    def _scan(self, spans) -> tuple[set, set, set, set]:
+        """Messages produced and consumed, microbatches started (stage 0's F) and ended (the
+        last stage's F) by the actions of ``spans``: ``(rank, start, end)`` slices."""
         produced, consumed, started, ended = set(), set(), set(), set()
-        for rank, start in enumerate(self.positions):
-            end = max(start, stop_position(self.schedule, rank, start, stop_after_updates))
+        for rank, start, end in spans:
             for action in self.schedule.ranks[rank][start:end]:
                 sends, needs = _message_keys(self.schedule, action, self.split)
                 produced.update(sends)
@@ -76,23 +76,23 @@ class PeerProgress:
                     started.add(action.index)
                 if action.kind == "F" and action.stage == self.last:
                     ended.add(action.index)
-            self.positions[rank] = end
+        return produced, consumed, started, ended
+
+    def advance(self, stop_after_updates: int | None) -> None:
+        """Move every rank to where a run with ``stop_after_updates`` leaves it."""
+        ends = [max(start, stop_position(self.schedule, rank, start, stop_after_updates))
+                for rank, start in enumerate(self.positions)]
+        produced, consumed, started, ended = self._scan(
+            (rank, start, end) for rank, (start, end) in enumerate(zip(self.positions, ends)))
+        self.positions = ends
         self.unconsumed = (self.unconsumed | produced) - consumed
         self.targets = (self.targets | started) - ended
 
     def restore(self, positions: list[int]) -> set:
         """Set the positions of a checkpoint; return the keys of every message produced
         before them (the ones neither end may post again)."""
-        produced, consumed, started, ended = set(), set(), set(), set()
-        for rank, end in enumerate(positions):
-            for action in self.schedule.ranks[rank][:end]:
-                sends, needs = _message_keys(self.schedule, action, self.split)
-                produced.update(sends)
-                consumed.update(needs)
-                if action.kind == "F" and action.stage == 0:
-                    started.add(action.index)
-                if action.kind == "F" and action.stage == self.last:
-                    ended.add(action.index)
+        produced, consumed, started, ended = self._scan(
+            (rank, 0, end) for rank, end in enumerate(positions))
         self.positions = list(positions)
         self.unconsumed = produced - consumed
         self.targets = started - ended
