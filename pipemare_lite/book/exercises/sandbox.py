@@ -157,12 +157,16 @@ def _bwrap_prefix(bwrap: str, disk_mb: int) -> list[str]:
     mounts = _system_mounts() + _python_mounts() + _package_mounts()
     destinations = [mounts[i + 2] for i, a in enumerate(mounts) if a == "--ro-bind"]
     python_in_tmp = any(d == "/tmp" or d.startswith("/tmp/") for d in destinations)
+    sandbox_mb = disk_mb
     if python_in_tmp:  # a checkout or venv under /tmp: bubblewrap cannot link /tmp over
-        # the folders it binds there, so /tmp is a capped tmpfs of its own around them
-        args += ["--size", str(disk_mb * 2**20), "--perms", "1777", "--tmpfs", "/tmp"]
+        # the folders it binds there, so /tmp is a tmpfs of its own around them, with a
+        # quarter of the disk cap (the two together stay within disk_mb)
+        tmp_mb = max(1, disk_mb // 4)
+        sandbox_mb = max(1, disk_mb - tmp_mb)
+        args += ["--size", str(tmp_mb * 2**20), "--perms", "1777", "--tmpfs", "/tmp"]
     args += _parent_dirs(mounts) + mounts
     args += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(disk_mb * 2**20), "--perms", "0755", "--tmpfs", "/sandbox",
+             "--size", str(sandbox_mb * 2**20), "--perms", "0755", "--tmpfs", "/sandbox",
              "--dir", WORK_DIR, "--dir", TMP_DIR,
              *([] if python_in_tmp else ["--symlink", TMP_DIR, "/tmp"]),
              "--size", str(16 * 2**20), "--tmpfs", "/dev/shm",
