@@ -79,3 +79,23 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def registered():
+    """``register(name, builder, **kwargs)``: register_schedule for this test only; every name
+    it registered is removed from the registry's tables afterwards."""
+    from pipemare_lite.schedules.registry import BUILDERS, REGISTERED_BY, register_schedule
+    from pipemare_lite.schedules.validate import REGISTERED_WEIGHT_MODES
+
+    names = []
+
+    def register(name, builder, **kwargs):
+        names.append(name)
+        register_schedule(name, builder, **kwargs)
+
+    yield register
+    for name in names:
+        BUILDERS.pop(name, None)
+        REGISTERED_WEIGHT_MODES.pop(name, None)
+        REGISTERED_BY.pop(name, None)

@@ -16,9 +16,8 @@ import torch
 from pipemare_lite.cli import main
 from pipemare_lite.schedules import ScheduleError, build_schedule
 from pipemare_lite.schedules.io import from_rows, load_schedule, to_csv
-from pipemare_lite.schedules.registry import BUILDERS, register_schedule, schedule_names
+from pipemare_lite.schedules.registry import register_schedule, schedule_names
 from pipemare_lite.schedules.repeat import repeat_schedule
-from pipemare_lite.schedules.validate import REGISTERED_WEIGHT_MODES
 from pipemare_lite.training.datasets import Dataset
 from pipemare_lite.training.fit import fit
 from pipemare_lite.training.models import mlp
@@ -35,20 +34,6 @@ def data():
     x = torch.randn(96, 12, generator=g)
     y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
     return Dataset("toy", x[:64], y[:64], x[64:], y[64:], 4, (12,), "random, for tests")
-
-
-@pytest.fixture
-def registered():
-    names = []
-
-    def register(name, builder, **kwargs):
-        names.append(name)
-        register_schedule(name, builder, **kwargs)
-
-    yield register
-    for name in names:
-        BUILDERS.pop(name, None)
-        REGISTERED_WEIGHT_MODES.pop(name, None)
 
 
 def model():

@@ -21,24 +21,9 @@ from pipemare_lite.methods import METHODS
 from pipemare_lite.plugins import ENV_VAR, PluginError, load_plugins
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.schedules.lazy import lazy_schedule
-from pipemare_lite.schedules.registry import BUILDERS, REGISTERED_BY, register_schedule
+from pipemare_lite.schedules.registry import BUILDERS, register_schedule
 from pipemare_lite.schedules.validate import REGISTERED_WEIGHT_MODES, ScheduleError
 from tests.timeouts import hard_time_limit
-
-
-@pytest.fixture
-def registered():
-    names = []
-
-    def register(name, builder, **kwargs):
-        names.append(name)
-        register_schedule(name, builder, **kwargs)
-
-    yield register
-    for name in names:
-        BUILDERS.pop(name, None)
-        REGISTERED_WEIGHT_MODES.pop(name, None)
-        REGISTERED_BY.pop(name, None)
 
 
 def rows_1f1b(P, N, *, num_minibatches, chunks, warmup_minibatches):
