@@ -57,7 +57,7 @@ def levels() -> tuple:
     """The recording levels to measure: cheapest and fullest, or None on code without."""
     import inspect
 
-    from pipemare_lite.training.fit import fit
+    from pipemare_lite import fit
 
     return ("losses", "full") if "record" in inspect.signature(fit).parameters else (None,)
 
@@ -214,11 +214,11 @@ def resnet_goal(repeats: int) -> None:
     import torch
     import torch.nn.functional as F
 
+    from pipemare_lite import fit
     from pipemare_lite.experiments import paper_shape
     from pipemare_lite.training.data_feed import epoch_order
     from pipemare_lite.training.datasets import microbatches
     from pipemare_lite.training.evaluation import evaluate
-    from pipemare_lite.training.fit import fit
 
     torch.set_num_threads(1)
     setting = paper_shape.RESNET

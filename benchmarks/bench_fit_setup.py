@@ -15,7 +15,7 @@ import tracemalloc
 
 import torch
 
-from pipemare_lite.training import fit as train
+from pipemare_lite.training import loop as train
 from pipemare_lite.training.datasets import Dataset
 from pipemare_lite.training.models import mlp
 
@@ -33,21 +33,21 @@ def data(steps: int, batch: int) -> Dataset:
 
 def set_up(method: str, P: int, N: int, steps: int) -> None:
     """Run fit() until its set-up is done."""
-    real = train._TrainingRun
+    real = train.TrainingRun
 
     class Stopped(real):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             raise _SetUpDone
 
-    train._TrainingRun = Stopped
+    train.TrainingRun = Stopped
     try:
         train.fit(mlp(8, 16, P, 4), data(steps, N), method=method, num_stages=P,
                   num_microbatches=N, batch_size=N, epochs=1, lr=0.01, progress=False)
     except _SetUpDone:
         pass
     finally:
-        train._TrainingRun = real
+        train.TrainingRun = real
 
 
 def main() -> None:

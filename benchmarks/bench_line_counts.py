@@ -6,7 +6,7 @@ Two counts per package:
 - **code**: lines that hold code, i.e. not blank, not a comment, not part of a docstring.
 
 The goals: the core (``schedules/``, ``analysis/``, ``engine/`` without ``dist/``) at most
-3,000 lines, ``engine/dist/`` at most 1,200. The table prints both counts against them,
+3,000 lines, ``engine/distributed/`` at most 1,200. The table prints both counts against them,
 because the book asks for a docstring on every public function: a reader of the engine
 reads the code lines, and the docstrings beside them.
 
@@ -22,7 +22,7 @@ import tokenize
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipemare_lite"
-GOALS = {"core (schedules + analysis + engine)": 3000, "engine/dist": 1200}
+GOALS = {"core (schedules + analysis + engine)": 3000, "engine/distributed": 1200}
 CORE = ("schedules", "analysis", "engine")
 #: methods/ files that are chapter 12's plug-in methods, not part of the engine.
 CHAPTER_12_METHODS = ("beyond", "delay_compensation", "nesterov", "weight_prediction")
@@ -54,7 +54,7 @@ def count_lines(path: Path) -> tuple[int, int]:
 
 
 def package_files(name: str) -> list[Path]:
-    """The ``.py`` files of one package (``engine`` leaves out ``engine/dist``)."""
+    """The ``.py`` files of one package (``engine`` leaves out ``engine/distributed``)."""
     folder = PACKAGE / name
     files = sorted(folder.rglob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]
     if name == "engine":
@@ -91,7 +91,7 @@ def main() -> None:
     names = sorted(p.name for p in PACKAGE.iterdir()
                    if p.name != "__pycache__" and (p.is_dir() or p.suffix == ".py"))
     names = [n.removesuffix(".py") for n in names]
-    names.insert(names.index("engine") + 1, "engine/dist")
+    names.insert(names.index("engine") + 1, "engine/distributed")
     print(f"{'package':48s} {'physical':>9s} {'code':>7s}   goal")
     for name, (physical, code) in table(names).items():
         goal = GOALS.get(name)
@@ -100,7 +100,7 @@ def main() -> None:
             f"code {'met' if code <= goal else 'not met'}")
         print(f"{name:48s} {physical:9d} {code:7d}   {verdict}")
     if args.files:
-        for name in (*CORE, "engine/dist"):
+        for name in (*CORE, "engine/distributed"):
             for path in package_files(name):
                 physical, code = count_lines(path)
                 print(f"  {path.relative_to(PACKAGE.parent)!s:60s} {physical:6d} {code:6d}")

@@ -11,7 +11,8 @@ are left out of the means.
 
 1. The local executor, in this process.
 2. The distributed executor (gloo, P = 2 processes via
-   :func:`pipemare_lite.engine.dist.launch.launch`): per step the largest CPU time over the ranks.
+   :func:`pipemare_lite.engine.distributed.launch.launch`): per step the largest CPU time over the
+   ranks.
 
 Run: ``.venv/bin/python benchmarks/bench_step_cost.py [steps]`` (default 3000; the
 distributed part runs a third of them). Asserts nothing: timings are not tests (the test
@@ -55,7 +56,7 @@ def step_seconds(executor, data, steps: int) -> list[float]:
 
 def dist_step_seconds(info, steps: int) -> list[float]:
     """Process body: this rank's CPU seconds per step of a P-rank async run."""
-    from pipemare_lite.engine.dist.executor import DistributedExecutor
+    from pipemare_lite.engine.distributed.executor import DistributedExecutor
 
     P = info.world_size
     schedule = build_schedule("async", P, N, num_minibatches=steps)
@@ -86,7 +87,7 @@ def main() -> None:
     report(f"local executor, async P={P} N={N}",
            step_seconds(executor, microbatches(N * steps), steps), P)
 
-    from pipemare_lite.engine.dist.launch import launch
+    from pipemare_lite.engine.distributed.launch import launch
 
     P, dist_steps = 2, max(steps // 3, 40)
     per_rank = launch(dist_step_seconds, P, args=(dist_steps,), timeout=1800)

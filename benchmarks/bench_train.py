@@ -18,10 +18,10 @@ import time
 import torch
 import torch.nn.functional as F
 
+from pipemare_lite import fit
 from pipemare_lite.training.data_feed import epoch_order
 from pipemare_lite.training.datasets import digits, microbatches
 from pipemare_lite.training.evaluation import evaluate
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.models import mlp
 
 EPOCHS, N, P, LR = 3, 4, 4, 0.05

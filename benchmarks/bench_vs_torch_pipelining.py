@@ -21,10 +21,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from pipemare_lite.engine.dist.executor import PartitionedModel
-from pipemare_lite.engine.dist.launch import launch
+from pipemare_lite.engine.distributed.launch import launch
 from pipemare_lite.interop.torch_pipelining import ComparisonJob, compare_with_torch_pipelining
 from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import PartitionedModel
 
 CASES = [  # schedule, P, M
     ("gpipe", 2, 8),

@@ -108,7 +108,7 @@ def main() -> None:
         row(f"t2_explorer move {control} (tau<=16)",
             best_of(REPEATS, lambda c=control, v=moves: t2.set(**{c: next(v)})))
     timeline = simulate(build_schedule("1f1b", 16, 64))
-    row("viz.gantt() 1f1b P=16 M=64 (pure figure)", best_of(REPEATS, lambda: gantt(timeline)))
+    row("viz.gantt_chart() 1f1b P=16 M=64 (pure figure)", best_of(REPEATS, lambda: gantt(timeline)))
     row("schedule_explorer_static() P=4 M=1..16", best_of(2, schedule_explorer_static), None)
     row("staleness_explorer_static() P=2..8", best_of(2, staleness_explorer_static), None)
     row("stability_explorer_static() tau=0..10", best_of(2, stability_explorer_static), None)

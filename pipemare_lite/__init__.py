@@ -1,20 +1,75 @@
-"""pipemare-lite: the engine and helpers of a textbook on pipeline-parallel training.
+"""pipemare-lite: a small pipeline-parallel training engine, and the textbook it runs.
 
-The packages, from the idea to the book (docs/module-map.md says which chapter introduces
-each module)::
+The front door (each name is imported on first use, so ``import pipemare_lite`` stays
+light and torch-free)::
+
+    import pipemare_lite as pml
+
+    schedule = pml.build_schedule("1f1b", num_ranks=4, num_microbatches=8)
+    timeline = pml.simulate(schedule)                  # analysis, no tensors
+    history = pml.fit(model, data, method="pipemare", num_stages=4, num_microbatches=8,
+                      epochs=3, batch_size=64, lr=0.05)  # train; returns a History
+
+Train:     fit, History, DivergenceError, partition, PartitionedModel
+Schedule:  build_schedule, register_schedule, Schedule, Action, validate, ScheduleError
+Analyse:   simulate, metrics
+Methods:   register_method, get_method, method_options, MethodHooks, StageInfo
+Run:       LocalExecutor (one process), DistributedExecutor (one process per rank),
+           launch, run_distributed
+
+The packages, bottom to top (each imports only those above it in this list;
+docs/module-map.md says which chapter introduces each module)::
 
     schedules/   a schedule is data: builders, validation, weight modes, files   (torch-free)
     analysis/    what a schedule implies: timeline, delays, memory, formulas     (torch-free)
     methods/     what each method does to the weights: T1, T2, stashes, hooks
     engine/      runs a schedule with tensors: stage worker, interpreter, local
-      dist/      ... one process per rank: transport, launcher, torchrun, faults
+      distributed/  ... one process per rank: executor, transport, launch, faults
     training/    fit(), partition, data, models, evaluation, history, checkpoints
     interop/     next to PyTorch's torch.distributed.pipelining
-    figures/     viz (plotly figures) and widgets (ipywidgets)               (torch-free)
     experiments/ the stored results behind the later chapters
-    book/        site build, notebook tools, exercises;  cli/  the command line
+    figures/     viz (plotly figures) and widgets (ipywidgets)       (torch-free; the book extra)
+    book/        site build, notebook tools, exercises                (the book extra)
+    cli/         the command line (``pipemare-lite``)
 
-Nothing here imports torch at package import time.
+The engine needs torch and numpy only; ``pip install -e ".[book]"`` adds the book (Jupyter,
+plotly, widgets, the site). Nothing here imports torch at package import time.
 """
 
+from __future__ import annotations
+
+from pipemare_lite import _moved
+from pipemare_lite._lazy import lazy_exports
+
 __version__ = "0.1.0"
+
+#: name -> the module that defines it (read on first use: PEP 562)
+_FRONT_DOOR = {
+    "fit": "pipemare_lite.training.loop",
+    "History": "pipemare_lite.training.history",
+    "DivergenceError": "pipemare_lite.training.history",
+    "partition": "pipemare_lite.training.partition",
+    "PartitionedModel": "pipemare_lite.training.partition",
+    "build_schedule": "pipemare_lite.schedules.registry",
+    "register_schedule": "pipemare_lite.schedules.registry",
+    "Schedule": "pipemare_lite.schedules.actions",
+    "Action": "pipemare_lite.schedules.actions",
+    "validate": "pipemare_lite.schedules.validation",
+    "ScheduleError": "pipemare_lite.schedules.validation",
+    "simulate": "pipemare_lite.analysis.simulate",
+    "metrics": "pipemare_lite.analysis.simulate",
+    "register_method": "pipemare_lite.methods.registry",
+    "get_method": "pipemare_lite.methods.registry",
+    "method_options": "pipemare_lite.methods.registry",
+    "MethodHooks": "pipemare_lite.methods.hooks",
+    "StageInfo": "pipemare_lite.methods.hooks",
+    "LocalExecutor": "pipemare_lite.engine.local",
+    "DistributedExecutor": "pipemare_lite.engine.distributed.executor",
+    "launch": "pipemare_lite.engine.distributed.launch",
+    "run_distributed": "pipemare_lite.engine.distributed.jobs",
+}
+
+__all__ = ["__version__", *_FRONT_DOOR]
+
+_moved.register()
+__getattr__, __dir__ = lazy_exports(__name__, _FRONT_DOOR)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipemare_lite.engine.dist.executor import DistributedExecutor
+from pipemare_lite.engine.distributed.executor import DistributedExecutor
 from pipemare_lite.methods import method_options
 from pipemare_lite.methods.registry import build_method_schedule
 

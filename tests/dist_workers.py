@@ -11,7 +11,7 @@ import time
 
 import torch.distributed as dist
 
-from pipemare_lite.engine.dist.executor import dist_worker
+from pipemare_lite.engine.distributed.jobs import dist_worker
 
 
 def resources_after_each_job(info, jobs) -> list[dict]:
@@ -53,7 +53,7 @@ def verbose_gpipe_output(info, via_env: bool = False) -> str:
     import torch
     import torch.nn.functional as F
 
-    from pipemare_lite.engine.dist.executor import DistributedExecutor
+    from pipemare_lite.engine.distributed.executor import DistributedExecutor
     from pipemare_lite.schedules import build_schedule
     from pipemare_lite.training.models import mlp
     from pipemare_lite.training.partition import partition
@@ -91,7 +91,7 @@ def hung_sender(info) -> str:
     """Rank 1 hangs (never sends); rank 0 waits for its message as the transport does."""
     import torch
 
-    from pipemare_lite.engine.dist.faults import Waiter
+    from pipemare_lite.engine.distributed.faults import Waiter
 
     if info.rank == 1:
         time.sleep(60)

@@ -185,10 +185,10 @@ SAME = ("loss", "evals", "stage_lr", "forward_delay", "memory_bytes_by_stage", "
 @pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(RUNS))
 def test_chapter_12_methods_are_bitwise_equal_locally_and_under_launch(method):
-    from pipemare_lite.engine.dist.launch import launch
+    from pipemare_lite import fit
+    from pipemare_lite.engine.distributed.launch import launch
     from pipemare_lite.training.datasets import load
     from pipemare_lite.training.dist_fit import fit_worker
-    from pipemare_lite.training.fit import fit
     from pipemare_lite.training.models import mlp
 
     options = dict(method=method, num_stages=2, batch_size=64, epochs=1, progress=False,

@@ -104,7 +104,8 @@ def test_the_small_site_has_its_pages(site):
         "chapters/03_1f1b_and_activation_memory.html",
     } <= names
     # the engine's source pages that the chapters link to
-    assert {"pipemare_lite/schedules/gpipe.html", "pipemare_lite/analysis/simulate.html"} <= names
+    assert {"pipemare_lite/schedules/builders/gpipe.html",
+            "pipemare_lite/analysis/simulate.html"} <= names
 
 
 def test_every_page_loads_without_console_error_or_failed_request(site):
@@ -194,7 +195,8 @@ def test_sidebar_parts_previous_next_and_download_link(site):
         assert note.count() >= 1 and "jupyter lab chapters/02_" in note.first.inner_text()
         assert page.locator(".jupyter-widgets, .widget-area").count() == 0
         # an engine link opens the source page at the lines it shows
-        source_link = page.locator('a[href^="../pipemare_lite/schedules/gpipe.html#L-"]').first
+        source_link = page.locator(
+            'a[href^="../pipemare_lite/schedules/builders/gpipe.html#L-"]').first
         with page.expect_navigation():
             source_link.click()
         assert page.url.split("#")[1].startswith("L-")

@@ -10,13 +10,13 @@ import re
 import pytest
 import torch
 
+from pipemare_lite import fit
 from pipemare_lite.training.checkpoint import (
     CheckpointError,
     load_checkpoint,
     save_checkpoint,
 )
 from pipemare_lite.training.datasets import Dataset, digits
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.models import mlp
 
 

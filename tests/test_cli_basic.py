@@ -98,7 +98,7 @@ def test_python_m_training_is_the_train_command():
 
 def test_fit_does_not_import_the_command_line():
     # the training loop is a library; the command line imports it, never the other way
-    child = ("import sys, pipemare_lite.training.fit\n"
+    child = ("import sys, pipemare_lite.training.loop\n"
              "print(sorted(m for m in sys.modules if m.startswith('pipemare_lite.cli')))")
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
                           timeout=120, check=True)

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from pipemare_lite import fit
 from pipemare_lite.cli import main
 from pipemare_lite.cli.commands.train import DIVERGED_EXIT_CODE, build_model_and_data
 from pipemare_lite.methods import METHODS
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.history import History
 
 SMALL = ["--stages", "2", "--microbatches", "2", "--batch-size", "256", "--width", "8"]

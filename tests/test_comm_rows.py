@@ -211,9 +211,10 @@ def posted_runs(request):
     import torch
     import torch.nn.functional as F
 
-    from pipemare_lite.engine.dist.executor import DistJob, PartitionedModel, run_distributed_jobs
+    from pipemare_lite.engine.distributed.jobs import DistJob, run_distributed_jobs
     from pipemare_lite.methods import build_method_schedule, method_options
     from pipemare_lite.training.models import mlp
+    from pipemare_lite.training.partition import PartitionedModel
 
     P = request.param
     g = torch.Generator().manual_seed(5)
@@ -246,7 +247,7 @@ def test_the_transport_posts_exactly_the_rows(posted_runs):
 @pytest.mark.dist
 @pytest.mark.slow
 def test_p2p_verbose_is_an_argument_and_prints_the_posts():
-    from pipemare_lite.engine.dist.launch import launch
+    from pipemare_lite.engine.distributed.launch import launch
     from tests.dist_workers import verbose_gpipe_output
 
     for via_env in (False, True):  # the argument, or the environment variable as before

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipemare_lite import fit
 from pipemare_lite.cli import main
 from pipemare_lite.schedules import ScheduleError, build_schedule
 from pipemare_lite.schedules.io import from_rows, load_schedule, to_csv
 from pipemare_lite.schedules.registry import register_schedule, schedule_names
 from pipemare_lite.schedules.repeat import repeat_schedule
 from pipemare_lite.training.datasets import Dataset
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.models import mlp
 
 EXAMPLE = Path(__file__).parent.parent / "docs" / "examples" / "two_stage_1f1b.csv"

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from pipemare_lite.engine import LocalExecutor
-from pipemare_lite.engine.dist.launch import launch
+from pipemare_lite.engine.distributed.launch import launch
 from tests.dist_checkpoint_workers import dist_run, setup, sgd
 from tests.timeouts import hard_time_limit
 
@@ -111,7 +111,7 @@ def test_fit_with_executor_dist_checkpoints_and_resumes_bitwise(tmp_path):
                          num_threads=1)
     for key in ("loss", "stage_lr", "evals", "forward_delay"):
         assert resumed[0][key] == straight[0][key] == straight[1][key], key
-    from pipemare_lite.engine.dist.launch import LaunchError
+    from pipemare_lite.engine.distributed.launch import LaunchError
 
     with hard_time_limit(200), pytest.raises(LaunchError) as error:  # it reads the file:
         launch(fit_worker, 2, args=(dict(common, resume=True, lr=0.1),), timeout=150)

@@ -2,7 +2,7 @@
 
 Twenty tiny jobs run one after another in ONE launch (as tests and sweeps do); after the
 last, each rank holds exactly the threads it held after the first. Without processes: a
-gloo-style :class:`~pipemare_lite.engine.dist.faults.Waiter` stops its two helper threads on
+gloo-style :class:`~pipemare_lite.engine.distributed.faults.Waiter` stops its two helper threads on
 ``close()``, which may be called twice, and the executor is a context manager.
 """
 
@@ -17,11 +17,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from pipemare_lite.engine.dist.executor import DistJob, DistributedExecutor, PartitionedModel
-from pipemare_lite.engine.dist.faults import Waiter
-from pipemare_lite.engine.dist.launch import launch
+from pipemare_lite.engine.distributed.executor import DistributedExecutor
+from pipemare_lite.engine.distributed.faults import Waiter
+from pipemare_lite.engine.distributed.jobs import DistJob
+from pipemare_lite.engine.distributed.launch import launch
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import PartitionedModel
 from tests.dist_workers import resources_after_each_job
 from tests.timeouts import hard_time_limit
 

@@ -18,9 +18,10 @@ import torch.nn.functional as F
 
 from pipemare_lite.analysis.utilization import utilization_report
 from pipemare_lite.engine import LocalExecutor
-from pipemare_lite.engine.dist.executor import DistJob, PartitionedModel, run_distributed_jobs
+from pipemare_lite.engine.distributed.jobs import DistJob, run_distributed_jobs
 from pipemare_lite.methods import build_method_schedule, method_options
 from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import PartitionedModel
 
 pytestmark = [pytest.mark.dist]
 
@@ -138,7 +139,7 @@ def test_trace_is_complete_ordered_and_measured(runs):
 @pytest.mark.slow
 def test_the_measured_trace_feeds_the_simulators_gantt(runs):
     from pipemare_lite.analysis.simulate import simulate
-    from pipemare_lite.figures.viz.gantt import gantt_pair
+    from pipemare_lite.figures.viz.gantt_chart import gantt_pair
 
     P, jobs, results = runs
     figure = gantt_pair(simulate(jobs[1].schedule), results[1].trace)
@@ -159,10 +160,10 @@ def test_utilization_report_compares_with_the_simulator(runs):
 
 @pytest.mark.slow
 def test_fit_with_the_distributed_executor_equals_local():
-    from pipemare_lite.engine.dist.launch import launch
+    from pipemare_lite import fit
+    from pipemare_lite.engine.distributed.launch import launch
     from pipemare_lite.training.datasets import load
     from pipemare_lite.training.dist_fit import fit_worker
-    from pipemare_lite.training.fit import fit
 
     options = dict(method="pipemare", num_stages=2, num_microbatches=2, batch_size=64,
                    epochs=1, lr=0.05, progress=False)

@@ -1,6 +1,7 @@
 """A failed rank stops the whole job quickly, says who and where, and leaves no process behind.
 
-Three ways to fail (:class:`~pipemare_lite.engine.dist.executor.Fault`) at the same place, rank 1
+Three ways to fail (:class:`~pipemare_lite.engine.distributed.executor.Fault`) at the same place,
+rank 1
 before its 6th action of a P=3 1F1B run: an exception, SIGKILL, and a hang (no message
 ever leaves rank 1, so its neighbours hit the per-operation timeout). Each test bounds the
 time to the error and checks every child pid has ended (``os.kill(pid, 0)``, no psutil).
@@ -17,10 +18,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipemare_lite.engine.dist.executor import Fault, PartitionedModel, run_distributed
-from pipemare_lite.engine.dist.launch import LaunchError, launch, ping
+from pipemare_lite.engine.distributed.fault_injection import Fault
+from pipemare_lite.engine.distributed.jobs import run_distributed
+from pipemare_lite.engine.distributed.launch import LaunchError, launch, ping
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import PartitionedModel
 from tests.timeouts import hard_time_limit
 
 pytestmark = [pytest.mark.dist]

@@ -20,8 +20,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pipemare_lite.engine import LocalExecutor
-from pipemare_lite.engine.dist.executor import DistributedExecutor, Fault, PartitionedModel
-from pipemare_lite.engine.dist.faults import (
+from pipemare_lite.engine.distributed.executor import DistributedExecutor
+from pipemare_lite.engine.distributed.fault_injection import Fault
+from pipemare_lite.engine.distributed.faults import (
     OpTimeoutError,
     PeerFailedError,
     StatusBoard,
@@ -34,6 +35,7 @@ from pipemare_lite.engine.dist.faults import (
 from pipemare_lite.methods import build_method_schedule, method_options
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import PartitionedModel
 
 OPTIMIZER = functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9)
 
@@ -111,7 +113,7 @@ def test_every_parameter_groups_learning_rate_is_reported(one_rank_group):
 
 def test_stages_on_one_rank_hand_messages_over_in_memory(one_rank_group):
     # an interleaved schedule with P=1 and 3 chunks: three virtual stages on rank 0
-    from pipemare_lite.schedules.interleaved import interleaved
+    from pipemare_lite.schedules.builders.interleaved import interleaved
 
     schedule = interleaved(1, 2, 3, 2)
     mbs = data(schedule.total_microbatches)
@@ -147,7 +149,7 @@ class CountedStage(torch.nn.Module):
 
 def interleaved_with(stage: torch.nn.Module):
     """Three virtual stages on rank 0; ``stage`` is the middle one."""
-    from pipemare_lite.schedules.interleaved import interleaved
+    from pipemare_lite.schedules.builders.interleaved import interleaved
 
     modules = stages(3)()
     modules[1] = stage
@@ -293,7 +295,7 @@ class BrokenWork:
 
 
 def test_an_error_is_an_echo_by_where_it_came_from_not_by_its_words():
-    from pipemare_lite.engine.dist import faults
+    from pipemare_lite.engine.distributed import faults
 
     # a stage's own error is a cause even when its text mentions NCCL or a closed connection
     for text in ("NCCL is not what failed here", "Connection reset by peer (my own check)"):

@@ -22,7 +22,7 @@ from pipemare_lite.plugins import ENV_VAR, PluginError, load_plugins
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.schedules.lazy import lazy_schedule
 from pipemare_lite.schedules.registry import BUILDERS, register_schedule
-from pipemare_lite.schedules.validate import REGISTERED_WEIGHT_MODES, ScheduleError
+from pipemare_lite.schedules.validation import REGISTERED_WEIGHT_MODES, ScheduleError
 from tests.timeouts import hard_time_limit
 
 
@@ -86,7 +86,7 @@ def test_a_plugin_import_failure_names_the_rank(monkeypatch):
 
 @pytest.mark.dist
 def test_launch_names_where_a_hook_failed_and_shows_its_traceback():
-    from pipemare_lite.engine.dist.launch import LaunchError, launch
+    from pipemare_lite.engine.distributed.launch import LaunchError, launch
     from pipemare_lite.training.datasets import load
     from pipemare_lite.training.dist_fit import fit_worker
     from pipemare_lite.training.models import mlp

@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pipemare_lite.engine import LocalExecutor
-from pipemare_lite.engine.dist.executor import DistributedExecutor
+from pipemare_lite.engine.distributed.executor import DistributedExecutor
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.training.models import mlp
 from pipemare_lite.training.partition import partition

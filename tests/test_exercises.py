@@ -287,7 +287,7 @@ def test_check_can_raise_for_a_test_cell_and_stays_friendly_otherwise(stand_ins,
 
 def test_environment_variable_makes_every_check_raise(stand_ins, monkeypatch):
     from pipemare_lite.book.exercises import ExerciseFailed
-    from pipemare_lite.book.exercises.check import RAISES_ENV
+    from pipemare_lite.book.exercises.feedback import RAISES_ENV
 
     monkeypatch.setenv(RAISES_ENV, "1")
     with pytest.raises(ExerciseFailed):

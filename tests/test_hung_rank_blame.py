@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pipemare_lite.engine.dist.launch import LaunchError, launch
+from pipemare_lite.engine.distributed.launch import LaunchError, launch
 from tests.dist_workers import hung_sender
 from tests.timeouts import hard_time_limit
 

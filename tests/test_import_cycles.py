@@ -109,7 +109,7 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 def test_the_graph_reads_the_package():
     graph = import_graph(package_modules())
     # spot checks that the reader resolves both import forms
-    assert "pipemare_lite.schedules.actions" in graph["pipemare_lite.schedules.validate"]
+    assert "pipemare_lite.schedules.actions" in graph["pipemare_lite.schedules.validation"]
     assert "pipemare_lite.methods.registry" in graph["pipemare_lite.methods"]
 
 

@@ -22,7 +22,7 @@ from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.schedules.actions import BACKWARD, FORWARD, INPUT_GRAD, UPDATE, WEIGHT_GRAD
 from pipemare_lite.schedules.comm_plan import plan_communication
-from pipemare_lite.schedules.validate import execution_order
+from pipemare_lite.schedules.validation import execution_order
 from pipemare_lite.training.models import mlp
 from pipemare_lite.training.partition import partition
 

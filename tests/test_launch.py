@@ -1,6 +1,7 @@
 """launch(): processes, results, errors, timeouts, cleanup; and the two other ways in.
 
-- :func:`pipemare_lite.engine.dist.launch.launch` from this process (results per rank, loopback, a
+- :func:`pipemare_lite.engine.distributed.launch.launch` from this process (results per rank,
+loopback, a
   port chosen at run time, a failing rank named, a timeout, no child left alive);
 - from inside a Jupyter kernel (the way the chapters call it);
 - ``torchrun ... -m pipemare_lite.training --executor dist`` (the shell way).
@@ -17,7 +18,7 @@ import time
 import pytest
 import torch
 
-from pipemare_lite.engine.dist.launch import LaunchError, choose_backend, launch, ping
+from pipemare_lite.engine.distributed.launch import LaunchError, choose_backend, launch, ping
 from tests.timeouts import hard_time_limit
 
 pytestmark = [pytest.mark.dist]
@@ -93,7 +94,7 @@ def test_launch_works_inside_a_jupyter_kernel():
     manager, client = jupyter_client.manager.start_new_kernel(kernel_name="python3")
     try:
         code = (
-            "from pipemare_lite.engine.dist.launch import launch, ping\n"
+            "from pipemare_lite.engine.distributed.launch import launch, ping\n"
             "results = launch(ping, 2, timeout=120)\n"
             "print('RANK_SUMS', [r['rank_sum'] for r in results])\n"
         )
@@ -174,7 +175,7 @@ def _alive(pid: int) -> bool:
 def test_children_exit_when_the_launcher_is_killed():
     # a launcher (think: a notebook kernel) starts 2 ranks that sleep, then dies by SIGKILL
     # without any chance to clean up; the ranks notice and exit by themselves
-    code = ("from pipemare_lite.engine.dist.launch import launch, ping\n"
+    code = ("from pipemare_lite.engine.distributed.launch import launch, ping\n"
             "launch(ping, 2, kwargs={'sleep': 120.0}, timeout=300, start_method='spawn')\n")
     launcher = subprocess.Popen([sys.executable, "-c", code])
     try:
@@ -233,7 +234,7 @@ def test_the_launcher_listens_on_loopback_only():
 
 INIT_FROM_ENV = """
 import socket, torch
-from pipemare_lite.engine.dist.launch import finish, init_from_env
+from pipemare_lite.engine.distributed.launch import finish, init_from_env
 torch.set_num_threads(2)
 info = init_from_env(op_timeout=20.0)
 print(info.rank, info.world_size, info.backend, torch.get_num_threads())

@@ -227,7 +227,8 @@ def test_a_checkpoint_names_the_lazy_schedule(one_thread):
 @pytest.mark.dist
 @pytest.mark.slow
 def test_the_distributed_executor_equals_a_lazy_local_run(one_thread):
-    from pipemare_lite.engine.dist.executor import DistJob, PartitionedModel, run_distributed_jobs
+    from pipemare_lite.engine.distributed.jobs import DistJob, run_distributed_jobs
+    from pipemare_lite.training.partition import PartitionedModel
 
     lazy, full, options = make_schedules("pipemare", 2, 2, 1, 1, 13)
     data = feed(full.total_microbatches)

@@ -1,4 +1,4 @@
-"""Naming the lost rank (pipemare_lite/engine/dist/lost.py), against a fake store.
+"""Naming the lost rank (pipemare_lite/engine/distributed/lost.py), against a fake store.
 
 The real thing runs in tests/test_multinode.py (a node killed mid-run); here each kind of
 evidence is checked by itself: a broken link, a stopped heartbeat, an unreachable store.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipemare_lite.engine.dist import faults
-from pipemare_lite.engine.dist.lost import Topology, diagnose, report
+from pipemare_lite.engine.distributed import faults
+from pipemare_lite.engine.distributed.lost import Topology, diagnose, report
 
 
 class FakeStore:
@@ -118,7 +118,7 @@ import os, signal, sys, time
 sys.path.insert(0, {root!r})
 from tests.test_lost_rank import FakeStore, torchrun_env
 os.environ.update(torchrun_env(0, 2, 1, TORCHELASTIC_RUN_ID="t"))
-from pipemare_lite.engine.dist import faults, torchrun
+from pipemare_lite.engine.distributed import faults, torchrun
 
 board = faults.StatusBoard(0, 2, FakeStore({{0: 1, 1: 1}}, live=(0,)))
 board.at(4, 10, "0B1", "wait gradient of stage 1 microbatch 1")

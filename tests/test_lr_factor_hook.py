@@ -22,6 +22,7 @@ import pytest
 import torch
 from torch import nn
 
+from pipemare_lite import fit
 from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.methods import (
     METHODS,
@@ -33,7 +34,6 @@ from pipemare_lite.methods import (
 )
 from pipemare_lite.methods.registry import build_method_schedule
 from pipemare_lite.training.datasets import load
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.models import mlp
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons: conftest.py

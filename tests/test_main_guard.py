@@ -6,12 +6,12 @@ import subprocess
 import sys
 import time
 
-from pipemare_lite.engine.dist.main_guard import guarded_lines
+from pipemare_lite.engine.distributed.main_guard import guarded_lines
 
 SCRIPT = """\
 import sys
 sys.path.insert(0, {root!r})
-from pipemare_lite.engine.dist.launch import launch, ping
+from pipemare_lite.engine.distributed.launch import launch, ping
 {call}
 """
 

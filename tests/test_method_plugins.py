@@ -73,7 +73,7 @@ def test_register_method_refuses_bad_input():
 
 
 def test_unknown_method_says_where_it_looked_and_how_to_load_a_plugin():
-    from pipemare_lite.training.fit import fit
+    from pipemare_lite import fit
 
     with pytest.raises(ValueError) as error:
         fit(mlp(64, 16, 2, 10), load("digits"), method="nope", num_stages=2,
@@ -117,7 +117,7 @@ SAME = ("loss", "evals", "stage_lr", "forward_delay", "memory_bytes_by_stage", "
 
 
 def local_wpred() -> dict:
-    from pipemare_lite.training.fit import fit
+    from pipemare_lite import fit
 
     load_plugins([WPRED])
     threads = torch.get_num_threads()
@@ -130,7 +130,7 @@ def local_wpred() -> dict:
 
 @pytest.mark.slow
 def test_a_plugin_method_is_unknown_on_the_ranks_until_imported_there():
-    from pipemare_lite.engine.dist.launch import LaunchError, launch
+    from pipemare_lite.engine.distributed.launch import LaunchError, launch
     from pipemare_lite.training.dist_fit import fit_worker
 
     load_plugins([PLUGIN])  # known here, in the parent ...
@@ -148,7 +148,7 @@ def test_a_plugin_method_is_unknown_on_the_ranks_until_imported_there():
 
 @pytest.mark.slow
 def test_weight_prediction_is_bitwise_equal_locally_under_launch_and_under_torchrun(tmp_path):
-    from pipemare_lite.engine.dist.launch import launch
+    from pipemare_lite.engine.distributed.launch import launch
     from pipemare_lite.training.dist_fit import fit_worker
 
     local = local_wpred()

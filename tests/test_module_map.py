@@ -26,12 +26,13 @@ NOT_NAMED_YET = {
     "pipemare_lite.interop.torch_pipelining":
         "chapter 11 does not show PyTorch's runtime beside ours",
     "pipemare_lite.interop.torch_runtime": "chapter 11 does not show PyTorch's runtime beside ours",
-    "pipemare_lite.engine.dist.lost": "chapter 11 reaches it only through under_torchrun, which "
-                                       "launch imports inside a function",
+    "pipemare_lite.engine.distributed.lost":
+        "chapter 11 reaches it only through under_torchrun, which launch imports inside a function",
     "pipemare_lite.training.dist_fit": "chapter 11 reaches it only through fit(executor='dist'), "
                                        "which imports it inside a function",
-    "pipemare_lite.training.checkpoint": "chapter 11 reaches it only through fit's checkpoints "
-                                         "(the dist executor's own state: engine.dist.checkpoint)",
+    "pipemare_lite.training.checkpoint":
+        "chapter 11 reaches it only through fit's checkpoints "
+        "(the dist executor's own state: engine.distributed.checkpoint)",
 }
 #: Docstrings, in files being rewritten in issue 11, that point to another chapter than
 #: the map: module -> the chapter they say now. Delete the entry when the file is fixed.
@@ -125,7 +126,7 @@ def test_the_introducing_chapter_names_the_module_or_what_imports_it(name, uses,
 def test_the_chapters_uses_are_read_from_imports_links_names_and_commands(tmp_path):
     cells = [
         {"cell_type": "markdown", "metadata": {}, "source": [
-            "See [gpipe.py](../pipemare_lite/schedules/gpipe.py) and ",
+            "See [gpipe.py](../pipemare_lite/schedules/builders/gpipe.py) and ",
             "`pipemare_lite.analysis.theory.roots`; ",
             "run `python -m pipemare_lite reproduce paper-shape`."]},
         {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source":
@@ -138,7 +139,8 @@ def test_the_chapters_uses_are_read_from_imports_links_names_and_commands(tmp_pa
     prefix = "pipemare_lite."
     found = {m.removeprefix(prefix) for m in module_map.notebook_uses(path)}
     assert found == {
-        "schedules", "schedules.gpipe", "schedules.registry", "analysis",
+        "schedules", "schedules.builders", "schedules.builders.gpipe", "schedules.registry",
+        "analysis",
         "analysis.theory", "figures", "figures.viz", "figures.viz.tradeoff",
         "cli", "cli.commands", "cli.commands.reproduce", "experiments",
         "experiments.paper_shape", "book", "book.exercises", "book.exercises.ch04",
@@ -156,7 +158,7 @@ def test_every_chapter_that_links_an_engine_file_is_counted(uses):
 
 
 def test_summary_is_the_first_sentence_without_its_chapter_pointer():
-    assert module_map.summary("pipemare_lite.schedules.gpipe") == (
+    assert module_map.summary("pipemare_lite.schedules.builders.gpipe") == (
         "GPipe: all forwards, then all backwards, then a flush"
     )
     assert "chapter" not in module_map.summary("pipemare_lite.analysis.simulate")

@@ -13,10 +13,9 @@ import time
 import pytest
 import torch
 
-from pipemare_lite import cli
+from pipemare_lite import cli, fit
 from pipemare_lite.training.checkpoint import load_checkpoint, save_checkpoint
 from pipemare_lite.training.datasets import Dataset, digits
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.models import mlp
 
 TRAIN = ["train", "--method", "gpipe", "--stages", "2", "--epochs", "1", "--width", "8"]

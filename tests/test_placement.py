@@ -78,8 +78,8 @@ def where_this_rank_computes(info) -> tuple:
 
 
 def test_this_machine_and_the_launcher_agree():
-    from pipemare_lite.engine.dist.launch import choose_backend as launch_choice
-    from pipemare_lite.engine.dist.launch import launch
+    from pipemare_lite.engine.distributed.launch import choose_backend as launch_choice
+    from pipemare_lite.engine.distributed.launch import launch
 
     count = placement.cuda_device_count()
     assert launch_choice(2) == choose_backend(2, cuda_devices=count)

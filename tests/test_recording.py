@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 import torch
 
+from pipemare_lite import fit
 from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.engine.recording import RECORDINGS, Recording, recording
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.training.datasets import digits
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.models import mlp, small_resnet
 from pipemare_lite.training.partition import partition
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipemare_lite.schedules import build_schedule
-from pipemare_lite.schedules.validate import MAX_ACTIONS, action_count
+from pipemare_lite.schedules.validation import MAX_ACTIONS, action_count
 
 REPO = Path(__file__).resolve().parents[1]
 CAP = 2 * 2**30  # bytes of address space the child may map (torch alone maps ~1 GiB)

@@ -17,12 +17,12 @@ from torch import nn
 
 import docs.examples.delay_adaptive_lr  # noqa: F401  (registers "delay-adaptive")
 import docs.examples.eager_1f1b  # noqa: F401  (registers "eager-1f1b")
+from pipemare_lite import fit
 from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.methods import method_options
 from pipemare_lite.methods.registry import build_method_schedule
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.training.datasets import load
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.models import mlp
 from tests.references import gradient_accumulation
 from tests.timeouts import hard_time_limit
@@ -132,7 +132,7 @@ def test_delay_adaptive_equals_async_with_the_same_factors_as_a_per_stage_schedu
 @pytest.mark.dist
 @pytest.mark.slow
 def test_both_examples_under_launch_equal_fit_locally_bitwise():
-    from pipemare_lite.engine.dist.launch import launch
+    from pipemare_lite.engine.distributed.launch import launch
     from pipemare_lite.training.dist_fit import fit_worker
 
     model = dict(in_features=64, hidden=16, depth=2, out_features=10, seed=0)

@@ -281,9 +281,9 @@ def test_the_prediction_finds_where_t1s_anneal_crosses_the_bound():
 
 
 def test_the_prediction_reads_t1s_learning_rates_as_the_engine_applies_them():
+    from pipemare_lite import fit
     from pipemare_lite.analysis.stage_lr import stage_lrs
     from pipemare_lite.training.datasets import digits
-    from pipemare_lite.training.fit import fit
     from pipemare_lite.training.models import mlp
 
     history = fit(mlp(64, 16, 4, 10), digits(), method="async", num_stages=4,

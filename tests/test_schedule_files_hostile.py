@@ -9,7 +9,7 @@ import json
 import pytest
 
 from pipemare_lite.schedules.io import load_schedule
-from pipemare_lite.schedules.validate import ScheduleError
+from pipemare_lite.schedules.validation import ScheduleError
 
 GOOD = {"format": "pipemare-lite-schedule", "version": 1, "name": "custom", "num_ranks": 1,
         "num_microbatches": 1, "ranks": [["0F0", "0B0"]]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipemare_lite.schedules import Action
-from pipemare_lite.schedules._build import actions_of
+from pipemare_lite.schedules.builders.common import actions_of
 
 
 def test_actions_of_equals_the_constructor():

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from pipemare_lite.engine.dist import faults
+from pipemare_lite.engine.distributed import faults
 from tests.dist_workers import watch_abort
 from tests.timeouts import hard_time_limit
 
@@ -65,7 +65,7 @@ def test_ranks_on_one_machine_share_one_torchrun_secret(tmp_path, monkeypatch):
 
 @pytest.mark.dist
 def test_a_strangers_abort_does_not_stop_a_launched_job(monkeypatch):
-    from pipemare_lite.engine.dist import launch as launcher
+    from pipemare_lite.engine.distributed import launch as launcher
 
     ports: list[int] = []
     listen = launcher._listen

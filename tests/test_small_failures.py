@@ -16,9 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipemare_lite import cli
+from pipemare_lite import cli, fit
 from pipemare_lite.training.datasets import Dataset, digits
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.models import mlp
 from tests.timeouts import hard_time_limit
 
@@ -107,11 +106,11 @@ def test_a_cache_file_with_other_arrays_is_rebuilt(tmp_path, monkeypatch):
 
 @pytest.mark.dist
 def test_the_next_launch_removes_a_killed_launchers_results_folder(tmp_path):
-    from pipemare_lite.engine.dist.launch import launch, ping
+    from pipemare_lite.engine.distributed.launch import launch, ping
 
     env = {**os.environ, "TMPDIR": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    code = ("from pipemare_lite.engine.dist.launch import launch, ping\n"
+    code = ("from pipemare_lite.engine.distributed.launch import launch, ping\n"
             "launch(ping, 1, kwargs={'sleep': 120.0}, timeout=300)\n")
     with hard_time_limit(150):
         launcher = subprocess.Popen([sys.executable, "-c", code], env=env)

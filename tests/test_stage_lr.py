@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+from pipemare_lite import fit
 from pipemare_lite.analysis.stage_lr import (
     base_lr,
     first_unstable_update,
@@ -20,11 +21,10 @@ from pipemare_lite.analysis.stage_lr import (
     stage_lrs,
 )
 from pipemare_lite.analysis.theory import stability_bound
-from pipemare_lite.figures.widgets.t1_explorer import t1_delays
+from pipemare_lite.figures.widgets.t1 import t1_delays
 from pipemare_lite.methods import build_method_schedule
 from pipemare_lite.methods.lr_rescheduling import LRRescheduling, stage_forward_delays
 from pipemare_lite.training.datasets import Dataset, digits
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.lr_schedules import make_lr_schedule
 from pipemare_lite.training.models import mlp
 

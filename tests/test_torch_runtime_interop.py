@@ -27,11 +27,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipemare_lite.engine.dist.executor import PartitionedModel
-from pipemare_lite.engine.dist.launch import launch
+from pipemare_lite.engine.distributed.launch import launch
 from pipemare_lite.interop.torch_runtime import InteropCase, interop_worker
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import PartitionedModel
 from tests.timeouts import hard_time_limit
 
 pytestmark = [pytest.mark.dist]

@@ -1,4 +1,4 @@
-"""Under torchrun, failures end readably (pipemare_lite.engine.dist.torchrun).
+"""Under torchrun, failures end readably (pipemare_lite.engine.distributed.torchrun).
 
 - a rank killed mid-run: the agent stops the others with SIGTERM, and the first of them
   prints every rank's position (no gloo "Connection reset by peer" traceback);
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from pipemare_lite.engine.dist.faults import PUBLISH_INTERVAL
+from pipemare_lite.engine.distributed.faults import PUBLISH_INTERVAL
 from tests.test_launch import _alive, _children_of
 from tests.timeouts import hard_time_limit
 
@@ -113,7 +113,7 @@ SIGTERM_DURING_THE_REPORT = """
 import os, signal, sys
 os.environ.update(TORCHELASTIC_RUN_ID="t", RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
 import torch.distributed as dist
-from pipemare_lite.engine.dist import faults, launch, lost, torchrun
+from pipemare_lite.engine.distributed import faults, launch, lost, torchrun
 
 store = dist.HashStore()
 board = faults.StatusBoard(0, 2, store)

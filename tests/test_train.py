@@ -19,8 +19,8 @@ from pipemare_lite.training.checkpoint import (
 )
 from pipemare_lite.training.data_feed import EpochMicrobatches, epoch_order
 from pipemare_lite.training.datasets import Dataset, digits
-from pipemare_lite.training.fit import _progress_enabled, fit
 from pipemare_lite.training.history import DivergenceError
+from pipemare_lite.training.loop import _progress_enabled, fit
 from pipemare_lite.training.models import mlp
 
 

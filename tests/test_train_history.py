@@ -137,8 +137,8 @@ def test_public_names_stay_importable_from_train():
     import pipemare_lite.training.checkpoint as checkpoint
     import pipemare_lite.training.data_feed as data_feed
     import pipemare_lite.training.evaluation as evaluation
-    import pipemare_lite.training.fit as train
     import pipemare_lite.training.history as history
+    import pipemare_lite.training.loop as train
 
     homes = {
         history: ["History", "DivergenceError"],

@@ -17,9 +17,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR, StepLR
 
+from pipemare_lite import fit
 from pipemare_lite.training.data_feed import epoch_order
 from pipemare_lite.training.datasets import Dataset, digits
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.history import DivergenceError
 from pipemare_lite.training.models import mlp
 from pipemare_lite.training.partition import partition
@@ -363,7 +363,8 @@ def one_rank_group():
 @pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="torch.optim.Muon missing")
 def test_dist_executor_reports_every_param_group_lr_like_the_local_one(one_rank_group):
     from pipemare_lite.engine import LocalExecutor
-    from pipemare_lite.engine.dist.executor import DistributedExecutor, merge_rank_results
+    from pipemare_lite.engine.distributed.executor import DistributedExecutor
+    from pipemare_lite.engine.distributed.results import merge_rank_results
     from pipemare_lite.methods import build_method_schedule, method_options
     from pipemare_lite.training.lr_schedules import make_lr_schedule
     from pipemare_lite.training.optimizers import make_optimizer_factory

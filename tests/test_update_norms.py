@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from pipemare_lite import fit
 from pipemare_lite.engine.stage import update_norm
 from pipemare_lite.training.datasets import digits
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.models import mlp
 
 

@@ -10,7 +10,7 @@ import pytest
 from pipemare_lite.analysis.timeline import TimedAction, Timeline
 from pipemare_lite.figures.viz import gantt, gantt_pair, idle_intervals
 from pipemare_lite.figures.viz.colors import MICROBATCH_PALETTE, OP_STYLE, microbatch_color, shade
-from pipemare_lite.figures.viz.gantt import LEGEND_META, LEGEND_SWATCH
+from pipemare_lite.figures.viz.gantt_chart import LEGEND_META, LEGEND_SWATCH
 from pipemare_lite.schedules.actions import Action, Schedule
 
 

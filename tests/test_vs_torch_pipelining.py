@@ -20,10 +20,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipemare_lite.engine.dist.executor import PartitionedModel
-from pipemare_lite.engine.dist.launch import launch
+from pipemare_lite.engine.distributed.launch import launch
 from pipemare_lite.interop.torch_pipelining import ComparisonJob, compare_with_torch_pipelining
 from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import PartitionedModel
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 

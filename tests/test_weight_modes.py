@@ -12,7 +12,7 @@ from pipemare_lite.schedules.registry import (
     SCHEDULE_NAMES,
     SCHEDULE_TABLE,
 )
-from pipemare_lite.schedules.validate import weight_mode_of
+from pipemare_lite.schedules.validation import weight_mode_of
 
 # The design's semantics table, written out plainly: for a microbatch of minibatch k whose
 # forward ran while the stage held version `f_cur` and whose backward runs while it holds

@@ -16,10 +16,10 @@ import plotly.graph_objects as go
 import pytest
 
 from pipemare_lite.figures.widgets import stability_explorer, stability_explorer_static
-from pipemare_lite.figures.widgets.stability_explorer import MAP_ALPHAS, MAP_TAUS, stable_edge
+from pipemare_lite.figures.widgets.stability import MAP_ALPHAS, MAP_TAUS, stable_edge
 
 # the package exports the factory under the module's name, so fetch the module itself
-module = importlib.import_module("pipemare_lite.figures.widgets.stability_explorer")
+module = importlib.import_module("pipemare_lite.figures.widgets.stability")
 
 
 def bound(tau: int) -> float:

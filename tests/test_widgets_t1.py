@@ -8,7 +8,7 @@ from pipemare_lite.analysis.stage_lr import first_unstable_update, stage_lrs
 from pipemare_lite.analysis.theory import stability_bound
 from pipemare_lite.figures.viz import t1_figure
 from pipemare_lite.figures.widgets import t1_explorer, t1_explorer_static
-from pipemare_lite.figures.widgets.t1_explorer import t1_delays
+from pipemare_lite.figures.widgets.t1 import t1_delays
 
 
 def _lines(w):

@@ -15,7 +15,7 @@ import pytest
 from pipemare_lite.analysis.theory import discrepancy_radius, stability_bound, t2_stable_steps
 from pipemare_lite.figures.viz import gamma_sweep_figure
 from pipemare_lite.figures.widgets import t2_explorer, t2_explorer_static
-from pipemare_lite.figures.widgets.t2_explorer import (
+from pipemare_lite.figures.widgets.t2 import (
     EDGE_TOL,
     GAMMAS,
     MAP_TAUS,

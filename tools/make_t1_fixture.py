@@ -12,8 +12,8 @@ import sys
 
 import torch
 
+from pipemare_lite import fit
 from pipemare_lite.training.datasets import load
-from pipemare_lite.training.fit import fit
 from pipemare_lite.training.models import mlp
 
 CASES = {

@@ -16,7 +16,7 @@ line, ``imports=[...]`` for launch(), ``PIPEMARE_PLUGINS`` for torchrun.
 
 from __future__ import annotations
 
-from pipemare_lite.schedules.one_f_one_b import one_f_one_b_order
+from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b_order
 from pipemare_lite.schedules.registry import register_schedule
 
 

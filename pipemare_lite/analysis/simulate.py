@@ -17,9 +17,9 @@ import math
 from dataclasses import asdict, dataclass
 
 from pipemare_lite.analysis.timeline import TimedAction, Timeline
-from pipemare_lite.schedules._build import gc_paused, microbatches_of
 from pipemare_lite.schedules.actions import Action, Schedule
-from pipemare_lite.schedules.validate import ScheduleError, validated_order
+from pipemare_lite.schedules.builders.common import gc_paused, microbatches_of
+from pipemare_lite.schedules.validation import ScheduleError, validated_order
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from pipemare_lite.schedules.actions import (
     Schedule,
 )
 from pipemare_lite.schedules.registry import ALIASES, SCHEDULE_NAMES, SCHEDULE_TABLE
-from pipemare_lite.schedules.validate import is_validated
+from pipemare_lite.schedules.validation import is_validated
 from pipemare_lite.schedules.weight_modes import WeightMode
 
 #: Quantities a :class:`VersionTable` can turn into a stage x microbatch matrix.
@@ -376,8 +376,9 @@ def exact_forward_delay(name: str, num_stages: int, num_microbatches: int, stage
 
     - Lock-step ``async``: F(m) runs at tick m + s and B(m) at tick m + D + s with
       D = 2(P - s) - 1 (= 2(P - i) + 1 for 1-indexed i). Update j follows B((j+1)N - 1) in its
-      tick. Inside a tick our builder (``schedules/async_pipeline.py``) runs F, then B, then
-      U, so update j precedes F(m) iff (j+1)N - 1 + D < m, giving v = floor((m - D) / N)
+      tick. Inside a tick our builder (``schedules/builders/async_pipeline.py``) runs F,
+      then B, then U, so update j precedes F(m) iff (j+1)N - 1 + D < m, giving v = floor((m - D) /
+      N)
       and delay ``ceil((D - j) / N)``: the recalled ``ceil(D / N)`` at j = 0, and one less
       for the later positions once j passes D mod N (never more than one less since j < N).
       With ``backward_first=True`` (the builder's option: B and U before F in a tick) update

@@ -108,8 +108,8 @@ def environment() -> dict:
 
 
 def _recipe(config: CheckConfig, stages: int):
-    from pipemare_lite.engine.dist.executor import PartitionedModel
     from pipemare_lite.training.models import mlp
+    from pipemare_lite.training.partition import PartitionedModel
 
     kwargs = dict(in_features=config.features, hidden=config.width, depth=stages,
                   out_features=config.classes, seed=config.seed)
@@ -121,7 +121,7 @@ def _job(method: str, config: CheckConfig, stages: int):
     import torch
     import torch.nn.functional as F
 
-    from pipemare_lite.engine.dist.executor import DistJob
+    from pipemare_lite.engine.distributed.jobs import DistJob
     from pipemare_lite.methods import build_method_schedule, method_options
 
     options = method_options(method)
@@ -152,7 +152,7 @@ def _run_local(job, devices: list[str]) -> dict:
 
 
 def _run_distributed(job, backend: str, timeout: float) -> dict:
-    from pipemare_lite.engine.dist.executor import run_distributed_jobs
+    from pipemare_lite.engine.distributed.jobs import run_distributed_jobs
     from pipemare_lite.plugins import loaded_plugins
 
     start = time.perf_counter()

@@ -97,7 +97,7 @@ def train(row: Row, seed: int, *, method: str | None = None) -> dict:
     """One seed of one row (``method`` replaces the row's, to perturb it in a test)."""
     import pipemare_lite.methods.beyond  # noqa: F401  (registers wpred, nesterov, dc)
     from pipemare_lite.training.datasets import digits
-    from pipemare_lite.training.fit import fit
+    from pipemare_lite.training.loop import fit
     from pipemare_lite.training.models import mlp
 
     data = digits()  # loaded (and the plugin imported) before the clock starts

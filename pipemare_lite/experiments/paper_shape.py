@@ -400,11 +400,11 @@ def run_settings(
 
 def train(study: Study, data, spec: dict, P: int, lr: float, seed: int, *, model=None,
           on_step=None):
-    """One seed of one cell: a :func:`~pipemare_lite.training.fit.fit` run; its History.
+    """One seed of one cell: a :func:`~pipemare_lite.training.loop.fit` run; its History.
 
     ``model``: the seed's model when the caller built it (default: built here).
     """
-    from pipemare_lite.training.fit import fit
+    from pipemare_lite.training.loop import fit
 
     return fit(
         build_model(study, data, seed) if model is None else model,

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 
 from pipemare_lite.schedules.actions import Action, Schedule
 from pipemare_lite.schedules.io import from_rows
-from pipemare_lite.schedules.validate import ScheduleError, validate
+from pipemare_lite.schedules.validation import ScheduleError, validate
 
 #: PyTorch's compute actions, which become engine actions one for one.
 COMPUTE_KINDS = ("F", "B", "I", "W")

@@ -2,7 +2,7 @@
 (introduced in chapter 11).
 
 :func:`compare_with_torch_pipelining` is a process body for
-:func:`pipemare_lite.engine.dist.launch.launch`: one training step with each runtime from the
+:func:`pipemare_lite.engine.distributed.launch.launch`: one training step with each runtime from the
 same weights (losses and gradients to compare bitwise), then optionally timed steps, alternating.
 Used by
 ``tests/test_vs_torch_pipelining.py`` and ``benchmarks/bench_vs_torch_pipelining.py``.
@@ -27,7 +27,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from pipemare_lite.engine.dist.executor import DistributedExecutor
+from pipemare_lite.engine.distributed.executor import DistributedExecutor
 
 #: Our schedule name -> PyTorch's schedule class name.
 TORCH_SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}

@@ -1,6 +1,7 @@
 """Our schedules in PyTorch's pipelining runtime, PyTorch's schedules in our engine (chapter 11).
 
-:func:`interop_worker` is a process body for :func:`pipemare_lite.engine.dist.launch.launch`. For
+:func:`interop_worker` is a process body for
+:func:`pipemare_lite.engine.distributed.launch.launch`. For
 each
 :class:`InteropCase` it runs one training step (gradients only, no update) two or three ways
 from the same weights and returns every rank's gradients, to compare bitwise:
@@ -8,7 +9,7 @@ from the same weights and returns every rank's gradients, to compare bitwise:
 - ``schedule`` given (an engine schedule, exported): PyTorch's ``_PipelineScheduleRuntime``
   loads :func:`~pipemare_lite.interop.torch_notation.to_torch_csv` with ``_load_csv``
   (which adds the SEND/RECV itself) and runs ``step()``; our
-  :class:`~pipemare_lite.engine.dist.executor.DistributedExecutor` runs the schedule itself;
+  :class:`~pipemare_lite.engine.distributed.executor.DistributedExecutor` runs the schedule itself;
 - ``torch_class`` given (e.g. ``"ScheduleInterleavedZeroBubble"``, imported): PyTorch builds
   its own schedule and runs ``step()``; its ``pipeline_order`` goes through
   :func:`~pipemare_lite.interop.torch_notation.from_torch_order` into an engine schedule
@@ -32,7 +33,7 @@ from functools import partial
 
 import torch
 
-from pipemare_lite.engine.dist.executor import DistributedExecutor
+from pipemare_lite.engine.distributed.executor import DistributedExecutor
 from pipemare_lite.interop.torch_notation import from_torch_order, to_torch_csv
 from pipemare_lite.interop.torch_pipelining import ScaledLoss
 from pipemare_lite.schedules.actions import Schedule
@@ -52,7 +53,7 @@ class InteropCase:
     Attributes:
         label: a name for the results.
         stages: picklable callable returning all P*v stage modules (seeded, e.g.
-            :class:`~pipemare_lite.engine.dist.executor.PartitionedModel`).
+            :class:`~pipemare_lite.engine.distributed.executor.PartitionedModel`).
         microbatches: M ``(x, target)`` pairs; concatenated into one batch, which PyTorch
             splits back with ``tensor_split``.
         loss_fn: mean-reduced loss.

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from pipemare_lite.schedules.registry import METHOD_TABLE
-from pipemare_lite.schedules.validate import weight_mode_of
+from pipemare_lite.schedules.validation import weight_mode_of
 from pipemare_lite.schedules.weight_modes import get_weight_mode
 
 
@@ -109,7 +109,7 @@ METHODS: dict[str, MethodSpec] = {}
 def register_method(name: str, *, schedule: str, weight_mode: str | None = None,
                     options: MethodOptions | None = None, hooks: Callable | None = None,
                     description: str = "", replace_existing: bool = False) -> MethodSpec:
-    """Make ``name`` a method for :func:`~pipemare_lite.training.fit.fit`, the CLI and the
+    """Make ``name`` a method for :func:`~pipemare_lite.training.loop.fit`, the CLI and the
     executors.
 
     Args:

@@ -18,16 +18,16 @@ from pipemare_lite.schedules.actions import (
     Action,
     Schedule,
 )
-from pipemare_lite.schedules.async_pipeline import async_pipeline
-from pipemare_lite.schedules.gpipe import gpipe
-from pipemare_lite.schedules.interleaved import interleaved
-from pipemare_lite.schedules.naive import naive
-from pipemare_lite.schedules.one_f_one_b import one_f_one_b
-from pipemare_lite.schedules.pipedream import pipedream, two_bw
+from pipemare_lite.schedules.builders.async_pipeline import async_pipeline
+from pipemare_lite.schedules.builders.gpipe import gpipe
+from pipemare_lite.schedules.builders.interleaved import interleaved
+from pipemare_lite.schedules.builders.naive import naive
+from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b
+from pipemare_lite.schedules.builders.pipedream import pipedream, two_bw
+from pipemare_lite.schedules.builders.zero_bubble import zb_h1
 from pipemare_lite.schedules.registry import ALIASES, ASYNC_NAMES, SCHEDULE_NAMES, build_schedule
-from pipemare_lite.schedules.validate import ScheduleError, execution_order, validate
+from pipemare_lite.schedules.validation import ScheduleError, execution_order, validate
 from pipemare_lite.schedules.weight_modes import WeightMode, get_weight_mode
-from pipemare_lite.schedules.zero_bubble import zb_h1
 
 __all__ = [
     "Action", "Schedule", "KINDS", "WEIGHT_MODES", "WeightMode", "get_weight_mode",

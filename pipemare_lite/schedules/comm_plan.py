@@ -3,7 +3,7 @@
 Torch-free, so the communication of any schedule can be planned, printed
 (:mod:`pipemare_lite.schedules.comm_rows`) and checked without processes. The transport
 that sends the tensors, and the argument for why this order cannot deadlock, are in
-:mod:`pipemare_lite.engine.dist.transport`.
+:mod:`pipemare_lite.engine.distributed.transport`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import takewhile
 
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.validate import execution_order
+from pipemare_lite.schedules.validation import execution_order
 
 #: Receives each rank posts per peer before it needs them (see :meth:`PostingOrder.receives_ahead`).
 RECEIVES_AHEAD = 2
@@ -94,7 +94,7 @@ def plan_communication(schedule: Schedule) -> CommPlan:
     needs is produced by one.
 
     Raises:
-        pipemare_lite.schedules.validate.ScheduleError: the schedule is invalid or deadlocks
+        pipemare_lite.schedules.validation.ScheduleError: the schedule is invalid or deadlocks
             (the report names the stuck actions).
     """
     split = schedule.split_backward
@@ -118,7 +118,7 @@ def plan_communication(schedule: Schedule) -> CommPlan:
 
 
 class PostingOrder:
-    """The posting rule (rule 2 of :mod:`pipemare_lite.engine.dist.transport`) for one rank.
+    """The posting rule (rule 2 of :mod:`pipemare_lite.engine.distributed.transport`) for one rank.
 
     :meth:`to_post_for` says which operations must be posted, in order, so that a message
     can be sent or waited for. Shared by the transport, the lowering into rows

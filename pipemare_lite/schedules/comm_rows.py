@@ -1,7 +1,7 @@
 """Communication as rows: each rank's actions with its SENDs and RECVs, in posting order.
 
 A schedule lists compute only (``F``, ``B``, ``I``, ``W``, ``U``); the distributed executor
-adds the point-to-point operations by the rule of :mod:`pipemare_lite.engine.dist.transport`.
+adds the point-to-point operations by the rule of :mod:`pipemare_lite.engine.distributed.transport`.
 This lowering pass writes them into the rows in exactly the order the transport posts them,
 walking each rank's actions as the executor's loop does::
 

@@ -22,7 +22,7 @@ from itertools import takewhile
 from pathlib import Path
 
 from pipemare_lite.schedules.actions import Action, Schedule
-from pipemare_lite.schedules.validate import (
+from pipemare_lite.schedules.validation import (
     ScheduleError,
     first_unflushed_forward,
     validate,

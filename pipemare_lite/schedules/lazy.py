@@ -35,7 +35,7 @@ from dataclasses import replace
 from itertools import islice
 
 from pipemare_lite.schedules.actions import UPDATE, Action, Schedule
-from pipemare_lite.schedules.validate import LIMITS, validate
+from pipemare_lite.schedules.validation import LIMITS, validate
 
 
 def lazy_schedule(build: Callable[[int], Schedule], num_minibatches: int, *,

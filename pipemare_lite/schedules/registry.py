@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipemare_lite.schedules._build import gc_paused
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.async_pipeline import async_pipeline
-from pipemare_lite.schedules.gpipe import gpipe
-from pipemare_lite.schedules.interleaved import interleaved
-from pipemare_lite.schedules.naive import naive
-from pipemare_lite.schedules.one_f_one_b import one_f_one_b
-from pipemare_lite.schedules.pipedream import pipedream, two_bw
-from pipemare_lite.schedules.validate import (
+from pipemare_lite.schedules.builders.async_pipeline import async_pipeline
+from pipemare_lite.schedules.builders.common import gc_paused
+from pipemare_lite.schedules.builders.gpipe import gpipe
+from pipemare_lite.schedules.builders.interleaved import interleaved
+from pipemare_lite.schedules.builders.naive import naive
+from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b
+from pipemare_lite.schedules.builders.pipedream import pipedream, two_bw
+from pipemare_lite.schedules.builders.zero_bubble import zb_h1
+from pipemare_lite.schedules.validation import (
     BUILTIN_WEIGHT_MODES,
     REGISTERED_WEIGHT_MODES,
     ScheduleError,
@@ -36,7 +37,6 @@ from pipemare_lite.schedules.weight_modes import (
     WeightMode,
     get_weight_mode,
 )
-from pipemare_lite.schedules.zero_bubble import zb_h1
 
 #: The one table of the book's schedules, in the order the chapters introduce them:
 #: name, ``builder(P, N, K, v, W) -> Schedule``, weight mode. Every list of names

@@ -14,9 +14,9 @@ between minibatches whatever its weight mode. Torch-free.
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import make_schedule
 from pipemare_lite.schedules.actions import UPDATE, Schedule
-from pipemare_lite.schedules.validate import ScheduleError, check_sizes
+from pipemare_lite.schedules.builders.common import make_schedule
+from pipemare_lite.schedules.validation import ScheduleError, check_sizes
 
 
 def repeat_schedule(pattern: Schedule, num_minibatches: int) -> Schedule:

@@ -1,11 +1,12 @@
 """``fit(..., executor="dist")``: the training loop over one process per rank (chapter 11).
 
 Every rank runs the same ``fit()`` loop (under ``torchrun`` or :func:`launch`).
-:func:`fit_executor` gives it a :class:`~pipemare_lite.engine.dist.executor.DistributedExecutor`
+:func:`fit_executor` gives it a
+:class:`~pipemare_lite.engine.distributed.executor.DistributedExecutor`
 with the local executor's contract: each ``run`` is collective (``gather_into``), so all
 ranks see the same losses, trace and learning rates, and each rank's copy of the whole
 model is current for evaluation. :func:`fit_worker` is the process body that runs ``fit()``
-on every rank, for :func:`pipemare_lite.engine.dist.launch.launch` (``torchrun`` runs
+on every rank, for :func:`pipemare_lite.engine.distributed.launch.launch` (``torchrun`` runs
 ``python -m pipemare_lite.training`` directly).
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 import torch.distributed as dist
 from torch import nn
 
-from pipemare_lite.engine.dist.executor import DistributedExecutor
+from pipemare_lite.engine.distributed.executor import DistributedExecutor
 from pipemare_lite.schedules.actions import Schedule
 
 
@@ -27,13 +28,14 @@ def fit_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, loss
                  checkpoints: bool = False, record=None) -> DistributedExecutor:
     """``fit()``'s engine for this rank (registered as ``EXECUTORS["dist"]``, chapter 11).
 
-    Joins the process group (:func:`pipemare_lite.engine.dist.launch.init_from_env` when no launcher
-    made one). Not supported: ``devices`` (rank r computes on ``cuda:<local rank>`` or the
-    CPU). ``checkpoints``: keep what ``state_dict()`` needs (``fit()`` asks for it with a
-    ``checkpoint_path``; every rank computes the checkpoint, rank 0 writes the file).
+    Joins the process group (:func:`pipemare_lite.engine.distributed.launch.init_from_env`
+    when no launcher made one). Not supported: ``devices`` (rank r computes on
+    ``cuda:<local rank>`` or the CPU). ``checkpoints``: keep what ``state_dict()`` needs
+    (``fit()`` asks for it with a ``checkpoint_path``; every rank computes the checkpoint,
+    rank 0 writes the file).
     ``record`` is taken and not used: the distributed executor records everything.
     """
-    from pipemare_lite.engine.dist.launch import current, init_from_env
+    from pipemare_lite.engine.distributed.launch import current, init_from_env
 
     if devices is not None:
         raise ValueError("executor 'dist' puts each rank on its own device (cuda:<local rank> "
@@ -41,8 +43,9 @@ def fit_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, loss
     info = current()
     if info is None:
         if dist.is_initialized():
-            raise RuntimeError("a process group exists but was not made by pipemare_lite; "
-                               "start with torchrun or pipemare_lite.engine.dist.launch.launch")
+            raise RuntimeError(
+                "a process group exists but was not made by pipemare_lite; start with torchrun "
+                "or pipemare_lite.engine.distributed.launch.launch")
         info = init_from_env()
     stage_modules = list(stage_modules)
     # fit() evaluates the model where it was built (CPU); on a GPU the rank trains copies of
@@ -64,7 +67,7 @@ def fit_worker(info, fit_kwargs: dict) -> dict:
     ``(pipemare_lite.training.models.mlp, {...})``) and ``data`` as ``(loader, kwargs)``;
     returns the history as a dict.
     """
-    from pipemare_lite.training.fit import fit
+    from pipemare_lite.training.loop import fit
 
     kwargs = dict(fit_kwargs)
     builder, model_kwargs = kwargs.pop("model")

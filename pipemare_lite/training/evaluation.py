@@ -1,6 +1,6 @@
 """The loss a pipeline trains on and the test-set evaluation (introduced in chapter 07).
 
-:func:`pipemare_lite.training.fit.fit` hands :func:`classification_loss` to the executor (the last
+:func:`pipemare_lite.training.loop.fit` hands :func:`classification_loss` to the executor (the last
 stage computes it per microbatch) and calls :func:`evaluate` on the test set after every
 epoch, running the test inputs through the stages in order, wherever each stage lives.
 """

@@ -1,6 +1,6 @@
 """What a training run records, step by step: :class:`History` (introduced in chapter 07).
 
-:func:`pipemare_lite.training.fit.fit` returns a :class:`History`; the figures of chapters 07-10
+:func:`pipemare_lite.training.loop.fit` returns a :class:`History`; the figures of chapters 07-10
 (:mod:`pipemare_lite.figures.viz.curves`) draw it. A :class:`HistoryRecorder` fills it from what the
 executor reports after each step:
 
@@ -41,7 +41,7 @@ class DivergenceError(RuntimeError):
 
 @dataclass
 class History:
-    """What a :func:`~pipemare_lite.training.fit.fit` run did, step by step (chapter 07).
+    """What a :func:`~pipemare_lite.training.loop.fit` run did, step by step (chapter 07).
 
     All plain values, JSON-ready.
 

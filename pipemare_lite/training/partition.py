@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -170,3 +171,25 @@ def partition(
         stages.append(nn.Sequential(OrderedDict(named[start : start + count])))
         start += count
     return stages
+
+
+@dataclass(frozen=True)
+class PartitionedModel:
+    """A picklable recipe for stage modules: ``partition(model_fn(**kwargs), num_stages)``.
+
+    Introduced in chapter 11: a distributed job pickles it to every rank (e.g.
+    :func:`pipemare_lite.engine.distributed.jobs.run_distributed`). ``model_fn`` is a module-level
+    builder such as
+    :func:`pipemare_lite.training.models.mlp`; it must be deterministic (seeded) so every rank
+    builds the same weights.
+    """
+
+    model_fn: Callable
+    num_stages: int
+    kwargs: tuple = ()
+    balance: object = None
+
+    def __call__(self) -> list[nn.Module]:
+        """Build the model and split it."""
+        return partition(self.model_fn(**dict(self.kwargs)), self.num_stages,
+                         balance=self.balance)

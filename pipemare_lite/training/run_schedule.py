@@ -64,7 +64,7 @@ def resolve(schedule, weight_mode: str | None = None, method: str | None = None
         return ScheduleChoice(label=_label(schedule), given=schedule,
                               weight_mode=schedule.weight_mode)
     if isinstance(schedule, str) and ALIASES.get(schedule, schedule) in BUILDERS:
-        from pipemare_lite.schedules.validate import weight_mode_of
+        from pipemare_lite.schedules.validation import weight_mode_of
 
         mode = weight_mode_of(ALIASES.get(schedule, schedule))
         return ScheduleChoice(label=schedule, name=schedule, weight_mode=mode)

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import importlib
 
-from pipemare_lite.book.exercises.check import CheckResult, ExerciseFailed, check, run_checks
 from pipemare_lite.book.exercises.exercise import Exercise, Mistake
+from pipemare_lite.book.exercises.feedback import CheckResult, ExerciseFailed, check, run_checks
 from pipemare_lite.book.exercises.loader import load_from_notebook
 
 #: public name -> the submodule that defines it, for the names imported on first use

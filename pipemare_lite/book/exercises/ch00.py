@@ -31,7 +31,7 @@ EXERCISES = [
             Mistake("the updates (U, one per rank) are not counted", lambda P, M: 2 * P * M + P),
         ),
         engine_answers=(
-            "pipemare_lite.schedules.gpipe.gpipe",
+            "pipemare_lite.schedules.builders.gpipe.gpipe",
         ),
     ),
 ]

@@ -85,7 +85,7 @@ EXERCISES = [
                     "after the forward", _backward_first),
         ),
         engine_answers=(
-            "pipemare_lite.schedules.naive.naive",
+            "pipemare_lite.schedules.builders.naive.naive",
         ),
     ),
     Exercise(

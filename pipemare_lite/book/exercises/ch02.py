@@ -103,7 +103,7 @@ EXERCISES = [
             ),
         ),
         engine_answers=(
-            "pipemare_lite.schedules.gpipe.gpipe",
+            "pipemare_lite.schedules.builders.gpipe.gpipe",
         ),
     ),
     Exercise(

@@ -64,9 +64,9 @@ EXERCISES = [
                     lambda P, M: _one_f_one_b_rows(P, M, lambda P_, M_, r: P_ - 2 - r)),
         ),
         engine_answers=(
-            "pipemare_lite.schedules.one_f_one_b.one_f_one_b",
-            "pipemare_lite.schedules.one_f_one_b.one_f_one_b_order",
-            "pipemare_lite.schedules.interleaved.interleaved",
+            "pipemare_lite.schedules.builders.one_f_one_b.one_f_one_b",
+            "pipemare_lite.schedules.builders.one_f_one_b.one_f_one_b_order",
+            "pipemare_lite.schedules.builders.interleaved.interleaved",
         ),
     ),
     Exercise(

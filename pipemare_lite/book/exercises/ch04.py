@@ -125,7 +125,7 @@ EXERCISES = [
                     "the ranks v times", lambda P, v: 2 * (P - 1)),
         ),
         engine_answers=(
-            "pipemare_lite.schedules.interleaved.interleaved",
+            "pipemare_lite.schedules.builders.interleaved.interleaved",
         ),
     ),
     Exercise(

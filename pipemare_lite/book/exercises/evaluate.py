@@ -1,7 +1,7 @@
 """Run an answer on an exercise's cases and record what happened, without judging it.
 
 Judging (comparing with the engine, choosing what to tell the student) is
-:mod:`pipemare_lite.book.exercises.check`'s job and needs the registry; running is this module's,
+:mod:`pipemare_lite.book.exercises.feedback`'s job and needs the registry; running is this module's,
 and needs nothing but the answer, the cases and the names of the engine functions the answer
 must not call. That split is what lets grading run a student's code in a separate process
 that never imports the registry or the references (:mod:`pipemare_lite.book.exercises.worker`),

@@ -16,7 +16,7 @@ submission :func:`grade_submission`
    references, and sends back only what the answers returned (as JSON);
 3. decodes those values with a fixed list of plain types (nothing a worker sends is ever
    imported: :mod:`~pipemare_lite.book.exercises.plain`) and judges them here, with
-   :func:`~pipemare_lite.book.exercises.check.judge`: the same verdict and message as
+   :func:`~pipemare_lite.book.exercises.feedback.judge`: the same verdict and message as
    ``check()`` in the notebook, every case run and counted.
 
 The cases graded are not ``check()``'s: the random ones are drawn again from the
@@ -52,8 +52,8 @@ from pathlib import Path
 
 from pipemare_lite.book.exercises import evaluate as ev
 from pipemare_lite.book.exercises import hidden, sandbox
-from pipemare_lite.book.exercises.check import judge
 from pipemare_lite.book.exercises.exercise import Exercise
+from pipemare_lite.book.exercises.feedback import judge
 from pipemare_lite.book.exercises.plain import from_plain
 from pipemare_lite.book.exercises.registry import get_exercise, list_exercises
 
@@ -82,7 +82,7 @@ class ExerciseGrade:
     Attributes:
         exercise_id, label: ``"ex02_1"``, ``"Exercise 2.1"``.
         status: ``"passed"``, ``"failed"``, ``"error"``, ``"not attempted"`` (as
-            :class:`~pipemare_lite.book.exercises.check.CheckResult`), or ``"missing"`` (no
+            :class:`~pipemare_lite.book.exercises.feedback.CheckResult`), or ``"missing"`` (no
             notebook or no definition), ``"timed out"``, ``"crashed"``.
         points, max_points: awarded and possible.
         cases_passed, cases_total: every case runs; ``cases_passed`` counts them all.

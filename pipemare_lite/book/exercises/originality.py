@@ -45,18 +45,21 @@ def resolve(dotted: str) -> Any:
         ImportError: no module along the name can be imported, or an attribute is missing.
     """
     parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
+    try:
+        obj = importlib.import_module(parts[0])
+    except ImportError:
+        raise ImportError(f"cannot import any module of {dotted!r}") from None
+    for depth, attribute in enumerate(parts[1:], start=2):
+        # as ``from a.b import c`` does: the package's attribute first (a function may share
+        # an old module path's name), then the submodule
+        if hasattr(obj, attribute):
+            obj = getattr(obj, attribute)
             continue
-        for attribute in parts[cut:]:
-            try:
-                obj = getattr(obj, attribute)
-            except AttributeError:
-                raise ImportError(f"{dotted}: {attribute!r} not found") from None
-        return obj
-    raise ImportError(f"cannot import any module of {dotted!r}")
+        try:
+            obj = importlib.import_module(".".join(parts[:depth]))
+        except ImportError:
+            raise ImportError(f"{dotted}: {attribute!r} not found") from None
+    return obj
 
 
 def _code_of(obj) -> types.CodeType | None:

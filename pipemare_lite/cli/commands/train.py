@@ -6,7 +6,7 @@ form ``torchrun`` launches, one process per stage::
     pipemare-lite train --method pipemare --stages 4 --epochs 2
     torchrun --nproc-per-node 4 -m pipemare_lite.training --executor dist --method pipemare ...
 
-The options map one to one onto :func:`pipemare_lite.training.fit.fit`;
+The options map one to one onto :func:`pipemare_lite.training.loop.fit`;
 :func:`build_model_and_data` picks the model and dataset by name. Under torchrun every rank
 trains and rank 0 reports (and alone writes ``--out`` and ``--jsonl``).
 
@@ -67,12 +67,12 @@ def json_ready(value):
 def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the training options to ``parser`` (one definition for both entry points).
 
-    Each option is one argument of :func:`pipemare_lite.training.fit.fit`; ``--help``
+    Each option is one argument of :func:`pipemare_lite.training.loop.fit`; ``--help``
     shows the defaults and the exit codes.
     """
     from pipemare_lite.methods import METHODS
     from pipemare_lite.schedules.actions import WEIGHT_MODES
-    from pipemare_lite.training.fit import DIVERGENCE_ACTIONS, EXECUTORS, LR_SCHEDULES, OPTIMIZERS
+    from pipemare_lite.training.loop import DIVERGENCE_ACTIONS, EXECUTORS, LR_SCHEDULES, OPTIMIZERS
     from pipemare_lite.training.models import MODELS
 
     parser.formatter_class = _DefaultsHelpFormatter
@@ -451,22 +451,22 @@ def stage_devices(text: str | None, stages: int, executor: str = "local") -> lis
 def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -> int:
     """Train as the parsed arguments say; print a summary (or JSON); return the exit code.
 
-    The training is :func:`pipemare_lite.training.fit.fit`. A run that diverges under
+    The training is :func:`pipemare_lite.training.loop.fit`. A run that diverges under
     ``--on-divergence raise`` prints ``<prog>: diverged at step ...`` (the report) to
     stderr, still writes ``--out``, and returns :data:`DIVERGED_EXIT_CODE`.
     """
-    from pipemare_lite.training.fit import fit
     from pipemare_lite.training.history import DivergenceError
+    from pipemare_lite.training.loop import fit
 
     load_plugins(getattr(args, "plugin", None) or ())  # before the method's name is looked up
     check_numeric_options(args)
     if args.executor == "dist" and getattr(args, "op_timeout", None) is not None:  # read by
         # init_from_env under torchrun
-        from pipemare_lite.engine.dist.launch import OP_TIMEOUT_ENV
+        from pipemare_lite.engine.distributed.launch import OP_TIMEOUT_ENV
 
         os.environ[OP_TIMEOUT_ENV] = repr(float(args.op_timeout))
     schedule = _schedule_sizes(args)
-    from pipemare_lite.schedules.validate import LIMITS
+    from pipemare_lite.schedules.validation import LIMITS
 
     for name, limit in (("stages", "num_ranks"), ("microbatches", "num_microbatches"),
                         ("chunks", "chunks")):  # before they size the model
@@ -603,19 +603,19 @@ def main(argv: list[str] | None = None) -> int:
 def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
     """:func:`run_from_args`; bad input exits 2 with a message, and a distributed rank's
     pipeline failure exits 1 with a message and every rank's position (a bug keeps its
-    traceback). See :mod:`pipemare_lite.engine.dist.torchrun`."""
-    from pipemare_lite.engine.dist.faults import PipelineFault
+    traceback). See :mod:`pipemare_lite.engine.distributed.torchrun`."""
+    from pipemare_lite.engine.distributed.faults import PipelineFault
 
     try:
         return run_from_args(args, prog=prog)
     except PipelineFault as exc:
-        from pipemare_lite.engine.dist.torchrun import report_failure
+        from pipemare_lite.engine.distributed.torchrun import report_failure
 
         if not report_failure(exc, prog):  # under torchrun also which rank was lost
             raise
         return 1
     except INPUT_ERRORS as exc:  # bad input only: a bug keeps its traceback
-        from pipemare_lite.engine.dist.launch import current
+        from pipemare_lite.engine.distributed.launch import current
 
         info = current()
         if info is None:  # refused before this rank joined a job: the command's bad input

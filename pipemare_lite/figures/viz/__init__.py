@@ -23,7 +23,7 @@ their plotly JSON, so exported notebooks show them too (:mod:`pipemare_lite.figu
 """
 
 from pipemare_lite.figures.viz.curves import divergence_step, loss_curves
-from pipemare_lite.figures.viz.gantt import gantt, gantt_pair, gantt_traces, idle_intervals
+from pipemare_lite.figures.viz.gantt_chart import gantt, gantt_pair, gantt_traces, idle_intervals
 from pipemare_lite.figures.viz.lr_schedules import t1_figure
 from pipemare_lite.figures.viz.memory import memory_bars
 from pipemare_lite.figures.viz.renderer import use_in_jupyter

@@ -2,7 +2,7 @@
 
 A *history* is either a plain dict of lists, ``"step"`` and ``"loss"`` (optionally
 ``"accuracy"`` and a ``"diverged"`` flag; without ``"step"`` the steps are 0, 1, 2 ...), or
-what :func:`pipemare_lite.training.fit.fit` returns (a ``History``, or its ``to_dict()``): its
+what :func:`pipemare_lite.training.loop.fit` returns (a ``History``, or its ``to_dict()``): its
 per-step ``loss``, and for other metrics its per-epoch ``evals``. Each run keeps its
 method's colour from :mod:`pipemare_lite.figures.viz.colors`, and a run that blew up is marked
 where it did, so "async without fixes diverges, T1 recovers" is visible at a glance.

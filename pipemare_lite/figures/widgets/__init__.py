@@ -30,27 +30,27 @@ Each returns an ``ipywidgets.VBox`` with ``controls`` (name -> control widget) a
 whose slider steps were computed in advance. Nothing here imports torch.
 """
 
-from pipemare_lite.figures.widgets.granularity_explorer import (
+from pipemare_lite.figures.widgets.granularity import (
     GranularityExplorer,
     granularity_explorer,
     granularity_explorer_static,
 )
-from pipemare_lite.figures.widgets.schedule_explorer import ScheduleExplorer, schedule_explorer
-from pipemare_lite.figures.widgets.stability_explorer import StabilityExplorer, stability_explorer
-from pipemare_lite.figures.widgets.staleness_explorer import StalenessExplorer, staleness_explorer
+from pipemare_lite.figures.widgets.schedule import ScheduleExplorer, schedule_explorer
+from pipemare_lite.figures.widgets.stability import StabilityExplorer, stability_explorer
+from pipemare_lite.figures.widgets.staleness import StalenessExplorer, staleness_explorer
 from pipemare_lite.figures.widgets.static import (
     schedule_explorer_static,
     stability_explorer_static,
     staleness_explorer_static,
 )
-from pipemare_lite.figures.widgets.t1_explorer import T1Explorer, t1_explorer, t1_explorer_static
-from pipemare_lite.figures.widgets.t2_explorer import T2Explorer, t2_explorer, t2_explorer_static
-from pipemare_lite.figures.widgets.trace_explorer import (
+from pipemare_lite.figures.widgets.t1 import T1Explorer, t1_explorer, t1_explorer_static
+from pipemare_lite.figures.widgets.t2 import T2Explorer, t2_explorer, t2_explorer_static
+from pipemare_lite.figures.widgets.trace import (
     TraceExplorer,
     trace_explorer,
     trace_explorer_static,
 )
-from pipemare_lite.figures.widgets.tradeoff_explorer import (
+from pipemare_lite.figures.widgets.tradeoff import (
     TradeoffExplorer,
     tradeoff_explorer,
     tradeoff_explorer_static,

@@ -29,11 +29,11 @@ from pipemare_lite.analysis.theory import (
     stability_bound,
 )
 from pipemare_lite.figures.viz.colors import BOUND_COLOR, ROOT_STABLE_COLOR, ROOT_UNSTABLE_COLOR
-from pipemare_lite.figures.viz.gantt import gantt_layout, gantt_trace_specs
+from pipemare_lite.figures.viz.gantt_chart import gantt_layout, gantt_trace_specs
 from pipemare_lite.figures.viz.staleness import QUANTITY_LABELS, staleness_heatmap
-from pipemare_lite.figures.widgets.schedule_explorer import closed_forms, explorer_costs
-from pipemare_lite.figures.widgets.stability_explorer import STEPS
-from pipemare_lite.figures.widgets.staleness_explorer import HEATMAP_QUANTITIES
+from pipemare_lite.figures.widgets.schedule import closed_forms, explorer_costs
+from pipemare_lite.figures.widgets.stability import STEPS
+from pipemare_lite.figures.widgets.staleness import HEATMAP_QUANTITIES
 from pipemare_lite.schedules.registry import SCHEDULE_NAMES, build_schedule
 
 #: More steps than this make the page heavy (every step's boxes are in the figure).
@@ -202,7 +202,7 @@ def stability_explorer_static(
     Left: the iterates ``w[t]``; right: the characteristic roots with the unit circle. A
     step's title gives the largest root magnitude and, for the plain model (no momentum, no
     discrepancy), the closed-form bound ``2 sin(pi / (2 (2 tau + 1)))`` beside ``alpha lam``.
-    Arguments as in :func:`~pipemare_lite.figures.widgets.stability_explorer.stability_explorer`.
+    Arguments as in :func:`~pipemare_lite.figures.widgets.stability.stability_explorer`.
     """
     values = _check_steps("taus", taus)
     plain = momentum == 0 and discrepancy == 0

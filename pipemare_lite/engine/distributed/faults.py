@@ -20,7 +20,7 @@ every failure end the job quickly and say what happened:
 - a backstop: when the main thread does not stop within ``exit_grace`` seconds of an
   abort (stuck in compute or in a blocking collective), the thread ends the process;
 - a wait whose link to its peer breaks notes that peer as lost: under torchrun,
-  :mod:`pipemare_lite.engine.dist.lost` reads that and the heartbeats to name the rank a
+  :mod:`pipemare_lite.engine.distributed.lost` reads that and the heartbeats to name the rank a
   worker lost (a machine that died) before it exits.
 
 ::

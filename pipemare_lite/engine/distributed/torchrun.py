@@ -6,11 +6,12 @@ anyone was; when the agent itself dies, the ranks kept writing to its store, whi
 gone, and every failed write printed a C++ stack trace (about 190 in the 10 s before the
 watchdog's backstop). Here:
 
-- :func:`install` (called by :func:`~pipemare_lite.engine.dist.launch.init_from_env`) makes the
-  watchdog watch the agent's process (the rank's parent): when it disappears the rank says
-  so in one line and exits (:meth:`StatusBoard._watch`), before touching the dead store.
-  It hooks the one line of :mod:`pipemare_lite.engine.dist.lost` naming the lost rank into
-  the three ways such a worker stops: an uncaught exception (the traceback, then the line,
+- :func:`install` (called by
+  :func:`~pipemare_lite.engine.distributed.launch.init_from_env`) makes the watchdog watch
+  the agent's process (the rank's parent): when it disappears the rank says so in one line
+  and exits (:meth:`StatusBoard._watch`), before touching the dead store. It hooks the one
+  line of :mod:`pipemare_lite.engine.distributed.lost` naming the lost rank into the three
+  ways such a worker stops: an uncaught exception (the traceback, then the line,
   then ``os._exit(1)``: no atexit teardown that could wait on a dead peer), the agent's
   SIGTERM (first every rank's position, printed by the first rank to claim it, the others
   printing one line each; then the line; exit 143, as for SIGTERM) and the watchdog's
@@ -28,7 +29,7 @@ import signal
 import sys
 import threading
 
-from pipemare_lite.engine.dist import faults, lost
+from pipemare_lite.engine.distributed import faults, lost
 
 #: Seconds the SIGTERM report may wait for the store (the agent that hosts it is stopping).
 STORE_TIMEOUT = 3.0
@@ -37,8 +38,8 @@ LINE_LIMIT = 160
 #: Exit status after SIGTERM (128 + 15, what a shell reports for a terminated process).
 SIGTERM_EXIT = 143
 
-#: The job's side-channel secret (:func:`pipemare_lite.engine.dist.faults.torchrun_secret`),
-#: set by :func:`~pipemare_lite.engine.dist.launch.init_from_env`; None: unsigned.
+#: The job's side-channel secret (:func:`pipemare_lite.engine.distributed.faults.torchrun_secret`),
+#: set by :func:`~pipemare_lite.engine.distributed.launch.init_from_env`; None: unsigned.
 SECRET: bytes | None = None
 _reported = False  # this rank already printed its report: the agent's SIGTERM adds nothing
 _name_lost = None  # once :func:`install` ran: prints the line naming the lost rank (once)
@@ -51,7 +52,7 @@ def under_torchrun() -> bool:
 
 def install(board: faults.StatusBoard) -> None:
     """Under torchrun (main thread only): watch the agent (this process's parent), and
-    print the line naming the lost rank (:func:`pipemare_lite.engine.dist.lost.report`) on
+    print the line naming the lost rank (:func:`pipemare_lite.engine.distributed.lost.report`) on
     an uncaught exception, the agent's SIGTERM (after every rank's position:
     :func:`_sigterm_report`) and the watchdog's backstop. An uncaught exception also goes to
     :meth:`StatusBoard.fail`, so a rank that fails for a reason of its own claims the abort
@@ -107,7 +108,7 @@ def _write(text: str) -> None:
 
 
 def _store():
-    from pipemare_lite.engine.dist.launch import _connect
+    from pipemare_lite.engine.distributed.launch import _connect
 
     raw = _connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), STORE_TIMEOUT)
     return faults.signed(raw, SECRET)
@@ -150,7 +151,7 @@ def report_failure(exc: BaseException, prog: str) -> bool:
     until the report is out, then it is raised again, so a rank never stops with half a
     report. Call from the main thread (signal handlers live there), as the command line does.
     """
-    from pipemare_lite.engine.dist.launch import current
+    from pipemare_lite.engine.distributed.launch import current
 
     info = current()
     if info is None or not isinstance(exc, faults.PipelineFault):

@@ -11,10 +11,10 @@ every rank v times. Each piece is 1/v of a rank's work, so the fill and drain sh
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import make_schedule
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.one_f_one_b import one_f_one_b_order
-from pipemare_lite.schedules.validate import ScheduleError, check_sizes
+from pipemare_lite.schedules.builders.common import make_schedule
+from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b_order
+from pipemare_lite.schedules.validation import ScheduleError, check_sizes
 
 
 def _virtual_step(k: int, rank: int, P: int, v: int, backward: bool) -> tuple[int, int]:

@@ -15,7 +15,7 @@ import ipywidgets as widgets
 
 from pipemare_lite.analysis import formulas
 from pipemare_lite.analysis.simulate import OpCosts, metrics, simulate
-from pipemare_lite.figures.viz.gantt import gantt_layout, gantt_trace_specs
+from pipemare_lite.figures.viz.gantt_chart import gantt_layout, gantt_trace_specs
 from pipemare_lite.figures.widgets._explorer import Explorer, figure_widget, show_figure
 from pipemare_lite.schedules.registry import ASYNC_NAMES, SCHEDULE_NAMES, build_schedule
 

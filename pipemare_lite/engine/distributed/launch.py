@@ -2,7 +2,7 @@
 
 From Python (a notebook included)::
 
-    from pipemare_lite.engine.dist.launch import launch
+    from pipemare_lite.engine.distributed.launch import launch
     results = launch(my_worker, world_size=4, args=(config,), timeout=120)
 
 ``my_worker(info, *args)`` runs in every process with the process group already initialized
@@ -22,14 +22,14 @@ What :func:`launch` guarantees:
   concurrent launches never collide;
 - gloo on CPU, NCCL when CUDA has a device per rank (``backend=None``); rank r uses
   ``cuda:r`` with NCCL;
-- the launcher hosts the side-channel store (:mod:`pipemare_lite.engine.dist.faults`), so it
+- the launcher hosts the side-channel store (:mod:`pipemare_lite.engine.distributed.faults`), so it
   can still read where every rank was after one of them died;
 - it always cleans up: on an error, a dead child or the timeout it sets the ``abort`` key,
   gives the ranks a few seconds to stop and report, then terminates and finally kills every
   child that is still alive. No orphans: a child also exits when the launcher disappears.
 
 From a shell, the same training runs under ``torchrun`` (one process per rank; the
-``--executor dist`` option of ``pipemare_lite.training.fit`` calls :func:`init_from_env`)::
+``--executor dist`` option of ``pipemare_lite.training.loop`` calls :func:`init_from_env`)::
 
     # one machine, 4 ranks
     torchrun --nnodes 1 --nproc-per-node 4 --rdzv-backend c10d \\
@@ -44,14 +44,14 @@ From a shell, the same training runs under ``torchrun`` (one process per rank; t
 
 torchrun's store, unlike :func:`launch`'s, listens on every interface whatever address it
 is given, without authentication: anyone reaching its port can read and write it. The
-ranks sign the side channel (:class:`~pipemare_lite.engine.dist.faults.SignedStore`), so a
+ranks sign the side channel (:class:`~pipemare_lite.engine.distributed.faults.SignedStore`), so a
 stranger's text never becomes a reported cause; torch's own keys stay unprotected (README,
 "What torch's store does not protect").
 
 The two-machine form is tested as two torchrun "nodes" on one host
 (``tests/test_multinode.py``). Under torchrun a worker exits with its agent (its parent),
 and when a peer disappears it prints which rank it lost before it exits
-(:mod:`pipemare_lite.engine.dist.lost`). Devices and backend come from
+(:mod:`pipemare_lite.engine.distributed.lost`). Devices and backend come from
 :mod:`pipemare_lite.engine.placement`.
 
 ``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
@@ -79,8 +79,8 @@ import torch
 import torch.distributed as dist
 
 from pipemare_lite.engine import placement
-from pipemare_lite.engine.dist import faults
-from pipemare_lite.engine.dist import torchrun as under_torchrun
+from pipemare_lite.engine.distributed import faults
+from pipemare_lite.engine.distributed import torchrun as under_torchrun
 from pipemare_lite.engine.placement import choose_backend  # noqa: F401  (chapter 11)
 from pipemare_lite.plugins import env_plugins, load_plugins
 
@@ -94,7 +94,7 @@ SETTLE, SETTLE_MAX = 0.3, 3.0
 #: Modules imported once into the fork server. torch._dynamo is what the first optimizer
 #: constructor imports (several seconds per process otherwise).
 PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo",
-           "pipemare_lite.engine.dist.executor")
+           "pipemare_lite.engine.distributed.executor")
 
 
 @dataclass
@@ -105,7 +105,7 @@ class RankInfo:
         rank, world_size, local_rank: as in ``torch.distributed`` / ``torchrun``.
         backend: "gloo" or "nccl".
         device: ``torch.device("cpu")`` with gloo, ``cuda:<local_rank>`` with NCCL.
-        board: this rank's :class:`~pipemare_lite.engine.dist.faults.StatusBoard`.
+        board: this rank's :class:`~pipemare_lite.engine.distributed.faults.StatusBoard`.
         op_timeout: seconds any single wait on a message may take.
         placement: the rank's :class:`~pipemare_lite.engine.placement.Placement`
             (device, backend, where weights, optimizer state and messages live).
@@ -137,7 +137,7 @@ class LaunchError(RuntimeError):
         failed_ranks: ranks that raised, died or timed out (the cause first when known).
         positions: ``rank -> Position`` as last published.
         errors: ``rank -> error text`` (type, message, then traceback) for ranks that
-            reported one (:meth:`~pipemare_lite.engine.dist.faults.StatusBoard.fail`).
+            reported one (:meth:`~pipemare_lite.engine.distributed.faults.StatusBoard.fail`).
         exit_codes: ``rank -> exit code`` (negative: killed by that signal).
         pids: ``rank -> process id`` (all ended when the error is raised).
     """
@@ -265,7 +265,7 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
         world_size: number of processes (ranks), >= 1.
         timeout: seconds for the whole job; then every rank is stopped.
         op_timeout: seconds any single wait on a message may take (see
-            :class:`pipemare_lite.engine.dist.faults.Waiter`).
+            :class:`pipemare_lite.engine.distributed.faults.Waiter`).
         backend: "gloo", "nccl" or None (NCCL when CUDA has a device per rank).
         master_addr: address the rendezvous store binds to (loopback by default).
         start_method: multiprocessing start method; default forkserver (spawn if missing).
@@ -282,7 +282,7 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
 
     Raises:
         MainGuardError: called at the top level of a script, outside
-            ``if __name__ == "__main__":`` (:mod:`pipemare_lite.engine.dist.main_guard`).
+            ``if __name__ == "__main__":`` (:mod:`pipemare_lite.engine.distributed.main_guard`).
         LaunchError: a rank raised, died or timed out; the message names it and lists every
             rank's last position in its schedule. No child is alive when it is raised.
     """
@@ -297,7 +297,7 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
     # would hand them an older environment
     imports = tuple(env_plugins()) + tuple(imports)
 
-    from pipemare_lite.engine.dist.main_guard import check_main_guard
+    from pipemare_lite.engine.distributed.main_guard import check_main_guard
 
     ctx = _context(start_method)
     check_main_guard("launch()", ctx.get_start_method())  # before any child re-imports
@@ -400,7 +400,8 @@ def _suspicion(rank: int, exit_codes: dict, reports: dict, reason: str | None = 
 
     0: the abort reason names it; 1: killed by a signal; 2: exited without a failure report;
     3: reported a real error; 4: reported only the echo of another rank's failure (a
-    closed connection, an abort: :func:`~pipemare_lite.engine.dist.faults.is_communication_error`).
+    closed connection, an abort:
+    :func:`~pipemare_lite.engine.distributed.faults.is_communication_error`).
     """
     if reason is not None and reason.startswith(f"rank {rank} "):
         return 0

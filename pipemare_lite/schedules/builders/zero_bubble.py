@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from pipemare_lite.schedules._build import make_schedule, microbatches_of
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.one_f_one_b import clamp_notes
-from pipemare_lite.schedules.validate import check_sizes
+from pipemare_lite.schedules.builders.common import make_schedule, microbatches_of
+from pipemare_lite.schedules.builders.one_f_one_b import clamp_notes
+from pipemare_lite.schedules.validation import check_sizes
 
 
 def zb_h1_order(stage: int, num_ranks: int, microbatches: list[int]) -> list[tuple[str, int]]:

@@ -299,7 +299,7 @@ def fit(
     check_dataset(data, classification_targets=loss_fn is None)
     if checkpoint_path is not None:  # not at the first save, steps into the run
         check_writable(checkpoint_path, "checkpoint_path")
-    run = _TrainingRun(
+    run = TrainingRun(
         model, data, config, gamma=gamma, balance=balance, devices=devices,
         optimizer=optimizer, lr_schedule=lr_schedule, loss_fn=loss_fn,
         schedule=arguments["schedule"], checkpoints=checkpoint_path is not None,
@@ -488,7 +488,7 @@ def _check_arguments(
         )
 
 
-class _TrainingRun:
+class TrainingRun:
     """The moving parts of one fit() run and its steps (chapter 07).
 
     Set-up cuts the model into stages, builds the method's schedule for the whole run and
@@ -684,7 +684,7 @@ class _TrainingRun:
 
 
 @contextmanager
-def _progress_bar(progress: bool | None, run: _TrainingRun) -> Iterator[Callable]:
+def _progress_bar(progress: bool | None, run: TrainingRun) -> Iterator[Callable]:
     """Yield ``show(history)``: one tick of a tqdm bar (rank 0 only), or nothing when off."""
     if not _progress_enabled(progress) or os.environ.get("RANK", "0") != "0":
         yield lambda history: None

@@ -5,7 +5,7 @@ Every tensor that crosses ranks is known in advance from the schedule: ``F(s, m)
 :func:`plan_communication` (torch-free, in :mod:`pipemare_lite.schedules.comm_plan`, with
 the posting rule :class:`PostingOrder`) lists these messages and numbers them with a global sequence
 number ``seq`` taken from one dependency-respecting execution of the whole schedule
-(:func:`pipemare_lite.schedules.validate.execution_order`).
+(:func:`pipemare_lite.schedules.validation.execution_order`).
 
 The ordering rule (one rule for gloo and NCCL, every schedule, sync or async):
 
@@ -33,7 +33,7 @@ follows the schedule's dependency graph, which validation proved acyclic. With g
 which matches by tag, each message also carries its ``seq`` as tag.
 
 Shapes: the receiver must allocate the buffer before the data arrives, so every message's
-shape and dtype come from a shape probe at start (:mod:`pipemare_lite.engine.dist.executor`).
+shape and dtype come from a shape probe at start (:mod:`pipemare_lite.engine.distributed.executor`).
 Messages between stages on the same rank (P = 1) are handed over in memory.
 """
 
@@ -65,7 +65,7 @@ class P2PTransport:
     Args:
         plan: from :func:`pipemare_lite.schedules.comm_plan.plan_communication`.
         rank: this rank.
-        waiter: a :class:`pipemare_lite.engine.dist.faults.Waiter` (waits that see the abort
+        waiter: a :class:`pipemare_lite.engine.distributed.faults.Waiter` (waits that see the abort
             flag and a per-operation timeout, gloo and NCCL).
         backend, device: the process group's backend and where this rank computes. They
             decide where send and receive buffers live (the compute device with NCCL, the

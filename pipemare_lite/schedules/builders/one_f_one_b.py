@@ -5,9 +5,9 @@ Introduced in chapter 03: the same bubble as GPipe with far fewer activations in
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import make_schedule, microbatches_of
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.validate import check_sizes
+from pipemare_lite.schedules.builders.common import make_schedule, microbatches_of
+from pipemare_lite.schedules.validation import check_sizes
 
 
 def one_f_one_b_order(microbatches: list[int], warmup: int) -> list[tuple[str, int]]:

@@ -31,7 +31,10 @@ from pipemare_lite.analysis.staleness import (
 )
 from pipemare_lite.figures.viz.staleness import path_figure, staleness_heatmap
 from pipemare_lite.figures.widgets._explorer import Explorer, figure_widget, show_plotly_figure
-from pipemare_lite.schedules.async_pipeline import TICK_ORDER_NOTE_BACKWARD_FIRST, async_pipeline
+from pipemare_lite.schedules.builders.async_pipeline import (
+    TICK_ORDER_NOTE_BACKWARD_FIRST,
+    async_pipeline,
+)
 from pipemare_lite.schedules.registry import SCHEDULE_NAMES, build_schedule
 
 #: Quantities the heatmap can show.

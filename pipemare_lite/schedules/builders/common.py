@@ -11,7 +11,7 @@ import gc
 from contextlib import contextmanager
 
 from pipemare_lite.schedules.actions import KINDS, Action, Schedule
-from pipemare_lite.schedules.validate import validate
+from pipemare_lite.schedules.validation import validate
 
 
 def make_schedule(name: str, num_ranks: int, num_microbatches: int,

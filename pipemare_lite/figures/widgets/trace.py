@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 
 from pipemare_lite.analysis.simulate import OpCosts, metrics, simulate
 from pipemare_lite.analysis.timeline import Timeline
-from pipemare_lite.figures.viz.gantt import gantt_pair
+from pipemare_lite.figures.viz.gantt_chart import gantt_pair
 from pipemare_lite.figures.widgets._explorer import Explorer, figure_widget, show_plotly_figure
 
 #: What the simulator can be fed.

@@ -1,6 +1,6 @@
 """Catch the missing ``if __name__ == "__main__":`` guard before a launch (chapter 11).
 
-:func:`pipemare_lite.engine.dist.launch.launch` starts its ranks with ``forkserver`` or
+:func:`pipemare_lite.engine.distributed.launch.launch` starts its ranks with ``forkserver`` or
 ``spawn``: each child imports the script that called it again (as ``__mp_main__``) to find
 the worker. A script that calls ``launch()`` at its top level, outside the guard, would
 launch again in every child: multiprocessing stops that child with a long bootstrap

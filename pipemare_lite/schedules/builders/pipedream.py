@@ -8,10 +8,10 @@ version max(k-1, 0).
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import make_schedule, microbatches_of
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.one_f_one_b import clamp_notes, one_f_one_b_order
-from pipemare_lite.schedules.validate import ScheduleError, check_sizes
+from pipemare_lite.schedules.builders.common import make_schedule, microbatches_of
+from pipemare_lite.schedules.builders.one_f_one_b import clamp_notes, one_f_one_b_order
+from pipemare_lite.schedules.validation import ScheduleError, check_sizes
 
 
 def flushed_warmup_order(stage: int, num_ranks: int, N: int, warmup: int) -> list:

@@ -18,9 +18,9 @@ Evidence, in order of strength:
    advance for :data:`HEARTBEAT_WINDOW` seconds while its status says it is neither done
    nor failed.
 
-:func:`pipemare_lite.engine.dist.torchrun.install` hooks :func:`report` into the ways such
+:func:`pipemare_lite.engine.distributed.torchrun.install` hooks :func:`report` into the ways such
 a worker stops (an uncaught exception, SIGTERM from the agent, the watchdog's backstop), and
-:func:`~pipemare_lite.engine.dist.torchrun.report_failure` prints it after a failure the
+:func:`~pipemare_lite.engine.distributed.torchrun.report_failure` prints it after a failure the
 command line caught.
 """
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from pipemare_lite.engine.dist import faults
+from pipemare_lite.engine.distributed import faults
 
 #: Seconds the report watches the heartbeats when no direct evidence names a lost rank.
 HEARTBEAT_WINDOW = 1.5

@@ -31,13 +31,13 @@ call is guarded so the CPU path never touches CUDA. Randomness: each rank has it
 generator, so a model with dropout gives other masks than in one process (the book's models
 have no dropout).
 
-Entry points: :class:`DistributedExecutor` (one rank's engine, inside a process group made
-by ``torchrun``, :func:`~pipemare_lite.engine.dist.launch.launch` or your own; with
-``gather_into`` it is also ``fit(..., executor="dist")``'s engine,
-:mod:`pipemare_lite.training.dist_fit`);
-:func:`run_distributed` and :func:`run_distributed_jobs` start the processes from Python or
-a notebook and gather one :class:`DistRunResult` per job; :class:`Fault` makes a rank raise,
-die or hang. Measured against simulated utilization:
+Entry point: :class:`DistributedExecutor`, one rank's engine, inside a process group made
+by ``torchrun``, :func:`~pipemare_lite.engine.distributed.launch.launch` or your own; with
+``gather_into`` it is also ``fit(..., executor="dist")``'s engine
+(:mod:`pipemare_lite.training.dist_fit`). Beside it: :mod:`.jobs` starts the processes from
+Python or a notebook (:func:`~.jobs.run_distributed`), :mod:`.results` gathers the ranks'
+results, :mod:`.shape_probe` finds the message shapes, :mod:`.fault_injection` makes a rank
+raise, die or hang. Measured against simulated utilization:
 :mod:`pipemare_lite.analysis.utilization`; the same step in PyTorch's runtime:
 :mod:`pipemare_lite.interop.torch_pipelining` and
 :mod:`pipemare_lite.interop.torch_runtime`.
@@ -45,165 +45,25 @@ die or hang. Measured against simulated utilization:
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import os
-import signal
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-import torch.utils._pytree as pytree
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.engine.build_worker import build_stage_workers
-from pipemare_lite.engine.dist import faults
-from pipemare_lite.engine.dist.checkpoint import PeerProgress, local_key, message_key
-from pipemare_lite.engine.dist.launch import launch
-from pipemare_lite.engine.dist.transport import P2PTransport, tensor_meta
+from pipemare_lite.engine.distributed import faults
+from pipemare_lite.engine.distributed.checkpoint import PeerProgress, local_key, message_key
+from pipemare_lite.engine.distributed.fault_injection import Fault
+from pipemare_lite.engine.distributed.results import DistRunResult, RankResult, merge_rank_results
+from pipemare_lite.engine.distributed.shape_probe import probe_output_meta
+from pipemare_lite.engine.distributed.transport import P2PTransport, tensor_meta
 from pipemare_lite.engine.interpreter import Interpreter, take_records
-from pipemare_lite.engine.local import RunResult
 from pipemare_lite.engine.recorder import BytesMeter, Recorder
-from pipemare_lite.engine.stage import BYTE_KINDS
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, plan_communication
-
-#: Kinds of :class:`Fault`.
-FAULT_KINDS = ("raise", "kill", "hang")
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A deliberate failure, to see what the job does (chapter 11 and the tests).
-
-    Attributes:
-        rank: the rank that fails.
-        position: index of the action in that rank's list before which it fails.
-        kind: ``raise`` (an exception), ``kill`` (SIGKILL to itself: no goodbye) or
-            ``hang`` (sleeps forever without sending anything).
-    """
-
-    rank: int
-    position: int
-    kind: str = "raise"
-
-    def __post_init__(self) -> None:
-        if self.kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault kind {self.kind!r}; allowed: {', '.join(FAULT_KINDS)}")
-        if self.position < 0 or self.rank < 0:
-            raise ValueError(f"fault rank and position must be >= 0, got {self.rank}, "
-                             f"{self.position}")
-
-    def trigger(self, action) -> None:
-        """Fail in the chosen way (called just before the action at ``position``)."""
-        if self.kind == "raise":
-            raise RuntimeError(f"injected fault on rank {self.rank} before action "
-                               f"{self.position} ({action})")
-        if self.kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        while True:  # hang: like a rank stuck in a kernel; only a kill ends it
-            time.sleep(1.0)
-
-
-@dataclass
-class RankResult:
-    """What one rank returns (CPU tensors and Python values: picklable; chapter 11).
-
-    :class:`DistRunResult`'s fields for this rank's stages: per-stage values as ``{stage:
-    value}``, versions and distances as ``{(stage, microbatch): int}``, the losses only on
-    the rank of the last stage. Also ``entries``, this rank's
-    :class:`~pipemare_lite.analysis.timeline.TimedAction` in seconds from the common origin
-    (the trace's entries as they are); ``versions``, ``{"1F3": 0, ...}`` the weight version
-    each action used; ``wait_seconds``, this rank's time waiting for messages so far.
-    """
-
-    rank: int
-    entries: list
-    loss_by_microbatch: dict
-    versions: dict
-    forward_versions: dict
-    backward_versions: dict
-    distances: dict
-    learning_rates: dict
-    state_dicts: dict
-    gradients: dict = field(default_factory=dict)
-    peak_bytes: dict = field(default_factory=dict)
-    wait_seconds: float = 0.0
-    group_learning_rates: dict = field(default_factory=dict)
-    update_norms: dict = field(default_factory=dict)
-    forward_delays: dict = field(default_factory=dict)
-    posted: list = field(default_factory=list)
-
-
-@dataclass
-class DistRunResult(RunResult):
-    """A :class:`~pipemare_lite.engine.local.RunResult` gathered from every rank, plus:
-
-    Attributes:
-        state_dicts: ``state_dicts[stage]`` the stage module's state at the end.
-        gradients: ``gradients[stage][k]`` the parameter gradients applied by update k
-            (when ``record_gradients=True``).
-        posted: ``posted[rank]`` the rank's actions and posted operations, in order (when
-            ``record_posts=True``; compare with
-            :func:`pipemare_lite.schedules.comm_rows.comm_row_strings`).
-    """
-
-    state_dicts: list = field(default_factory=list)
-    gradients: list = field(default_factory=list)
-    posted: list = field(default_factory=list)
-
-
-class _MetaProbe(TorchDispatchMode):
-    """Run a forward on meta tensors: stray non-meta tensors (a constant the forward made on
-    the CPU) join the meta ones, and a read of values (``.item()``, ``if tensor:``: meta
-    tensors have none) raises ``NotImplementedError``, as an operator without a meta
-    kernel does."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.ops.aten._local_scalar_dense.default:
-            raise NotImplementedError(f"{func} reads a tensor's values")
-        flat = pytree.tree_leaves((args, kwargs))
-        if any(isinstance(t, torch.Tensor) and t.is_meta for t in flat):
-            args, kwargs = pytree.tree_map_only(
-                torch.Tensor, lambda t: t if t.is_meta or t.dim() == 0 else t.to("meta"),
-                (args, kwargs))
-        return func(*args, **kwargs)
-
-
-def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype, *,
-                      name: str = "a stage") -> tuple:
-    """``(shape, dtype)`` of ``module``'s output for an input of ``shape``/``dtype``.
-
-    Runs a copy on meta tensors (no compute, no randomness, the real module untouched). Only
-    what meta tensors cannot do, told by the error's type (``NotImplementedError``: an
-    operator without a meta kernel, an output whose shape depends on values, a read of
-    values), falls back to a CPU copy run on zeros with the random state restored. Any
-    other error is the stage's own and surfaces at once, as a RuntimeError naming ``name``
-    (e.g. ``"stage 2 on rank 1"``) with the original error as its cause.
-    """
-    where = f"{name}: its forward failed in the shape probe on a {shape} {dtype} input"
-    try:
-        try:
-            ghost = copy.deepcopy(module).to("meta")
-            with torch.no_grad(), _MetaProbe():
-                out = ghost(torch.empty(shape, dtype=dtype, device="meta"))
-        except NotImplementedError:
-            where += " (run on zeros, as meta tensors could not)"
-            ghost = copy.deepcopy(module).cpu()
-            with torch.no_grad(), torch.random.fork_rng(devices=[]):
-                out = ghost(torch.zeros(shape, dtype=dtype))
-    except Exception as exc:  # the stage's own error: named, with the original as the cause
-        raise RuntimeError(f"{where}: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"{name} returned {type(out).__name__}; the distributed executor sends "
-                        "one tensor per stage boundary")
-    return tuple(out.shape), out.dtype
 
 
 class DistributedExecutor:
@@ -218,7 +78,7 @@ class DistributedExecutor:
             :class:`~pipemare_lite.engine.LocalExecutor`.
         rank: default ``dist.get_rank()``.
         device: where this rank computes (default CPU with gloo, ``cuda:<current>`` with NCCL).
-        board: a :class:`~pipemare_lite.engine.dist.faults.StatusBoard` (the launcher's); a
+        board: a :class:`~pipemare_lite.engine.distributed.faults.StatusBoard` (the launcher's); a
             local one (no side channel) otherwise.
         op_timeout: seconds one wait on a message may take.
         record_gradients: keep a copy of the gradients each update applies.
@@ -259,7 +119,7 @@ class DistributedExecutor:
                  checkpoints: bool = False) -> None:
         if not dist.is_initialized():
             raise RuntimeError("DistributedExecutor needs an initialized process group "
-                               "(use pipemare_lite.engine.dist.launch.launch or torchrun)")
+                               "(use pipemare_lite.engine.distributed.launch.launch or torchrun)")
         world = dist.get_world_size()
         if world != schedule.num_ranks:
             raise ValueError(f"schedule {schedule.name!r} has {schedule.num_ranks} ranks but the "
@@ -391,7 +251,8 @@ class DistributedExecutor:
         A finished run already stopped them (its transport closed); this covers a run
         stopped early (``stop_after_updates``) or failed. It joins them for at most 5 s,
         or not at all after a failed run (a thread waiting on a dead peer's message must
-        not delay the error report; see :meth:`pipemare_lite.engine.dist.faults.Waiter.close`).
+        not delay the error report; see
+        :meth:`pipemare_lite.engine.distributed.faults.Waiter.close`).
         """
         self.transport.waiter.close(wait=0.0 if self._failed else 5.0)
 
@@ -523,140 +384,3 @@ class DistributedExecutor:
             peak_bytes=meter.peaks if meter is not None else {},
             wait_seconds=self.transport.waiter.wait_seconds,
             posted=posted[first_post:] if posted is not None else [], **records)
-
-
-#: RankResult fields keyed by (stage, microbatch), action or microbatch: merged by update.
-_BY_KEY = ("versions", "forward_versions", "backward_versions", "distances",
-           "loss_by_microbatch")
-#: RankResult fields keyed by stage -> the default of a stage that no rank reported.
-_BY_STAGE = {"learning_rates": lambda: None, "group_learning_rates": lambda: None,
-             "update_norms": list, "forward_delays": list, "state_dicts": lambda: None,
-             "gradients": list,
-             "peak_bytes": lambda: dict.fromkeys(BYTE_KINDS, 0)}
-
-
-def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> DistRunResult:
-    """Gather every rank's :class:`RankResult` into one :class:`DistRunResult` (chapter 11).
-
-    The trace is a :class:`~pipemare_lite.analysis.timeline.Timeline` with
-    ``source="measured"`` and ``unit="s"``: the Gantt figure and
-    :func:`pipemare_lite.analysis.simulate.metrics` read it like a simulated one.
-    """
-    by_rank = sorted(results, key=lambda r: r.rank)
-    # each field's {key: value} of every rank in one dict (no two ranks share a key) ...
-    merged = {name: {key: value for r in by_rank for key, value in getattr(r, name).items()}
-              for name in (*_BY_KEY, *_BY_STAGE)}
-    for name, default in _BY_STAGE.items():  # ... and a list by stage for the per-stage ones
-        merged[name] = [merged[name].get(s, default()) for s in range(schedule.num_virtual_stages)]
-    versions, by_mb = merged.pop("versions"), dict(sorted(merged.pop("loss_by_microbatch").items()))
-    entries = tuple(entry for r in by_rank for entry in r.entries)
-    trace = Timeline(schedule, entries, unit="s", source="measured",
-                     extra={"versions": versions, "distances": dict(merged["distances"]),
-                            "wait_seconds": [r.wait_seconds for r in by_rank]})
-    # the other merged fields are DistRunResult's, under the same names
-    return DistRunResult(list(by_mb.values()), by_mb, trace, **merged,
-                         posted=[r.posted for r in by_rank])
-
-
-# ---------------------------------------------------------------------- from Python
-
-
-@dataclass
-class DistJob:
-    """One distributed run, described so that it can be pickled to every process (chapter 11).
-
-    ``stages`` is a picklable callable returning all ``num_virtual_stages`` modules (each
-    rank calls it and keeps its own), e.g. :class:`PartitionedModel`. ``loss_fn``,
-    ``optimizer_factory`` and ``lr_scheduler_factory`` must be picklable too: module-level
-    functions or ``functools.partial`` objects (``partial(torch.optim.SGD, lr=0.1)``),
-    not lambdas.
-    """
-
-    schedule: Schedule
-    stages: Callable[[], Sequence[nn.Module]]
-    microbatches: Sequence
-    loss_fn: Callable
-    optimizer_factory: Callable
-    method_options: MethodOptions | None = None
-    lr_scheduler_factory: Callable | None = None
-    record_gradients: bool = False
-    track_bytes: bool = False
-    fault: Fault | None = None
-    p2p_verbose: bool | None = None
-    record_posts: bool = False
-
-    def executor_options(self) -> dict:
-        """The :class:`DistributedExecutor` arguments among the fields (all but ``schedule``,
-        ``stages`` and ``microbatches``)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("schedule", "stages", "microbatches")}
-
-
-@dataclass(frozen=True)
-class PartitionedModel:
-    """A picklable recipe for stage modules: ``partition(model_fn(**kwargs), num_stages)``.
-
-    Introduced in chapter 11. ``model_fn`` is a module-level builder such as
-    :func:`pipemare_lite.training.models.mlp`; it must be deterministic (seeded) so every rank
-    builds the same weights.
-    """
-
-    model_fn: Callable
-    num_stages: int
-    kwargs: tuple = ()
-    balance: object = None
-
-    def __call__(self) -> list[nn.Module]:
-        """Build the model and split it."""
-        from pipemare_lite.training.partition import partition
-
-        return partition(self.model_fn(**dict(self.kwargs)), self.num_stages,
-                         balance=self.balance)
-
-
-def dist_worker(info, jobs: Sequence[DistJob]) -> list[RankResult]:
-    """Process body used by :func:`run_distributed_jobs`: run each job in turn (chapter 11)."""
-    results = []
-    for job in jobs:
-        with DistributedExecutor(
-            job.schedule, job.stages(), rank=info.rank, device=info.device, board=info.board,
-            op_timeout=info.op_timeout, **job.executor_options(),
-        ) as executor:
-            results.append(executor.run(job.microbatches))
-    return results
-
-
-def run_distributed_jobs(jobs: Sequence[DistJob], **launch_kwargs) -> list[DistRunResult]:
-    """Run several jobs with the same number of ranks in ONE launch (chapter 11).
-
-    Starting processes costs far more than a small run; tests and sweeps share a launch.
-    ``launch_kwargs`` go to :func:`pipemare_lite.engine.dist.launch.launch` (``timeout``,
-    ``op_timeout``, ``backend``, ``start_method``, ``master_addr``).
-    """
-    jobs = list(jobs)
-    if not jobs:
-        return []
-    sizes = {job.schedule.num_ranks for job in jobs}
-    if len(sizes) != 1:
-        raise ValueError(f"jobs in one launch need the same number of ranks, got {sorted(sizes)}")
-    per_rank = launch(dist_worker, sizes.pop(), args=(jobs,), **launch_kwargs)
-    return [merge_rank_results(job.schedule, [rank_results[i] for rank_results in per_rank])
-            for i, job in enumerate(jobs)]
-
-
-
-def run_distributed(schedule: Schedule, stages: Callable[[], Sequence[nn.Module]],
-                    microbatches: Sequence, *, loss_fn: Callable, optimizer_factory: Callable,
-                    **options) -> DistRunResult:
-    """Run ``schedule`` with one process per rank and return the gathered result (chapter 11).
-
-    The distributed twin of ``LocalExecutor(schedule, stages(), ...).run(microbatches)``:
-    same losses, versions and final weights, bitwise on CPU. ``options`` are
-    :class:`DistJob`'s other fields (``method_options``, ``fault``, ``record_posts`` ...;
-    see there what must be picklable) and :func:`run_distributed_jobs`'s launch arguments.
-    """
-    fields = {f.name for f in dataclasses.fields(DistJob)}
-    job = DistJob(schedule, stages, microbatches, loss_fn, optimizer_factory,
-                  **{k: v for k, v in options.items() if k in fields})
-    launch_kwargs = {k: v for k, v in options.items() if k not in fields}
-    return run_distributed_jobs([job], **launch_kwargs)[0]

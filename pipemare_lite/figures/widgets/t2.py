@@ -36,7 +36,7 @@ from pipemare_lite.analysis.theory import (
 from pipemare_lite.figures.viz.colors import ROOT_UNSTABLE_COLOR
 from pipemare_lite.figures.viz.stability import gamma_sweep_figure, stability_map
 from pipemare_lite.figures.widgets._explorer import Explorer, figure_widget, show_plotly_figure
-from pipemare_lite.figures.widgets.stability_explorer import MAP_TAUS
+from pipemare_lite.figures.widgets.stability import MAP_TAUS
 from pipemare_lite.figures.widgets.static import MAX_STEPS, _slider
 
 #: Steps on the maps' (log) axis: from 0.01 (the stability explorer starts at 0.001 for

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import make_schedule, microbatches_of
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.validate import check_sizes
+from pipemare_lite.schedules.builders.common import make_schedule, microbatches_of
+from pipemare_lite.schedules.validation import check_sizes
 
 
 def gpipe(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:

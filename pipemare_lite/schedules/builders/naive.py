@@ -6,9 +6,9 @@ next one starts, so at every moment exactly one device works.
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import make_schedule, microbatches_of
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.validate import check_sizes
+from pipemare_lite.schedules.builders.common import make_schedule, microbatches_of
+from pipemare_lite.schedules.validation import check_sizes
 
 
 def naive(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:

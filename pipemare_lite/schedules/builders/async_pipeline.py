@@ -17,11 +17,11 @@ the F-to-update gap is one microbatch slot shorter (chapter 05 compares both).
 
 from __future__ import annotations
 
-from pipemare_lite.schedules._build import make_schedule
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.one_f_one_b import clamp_notes
-from pipemare_lite.schedules.pipedream import flushed_warmup_order
-from pipemare_lite.schedules.validate import check_sizes
+from pipemare_lite.schedules.builders.common import make_schedule
+from pipemare_lite.schedules.builders.one_f_one_b import clamp_notes
+from pipemare_lite.schedules.builders.pipedream import flushed_warmup_order
+from pipemare_lite.schedules.validation import check_sizes
 
 #: The note a ``backward_first`` schedule carries (how the staleness analysis can tell).
 TICK_ORDER_NOTE_BACKWARD_FIRST = "tick order: B (and U) before F in every tick"

@@ -1,0 +1,93 @@
+"""The front door (issue 32): ``import pipemare_lite`` offers the names a user needs, loads
+nothing heavy until one is read, and no module hides behind a function of its name."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import pipemare_lite
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=180)
+
+
+def test_the_front_door_names_resolve():
+    done = run_python("import pipemare_lite as p; p.fit; p.build_schedule; p.register_method\n"
+                      "print(sorted(p.__all__))")
+    assert done.returncode == 0, done.stderr
+    for name in pipemare_lite.__all__:
+        assert getattr(pipemare_lite, name) is not None, name
+    assert callable(pipemare_lite.fit) and callable(pipemare_lite.launch)
+
+
+def test_importing_the_package_loads_no_torch():
+    done = run_python("import sys, pipemare_lite; print('torch' in sys.modules)")
+    assert done.stdout.strip() == "False", done.stderr
+
+
+def test_an_unknown_name_is_refused_with_the_offer():
+    with pytest.raises(AttributeError, match="front door|exports: fit"):
+        pipemare_lite.no_such_name  # noqa: B018
+
+
+def test_help_reads_as_a_map():
+    doc = pipemare_lite.__doc__
+    for name in ("fit", "build_schedule", "simulate", "LocalExecutor", "DistributedExecutor",
+                 "register_method", "schedules/", "engine/", "training/", "[book]"):
+        assert name in doc, name
+    # every front-door name is mentioned in the map
+    assert [n for n in pipemare_lite.__all__ if n != "__version__" and n not in doc] == []
+
+
+def packages():
+    yield pipemare_lite
+    for info in pkgutil.walk_packages(pipemare_lite.__path__, "pipemare_lite."):
+        if info.ispkg:
+            yield importlib.import_module(info.name)
+
+
+@pytest.mark.parametrize("package", list(packages()), ids=lambda p: p.__name__)
+def test_no_module_shares_its_name_with_a_function_its_package_exports(package):
+    submodules = {info.name for info in pkgutil.iter_modules(package.__path__)}
+    exported = set(getattr(package, "__all__", ()))
+    clash = sorted(name for name in exported & submodules
+                   if not isinstance(getattr(package, name), type(pipemare_lite)))
+    assert clash == [], f"{package.__name__} exports {clash}, which are also its module names"
+
+
+@pytest.mark.parametrize("old, name", [
+    ("pipemare_lite.training.fit", "fit"),
+    ("pipemare_lite.engine.dist.launch", "launch"),
+    ("pipemare_lite.engine.dist.executor", "PartitionedModel"),
+    ("pipemare_lite.engine.dist.executor", "DistributedExecutor"),
+    ("pipemare_lite.schedules.one_f_one_b", "one_f_one_b_order"),
+    ("pipemare_lite.schedules.zero_bubble", "zb_h1_order"),
+])
+def test_old_import_paths_the_book_showed_still_work_with_a_warning(old, name):
+    done = run_python(
+        "import warnings\nwarnings.simplefilter('error', DeprecationWarning)\n"
+        f"from {old} import {name}\n")
+    assert done.returncode != 0 and "DeprecationWarning" in done.stderr, done.stderr
+    assert "moved to" in done.stderr and "<string>" in done.stderr  # points at the import
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        module = importlib.import_module(old)
+        assert getattr(module, name) is not None
+
+
+def test_the_old_paths_leave_the_packages_exports_alone():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        importlib.import_module("pipemare_lite.training.fit").fit  # noqa: B018
+        importlib.import_module("pipemare_lite.schedules.gpipe").gpipe  # noqa: B018
+    from pipemare_lite import schedules, training
+
+    assert callable(training.fit) and callable(schedules.gpipe)
