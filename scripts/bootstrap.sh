@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create or reuse .venv and install pipemare-lite with its test extras. Safe to re-run.
+# Create or reuse .venv and install pipemare-lite with the book and test extras. Safe to
+# re-run. (The engine alone: `pip install -e .`, torch and numpy its only big dependencies.)
 #
 # torch: a torch already importable in .venv is kept. Otherwise we ask for TORCH_SPEC
 # (default torch==2.13.0, the CPU build this project is tested with) *before* installing the
@@ -31,8 +32,8 @@ fi
 # Reinstall only when pyproject.toml changed since the last successful install.
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # [classroom] too: the nbgrader/otter round trips are part of `make test`, not skipped
-  echo "[bootstrap] installing pipemare-lite[test,classroom] (editable)"
-  "$VPY" -m pip install --quiet -e ".[test,classroom]"
+  echo "[bootstrap] installing pipemare-lite[book,test,classroom] (editable)"
+  "$VPY" -m pip install --quiet -e ".[book,test,classroom]"
   # The kernel "python3" inside .venv (not --user: that would repoint every other Jupyter of
   # this user to this checkout). `make test` and `make book` start .venv's Python directly.
   "$VPY" -m ipykernel install --sys-prefix --name python3 >/dev/null 2>&1 || true

@@ -119,7 +119,13 @@ def digits(*, test_fraction: float = 0.25, seed: int = 0) -> Dataset:
 
 
 def _load_digits() -> dict[str, np.ndarray]:
-    from sklearn.datasets import load_digits
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as exc:  # the engine alone: scikit-learn comes with the book extra
+        raise ImportError(
+            "digits() reads the data set from scikit-learn, which is not installed: install "
+            "the book extra (pip install -e \".[book]\") or scikit-learn; signals() and "
+            "sequence_task() need nothing more") from exc
 
     bunch = load_digits()
     return {"images": np.asarray(bunch.images), "target": np.asarray(bunch.target)}
