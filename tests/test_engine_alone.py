@@ -94,7 +94,8 @@ def _link_distributions(dists, into: Path) -> None:
 @pytest.mark.slow
 def test_the_engine_installs_and_trains_in_a_clean_venv(tmp_path):
     # A venv without the book: torch, numpy, tqdm and what they need (plus pip and
-    # setuptools to build), linked from this environment, since nothing may download. pip must find every
+    # setuptools to build), linked from this environment, since nothing may download. pip must find
+    # every
     # requirement of the engine already satisfied: nothing is fetched.
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,

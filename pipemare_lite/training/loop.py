@@ -51,13 +51,12 @@ k steps; ``resume=True`` continues from it and gives the same trajectory bitwise
 that never stopped.
 
 Executors. ``executor="local"`` runs all stages in this process
-(:class:`pipemare_lite.engine.LocalExecutor`). Other executors plug in through
-:data:`EXECUTORS` (see :func:`register_executor`): the distributed engine registers
-``"dist"`` there.
+(:class:`pipemare_lite.engine.LocalExecutor`), ``"dist"`` this rank's stages with one process
+per rank; others plug in through :data:`~pipemare_lite.training.executors.EXECUTORS`
+(:func:`~pipemare_lite.training.executors.register_executor`).
 
 The command line (``pipemare-lite train``, ``python -m pipemare_lite.training``, torchrun) lives
-in :mod:`pipemare_lite.cli.commands.train`; its names, and those of the modules above, are
-importable from here too.
+in :mod:`pipemare_lite.cli.commands.train`.
 """
 
 from __future__ import annotations
@@ -88,9 +87,10 @@ from pipemare_lite.training.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from pipemare_lite.training.data_feed import EpochMicrobatches, epoch_order
+from pipemare_lite.training.data_feed import EpochMicrobatches
 from pipemare_lite.training.datasets import Dataset, check_dataset
-from pipemare_lite.training.evaluation import classification_loss, evaluate, forward_through
+from pipemare_lite.training.evaluation import classification_loss, evaluate
+from pipemare_lite.training.executors import EXECUTORS
 from pipemare_lite.training.history import (
     DivergenceError,
     History,
@@ -106,13 +106,7 @@ from pipemare_lite.training.optimizers import (
 )
 from pipemare_lite.training.partition import partition
 
-__all__ = [  # fit and what it uses, wherever it lives
-    "CHECKPOINT_FORMAT", "DIVERGENCE_ACTIONS", "EXECUTORS", "LR_SCHEDULES",
-    "OPTIMIZERS", "RECORDED_SETTINGS", "DivergenceError", "EpochMicrobatches", "History",
-    "classification_loss", "decode_state",
-    "encode_state", "epoch_order", "evaluate", "fit", "forward_through",
-    "make_optimizer_factory", "register_executor",
-]
+__all__ = ["fit", "TrainingRun", "DIVERGENCE_ACTIONS", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS"]
 
 DIVERGENCE_ACTIONS = ("stop", "raise")
 #: Bumped when the checkpoint layout changes; a mismatch is refused with a clear message.
@@ -130,49 +124,6 @@ _SETTINGS_ADDED_LATER = {
     "lr_schedule": "constant", "lr_warmup": 0, "lr_step_size": None, "lr_gamma": None,
     "loss_fn": None, "clip_grad_norm": None, "schedule": None,
 }
-
-
-# --------------------------------------------------------------------------- executors
-
-
-def _local_executor(schedule, stages, *, loss_fn, optimizer_factory, method_options, devices,
-                    lr_scheduler_factory=None, record="full"):
-    from pipemare_lite.engine.local import LocalExecutor
-
-    return LocalExecutor(
-        schedule,
-        stages,
-        loss_fn=loss_fn,
-        optimizer_factory=optimizer_factory,
-        method_options=method_options,
-        devices=devices,
-        lr_scheduler_factory=lr_scheduler_factory,
-        record=record,
-    )
-
-
-def _dist_executor(schedule, stages, **kwargs):
-    # The distributed engine (one process per stage, launched by torchrun) offers fit() the
-    # LocalExecutor's run() (and, with checkpoints=True, its checkpoints) through
-    # pipemare_lite.training.dist_fit.fit_executor.
-    try:
-        from pipemare_lite.training.dist_fit import fit_executor
-    except ImportError as exc:
-        raise ValueError(f"executor 'dist' is not available: {exc}") from exc
-    return fit_executor(schedule, stages, **kwargs)
-
-
-#: name -> ``factory(schedule, stage_modules, *, loss_fn, optimizer_factory, method_options,
-#: devices, record)`` returning an object with the LocalExecutor contract (``record``: a
-#: :class:`~pipemare_lite.engine.recording.Recording`, which the factory may exceed: results
-#: may hold more than asked); fit adds ``lr_scheduler_factory=`` only when the run has an lr
-#: schedule.
-EXECUTORS: dict[str, Callable] = {"local": _local_executor, "dist": _dist_executor}
-
-
-def register_executor(name: str, factory: Callable) -> None:
-    """Make ``fit(..., executor=name)`` use ``factory`` (see :data:`EXECUTORS`; chapter 11)."""
-    EXECUTORS[name] = factory
 
 
 # --------------------------------------------------------------------------- fit
@@ -275,7 +226,8 @@ def fit(
             the end of each epoch only); evaluation never changes the training trajectory.
         checkpoint_path, checkpoint_every: save the full state every that many steps.
         resume: continue from ``checkpoint_path`` when it exists.
-        executor: ``"local"`` or a name registered in :data:`EXECUTORS`.
+        executor: ``"local"``, ``"dist"`` or a name registered in
+            :data:`~pipemare_lite.training.executors.EXECUTORS`.
         schedule: run this schedule instead of the method's
             (:mod:`pipemare_lite.training.run_schedule`, docs/write-a-schedule.md): a name
             registered with

@@ -92,7 +92,7 @@ class DistributedExecutor:
             :func:`pipemare_lite.schedules.comm_rows.comm_rows`).
         gather_into: every rank's copy of the whole model (all stage modules): then
             :meth:`run` is collective, as ``fit(..., executor="dist")`` needs it
-            (:func:`~pipemare_lite.training.dist_fit.fit_executor`): it gathers every
+            (:func:`~pipemare_lite.training.executors.dist_executor`): it gathers every
             rank's result and returns the same :class:`DistRunResult` on all ranks (so they
             take the same decisions), and copies every stage's weights from its owner's
             result into these modules (for evaluation). The weights travel in the gather:
