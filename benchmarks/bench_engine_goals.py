@@ -21,7 +21,7 @@ Rows marked ``[losses]`` run the cheapest recording level, ``[full]`` the fulles
 5. Our distributed executor / ``torch.distributed.pipelining``, one training step, GPipe and
    1F1B at P=2 and 4 (``bench_vs_torch_pipelining.py``): median of paired step ratios;
    goal <= 1.0.
-6. The book's experiment (:data:`pipemare_lite.experiments.paper_shape.RESNET`, 16 units)
+6. The book's experiment (:data:`pipemare_lite.experiments.design.RESNET`, 16 units)
    trained by ``fit()`` at P=16 (N=2, batch 16, SGD with momentum, cosine schedule): 1F1B
    at every recording level and PipeMare (async + T1 + T2, most of the experiment's rows
    are asynchronous) at ``fit()``'s default: CPU milliseconds per update (per step: every
@@ -215,20 +215,20 @@ def resnet_goal(repeats: int) -> None:
     import torch.nn.functional as F
 
     from pipemare_lite import fit
-    from pipemare_lite.experiments import paper_shape
+    from pipemare_lite.experiments import paper_shape_design as design
     from pipemare_lite.training.data_feed import epoch_order
     from pipemare_lite.training.datasets import microbatches
     from pipemare_lite.training.evaluation import evaluate
 
     torch.set_num_threads(1)
-    setting = paper_shape.RESNET
-    data = paper_shape.load_data(setting)
+    setting = design.RESNET
+    data = design.load_data(setting)
     batch, N, P = setting.batch_size, setting.num_microbatches, 16
     steps = len(data.x_train) // batch
     lr = setting.lr_grid[2]
 
     def plain() -> float:  # one epoch, one device, the same updates (one optimizer)
-        model = paper_shape.build_model(setting, data, 0)
+        model = design.build_model(setting, data, 0)
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=setting.momentum)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
         order = epoch_order(len(data.x_train), 0, 0)
@@ -243,7 +243,7 @@ def resnet_goal(repeats: int) -> None:
         return time.process_time() - start
 
     def pipelined(method, level) -> float:  # one epoch of fit(), as the experiment trains a row
-        model = paper_shape.build_model(setting, data, 0)
+        model = design.build_model(setting, data, 0)
         start = time.process_time()
         fit(model, data, method=method, num_stages=P, num_microbatches=N, batch_size=batch,
             epochs=1, lr=lr, optimizer=setting.optimizer, momentum=setting.momentum,

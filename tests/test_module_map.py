@@ -30,6 +30,8 @@ NOT_NAMED_YET = {
         "chapter 11 reaches it only through under_torchrun, which launch imports inside a function",
     "pipemare_lite.training.dist_fit": "chapter 11 reaches it only through fit(executor='dist'), "
                                        "which imports it inside a function",
+    "pipemare_lite.experiments.stage_evidence":
+        "chapter 07 reaches it through paper_shape, whose design module imports it",
     "pipemare_lite.training.checkpoint":
         "chapter 11 reaches it only through fit's checkpoints "
         "(the dist executor's own state: engine.distributed.checkpoint)",

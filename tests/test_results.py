@@ -25,6 +25,7 @@ from pipemare_lite.experiments import (
     record,
     stage_evidence,
 )
+from pipemare_lite.experiments import paper_shape_design as design
 from pipemare_lite.experiments.paper_shape_table import markdown
 
 RESULTS = Path(__file__).resolve().parents[1] / "data" / "results"
@@ -53,7 +54,7 @@ def _rows(results, **match):
 def test_every_file_names_the_command_that_regenerates_it(stored):
     stem, results = stored
     meta = _strict_json(RESULTS / f"{stem}.meta.json")
-    command = paper_shape.command_for(results["quick"])
+    command = design.command_for(results["quick"])
     assert results["command"] == meta["command"] == command
     assert command.endswith("--quick") == results["quick"] == stem.endswith("_quick")
     table = (RESULTS / f"{stem}.md").read_text()
@@ -73,7 +74,7 @@ def test_meta_files_record_how_and_where_the_results_were_made(stored):
     assert meta["seeds"] == results["config"]["seeds"]
     fingerprint = meta["fingerprint"]
     assert set(fingerprint) == set(record.machine_fingerprint(1)), "fingerprint fields changed"
-    assert fingerprint["torch_threads"] == results["torch_threads"] == paper_shape.THREADS
+    assert fingerprint["torch_threads"] == results["torch_threads"] == design.THREADS
     for key in ("cpu_model", "torch_cpu_capability", "blas", "mkl", "torch_version"):
         assert fingerprint[key], key
 
@@ -85,19 +86,19 @@ def test_the_stored_table_is_the_markdown_of_the_stored_results(stored):
 
 def test_stored_config_is_the_experiment_definition(stored):
     _, results = stored
-    expected = paper_shape.config_for(results["quick"])
+    expected = design.config_for(results["quick"])
     assert results["config"] == json.loads(json.dumps(paper_shape.asdict(expected)))
     assert len(expected.seeds) >= 3
     if not results["quick"]:  # the design's minimums (issue 29)
         assert expected.study("resnet").granularities == (2, 4, 8, 16)
         assert len(expected.claim_seeds) >= 8
         long = expected.study("resnet_long")
-        assert set(long.claim_rows) >= {paper_shape.SYNC, paper_shape.PMW, paper_shape.T1T2}
+        assert set(long.claim_rows) >= {design.SYNC, design.PMW, design.T1T2}
         assert results["studies"]["resnet_long"]["planned_steps"] >= 1600
         assert {k for _, k in long.horizon_cells} >= {1 / 4} and long.warmup_cells
         for name in ("transformer", "transformer_warm"):
             assert results["studies"][name]["planned_steps"] >= 1000
-            assert set(expected.study(name).claim_rows) >= {paper_shape.SYNC, paper_shape.PMW}
+            assert set(expected.study(name).claim_rows) >= {design.SYNC, design.PMW}
         assert expected.study("transformer_warm").lr_warmup_fraction > 0
         assert expected.study("transformer").lr_warmup_fraction == 0
 
@@ -109,7 +110,7 @@ def _cell_key(r):
 
 def test_every_cell_of_the_design_is_stored_once(stored):
     _, results = stored
-    config = paper_shape.config_for(results["quick"])
+    config = design.config_for(results["quick"])
     seen = [_cell_key(r) for r in results["rows"]]
     assert len(seen) == len(set(seen))
     for study in config.studies:
@@ -127,7 +128,7 @@ def test_every_cell_of_the_design_is_stored_once(stored):
 
 def test_every_row_has_every_seed_and_its_summary_follows(stored):
     _, results = stored
-    config = paper_shape.config_for(results["quick"])
+    config = design.config_for(results["quick"])
     for row in results["rows"]:
         if row["not_run"]:
             assert row["seeds"] == [] and row["method"] == "2bw", row["label"]
@@ -137,7 +138,7 @@ def test_every_row_has_every_seed_and_its_summary_follows(stored):
             row["sweep"], config.claim_seeds if row["sweep"] == "grid"
             and row["label"] in study.claim_rows else config.seeds)
         assert [s["seed"] for s in row["seeds"]] == list(seeds), (row["study"], row["label"])
-        for key in paper_shape.SUMMARY_METRICS:
+        for key in design.SUMMARY_METRICS:
             summary = dict(row["summary"][key])
             summary.pop("interval", None)
             assert summary == record.seed_summary(s[key] for s in row["seeds"])
@@ -145,7 +146,7 @@ def test_every_row_has_every_seed_and_its_summary_follows(stored):
             [s["quality"] for s in row["seeds"]], config.confidence)
         assert row["diverged_seeds"] == sum(s["diverged"] for s in row["seeds"])
         assert row["diverged_non_finite"] == sum(s["diverged_non_finite"] for s in row["seeds"])
-    sync = _rows(results, study="resnet", sweep="grid", label=paper_shape.SYNC)[0]
+    sync = _rows(results, study="resnet", sweep="grid", label=design.SYNC)[0]
     assert len({s["final_accuracy"] for s in sync["seeds"]}) > 1, "seeds did not vary"
 
 
@@ -158,26 +159,26 @@ def test_one_convention_for_a_diverged_seed(stored):
             assert s["diverged"] == (s["diverged_non_finite"] or s["diverged_loss_rule"])
             assert s["quality"] == (0.0 if s["diverged"] else s["final_accuracy"])
             if not s["diverged_non_finite"]:  # the windows are stored to 6 digits
-                assert s["diverged_loss_rule"] == paper_shape.loss_blew_up(
+                assert s["diverged_loss_rule"] == design.loss_blew_up(
                     s["train_loss_windows"], factor)
 
 
 def test_the_loss_rule_of_divergence():
-    assert paper_shape.loss_blew_up([2.3, 1.0, 0.4], 3.0) is False
-    assert paper_shape.loss_blew_up([2.3, 9.0, 7.0], 3.0) is True  # ended above 3 x 2.3
-    assert paper_shape.loss_blew_up([2.3, 90.0, 0.5], 3.0) is False  # recovered
-    assert paper_shape.loss_blew_up([2.3, math.nan], 3.0) is True
-    assert paper_shape.loss_blew_up([], 3.0) is False
+    assert design.loss_blew_up([2.3, 1.0, 0.4], 3.0) is False
+    assert design.loss_blew_up([2.3, 9.0, 7.0], 3.0) is True  # ended above 3 x 2.3
+    assert design.loss_blew_up([2.3, 90.0, 0.5], 3.0) is False  # recovered
+    assert design.loss_blew_up([2.3, math.nan], 3.0) is True
+    assert design.loss_blew_up([], 3.0) is False
 
 
 def test_chosen_lr_follows_the_stated_rule_and_every_row_uses_it(stored):
     _, results = stored
     margin = results["config"]["fine_margin"]
     for name, part in results["studies"].items():
-        assert paper_shape.choose_lr(part["lr_sweep"], margin) == part["chosen_lr"]
+        assert design.choose_lr(part["lr_sweep"], margin) == part["chosen_lr"]
         for entry, row in zip(part["lr_sweep"], _rows(results, study=name, sweep="lr")):
             assert entry["quality"] == row["summary"]["quality"]
-            assert row["label"] == paper_shape.SYNC
+            assert row["label"] == design.SYNC
         others = [r for r in results["rows"] if r["study"] == name and r["sweep"] != "lr"]
         assert others and all(r["lr"] == part["chosen_lr"] for r in others)
 
@@ -187,11 +188,11 @@ def test_choose_lr_uses_the_mean_over_seeds_and_refuses_a_diverged_seed():
         return {"lr": lr, "quality": record.seed_summary(values), "diverged_seeds": diverged}
 
     sweep = [entry(0.01, [0.90, 0.92]), entry(0.02, [0.85, 0.93]), entry(0.05, [0.99, 0.5])]
-    assert paper_shape.choose_lr(sweep, 0.02) == 0.02  # 0.05's best seed does not count
+    assert design.choose_lr(sweep, 0.02) == 0.02  # 0.05's best seed does not count
     sweep[1] = entry(0.02, [0.95, 0.0], diverged=1)
-    assert paper_shape.choose_lr(sweep, 0.02) == 0.01
+    assert design.choose_lr(sweep, 0.02) == 0.01
     with pytest.raises(RuntimeError, match="diverged at every lr"):
-        paper_shape.choose_lr([entry(0.1, [0.0], 1)], 0.02)
+        design.choose_lr([entry(0.1, [0.0], 1)], 0.02)
 
 
 def test_sync_is_bitwise_the_same_at_every_granularity(stored):
@@ -199,14 +200,14 @@ def test_sync_is_bitwise_the_same_at_every_granularity(stored):
     _, results = stored
     for name, part in results["studies"].items():
         assert part["sync_bitwise_same_at_every_P"], name
-        rows = _rows(results, study=name, label=paper_shape.SYNC)
+        rows = _rows(results, study=name, label=design.SYNC)
         rows = [r for r in rows if r["lr"] == part["chosen_lr"] and r["sweep"] != "curvature"]
         assert len({json.dumps(r["seeds"][0]["evals"]) for r in rows}) == 1, name
 
 
 def test_measuring_sharpness_does_not_change_the_training(stored):
     _, results = stored
-    config = paper_shape.config_for(results["quick"])
+    config = design.config_for(results["quick"])
     for row in _rows(results, sweep="curvature"):
         study = config.study(row["study"])
         steps = results["studies"][row["study"]]["planned_steps"]
@@ -299,7 +300,7 @@ def test_the_prediction_reads_t1s_learning_rates_as_the_engine_applies_them():
 
 def test_utilization_of_sync_is_the_bubble_formula_and_async_beats_it(stored):
     _, results = stored
-    for row in _rows(results, sweep="grid", label=paper_shape.SYNC):
+    for row in _rows(results, sweep="grid", label=design.SYNC):
         n, p = row["num_microbatches"], row["P"]
         assert row["utilization"]["utilization"] == pytest.approx(n / (n + p - 1))
     for row in _rows(results, sweep="grid", label="async"):
@@ -332,10 +333,10 @@ def test_stored_memory_matches_the_model_size(stored):
     # size, Adam two (plus a 4-byte step count per tensor); T2 keeps one delta of the same
     # size; only PipeDream and 2BW hold extra weight versions
     _, results = stored
-    config = paper_shape.config_for(results["quick"])
+    config = design.config_for(results["quick"])
     for study in config.studies:
-        data = paper_shape.load_data(study)
-        params = list(paper_shape.build_model(study, data, 0).parameters())
+        data = design.load_data(study)
+        params = list(design.build_model(study, data, 0).parameters())
         weight_bytes = sum(p.numel() * 4 for p in params)
         optimizer = weight_bytes if study.optimizer == "sgd" else (
             2 * weight_bytes + 4 * len(params))
@@ -355,7 +356,7 @@ def test_stage_evidence_is_stored_for_every_asynchronous_seed(stored):
         for s in row["seeds"]:
             P = row["P"]
             assert len(s["update_norm_windows"]) == len(s["first_non_finite_update"]) == P
-            if row["label"] == paper_shape.SYNC:
+            if row["label"] == design.SYNC:
                 assert s["blowup_onset"] is None and s["excess"] is None
             else:
                 assert len(s["blowup_onset"]) == len(s["excess"]) == P
@@ -398,7 +399,7 @@ def test_reproduce_lists_its_experiments_and_their_commands(capsys):
     names = [line.split(":")[0] for line in out.splitlines() if not line.startswith(" ")]
     assert names == ["beyond-pipemare", "paper-shape"]  # sorted
     for quick in (False, True):
-        assert paper_shape.command_for(quick) in out
+        assert design.command_for(quick) in out
         assert beyond_pipemare.command_for(quick) in out
     assert cli.main(["reproduce"]) == 2
     assert "--list" in capsys.readouterr().err
@@ -562,7 +563,7 @@ def test_the_quick_check_row_passes_here_in_the_mode_the_fingerprint_decides(qui
     results, meta = quick
     report = paper_shape.compare(results, meta, again)
     print(report)
-    here = record.machine_fingerprint(paper_shape.THREADS)
+    here = record.machine_fingerprint(design.THREADS)
     same_machine = not record.fingerprint_differences(meta["fingerprint"], here)
     assert report.mode == ("bitwise" if same_machine else "range")
     assert report.passed, str(report)
@@ -574,7 +575,7 @@ def test_the_quick_check_on_a_foreign_machine_compares_seed_ranges(quick, again)
     print(report)
     assert report.mode == "range"
     assert report.passed, str(report)
-    assert sum("inside [" in line for line in report.lines) == len(paper_shape.CHECK_METRICS)
+    assert sum("inside [" in line for line in report.lines) == len(design.CHECK_METRICS)
 
 
 def test_the_quick_check_rejects_a_wrong_delay(quick):
@@ -587,7 +588,7 @@ def test_the_quick_check_rejects_a_wrong_delay(quick):
     print(here, foreign, sep="\n")
     assert not here.passed
     assert foreign.mode == "range"
-    assert set(paper_shape.CHECK_METRICS) <= set(foreign.failed), str(foreign)
+    assert set(design.CHECK_METRICS) <= set(foreign.failed), str(foreign)
 
 
 def test_same_seed_same_machine_same_numbers(quick, again):
@@ -606,7 +607,7 @@ def test_bad_job_counts_are_refused_by_name(capsys):
     from pipemare_lite.experiments.paper_shape_runner import CellRunner
 
     with pytest.raises(ValueError, match="jobs must be a positive integer, got 0"):
-        CellRunner(paper_shape.QUICK, True, jobs=0)
+        CellRunner(design.QUICK, True, jobs=0)
     argv = ["reproduce", "paper-shape", "--quick", "--jobs", "0", "--out", "/nowhere"]
     assert cli.main(argv) == 2
     assert "--jobs must be a positive integer" in capsys.readouterr().err
@@ -617,21 +618,21 @@ def test_a_stored_pipemare_seed_comes_back_bitwise_where_the_kernels_match(quick
     # an engine change that moves the fixes' numbers (T1's scheduler, T2's buffer, recording
     # levels) is caught on the machine that wrote the file
     results, meta = quick
-    here = record.machine_fingerprint(paper_shape.THREADS)
+    here = record.machine_fingerprint(design.THREADS)
     if record.kernel_fingerprint(here) != record.kernel_fingerprint(meta["fingerprint"]):
         pytest.skip("another kernel fingerprint than the stored file's: only the check cell's "
                     "range comparison applies on this machine")
-    config = paper_shape.config_for(True)
+    config = design.config_for(True)
     study = config.study("resnet_long")
-    data = paper_shape.load_data(study)
+    data = design.load_data(study)
     P = study.granularities[-1]
-    row = paper_shape.find_row(results, study=study.name, sweep="grid", P=P, label=paper_shape.PMW)
-    spec = paper_shape.run_settings(config, study, paper_shape.PMW, P,
-                                    paper_shape.planned_steps(study, data))  # fmt: skip
+    row = paper_shape.find_row(results, study=study.name, sweep="grid", P=P, label=design.PMW)
+    spec = design.run_settings(config, study, design.PMW, P,
+                                    design.planned_steps(study, data))  # fmt: skip
     assert {k: row[k] for k in spec} == spec
-    with record.torch_threads(paper_shape.THREADS):
-        history = paper_shape.train(study, data, spec, P, row["lr"], row["seeds"][0]["seed"])
-    again = paper_shape.outcome(row["seeds"][0]["seed"], history, study, config.loss_blowup)
+    with record.torch_threads(design.THREADS):
+        history = design.train(study, data, spec, P, row["lr"], row["seeds"][0]["seed"])
+    again = design.outcome(row["seeds"][0]["seed"], history, study, config.loss_blowup)
     stored = row["seeds"][0]
     for key in ("final_accuracy", "final_loss", "train_loss_windows", "update_norm_windows",
                 "memory_bytes", "forward_delay_max", "steps", "evals"):

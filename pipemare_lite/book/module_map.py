@@ -123,6 +123,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.experiments.beyond_pipemare": "12",
     "pipemare_lite.experiments.paper_arithmetic": "10",
     "pipemare_lite.experiments.paper_shape": "07",
+    "pipemare_lite.experiments.paper_shape_design": "07",
     "pipemare_lite.experiments.paper_shape_claims": "10",
     "pipemare_lite.experiments.paper_shape_runner": "10",
     "pipemare_lite.experiments.paper_shape_table": "10",

@@ -23,7 +23,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from pipemare_lite.experiments import paper_shape, record, stage_evidence
+from pipemare_lite.experiments import paper_shape_design as design
+from pipemare_lite.experiments import record, stage_evidence
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Job:
     study: str
     P: int
     lr: float
-    spec: tuple  # sorted items of paper_shape.run_settings(...)
+    spec: tuple  # sorted items of design.run_settings(...)
     seed: int
     label: str
     measure_sharpness: bool = False
@@ -50,19 +51,19 @@ _DATA: dict = {}  # per process: model name -> dataset
 
 def run_job(job: Job) -> tuple[dict, list, list, float]:
     """Train one run (in whichever process); its outcome, update norms, losses, CPU seconds."""
-    config = paper_shape.config_for(job.quick)
+    config = design.config_for(job.quick)
     study = config.study(job.study)
     cpu = time.process_time()
-    with record.torch_threads(paper_shape.THREADS):
+    with record.torch_threads(design.THREADS):
         if study.model not in _DATA:
-            _DATA[study.model] = paper_shape.load_data(study)
+            _DATA[study.model] = design.load_data(study)
         data, spec = _DATA[study.model], dict(job.spec)
         if job.measure_sharpness:
-            history, sharpness = paper_shape.train_measuring_sharpness(
+            history, sharpness = design.train_measuring_sharpness(
                 study, data, spec, job.P, job.lr, job.seed)
         else:
-            history = paper_shape.train(study, data, spec, job.P, job.lr, job.seed)
-    result = paper_shape.outcome(job.seed, history, study, config.loss_blowup)
+            history = design.train(study, data, spec, job.P, job.lr, job.seed)
+    result = design.outcome(job.seed, history, study, config.loss_blowup)
     if job.measure_sharpness:
         result["sharpness"] = sharpness
     return result, history.stage_update_norm, history.loss, time.process_time() - cpu
@@ -71,7 +72,7 @@ def run_job(job: Job) -> tuple[dict, list, list, float]:
 @dataclass
 class _Cell:
     study: object
-    plan: object  # paper_shape.CellPlan
+    plan: object  # design.CellPlan
     lr: float
     spec: dict
     jobs: list
@@ -93,7 +94,7 @@ class CellRunner:
         self.data = {}
         for study in config.studies:
             if study.model not in self.data:
-                self.data[study.model] = paper_shape.load_data(study)
+                self.data[study.model] = design.load_data(study)
         self.done: dict[tuple, tuple[dict, list, list, float]] = {}
         self.planned: dict[tuple, Job] = {}
         self.units: dict[tuple, float] = {}
@@ -111,15 +112,15 @@ class CellRunner:
             self._bar.close()
 
     def _steps(self, study) -> int:
-        return paper_shape.planned_steps(study, self.data[study.model])
+        return design.planned_steps(study, self.data[study.model])
 
     # ------------------------------------------------------------------ planning
     def plan(self, cell, *, lr: float) -> _Cell:
-        """Plan one cell (a :class:`~pipemare_lite.experiments.paper_shape.CellPlan`); its
+        """Plan one cell (a :class:`~pipemare_lite.experiments.design.CellPlan`); its
         runs are trained by the next :meth:`run_planned`."""
         study = self.config.study(cell.study)
         steps = self._steps(study)
-        spec = paper_shape.run_settings(self.config, study, cell.label, cell.P, steps,
+        spec = design.run_settings(self.config, study, cell.label, cell.P, steps,
                                         k_fraction=cell.k_fraction,
                                         warmup_fraction=cell.warmup_fraction)  # fmt: skip
         planned = _Cell(study, cell, lr, spec, [], [])
@@ -190,7 +191,7 @@ class CellRunner:
 
     # ------------------------------------------------------------------ assembling
     def _sync_result(self, study, P: int, lr: float, seed: int) -> tuple:
-        spec = paper_shape.run_settings(self.config, study, paper_shape.SYNC, P,
+        spec = design.run_settings(self.config, study, design.SYNC, P,
                                         self._steps(study))  # fmt: skip
         key = (study.name, P, lr, _items(spec), seed, False)
         if key not in self.done:
@@ -210,7 +211,7 @@ class CellRunner:
         for job in cell.jobs:
             outcome, norms, losses, _ = self.done[job.key]
             outcome = dict(outcome)
-            if plan.label != paper_shape.SYNC:
+            if plan.label != design.SYNC:
                 sync = self._sync_result(study, plan.P, cell.lr, job.seed)[1]
                 outcome["blowup_onset"] = stage_evidence.blowup_onset(
                     norms, sync, self.config.blowup_factor)
@@ -226,9 +227,9 @@ class CellRunner:
         util_key = (spec["method"], plan.P, spec["num_microbatches"], self._steps(study),
                     spec["warmup_minibatches"])  # fmt: skip
         if util_key not in self.utilizations:
-            self.utilizations[util_key] = paper_shape.utilization(*util_key)
+            self.utilizations[util_key] = design.utilization(*util_key)
         summary = {k: record.seed_summary([s[k] for s in seeds])
-                   for k in paper_shape.SUMMARY_METRICS}  # fmt: skip
+                   for k in design.SUMMARY_METRICS}  # fmt: skip
         summary["quality"]["interval"] = record.mean_interval(
             [s["quality"] for s in seeds], self.config.confidence)
         return {

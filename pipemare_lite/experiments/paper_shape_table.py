@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from pipemare_lite.experiments.paper_shape import LABELS, SYNC
+from pipemare_lite.experiments.paper_shape_design import LABELS, SYNC
 
 
 def _num(value, digits: int = 3) -> str:
