@@ -67,7 +67,7 @@ def executed(tmp_path_factory):
     """The notebook above, run in a kernel of this environment as a reader's kernel runs."""
     from nbclient import NotebookClient
 
-    from pipemare_lite.book.build import _kernel_manager
+    from pipemare_lite.book.execute import _kernel_manager
 
     nb = new_notebook(cells=[new_code_cell(c) for c in CELLS])
     env = {k: v for k, v in os.environ.items() if k != "PLOTLY_RENDERER"}

@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_and_clean(paths: Sequence[Path], timeout: int = 300) -> int:
     """Execute each notebook top to bottom (as the book build does) and save it cleaned."""
-    from pipemare_lite.book.build import execute_chapter  # nbclient: only needed here
+    from pipemare_lite.book.execute import execute_chapter  # nbclient: only needed here
 
     failed = 0
     for path in paths:
