@@ -4,11 +4,13 @@ Everything the project writes that someone will read later (checkpoints, stored 
 ``data/results/``, chapter sources rewritten by the notebook tools, the book's timings) goes
 through :func:`atomic_write`: write a temporary file in the same folder, flush and fsync it,
 then ``os.replace`` it over the target (atomic on POSIX and Windows), then fsync the folder
-so the rename itself survives a power cut. Torch-free.
+so the rename itself survives a power cut. :func:`json_ready` makes values strict JSON.
+Torch-free.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -100,3 +102,17 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
     """Write ``text`` to ``path`` atomically (UTF-8 by default)."""
     return atomic_write_bytes(path, text.encode(encoding))
+
+
+def json_ready(value):
+    """``value`` with every NaN/inf replaced by None, so ``json.dumps`` writes strict JSON.
+
+    Used by ``train --json`` and by the results ``pipemare-lite reproduce`` stores.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value

@@ -399,7 +399,7 @@ class CheckReport:
 
 def _plain(value):
     """``value`` as stored JSON reads back (tuples -> lists, NaN -> None)."""
-    from pipemare_lite.cli.commands.train import json_ready
+    from pipemare_lite.files import json_ready
 
     return json.loads(json.dumps(json_ready(value), allow_nan=False))
 

@@ -59,7 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def write_json(path: Path, data: dict) -> None:
     """Strict JSON (no NaN), indented, with a trailing newline, written atomically."""
-    from pipemare_lite.cli.commands.train import json_ready
+    from pipemare_lite.files import json_ready
 
     atomic_write_text(path, json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
 

@@ -29,6 +29,7 @@ import os
 import sys
 
 from pipemare_lite.cli import INPUT_ERRORS
+from pipemare_lite.files import json_ready
 from pipemare_lite.plugins import ENV_VAR as PLUGINS_ENV
 from pipemare_lite.plugins import load_plugins
 
@@ -48,20 +49,6 @@ class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if action.default is None or action.default is False or "default" in text:
             return text
         return super()._get_help_string(action)
-
-
-def json_ready(value):
-    """``value`` with every NaN/inf replaced by None, so ``json.dumps`` writes strict JSON.
-
-    Used by ``--json`` and by the results ``pipemare-lite reproduce`` stores.
-    """
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_ready(v) for v in value]
-    return value
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
