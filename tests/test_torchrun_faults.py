@@ -113,12 +113,12 @@ SIGTERM_DURING_THE_REPORT = """
 import os, signal, sys
 os.environ.update(TORCHELASTIC_RUN_ID="t", RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
 import torch.distributed as dist
-from pipemare_lite.engine.distributed import faults, launch, lost, torchrun
+from pipemare_lite.engine.distributed import faults, launch, lost, rank, torchrun
 
 store = dist.HashStore()
 board = faults.StatusBoard(0, 2, store)
 torchrun.install(board)
-launch._CURRENT = launch.RankInfo(0, 2, 0, "gloo", "cpu", board, 5.0)
+rank.make_current(rank.RankInfo(0, 2, 0, "gloo", "cpu", board, 5.0))
 board.at(3, 10, "0F1")
 
 def store_while_the_agent_stops():  # the agent's SIGTERM lands inside the report

@@ -106,6 +106,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.engine.distributed.fault_injection": "11",
     "pipemare_lite.engine.distributed.jobs": "11",
     "pipemare_lite.engine.distributed.results": "11",
+    "pipemare_lite.engine.distributed.rank": "11",
     "pipemare_lite.engine.distributed.shape_probe": "11",
     "pipemare_lite.engine.distributed.launch": "11",
     "pipemare_lite.engine.distributed.lost": "11",

@@ -54,7 +54,8 @@ def dist_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, los
     import torch.distributed as dist
 
     from pipemare_lite.engine.distributed.executor import DistributedExecutor
-    from pipemare_lite.engine.distributed.launch import current, init_from_env
+    from pipemare_lite.engine.distributed.launch import init_from_env
+    from pipemare_lite.engine.distributed.rank import current
 
     if devices is not None:
         raise ValueError("executor 'dist' puts each rank on its own device (cuda:<local rank> "

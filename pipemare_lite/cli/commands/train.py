@@ -605,7 +605,7 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
             raise
         return 1
     except INPUT_ERRORS as exc:  # bad input only: a bug keeps its traceback
-        from pipemare_lite.engine.distributed.launch import current
+        from pipemare_lite.engine.distributed.rank import current
 
         info = current()
         if info is None:  # refused before this rank joined a job: the command's bad input

@@ -71,7 +71,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +80,7 @@ import torch.distributed as dist
 from pipemare_lite.engine import placement
 from pipemare_lite.engine.distributed import faults
 from pipemare_lite.engine.distributed import torchrun as under_torchrun
+from pipemare_lite.engine.distributed.rank import RankInfo, connect_store, make_current
 from pipemare_lite.engine.placement import choose_backend  # noqa: F401  (chapter 11)
 from pipemare_lite.plugins import env_plugins, load_plugins
 
@@ -95,39 +95,6 @@ SETTLE, SETTLE_MAX = 0.3, 3.0
 #: constructor imports (several seconds per process otherwise).
 PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo",
            "pipemare_lite.engine.distributed.executor")
-
-
-@dataclass
-class RankInfo:
-    """What a worker function knows about its place in the job.
-
-    Attributes:
-        rank, world_size, local_rank: as in ``torch.distributed`` / ``torchrun``.
-        backend: "gloo" or "nccl".
-        device: ``torch.device("cpu")`` with gloo, ``cuda:<local_rank>`` with NCCL.
-        board: this rank's :class:`~pipemare_lite.engine.distributed.faults.StatusBoard`.
-        op_timeout: seconds any single wait on a message may take.
-        placement: the rank's :class:`~pipemare_lite.engine.placement.Placement`
-            (device, backend, where weights, optimizer state and messages live).
-    """
-
-    rank: int
-    world_size: int
-    local_rank: int
-    backend: str
-    device: Any
-    board: faults.StatusBoard
-    op_timeout: float
-    placement: Any = None
-
-
-_CURRENT: RankInfo | None = None
-
-
-def current() -> RankInfo | None:
-    """This process's :class:`RankInfo` when it was started by :func:`launch` or joined a
-    ``torchrun`` job with :func:`init_from_env`; None otherwise (chapter 11)."""
-    return _CURRENT
 
 
 class LaunchError(RuntimeError):
@@ -155,7 +122,6 @@ def _join(backend: str, rank: int, world_size: int, local_rank: int, local_world
     CPU, NCCL on ``cuda:<local rank>``, made the current device), init its process group (on
     ``store`` under the prefix ``pg/`` when given, else from torchrun's environment);
     returns its :class:`RankInfo`, now :func:`current`."""
-    global _CURRENT
     if num_threads is not None:
         torch.set_num_threads(num_threads)
     where = placement.plan(rank, local_rank, local_world_size, backend=backend,
@@ -169,13 +135,8 @@ def _join(backend: str, rank: int, world_size: int, local_rank: int, local_world
     # gloo's own timeout is a second line of defence behind the Waiter's deadline.
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=op_timeout + 30.0),
                             **group)
-    _CURRENT = RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout, where)
-    return _CURRENT
-
-
-def _connect(addr: str, port: int, seconds: float):
-    return dist.TCPStore(addr, port, is_master=False,
-                         timeout=datetime.timedelta(seconds=seconds))
+    return make_current(
+        RankInfo(rank, world_size, local_rank, backend, device, board, op_timeout, where))
 
 
 def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
@@ -223,7 +184,7 @@ def _connect_while_launcher_lives(addr: str, port: int, launcher_pid: int, patie
         if not faults._pid_alive(launcher_pid):
             os._exit(3)
         try:
-            return _connect(addr, port, 2)
+            return connect_store(addr, port, 2)
         except Exception:
             if time.monotonic() > deadline:
                 raise
@@ -508,7 +469,7 @@ def init_from_env(
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     try:
-        store = _connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), 30)
+        store = connect_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), 30)
     except Exception:  # no side channel: per-operation timeouts still apply
         store = None
     # torchrun's store listens on every interface, unauthenticated: sign the side channel

@@ -30,6 +30,7 @@ import sys
 import threading
 
 from pipemare_lite.engine.distributed import faults, lost
+from pipemare_lite.engine.distributed.rank import connect_store, current
 
 #: Seconds the SIGTERM report may wait for the store (the agent that hosts it is stopping).
 STORE_TIMEOUT = 3.0
@@ -108,9 +109,7 @@ def _write(text: str) -> None:
 
 
 def _store():
-    from pipemare_lite.engine.distributed.launch import _connect
-
-    raw = _connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), STORE_TIMEOUT)
+    raw = connect_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), STORE_TIMEOUT)
     return faults.signed(raw, SECRET)
 
 
@@ -151,8 +150,6 @@ def report_failure(exc: BaseException, prog: str) -> bool:
     until the report is out, then it is raised again, so a rank never stops with half a
     report. Call from the main thread (signal handlers live there), as the command line does.
     """
-    from pipemare_lite.engine.distributed.launch import current
-
     info = current()
     if info is None or not isinstance(exc, faults.PipelineFault):
         return False
