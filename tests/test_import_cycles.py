@@ -1,10 +1,16 @@
-"""The package has no import cycles (issue 11: "No import cycles").
+"""The package has no import cycles, and its layers only point down (issues 11 and 32).
 
 Read statically: for every module of ``pipemare_lite``, the modules of the package it
-imports at module level (imports inside functions are deferred on purpose and do not count;
-``if TYPE_CHECKING:`` blocks neither). ``from pkg import name`` counts as an import of
-``pkg.name`` when that is a module, else of ``pkg``. A cycle is a strongly connected
-component of more than one module of that graph; each one found is named in the failure.
+imports anywhere in it: at module level and inside functions alike (a deferred import is
+still a dependency; issue 32 found four cycles hidden that way). Only ``if TYPE_CHECKING:``
+blocks do not count. ``from pkg import name`` counts as an import of ``pkg.name`` when that
+is a module, else of ``pkg``. A cycle is a strongly connected component of more than one
+module of that graph; each one found is named in the failure.
+
+The packages form layers (:data:`LAYERS`, bottom first, as the package docstring draws
+them): a module may import its own package and the layers below, never one above.
+``__main__`` modules are entry points (``python -m ...``), which nothing imports: they may
+reach up.
 """
 
 from __future__ import annotations
@@ -26,24 +32,41 @@ def package_modules() -> dict[str, Path]:
     return modules
 
 
-def module_level_imports(tree: ast.Module):
-    """Import statements run when the module is imported (not those in functions)."""
-    for node in tree.body:
+#: The packages, bottom first; each may import those before it (and itself).
+LAYERS = (
+    ("pipemare_lite.files", "pipemare_lite.plugins", "pipemare_lite._lazy",
+     "pipemare_lite._moved"),
+    ("pipemare_lite.schedules",),
+    ("pipemare_lite.analysis",),
+    ("pipemare_lite.methods",),
+    ("pipemare_lite.engine",),
+    ("pipemare_lite.training",),
+    ("pipemare_lite.interop",),
+    ("pipemare_lite.experiments",),
+    ("pipemare_lite.figures",),
+    ("pipemare_lite.book",),
+    ("pipemare_lite.cli",),
+)
+
+
+def all_imports(tree: ast.Module):
+    """Every import statement of the module, in functions too (not under TYPE_CHECKING)."""
+    skipped = set()
+    for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        if isinstance(node, (ast.If, ast.Try, ast.With)):
-            yield from (n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            skipped.update(id(n) for n in ast.walk(node))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skipped:
             yield node
 
 
 def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the package modules it imports at module level."""
+    """Module -> the package modules it imports (anywhere in it)."""
     graph = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         imported = set()
-        for node in module_level_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in all_imports(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 imported.update(a.name for a in node.names if a.name in modules)
                 continue
@@ -117,3 +140,31 @@ def test_pipemare_lite_has_no_import_cycles():
     found = cycles(import_graph(package_modules()))
     assert not found, "import cycles (each line one cycle):\n" + "\n".join(
         " <-> ".join(component) for component in found)
+
+
+def layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of the package holding ``module`` (None: the root)."""
+    for index, packages in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in packages):
+            return index
+    return None
+
+
+def test_function_level_imports_count():
+    tree = ast.parse("def f():\n    import os\nif TYPE_CHECKING:\n    import sys\n")
+    assert [ast.unparse(n) for n in all_imports(tree)] == ["import os"]
+
+
+def test_every_package_has_a_layer():
+    top = {".".join(name.split(".")[:2]) for name in package_modules()}
+    assert sorted(p for p in top if p != "pipemare_lite.__main__" and layer_of(p) is None) \
+        == ["pipemare_lite"]  # the root: its front door names modules as strings only
+
+
+def test_layers_only_point_down():
+    graph = import_graph(package_modules())
+    upward = [f"{module} -> {target}" for module, targets in sorted(graph.items())
+              if not module.endswith("__main__") and layer_of(module) is not None
+              for target in sorted(targets)
+              if layer_of(target) is not None and layer_of(target) > layer_of(module)]
+    assert upward == [], "imports that point up a layer:\n" + "\n".join(upward)
