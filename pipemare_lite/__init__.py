@@ -10,7 +10,7 @@ light and torch-free)::
     history = pml.fit(model, data, method="pipemare", num_stages=4, num_microbatches=8,
                       epochs=3, batch_size=64, lr=0.05)  # train; returns a History
 
-Train:     fit, History, DivergenceError, partition, PartitionedModel
+Train:     fit, FitConfig, History, DivergenceError, partition, PartitionedModel
 Schedule:  build_schedule, register_schedule, Schedule, Action, validate, ScheduleError
 Analyse:   simulate, metrics
 Methods:   register_method, get_method, method_options, MethodHooks, StageInfo
@@ -46,6 +46,7 @@ __version__ = "0.1.0"
 #: name -> the module that defines it (read on first use: PEP 562)
 _FRONT_DOOR = {
     "fit": "pipemare_lite.training.loop",
+    "FitConfig": "pipemare_lite.training.config",
     "History": "pipemare_lite.training.history",
     "DivergenceError": "pipemare_lite.training.history",
     "partition": "pipemare_lite.training.partition",

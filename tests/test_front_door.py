@@ -91,3 +91,41 @@ def test_the_old_paths_leave_the_packages_exports_alone():
     from pipemare_lite import schedules, training
 
     assert callable(training.fit) and callable(schedules.gpipe)
+
+
+def test_fit_takes_a_config_object_or_keywords_with_the_same_numbers():
+    import dataclasses
+
+    import torch
+
+    from pipemare_lite.training.datasets import signals
+    from pipemare_lite.training.models import mlp
+
+    data = signals(num_train=64, num_test=32)
+    settings = dict(method="async", num_stages=2, num_microbatches=2, batch_size=16, epochs=1,
+                    lr=0.05, progress=False)
+
+    def model():
+        torch.manual_seed(0)
+        return mlp(data.input_shape[0], 16, 2, data.num_classes)
+
+    config = pipemare_lite.FitConfig(**settings)
+    by_keywords = pipemare_lite.fit(model(), data, **settings)
+    by_config = pipemare_lite.fit(model(), data, config)
+    assert by_config.loss == by_keywords.loss and by_config.config == by_keywords.config
+    # keywords replace the config's fields, as dataclasses.replace does
+    other = pipemare_lite.fit(model(), data, config, seed=1)
+    assert other.config["seed"] == 1
+    assert other.loss == pipemare_lite.fit(
+        model(), data, dataclasses.replace(config, seed=1)).loss
+
+
+def test_a_config_is_checked_once_when_it_is_made():
+    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+        pipemare_lite.FitConfig(epochs=1, batch_size=0, method="1f1b", lr=0.1)
+    with pytest.raises(ValueError, match="lr must be a positive number"):
+        pipemare_lite.FitConfig(epochs=1, batch_size=8, method="1f1b", lr=-1.0)
+    with pytest.raises(TypeError, match="unknown settings stages; allowed: .*num_stages"):
+        pipemare_lite.fit(None, None, epochs=1, batch_size=8, stages=2)
+    with pytest.raises(TypeError, match="needs epochs"):
+        pipemare_lite.fit(None, None, batch_size=8)

@@ -11,6 +11,7 @@ from pipemare_lite._lazy import lazy_exports
 # training loop (chapter figures read a History without torch)
 _EXPORTS = {
     "fit": "pipemare_lite.training.loop",
+    "FitConfig": "pipemare_lite.training.config",
     "History": "pipemare_lite.training.history",
     "DivergenceError": "pipemare_lite.training.history",
     "PartitionedModel": "pipemare_lite.training.partition",

@@ -87,6 +87,7 @@ from pipemare_lite.training.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from pipemare_lite.training.config import FitConfig
 from pipemare_lite.training.data_feed import EpochMicrobatches
 from pipemare_lite.training.datasets import Dataset, check_dataset
 from pipemare_lite.training.evaluation import classification_loss, evaluate
@@ -97,18 +98,15 @@ from pipemare_lite.training.history import (
     HistoryRecorder,
     divergence_report,
 )
-from pipemare_lite.training.lr_schedules import LR_SCHEDULES, make_lr_schedule
+from pipemare_lite.training.lr_schedules import make_lr_schedule
 from pipemare_lite.training.optimizers import (
-    OPTIMIZERS,
-    check_optimizer_options,
     make_optimizer_factory,
     with_grad_clipping,
 )
 from pipemare_lite.training.partition import partition
 
-__all__ = ["fit", "TrainingRun", "DIVERGENCE_ACTIONS", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS"]
+__all__ = ["fit", "TrainingRun", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS"]
 
-DIVERGENCE_ACTIONS = ("stop", "raise")
 #: Bumped when the checkpoint layout changes; a mismatch is refused with a clear message.
 CHECKPOINT_FORMAT = 1
 #: The settings a run records (in its history and checkpoints) in this order, followed by
@@ -129,154 +127,54 @@ _SETTINGS_ADDED_LATER = {
 # --------------------------------------------------------------------------- fit
 
 
-def fit(
-    model: nn.Sequential,
-    data: Dataset,
-    *,
-    method: str | None = None,
-    num_stages: int | None = None,
-    num_microbatches: int | None = None,
-    epochs: int,
-    lr: float | None = None,
-    batch_size: int,
-    optimizer: str | Callable = "sgd",
-    momentum: float | None = None,
-    weight_decay: float = 0.0,
-    lr_schedule: str | Callable | None = None,
-    lr_warmup: int = 0,
-    lr_step_size: int | None = None,
-    lr_gamma: float | None = None,
-    loss_fn: Callable | None = None,
-    clip_grad_norm: float | None = None,
-    seed: int = 0,
-    t1: bool | None = None,
-    t1_anneal_updates: int | None = None,
-    t2: bool | None = None,
-    gamma: float | Sequence[float] = 0.9,
-    warmup: int = 0,
-    balance=None,
-    chunks: int | None = None,
-    devices: Sequence | None = None,
-    progress: bool | None = None,
-    on_divergence: str = "stop",
-    on_step: Callable[[int, History], None] | None = None,
-    eval_every: int | None = None,
-    checkpoint_path: str | os.PathLike | None = None,
-    checkpoint_every: int | None = None,
-    resume: bool = False,
-    executor: str = "local",
-    schedule=None,
-    record: str = "history",
-) -> History:
+def fit(model: nn.Sequential, data: Dataset, config: FitConfig | None = None, /,
+        **settings) -> History:
     """Train ``model`` on ``data`` with a pipeline ``method``; return the :class:`History`.
 
     Introduced in chapter 07; chapters 08 (T1) and 09 (T2, warm-up) switch its options.
 
-    Args:
-        model: an ``nn.Sequential``; it is trained in place (its stages share its modules).
-        data: a :class:`~pipemare_lite.training.datasets.Dataset`.
-        method: a name from :data:`pipemare_lite.methods.METHODS` (gpipe, 1f1b, pipedream,
-            2bw, async, pipemare ...), or one added with
-            :func:`~pipemare_lite.methods.register_method` (docs/write-a-method.md; other
-            processes need the plugin too: :mod:`pipemare_lite.plugins`); optional with
-            ``schedule``.
-        num_stages: P, pipeline stages (at most ``len(model)``); a given schedule's own.
-        num_microbatches: N, microbatches per minibatch (one update per minibatch); a given
-            schedule's own.
-        epochs, batch_size: passes over the training set and samples per minibatch.
-        lr, optimizer, momentum, weight_decay: the per-stage optimizer: a name from
-            :data:`OPTIMIZERS` (``sgd``, ``adam``, ``adamw``, ``muon``: Muon on 2-D weights,
-            AdamW on the rest; see :mod:`pipemare_lite.training.optimizers`) with its base ``lr``
-            (required), ``momentum`` (sgd: default 0; muon: default 0.95; refused with
-            adam/adamw) and ``weight_decay``; or a factory ``params -> Optimizer`` that sets
-            its own hyper-parameters (then ``lr``, ``momentum`` and ``weight_decay`` must
-            stay unset); a factory with a parameter named ``stage`` is given the stage it
-            builds for (``factory(params, stage=s)``).
-        lr_schedule: the base schedule ``lr(k)`` of update k: None or ``"constant"``,
-            ``"cosine"`` (annealed to 0 over the run's ``epochs * steps_per_epoch`` updates,
-            the warm-up excluded), ``"step"``; or a factory ``optimizer -> LRScheduler``.
-            Stepped once per optimizer update per stage (a factory with a ``stage``
-            parameter is told the stage); T1 and a method's ``lr_factor`` multiply on top
-            of it, for each update only.
-        lr_warmup: updates of linear lr warm-up before the named schedule,
-            ``lr * (k + 1) / (lr_warmup + 1)`` (not PipeMare-W's flushed ``warmup``).
-        lr_step_size, lr_gamma: ``"step"`` only: multiply the lr by ``lr_gamma`` (default
-            0.1) every ``lr_step_size`` updates (default: one epoch's).
-        loss_fn: ``loss_fn(output, target)``, a mean over the microbatch's samples, the
-            training loss (default: cross-entropy, per position for sequences). The test
-            loss in ``evals`` stays the cross-entropy, so runs compare on one measure.
-        clip_grad_norm: clip each stage's gradient before its update so that the L2 norm
-            over that stage's parameters is at most this (per stage: no communication).
-        seed: data order (and nothing else: build the model with its own seed).
-        t1, t2: PipeMare's techniques on/off; None keeps the method's default (on for
-            ``pipemare``, off otherwise).
-        t1_anneal_updates: K, updates over which T1 anneals (None: the whole run).
-        gamma: T2's decay (one value or one per stage).
-        warmup: the first ``warmup`` minibatches run flushed (PipeMare-W; async methods).
-        balance: how to partition (see :func:`pipemare_lite.training.partition.partition`).
-        chunks: v, model chunks per rank, for ``interleaved`` only (default 2 there, 1
-            elsewhere): the model is cut into ``num_stages * chunks`` pieces.
-        devices: one device per stage (default: where the model is).
-        progress: tqdm bar; None shows it in terminals and notebooks, not under pytest or
-            when the environment variable ``PIPEMARE_PROGRESS=0``.
-        on_divergence: ``"stop"`` returns a history with ``diverged=True``; ``"raise"``
-            raises :class:`DivergenceError`.
-        on_step: called as ``on_step(step, history)`` after every step (e.g. live plots).
-        eval_every: also measure test loss and accuracy every that many steps (default: at
-            the end of each epoch only); evaluation never changes the training trajectory.
-        checkpoint_path, checkpoint_every: save the full state every that many steps.
-        resume: continue from ``checkpoint_path`` when it exists.
-        executor: ``"local"``, ``"dist"`` or a name registered in
-            :data:`~pipemare_lite.training.executors.EXECUTORS`.
-        schedule: run this schedule instead of the method's
-            (:mod:`pipemare_lite.training.run_schedule`, docs/write-a-schedule.md): a name
-            registered with
-            :func:`~pipemare_lite.schedules.registry.register_schedule`, a
-            :class:`~pipemare_lite.schedules.Schedule` or a ``.csv``/``.json`` file, covering
-            the whole run or one minibatch (repeated once per step). With a method too, the
-            method's options (T1, T2) apply and its weight mode must be the schedule's.
-        record: what the engine records (:mod:`pipemare_lite.engine.recording`):
-            ``"history"`` (default) what the history holds, update norms and peak bytes
-            included; ``"losses"`` the cheapest run (no update norms, no bytes: the history's
-            ``stage_update_norm`` and ``memory_bytes`` stay empty); ``"full"`` the trace too
-            (which fit does not keep). The trained numbers are the same at every level.
+    ``model`` is an ``nn.Sequential``, trained in place (its stages share its modules);
+    ``data`` a :class:`~pipemare_lite.training.datasets.Dataset`. The settings are a
+    :class:`~pipemare_lite.training.config.FitConfig` (``config``), its fields given as
+    keywords (``fit(model, data, method="1f1b", num_stages=4, num_microbatches=8,
+    epochs=3, batch_size=64, lr=0.05)``), or both (the keywords replace the config's):
+    see :class:`FitConfig` for each one.
     """
-    arguments = dict(locals())
-    arguments["schedule"] = run_schedule.resolve(schedule, method=method)  # a bad file first
-    _check_torch_options(arguments)
-    config = _run_config(arguments)  # the settings, as the history and checkpoints record them
-    _check_arguments(
-        config, len(data.x_train), checkpoint_path, checkpoint_every, resume, eval_every
-    )
-    check_dataset(data, classification_targets=loss_fn is None)
+    config = FitConfig.of(config, settings)  # every setting checked here, before any work
+    schedule = run_schedule.resolve(config.schedule, method=config.method)  # a bad file first
+    recorded = _run_config(config, schedule, data)  # as the history and checkpoints record it
+    _check_sizes(recorded, len(data.x_train))
+    check_dataset(data, classification_targets=config.loss_fn is None)
+    checkpoint_path, resume = config.checkpoint_path, config.resume
     if checkpoint_path is not None:  # not at the first save, steps into the run
         check_writable(checkpoint_path, "checkpoint_path")
     run = TrainingRun(
-        model, data, config, gamma=gamma, balance=balance, devices=devices,
-        optimizer=optimizer, lr_schedule=lr_schedule, loss_fn=loss_fn,
-        schedule=arguments["schedule"], checkpoints=checkpoint_path is not None,
-        record=_run_recording(record, checkpoint_path),
+        model, data, recorded, gamma=config.gamma, balance=config.balance,
+        devices=config.devices, optimizer=config.optimizer, lr_schedule=config.lr_schedule,
+        loss_fn=config.loss_fn, schedule=schedule, checkpoints=checkpoint_path is not None,
+        record=_run_recording(config.record, checkpoint_path),
     )
     if resume and Path(checkpoint_path).exists():
         run.resume_from(checkpoint_path)
     try:
-        with _progress_bar(progress, run) as show_progress:
+        with _progress_bar(config.progress, run) as show_progress:
             run.start_clock()
             while run.step < run.total_steps and not run.history.diverged:
                 run.train_one_step()
                 show_progress(run.history)
-                if run.ends_period(eval_every or run.steps_per_epoch) or run.history.diverged:
+                if (run.ends_period(config.eval_every or run.steps_per_epoch)
+                        or run.history.diverged):
                     run.evaluate()
-                if on_step is not None:
-                    on_step(run.step, run.history)
-                if checkpoint_every and run.ends_period(checkpoint_every):
+                if config.on_step is not None:
+                    config.on_step(run.step, run.history)
+                if config.checkpoint_every and run.ends_period(config.checkpoint_every):
                     run.save_to(checkpoint_path)
     finally:
         close = getattr(run.engine, "close", None)  # executors holding threads (dist)
         if close is not None:
             close()
     history = run.finish()
-    if history.diverged and on_divergence == "raise":
+    if history.diverged and config.on_divergence == "raise":
         raise DivergenceError(history.divergence, history)
     return history
 
@@ -302,52 +200,13 @@ def _run_recording(record, checkpoint_path):
     return chosen if checkpoint_path is None else replace(chosen, saved_tensors=True)
 
 
-def _check_torch_options(arguments: dict) -> None:
-    """Refuse bad or contradictory optimizer, schedule, loss and clipping options early."""
-    optimizer, lr = arguments["optimizer"], arguments["lr"]
-    if callable(optimizer):
-        given = [f"{name}={arguments[name]!r}" for name, unset in
-                 (("lr", None), ("momentum", None), ("weight_decay", 0.0))
-                 if arguments[name] != unset]
-        if given:
-            raise ValueError(f"{', '.join(given)} conflict with an optimizer factory, which "
-                             "sets its own hyper-parameters; give them to the factory")
-    else:
-        if not isinstance(optimizer, str):
-            raise ValueError(f"optimizer must be a name ({', '.join(OPTIMIZERS)}) or a factory "
-                             f"params -> torch.optim.Optimizer, got {optimizer!r}")
-        check_optimizer_options(optimizer, arguments["momentum"], arguments["weight_decay"])
-        if lr is None:
-            raise ValueError(f"lr is required with optimizer {optimizer!r} (a positive number)")
-        if not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < lr < math.inf):
-            raise ValueError(f"lr must be a positive number (finite), got {lr!r}")
-    schedule = arguments["lr_schedule"]
-    if callable(schedule):
-        given = [f"{name}={arguments[name]!r}" for name, unset in
-                 (("lr_warmup", 0), ("lr_step_size", None), ("lr_gamma", None))
-                 if arguments[name] != unset]
-        if given:
-            raise ValueError(f"{', '.join(given)} conflict with an lr_schedule factory; build "
-                             "the warm-up or decay into the factory")
-    elif schedule is not None and schedule not in LR_SCHEDULES:
-        raise ValueError(f"unknown lr_schedule {schedule!r}; allowed: {', '.join(LR_SCHEDULES)} "
-                         "or a factory optimizer -> torch.optim.lr_scheduler.LRScheduler")
-    loss_fn = arguments["loss_fn"]
-    if loss_fn is not None and not callable(loss_fn):
-        raise ValueError(f"loss_fn must be a function loss_fn(output, target), got {loss_fn!r}")
-    clip = arguments["clip_grad_norm"]
-    if clip is not None and not (
-        isinstance(clip, (int, float)) and not isinstance(clip, bool) and 0 < clip < math.inf
-    ):
-        raise ValueError(f"clip_grad_norm must be a positive finite number or None, got {clip!r}")
-
-
-def _run_config(arguments: dict) -> dict:
-    """fit()'s recorded settings from its arguments, with the method's defaults filled in."""
+def _run_config(settings: FitConfig, choice, data: Dataset) -> dict:
+    """The recorded settings of a run: ``settings`` with the method's defaults and the
+    schedule's sizes filled in (``choice``: the resolved schedule or None)."""
+    arguments = settings.settings()
     from pipemare_lite.methods import MethodOptions, get_method
     from pipemare_lite.training.optimizers import MUON_DEFAULT_MOMENTUM
 
-    choice = arguments["schedule"]
     if arguments["method"] is None and choice is None:
         raise ValueError("give a method (one of the names in pipemare_lite.methods.METHODS) "
                          "or a schedule")
@@ -378,26 +237,14 @@ def _run_config(arguments: dict) -> dict:
     config["t2"] = defaults.discrepancy_correction if t2 is None else bool(t2)
     config["gamma"] = list(gamma) if isinstance(gamma, (list, tuple)) else gamma
     config["balance"] = balance if not isinstance(balance, tuple) else list(balance)
-    config["dataset"] = arguments["data"].name
+    config["dataset"] = data.name
     if config["chunks"] is None:  # interleaving needs >= 2 chunks to differ from 1F1B
         config["chunks"] = 2 if spec is not None and spec.name == "interleaved" else 1
     return config
 
 
-def _check_arguments(
-    config: dict, num_samples: int, checkpoint_path, checkpoint_every, resume: bool,
-    eval_every: int | None = None,
-) -> None:
-    """Refuse bad settings before any work, naming the bad value and what is allowed."""
-    for name in ("num_stages", "num_microbatches", "epochs", "batch_size", "chunks"):
-        value = config[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if config["on_divergence"] not in DIVERGENCE_ACTIONS:
-        raise ValueError(
-            f"on_divergence must be one of {', '.join(DIVERGENCE_ACTIONS)}, "
-            f"got {config['on_divergence']!r}"
-        )
+def _check_sizes(config: dict, num_samples: int) -> None:
+    """Refuse sizes that need the schedule (its sizes filled in) or the data, naming them."""
     if config["batch_size"] % config["num_microbatches"]:
         raise ValueError(
             f"batch size {config['batch_size']} does not split evenly into "
@@ -409,27 +256,6 @@ def _check_arguments(
             f"chunks={config['chunks']} needs method 'interleaved'; "
             f"{config['method']!r} runs one chunk per rank"
         )
-    if config["warmup"] < 0:
-        raise ValueError(f"warmup must be >= 0 minibatches, got {config['warmup']}")
-    seed = config["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ValueError(f"seed must be an integer in 0..2**32-1, got {seed!r}")
-    k = config["t1_anneal_updates"]
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
-        raise ValueError(f"t1_anneal_updates must be an integer >= 0 (updates; 0: T1 off) or "
-                         f"None (the whole run), got {k!r}")
-    if config["executor"] not in EXECUTORS:
-        raise ValueError(
-            f"unknown executor {config['executor']!r}; allowed: {', '.join(EXECUTORS)}"
-        )
-    if (checkpoint_every is None) != (checkpoint_path is None):
-        raise ValueError("checkpoint_path and checkpoint_every go together: give both or neither")
-    if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
-        raise ValueError(f"eval_every must be a positive integer or None, got {eval_every!r}")
-    if checkpoint_every is not None and checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every}")
-    if resume and checkpoint_path is None:
-        raise ValueError("resume=True needs a checkpoint_path")
     batch_size = config["batch_size"]
     if num_samples // batch_size < 1:
         raise ValueError(f"batch size {batch_size} is larger than the training set ({num_samples})")

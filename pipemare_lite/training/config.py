@@ -1,0 +1,244 @@
+"""Every setting of a ``fit()`` run but the model and the data: :class:`FitConfig` (chapter 07).
+
+``fit(model, data, method="1f1b", epochs=3, ...)`` builds one from its keyword arguments;
+``fit(model, data, config)`` takes one made before (``dataclasses.replace(config, seed=1)``
+for a sweep; ``fit(model, data, config, seed=1)`` does the same). A config is checked once,
+when it is made, in :meth:`FitConfig.__post_init__`: a bad value is refused naming it and
+what is allowed, before any work. What needs the schedule or the data (sizes a schedule
+file sets, a batch larger than the training set) is checked by ``fit()`` once it has them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pipemare_lite.training.executors import EXECUTORS
+from pipemare_lite.training.lr_schedules import LR_SCHEDULES
+from pipemare_lite.training.optimizers import OPTIMIZERS, check_optimizer_options
+
+#: What ``on_divergence`` may be.
+DIVERGENCE_ACTIONS = ("stop", "raise")
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """The settings of one ``fit()`` run (introduced in chapter 07).
+
+    Attributes:
+        model: an ``nn.Sequential``; it is trained in place (its stages share its modules).
+        data: a :class:`~pipemare_lite.training.datasets.Dataset`.
+        method: a name from :data:`pipemare_lite.methods.METHODS` (gpipe, 1f1b, pipedream,
+            2bw, async, pipemare ...), or one added with
+            :func:`~pipemare_lite.methods.register_method` (docs/write-a-method.md; other
+            processes need the plugin too: :mod:`pipemare_lite.plugins`); optional with
+            ``schedule``.
+        num_stages: P, pipeline stages (at most ``len(model)``); a given schedule's own.
+        num_microbatches: N, microbatches per minibatch (one update per minibatch); a given
+            schedule's own.
+        epochs, batch_size: passes over the training set and samples per minibatch.
+        lr, optimizer, momentum, weight_decay: the per-stage optimizer: a name from
+            :data:`OPTIMIZERS` (``sgd``, ``adam``, ``adamw``, ``muon``: Muon on 2-D weights,
+            AdamW on the rest; see :mod:`pipemare_lite.training.optimizers`) with its base ``lr``
+            (required), ``momentum`` (sgd: default 0; muon: default 0.95; refused with
+            adam/adamw) and ``weight_decay``; or a factory ``params -> Optimizer`` that sets
+            its own hyper-parameters (then ``lr``, ``momentum`` and ``weight_decay`` must
+            stay unset); a factory with a parameter named ``stage`` is given the stage it
+            builds for (``factory(params, stage=s)``).
+        lr_schedule: the base schedule ``lr(k)`` of update k: None or ``"constant"``,
+            ``"cosine"`` (annealed to 0 over the run's ``epochs * steps_per_epoch`` updates,
+            the warm-up excluded), ``"step"``; or a factory ``optimizer -> LRScheduler``.
+            Stepped once per optimizer update per stage (a factory with a ``stage``
+            parameter is told the stage); T1 and a method's ``lr_factor`` multiply on top
+            of it, for each update only.
+        lr_warmup: updates of linear lr warm-up before the named schedule,
+            ``lr * (k + 1) / (lr_warmup + 1)`` (not PipeMare-W's flushed ``warmup``).
+        lr_step_size, lr_gamma: ``"step"`` only: multiply the lr by ``lr_gamma`` (default
+            0.1) every ``lr_step_size`` updates (default: one epoch's).
+        loss_fn: ``loss_fn(output, target)``, a mean over the microbatch's samples, the
+            training loss (default: cross-entropy, per position for sequences). The test
+            loss in ``evals`` stays the cross-entropy, so runs compare on one measure.
+        clip_grad_norm: clip each stage's gradient before its update so that the L2 norm
+            over that stage's parameters is at most this (per stage: no communication).
+        seed: data order (and nothing else: build the model with its own seed).
+        t1, t2: PipeMare's techniques on/off; None keeps the method's default (on for
+            ``pipemare``, off otherwise).
+        t1_anneal_updates: K, updates over which T1 anneals (None: the whole run).
+        gamma: T2's decay (one value or one per stage).
+        warmup: the first ``warmup`` minibatches run flushed (PipeMare-W; async methods).
+        balance: how to partition (see :func:`pipemare_lite.training.partition.partition`).
+        chunks: v, model chunks per rank, for ``interleaved`` only (default 2 there, 1
+            elsewhere): the model is cut into ``num_stages * chunks`` pieces.
+        devices: one device per stage (default: where the model is).
+        progress: tqdm bar; None shows it in terminals and notebooks, not under pytest or
+            when the environment variable ``PIPEMARE_PROGRESS=0``.
+        on_divergence: ``"stop"`` returns a history with ``diverged=True``; ``"raise"``
+            raises :class:`DivergenceError`.
+        on_step: called as ``on_step(step, history)`` after every step (e.g. live plots).
+        eval_every: also measure test loss and accuracy every that many steps (default: at
+            the end of each epoch only); evaluation never changes the training trajectory.
+        checkpoint_path, checkpoint_every: save the full state every that many steps.
+        resume: continue from ``checkpoint_path`` when it exists.
+        executor: ``"local"``, ``"dist"`` or a name registered in
+            :data:`~pipemare_lite.training.executors.EXECUTORS`.
+        schedule: run this schedule instead of the method's
+            (:mod:`pipemare_lite.training.run_schedule`, docs/write-a-schedule.md): a name
+            registered with
+            :func:`~pipemare_lite.schedules.registry.register_schedule`, a
+            :class:`~pipemare_lite.schedules.Schedule` or a ``.csv``/``.json`` file, covering
+            the whole run or one minibatch (repeated once per step). With a method too, the
+            method's options (T1, T2) apply and its weight mode must be the schedule's.
+        record: what the engine records (:mod:`pipemare_lite.engine.recording`):
+            ``"history"`` (default) what the history holds, update norms and peak bytes
+            included; ``"losses"`` the cheapest run (no update norms, no bytes: the history's
+            ``stage_update_norm`` and ``memory_bytes`` stay empty); ``"full"`` the trace too
+            (which fit does not keep). The trained numbers are the same at every level.
+    """
+
+    epochs: int
+    batch_size: int
+    method: str | None = None
+    num_stages: int | None = None
+    num_microbatches: int | None = None
+    lr: float | None = None
+    optimizer: str | Callable = "sgd"
+    momentum: float | None = None
+    weight_decay: float = 0.0
+    lr_schedule: str | Callable | None = None
+    lr_warmup: int = 0
+    lr_step_size: int | None = None
+    lr_gamma: float | None = None
+    loss_fn: Callable | None = None
+    clip_grad_norm: float | None = None
+    seed: int = 0
+    t1: bool | None = None
+    t1_anneal_updates: int | None = None
+    t2: bool | None = None
+    gamma: float | Sequence[float] = 0.9
+    warmup: int = 0
+    balance: object = None
+    chunks: int | None = None
+    devices: Sequence | None = None
+    progress: bool | None = None
+    on_divergence: str = "stop"
+    on_step: Callable | None = None
+    eval_every: int | None = None
+    checkpoint_path: str | os.PathLike | None = None
+    checkpoint_every: int | None = None
+    resume: bool = False
+    executor: str = "local"
+    schedule: object = None
+    record: str = "history"
+
+    def __post_init__(self) -> None:
+        _check_torch_options(self.settings())
+        _check_settings(self)
+
+    def settings(self) -> dict:
+        """``{field: value}`` (values as given, not copied)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def of(cls, config: FitConfig | None, settings: dict) -> FitConfig:
+        """``config`` with ``settings`` replaced, or a new config of ``settings``; an unknown
+        setting is refused naming the known ones."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise TypeError(f"fit() got unknown settings {', '.join(unknown)}; allowed: "
+                            f"{', '.join(sorted(known))}")
+        if config is None:
+            missing = [name for name in ("epochs", "batch_size") if name not in settings]
+            if missing:
+                raise TypeError(f"fit() needs {' and '.join(missing)} (positive integers)")
+            return cls(**settings)
+        if not isinstance(config, cls):
+            raise TypeError(f"fit()'s third argument is a FitConfig, got {config!r}")
+        return dataclasses.replace(config, **settings) if settings else config
+
+
+def _check_torch_options(arguments: dict) -> None:
+    """Refuse bad or contradictory optimizer, schedule, loss and clipping options early."""
+    optimizer, lr = arguments["optimizer"], arguments["lr"]
+    if callable(optimizer):
+        given = [f"{name}={arguments[name]!r}" for name, unset in
+                 (("lr", None), ("momentum", None), ("weight_decay", 0.0))
+                 if arguments[name] != unset]
+        if given:
+            raise ValueError(f"{', '.join(given)} conflict with an optimizer factory, which "
+                             "sets its own hyper-parameters; give them to the factory")
+    else:
+        if not isinstance(optimizer, str):
+            raise ValueError(f"optimizer must be a name ({', '.join(OPTIMIZERS)}) or a factory "
+                             f"params -> torch.optim.Optimizer, got {optimizer!r}")
+        check_optimizer_options(optimizer, arguments["momentum"], arguments["weight_decay"])
+        if lr is None:
+            raise ValueError(f"lr is required with optimizer {optimizer!r} (a positive number)")
+        if not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < lr < math.inf):
+            raise ValueError(f"lr must be a positive number (finite), got {lr!r}")
+    schedule = arguments["lr_schedule"]
+    if callable(schedule):
+        given = [f"{name}={arguments[name]!r}" for name, unset in
+                 (("lr_warmup", 0), ("lr_step_size", None), ("lr_gamma", None))
+                 if arguments[name] != unset]
+        if given:
+            raise ValueError(f"{', '.join(given)} conflict with an lr_schedule factory; build "
+                             "the warm-up or decay into the factory")
+    elif schedule is not None and schedule not in LR_SCHEDULES:
+        raise ValueError(f"unknown lr_schedule {schedule!r}; allowed: {', '.join(LR_SCHEDULES)} "
+                         "or a factory optimizer -> torch.optim.lr_scheduler.LRScheduler")
+    loss_fn = arguments["loss_fn"]
+    if loss_fn is not None and not callable(loss_fn):
+        raise ValueError(f"loss_fn must be a function loss_fn(output, target), got {loss_fn!r}")
+    clip = arguments["clip_grad_norm"]
+    if clip is not None and not (
+        isinstance(clip, (int, float)) and not isinstance(clip, bool) and 0 < clip < math.inf
+    ):
+        raise ValueError(f"clip_grad_norm must be a positive finite number or None, got {clip!r}")
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_settings(config: FitConfig) -> None:
+    """Refuse bad settings that need neither the schedule nor the data."""
+    for name in ("epochs", "batch_size"):
+        if not _positive_int(getattr(config, name)):
+            raise ValueError(f"{name} must be a positive integer, got {getattr(config, name)!r}")
+    for name in ("num_stages", "num_microbatches", "chunks"):  # None: the schedule's own
+        value = getattr(config, name)
+        if value is not None and not _positive_int(value):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if config.on_divergence not in DIVERGENCE_ACTIONS:
+        raise ValueError(
+            f"on_divergence must be one of {', '.join(DIVERGENCE_ACTIONS)}, "
+            f"got {config.on_divergence!r}"
+        )
+    warmup = config.warmup
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be >= 0 minibatches, got {warmup!r}")
+    seed = config.seed
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in 0..2**32-1, got {seed!r}")
+    k = config.t1_anneal_updates
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+        raise ValueError(f"t1_anneal_updates must be an integer >= 0 (updates; 0: T1 off) or "
+                         f"None (the whole run), got {k!r}")
+    if config.executor not in EXECUTORS:
+        raise ValueError(
+            f"unknown executor {config.executor!r}; allowed: {', '.join(EXECUTORS)}"
+        )
+    path, every = config.checkpoint_path, config.checkpoint_every
+    if (every is None) != (path is None):
+        raise ValueError("checkpoint_path and checkpoint_every go together: give both or neither")
+    eval_every = config.eval_every
+    if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
+        raise ValueError(f"eval_every must be a positive integer or None, got {eval_every!r}")
+    if every is not None and (not isinstance(every, int) or every < 1):
+        raise ValueError(f"checkpoint_every must be a positive integer, got {every}")
+    if config.resume and path is None:
+        raise ValueError("resume=True needs a checkpoint_path")
