@@ -59,8 +59,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     """
     from pipemare_lite.methods import METHODS
     from pipemare_lite.schedules.actions import WEIGHT_MODES
-    from pipemare_lite.training.executors import EXECUTORS
     from pipemare_lite.training.config import DIVERGENCE_ACTIONS
+    from pipemare_lite.training.executors import EXECUTORS
     from pipemare_lite.training.lr_schedules import LR_SCHEDULES
     from pipemare_lite.training.models import MODELS
     from pipemare_lite.training.optimizers import OPTIMIZERS
