@@ -317,6 +317,26 @@ def stage_delays(table_or_schedule: VersionTable | Schedule, *,
     return out
 
 
+def updates_before_backward(schedule: Schedule, stage: int) -> dict[int, int]:
+    """``microbatch -> updates of ``stage`` between its forward and its backward``.
+
+    Read from the stage's own row of the schedule (the backward is ``B``, or ``I`` when
+    split), whatever the weight mode: the distance an asynchronous backward sees, known
+    before the forward runs (T2's hooks, :mod:`pipemare_lite.methods.discrepancy`, read it).
+    """
+    updates, forward_at, delays = 0, {}, {}
+    for action in schedule.ranks[schedule.rank_of(stage)]:
+        if action.stage != stage:
+            continue
+        if action.kind == "U":
+            updates += 1
+        elif action.kind == "F":
+            forward_at[action.index] = updates
+        elif action.kind in ("B", "I"):
+            delays[action.index] = updates - forward_at[action.index]
+    return delays
+
+
 def steady_state_minibatches(schedule: Schedule) -> range:
     """Minibatches away from the pipeline's fill and drain (may be empty for short runs).
 

@@ -40,6 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipemare_lite.analysis.staleness import updates_before_backward
+
 
 class HookError(ValueError):
     """A method's hooks (or their factory) returned or declared something the engine cannot
@@ -74,18 +76,7 @@ class StageInfo:
         Read from this stage's actions in the schedule (the backward is ``B``, or ``I`` when
         split): the distance an asynchronous backward sees, known before the forward runs.
         """
-        rank = self.schedule.rank_of(self.stage)
-        updates, forward_at, delays = 0, {}, {}
-        for action in self.schedule.ranks[rank]:
-            if action.stage != self.stage:
-                continue
-            if action.kind == "U":
-                updates += 1
-            elif action.kind == "F":
-                forward_at[action.index] = updates
-            elif action.kind in ("B", "I"):
-                delays[action.index] = updates - forward_at[action.index]
-        return delays
+        return updates_before_backward(self.schedule, self.stage)
 
 
 class MethodHooks:
