@@ -187,6 +187,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.schedules.builders.naive": "01",
     "pipemare_lite.schedules.builders.one_f_one_b": "03",
     "pipemare_lite.schedules.builders.pipedream": "05",
+    "pipemare_lite.schedules.names": "02",
     "pipemare_lite.schedules.registry": "02",
     "pipemare_lite.schedules.repeat": "07",
     "pipemare_lite.schedules.validation": "02",

@@ -18,41 +18,43 @@ from pipemare_lite.schedules.builders.naive import naive
 from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b
 from pipemare_lite.schedules.builders.pipedream import pipedream, two_bw
 from pipemare_lite.schedules.builders.zero_bubble import zb_h1
-from pipemare_lite.schedules.validation import (
-    BUILTIN_WEIGHT_MODES,
+from pipemare_lite.schedules.names import (
+    ALIASES,
+    NAMED_WEIGHT_MODES,
     REGISTERED_WEIGHT_MODES,
+    known_names,
+    weight_mode_of,
+)
+from pipemare_lite.schedules.validation import (
     ScheduleError,
     check_sizes,
     check_total_work,
-    known_names,
     validate,
-    weight_mode_of,
 )
 from pipemare_lite.schedules.weight_modes import (
-    ASYNC,
-    STASH,
-    SYNC,
-    TWO_BW,
     WEIGHT_MODES,
     WeightMode,
     get_weight_mode,
 )
 
 #: The one table of the book's schedules, in the order the chapters introduce them:
-#: name, ``builder(P, N, K, v, W) -> Schedule``, weight mode. Every list of names
+#: name, ``builder(P, N, K, v, W) -> Schedule``, weight mode (from
+#: :data:`~pipemare_lite.schedules.names.NAMED_WEIGHT_MODES`). Every list of names
 #: (:data:`SCHEDULE_NAMES`, :data:`ASYNC_NAMES`, :data:`BUILDERS`, the names validation
 #: accepts, staleness' closed forms, :data:`METHOD_TABLE`) is read from it.
 Builder = Callable[[int, int, int, int, int], Schedule]
-SCHEDULE_TABLE: tuple[tuple[str, Builder, WeightMode], ...] = (
-    ("naive", lambda P, N, K, v, W: naive(P, N, K), SYNC),
-    ("gpipe", lambda P, N, K, v, W: gpipe(P, N, K), SYNC),
-    ("1f1b", lambda P, N, K, v, W: one_f_one_b(P, N, K), SYNC),
-    ("interleaved", lambda P, N, K, v, W: interleaved(P, N, v, K), SYNC),
-    ("zb-h1", lambda P, N, K, v, W: zb_h1(P, N, K), SYNC),
-    ("pipedream", lambda P, N, K, v, W: pipedream(P, N, K, W), STASH),
-    ("2bw", lambda P, N, K, v, W: two_bw(P, N, K, W), TWO_BW),
-    ("async", lambda P, N, K, v, W: async_pipeline(P, N, K, W), ASYNC),
-)
+_BUILD: dict[str, Builder] = {
+    "naive": lambda P, N, K, v, W: naive(P, N, K),
+    "gpipe": lambda P, N, K, v, W: gpipe(P, N, K),
+    "1f1b": lambda P, N, K, v, W: one_f_one_b(P, N, K),
+    "interleaved": lambda P, N, K, v, W: interleaved(P, N, v, K),
+    "zb-h1": lambda P, N, K, v, W: zb_h1(P, N, K),
+    "pipedream": lambda P, N, K, v, W: pipedream(P, N, K, W),
+    "2bw": lambda P, N, K, v, W: two_bw(P, N, K, W),
+    "async": lambda P, N, K, v, W: async_pipeline(P, N, K, W),
+}
+SCHEDULE_TABLE: tuple[tuple[str, Builder, WeightMode], ...] = tuple(
+    (name, _BUILD[name], mode) for name, mode in NAMED_WEIGHT_MODES)
 
 #: The book's methods (:mod:`pipemare_lite.methods.registry` registers them): name, the
 #: schedule it runs (its weight mode is the schedule's), T1 on, T2 on, one line. Here, not
@@ -71,9 +73,6 @@ METHOD_TABLE: tuple[tuple[str, str, bool, bool, str], ...] = (
 #: Every schedule the book builds, in the order the chapters introduce them.
 SCHEDULE_NAMES = tuple(name for name, _, _ in SCHEDULE_TABLE)
 
-#: Other accepted spellings: PipeMare's order is the async pipeline (T1/T2 are executor options).
-ALIASES = {"pipemare": "async"}
-
 #: Schedules with no flush, which accept ``warmup_minibatches``.
 ASYNC_NAMES = tuple(name for name, _, mode in SCHEDULE_TABLE if not mode.flushes)
 
@@ -82,8 +81,6 @@ ASYNC_NAMES = tuple(name for name, _, mode in SCHEDULE_TABLE if not mode.flushes
 BUILDERS: dict[str, Builder] = {
     name: build for name, build, _ in SCHEDULE_TABLE
 }
-BUILTIN_WEIGHT_MODES.update({name: mode.name for name, _, mode in SCHEDULE_TABLE})
-BUILTIN_WEIGHT_MODES.update({alias: weight_mode_of(name) for alias, name in ALIASES.items()})
 
 
 def schedule_names() -> tuple[str, ...]:

@@ -23,27 +23,13 @@ import weakref
 from collections import deque
 
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.names import (
+    BUILTIN_WEIGHT_MODES,
+    REGISTERED_WEIGHT_MODES,
+    known_names,
+    weight_mode_of,
+)
 from pipemare_lite.schedules.weight_modes import get_weight_mode
-
-#: The weight mode of each built-in schedule name, filled from the one table
-#: (:data:`pipemare_lite.schedules.registry.SCHEDULE_TABLE`, which imports this module),
-#: and of each name added by :func:`~pipemare_lite.schedules.registry.register_schedule`.
-#: A "custom" schedule may use any mode.
-BUILTIN_WEIGHT_MODES: dict[str, str] = {}
-REGISTERED_WEIGHT_MODES: dict[str, str] = {}
-
-
-def known_names(*, builtin: bool = False) -> tuple[str, ...]:
-    """Names validate() accepts: the built-in ones and "custom", then (unless ``builtin``)
-    the registered ones."""
-    names = (*BUILTIN_WEIGHT_MODES, "custom")
-    return names if builtin else names + tuple(REGISTERED_WEIGHT_MODES)
-
-
-def weight_mode_of(name: str) -> str | None:
-    """The weight mode schedules called ``name`` must have (None: any, e.g. "custom")."""
-    return BUILTIN_WEIGHT_MODES.get(name) or REGISTERED_WEIGHT_MODES.get(name)
-
 
 #: Inclusive allowed ranges of the sizes (large enough for any book figure or benchmark).
 LIMITS = {
