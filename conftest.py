@@ -85,8 +85,8 @@ def one_thread():
 def registered():
     """``register(name, builder, **kwargs)``: register_schedule for this test only; every name
     it registered is removed from the registry's tables afterwards."""
+    from pipemare_lite.schedules.names import REGISTERED_WEIGHT_MODES
     from pipemare_lite.schedules.registry import BUILDERS, REGISTERED_BY, register_schedule
-    from pipemare_lite.schedules.validation import REGISTERED_WEIGHT_MODES
 
     names = []
 

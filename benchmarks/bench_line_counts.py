@@ -5,7 +5,7 @@ Two counts per package:
 - **physical**: every line of every ``.py`` file (what ``wc -l`` says);
 - **code**: lines that hold code, i.e. not blank, not a comment, not part of a docstring.
 
-The goals: the core (``schedules/``, ``analysis/``, ``engine/`` without ``dist/``) at most
+The goals: the core (``schedules/``, ``analysis/``, ``engine/`` without ``distributed/``) at most
 3,000 lines, ``engine/distributed/`` at most 1,200. The table prints both counts against them,
 because the book asks for a docstring on every public function: a reader of the engine
 reads the code lines, and the docstrings beside them.
@@ -58,7 +58,7 @@ def package_files(name: str) -> list[Path]:
     folder = PACKAGE / name
     files = sorted(folder.rglob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]
     if name == "engine":
-        files = [f for f in files if "dist" not in f.relative_to(folder).parts]
+        files = [f for f in files if "distributed" not in f.relative_to(folder).parts]
     return files
 
 

@@ -21,8 +21,9 @@ from pipemare_lite.methods import METHODS
 from pipemare_lite.plugins import ENV_VAR, PluginError, load_plugins
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.schedules.lazy import lazy_schedule
+from pipemare_lite.schedules.names import REGISTERED_WEIGHT_MODES
 from pipemare_lite.schedules.registry import BUILDERS, register_schedule
-from pipemare_lite.schedules.validation import REGISTERED_WEIGHT_MODES, ScheduleError
+from pipemare_lite.schedules.validation import ScheduleError
 from tests.timeouts import hard_time_limit
 
 

@@ -5,6 +5,7 @@ import pytest
 from pipemare_lite.analysis.staleness import SYNC_NAMES
 from pipemare_lite.analysis.tradeoff import SCHEDULE_OF
 from pipemare_lite.schedules import WEIGHT_MODES, WeightMode, build_schedule, get_weight_mode
+from pipemare_lite.schedules.names import weight_mode_of
 from pipemare_lite.schedules.registry import (
     ASYNC_NAMES,
     BUILDERS,
@@ -12,7 +13,6 @@ from pipemare_lite.schedules.registry import (
     SCHEDULE_NAMES,
     SCHEDULE_TABLE,
 )
-from pipemare_lite.schedules.validation import weight_mode_of
 
 # The design's semantics table, written out plainly: for a microbatch of minibatch k whose
 # forward ran while the stage held version `f_cur` and whose backward runs while it holds

@@ -9,8 +9,8 @@ import pytest
 
 from pipemare_lite.cli import main
 from pipemare_lite.schedules.io import load_schedule
+from pipemare_lite.schedules.names import REGISTERED_WEIGHT_MODES
 from pipemare_lite.schedules.registry import BUILDERS
-from pipemare_lite.schedules.validation import REGISTERED_WEIGHT_MODES
 
 ROOT = Path(__file__).parent.parent
 PAGE = (ROOT / "docs" / "write-a-schedule.md").read_text()

@@ -49,7 +49,8 @@ from pipemare_lite.schedules.actions import (
     WEIGHT_GRAD,
     Schedule,
 )
-from pipemare_lite.schedules.registry import ALIASES, SCHEDULE_NAMES, SCHEDULE_TABLE
+from pipemare_lite.schedules.names import ALIASES
+from pipemare_lite.schedules.registry import SCHEDULE_NAMES, SCHEDULE_TABLE
 from pipemare_lite.schedules.validation import is_validated
 from pipemare_lite.schedules.weight_modes import WeightMode
 

@@ -26,8 +26,8 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from pipemare_lite.schedules.names import weight_mode_of
 from pipemare_lite.schedules.registry import METHOD_TABLE
-from pipemare_lite.schedules.validation import weight_mode_of
 from pipemare_lite.schedules.weight_modes import get_weight_mode
 
 

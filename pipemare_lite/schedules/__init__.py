@@ -25,7 +25,8 @@ from pipemare_lite.schedules.builders.naive import naive
 from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b
 from pipemare_lite.schedules.builders.pipedream import pipedream, two_bw
 from pipemare_lite.schedules.builders.zero_bubble import zb_h1
-from pipemare_lite.schedules.registry import ALIASES, ASYNC_NAMES, SCHEDULE_NAMES, build_schedule
+from pipemare_lite.schedules.names import ALIASES
+from pipemare_lite.schedules.registry import ASYNC_NAMES, SCHEDULE_NAMES, build_schedule
 from pipemare_lite.schedules.validation import ScheduleError, execution_order, validate
 from pipemare_lite.schedules.weight_modes import WeightMode, get_weight_mode
 

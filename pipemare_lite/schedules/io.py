@@ -22,12 +22,8 @@ from itertools import takewhile
 from pathlib import Path
 
 from pipemare_lite.schedules.actions import Action, Schedule
-from pipemare_lite.schedules.validation import (
-    ScheduleError,
-    first_unflushed_forward,
-    validate,
-    weight_mode_of,
-)
+from pipemare_lite.schedules.names import weight_mode_of
+from pipemare_lite.schedules.validation import ScheduleError, first_unflushed_forward, validate
 
 #: Marker and version written into every JSON schedule.
 JSON_FORMAT, JSON_VERSION = "pipemare-lite-schedule", 1

@@ -28,10 +28,8 @@ NAMED_WEIGHT_MODES: tuple[tuple[str, WeightMode], ...] = (
 ALIASES = {"pipemare": "async"}
 
 #: built-in name (aliases included) -> its weight mode's name
-BUILTIN_WEIGHT_MODES: dict[str, str] = {
-    **{name: mode.name for name, mode in NAMED_WEIGHT_MODES},
-    **{alias: dict(NAMED_WEIGHT_MODES)[name].name for alias, name in ALIASES.items()},
-}
+BUILTIN_WEIGHT_MODES: dict[str, str] = {name: mode.name for name, mode in NAMED_WEIGHT_MODES}
+BUILTIN_WEIGHT_MODES.update({alias: BUILTIN_WEIGHT_MODES[name] for alias, name in ALIASES.items()})
 #: registered name -> its weight mode's name (filled by register_schedule)
 REGISTERED_WEIGHT_MODES: dict[str, str] = {}
 

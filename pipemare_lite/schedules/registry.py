@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pipemare_lite.schedules import names
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.builders.async_pipeline import async_pipeline
 from pipemare_lite.schedules.builders.common import gc_paused
@@ -18,13 +19,6 @@ from pipemare_lite.schedules.builders.naive import naive
 from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b
 from pipemare_lite.schedules.builders.pipedream import pipedream, two_bw
 from pipemare_lite.schedules.builders.zero_bubble import zb_h1
-from pipemare_lite.schedules.names import (
-    ALIASES,
-    NAMED_WEIGHT_MODES,
-    REGISTERED_WEIGHT_MODES,
-    known_names,
-    weight_mode_of,
-)
 from pipemare_lite.schedules.validation import (
     ScheduleError,
     check_sizes,
@@ -54,7 +48,7 @@ _BUILD: dict[str, Builder] = {
     "async": lambda P, N, K, v, W: async_pipeline(P, N, K, W),
 }
 SCHEDULE_TABLE: tuple[tuple[str, Builder, WeightMode], ...] = tuple(
-    (name, _BUILD[name], mode) for name, mode in NAMED_WEIGHT_MODES)
+    (name, _BUILD[name], mode) for name, mode in names.NAMED_WEIGHT_MODES)
 
 #: The book's methods (:mod:`pipemare_lite.methods.registry` registers them): name, the
 #: schedule it runs (its weight mode is the schedule's), T1 on, T2 on, one line. Here, not
@@ -90,7 +84,7 @@ def schedule_names() -> tuple[str, ...]:
 
 def is_asynchronous(name: str) -> bool:
     """True when schedule ``name`` does not flush (it accepts ``warmup_minibatches``)."""
-    mode = weight_mode_of(name)  # aliases included
+    mode = names.weight_mode_of(name)  # aliases included
     return mode is not None and not get_weight_mode(mode).flushes
 
 
@@ -112,9 +106,9 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
     (as :func:`~pipemare_lite.methods.register_method` does). Other processes know the
     schedule once they import its module (:mod:`pipemare_lite.plugins`).
     """
-    if not isinstance(name, str) or not name.strip() or name in known_names(builtin=True):
+    if not isinstance(name, str) or not name.strip() or name in names.known_names(builtin=True):
         raise ScheduleError(f"cannot register schedule {name!r}: give a new name (taken: "
-                            f"{', '.join(known_names(builtin=True))})")
+                            f"{', '.join(names.known_names(builtin=True))})")
     if name in BUILDERS and not replace_existing:
         raise ScheduleError(f"schedule {name!r} is already registered (by "
                             f"{REGISTERED_BY.get(name, 'an unknown module')}); pass "
@@ -124,7 +118,7 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
     if weight_mode not in WEIGHT_MODES:  # the name; the rule is get_weight_mode(weight_mode)
         raise ScheduleError(f"register_schedule({name!r}): weight_mode={weight_mode!r}; allowed: "
                             f"{', '.join(WEIGHT_MODES)}")
-    REGISTERED_WEIGHT_MODES[name] = weight_mode  # validate() accepts the name from now on
+    names.REGISTERED_WEIGHT_MODES[name] = weight_mode  # validate() accepts the name from now on
 
     def build(P: int, N: int, K: int, v: int, W: int) -> Schedule:
         made = builder(P, N, num_minibatches=K, chunks=v, warmup_minibatches=W)
@@ -162,7 +156,7 @@ def unknown_schedule_message(name) -> str:
     rank = os.environ.get("RANK")
     where = f"process {os.getpid()}" + (f", rank {rank}" if rank is not None else "")
     return (f"unknown schedule name {name!r}; allowed: "
-            f"{', '.join(schedule_names() + tuple(ALIASES))}. Not registered in {where} "
+            f"{', '.join(schedule_names() + tuple(names.ALIASES))}. Not registered in {where} "
             f"(plugins imported here: {', '.join(loaded_plugins()) or 'none'}): a schedule "
             "added with register_schedule() exists only in the processes that imported its "
             "module; load it with --plugin MODULE (command line), launch(..., "
@@ -180,7 +174,7 @@ def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: 
     flushed schedules K times and runs asynchronous ones for K updates per stage. "pipemare"
     builds the "async" schedule (its name stays "async").
     """
-    key = ALIASES.get(name, name)
+    key = names.ALIASES.get(name, name)
     if key not in BUILDERS:
         from pipemare_lite.plugins import load_plugins  # torch-free
 

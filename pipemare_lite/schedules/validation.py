@@ -22,13 +22,8 @@ from __future__ import annotations
 import weakref
 from collections import deque
 
+from pipemare_lite.schedules import names
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.names import (
-    BUILTIN_WEIGHT_MODES,
-    REGISTERED_WEIGHT_MODES,
-    known_names,
-    weight_mode_of,
-)
 from pipemare_lite.schedules.weight_modes import get_weight_mode
 
 #: Inclusive allowed ranges of the sizes (large enough for any book figure or benchmark).
@@ -84,10 +79,10 @@ def check_total_work(name: str, num_ranks: int, num_microbatches: int, num_minib
 def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
                 chunks: int = 1, warmup_minibatches: int = 0) -> None:
     """Raise :class:`ScheduleError` naming any size outside :data:`LIMITS` or an unknown name."""
-    mode = weight_mode_of(name)
+    mode = names.weight_mode_of(name)
     if name != "custom" and mode is None:
         raise ScheduleError(
-            f"unknown schedule name {name!r}; allowed: {', '.join(known_names())} (a "
+            f"unknown schedule name {name!r}; allowed: {', '.join(names.known_names())} (a "
             "hand-written schedule is named 'custom'; a registered builder's name is known "
             "once its plugin is loaded: --plugin MODULE or PIPEMARE_PLUGINS)")
     values = {"num_ranks": num_ranks, "num_microbatches": num_microbatches,
@@ -99,12 +94,12 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
             raise ScheduleError(
                 f"{name}: {key}={value!r} is out of range; allowed: integers {low}..{high}"
             )
-    if chunks > 1 and name not in ("interleaved", "custom", *REGISTERED_WEIGHT_MODES):
+    if chunks > 1 and name not in ("interleaved", "custom", *names.REGISTERED_WEIGHT_MODES):
         raise ScheduleError(f"{name}: chunks={chunks} only applies to 'interleaved'; allowed: 1")
     w = warmup_minibatches
     if w and mode is not None and get_weight_mode(mode).flushes:
-        unflushed = (n for n, m in {**BUILTIN_WEIGHT_MODES, **REGISTERED_WEIGHT_MODES}.items()
-                     if not get_weight_mode(m).flushes)
+        modes = {**names.BUILTIN_WEIGHT_MODES, **names.REGISTERED_WEIGHT_MODES}
+        unflushed = (n for n, m in modes.items() if not get_weight_mode(m).flushes)
         raise ScheduleError(
             f"{name}: warmup_minibatches={w} only applies to {', '.join(unflushed)}; allowed: 0")
 
@@ -120,7 +115,7 @@ def validate(schedule: Schedule) -> Schedule:
     s = schedule
     check_sizes(s.name, s.num_ranks, s.num_microbatches, s.num_minibatches, s.chunks,
                 s.warmup_minibatches)
-    expected_mode = weight_mode_of(s.name)
+    expected_mode = names.weight_mode_of(s.name)
     if expected_mode and s.weight_mode != expected_mode:
         raise ScheduleError(f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
                             f"allowed: {expected_mode!r}")

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.io import SCHEDULE_SUFFIXES, load_schedule, to_csv
 from pipemare_lite.schedules.lazy import LazySchedule, lazy_schedule
-from pipemare_lite.schedules.registry import ALIASES, BUILDERS, build_schedule, schedule_names
+from pipemare_lite.schedules.names import ALIASES
+from pipemare_lite.schedules.registry import BUILDERS, build_schedule, schedule_names
 from pipemare_lite.schedules.repeat import repeat_notes, repeat_schedule, schedule_for_steps
 
 
@@ -64,7 +65,7 @@ def resolve(schedule, weight_mode: str | None = None, method: str | None = None
         return ScheduleChoice(label=_label(schedule), given=schedule,
                               weight_mode=schedule.weight_mode)
     if isinstance(schedule, str) and ALIASES.get(schedule, schedule) in BUILDERS:
-        from pipemare_lite.schedules.validation import weight_mode_of
+        from pipemare_lite.schedules.names import weight_mode_of
 
         mode = weight_mode_of(ALIASES.get(schedule, schedule))
         return ScheduleChoice(label=schedule, name=schedule, weight_mode=mode)
