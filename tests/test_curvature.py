@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pipemare_lite.training.curvature import _power_iteration, stage_sharpness
+from pipemare_lite.training.curvature import power_iteration, stage_sharpness
 from pipemare_lite.training.partition import partition
 
 
@@ -92,8 +92,8 @@ def test_a_dominant_negative_eigenvalue_is_shifted_away():
         return [matrix @ v[0]]
 
     start = [torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)]
-    assert _power_iteration(hvp, start, 200) == pytest.approx(-5.0)
-    assert _power_iteration(hvp, start, 200, shift=-5.0) == pytest.approx(2.0)
+    assert power_iteration(hvp, start, 200) == pytest.approx(-5.0)
+    assert power_iteration(hvp, start, 200, shift=-5.0) == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])

@@ -129,3 +129,29 @@ def test_a_config_is_checked_once_when_it_is_made():
         pipemare_lite.fit(None, None, epochs=1, batch_size=8, stages=2)
     with pytest.raises(TypeError, match="needs epochs"):
         pipemare_lite.fit(None, None, batch_size=8)
+
+
+def test_chapters_import_no_private_names_of_the_package():
+    import ast
+    import json
+    from pathlib import Path
+
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "chapters").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            source = "".join(cell["source"])
+            try:
+                tree = ast.parse("\n".join(line for line in source.splitlines()
+                                           if not line.lstrip().startswith(("%", "!"))))
+            except SyntaxError:
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                        "pipemare_lite"):
+                    found += [f"{path.name}: {node.module}.{a.name}" for a in node.names
+                              if a.name.startswith("_") and a.name != "__version__"]
+                    if any(part.startswith("_") for part in node.module.split(".")):
+                        found.append(f"{path.name}: {node.module}")
+    assert found == []

@@ -39,8 +39,8 @@ def _dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     return float(sum((x * y).sum() for x, y in zip(a, b)))
 
 
-def _power_iteration(hvp: Callable, start: list[torch.Tensor], iterations: int,
-                     shift: float = 0.0) -> float:
+def power_iteration(hvp: Callable, start: list[torch.Tensor], iterations: int,
+                    shift: float = 0.0) -> float:
     """Largest-magnitude eigenvalue of ``H - shift I`` (``hvp(v) = H v``), plus ``shift``."""
     v = _unit(start)
     value = 0.0
@@ -93,8 +93,8 @@ def stage_sharpness(
             return [h.detach() for h in torch.autograd.grad(grads, params, v, retain_graph=True)]
 
         start = [torch.randn(p.shape, generator=generator, dtype=p.dtype) for p in params]
-        value = _power_iteration(hvp, start, iterations)
+        value = power_iteration(hvp, start, iterations)
         if value < 0:  # a negative direction dominated: shift it away, find the top one
-            value = _power_iteration(hvp, start, iterations, shift=value)
+            value = power_iteration(hvp, start, iterations, shift=value)
         values.append(value)
     return values
