@@ -29,14 +29,18 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 import pipemare_lite
-from pipemare_lite.book.exercises import get_exercise, run_checks
+from pipemare_lite.book.exercises import EXERCISES, get_exercise, run_checks
 from pipemare_lite.book.exercises.grading import (
     class_submissions,
     grade_class,
     grade_submission,
     write_reports,
 )
-from pipemare_lite.book.exercises.hidden import graded_cases, instructor_secret
+from pipemare_lite.book.exercises.hidden import (
+    drawn_at_random,
+    graded_cases,
+    instructor_secret,
+)
 from pipemare_lite.book.exercises.plain import ForeignValue, from_plain
 from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
 
@@ -348,6 +352,96 @@ def test_a_lookup_table_of_checks_cases_fails_the_graders_cases(tmp_path):
     # an honest answer scores the same on the grader's cases as on check()'s
     honest = _notebook(tmp_path / "honest" / "02_gpipe.ipynb", HONEST_02_2).parent
     assert grade_submission(honest, ["ex02_2"]).points == 1
+
+
+def test_every_function_exercise_draws_cases_the_grader_redraws():
+    """Before: ex00_1, ex04_3 and ex05_1 drew nothing at random, so the grader graded
+    ``check()``'s own cases there (``drawn_at_random`` was False for those three). Now every
+    exercise has drawn cases, and the grader's differ from ``check()``'s."""
+    secret = instructor_secret()
+    for exercise in EXERCISES.values():
+        assert exercise.kind == "function" and drawn_at_random(exercise), exercise.id
+        graded = graded_cases(exercise, secret)
+        assert len(graded) == len(exercise.cases())
+        texts = lambda cases: [exercise.describe_case(c) for c in cases]  # noqa: E731
+        assert texts(graded) != texts(exercise.cases()), exercise.id
+
+
+def _schedule_key(schedule) -> tuple:
+    return (schedule.name, schedule.num_ranks, schedule.num_microbatches,
+            getattr(schedule, "chunks", 1), getattr(schedule, "num_minibatches", 1))
+
+
+def _lookup_table_04_3() -> str:
+    """ex04_3 with a table: its cases are schedules, so the table is keyed by their sizes."""
+    exercise = get_exercise("ex04_3")
+    table = {_schedule_key(c["schedule"]): exercise.reference(*c.values())
+             for c in exercise.cases()}
+    return (f"TABLE = {table!r}\n\ndef count_p2p_messages(schedule):\n"
+            "    key = (schedule.name, schedule.num_ranks, schedule.num_microbatches,\n"
+            "           getattr(schedule, 'chunks', 1), getattr(schedule, 'num_minibatches', 1))\n"
+            "    return TABLE.get(key, 0)\n")
+
+
+def _lookup_table_05_1() -> str:
+    """ex05_1 with a table: the weights each of check()'s backwards must read, keyed by the
+    stage's shapes and first weight (the hooks hand the backward the tabled tensor, not ``weights``)."""
+    from pipemare_lite.book.exercises.harness import hook_stage
+
+    table = {}
+    for case in get_exercise("ex05_1").cases():
+        module, _x, _g, delta = hook_stage(case["model"], case["seed"])
+        params = [p.detach().clone() for p in module.parameters()]
+        key = (tuple(tuple(p.shape) for p in params), round(params[0].flatten()[0].item(), 9),
+               case["backward_reads"])
+        if case["backward_reads"] == "live":
+            params = [p + d for p, d in zip(params, delta)]
+        table[key] = [p.tolist() for p in params]
+    return textwrap.dedent(f"""
+        import torch
+        TABLE = {table!r}
+        def version_hooks(params, weights):
+            reads = "live" if weights[0].data_ptr() == params[0].data_ptr() else "stash"
+            shapes = tuple(tuple(p.shape) for p in params)
+            tabled = TABLE[(shapes, round(params[0].flatten()[0].item(), 9), reads)]
+            def pack(t):
+                for i, p in enumerate(params):
+                    if t is p or getattr(t, "_base", None) is p:
+                        return (i, t.size(), t.stride(), t.storage_offset())
+                return t
+            def unpack(saved):
+                if not isinstance(saved, tuple):
+                    return saved
+                i, size, stride, offset = saved
+                return torch.tensor(tabled[i], dtype=torch.float64).as_strided(
+                    size, stride, offset)
+            return pack, unpack
+        """)
+
+
+def test_a_lookup_table_fails_the_exercises_that_drew_nothing_before(tmp_path):
+    """Before: ex00_1, ex04_3 and ex05_1 had fixed cases only, and the grader graded those:
+    a table of the engine's answers to them passed ``check()`` and earned their 4 points
+    (issue 31's closing note; at 9cbc2d3 ``drawn_at_random`` was False for all three, so
+    ``graded_cases`` returned ``check()``'s cases). Now their drawn cases are redrawn from
+    the instructor's secret: each table passes ``check()`` and scores 0 in grading, while
+    honest answers keep their points."""
+    answers = {"ex00_1": _lookup_table_answer("ex00_1"), "ex04_3": _lookup_table_04_3(),
+               "ex05_1": _lookup_table_05_1()}
+    for exercise_id, source in answers.items():
+        namespace: dict = {}
+        exec(source, namespace)
+        answer = namespace[get_exercise(exercise_id).function_name]
+        assert run_checks(exercise_id, answer).passed, exercise_id  # check() is fooled
+    folder = tmp_path / "mallory"
+    for exercise_id, source in answers.items():
+        chapter = get_exercise(exercise_id).chapter
+        _notebook(folder / f"{chapter:02d}_table.ipynb", source)
+    report = grade_submission(folder, list(answers))
+    assert [g.points for g in report.grades] == [0, 0, 0], [g.message for g in report.grades]
+    honest = _notebook(tmp_path / "honest" / "00_demo.ipynb",
+                       "def gpipe_action_count(P, M):\n    return 2 * P * M\n").parent
+    assert grade_submission(honest, ["ex00_1"]).points == 1
 
 
 def test_the_solutions_and_definitions_are_not_in_the_jail(tmp_path):
