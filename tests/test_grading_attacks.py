@@ -363,8 +363,8 @@ def test_every_function_exercise_draws_cases_the_grader_redraws():
         assert exercise.kind == "function" and drawn_at_random(exercise), exercise.id
         graded = graded_cases(exercise, secret)
         assert len(graded) == len(exercise.cases())
-        texts = lambda cases: [exercise.describe_case(c) for c in cases]  # noqa: E731
-        assert texts(graded) != texts(exercise.cases()), exercise.id
+        shown = [exercise.describe_case(c) for c in graded]
+        assert shown != [exercise.describe_case(c) for c in exercise.cases()], exercise.id
 
 
 def _schedule_key(schedule) -> tuple:
@@ -385,7 +385,8 @@ def _lookup_table_04_3() -> str:
 
 def _lookup_table_05_1() -> str:
     """ex05_1 with a table: the weights each of check()'s backwards must read, keyed by the
-    stage's shapes and first weight (the hooks hand the backward the tabled tensor, not ``weights``)."""
+    stage's shapes and first weight (the hooks hand the backward the tabled tensor, not
+    ``weights``)."""
     from pipemare_lite.book.exercises.harness import hook_stage
 
     table = {}

@@ -13,6 +13,7 @@ from pipemare_lite.book.exercises import references
 from pipemare_lite.book.exercises.compare import compare_int
 from pipemare_lite.book.exercises.exercise import Exercise, Mistake
 
+
 def _count_cases(seed: int) -> list[dict]:
     # the chapter's example first, then the edges, then cases drawn from ``seed`` (the
     # grader redraws these from its own secret: pipemare_lite.book.exercises.hidden)
