@@ -17,7 +17,9 @@ skip loudly (``tests/sandbox_required.py``).
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
+import py_compile
 import subprocess
 import sys
 import textwrap
@@ -508,6 +510,88 @@ def test_engine_wrappers_are_rejected_however_they_call(tmp_path, trick):
     folder = _notebook(tmp_path / "mallory" / "02_gpipe.ipynb", answers[trick]).parent
     (grade,) = grade_submission(folder, ["ex02_2"]).grades
     assert grade.points == 0, grade.message
+
+
+@pytest.mark.parametrize("trick", ["exec_source", "unmarshal_pyc", "getsource", "loader"])
+def test_the_engines_source_cannot_be_re_executed_in_the_jail(tmp_path, trick):
+    """Before: the switched-off function's module file was readable in the jail, so an answer
+    could ``exec`` the file (or unmarshal its ``.pyc``, or ask ``inspect``/the module's loader
+    for its text) and call its own, never switched off, copy of the engine function (issue
+    31's closing note; at 9cbc2d3 the exec and getsource variants of this answer scored 1/1
+    on ex02_2). Now those files and their compiled copies are empty in the jail: the worker
+    imported them from its job's text before any student code ran, and dropped the text.
+    (The function's name is built at run time, as in the wrapper attacks above, and the copy's
+    code moved to another line, so that neither rule 2 nor rule 3's code watcher, which
+    compares code objects by content, sees it.)"""
+    answers = {
+        "exec_source": """
+            from pipemare_lite.analysis import formulas
+            def idle_fraction(P, M):
+                namespace = {"__name__": "copy"}
+                exec(open(formulas.__file__).read(), namespace)
+                copy = namespace["idle_" + "fraction_gpipe"]
+                copy.__code__ = copy.__code__.replace(co_firstlineno=1000)
+                return copy(P, M)
+            """,
+        "unmarshal_pyc": """
+            import glob, marshal, os, types
+            from pipemare_lite.analysis import formulas
+            def idle_fraction(P, M):
+                folder = os.path.join(os.path.dirname(formulas.__file__), "__pycache__")
+                for path in glob.glob(os.path.join(folder, "formulas.*.pyc")):
+                    with open(path, "rb") as handle:
+                        data = handle.read()
+                    if len(data) > 16:
+                        namespace = {"__name__": "copy"}
+                        exec(marshal.loads(data[16:]), namespace)
+                        copy = namespace["idle_" + "fraction_gpipe"]
+                        copy.__code__ = copy.__code__.replace(co_firstlineno=1000)
+                        return copy(P, M)
+                return -1.0
+            """,
+        "getsource": """
+            import inspect
+            from pipemare_lite.analysis import formulas
+            def idle_fraction(P, M):
+                namespace = {"__name__": "copy"}
+                exec(inspect.getsource(formulas), namespace)
+                copy = namespace["idle_" + "fraction_gpipe"]
+                copy.__code__ = copy.__code__.replace(co_firstlineno=1000)
+                return copy(P, M)
+            """,
+        "loader": """
+            from pipemare_lite.analysis import formulas
+            def idle_fraction(P, M):
+                loader = formulas.__spec__.loader
+                text = loader.get_source(formulas.__name__) or loader.get_data(formulas.__file__)
+                namespace = {"__name__": "copy"}
+                exec(text, namespace)
+                copy = namespace["idle_" + "fraction_gpipe"]
+                copy.__code__ = copy.__code__.replace(co_firstlineno=1000)
+                return copy(P, M)
+            """,
+    }
+    folder = _notebook(tmp_path / "mallory" / "02_gpipe.ipynb", answers[trick]).parent
+    source = PACKAGE / "analysis" / "formulas.py"
+    compiled = Path(importlib.util.cache_from_source(str(source)))
+    made = not compiled.exists()  # an installed package has its .pyc; a fresh checkout not
+    if made:
+        py_compile.compile(str(source), cfile=str(compiled), doraise=True)
+    try:
+        (grade,) = grade_submission(folder, ["ex02_2"]).grades
+    finally:
+        if made:
+            compiled.unlink(missing_ok=True)
+    assert grade.points == 0, grade.message
+    # the engine still works for an honest answer that uses the same module's other parts
+    honest = _notebook(
+        tmp_path / "honest" / "02_gpipe.ipynb",
+        "from pipemare_lite.analysis import formulas\n"
+        "def idle_fraction(P, M):\n"
+        "    assert formulas.__file__.endswith('formulas.py')\n"
+        "    return (P - 1) / (M + P - 1)\n",
+    ).parent
+    assert grade_submission(honest, ["ex02_2"]).points == 1
 
 
 def test_report_names_never_collide_and_csv_cells_are_not_formulas(tmp_path):

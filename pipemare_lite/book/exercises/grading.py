@@ -213,7 +213,8 @@ class _Worker:
     def __init__(self, job: dict, python: str, log, jailed: bool, disk_mb: int):
         read_fd, write_fd = os.pipe()
         if jailed:
-            command = sandbox.worker_command(write_fd, disk_mb)
+            locked = [entry["path"] for entry in job.get("locked", {}).values()]
+            command = sandbox.worker_command(write_fd, disk_mb, locked)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         else:
             command = [python, "-m", "pipemare_lite.book.exercises.worker", str(write_fd)]
@@ -227,7 +228,11 @@ class _Worker:
             os.close(write_fd)
         self.fd, self.buffer = read_fd, b""
         try:
-            self.process.stdin.write(pickle.dumps(job))
+            # two layers: the locked engine text (plain strings) is imported before the job,
+            # whose cases may hold engine objects (schedules) that import those modules
+            locked = job.get("locked", {})
+            rest = pickle.dumps({k: v for k, v in job.items() if k != "locked"})
+            self.process.stdin.write(pickle.dumps({"locked": locked, "job": rest}))
             self.process.stdin.close()
         except BrokenPipeError:
             pass
@@ -418,8 +423,11 @@ class _Run:
         engine function that answers any of its exercises (switched off, in the process that
         runs the notebook, from before it loads to the end)."""
         steps = len(self.pending) + sum(len(v) for v in self.pending.values())
+        answers = {n for names in self.forbidden.values() for n in names}
         return {
             "cwd": cwd,
+            # the engine files that define those functions: empty in the jail, sent here
+            "locked": sandbox.locked_sources(answers) if self.sandboxed else {},
             "memory_bytes": self.memory_mb * 2**20,
             "cpu_seconds": int(min(self.timeout * steps, self.budget)) + 10,  # wall clock rules
             "notebooks": [

@@ -8,7 +8,11 @@ the virtual environment, the reports or a classmate's folder. Inside, it sees::
     /usr, /bin, /lib*          read-only (the system's programs and libraries)
     <python>, <venv>           read-only, at their own paths (the interpreter and its packages)
     /opt/pipemare/pipemare_lite  read-only: the package without the exercise definitions
-                               (registry, references, chNN.py ... are empty files here)
+                               (registry, references, chNN.py ... are empty files here),
+                               and with the engine files that define a graded exercise's
+                               answer (and their compiled copies) empty too: the worker
+                               gets their text through its stdin, imports them and drops
+                               the text before any student code runs (:func:`locked_sources`)
     /sandbox                   the only writable place: one tmpfs of ``disk_mb`` MiB holding
                                /sandbox/work (the working directory, where the worker writes
                                the student's notebooks, sent to it through its stdin) and
@@ -40,6 +44,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
@@ -119,8 +124,74 @@ def _python_mounts() -> list[str]:
     return args
 
 
+def _package_dir() -> Path:
+    return Path(pipemare_lite.__file__).resolve().parent
+
+
+def _defining_file(obj) -> str | None:
+    """The file that defines a function, method or class (None for anything else)."""
+    if isinstance(obj, type):
+        return getattr(sys.modules.get(obj.__module__), "__file__", None)
+    function = getattr(obj, "__func__", obj)
+    while hasattr(function, "__wrapped__"):  # functools.wraps / lru_cache
+        function = function.__wrapped__
+    code = getattr(function, "__code__", None)
+    return code.co_filename if code is not None else None
+
+
+def locked_sources(names: Iterable[str]) -> dict[str, dict]:
+    """The package files that define the engine functions ``names`` (an exercise's
+    ``engine_answers``), as ``module name -> {"path", "source", "package"}``.
+
+    Inside the jail these files and their compiled copies are empty
+    (:func:`worker_command`'s ``locked``): the worker gets their text in its job, imports
+    them and forgets the text before any student code runs, so an answer can neither
+    ``exec`` the file's source nor unmarshal its ``.pyc`` to get a copy of an engine function
+    that was never switched off. A name that does not resolve is skipped (the worker leaves
+    it alone too).
+    """
+    from pipemare_lite.book.exercises.originality import resolve
+
+    root = _package_dir()
+    found: dict[str, dict] = {}
+    for name in sorted(set(names)):
+        try:
+            filename = _defining_file(resolve(name))
+        except ImportError:
+            continue
+        if not filename or not filename.endswith(".py"):
+            continue
+        path = Path(filename).resolve()
+        if root not in path.parents:
+            continue  # not the package's (never the case for an engine answer)
+        relative = path.relative_to(root)
+        package = relative.name == "__init__.py"
+        parts = relative.parent.parts if package else relative.with_suffix("").parts
+        module = ".".join(("pipemare_lite", *parts))
+        found[module] = {"path": f"{PACKAGE_ROOT}/pipemare_lite/{relative.as_posix()}",
+                         "source": path.read_text(encoding="utf-8"), "package": package}
+    return found
+
+
+def _locked_mounts(locked: Iterable[str]) -> list[str]:
+    """``/dev/null`` over each locked file (a path inside the jail) and its ``.pyc`` files."""
+    root, args = _package_dir(), []
+    prefix = f"{PACKAGE_ROOT}/pipemare_lite/"
+    for inside in sorted(set(locked)):
+        if not inside.startswith(prefix):
+            raise ValueError(f"a locked file must be in the package ({prefix}...), got {inside!r}")
+        relative = Path(inside[len(prefix):])
+        args += ["--ro-bind", "/dev/null", inside]
+        cache = root / relative.parent / "__pycache__"
+        if cache.is_dir():
+            for compiled in sorted(cache.glob(relative.stem + ".*.pyc")):
+                args += ["--ro-bind", "/dev/null",
+                         f"{prefix}{relative.parent.as_posix()}/__pycache__/{compiled.name}"]
+    return args
+
+
 def _package_mounts() -> list[str]:
-    source = Path(pipemare_lite.__file__).resolve().parent
+    source = _package_dir()
     args = ["--ro-bind", str(source), f"{PACKAGE_ROOT}/pipemare_lite"]
     exercises = source / "book" / "exercises"
     inside = f"{PACKAGE_ROOT}/pipemare_lite/book/exercises"
@@ -145,7 +216,7 @@ def _parent_dirs(mounts: list[str]) -> list[str]:
     return args
 
 
-def _bwrap_prefix(bwrap: str, disk_mb: int) -> list[str]:
+def _bwrap_prefix(bwrap: str, disk_mb: int, locked: Iterable[str] = ()) -> list[str]:
     as_root = os.geteuid() == 0
     args = [bwrap, "--die-with-parent", "--new-session",
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
@@ -154,7 +225,7 @@ def _bwrap_prefix(bwrap: str, disk_mb: int) -> list[str]:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]
     else:
         args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    mounts = _system_mounts() + _python_mounts() + _package_mounts()
+    mounts = _system_mounts() + _python_mounts() + _package_mounts() + _locked_mounts(locked)
     destinations = [mounts[i + 2] for i, a in enumerate(mounts) if a == "--ro-bind"]
     python_in_tmp = any(d == "/tmp" or d.startswith("/tmp/") for d in destinations)
     sandbox_mb = disk_mb
@@ -181,15 +252,17 @@ def _bwrap_prefix(bwrap: str, disk_mb: int) -> list[str]:
     return args
 
 
-def worker_command(fd: int, disk_mb: int = DISK_MB) -> list[str]:
-    """The command that runs the grading worker in a jail, reporting on ``fd``.
+def worker_command(fd: int, disk_mb: int = DISK_MB, locked: Iterable[str] = ()) -> list[str]:
+    """The command that runs the grading worker in a jail, reporting on ``fd``; ``locked``:
+    paths inside the jail (``path`` of :func:`locked_sources`) that are empty there.
 
     Raises:
         SandboxUnavailable: bubblewrap is missing or cannot start a jail here.
+        ValueError: a locked path is not in the package.
     """
     why = _probe()
     if why is not None:
         raise SandboxUnavailable(why)
-    prefix = _bwrap_prefix(bwrap_executable(), disk_mb)
+    prefix = _bwrap_prefix(bwrap_executable(), disk_mb, locked)
     return prefix + [sys.executable, "-s", "-m", "pipemare_lite.book.exercises.worker",
                      str(fd), "--sandboxed"]
