@@ -23,6 +23,7 @@ import py_compile
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -627,6 +628,54 @@ def test_a_submission_has_one_time_budget(tmp_path):
     assert time.monotonic() - start < 7 + 15  # the budget, plus starting and killing
     assert [g.status for g in report.grades] == ["timed out"] * 3
     assert "grading time" in report.grades[-1].message
+
+
+def test_a_fork_bomb_fails_alone_while_a_classmate_is_graded(tmp_path):
+    """A fork bomb (every process forks until it cannot, then holds its place as a sleeping
+    ``sleep``) is graded while a classmate is graded beside it (two graders, as when an
+    instructor grades two sections at once). Before: every jail ran its student's code as
+    uid 65534, and the kernel counts the process limit per uid over the whole machine, so
+    the bomb's processes used up the classmate's limit too (at 9cbc2d3 the classmate's
+    worker could not fork its notebook's process: 0 of 2, "crashed"). Now each jail runs its
+    student as a uid of its own: the bomb hits its own limit, fails within its time limit,
+    leaves no process behind, and the classmate keeps full marks."""
+    token = f"0.31{os.getpid()}"  # a number, so that sleep takes it (it sums its arguments)
+    bomber = _notebook(
+        tmp_path / "bomber" / "01_naive.ipynb",
+        f"""
+        import os
+        def naive_utilization(P):
+            while True:
+                try:
+                    os.fork()
+                except OSError:  # the limit: hold this place until the jail dies
+                    os.execv("/bin/sleep", ["/bin/sleep", "1000", {token!r}])
+        """,
+    ).parent
+    result = {}
+
+    def grade_the_bomb():
+        start = time.monotonic()
+        result["report"] = grade_submission(bomber, ["ex01_1"], timeout=15, budget=30)
+        result["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=grade_the_bomb)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while len(_processes_with(token)) < 20 and time.monotonic() < deadline:
+        time.sleep(0.2)  # until the bomb holds its processes
+    assert len(_processes_with(token)) >= 20, "the bomb never went off"
+    honest = grade_submission(_honest(tmp_path / "honest"), ["ex01_1", "ex01_2"])
+    thread.join(60)
+    assert not thread.is_alive()
+    assert honest.points == 2, [g.message for g in honest.grades]
+    (grade,) = result["report"].grades
+    assert grade.points == 0 and result["seconds"] < 30 + 15, (grade.message, result)
+    # killed with the jail: the kernel tears its pid namespace down within moments
+    gone_by = time.monotonic() + 5
+    while _processes_with(token) and time.monotonic() < gone_by:
+        time.sleep(0.1)
+    assert _processes_with(token) == []
 
 
 def test_disk_is_capped_and_nothing_is_written_outside(tmp_path):

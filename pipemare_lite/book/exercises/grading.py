@@ -11,8 +11,8 @@ submission :func:`grade_submission`
    anything that is not a regular file of the folder, and starts a fresh interpreter
    (:mod:`pipemare_lite.book.exercises.worker`) in a bubblewrap jail
    (:mod:`~pipemare_lite.book.exercises.sandbox`: its own tmpfs, the package and the venv
-   read-only, no network, uid 65534, rlimits), sending it the notebooks' contents and the
-   cases; the worker loads the student's answers, cannot import the registry or the
+   read-only, no network, a uid of its own, rlimits), sending it the notebooks' contents and
+   the cases; the worker loads the student's answers, cannot import the registry or the
    references, and sends back only what the answers returned (as JSON);
 3. decodes those values with a fixed list of plain types (nothing a worker sends is ever
    imported: :mod:`~pipemare_lite.book.exercises.plain`) and judges them here, with
@@ -428,6 +428,7 @@ class _Run:
             "cwd": cwd,
             # the engine files that define those functions: empty in the jail, sent here
             "locked": sandbox.locked_sources(answers) if self.sandboxed else {},
+            "uid": sandbox.worker_uid(),  # the jail's own: see sandbox's docstring
             "memory_bytes": self.memory_mb * 2**20,
             "cpu_seconds": int(min(self.timeout * steps, self.budget)) + 10,  # wall clock rules
             "notebooks": [

@@ -23,11 +23,15 @@ and nothing else: not the repository (so not ``chapters/``, which holds the solu
 the grader's home, not the other students, not the reports. No network (a new network
 namespace), a new pid, IPC and UTS namespace, a minimal environment, ``/`` read-only. The
 worker starts as root *inside* the jail (with only CAP_SETUID, CAP_SETGID and CAP_CHOWN), writes the
-notebooks, then drops to uid/gid 65534 (``nobody``) for good before any student code runs,
-and caps its memory, CPU time, file size and processes
-(:mod:`~pipemare_lite.book.exercises.worker`).
+notebooks, then drops for good, before any student code runs, to a uid and gid of its own
+(:func:`worker_uid`: no other process on the machine has it), and caps its memory, CPU time,
+file size and processes (:mod:`~pipemare_lite.book.exercises.worker`). A uid of its own
+matters for the process cap: the kernel counts RLIMIT_NPROC per uid over the whole machine,
+so with one shared uid (65534, ``nobody``, as before) a fork bomb in one jail used up the
+cap of every other jail, and a classmate graded beside it could not fork.
 When the grader is not root, bubblewrap maps the grader's uid to 65534 in a new user
-namespace instead (same mounts; the process cap then counts the grader's own processes).
+namespace instead (same mounts); the kernel (5.14 and later) counts the process cap per
+user namespace and uid, so there too it counts this jail's processes only.
 
 The whole process tree dies with the worker: bubblewrap's init is pid 1 of the namespace,
 and when the worker exits (or the grader kills bubblewrap, ``--die-with-parent``), the
@@ -40,6 +44,7 @@ work unless the instructor passes ``--no-sandbox`` (docs/instructors.md). Torch-
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -56,8 +61,20 @@ PACKAGE_ROOT = "/opt/pipemare"
 WORK_DIR, TMP_DIR = "/sandbox/work", "/sandbox/tmp"
 #: Default size of the jail's only writable file system, in MiB (the total disk cap).
 DISK_MB = 256
-#: The uid and gid student code runs as (``nobody``).
+#: The uid and gid student code runs as when the grader is not root (``nobody``, mapped in
+#: a user namespace of its own).
 SANDBOX_UID = 65534
+#: Where the uids of jails started by root begin (:func:`worker_uid`): far above any user's.
+JAIL_UID_BASE = 1_500_000_000
+_jails_started = itertools.count()
+
+
+def worker_uid() -> int:
+    """A uid (and gid) for the next jail this grader starts as root: its student's code runs
+    as it. Different for every jail alive at once on the machine (the grader's pid, below
+    2**22, and a counter of its jails, 256 before one repeats; one grader runs its jails one
+    after another), unused by any account, and below 2**31."""
+    return JAIL_UID_BASE + (os.getpid() % 2**22) * 2**8 + next(_jails_started) % 2**8
 
 #: Files of ``pipemare_lite/book/exercises`` that hold exercise definitions, cases or
 #: answers: empty inside the jail (the worker cannot import them either).
@@ -205,7 +222,7 @@ def _package_mounts() -> list[str]:
 
 def _parent_dirs(mounts: list[str]) -> list[str]:
     """``--perms 0755 --dir`` for every folder above a mount point (bubblewrap would make
-    them 0700, which uid 65534 cannot enter)."""
+    them 0700, which the student's uid cannot enter)."""
     destinations = [mounts[i + 2] for i, a in enumerate(mounts) if a == "--ro-bind"]
     parents = sorted({str(p) for d in destinations for p in Path(d).parents if str(p) != "/"},
                      key=lambda p: p.count("/"))
@@ -221,7 +238,7 @@ def _bwrap_prefix(bwrap: str, disk_mb: int, locked: Iterable[str] = ()) -> list[
     args = [bwrap, "--die-with-parent", "--new-session",
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try"]
-    if as_root:  # the worker drops to 65534 itself, after writing the notebooks
+    if as_root:  # the worker drops to its own uid itself, after writing the notebooks
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]
     else:
         args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]

@@ -14,7 +14,7 @@ harness's name. Then it
    engine files that define a graded exercise's answer from the text in the job (those
    files are empty in the jail: :func:`~pipemare_lite.book.exercises.sandbox.locked_sources`)
    and forgets that text, so no answer can re-execute an engine function's source; in a
-   jail started by root, it then drops to uid/gid 65534 for good;
+   jail started by root, it then drops to the uid/gid the grader chose for this jail, for good;
 2. caps its own memory, CPU time, file sizes, open files and processes
    (:func:`resource.setrlimit`);
 3. makes the registry, the references and the chapter modules unimportable (and
@@ -98,7 +98,7 @@ def _limit(memory_bytes: int, cpu_seconds: int, sandboxed: bool = False) -> None
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_NOFILE, OPEN_FILES),
     ]
-    if sandboxed:  # counted per real uid: 65534 here, or the grader's own (a user namespace)
+    if sandboxed:  # counted per real uid, this jail's own (or 65534 in its own user namespace)
         limits.append((resource.RLIMIT_NPROC, _processes_of_this_uid() + PROCESSES))
     for limit, value in limits:
         if value:
@@ -124,18 +124,22 @@ def _write_notebooks(notebooks: list[dict]) -> None:
         notebook["path"] = name
 
 
-def _drop_privileges() -> None:
-    """In a jail started by root: everything writable to 65534, then become 65534 for good."""
+def _drop_privileges(uid: int) -> None:
+    """In a jail started by root: everything writable to ``uid`` (this jail's own, from the
+    grader: :func:`~pipemare_lite.book.exercises.sandbox.worker_uid`), then become it for
+    good, gid too."""
     if os.geteuid() != 0:
         return  # a user namespace already made us 65534
-    from pipemare_lite.book.exercises.sandbox import SANDBOX_UID, TMP_DIR, WORK_DIR
+    from pipemare_lite.book.exercises.sandbox import TMP_DIR, WORK_DIR
 
+    if isinstance(uid, bool) or not isinstance(uid, int) or not 0 < uid < 2**31:
+        raise SystemExit(f"the grading worker got no usable uid to run as: {uid!r}")
     for place in (WORK_DIR, TMP_DIR, *os.listdir(WORK_DIR)):
-        os.chown(place, SANDBOX_UID, SANDBOX_UID)
+        os.chown(place, uid, uid)
     os.setgroups([])
-    os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
-    os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
-    if os.getuid() != SANDBOX_UID or os.geteuid() != SANDBOX_UID:
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:
         raise SystemExit("the grading worker could not drop its privileges")
 
 
@@ -262,7 +266,7 @@ def main(argv: list[str]) -> int:
             task["codes"] = evaluate.forbidden_codes(task["engine_answers"])
     _preload(job["notebooks"])
     if sandboxed:  # after the imports: nothing imported later reads a locked file
-        _drop_privileges()
+        _drop_privileges(job.get("uid"))
     _limit(job["memory_bytes"], job["cpu_seconds"], sandboxed)
     _hide_definitions()
     _not_traceable()
@@ -437,7 +441,7 @@ def _not_traceable() -> None:
 
 def _clean_up_after(notebooks: list[dict]) -> None:
     """In the jail, after a notebook's process ended: kill every other process it left
-    (``kill(-1)`` reaches all of uid 65534 in this pid namespace but this one), and empty
+    (``kill(-1)`` reaches all of the jail's uid in this pid namespace but this one), and empty
     the temporary and working directories but for the notebooks: the next notebook starts
     from nothing the last one left."""
     import shutil
