@@ -1,0 +1,67 @@
+"""Issue 30, "Exercises": what ``check()`` and grading tell a student about a wrong answer.
+
+Each test names what the old code (9cbc2d3) said for the same answer.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from pipemare_lite.book.exercises import run_checks
+from pipemare_lite.book.exercises.compare import compare_close, compare_float, compare_int
+from pipemare_lite.book.exercises.plain import dumps, from_plain, loads, to_plain
+from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
+
+
+def _notebook(path: Path, *cells: str) -> Path:
+    notebook = new_notebook()
+    notebook.cells = [new_code_cell(textwrap.dedent(c)) for c in cells]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, path)
+    return path
+
+
+def test_a_nan_answer_is_named_nan_not_too_low():
+    """Before: ``compare_float(nan, 0.4)`` said "too low" (NaN > x is False)."""
+    for problem in (compare_float(math.nan, 0.4), compare_close(1e-3)(math.nan, 2.0)):
+        assert problem is not None and "NaN" in problem and "too low" not in problem
+    result = run_checks("ex02_2", lambda P, M: float("nan"))
+    assert not result.passed and "NaN" in result.message and "too low" not in result.message
+
+
+def test_a_huge_int_is_too_high_in_check():
+    """Before: an int of over 4,300 digits could not be printed, so ``check()`` said
+    "returned a value that cannot be compared (ValueError)" on every case."""
+    assert compare_int(10**5000, 3) == (
+        "returned an integer with over 3,900 digits, which is not right: too high")
+    assert "too low" in compare_int(-(10**5000), 3)
+    assert "too high" in compare_float(10**400, 0.5)  # no OverflowError from float()
+    result = run_checks("ex00_1", lambda P, M: 2 ** (2**20))
+    assert "too high" in result.message and "cannot be compared" not in result.message
+
+
+def test_a_huge_int_travels_as_its_sign_and_size():
+    """Before: ``to_plain`` passed it through and ``json.dumps`` raised ValueError in the
+    worker, which died: "stopped the grading process (exit code 70): no output"."""
+    for value in (2**20000, -(2**20000)):
+        back = loads(dumps(value))
+        assert isinstance(back, int) and (back > 0) == (value > 0) and back.bit_length() > 13_000
+    assert from_plain(to_plain(2**100)) == 2**100  # an ordinary int is itself
+
+
+@requires_sandbox
+def test_a_huge_int_is_graded_too_high_not_as_a_crash(tmp_path):
+    """Before: graded as "crashed ... stopped the grading process (exit code 70): no output"
+    (re-run at 9cbc2d3 with ``return 2 ** (2 ** 24)`` for ex00_1)."""
+    from pipemare_lite.book.exercises.grading import grade_submission
+
+    folder = _notebook(tmp_path / "huge" / "00_demo.ipynb",
+                       "def gpipe_action_count(P, M):\n    return 2 ** (2 ** 24)\n").parent
+    (grade,) = grade_submission(folder, ["ex00_1"]).grades
+    assert grade.status == "failed" and grade.points == 0, grade.message
+    assert "too high" in grade.message and "over 3,900 digits" in grade.message
