@@ -65,3 +65,41 @@ def test_a_huge_int_is_graded_too_high_not_as_a_crash(tmp_path):
     (grade,) = grade_submission(folder, ["ex00_1"]).grades
     assert grade.status == "failed" and grade.points == 0, grade.message
     assert "too high" in grade.message and "over 3,900 digits" in grade.message
+
+
+def test_partial_credit_is_the_share_of_cases_passed():
+    """Before: all or nothing only (no such option; 7/10 cases earned 0)."""
+    from pipemare_lite.book.exercises.grading import ExerciseGrade, with_partial_credit
+
+    failed = ExerciseGrade("ex04_3", "Exercise 4.3", "failed", 0, 2, 7, 10, "...")
+    assert with_partial_credit(failed).points == 1.4
+    for status in ("timed out", "crashed", "missing", "not attempted", "passed"):
+        grade = ExerciseGrade("ex04_3", "Exercise 4.3", status, 0, 2, 7, 10, "...")
+        assert with_partial_credit(grade) is grade
+
+
+@requires_sandbox
+def test_grade_partial_credit_option_and_all_or_nothing_default(tmp_path):
+    """``grade --partial-credit``: a half-right answer earns the share of cases it passed on
+    the grader's cases; without the option it earns 0 (the default, as before)."""
+    from pipemare_lite.book.exercises import get_exercise
+    from pipemare_lite.book.exercises.grading import grade_submission
+    from pipemare_lite.book.exercises.hidden import graded_cases, instructor_secret
+    from pipemare_lite.cli import main
+
+    # right when P is even, a known mistake otherwise
+    answer = ("def gpipe_action_count(P, M):\n"
+              "    return 2 * P * M if P % 2 == 0 else P * M\n")
+    folder = _notebook(tmp_path / "class" / "half" / "00_demo.ipynb", answer).parent
+    cases = graded_cases(get_exercise("ex00_1"), instructor_secret())
+    passed = sum(c["P"] % 2 == 0 for c in cases)
+    assert 0 < passed < len(cases)
+    (all_or_nothing,) = grade_submission(folder, ["ex00_1"]).grades
+    assert all_or_nothing.points == 0 and all_or_nothing.cases_passed == passed
+    (partial,) = grade_submission(folder, ["ex00_1"], partial_credit=True).grades
+    assert partial.points == round(passed / len(cases), 2)
+    out = tmp_path / "reports"
+    assert main(["grade", str(tmp_path / "class"), "--exercises", "ex00_1", "--out", str(out),
+                 "--partial-credit"]) == 0
+    rows = (out / "grades.csv").read_text().splitlines()
+    assert rows[1].split(",")[1] == str(round(passed / len(cases), 2))
