@@ -103,3 +103,38 @@ def test_grade_partial_credit_option_and_all_or_nothing_default(tmp_path):
                  "--partial-credit"]) == 0
     rows = (out / "grades.csv").read_text().splitlines()
     assert rows[1].split(",")[1] == str(round(passed / len(cases), 2))
+
+
+def _no_tie_break(rows, budget_bytes):
+    """ex10_2 without the tie-break: the first row of the highest utilization that fits."""
+    fitting = [r for r in rows if r["utilization"] is not None and r["device_peak"] <= budget_bytes]
+    return max(fitting, key=lambda r: r["utilization"])["method"] if fitting else None
+
+
+def _wrong_at_horizon_0(lr, lam, tau, horizon):
+    """ex08_2 right everywhere but at horizon 0, where T1 is off (the full lr), not "never"."""
+    if horizon == 0:
+        return None
+    bound = 2 * math.sin(math.pi / (2 * (2 * tau + 1)))
+    for k in range(horizon + 1):
+        if lr * tau ** -(1 - min(k / horizon, 1)) * lam >= bound:
+            return k
+    return None
+
+
+def test_a_known_mistake_is_named_only_when_it_explains_every_case():
+    """Before: a mistake was named when it agreed with the answer on the failing cases only.
+    ex08_2 wrong only at horizon 0 was told "this uses the bound of a stage without delay"
+    (which agrees there, and fails cases that answer passed); ex10_2 without the tie-break
+    was named a mistake it is not (issue 30). Now a mistake must also pass every case the
+    answer passed, and the mistakes themselves are still named."""
+    from pipemare_lite.book.exercises import get_exercise
+
+    for exercise_id, answer in (("ex08_2", _wrong_at_horizon_0), ("ex10_2", _no_tie_break)):
+        result = run_checks(exercise_id, answer)
+        assert not result.passed and 0 < result.cases_passed, (exercise_id, result.message)
+        assert "A known mistake" not in result.message, (exercise_id, result.message)
+        for mistake in get_exercise(exercise_id).mistakes:  # each still named for itself
+            # called through a function of this test (the mistake's own is the book's code)
+            named = run_checks(exercise_id, lambda *a, m=mistake: m.answer(*a)).message
+            assert f"A known mistake: {mistake.message}" in named, (exercise_id, named)
