@@ -138,3 +138,53 @@ def test_a_known_mistake_is_named_only_when_it_explains_every_case():
             # called through a function of this test (the mistake's own is the book's code)
             named = run_checks(exercise_id, lambda *a, m=mistake: m.answer(*a)).message
             assert f"A known mistake: {mistake.message}" in named, (exercise_id, named)
+
+
+def _bound(tau):
+    return 2 * math.sin(math.pi / (2 * (2 * tau + 1)))
+
+
+def _depth(outside):
+    """ex07_2 with the stability test ``outside(step, bound)``."""
+    def largest_stable_depth(step, num_microbatches):
+        P = 1
+        while not outside(step, _bound(math.ceil((2 * P - 1) / num_microbatches))):
+            P += 1
+        return P - 1
+    return largest_stable_depth
+
+
+def _crossing(reaches):
+    """ex08_2 with the crossing test ``reaches(step * lam, bound)``."""
+    def first_update_outside(lr, lam, tau, horizon):
+        for k in range(horizon + 1):
+            factor = 1.0 if horizon == 0 else float(tau) ** -(1.0 - min(k / horizon, 1.0))
+            if reaches(lr * factor * lam, _bound(tau)):
+                return k
+        return None
+    return first_update_outside
+
+
+def _calibration(still_missing):
+    """ex09_2 with the test ``still_missing(missing, tolerance)``."""
+    def updates_until_calibrated(gamma, tolerance):
+        k, missing = 1, gamma
+        while still_missing(missing, tolerance):
+            k, missing = k + 1, missing * gamma
+        return k
+    return updates_until_calibrated
+
+
+def test_answers_that_break_the_texts_boundary_fail():
+    """Before: each of these passed every case (ex07_2 "stable while strictly below the
+    bound" answered with step > bound; ex08_2 "reaching the bound counts" with >; ex09_2 "at
+    most tolerance" with >=), since no case sat on the boundary. Now each exercise has cases
+    exactly on it; the answers that keep the text's rule still pass."""
+    ge, gt = (lambda a, b: a >= b), (lambda a, b: a > b)
+    for exercise_id, right, wrong in (("ex07_2", _depth(ge), _depth(gt)),
+                                      ("ex08_2", _crossing(ge), _crossing(gt)),
+                                      ("ex09_2", _calibration(gt), _calibration(ge))):
+        assert run_checks(exercise_id, right).passed, exercise_id
+        result = run_checks(exercise_id, wrong)
+        assert not result.passed and result.cases_total - result.cases_passed == 2, (
+            exercise_id, result.message)
