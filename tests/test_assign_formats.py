@@ -12,6 +12,7 @@ import csv
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -19,6 +20,7 @@ import pytest
 
 from pipemare_lite.book.exercises import list_exercises
 from pipemare_lite.book.exercises.formats import (
+    OTTER_PACKAGE_PATH,
     nbgrader_notebook,
     otter_notebook,
     split_exercise_cell,
@@ -194,6 +196,11 @@ def test_otter_round_trip(tmp_path):
     assert "ex04_3 results: All test cases passed!" in report
     # issue 31: the export generates the autograder zip, so `otter run` grades as exported
     (autograder,) = (folder / "dist" / "autograder").glob("*.zip")
+    # ... and it carries the requirement that installs the package in `otter grade`'s image
+    # (built on docs/classroom/Dockerfile's, tests/test_classroom_recipes.py)
+    with zipfile.ZipFile(autograder) as archive:  # otter merges it into the pip section
+        environment = archive.read("environment.yml").decode()
+    assert f"- {OTTER_PACKAGE_PATH}" in environment.split("pip:", 1)[1], environment
     ran = _run(sys.executable, "-m", "otter", "run", "-a", str(autograder), "-o", str(tmp_path),
                "right.ipynb", cwd=folder)
     assert "0.0" not in (ran.stdout.strip().splitlines() or ["0.0"])[-1], ran.stdout

@@ -400,6 +400,8 @@ def test_wrong_answer_fails_with_hint_and_hides_the_expected_value(exercise_id):
     call = exercise.describe_case(failing)  # the call, or a harness case in words
     assert call in said
     said = said.replace(call, "")
+    # the count of cases passed is no answer (it may equal the expected value by chance)
+    said = re.sub(r"\d+ of \d+ cases passed", "", said)
     expected = exercise.reference(*failing.values())
     for text in _texts_of(expected):
         assert not re.search(rf"(?<![\w.]){re.escape(text)}(?![\w])", said), (text, said)
@@ -725,11 +727,14 @@ def test_version_hooks_without_a_view_fail_on_linear_and_pass_on_conv():
                 (lambda t: weights[t[1]] if isinstance(t, tuple) else t))
 
     result = run_checks("ex05_1", parameters_only)
-    # every case runs: the three stages with a Linear fail when the backward must read the
-    # stash (the view passed through reads the live weight); with the live weights, and on
-    # the Conv2d stage (which saves the parameter itself), it is right: 5 of 8
-    assert result.status == "failed" and result.cases_passed == 5, result.message
-    assert result.failing_case == {"model": "linear", "backward_reads": "stash"}
+    # every case runs: the stages with a Linear fail when the backward must read the stash
+    # (the view passed through reads the live weight); with the live weights, and on the
+    # Conv2d stage (which saves the parameter itself), it is right (5 of the 8 fixed cases)
+    cases = EXERCISES["ex05_1"].cases()
+    right = [c["model"] == "conv" or c["backward_reads"] == "live" for c in cases]
+    assert sum(right[:8]) == 5
+    assert result.status == "failed" and result.cases_passed == sum(right), result.message
+    assert result.failing_case == {"model": "linear", "backward_reads": "stash", "seed": 5}
     assert "on a linear stage" in result.message
     from pipemare_lite.book.exercises.harness import gradients_with_hooks
     from pipemare_lite.book.exercises.references import stage_worker_gradients
@@ -1134,9 +1139,17 @@ def test_chapter_09_calibration_cases_avoid_fragile_counts():
 
     cases = EXERCISES["ex09_2"].cases()
     assert cases[0] == {"gamma": 0.9, "tolerance": 0.01}
-    assert not any(_near_boundary(c["gamma"], c["tolerance"]) for c in cases)
-    # the closed form ceil(log tol / log gamma) agrees with the engine's buffer on every case
-    for case in cases:
+    # near the boundary only where it is exact: tolerance = gamma ** k in floating point (the
+    # boundary cases), where the engine's buffer counts k (reaching the tolerance counts)
+    exact = [c for c in cases if any(c["gamma"] ** k == c["tolerance"] for k in range(1, 60))]
+    assert len(exact) == 2
+    for case in exact:
+        k = next(k for k in range(1, 60) if case["gamma"] ** k == case["tolerance"])
+        assert EXERCISES["ex09_2"].reference(case["gamma"], case["tolerance"]) == k
+    others = [c for c in cases if c not in exact]
+    assert not any(_near_boundary(c["gamma"], c["tolerance"]) for c in others)
+    # the closed form ceil(log tol / log gamma) agrees with the engine's buffer on the others
+    for case in others:
         g, tol = case["gamma"], case["tolerance"]
         closed = 1 if g == 0 else max(1, math.ceil(math.log(tol) / math.log(g)))
         assert EXERCISES["ex09_2"].reference(g, tol) == closed

@@ -17,10 +17,13 @@ skip loudly (``tests/sandbox_required.py``).
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
+import py_compile
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -29,14 +32,18 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 import pipemare_lite
-from pipemare_lite.book.exercises import get_exercise, run_checks
+from pipemare_lite.book.exercises import EXERCISES, get_exercise, run_checks
 from pipemare_lite.book.exercises.grading import (
     class_submissions,
     grade_class,
     grade_submission,
     write_reports,
 )
-from pipemare_lite.book.exercises.hidden import graded_cases, instructor_secret
+from pipemare_lite.book.exercises.hidden import (
+    drawn_at_random,
+    graded_cases,
+    instructor_secret,
+)
 from pipemare_lite.book.exercises.plain import ForeignValue, from_plain
 from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
 
@@ -350,6 +357,97 @@ def test_a_lookup_table_of_checks_cases_fails_the_graders_cases(tmp_path):
     assert grade_submission(honest, ["ex02_2"]).points == 1
 
 
+def test_every_function_exercise_draws_cases_the_grader_redraws():
+    """Before: ex00_1, ex04_3 and ex05_1 drew nothing at random, so the grader graded
+    ``check()``'s own cases there (``drawn_at_random`` was False for those three). Now every
+    exercise has drawn cases, and the grader's differ from ``check()``'s."""
+    secret = instructor_secret()
+    for exercise in EXERCISES.values():
+        assert exercise.kind == "function" and drawn_at_random(exercise), exercise.id
+        graded = graded_cases(exercise, secret)
+        assert len(graded) == len(exercise.cases())
+        shown = [exercise.describe_case(c) for c in graded]
+        assert shown != [exercise.describe_case(c) for c in exercise.cases()], exercise.id
+
+
+def _schedule_key(schedule) -> tuple:
+    return (schedule.name, schedule.num_ranks, schedule.num_microbatches,
+            getattr(schedule, "chunks", 1), getattr(schedule, "num_minibatches", 1))
+
+
+def _lookup_table_04_3() -> str:
+    """ex04_3 with a table: its cases are schedules, so the table is keyed by their sizes."""
+    exercise = get_exercise("ex04_3")
+    table = {_schedule_key(c["schedule"]): exercise.reference(*c.values())
+             for c in exercise.cases()}
+    return (f"TABLE = {table!r}\n\ndef count_p2p_messages(schedule):\n"
+            "    key = (schedule.name, schedule.num_ranks, schedule.num_microbatches,\n"
+            "           getattr(schedule, 'chunks', 1), getattr(schedule, 'num_minibatches', 1))\n"
+            "    return TABLE.get(key, 0)\n")
+
+
+def _lookup_table_05_1() -> str:
+    """ex05_1 with a table: the weights each of check()'s backwards must read, keyed by the
+    stage's shapes and first weight (the hooks hand the backward the tabled tensor, not
+    ``weights``)."""
+    from pipemare_lite.book.exercises.harness import hook_stage
+
+    table = {}
+    for case in get_exercise("ex05_1").cases():
+        module, _x, _g, delta = hook_stage(case["model"], case["seed"])
+        params = [p.detach().clone() for p in module.parameters()]
+        key = (tuple(tuple(p.shape) for p in params), round(params[0].flatten()[0].item(), 9),
+               case["backward_reads"])
+        if case["backward_reads"] == "live":
+            params = [p + d for p, d in zip(params, delta)]
+        table[key] = [p.tolist() for p in params]
+    return textwrap.dedent(f"""
+        import torch
+        TABLE = {table!r}
+        def version_hooks(params, weights):
+            reads = "live" if weights[0].data_ptr() == params[0].data_ptr() else "stash"
+            shapes = tuple(tuple(p.shape) for p in params)
+            tabled = TABLE[(shapes, round(params[0].flatten()[0].item(), 9), reads)]
+            def pack(t):
+                for i, p in enumerate(params):
+                    if t is p or getattr(t, "_base", None) is p:
+                        return (i, t.size(), t.stride(), t.storage_offset())
+                return t
+            def unpack(saved):
+                if not isinstance(saved, tuple):
+                    return saved
+                i, size, stride, offset = saved
+                return torch.tensor(tabled[i], dtype=torch.float64).as_strided(
+                    size, stride, offset)
+            return pack, unpack
+        """)
+
+
+def test_a_lookup_table_fails_the_exercises_that_drew_nothing_before(tmp_path):
+    """Before: ex00_1, ex04_3 and ex05_1 had fixed cases only, and the grader graded those:
+    a table of the engine's answers to them passed ``check()`` and earned their 4 points
+    (issue 31's closing note; at 9cbc2d3 ``drawn_at_random`` was False for all three, so
+    ``graded_cases`` returned ``check()``'s cases). Now their drawn cases are redrawn from
+    the instructor's secret: each table passes ``check()`` and scores 0 in grading, while
+    honest answers keep their points."""
+    answers = {"ex00_1": _lookup_table_answer("ex00_1"), "ex04_3": _lookup_table_04_3(),
+               "ex05_1": _lookup_table_05_1()}
+    for exercise_id, source in answers.items():
+        namespace: dict = {}
+        exec(source, namespace)
+        answer = namespace[get_exercise(exercise_id).function_name]
+        assert run_checks(exercise_id, answer).passed, exercise_id  # check() is fooled
+    folder = tmp_path / "mallory"
+    for exercise_id, source in answers.items():
+        chapter = get_exercise(exercise_id).chapter
+        _notebook(folder / f"{chapter:02d}_table.ipynb", source)
+    report = grade_submission(folder, list(answers))
+    assert [g.points for g in report.grades] == [0, 0, 0], [g.message for g in report.grades]
+    honest = _notebook(tmp_path / "honest" / "00_demo.ipynb",
+                       "def gpipe_action_count(P, M):\n    return 2 * P * M\n").parent
+    assert grade_submission(honest, ["ex00_1"]).points == 1
+
+
 def test_the_solutions_and_definitions_are_not_in_the_jail(tmp_path):
     """Before: the answer found the editable install's ``chapters/`` next to the package,
     ran the solution cells and scored 8/8; it could also read ``references.py`` and the
@@ -415,6 +513,88 @@ def test_engine_wrappers_are_rejected_however_they_call(tmp_path, trick):
     assert grade.points == 0, grade.message
 
 
+@pytest.mark.parametrize("trick", ["exec_source", "unmarshal_pyc", "getsource", "loader"])
+def test_the_engines_source_cannot_be_re_executed_in_the_jail(tmp_path, trick):
+    """Before: the switched-off function's module file was readable in the jail, so an answer
+    could ``exec`` the file (or unmarshal its ``.pyc``, or ask ``inspect``/the module's loader
+    for its text) and call its own, never switched off, copy of the engine function (issue
+    31's closing note; at 9cbc2d3 the exec and getsource variants of this answer scored 1/1
+    on ex02_2). Now those files and their compiled copies are empty in the jail: the worker
+    imported them from its job's text before any student code ran, and dropped the text.
+    (The function's name is built at run time, as in the wrapper attacks above, and the copy's
+    code moved to another line, so that neither rule 2 nor rule 3's code watcher, which
+    compares code objects by content, sees it.)"""
+    answers = {
+        "exec_source": """
+            from pipemare_lite.analysis import formulas
+            def idle_fraction(P, M):
+                namespace = {"__name__": "copy"}
+                exec(open(formulas.__file__).read(), namespace)
+                copy = namespace["idle_" + "fraction_gpipe"]
+                copy.__code__ = copy.__code__.replace(co_firstlineno=1000)
+                return copy(P, M)
+            """,
+        "unmarshal_pyc": """
+            import glob, marshal, os, types
+            from pipemare_lite.analysis import formulas
+            def idle_fraction(P, M):
+                folder = os.path.join(os.path.dirname(formulas.__file__), "__pycache__")
+                for path in glob.glob(os.path.join(folder, "formulas.*.pyc")):
+                    with open(path, "rb") as handle:
+                        data = handle.read()
+                    if len(data) > 16:
+                        namespace = {"__name__": "copy"}
+                        exec(marshal.loads(data[16:]), namespace)
+                        copy = namespace["idle_" + "fraction_gpipe"]
+                        copy.__code__ = copy.__code__.replace(co_firstlineno=1000)
+                        return copy(P, M)
+                return -1.0
+            """,
+        "getsource": """
+            import inspect
+            from pipemare_lite.analysis import formulas
+            def idle_fraction(P, M):
+                namespace = {"__name__": "copy"}
+                exec(inspect.getsource(formulas), namespace)
+                copy = namespace["idle_" + "fraction_gpipe"]
+                copy.__code__ = copy.__code__.replace(co_firstlineno=1000)
+                return copy(P, M)
+            """,
+        "loader": """
+            from pipemare_lite.analysis import formulas
+            def idle_fraction(P, M):
+                loader = formulas.__spec__.loader
+                text = loader.get_source(formulas.__name__) or loader.get_data(formulas.__file__)
+                namespace = {"__name__": "copy"}
+                exec(text, namespace)
+                copy = namespace["idle_" + "fraction_gpipe"]
+                copy.__code__ = copy.__code__.replace(co_firstlineno=1000)
+                return copy(P, M)
+            """,
+    }
+    folder = _notebook(tmp_path / "mallory" / "02_gpipe.ipynb", answers[trick]).parent
+    source = PACKAGE / "analysis" / "formulas.py"
+    compiled = Path(importlib.util.cache_from_source(str(source)))
+    made = not compiled.exists()  # an installed package has its .pyc; a fresh checkout not
+    if made:
+        py_compile.compile(str(source), cfile=str(compiled), doraise=True)
+    try:
+        (grade,) = grade_submission(folder, ["ex02_2"]).grades
+    finally:
+        if made:
+            compiled.unlink(missing_ok=True)
+    assert grade.points == 0, grade.message
+    # the engine still works for an honest answer that uses the same module's other parts
+    honest = _notebook(
+        tmp_path / "honest" / "02_gpipe.ipynb",
+        "from pipemare_lite.analysis import formulas\n"
+        "def idle_fraction(P, M):\n"
+        "    assert formulas.__file__.endswith('formulas.py')\n"
+        "    return (P - 1) / (M + P - 1)\n",
+    ).parent
+    assert grade_submission(honest, ["ex02_2"]).points == 1
+
+
 def test_report_names_never_collide_and_csv_cells_are_not_formulas(tmp_path):
     """Before: students ``a b`` and ``a_b`` both got ``a_b.md`` (one report lost), and a
     folder named ``=2+3`` went into grades.csv raw, which a spreadsheet runs as a formula
@@ -448,6 +628,54 @@ def test_a_submission_has_one_time_budget(tmp_path):
     assert time.monotonic() - start < 7 + 15  # the budget, plus starting and killing
     assert [g.status for g in report.grades] == ["timed out"] * 3
     assert "grading time" in report.grades[-1].message
+
+
+def test_a_fork_bomb_fails_alone_while_a_classmate_is_graded(tmp_path):
+    """A fork bomb (every process forks until it cannot, then holds its place as a sleeping
+    ``sleep``) is graded while a classmate is graded beside it (two graders, as when an
+    instructor grades two sections at once). Before: every jail ran its student's code as
+    uid 65534, and the kernel counts the process limit per uid over the whole machine, so
+    the bomb's processes used up the classmate's limit too (at 9cbc2d3 the classmate's
+    worker could not fork its notebook's process: 0 of 2, "crashed"). Now each jail runs its
+    student as a uid of its own: the bomb hits its own limit, fails within its time limit,
+    leaves no process behind, and the classmate keeps full marks."""
+    token = f"0.31{os.getpid()}"  # a number, so that sleep takes it (it sums its arguments)
+    bomber = _notebook(
+        tmp_path / "bomber" / "01_naive.ipynb",
+        f"""
+        import os
+        def naive_utilization(P):
+            while True:
+                try:
+                    os.fork()
+                except OSError:  # the limit: hold this place until the jail dies
+                    os.execv("/bin/sleep", ["/bin/sleep", "1000", {token!r}])
+        """,
+    ).parent
+    result = {}
+
+    def grade_the_bomb():
+        start = time.monotonic()
+        result["report"] = grade_submission(bomber, ["ex01_1"], timeout=15, budget=30)
+        result["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=grade_the_bomb)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while len(_processes_with(token)) < 20 and time.monotonic() < deadline:
+        time.sleep(0.2)  # until the bomb holds its processes
+    assert len(_processes_with(token)) >= 20, "the bomb never went off"
+    honest = grade_submission(_honest(tmp_path / "honest"), ["ex01_1", "ex01_2"])
+    thread.join(60)
+    assert not thread.is_alive()
+    assert honest.points == 2, [g.message for g in honest.grades]
+    (grade,) = result["report"].grades
+    assert grade.points == 0 and result["seconds"] < 30 + 15, (grade.message, result)
+    # killed with the jail: the kernel tears its pid namespace down within moments
+    gone_by = time.monotonic() + 5
+    while _processes_with(token) and time.monotonic() < gone_by:
+        time.sleep(0.1)
+    assert _processes_with(token) == []
 
 
 def test_disk_is_capped_and_nothing_is_written_outside(tmp_path):

@@ -7,9 +7,21 @@
 
 from __future__ import annotations
 
+import random
+
 from pipemare_lite.book.exercises import references
 from pipemare_lite.book.exercises.compare import compare_int
 from pipemare_lite.book.exercises.exercise import Exercise, Mistake
+
+
+def _count_cases(seed: int) -> list[dict]:
+    # the chapter's example first, then the edges, then cases drawn from ``seed`` (the
+    # grader redraws these from its own secret: pipemare_lite.book.exercises.hidden)
+    fixed = [(4, 8), (2, 3), (1, 1), (3, 5)]
+    rng = random.Random(seed)
+    drawn = [(rng.randint(2, 9), rng.randint(1, 16)) for _ in range(3)]
+    return [{"P": P, "M": M} for P, M in fixed + drawn]
+
 
 EXERCISES = [
     Exercise(
@@ -22,7 +34,7 @@ EXERCISES = [
             "Take one rank and one microbatch: which actions does that microbatch cause on "
             "that rank? Then count over all ranks and all microbatches (updates not counted)."
         ),
-        cases=lambda: [{"P": P, "M": M} for P, M in [(4, 8), (2, 3), (1, 1), (3, 5)]],
+        cases=lambda: _count_cases(1),
         reference=lambda P, M: sum(len(row) for row in references.schedule_rows("gpipe", P, M)),
         compare=compare_int,
         mistakes=(

@@ -30,7 +30,7 @@ import random
 from pipemare_lite.book.exercises import references
 from pipemare_lite.book.exercises.compare import compare_gradients, compare_int, compare_int_list
 from pipemare_lite.book.exercises.exercise import Exercise
-from pipemare_lite.book.exercises.harness import HOOK_MODELS
+from pipemare_lite.book.exercises.harness import HOOK_MODELS, HOOK_SEED
 
 _STALENESS = "pipemare_lite.analysis.staleness."
 #: The staleness analysis: it reads the versions every F and B used, off a schedule or off an
@@ -51,12 +51,22 @@ _DELAY_FORMS = (_STALENESS + "exact_forward_delay", _STALENESS + "expected_forwa
 
 def _hook_case_text(case: dict) -> str:
     return (f"version_hooks on a {case['model']} stage whose backward must read "
-            f"{'the stashed copy' if case['backward_reads'] == 'stash' else 'the live weights'}")
+            f"{'the stashed copy' if case['backward_reads'] == 'stash' else 'the live weights'}"
+            + ("" if case["seed"] == HOOK_SEED else f" (a stage drawn with seed {case['seed']})"))
 
 
-def _hook_cases() -> list[dict]:
-    return [{"model": model, "backward_reads": reads}
-            for model in HOOK_MODELS for reads in ("stash", "live")]
+def _hook_cases(seed: int) -> list[dict]:
+    # every model both ways on the chapter's stage, then two stages drawn from ``seed`` (new
+    # weights, inputs and update; the grader redraws them from its secret, so the weights a
+    # backward should read cannot be tabled from check()'s cases), each both ways
+    fixed = [(model, reads, HOOK_SEED) for model in HOOK_MODELS for reads in ("stash", "live")]
+    rng = random.Random(seed)
+    drawn = []
+    for _ in range(2):
+        model, stage_seed = rng.choice(HOOK_MODELS), rng.randrange(1, 2**31)
+        drawn += [(model, "stash", stage_seed), (model, "live", stage_seed)]
+    return [{"model": model, "backward_reads": reads, "seed": stage_seed}
+            for model, reads, stage_seed in fixed + drawn]
 
 
 # --------------------------------------------------------------------------- ex05_2
@@ -105,9 +115,9 @@ EXERCISES = [
             "tensor from weights[i], with as_strided for a view. Compare parameters with "
             "`is` or id(), never with ==."
         ),
-        cases=_hook_cases,
-        reference=lambda model, backward_reads: references.stage_worker_gradients(
-            model, backward_reads),
+        cases=lambda: _hook_cases(505),
+        reference=lambda model, backward_reads, seed: references.stage_worker_gradients(
+            model, backward_reads, seed),
         compare=compare_gradients,
         needs_torch=True,
         # the engine's hooks and the worker that runs them, shown right after the exercise.

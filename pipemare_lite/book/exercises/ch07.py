@@ -96,11 +96,21 @@ def _growth_cases() -> list[dict]:
     return [{"lr": lr, "sharpness": lam, "delays": tau} for lr, lam, tau in fixed + drawn]
 
 
+def _exact_bound(tau: int) -> float:
+    """Chapter 06's stability bound at delay ``tau``, as the engine computes it."""
+    return 2.0 * math.sin(math.pi / (2 * (2 * tau + 1)))
+
+
 def _depth_cases() -> list[dict]:
     # first: the chapter's setting (N = 2), then N = 1, a small step, one stage too many
     # already, a step just inside one stage, many microbatches, one between the bound and
     # its approximation
     fixed = [(0.25, 2), (0.25, 1), (0.05, 2), (0.6, 4), (1.2, 2), (0.99, 1), (0.1, 8), (0.285, 2)]
+    # the boundary the text states: a step exactly at the bound is outside (stable means
+    # strictly below). The bound 2 sin(pi / (2 (2 tau + 1))) is the same float however it is
+    # written (pi over an integer, then sin, then times 2), so an answer that lets the step
+    # reach the bound fails here: tau = 3 at P = 3 with N = 2, and at P = 2 with N = 1
+    fixed += [(_exact_bound(3), 2), (_exact_bound(3), 1)]
     rng = random.Random(702)
     drawn = [(round(rng.uniform(0.03, 0.9), 3), rng.randint(1, 8)) for _ in range(4)]
     return [{"step": step, "num_microbatches": n} for step, n in fixed + drawn]

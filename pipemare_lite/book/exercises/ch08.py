@@ -87,6 +87,10 @@ def _unstable_cases() -> list[dict]:
     # crossing is not a near-tie
     fixed = [(0.1, 5.0, 8, 168), (0.05, 5.0, 8, 168), (0.05, 2.0, 8, 168), (0.5, 10.0, 4, 20),
              (0.3, 2.0, 3, 17), (0.6, 2.0, 1, 10), (0.1, 5.0, 8, 0), (0.1, 5.0, 8, 42)]
+    # the boundary the text states (reaching the bound counts): a step that reaches it
+    # exactly once the factor is back at 1 (update K), and with T1 off; lam = 1 and a
+    # factor of 1 keep the product exact, so an answer testing ">" returns None here
+    fixed += [(_bound(4), 1.0, 4, 20), (_bound(4), 1.0, 4, 0)]
     rng = random.Random(802)
     drawn = []
     while len(drawn) < 4:

@@ -21,17 +21,46 @@ def _short(value, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: Ints longer than this many bits are shown by their size (Python will not print them).
+_LONG_INT_BITS = 13_000
+
+
+def _number(value) -> str:
+    """A returned number as the student is shown it: 6 significant digits, the int itself,
+    or, for an int too long to print or turn into a float, its size."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if int(value).bit_length() > _LONG_INT_BITS:  # the grader gets its sign and size
+            return "an integer with over 3,900 digits"
+        return str(int(value))
+    try:
+        return f"{float(value):.6g}"
+    except (OverflowError, ValueError, TypeError):
+        return _short(value)
+
+
+def _close(answer, expected, rel_tol: float) -> bool:
+    """``math.isclose`` for real numbers of any size (a huge int is no float: not close)."""
+    try:
+        return math.isclose(float(answer), float(expected), rel_tol=rel_tol, abs_tol=ABS_TOL)
+    except OverflowError:
+        return False
+
+
 def compare_float(answer, expected) -> str | None:
     """A real number equal to ``expected`` up to :data:`REL_TOL` / :data:`ABS_TOL`."""
     if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
         return f"returned {_short(answer)} ({type(answer).__name__}); expected a number"
-    if math.isclose(float(answer), float(expected), rel_tol=REL_TOL, abs_tol=ABS_TOL):
+    if _close(answer, expected, REL_TOL):
         return None
-    return f"returned {float(answer):.6g}, which is not right: {_direction(answer, expected)}"
+    return f"returned {_number(answer)}, which is not right: {_direction(answer, expected)}"
 
 
 def _direction(answer, expected) -> str:
-    return "too high" if float(answer) > float(expected) else "too low"
+    """"too high" or "too low"; NaN is neither (it compares false with everything), so it is
+    named for what it is. Compared exactly (a huge int is no float)."""
+    if isinstance(answer, numbers.Real) and answer != answer:
+        return "it is NaN (not a number): something divided 0 by 0 or took inf - inf"
+    return "too high" if answer > expected else "too low"
 
 
 def compare_int(answer, expected) -> str | None:
@@ -40,7 +69,7 @@ def compare_int(answer, expected) -> str | None:
         return f"returned {_short(answer)} ({type(answer).__name__}); expected an int"
     if int(answer) == int(expected):
         return None
-    return f"returned {int(answer)}, which is not right: {_direction(answer, expected)}"
+    return f"returned {_number(answer)}, which is not right: {_direction(answer, expected)}"
 
 
 def _as_list(answer):
@@ -61,7 +90,7 @@ def compare_int_list(answer, expected) -> str | None:
     for stage, (value, right) in enumerate(zip(answer, expected)):
         if int(value) != int(right):
             return (
-                f"stage {stage}: you have {int(value)}, which is not right: "
+                f"stage {stage}: you have {_number(value)}, which is not right: "
                 f"{_direction(value, right)}"
             )
     return None
@@ -127,10 +156,9 @@ def compare_close(rel_tol: float):
     def compare(answer, expected) -> str | None:
         if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
             return f"returned {_short(answer)} ({type(answer).__name__}); expected a number"
-        if math.isclose(float(answer), float(expected), rel_tol=rel_tol, abs_tol=ABS_TOL):
+        if _close(answer, expected, rel_tol):
             return None
-        side = "too high" if float(answer) > float(expected) else "too low"
-        return f"returned {float(answer):.6g}, which is not right: {side}"
+        return f"returned {_number(answer)}, which is not right: {_direction(answer, expected)}"
 
     compare.__doc__ = f"A real number within a relative {rel_tol:g} of the expected one."
     return compare
@@ -261,7 +289,7 @@ def compare_update_or_none(answer, expected) -> str | None:
         return f"returned update {int(answer)}, which is not right"
     if int(answer) == int(expected):
         return None
-    return f"returned update {int(answer)}, which is not right: {_direction(answer, expected)}"
+    return f"returned update {_number(answer)}, which is not right: {_direction(answer, expected)}"
 
 
 def compare_bytes_by_kind(answer, expected) -> str | None:
@@ -278,7 +306,8 @@ def compare_bytes_by_kind(answer, expected) -> str | None:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             return f"{kind}: {_short(value)} is not an int number of bytes"
         if int(value) != int(expected[kind]):
-            return f"{kind}: {int(value)} bytes is not right: {_direction(value, expected[kind])}"
+            side = _direction(value, expected[kind])
+            return f"{kind}: {_number(value)} bytes is not right: {side}"
     return None
 
 

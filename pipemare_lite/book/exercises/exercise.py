@@ -72,7 +72,8 @@ class Exercise:
         needs_torch: True if checking it imports torch (e.g. ex05_1).
         points: what a right answer is worth in a grade (default 1).
         mistakes: known wrong answers (:class:`Mistake`), named when a student's answer
-            agrees with one on every case it got wrong.
+            agrees with one on every case it got wrong and the mistake passes every case the
+            answer passed.
         engine_answers: dotted names of engine functions that answer the exercise
             (``"pipemare_lite.analysis.formulas.idle_fraction_gpipe"``); an answer that calls one of
             them, directly or through helpers, is rejected by ``check`` and by grading.

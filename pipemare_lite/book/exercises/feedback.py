@@ -102,17 +102,29 @@ def _mistake_value(exercise: Exercise, mistake, arguments: dict[str, Any]):
     return mistake.answer(*arguments.values())
 
 
-def _matching_mistake(exercise: Exercise, cases, outcomes, failing: list[int]) -> str | None:
-    """The message of the known mistake that gives the student's values on every failing case."""
+def _matching_mistake(
+    exercise: Exercise, cases, outcomes, failing: list[int], expected: list
+) -> str | None:
+    """The message of the known mistake that explains the student's answer on every case:
+    it gives the student's values on every failing case that returned, and it passes every
+    case the student passed. (Matching the failing cases only named a mistake that merely
+    agreed there: ex08_2's answer wrong only at horizon 0 was told it used the undelayed
+    bound, which would also have failed cases that answer passed.)"""
     shown = [i for i in failing if outcomes[i].error is None]
     if not shown:
         return None
+    passed = [i for i in range(len(cases)) if i not in set(failing)]
     for mistake in exercise.mistakes:
         try:
-            if all(
+            agrees = all(
                 exercise.compare(outcomes[i].value, _mistake_value(exercise, mistake, cases[i]))
                 is None
                 for i in shown
+            )
+            if agrees and all(
+                exercise.compare(_mistake_value(exercise, mistake, cases[i]), expected[i])
+                is None
+                for i in passed
             ):
                 return mistake.message
         except Exception:  # a mistake that cannot be computed for a case is not this one
@@ -143,12 +155,14 @@ def _judge_function(exercise: Exercise, evaluation: ev.Evaluation, cases: list[d
             f"{len(evaluation.outcomes)} outcomes for {total} cases cannot be judged"
         )
     problems: list[str | None] = []
+    references: list = []  # the engine's answer per case (None where it was not needed)
     for arguments, outcome in zip(cases, evaluation.outcomes):
+        references.append(None)
         if outcome.error is not None:
             problems.append(f"raised {outcome.error}")
             continue
         try:
-            expected = exercise.reference(*arguments.values())
+            expected = references[-1] = exercise.reference(*arguments.values())
             problems.append(exercise.compare(outcome.value, expected))
         except Exception as exc:  # a value the comparator chokes on is a wrong value
             problems.append(f"returned a value that cannot be compared ({type(exc).__name__})")
@@ -160,7 +174,7 @@ def _judge_function(exercise: Exercise, evaluation: ev.Evaluation, cases: list[d
     shown = _representative(failing, cases)
     status = ERROR if evaluation.outcomes[shown].error is not None else FAILED
     message = f"❌ {exercise.id}: {exercise.describe_case(cases[shown])} {problems[shown]}."
-    mistake = _matching_mistake(exercise, cases, evaluation.outcomes, failing)
+    mistake = _matching_mistake(exercise, cases, evaluation.outcomes, failing, references)
     if mistake:
         message += f"\n   A known mistake: {mistake}"
     message += f"\n   {passed} of {total} cases passed."

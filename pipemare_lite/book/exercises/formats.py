@@ -171,7 +171,7 @@ def otter_notebook(notebook, name: str) -> nbformat.NotebookNode:
     config = (
         "# ASSIGNMENT CONFIG\n"
         f"name: {json.dumps(name)}\n"
-        "requirements: null\n"
+        "requirements: requirements.txt\n"  # installs the package in otter grade's image
         "export_cell: false\n"
         "init_cell: true\n"
         "check_all_cell: false\n"
@@ -238,8 +238,15 @@ def build_nbgrader(
     return written
 
 
+#: Where docs/classroom/Dockerfile puts the package: otter grade's image installs it from
+#: there (the export's requirements.txt), since the autograder zip does not carry it.
+OTTER_PACKAGE_PATH = "/opt/pipemare-lite"
+
+
 def build_otter(source_dir: str | Path, out_dir: str | Path, chapters=None) -> list[Path]:
-    """``out_dir/<chapter>/<chapter>.ipynb`` in otter assign's format per chapter."""
+    """``out_dir/<chapter>/<chapter>.ipynb`` in otter assign's format per chapter, with the
+    ``requirements.txt`` its config names: :data:`OTTER_PACKAGE_PATH`, which ``otter grade
+    --image`` with the image of docs/classroom/Dockerfile provides (docs/instructors.md)."""
     out_dir = Path(out_dir)
     written = []
     for path in select_chapters(source_dir, chapters):
@@ -247,5 +254,6 @@ def build_otter(source_dir: str | Path, out_dir: str | Path, chapters=None) -> l
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / path.name
         nbformat.write(otter_notebook(nbformat.read(path, as_version=4), path.stem), target)
+        (folder / "requirements.txt").write_text(OTTER_PACKAGE_PATH + "\n", encoding="utf-8")
         written.append(target)
     return written

@@ -11,8 +11,8 @@ submission :func:`grade_submission`
    anything that is not a regular file of the folder, and starts a fresh interpreter
    (:mod:`pipemare_lite.book.exercises.worker`) in a bubblewrap jail
    (:mod:`~pipemare_lite.book.exercises.sandbox`: its own tmpfs, the package and the venv
-   read-only, no network, uid 65534, rlimits), sending it the notebooks' contents and the
-   cases; the worker loads the student's answers, cannot import the registry or the
+   read-only, no network, a uid of its own, rlimits), sending it the notebooks' contents and
+   the cases; the worker loads the student's answers, cannot import the registry or the
    references, and sends back only what the answers returned (as JSON);
 3. decodes those values with a fixed list of plain types (nothing a worker sends is ever
    imported: :mod:`~pipemare_lite.book.exercises.plain`) and judges them here, with
@@ -25,7 +25,9 @@ instructor's secret (:mod:`~pipemare_lite.book.exercises.hidden`), which the han
 that exercise only: the grader starts a new worker for the remaining ones, until the
 submission's time budget (``budget``) runs out. Any failure while grading one submission is
 that submission's failure only. Each exercise is worth its ``points`` when every case
-passes, nothing otherwise. :func:`grade_class` grades every submission of a
+passes, nothing otherwise; with ``partial_credit=True`` (the instructor's option, ``grade
+--partial-credit``) an answer that ran earns its points times the share of cases it passed.
+:func:`grade_class` grades every submission of a
 folder and :func:`write_reports` writes one report per student (Markdown) and the class
 CSVs. ``python -m pipemare_lite grade FOLDER`` drives it (for
 instructors: docs/instructors.md). Torch-free.
@@ -47,7 +49,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipemare_lite.book.exercises import evaluate as ev
@@ -84,7 +86,8 @@ class ExerciseGrade:
         status: ``"passed"``, ``"failed"``, ``"error"``, ``"not attempted"`` (as
             :class:`~pipemare_lite.book.exercises.feedback.CheckResult`), or ``"missing"`` (no
             notebook or no definition), ``"timed out"``, ``"crashed"``.
-        points, max_points: awarded and possible.
+        points, max_points: awarded and possible (points is a float, rounded to 0.01, under
+            partial credit).
         cases_passed, cases_total: every case runs; ``cases_passed`` counts them all.
         message: what the student is told (``check()``'s message, or why it did not run).
     """
@@ -92,7 +95,7 @@ class ExerciseGrade:
     exercise_id: str
     label: str
     status: str
-    points: int
+    points: int | float
     max_points: int
     cases_passed: int
     cases_total: int
@@ -109,9 +112,10 @@ class SubmissionReport:
     warnings: list[str] = field(default_factory=list)
 
     @property
-    def points(self) -> int:
-        """Points awarded."""
-        return sum(g.points for g in self.grades)
+    def points(self) -> int | float:
+        """Points awarded (rounded to 0.01 under partial credit)."""
+        total = sum(g.points for g in self.grades)
+        return total if isinstance(total, int) else round(total, 2)
 
     @property
     def max_points(self) -> int:
@@ -174,6 +178,16 @@ def _grade_of(exercise: Exercise, status: str, message: str, passed: int = 0) ->
     )
 
 
+def with_partial_credit(grade: ExerciseGrade) -> ExerciseGrade:
+    """``grade`` with its points times the share of cases passed, rounded to 0.01, when its
+    answer ran and failed some cases (``"failed"`` or ``"error"``); any other grade as it is
+    (passed: full points; timed out, crashed, missing, not attempted: 0)."""
+    if grade.status not in ("failed", "error") or grade.cases_total <= 0:
+        return grade
+    share = min(max(grade.cases_passed, 0), grade.cases_total) / grade.cases_total
+    return replace(grade, points=round(grade.max_points * share, 2))
+
+
 def _evaluation_from(event: dict) -> ev.Evaluation:
     outcomes = [
         ev.CaseOutcome(error=str(o["error"])) if "error" in o else
@@ -213,7 +227,8 @@ class _Worker:
     def __init__(self, job: dict, python: str, log, jailed: bool, disk_mb: int):
         read_fd, write_fd = os.pipe()
         if jailed:
-            command = sandbox.worker_command(write_fd, disk_mb)
+            locked = [entry["path"] for entry in job.get("locked", {}).values()]
+            command = sandbox.worker_command(write_fd, disk_mb, locked)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         else:
             command = [python, "-m", "pipemare_lite.book.exercises.worker", str(write_fd)]
@@ -227,7 +242,11 @@ class _Worker:
             os.close(write_fd)
         self.fd, self.buffer = read_fd, b""
         try:
-            self.process.stdin.write(pickle.dumps(job))
+            # two layers: the locked engine text (plain strings) is imported before the job,
+            # whose cases may hold engine objects (schedules) that import those modules
+            locked = job.get("locked", {})
+            rest = pickle.dumps({k: v for k, v in job.items() if k != "locked"})
+            self.process.stdin.write(pickle.dumps({"locked": locked, "job": rest}))
             self.process.stdin.close()
         except BrokenPipeError:
             pass
@@ -322,6 +341,7 @@ def grade_submission(
     disk_mb: int = sandbox.DISK_MB,
     secret: bytes | None = None,
     hidden_cases: bool = True,
+    partial_credit: bool = False,
 ) -> SubmissionReport:
     """Grade the notebooks in ``folder`` on ``exercises`` (default: all registered).
 
@@ -330,7 +350,9 @@ def grade_submission(
     seconds the whole submission may take; ``secret`` draws the graded cases
     (:func:`~pipemare_lite.book.exercises.hidden.graded_cases`; default: the instructor's
     secret, :func:`~pipemare_lite.book.exercises.hidden.instructor_secret`);
-    ``hidden_cases=False`` grades on ``check()``'s own cases (a student's pre-grade).
+    ``hidden_cases=False`` grades on ``check()``'s own cases (a student's pre-grade);
+    ``partial_credit=True`` gives an answer that ran its points times the share of cases
+    it passed (:func:`with_partial_credit`; default: all or nothing).
 
     Raises:
         FileNotFoundError: ``folder`` is not a folder.
@@ -376,6 +398,8 @@ def grade_submission(
     while pending:
         run.one_worker()
     ordered = [grades[e.id] for e in chosen]
+    if partial_credit:
+        ordered = [with_partial_credit(g) for g in ordered]
     return SubmissionReport(student or given.name, given, ordered, warnings_seen)
 
 
@@ -418,8 +442,12 @@ class _Run:
         engine function that answers any of its exercises (switched off, in the process that
         runs the notebook, from before it loads to the end)."""
         steps = len(self.pending) + sum(len(v) for v in self.pending.values())
+        answers = {n for names in self.forbidden.values() for n in names}
         return {
             "cwd": cwd,
+            # the engine files that define those functions: empty in the jail, sent here
+            "locked": sandbox.locked_sources(answers) if self.sandboxed else {},
+            "uid": sandbox.worker_uid(),  # the jail's own: see sandbox's docstring
             "memory_bytes": self.memory_mb * 2**20,
             "cpu_seconds": int(min(self.timeout * steps, self.budget)) + 10,  # wall clock rules
             "notebooks": [

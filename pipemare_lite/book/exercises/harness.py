@@ -23,12 +23,17 @@ from __future__ import annotations
 HOOK_MODELS = ("linear", "mlp", "linear+layernorm", "conv")
 
 
-def hook_stage(model: str):
+#: The seed of ex05_1's fixed cases (the drawn ones carry their own).
+HOOK_SEED = 5
+
+
+def hook_stage(model: str, seed: int = HOOK_SEED):
     """``(module, x, grad_y, delta)`` for one ex05_1 case.
 
     A middle stage (its input needs a gradient), the gradient arriving from the next stage,
     and the update that will change the parameters in place while the backward is pending.
-    Seeded, float64.
+    Drawn from ``seed`` (a case's own: the grader's cases carry seeds students never see),
+    float64.
 
     Raises:
         ValueError: ``model`` is not one of :data:`HOOK_MODELS`.
@@ -44,7 +49,7 @@ def hook_stage(model: str):
     }
     if model not in layers:
         raise ValueError(f"unknown model {model!r}; allowed: {', '.join(HOOK_MODELS)}")
-    torch.manual_seed(5)
+    torch.manual_seed(seed)
     module = layers[model]().double()
     shape = (3, 2, 4, 4) if model == "conv" else (3, 5)
     x = torch.randn(*shape, dtype=torch.float64)
@@ -60,13 +65,15 @@ def plain_gradients(grad_x, grads) -> tuple:
     return as_list(grad_x), [as_list(g) for g in grads]
 
 
-def gradients_with_hooks(version_hooks, model: str, backward_reads: str) -> tuple:
+def gradients_with_hooks(version_hooks, model: str, backward_reads: str,
+                         seed: int = HOOK_SEED) -> tuple:
     """ex05_1: a stage's F, an update, then B, with ``version_hooks`` around the forward.
 
     ``version_hooks(params, weights)`` gets the stage's parameters and the weights its
     backward must read: a copy taken at F (``backward_reads="stash"``) or the live
     parameters (``"live"``), which the update changes in place before the backward runs.
-    Returns :func:`plain_gradients` of the input and of every parameter.
+    ``seed`` draws the stage (:func:`hook_stage`). Returns :func:`plain_gradients` of the
+    input and of every parameter.
 
     Raises:
         ValueError: ``backward_reads`` is neither ``"stash"`` nor ``"live"``, or ``model`` is
@@ -76,7 +83,7 @@ def gradients_with_hooks(version_hooks, model: str, backward_reads: str) -> tupl
 
     if backward_reads not in ("stash", "live"):
         raise ValueError(f"backward_reads must be 'stash' or 'live', got {backward_reads!r}")
-    module, x, grad_y, delta = hook_stage(model)
+    module, x, grad_y, delta = hook_stage(model, seed)
     params = list(module.parameters())
     if backward_reads == "stash":
         weights = [p.detach().clone() for p in params]  # the copy taken at F

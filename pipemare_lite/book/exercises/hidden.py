@@ -15,8 +15,9 @@ The secret is the instructor's (:func:`instructor_secret`): the environment vari
 time). It is in neither the repository nor the handout, and this module is an empty file
 inside the grading jail (:mod:`~pipemare_lite.book.exercises.sandbox`).
 
-Exercises whose cases draw nothing at random (``ex00_1``, ``ex04_3``, ``ex05_1``) keep their
-fixed cases: :func:`drawn_at_random` says which. Torch-free.
+Every function exercise draws some of its cases at random (a test holds each to it; an
+exercise that drew none would be graded on ``check()``'s cases, which a lookup table passes):
+:func:`drawn_at_random` says whether one does. Torch-free.
 """
 
 from __future__ import annotations

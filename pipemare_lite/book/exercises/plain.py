@@ -5,7 +5,9 @@ sends back what they returned; the grader compares. Pickle would let a returned 
 code in the grader when it is loaded, so answers travel as JSON with a few tags:
 
 - ``None``, bools, ints, strings, lists: as themselves; floats too, ``nan`` and the
-  infinities tagged; tuples, dicts, ``Fraction`` tagged;
+  infinities tagged; tuples, dicts, ``Fraction`` tagged; an int longer than
+  :data:`MAX_INT_BITS` bits (too long for JSON: Python refuses to print it) tagged with its
+  sign and size, and decoded as an int of that sign and size (so "too high" stays true);
 - numpy arrays and scalars: as the lists and numbers ``tolist()`` gives;
 - anything else (a dataclass included): a :class:`ForeignValue` holding its type name and
   ``str()``, so a comparator can still say "returned a <type>; expected ...".
@@ -31,6 +33,8 @@ from fractions import Fraction
 MAX_DEPTH, MAX_ITEMS = 12, 200_000
 #: Longest string an answer may hold (longer ones are cut, with a mark).
 MAX_TEXT = 100_000
+#: Longest int sent as itself (Python will not turn an int of over 4,300 digits into text).
+MAX_INT_BITS = 13_000
 
 
 class ForeignValue:
@@ -82,6 +86,8 @@ def to_plain(value, _depth: int = 0, _budget: _Budget | None = None):
         text = str.__str__(value)
         return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "...(cut)"
     if isinstance(value, int):
+        if int(value).bit_length() > MAX_INT_BITS:
+            return {"__huge_int__": 1 if value > 0 else -1, "bits": int(value).bit_length()}
         return int(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else {"__float__": repr(value)}
@@ -122,6 +128,10 @@ def from_plain(data, _depth: int = 0):
         raise ValueError(f"not an encoded answer: {type(data).__name__}")
     if "__float__" in data and str(data["__float__"]) in ("nan", "inf", "-inf"):
         return float(data["__float__"])
+    if "__huge_int__" in data and data["__huge_int__"] in (1, -1) and type(data.get("bits")) is int:
+        # an int of the same sign and (up to a cap on the grader's memory) the same size
+        bits = min(max(data["bits"], MAX_INT_BITS + 1), 4 * MAX_INT_BITS)
+        return data["__huge_int__"] * (1 << (bits - 1))
     if "__fraction__" in data:
         numerator, denominator = data["__fraction__"]
         if not all(type(n) is int for n in (numerator, denominator)):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from pipemare_lite.book.exercises.harness import HOOK_SEED
+
 
 def schedule_rows(name: str, P: int, M: int, *, chunks: int = 1) -> list[list[str]]:
     """The engine's schedule ``name`` as one row per rank of F/B actions (updates dropped)."""
@@ -115,13 +117,14 @@ def peak_stash_copies_measured(P: int, N: int, K: int) -> list[int]:
     return peak_stash_copies(build_schedule("pipedream", P, N, num_minibatches=K))
 
 
-def stage_worker_gradients(model: str, backward_reads: str) -> tuple:
+def stage_worker_gradients(model: str, backward_reads: str, seed: int = HOOK_SEED) -> tuple:
     """The engine's answer to ex05_1: ``(grad of input, [grad of each parameter])`` as lists.
 
     A :class:`~pipemare_lite.engine.stage.StageWorker` (weight mode ``stash`` when the
     backward must read the copy from F, ``async`` when it reads the live weights) runs F,
     then an update that adds ``delta`` to every parameter (SGD with lr 1 on the gradient
-    -delta), then B, on the stage :func:`~pipemare_lite.book.exercises.harness.hook_stage` builds.
+    -delta), then B, on the stage :func:`~pipemare_lite.book.exercises.harness.hook_stage` builds
+    from ``seed``.
     """
     import torch
 
@@ -129,7 +132,7 @@ def stage_worker_gradients(model: str, backward_reads: str) -> tuple:
     from pipemare_lite.engine.stage import StageWorker
 
     mode = {"stash": "stash", "live": "async"}[backward_reads]
-    module, x, grad_y, delta = hook_stage(model)
+    module, x, grad_y, delta = hook_stage(model, seed)
     params = list(module.parameters())
     worker = StageWorker(1, module, torch.optim.SGD(params, lr=1.0), weight_mode=mode,
                          is_last=False, num_microbatches=1, num_minibatches=2)

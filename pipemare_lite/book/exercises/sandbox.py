@@ -8,7 +8,11 @@ the virtual environment, the reports or a classmate's folder. Inside, it sees::
     /usr, /bin, /lib*          read-only (the system's programs and libraries)
     <python>, <venv>           read-only, at their own paths (the interpreter and its packages)
     /opt/pipemare/pipemare_lite  read-only: the package without the exercise definitions
-                               (registry, references, chNN.py ... are empty files here)
+                               (registry, references, chNN.py ... are empty files here),
+                               and with the engine files that define a graded exercise's
+                               answer (and their compiled copies) empty too: the worker
+                               gets their text through its stdin, imports them and drops
+                               the text before any student code runs (:func:`locked_sources`)
     /sandbox                   the only writable place: one tmpfs of ``disk_mb`` MiB holding
                                /sandbox/work (the working directory, where the worker writes
                                the student's notebooks, sent to it through its stdin) and
@@ -19,11 +23,15 @@ and nothing else: not the repository (so not ``chapters/``, which holds the solu
 the grader's home, not the other students, not the reports. No network (a new network
 namespace), a new pid, IPC and UTS namespace, a minimal environment, ``/`` read-only. The
 worker starts as root *inside* the jail (with only CAP_SETUID, CAP_SETGID and CAP_CHOWN), writes the
-notebooks, then drops to uid/gid 65534 (``nobody``) for good before any student code runs,
-and caps its memory, CPU time, file size and processes
-(:mod:`~pipemare_lite.book.exercises.worker`).
+notebooks, then drops for good, before any student code runs, to a uid and gid of its own
+(:func:`worker_uid`: no other process on the machine has it), and caps its memory, CPU time,
+file size and processes (:mod:`~pipemare_lite.book.exercises.worker`). A uid of its own
+matters for the process cap: the kernel counts RLIMIT_NPROC per uid over the whole machine,
+so with one shared uid (65534, ``nobody``, as before) a fork bomb in one jail used up the
+cap of every other jail, and a classmate graded beside it could not fork.
 When the grader is not root, bubblewrap maps the grader's uid to 65534 in a new user
-namespace instead (same mounts; the process cap then counts the grader's own processes).
+namespace instead (same mounts); the kernel (5.14 and later) counts the process cap per
+user namespace and uid, so there too it counts this jail's processes only.
 
 The whole process tree dies with the worker: bubblewrap's init is pid 1 of the namespace,
 and when the worker exits (or the grader kills bubblewrap, ``--die-with-parent``), the
@@ -36,10 +44,12 @@ work unless the instructor passes ``--no-sandbox`` (docs/instructors.md). Torch-
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
@@ -51,8 +61,20 @@ PACKAGE_ROOT = "/opt/pipemare"
 WORK_DIR, TMP_DIR = "/sandbox/work", "/sandbox/tmp"
 #: Default size of the jail's only writable file system, in MiB (the total disk cap).
 DISK_MB = 256
-#: The uid and gid student code runs as (``nobody``).
+#: The uid and gid student code runs as when the grader is not root (``nobody``, mapped in
+#: a user namespace of its own).
 SANDBOX_UID = 65534
+#: Where the uids of jails started by root begin (:func:`worker_uid`): far above any user's.
+JAIL_UID_BASE = 1_500_000_000
+_jails_started = itertools.count()
+
+
+def worker_uid() -> int:
+    """A uid (and gid) for the next jail this grader starts as root: its student's code runs
+    as it. Different for every jail alive at once on the machine (the grader's pid, below
+    2**22, and a counter of its jails, 256 before one repeats; one grader runs its jails one
+    after another), unused by any account, and below 2**31."""
+    return JAIL_UID_BASE + (os.getpid() % 2**22) * 2**8 + next(_jails_started) % 2**8
 
 #: Files of ``pipemare_lite/book/exercises`` that hold exercise definitions, cases or
 #: answers: empty inside the jail (the worker cannot import them either).
@@ -119,8 +141,74 @@ def _python_mounts() -> list[str]:
     return args
 
 
+def _package_dir() -> Path:
+    return Path(pipemare_lite.__file__).resolve().parent
+
+
+def _defining_file(obj) -> str | None:
+    """The file that defines a function, method or class (None for anything else)."""
+    if isinstance(obj, type):
+        return getattr(sys.modules.get(obj.__module__), "__file__", None)
+    function = getattr(obj, "__func__", obj)
+    while hasattr(function, "__wrapped__"):  # functools.wraps / lru_cache
+        function = function.__wrapped__
+    code = getattr(function, "__code__", None)
+    return code.co_filename if code is not None else None
+
+
+def locked_sources(names: Iterable[str]) -> dict[str, dict]:
+    """The package files that define the engine functions ``names`` (an exercise's
+    ``engine_answers``), as ``module name -> {"path", "source", "package"}``.
+
+    Inside the jail these files and their compiled copies are empty
+    (:func:`worker_command`'s ``locked``): the worker gets their text in its job, imports
+    them and forgets the text before any student code runs, so an answer can neither
+    ``exec`` the file's source nor unmarshal its ``.pyc`` to get a copy of an engine function
+    that was never switched off. A name that does not resolve is skipped (the worker leaves
+    it alone too).
+    """
+    from pipemare_lite.book.exercises.originality import resolve
+
+    root = _package_dir()
+    found: dict[str, dict] = {}
+    for name in sorted(set(names)):
+        try:
+            filename = _defining_file(resolve(name))
+        except ImportError:
+            continue
+        if not filename or not filename.endswith(".py"):
+            continue
+        path = Path(filename).resolve()
+        if root not in path.parents:
+            continue  # not the package's (never the case for an engine answer)
+        relative = path.relative_to(root)
+        package = relative.name == "__init__.py"
+        parts = relative.parent.parts if package else relative.with_suffix("").parts
+        module = ".".join(("pipemare_lite", *parts))
+        found[module] = {"path": f"{PACKAGE_ROOT}/pipemare_lite/{relative.as_posix()}",
+                         "source": path.read_text(encoding="utf-8"), "package": package}
+    return found
+
+
+def _locked_mounts(locked: Iterable[str]) -> list[str]:
+    """``/dev/null`` over each locked file (a path inside the jail) and its ``.pyc`` files."""
+    root, args = _package_dir(), []
+    prefix = f"{PACKAGE_ROOT}/pipemare_lite/"
+    for inside in sorted(set(locked)):
+        if not inside.startswith(prefix):
+            raise ValueError(f"a locked file must be in the package ({prefix}...), got {inside!r}")
+        relative = Path(inside[len(prefix):])
+        args += ["--ro-bind", "/dev/null", inside]
+        cache = root / relative.parent / "__pycache__"
+        if cache.is_dir():
+            for compiled in sorted(cache.glob(relative.stem + ".*.pyc")):
+                args += ["--ro-bind", "/dev/null",
+                         f"{prefix}{relative.parent.as_posix()}/__pycache__/{compiled.name}"]
+    return args
+
+
 def _package_mounts() -> list[str]:
-    source = Path(pipemare_lite.__file__).resolve().parent
+    source = _package_dir()
     args = ["--ro-bind", str(source), f"{PACKAGE_ROOT}/pipemare_lite"]
     exercises = source / "book" / "exercises"
     inside = f"{PACKAGE_ROOT}/pipemare_lite/book/exercises"
@@ -134,7 +222,7 @@ def _package_mounts() -> list[str]:
 
 def _parent_dirs(mounts: list[str]) -> list[str]:
     """``--perms 0755 --dir`` for every folder above a mount point (bubblewrap would make
-    them 0700, which uid 65534 cannot enter)."""
+    them 0700, which the student's uid cannot enter)."""
     destinations = [mounts[i + 2] for i, a in enumerate(mounts) if a == "--ro-bind"]
     parents = sorted({str(p) for d in destinations for p in Path(d).parents if str(p) != "/"},
                      key=lambda p: p.count("/"))
@@ -145,16 +233,16 @@ def _parent_dirs(mounts: list[str]) -> list[str]:
     return args
 
 
-def _bwrap_prefix(bwrap: str, disk_mb: int) -> list[str]:
+def _bwrap_prefix(bwrap: str, disk_mb: int, locked: Iterable[str] = ()) -> list[str]:
     as_root = os.geteuid() == 0
     args = [bwrap, "--die-with-parent", "--new-session",
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try"]
-    if as_root:  # the worker drops to 65534 itself, after writing the notebooks
+    if as_root:  # the worker drops to its own uid itself, after writing the notebooks
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]
     else:
         args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    mounts = _system_mounts() + _python_mounts() + _package_mounts()
+    mounts = _system_mounts() + _python_mounts() + _package_mounts() + _locked_mounts(locked)
     destinations = [mounts[i + 2] for i, a in enumerate(mounts) if a == "--ro-bind"]
     python_in_tmp = any(d == "/tmp" or d.startswith("/tmp/") for d in destinations)
     sandbox_mb = disk_mb
@@ -181,15 +269,17 @@ def _bwrap_prefix(bwrap: str, disk_mb: int) -> list[str]:
     return args
 
 
-def worker_command(fd: int, disk_mb: int = DISK_MB) -> list[str]:
-    """The command that runs the grading worker in a jail, reporting on ``fd``.
+def worker_command(fd: int, disk_mb: int = DISK_MB, locked: Iterable[str] = ()) -> list[str]:
+    """The command that runs the grading worker in a jail, reporting on ``fd``; ``locked``:
+    paths inside the jail (``path`` of :func:`locked_sources`) that are empty there.
 
     Raises:
         SandboxUnavailable: bubblewrap is missing or cannot start a jail here.
+        ValueError: a locked path is not in the package.
     """
     why = _probe()
     if why is not None:
         raise SandboxUnavailable(why)
-    prefix = _bwrap_prefix(bwrap_executable(), disk_mb)
+    prefix = _bwrap_prefix(bwrap_executable(), disk_mb, locked)
     return prefix + [sys.executable, "-s", "-m", "pipemare_lite.book.exercises.worker",
                      str(fd), "--sandboxed"]

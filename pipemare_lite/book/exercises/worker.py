@@ -10,8 +10,11 @@ exercise the name to read, the cases to call it on, the engine functions it must
 and, for an answer that a harness uses (:mod:`~pipemare_lite.book.exercises.harness`), the
 harness's name. Then it
 
-1. writes the notebooks into its working directory (the jail's private tmpfs) and, in a
-   jail started by root, drops to uid/gid 65534 for good;
+1. writes the notebooks into its working directory (the jail's private tmpfs), imports the
+   engine files that define a graded exercise's answer from the text in the job (those
+   files are empty in the jail: :func:`~pipemare_lite.book.exercises.sandbox.locked_sources`)
+   and forgets that text, so no answer can re-execute an engine function's source; in a
+   jail started by root, it then drops to the uid/gid the grader chose for this jail, for good;
 2. caps its own memory, CPU time, file sizes, open files and processes
    (:func:`resource.setrlimit`);
 3. makes the registry, the references and the chapter modules unimportable (and
@@ -95,7 +98,7 @@ def _limit(memory_bytes: int, cpu_seconds: int, sandboxed: bool = False) -> None
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_NOFILE, OPEN_FILES),
     ]
-    if sandboxed:  # counted per real uid: 65534 here, or the grader's own (a user namespace)
+    if sandboxed:  # counted per real uid, this jail's own (or 65534 in its own user namespace)
         limits.append((resource.RLIMIT_NPROC, _processes_of_this_uid() + PROCESSES))
     for limit, value in limits:
         if value:
@@ -121,18 +124,22 @@ def _write_notebooks(notebooks: list[dict]) -> None:
         notebook["path"] = name
 
 
-def _drop_privileges() -> None:
-    """In a jail started by root: everything writable to 65534, then become 65534 for good."""
+def _drop_privileges(uid: int) -> None:
+    """In a jail started by root: everything writable to ``uid`` (this jail's own, from the
+    grader: :func:`~pipemare_lite.book.exercises.sandbox.worker_uid`), then become it for
+    good, gid too."""
     if os.geteuid() != 0:
         return  # a user namespace already made us 65534
-    from pipemare_lite.book.exercises.sandbox import SANDBOX_UID, TMP_DIR, WORK_DIR
+    from pipemare_lite.book.exercises.sandbox import TMP_DIR, WORK_DIR
 
+    if isinstance(uid, bool) or not isinstance(uid, int) or not 0 < uid < 2**31:
+        raise SystemExit(f"the grading worker got no usable uid to run as: {uid!r}")
     for place in (WORK_DIR, TMP_DIR, *os.listdir(WORK_DIR)):
-        os.chown(place, SANDBOX_UID, SANDBOX_UID)
+        os.chown(place, uid, uid)
     os.setgroups([])
-    os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
-    os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
-    if os.getuid() != SANDBOX_UID or os.geteuid() != SANDBOX_UID:
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:
         raise SystemExit("the grading worker could not drop its privileges")
 
 
@@ -239,7 +246,11 @@ def _encoded(evaluation) -> dict:
 
 def main(argv: list[str]) -> int:
     """Run the job on stdin and report on file descriptor ``argv[0]`` (see the docstring)."""
-    job = pickle.loads(sys.stdin.buffer.read())  # from the grader, before any student code
+    # from the grader, before any student code: the locked engine modules' text first (the
+    # job's cases may be engine objects whose unpickling imports those modules)
+    layers = pickle.loads(sys.stdin.buffer.read())
+    _import_locked(layers["locked"])
+    job = pickle.loads(layers.pop("job"))
     report = os.fdopen(int(argv[0]), "w", encoding="utf-8")
     sandboxed = "--sandboxed" in argv[1:]
     if sandboxed:  # nothing importable from the working directory, where students write
@@ -247,8 +258,6 @@ def main(argv: list[str]) -> int:
     if not sandboxed:
         os.chdir(job["cwd"])  # a private copy the grader made
     _write_notebooks(job["notebooks"])
-    if sandboxed:
-        _drop_privileges()
     from pipemare_lite.book.exercises import evaluate
     from pipemare_lite.book.exercises.loader import load_from_notebook
 
@@ -256,6 +265,8 @@ def main(argv: list[str]) -> int:
         for task in notebook["tasks"]:
             task["codes"] = evaluate.forbidden_codes(task["engine_answers"])
     _preload(job["notebooks"])
+    if sandboxed:  # after the imports: nothing imported later reads a locked file
+        _drop_privileges(job.get("uid"))
     _limit(job["memory_bytes"], job["cpu_seconds"], sandboxed)
     _hide_definitions()
     _not_traceable()
@@ -321,6 +332,57 @@ def _run_notebook(notebook: dict, report, evaluate, load_from_notebook) -> None:
         _send(report, {"event": "result", "id": task["id"], **_encoded(evaluation)})
 
 
+class _LockedSources(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports the engine modules whose files are empty in the jail, from the job's text."""
+
+    def __init__(self, sources: dict[str, dict]):
+        self.sources = sources
+
+    def find_spec(self, fullname, path=None, target=None):
+        """A spec at the module's own path (``__file__`` as usual) for a locked module."""
+        import importlib.util
+
+        entry = self.sources.get(fullname)
+        if entry is None:
+            return None
+        folder = [str(Path(entry["path"]).parent)] if entry["package"] else None
+        return importlib.util.spec_from_file_location(
+            fullname, entry["path"], loader=self, submodule_search_locations=folder)
+
+    def create_module(self, spec):
+        """The default module object."""
+        return None
+
+    def exec_module(self, module) -> None:
+        """Run the module's text from the job (compiled under its real path)."""
+        entry = self.sources[module.__name__]
+        exec(compile(entry["source"], entry["path"], "exec", dont_inherit=True), module.__dict__)
+
+    def get_source(self, fullname):
+        """None: the text is gone once the worker has imported the modules."""
+        return None
+
+
+def _import_locked(sources: dict[str, dict]) -> None:
+    """Import every locked module from its text (they import one another through the
+    finder), then drop the finder and the text: ``inspect.getsource``, ``linecache`` and
+    the files themselves give nothing afterwards. A module that fails to import is left
+    out (an answer importing it fails the same way)."""
+    import importlib
+
+    finder = _LockedSources(sources)
+    sys.meta_path.insert(0, finder)
+    try:
+        for name in sorted(sources):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - e.g. torch missing: the answer will say
+                sys.modules.pop(name, None)
+    finally:
+        sys.meta_path.remove(finder)
+        sources.clear()
+
+
 #: Packages the worker may import for the notebooks before any student code runs (each
 #: notebook's process is forked from the worker and inherits them: an import is slow).
 PRELOAD = frozenset({"numpy", "torch", "pipemare_lite", "math", "fractions", "itertools",
@@ -379,7 +441,7 @@ def _not_traceable() -> None:
 
 def _clean_up_after(notebooks: list[dict]) -> None:
     """In the jail, after a notebook's process ended: kill every other process it left
-    (``kill(-1)`` reaches all of uid 65534 in this pid namespace but this one), and empty
+    (``kill(-1)`` reaches all of the jail's uid in this pid namespace but this one), and empty
     the temporary and working directories but for the notebooks: the next notebook starts
     from nothing the last one left."""
     import shutil

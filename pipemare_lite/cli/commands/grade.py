@@ -57,6 +57,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"MiB a submission may write in its jail, in all (default {DISK_MB})",
     )
     parser.add_argument(
+        "--partial-credit",
+        action="store_true",
+        help="an answer that runs earns its points times the share of cases it passes "
+        "(default: all or nothing, every case must pass)",
+    )
+    parser.add_argument(
         "--no-sandbox",
         action="store_true",
         help="run the submissions without a bubblewrap jail: ONLY for work you trust "
@@ -79,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         reports = grade_class(
             args.folder, exercises, timeout=args.timeout, memory_mb=args.memory_mb,
             budget=args.budget, disk_mb=args.disk_mb, sandboxed=not args.no_sandbox,
+            partial_credit=args.partial_credit,
         )
     except FileNotFoundError as exc:
         raise ValueError(str(exc)) from None
