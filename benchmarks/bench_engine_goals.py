@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import gc
 import os
 import statistics
@@ -57,9 +58,15 @@ def levels() -> tuple:
     """The recording levels to measure: cheapest and fullest, or None on code without."""
     import inspect
 
-    from pipemare_lite import fit
+    try:  # fit's settings: a FitConfig's fields, or (older code) fit's own parameters
+        from pipemare_lite.training.config import FitConfig
 
-    return ("losses", "full") if "record" in inspect.signature(fit).parameters else (None,)
+        settings = {f.name for f in dataclasses.fields(FitConfig)}
+    except ImportError:
+        from pipemare_lite import fit
+
+        settings = set(inspect.signature(fit).parameters)
+    return ("losses", "full") if "record" in settings else (None,)
 
 
 def label(level) -> str:
