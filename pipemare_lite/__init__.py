@@ -32,14 +32,12 @@ docs/module-map.md says which chapter introduces each module)::
     book/        site build, notebook tools, exercises                (the book extra)
     cli/         the command line (``pipemare-lite``)
 
-The engine needs torch and numpy only; ``pip install -e ".[book]"`` adds the book (Jupyter,
+The engine needs torch, numpy and tqdm only; ``pip install -e ".[book]"`` adds the book (Jupyter,
 plotly, widgets, the site). Nothing here imports torch at package import time.
 """
 
-from __future__ import annotations
-
 from pipemare_lite import _moved
-from pipemare_lite._lazy import lazy_exports
+from pipemare_lite._lazy import lazy_exports as _lazy_exports
 
 __version__ = "0.1.0"
 
@@ -73,4 +71,4 @@ _FRONT_DOOR = {
 __all__ = ["__version__", *_FRONT_DOOR]
 
 _moved.register()
-__getattr__, __dir__ = lazy_exports(__name__, _FRONT_DOOR)
+__getattr__, __dir__ = _lazy_exports(__name__, _FRONT_DOOR)

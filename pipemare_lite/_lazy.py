@@ -6,16 +6,21 @@ no torch until a name that needs it is read.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 
 
 def lazy_exports(package: str, names: dict[str, str]) -> tuple[Callable, Callable]:
     """``(__getattr__, __dir__)`` for ``package``: ``names`` maps each exported name to the
-    module that defines it; a name is imported when first read, then kept in the package."""
+    module that defines it; a name is imported when first read, then kept in the package.
+    A subpackage or module of ``package`` not yet imported is imported when first read too
+    (``pml.training.datasets`` works after ``import pipemare_lite as pml``)."""
     import sys
 
     def __getattr__(name: str):
         module = names.get(name)
+        if module is None and importlib.util.find_spec(f"{package}.{name}") is not None:
+            return importlib.import_module(f"{package}.{name}")  # a subpackage, on first use
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}; it exports: "
                                  f"{', '.join(names)}")

@@ -29,8 +29,6 @@ class FitConfig:
     """The settings of one ``fit()`` run (introduced in chapter 07).
 
     Attributes:
-        model: an ``nn.Sequential``; it is trained in place (its stages share its modules).
-        data: a :class:`~pipemare_lite.training.datasets.Dataset`.
         method: a name from :data:`pipemare_lite.methods.METHODS` (gpipe, 1f1b, pipedream,
             2bw, async, pipemare ...), or one added with
             :func:`~pipemare_lite.methods.register_method` (docs/write-a-method.md; other

@@ -60,6 +60,11 @@ def check_dataset(data: Dataset, *, classification_targets: bool = True) -> None
     targets of different lengths, an empty training or test set, or (``classification_targets``:
     the default loss; the test loss is always the cross-entropy) integer labels outside
     ``0..num_classes-1``."""
+    if not isinstance(data, Dataset):
+        raise TypeError(
+            f"data must be a pipemare_lite.training.datasets.Dataset, got {type(data).__name__}; "
+            "wrap your tensors as Dataset(name, x_train, y_train, x_test, y_test, num_classes, "
+            "input_shape, provenance), or use signals(), digits() or sequence_task()")
     for part in ("train", "test"):
         x, y = getattr(data, f"x_{part}"), getattr(data, f"y_{part}")
         if len(x) != len(y):

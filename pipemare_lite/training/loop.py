@@ -141,10 +141,10 @@ def fit(model: nn.Sequential, data: Dataset, config: FitConfig | None = None, /,
     see :class:`FitConfig` for each one.
     """
     config = FitConfig.of(config, settings)  # every setting checked here, before any work
+    check_dataset(data, classification_targets=config.loss_fn is None)
     schedule = run_schedule.resolve(config.schedule, method=config.method)  # a bad file first
     recorded = _run_config(config, schedule, data)  # as the history and checkpoints record it
     _check_sizes(recorded, len(data.x_train))
-    check_dataset(data, classification_targets=config.loss_fn is None)
     checkpoint_path, resume = config.checkpoint_path, config.resume
     if checkpoint_path is not None:  # not at the first save, steps into the run
         check_writable(checkpoint_path, "checkpoint_path")

@@ -347,7 +347,10 @@ def build_model_and_data(
         raise ValueError(f"{option}: a {name} of {units:,} layers/blocks; the limit is "
                          f"{MAX_MODEL_UNITS:,}")
     dataset = dataset or DEFAULT_DATASET[name]
-    data = load(dataset, seed=seed)
+    try:
+        data = load(dataset, seed=seed)
+    except ImportError as exc:  # digits without scikit-learn (the engine alone): one line
+        raise ValueError(f"--dataset {dataset}: {exc} (e.g. --dataset signals)") from exc
     if name == "transformer" and data.x_train.dtype != torch.int64:
         raise ValueError(f"the transformer needs a token dataset (reverse, sort), not {dataset!r}")
     if name != "transformer" and data.x_train.dtype == torch.int64:
