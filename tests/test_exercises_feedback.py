@@ -13,7 +13,12 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
 from pipemare_lite.book.exercises import run_checks
-from pipemare_lite.book.exercises.compare import compare_close, compare_float, compare_int
+from pipemare_lite.book.exercises.compare import (
+    compare_close,
+    compare_float,
+    compare_int,
+    compare_polynomial,
+)
 from pipemare_lite.book.exercises.plain import dumps, from_plain, loads, to_plain
 from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
 
@@ -32,6 +37,9 @@ def test_a_nan_answer_is_named_nan_not_too_low():
         assert problem is not None and "NaN" in problem and "too low" not in problem
     result = run_checks("ex02_2", lambda P, M: float("nan"))
     assert not result.passed and "NaN" in result.message and "too low" not in result.message
+    # a polynomial with a NaN coefficient (ex06_2): before, "cannot be compared (ValueError)"
+    problem = compare_polynomial([math.nan, 1.0], [1.0, -1.0])
+    assert problem is not None and "nan" in problem and "finite" in problem
 
 
 def test_a_huge_int_is_too_high_in_check():
