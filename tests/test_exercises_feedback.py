@@ -196,3 +196,15 @@ def test_answers_that_break_the_texts_boundary_fail():
         result = run_checks(exercise_id, wrong)
         assert not result.passed and result.cases_total - result.cases_passed == 2, (
             exercise_id, result.message)
+
+
+def test_jail_uids_are_distinct_and_valid_for_any_pid(monkeypatch):
+    """Each jail started by root gets its own uid (the fork-bomb test in
+    tests/test_grading_attacks.py shows why), below 2**31 for every pid Linux hands out
+    (pid_max is at most 2**22): a uid past it would stop the worker ("no usable uid")."""
+    from pipemare_lite.book.exercises import sandbox
+
+    for pid in (1, 32768, 2**22 - 1):
+        monkeypatch.setattr(sandbox.os, "getpid", lambda pid=pid: pid)
+        uids = [sandbox.worker_uid() for _ in range(256)]
+        assert len(set(uids)) == 256 and all(65534 < u < 2**31 for u in uids), pid
