@@ -159,6 +159,7 @@ class DistributedExecutor:
         if checkpoints:
             self.transport.sent_log = {}
         self._feed: Sequence = ()  # the last run's microbatches (a checkpoint's targets)
+        self._collectives = 0  # collectives met so far (each rank's count is the same)
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
         S = self.schedule.num_virtual_stages
@@ -199,9 +200,7 @@ class DistributedExecutor:
                 "stages": {s: w.state_dict() for s, w in self.workers.items()},
                 "sent": {k: t.cpu() for k, t in sent.items() if k in self._progress.unconsumed},
                 "targets": {m: self._feed[m][1] for m in self._progress.targets} if first else {}}
-        parts = [None] * dist.get_world_size()
-        with faults.communication("gathering the checkpoint's parts"):
-            dist.all_gather_object(parts, mine)
+        parts = self._all_gather_object(mine, "gathering the checkpoint's parts")
         state = {"schedule": schedule_key(self.schedule),
                  "positions": [part["position"] for part in parts],
                  "activations": {}, "gradients": {}, "targets": {},
@@ -263,6 +262,63 @@ class DistributedExecutor:
         self._failed = self._failed or exc_type is not None
         self.close()
 
+    # ------------------------------------------------------------------ collectives
+    # Between two runs the ranks meet in collectives (the barrier before a run, the gather
+    # after it, a checkpoint's gather). A blocking collective would wait for a rank that
+    # hangs outside the schedule (evaluating, say) until gloo's own timeout, and then fail
+    # on every rank alike, so the launcher would blame whichever rank exited first. Posted
+    # asynchronously and waited for as a message is, a collective ends within op_timeout
+    # (or at once on an abort), and the ranks that did not come are named as the cause:
+    #
+    #   rank 0 ──run k── gather ── barrier (wait "in collective 7 ...") ─── op_timeout ──X
+    #   rank 1 ──run k── gather ── evaluate ... (hangs; its state: "between runs")
+    #                                       rank 0 reads the board: rank 1 is not in 7
+    #                                       -> OpTimeoutError(peer=1): "rank 1 did not answer"
+
+    def _collective(self, what: str, post: Callable) -> None:
+        """Post a collective (``post()`` returns its Work) and wait for it like a message:
+        an abort ends the wait, and after ``op_timeout`` seconds the rank(s) that did not
+        come (:func:`faults.absent_ranks`: heartbeat stopped, or published elsewhere) are
+        named in the :class:`~faults.OpTimeoutError`, the first as its ``peer``."""
+        self._collectives += 1  # every rank runs the same collectives in the same order
+        here = f"in collective {self._collectives}: {what}"
+        before = self.board.position.state  # noted again once every rank came
+        self._note(self.position, here)
+        with faults.communication(what):
+            work = post()
+        waiter = self.transport.waiter
+        try:
+            waiter.wait(work, here)
+        except faults.OpTimeoutError as exc:
+            store, world = self.board.store, dist.get_world_size()
+            absent = ([] if store is None else
+                      faults.absent_ranks(store, world, here, exclude={self.rank}))
+            if not absent:
+                raise
+            names = ", ".join(f"rank {r}" for r in absent)
+            raise faults.OpTimeoutError(
+                f"waited more than {waiter.timeout:g} s in {what}: {names} did not come "
+                f"({self.board.position.describe()})", peer=absent[0]) from exc
+        self.board.note(before)
+
+    def _all_gather_object(self, obj, what: str) -> list:
+        """``dist.all_gather_object`` as two abortable collectives (:meth:`_collective`):
+        the pickled sizes, then the padded bytes (what torch's own version does, blocking)."""
+        import pickle
+
+        world = dist.get_world_size()
+        device = self.device if self.backend == "nccl" else torch.device("cpu")
+        data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8).to(device)
+        size = torch.tensor([data.numel()], dtype=torch.long, device=device)
+        sizes = [torch.zeros_like(size) for _ in range(world)]
+        self._collective(what, lambda: dist.all_gather(sizes, size, async_op=True))
+        lengths = [int(n.item()) for n in sizes]
+        padded = torch.zeros(max(lengths), dtype=torch.uint8, device=device)
+        padded[:data.numel()] = data
+        parts = [torch.empty_like(padded) for _ in range(world)]
+        self._collective(f"{what} (data)", lambda: dist.all_gather(parts, padded, async_op=True))
+        return [pickle.loads(part[:n].cpu().numpy().tobytes()) for part, n in zip(parts, lengths)]
+
     # ------------------------------------------------------------------ shapes
     def probe_shapes(self, microbatches: Sequence) -> dict:
         """``{(stage, input meta): output meta}`` for every stage but the last, on every rank;
@@ -322,9 +378,7 @@ class DistributedExecutor:
     def _gather(self, mine: RankResult) -> DistRunResult:
         """Every rank's result on every rank; every stage's weights (in its owner's result)
         into ``gather_into``."""
-        gathered = [None] * dist.get_world_size()
-        with faults.communication("gathering the ranks' results"):
-            dist.all_gather_object(gathered, mine)
+        gathered = self._all_gather_object(mine, "gathering the ranks' results")
         merged = merge_rank_results(self.schedule, gathered)
         for s, module in enumerate(self.gather_into):
             # a module this rank trains is current, and an in-place copy into it would break
@@ -349,9 +403,7 @@ class DistributedExecutor:
             return self.finished or (stop_after_updates is not None and all(
                 w.versions.version >= stop_after_updates for w in self.workers.values()))
 
-        self._note(self.position, "barrier")
-        with faults.communication("the barrier before the run"):
-            dist.barrier()
+        self._collective("the barrier before the run", lambda: dist.barrier(async_op=True))
         recorder.start()  # common time origin: everyone just left the barrier
         while not done():
             position = self.position
