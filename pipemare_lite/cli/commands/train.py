@@ -181,8 +181,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         help="local: one process; dist: one process per stage (torchrun)",
     )
     parser.add_argument("--op-timeout", type=float, default=120.0, metavar="SECONDS",
-                        help="--executor dist: seconds any single wait on a message may take "
-                        "before the run stops (a hung or lost rank is found after about this)")
+                        help="--executor dist: seconds any single wait on a message or on "
+                        "the ranks' meeting between two steps may take before the run stops; "
+                        "a rank that hangs is then named within this + 0.3 s")
     parser.add_argument(
         "--devices", default=None, metavar="LIST",
         help="local executor: the stages' devices, one for all (cuda:0) or one per stage "
