@@ -283,7 +283,7 @@ _NUMERIC_OPTIONS = {
     "lr": (lambda v: 0 < v < math.inf, "a positive finite number"),
     "momentum": (lambda v: v is None or 0 <= v < 1, "a number in [0, 1)"),
     "weight_decay": (lambda v: 0 <= v < math.inf, "a finite number >= 0"),
-    "gamma": (lambda v: 0 <= v <= 1, "a number in [0, 1] (T2's EMA decay)"),
+    "gamma": (lambda v: 0 <= v < 1, "a number in [0, 1) (T2's EMA decay)"),
     "t1_anneal_updates": (lambda v: v is None or v >= 0,
                           "an integer >= 0 (updates; 0: T1 off), or unset: the whole run"),
     "batch_size": (lambda v: v >= 1, "a positive integer"),
