@@ -491,8 +491,14 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
         stream = open(args.jsonl, "a" if args.resume else "w", encoding="utf-8")  # noqa: SIM115
 
     def write_step(step: int, history) -> None:
-        stream.write(json.dumps(step_record(step, history), allow_nan=False) + "\n")
-        stream.flush()
+        from pipemare_lite.files import WriteError
+
+        try:
+            stream.write(json.dumps(step_record(step, history), allow_nan=False) + "\n")
+            stream.flush()
+        except OSError as exc:  # the disk filled up mid-run: name the file
+            raise WriteError(exc.errno, f"cannot write {args.jsonl}: "
+                             f"{exc.strerror or exc}") from exc
 
     threads = _set_threads(getattr(args, "threads", None))  # restored when the run ends
     try:
@@ -607,8 +613,18 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
     traceback). See :mod:`pipemare_lite.engine.distributed.torchrun`."""
     from pipemare_lite.engine.distributed.faults import PipelineFault
 
+    from pipemare_lite.files import WriteError
+
     try:
         return run_from_args(args, prog=prog)
+    except WriteError as exc:  # a disk that filled up mid-run: one line, no traceback
+        from pipemare_lite.engine.distributed.launch import current
+
+        info = current()
+        if info is not None:  # its peers stop with this as the cause
+            info.board.fail(exc)
+        print(f"{prog}: error: {exc.strerror}", file=sys.stderr)
+        return 1
     except PipelineFault as exc:
         from pipemare_lite.engine.distributed.torchrun import report_failure
 
@@ -635,5 +651,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``pipemare-lite train``: train and print a summary (``--json``: one JSON object)."""
-    return run_from_args(args)
+    """``pipemare-lite train``: train and print a summary (``--json``: one JSON object).
+
+    An output that cannot be written mid-run (a full disk) ends it with one line naming
+    the file, exit status 1."""
+    from pipemare_lite.files import WriteError
+
+    try:
+        return run_from_args(args)
+    except WriteError as exc:
+        print(f"pipemare-lite train: error: {exc.strerror}", file=sys.stderr)
+        return 1
