@@ -612,7 +612,6 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
     pipeline failure exits 1 with a message and every rank's position (a bug keeps its
     traceback). See :mod:`pipemare_lite.engine.distributed.torchrun`."""
     from pipemare_lite.engine.distributed.faults import PipelineFault
-
     from pipemare_lite.files import WriteError
 
     try:
