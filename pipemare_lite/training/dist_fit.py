@@ -33,7 +33,8 @@ def fit_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, loss
     ``cuda:<local rank>`` or the CPU). ``checkpoints``: keep what ``state_dict()`` needs
     (``fit()`` asks for it with a ``checkpoint_path``; every rank computes the checkpoint,
     rank 0 writes the file).
-    ``record`` is taken and not used: the distributed executor records everything.
+    ``record``: what the executor records (:mod:`pipemare_lite.engine.recording`; the
+    numbers trained are the same at every level).
     """
     from pipemare_lite.engine.distributed.launch import current, init_from_env
 
@@ -57,6 +58,7 @@ def fit_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, loss
         method_options=method_options, lr_scheduler_factory=lr_scheduler_factory,
         rank=info.rank, device=info.device, board=info.board, op_timeout=info.op_timeout,
         track_bytes=True, gather_into=stage_modules, checkpoints=checkpoints,
+        record="full" if record is None else record,
     )
 
 

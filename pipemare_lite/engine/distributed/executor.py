@@ -61,6 +61,7 @@ from pipemare_lite.engine.distributed.shape_probe import probe_output_meta
 from pipemare_lite.engine.distributed.transport import P2PTransport, tensor_meta
 from pipemare_lite.engine.interpreter import Interpreter, take_records
 from pipemare_lite.engine.recorder import BytesMeter, Recorder
+from pipemare_lite.engine.recording import Recording, recording
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, plan_communication
@@ -82,7 +83,12 @@ class DistributedExecutor:
             local one (no side channel) otherwise.
         op_timeout: seconds one wait on a message may take.
         record_gradients: keep a copy of the gradients each update applies.
-        track_bytes: record each stage's peak bytes by kind (costs time per action).
+        track_bytes: record each stage's peak bytes by kind (costs time per action), when
+            ``record`` asks for peak bytes.
+        record: what to record, a level of :data:`pipemare_lite.engine.recording.RECORDINGS`
+            (``"losses"``, ``"history"``, ``"full"``: the default, with the trace) or a
+            :class:`~pipemare_lite.engine.recording.Recording`, as for the local executor;
+            never changes the numbers. Without a trace the result's ``trace`` is None.
         fault: a :class:`Fault` to inject (tests, chapter 11).
         p2p_verbose: print every send and receive this rank posts and every receive it
             completes (the communication's text trace, on the process's stdout); None: on
@@ -116,7 +122,7 @@ class DistributedExecutor:
                  fault: Fault | None = None, p2p_verbose: bool | None = None,
                  record_posts: bool = False,
                  gather_into: Sequence[nn.Module] | None = None,
-                 checkpoints: bool = False) -> None:
+                 checkpoints: bool = False, record: str | Recording = "full") -> None:
         if not dist.is_initialized():
             raise RuntimeError("DistributedExecutor needs an initialized process group "
                                "(use pipemare_lite.engine.distributed.launch.launch or torchrun)")
@@ -131,10 +137,12 @@ class DistributedExecutor:
             device = f"cuda:{torch.cuda.current_device()}" if self.backend == "nccl" else "cpu"
         self.device = torch.device(device)
         self.stages = schedule.stages_of(self.rank)
+        self.recording = recording(record)
         self.workers, _ = build_stage_workers(
             schedule, self._own_modules(stage_modules), loss_fn=loss_fn,
             optimizer_factory=optimizer_factory, options=method_options,
-            device_of=lambda s: self.device, lr_scheduler_factory=lr_scheduler_factory)
+            device_of=lambda s: self.device, lr_scheduler_factory=lr_scheduler_factory,
+            record=self.recording)
         self.board = board or faults.StatusBoard(self.rank, world)
         self.record_gradients, self.track_bytes = record_gradients, track_bytes
         self.fault = fault if fault is not None and fault.rank == self.rank else None
@@ -153,7 +161,8 @@ class DistributedExecutor:
             posted=[] if record_posts else None)
         self.interpreter = Interpreter(
             self.workers, schedule.num_virtual_stages - 1, self.transport,
-            devices=[self.device] if self.device.type == "cuda" else [])
+            devices=[self.device] if self.device.type == "cuda" else [],
+            timed=self.recording.trace)
         self._failed = False  # a run raised: close() does not wait for the threads
         self._progress = PeerProgress(schedule) if checkpoints else None
         if checkpoints:
@@ -395,8 +404,10 @@ class DistributedExecutor:
         self.transport.microbatches = self._feed = microbatches
         interpreter.applied_gradients = ({s: [] for s in self.stages}
                                          if self.record_gradients else None)
-        meter = BytesMeter(self.workers, {rank: self.stages}) if self.track_bytes else None
-        recorder = Recorder(interpreter, meter)
+        recording = self.recording
+        meter = (BytesMeter(self.workers, {rank: self.stages}, every_action=recording.trace)
+                 if self.track_bytes and recording.peak_bytes else None)
+        recorder = Recorder(interpreter, meter) if recording.trace else None
         first_post = len(posted) if posted is not None else 0
 
         def done() -> bool:
@@ -404,7 +415,8 @@ class DistributedExecutor:
                 w.versions.version >= stop_after_updates for w in self.workers.values()))
 
         self._collective("the barrier before the run", lambda: dist.barrier(async_op=True))
-        recorder.start()  # common time origin: everyone just left the barrier
+        if recorder is not None:
+            recorder.start()  # common time origin: everyone just left the barrier
         while not done():
             position = self.position
             action = row[position]
@@ -413,7 +425,10 @@ class DistributedExecutor:
                 self.fault.trigger(action)
             start, end = interpreter.step(action)
             self.position += 1
-            recorder.record(rank, action, start, end)
+            if recorder is not None:
+                recorder.record(rank, action, start, end)
+            elif meter is not None:  # without a trace, the meter alone is told
+                meter.after_action(rank, action)
         self.transport.microbatches = ()
         if self._progress is not None:  # where every rank stopped; forget what was consumed
             self._progress.advance(stop_after_updates)
@@ -431,7 +446,8 @@ class DistributedExecutor:
         states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
                   for s, w in self.workers.items()}
         return RankResult(
-            rank, recorder.timed_actions(), records.pop("losses"), recorder.versions,
+            rank, [] if recorder is None else recorder.timed_actions(), records.pop("losses"),
+            {} if recorder is None else recorder.versions, traced=recorder is not None,
             state_dicts=states, gradients=interpreter.applied_gradients or {},
             peak_bytes=meter.peaks if meter is not None else {},
             wait_seconds=self.transport.waiter.wait_seconds,
