@@ -178,7 +178,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "--executor",
         choices=sorted(EXECUTORS),
         default="local",
-        help="local: one process; dist: one process per stage (torchrun)",
+        help="local: one process; dist: one process per stage (started here, on this "
+        "machine, with a store on 127.0.0.1 only; or by torchrun)",
     )
     parser.add_argument("--op-timeout", type=float, default=120.0, metavar="SECONDS",
                         help="--executor dist: seconds any single wait on a message or on "
@@ -480,6 +481,8 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     if threads is not None and threads < 1:
         raise ValueError(f"--threads must be a positive integer, got {threads}")
     _check_output_paths(args)
+    if args.executor == "dist" and _outside_any_job():
+        return _launch_ranks(args, prog)
     interleaved = args.method == "interleaved" and args.schedule is None
     pieces = args.stages * (args.chunks or (2 if interleaved else 1))
     model, data = build_model_and_data(
@@ -569,6 +572,39 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     if history.diverged:
         print(f"  DIVERGED: {history.divergence}")
     return 0
+
+
+def _outside_any_job() -> bool:
+    """True when neither torchrun nor :func:`~pipemare_lite.engine.distributed.launch.launch`
+    started this process (no ``RANK`` in the environment, no job joined)."""
+    from pipemare_lite.engine.distributed.launch import current
+
+    return "RANK" not in os.environ and current() is None
+
+
+def _launch_ranks(args: argparse.Namespace, prog: str) -> int:
+    """``--executor dist`` started from a shell without torchrun: one process per rank on
+    this machine, by :func:`~pipemare_lite.engine.distributed.launch.launch`, whose store
+    listens on 127.0.0.1 only (torchrun's listens on every interface, whatever address it
+    is given). Each rank runs this same command (rank 0 reports); returns rank 0's exit
+    status, or 1 with the launcher's report when a rank failed."""
+    import math
+
+    from pipemare_lite.engine.distributed.launch import LaunchError, launch
+
+    try:  # one process per rank (--stages); a rank's chunks share its process
+        codes = launch(_train_rank, args.stages, args=(args, prog), timeout=math.inf,
+                       op_timeout=args.op_timeout, num_threads=getattr(args, "threads", 1),
+                       imports=tuple(getattr(args, "plugin", None) or ()))
+    except LaunchError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    return codes[0]
+
+
+def _train_rank(info, args: argparse.Namespace, prog: str) -> int:
+    """One rank of :func:`_launch_ranks`: the command itself, inside the launched job."""
+    return run_from_args(args, prog=prog)
 
 
 def _set_threads(threads: int | None) -> int | None:
