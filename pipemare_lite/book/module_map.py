@@ -189,6 +189,8 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.schedules.validation": "02",
     "pipemare_lite.schedules.weight_modes": "02",
     "pipemare_lite.schedules.builders.zero_bubble": "04",
+    "pipemare_lite.schedules.builders.zero_bubble_v": "04",
+    "pipemare_lite.schedules.builders.dualpipe": "04",
     "pipemare_lite.training": "01",
     "pipemare_lite.training.__main__": "-",
     "pipemare_lite.training.checkpoint": "11",
