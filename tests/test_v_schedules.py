@@ -1,11 +1,11 @@
-"""Placement as data and the V-shaped schedules (issue 34): ZB-V and DualPipeV.
+"""Placement as data and the schedules of issue 34: ZB-H2, and the V-shaped ZB-V and DualPipeV.
 
 - placement: the default is round robin (every existing schedule unchanged); a schedule
   carries its own map, the validator, the simulator's messages and the file formats read it,
   and a bad map is refused naming the value;
-- ZB-V and DualPipeV put 2P chunks on a V (rank r holds r and 2P-1-r), train bitwise equal
-  to one-device gradient accumulation with the local executor, and with the distributed one
-  (P = 2 and 4, gloo), which also equals the local one bitwise;
+- ZB-V and DualPipeV put 2P chunks on a V (rank r holds r and 2P-1-r); they and ZB-H2
+  train bitwise equal to one-device gradient accumulation with the local executor, and with
+  the distributed one (P = 2 and 4, gloo), which also equals the local one bitwise;
 - their bubble and peak activations equal the closed forms in
   :mod:`pipemare_lite.analysis.formulas` on the simulator.
 """
@@ -29,6 +29,7 @@ from pipemare_lite.schedules.io import from_csv, from_json, from_rows, to_csv, t
 from tests.references import gradient_accumulation
 
 V_NAMES = ("zb-v", "dualpipev")
+NEW_NAMES = ("zb-h2", *V_NAMES)
 WIDTH, SAMPLES = 5, 3
 
 
@@ -119,7 +120,7 @@ def data(count: int, seed: int = 1):
 
 
 @pytest.mark.usefixtures("one_thread")
-@pytest.mark.parametrize("name", V_NAMES)
+@pytest.mark.parametrize("name", NEW_NAMES)
 @pytest.mark.parametrize("P", [1, 2, 4])
 def test_local_executor_equals_gradient_accumulation_bitwise(name, P):
     N, K = 2 * P + 1, 2
@@ -166,9 +167,9 @@ def test_distributed_equals_local_and_gradient_accumulation_bitwise(P):
     from pipemare_lite.engine.distributed.jobs import DistJob, run_distributed_jobs
 
     N, K = 2 * P, 2
-    jobs = [DistJob(build_schedule(name, P, N, num_minibatches=K), dist_stages(2 * P),
-                    dist_data(N * K), F.cross_entropy, DIST_OPTIMIZER, record_gradients=True)
-            for name in V_NAMES]
+    schedules = [build_schedule(name, P, N, num_minibatches=K) for name in NEW_NAMES]
+    jobs = [DistJob(s, dist_stages(s.num_virtual_stages), dist_data(N * K), F.cross_entropy,
+                    DIST_OPTIMIZER, record_gradients=True) for s in schedules]
     results = run_distributed_jobs(jobs, timeout=240, op_timeout=60)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -211,6 +212,11 @@ def test_bubble_and_peak_equal_the_closed_forms(P, extra, K, unit):
     assert dp.makespan == pytest.approx(f.makespan_dualpipe_v(P, M, K, unit))
     assert dp.idle_fraction == pytest.approx(f.idle_fraction_dualpipe_v(P, M, K))
     assert dp.peak_inflight == (f.peak_inflight_dualpipe_v(P, M),) * P
+    M -= 1
+    h2 = metrics(simulate(build_schedule("zb-h2", P, M, num_minibatches=K), costs))
+    assert h2.makespan == pytest.approx(f.makespan_zb_h2(P, M, K, unit))
+    assert h2.idle_fraction == pytest.approx(f.idle_fraction_zb_h2(P, M, K))
+    assert h2.peak_inflight == (f.peak_inflight_zb_h2(P, M),) * P
 
 
 def test_closed_forms_refuse_too_few_microbatches():

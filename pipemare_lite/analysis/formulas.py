@@ -120,6 +120,39 @@ def idle_fraction_zb_h1(P: int, M: int, forward=1.0, input_grad=1.0, weight_grad
     return 1.0 - M * (forward + input_grad + weight_grad) / makespan
 
 
+def makespan_zb_h2(P: int, M: int, K: int = 1, forward: float = 1.0) -> float:
+    """ZB-H2 as built by :func:`pipemare_lite.schedules.zb_h2` (chapter 04), F = I = W,
+    M >= 2P-1, K minibatches: (3KM + P-1) F.
+
+    Derivation: rank s waits sF for microbatch 0. It may hold 2P-1 activations, and the
+    first input gradient comes back to stage s at (2P-1-s)F, after exactly 2P-1-2s forwards
+    of its own: it never waits for one; afterwards an I arrives every time the stage has room
+    for it, and the W's it defers fill every other slot. So rank s runs gap-free from sF to
+    sF + 3KMF (a parallelogram; a rank-local flush lets minibatch k+1 start on rank 0 while
+    rank P-1 finishes minibatch k): the fill's (P-1)F is paid once per run. ZB-H1 pays
+    (P-1)F per minibatch (:func:`makespan_zb_h1`).
+    """
+    _check(P=P, M=M, K=K)
+    if M < 2 * P - 1:
+        raise ValueError(f"makespan_zb_h2: M={M} < 2P-1={2 * P - 1}; allowed: M >= 2P-1 "
+                         "(else simulate)")
+    return (3 * K * M + P - 1) * forward
+
+
+def idle_fraction_zb_h2(P: int, M: int, K: int = 1) -> float:
+    """ZB-H2, F = I = W: (P-1) / (3KM + P-1) (busy 3KMF per rank, :func:`makespan_zb_h2`)."""
+    return (P - 1) / makespan_zb_h2(P, M, K)
+
+
+def peak_inflight_zb_h2(P: int, M: int) -> int:
+    """ZB-H2, every stage: 2P-1 activations for M >= 2P-1 (the cap its builder keeps; ZB-H1
+    holds P, 1F1B's stage 0 P): the memory ZB-H2 pays for its bubble."""
+    _check(P=P, M=M)
+    if M < 2 * P - 1:
+        raise ValueError(f"peak_inflight_zb_h2: M={M} < 2P-1={2 * P - 1}; allowed: M >= 2P-1")
+    return 2 * P - 1
+
+
 def makespan_zb_v(P: int, M: int, K: int = 1, forward: float = 1.0) -> float:
     """ZB-V as built by :func:`pipemare_lite.schedules.zb_v` (chapter 04), F = I = W per
     chunk, M >= 2P-1, K minibatches: (6KM + P-1) F.

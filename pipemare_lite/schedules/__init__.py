@@ -29,7 +29,7 @@ from pipemare_lite.schedules.builders.interleaved import interleaved
 from pipemare_lite.schedules.builders.naive import naive
 from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b
 from pipemare_lite.schedules.builders.pipedream import pipedream, two_bw
-from pipemare_lite.schedules.builders.zero_bubble import zb_h1
+from pipemare_lite.schedules.builders.zero_bubble import zb_h1, zb_h2
 from pipemare_lite.schedules.builders.zero_bubble_v import zb_v
 from pipemare_lite.schedules.registry import ALIASES, ASYNC_NAMES, SCHEDULE_NAMES, build_schedule
 from pipemare_lite.schedules.validation import ScheduleError, execution_order, validate
@@ -39,7 +39,7 @@ __all__ = [
     "Action", "Schedule", "KINDS", "WEIGHT_MODES", "WeightMode", "get_weight_mode",
     "FORWARD", "BACKWARD", "INPUT_GRAD", "WEIGHT_GRAD", "UPDATE",
     "SCHEDULE_NAMES", "ALIASES", "ASYNC_NAMES", "build_schedule",
-    "naive", "gpipe", "one_f_one_b", "interleaved", "zb_h1", "zb_v", "dualpipe_v",
+    "naive", "gpipe", "one_f_one_b", "interleaved", "zb_h1", "zb_h2", "zb_v", "dualpipe_v",
     "pipedream", "two_bw", "round_robin_placement", "v_placement", "placement_named",
     "async_pipeline", "validate", "execution_order", "ScheduleError",
 ]

@@ -18,7 +18,7 @@ from pipemare_lite.schedules.builders.interleaved import interleaved
 from pipemare_lite.schedules.builders.naive import naive
 from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b
 from pipemare_lite.schedules.builders.pipedream import pipedream, two_bw
-from pipemare_lite.schedules.builders.zero_bubble import zb_h1
+from pipemare_lite.schedules.builders.zero_bubble import zb_h1, zb_h2
 from pipemare_lite.schedules.builders.zero_bubble_v import zb_v
 from pipemare_lite.schedules.validation import (
     BUILTIN_WEIGHT_MODES,
@@ -51,6 +51,7 @@ SCHEDULE_TABLE: tuple[tuple[str, Builder, WeightMode], ...] = (
     ("1f1b", lambda P, N, K, v, W: one_f_one_b(P, N, K), SYNC),
     ("interleaved", lambda P, N, K, v, W: interleaved(P, N, v, K), SYNC),
     ("zb-h1", lambda P, N, K, v, W: zb_h1(P, N, K), SYNC),
+    ("zb-h2", lambda P, N, K, v, W: zb_h2(P, N, K), SYNC),
     ("zb-v", lambda P, N, K, v, W: zb_v(P, N, K), SYNC),
     ("dualpipev", lambda P, N, K, v, W: dualpipe_v(P, N, K), SYNC),
     ("pipedream", lambda P, N, K, v, W: pipedream(P, N, K, W), STASH),
