@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
+import re
 
 import pytest
 import torch
@@ -226,3 +228,73 @@ def test_closed_forms_refuse_too_few_microbatches():
         f.makespan_zb_v(4, 6)
     with pytest.raises(ValueError, match=r"M=7 < 2P=8; allowed: M >= 2P"):
         f.peak_inflight_dualpipe_v(4, 7)
+
+
+# ---------------------------------------------------------------- the CLI
+def test_cli_builds_the_new_names_and_reads_a_placement(tmp_path, capsys):
+    from pipemare_lite.cli import main
+
+    assert main(["schedule", "zb-v", "-P", "2", "-M", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "placement: rank 0 holds [0, 3], rank 1 holds [1, 2]" in out
+    assert "rank 0  | 0F0 0F1 0F2 3F0 3I0 3W0" in out
+    assert main(["schedule", "dualpipev", "-P", "2", "-M", "4", "--save",
+                 str(tmp_path / "d.csv")]) == 0
+    capsys.readouterr()
+    text = (tmp_path / "d.csv").read_text()
+    assert text.startswith("placement,0,1,1,0\n")
+    (tmp_path / "bare.csv").write_text(text.split("\n", 1)[1])  # the rows alone
+    for extra in (["--placement", "v"], ["--placement", "0,1,1,0"], ["--placement", "rows"]):
+        assert main(["schedule", "--from", str(tmp_path / "bare.csv"), "--json", *extra]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["placement"] == [0, 1, 1, 0] and report["chunks"] == 2
+    assert main(["schedule", "--from", str(tmp_path / "d.csv"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["placement"] == [0, 1, 1, 0]
+    for extra, message in ([[], r"names stage 3; allowed: 0\.\.1 .*--placement v for a V"],
+                           [["--placement", "0,1"], r"placement \(0, 1\) has 2 entries; "
+                                                    r"allowed: one rank per virtual stage, 4"],
+                           [["--placement", "x"], r"--placement='x': allowed: loop, v, rows"]):
+        assert main(["schedule", "--from", str(tmp_path / "bare.csv"), *extra]) == 2
+        assert re.search(message, capsys.readouterr().err)
+
+
+# ---------------------------------------------------------------- moving an order
+def test_an_order_moved_to_another_placement_runs_or_says_why():
+    from pipemare_lite.schedules import on_placement
+
+    zbv = build_schedule("zb-v", 2, 4)
+    same = on_placement(zbv, "v")  # onto its own placement: the same rows
+    assert same.ranks == zbv.ranks and same.name == "custom" and "zb-v's order" in same.notes[-1]
+    with pytest.raises(ScheduleError, match=r"deadlocks"):  # its order needs the V
+        on_placement(zbv, "loop")
+    looped = on_placement(build_schedule("interleaved", 2, 4, chunks=2), "loop")
+    assert looped.placement == (0, 1, 0, 1)
+    with pytest.raises(ValueError, match=r"unknown placement style 'w'"):
+        on_placement(zbv, "w")
+
+
+def test_the_explorer_switches_placement_and_shows_the_refusal():
+    from pipemare_lite.figures.widgets import schedule_explorer
+
+    w = schedule_explorer("zb-v", stages=4, microbatches=8)
+    assert w.error is None and w.schedule.placement == (0, 1, 2, 3, 3, 2, 1, 0)
+    rows = {r[0]: r for r in _cells(w.summary.value)}
+    assert rows["makespan"][1] == rows["makespan"][3]  # measured == closed form
+    w.controls["placement"].value = "loop"
+    assert w.error is not None and "deadlocks" in w.error
+    w.set(schedule="interleaved", chunks=2)
+    assert w.error is None and w.schedule.placement == (0, 1, 2, 3, 0, 1, 2, 3)
+    w.controls["placement"].value = "v"  # interleaved's order on a V: refused too
+    assert "deadlocks" in w.error
+    for name in ("zb-h2", "dualpipev"):
+        w.set(schedule=name, placement="as built")
+        rows = {r[0]: r for r in _cells(w.summary.value)}
+        assert w.error is None and rows["makespan"][1] == rows["makespan"][3], name
+        assert rows["idle fraction"][1] == rows["idle fraction"][3], name
+
+
+def _cells(table_html: str) -> list[list[str]]:
+    """The text of each table row's cells."""
+    rows = re.findall(r"<tr>(.*?)</tr>", table_html)
+    return [[re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<t[dh]>(.*?)</t[dh]>", row)]
+            for row in rows]

@@ -23,6 +23,7 @@ from pipemare_lite.schedules.actions import (
     v_placement,
 )
 from pipemare_lite.schedules.builders.async_pipeline import async_pipeline
+from pipemare_lite.schedules.builders.common import on_placement
 from pipemare_lite.schedules.builders.dualpipe import dualpipe_v
 from pipemare_lite.schedules.builders.gpipe import gpipe
 from pipemare_lite.schedules.builders.interleaved import interleaved
@@ -41,5 +42,6 @@ __all__ = [
     "SCHEDULE_NAMES", "ALIASES", "ASYNC_NAMES", "build_schedule",
     "naive", "gpipe", "one_f_one_b", "interleaved", "zb_h1", "zb_h2", "zb_v", "dualpipe_v",
     "pipedream", "two_bw", "round_robin_placement", "v_placement", "placement_named",
+    "on_placement",
     "async_pipeline", "validate", "execution_order", "ScheduleError",
 ]

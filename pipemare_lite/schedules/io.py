@@ -71,7 +71,8 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
     updates per stage, or the microbatches divided by ``num_microbatches``. ``weight_mode``
     None: the mode a builder's ``name`` implies, else derived (see the module's docstring).
     ``placement``: None (round robin), a style (``"loop"``, ``"v"``), ``"rows"`` (each
-    stage on the rank whose row runs it) or one rank per virtual stage.
+    stage on the rank whose row runs it) or one rank per virtual stage; with a placement,
+    ``chunks=1`` is read as "what the rows name" (a V schedule's rows name 2P stages).
     """
     ranks = []
     for r, row in enumerate(rows):
@@ -96,6 +97,9 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
         ranks.append(parsed)
     if not ranks:
         raise ScheduleError("no rows: allowed: one row of actions per rank (at least one)")
+    named = 1 + max((a.stage for row in ranks for a in row), default=0)
+    if placement is not None and chunks == 1 and named % len(ranks) == 0:
+        chunks = named // len(ranks)  # e.g. a V's 2P stages: the placement says where
     has_updates = any(a.kind == "U" for row in ranks for a in row)
     if num_microbatches is None:
         num_microbatches = _infer_microbatches(ranks, has_updates)

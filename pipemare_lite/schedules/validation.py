@@ -287,7 +287,9 @@ def _forward_problem(s: Schedule, rank, position, a, flushed: int) -> str:
 def _misplaced(s: Schedule, rank: int, position: int, a) -> str:
     if a.stage >= s.num_virtual_stages:
         allowed = f"0..{s.num_virtual_stages - 1}"
-        return f"{_at(rank, position, a)} names stage {a.stage}; allowed: {allowed}"
+        return (f"{_at(rank, position, a)} names stage {a.stage}; allowed: {allowed} "
+                f"(P={s.num_ranks} x chunks={s.chunks}; a file with more stages per rank needs "
+                "chunks, or a placement, e.g. --placement v for a V)")
     if s.round_robin:
         where = f"virtual stage s lives on rank s % {s.num_ranks}"
     else:
