@@ -27,9 +27,7 @@ measured by training (the stored experiment), not by the schedule. Torch-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from pipemare_lite.analysis.memory import KINDS, MemoryProfile, memory_by_kind
 from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure
