@@ -298,3 +298,28 @@ def _cells(table_html: str) -> list[list[str]]:
     rows = re.findall(r"<tr>(.*?)</tr>", table_html)
     return [[re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<t[dh]>(.*?)</t[dh]>", row)]
             for row in rows]
+
+
+# ---------------------------------------------------------------- the side-by-side table
+@pytest.mark.parametrize("P,M", [(4, 8), (8, 16), (2, 6)])
+def test_side_by_side_rows_are_the_closed_forms(P, M):
+    from pipemare_lite.analysis import formulas as f
+    from pipemare_lite.analysis.side_by_side import side_by_side_text, sync_side_by_side
+
+    rows = {row.name: row for row in sync_side_by_side(P, M)}
+    assert list(rows) == ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev"]
+    assert rows["1f1b"].utilization == pytest.approx(f.utilization_gpipe(P, M))
+    assert rows["1f1b"].peak == tuple(f.peak_inflight_1f1b(P, M, s) for s in range(P))
+    assert rows["interleaved"].utilization == pytest.approx(
+        1 - f.idle_fraction_interleaved(P, M, 2))
+    assert rows["zb-h1"].utilization == pytest.approx(1 - f.idle_fraction_zb_h1(P, M))
+    assert rows["zb-h2"].steady == pytest.approx(1.0)  # the next minibatch fills the slope
+    assert rows["zb-h2"].peak == (f.peak_inflight_zb_h2(P, M),) * P
+    assert rows["zb-v"].utilization == pytest.approx(1 - f.idle_fraction_zb_v(P, M))
+    assert rows["zb-v"].steady == pytest.approx(1.0)
+    assert rows["zb-v"].peak == (f.peak_inflight_zb_v(P, M) / 2,) * P  # half-stage chunks
+    assert rows["dualpipev"].steady == pytest.approx(1 - f.idle_fraction_dualpipe_v(P, M))
+    assert rows["dualpipev"].peak == (f.peak_inflight_dualpipe_v(P, M) / 2,) * P
+    for name in ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipev"):  # wait for the last rank
+        assert rows[name].steady == pytest.approx(rows[name].utilization)
+    assert side_by_side_text(P, M).count("\n") == 8
