@@ -34,6 +34,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.analysis": "01",
     "pipemare_lite.analysis.formulas": "01",
     "pipemare_lite.analysis.memory": "03",
+    "pipemare_lite.analysis.side_by_side": "04",
     "pipemare_lite.analysis.simulate": "02",
     "pipemare_lite.analysis.stage_lr": "08",
     "pipemare_lite.analysis.stage_stability": "07",
@@ -193,6 +194,8 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.schedules.validation": "02",
     "pipemare_lite.schedules.weight_modes": "02",
     "pipemare_lite.schedules.builders.zero_bubble": "04",
+    "pipemare_lite.schedules.builders.zero_bubble_v": "04",
+    "pipemare_lite.schedules.builders.dualpipe": "04",
     "pipemare_lite.training": "01",
     "pipemare_lite.training.__main__": "-",
     "pipemare_lite.training.checkpoint": "11",
@@ -296,7 +299,7 @@ def resolve(module: str, name: str, modules: frozenset[str]) -> set[str]:
     """The modules that ``from module import name`` reaches: ``module`` and where ``name`` lives.
 
     A submodule is itself; a name a package re-exports is followed to the module that
-    defines it (``from pipemare_lite.schedules import gpipe`` -> ``schedules.gpipe``).
+    defines it (``from pipemare_lite.schedules import gpipe`` -> ``schedules.builders.gpipe``).
     """
     reached = {module} if module in modules else set()
     for _ in range(8):  # re-exports of re-exports; a package never nests deeper

@@ -87,7 +87,7 @@ def build_explored_schedule(method: str, stages: int, microbatches: int, minibat
 def _exact(schedule, stage: int, position: int, tick_order: str):
     try:
         return exact_forward_delay(schedule.name, schedule.num_ranks,
-                                   schedule.num_microbatches, stage % schedule.num_ranks,
+                                   schedule.num_microbatches, schedule.rank_of(stage),
                                    position, backward_first=tick_order == "backward_first")
     except ValueError:
         return None
@@ -127,7 +127,7 @@ def delay_table_html(schedule, table, tick_order: str = "forward_first",
     rows = []
     for d in delays:
         try:
-            recalled = str(expected_forward_delay(schedule.name, P, N, d.stage % P))
+            recalled = str(expected_forward_delay(schedule.name, P, N, schedule.rank_of(d.stage)))
         except ValueError:
             recalled = "n/a"
         exact = [_exact(schedule, d.stage, j, tick_order) for j in range(N)]
