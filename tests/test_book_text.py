@@ -361,3 +361,69 @@ def test_the_command_check_catches_the_old_torchrun_command():
     assert command_problem("make", "no-such-target", None) is not None
     new = old.replace("training.fit", "training")
     assert command_problem(*command_invocation(new)) is None
+
+
+# ------------------------------------------------------------------------------ 5. outputs
+
+# calls whose value the reader must see: a figure or widget is shown only as a cell's last
+# value; a bare seeding call as a cell's last value prints an object's repr instead
+SEEDING_CALLS = {"manual_seed"}
+
+
+def _figure_names() -> set[str]:
+    import pipemare_lite.figures.viz as viz
+    import pipemare_lite.figures.widgets as figure_widgets
+
+    names = set(viz.__all__) | set(figure_widgets.__all__)
+    return names - {"divergence_step", "idle_intervals", "gantt_traces"}  # they return data
+
+
+def _call_name(node) -> str | None:
+    import ast
+
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        func = node.value.func
+        return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return None
+
+
+def cell_output_problems(source: str, figures: set[str]) -> list[str]:
+    """Why a code cell's output is not what it means to show (empty when it is)."""
+    import ast
+
+    try:
+        body = ast.parse(re.sub(r"^[%!].*$", "", source, flags=re.M)).body
+    except SyntaxError:
+        return []
+    if not body:
+        return []
+    last, problems = body[-1], []
+    if _call_name(last) in SEEDING_CALLS:
+        problems.append(f"the cell ends in {_call_name(last)}(...): it prints a Generator's repr")
+    if isinstance(last, (ast.If, ast.For, ast.While, ast.With, ast.Try)):
+        for inner in ast.walk(last):
+            if isinstance(inner, ast.Expr) and _call_name(inner) in figures:
+                problems.append(f"{_call_name(inner)}(...) inside a block is never shown; "
+                                "assign it and end the cell with it")
+    return problems
+
+
+def test_every_figure_and_value_a_cell_ends_with_is_shown():
+    figures, problems = _figure_names(), []
+    for path in CHAPTERS:
+        for i, cell in enumerate(_cells(path)):
+            if cell["cell_type"] == "code":
+                problems += [f"{path.name}[{i}]: {p}"
+                             for p in cell_output_problems(_source(cell), figures)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_output_check_catches_the_old_cells():
+    # issue 30: chapter 12 [31] drew memory_bars inside an if; chapter 11 [2] ended in a seed
+    figures = _figure_names()
+    old = ['if stored is not None:\n    memory_bars(rows, labels=labels, title="peak")',
+           "import torch\n\ntorch.manual_seed(0)"]
+    assert [len(cell_output_problems(s, figures)) for s in old] == [1, 1]
+    new = ['figure = None\nif stored is not None:\n    figure = memory_bars(rows)\nfigure',
+           "import torch\n\ntorch.manual_seed(0)\ntorch.set_num_threads(1)"]
+    assert [cell_output_problems(s, figures) for s in new] == [[], []]

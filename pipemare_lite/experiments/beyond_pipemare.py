@@ -112,7 +112,7 @@ def train(row: Row, seed: int, *, method: str | None = None) -> dict:
     return {
         "seed": seed,
         "final_accuracy": history.final_accuracy,
-        "quality": 0.0 if history.diverged else history.final_accuracy,
+        "quality": record.seed_quality(history.final_accuracy, history.diverged),
         "final_loss": history.final_loss,
         "diverged": history.diverged,
         "steps": history.steps,
