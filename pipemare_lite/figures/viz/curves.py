@@ -43,7 +43,10 @@ def curve(history, metric: str = "loss", name: str = "history") -> Curve:
     diverged = bool(history.get("diverged", False))
     if metric in history:
         values = list(history[metric])
-        steps = list(history["step"]) if "step" in history else list(range(len(values)))
+        # a history's k-th value is step k, counted from 1 like the engine's divergence_step
+        # and the evals' "step" (a legend must name the step the printed outcome names)
+        steps = (list(history["step"]) if "step" in history
+                 else list(range(1, len(values) + 1)))
         if len(steps) != len(values):
             raise ValueError(
                 f"history {name!r}: {len(steps)} steps but {len(values)} {metric} values"
