@@ -137,6 +137,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.figures.viz.lr_schedules": "08",
     "pipemare_lite.figures.viz.memory": "03",
     "pipemare_lite.figures.viz.renderer": "-",
+    "pipemare_lite.figures.viz.round_trip": "05",
     "pipemare_lite.figures.viz.stability": "06",
     "pipemare_lite.figures.viz.stages": "07",
     "pipemare_lite.figures.viz.staleness": "05",
