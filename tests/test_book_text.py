@@ -427,3 +427,36 @@ def test_the_output_check_catches_the_old_cells():
     new = ['figure = None\nif stored is not None:\n    figure = memory_bars(rows)\nfigure',
            "import torch\n\ntorch.manual_seed(0)\ntorch.set_num_threads(1)"]
     assert [cell_output_problems(s, figures) for s in new] == [[], []]
+
+
+# ------------------------------------------------------------------------------ 6. takeaways
+
+TAKEAWAY = "> **Takeaway.**"
+# chapter 04 belongs to the branch that rewrites it (V-shaped schedules); it gets its box there
+TAKEAWAY_PENDING = {"04"}
+
+
+def takeaway_problem(cells: list[dict]) -> str | None:
+    """Why a chapter does not close with a takeaway box of three to five sentences."""
+    last = _source(cells[-1]) if cells else ""
+    if cells[-1]["cell_type"] != "markdown" or not last.startswith(TAKEAWAY):
+        return f"the last cell is not a '{TAKEAWAY}' box"
+    text = re.sub(r"^> ?", "", last, flags=re.M).removeprefix("**Takeaway.**").strip()
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z0-9*])", text) if s]
+    if not 3 <= len(sentences) <= 5:
+        return f"the takeaway has {len(sentences)} sentences; three to five are asked for"
+    return None
+
+
+def test_every_chapter_closes_with_a_takeaway_box():
+    problems = {p.name[:2]: takeaway_problem(_cells(p)) for p in CHAPTERS}
+    missing = {number for number, problem in problems.items() if problem}
+    assert missing == TAKEAWAY_PENDING, {n: problems[n] for n in missing ^ TAKEAWAY_PENDING}
+
+
+def test_the_takeaway_check_catches_a_missing_or_long_box():
+    summary = _md("## Summary\n\n- one\n- two")
+    assert "not a" in takeaway_problem([summary])
+    long = _md(TAKEAWAY + " " + " ".join(f"Sentence {i} ends." for i in range(6)))
+    assert "6 sentences" in takeaway_problem([summary, long])
+    assert takeaway_problem([summary, _md(TAKEAWAY + " One. Two. Three.")]) is None
