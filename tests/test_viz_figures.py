@@ -227,3 +227,6 @@ def test_the_legend_names_the_step_the_engine_reports():
                "evals": []}
     fig = loss_curves({"async": history})
     assert fig.data[0].name == f"async (diverged at step {history['divergence_step']})"
+    # a history that recorded only its finite losses still names the step fit() reported
+    finite_only = {**history, "loss": [2.0, 5.0]}
+    assert loss_curves({"async": finite_only}).data[0].name == "async (diverged at step 3)"
