@@ -52,6 +52,7 @@ def test_the_figure_labels_stash_no_stash_and_t2(schedules):
     assert t2[0] == f"B v{first['version_at_backward']}−{gap}δ"
     assert stash[0] == f"B v{round_trip(schedules['pipedream'], M)[0]['version_at_forward']}"
     assert backward_label(3, 3, t2=True) == "v3"  # nothing to correct
+    assert backward_label(3, 4, t2=True) == "v4−δ"
     with pytest.raises(ValueError, match="at least one"):
         round_trip_figure({}, 0)
     with pytest.raises(TypeError, match="expected a Schedule"):

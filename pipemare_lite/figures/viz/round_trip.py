@@ -51,7 +51,7 @@ def backward_label(version_at_forward: int, version_at_backward: int, t2: bool) 
     """What a backward reads: ``v5`` (current or stashed), or T2's ``v5−2δ`` (chapter 09)."""
     gap = version_at_backward - version_at_forward
     if t2 and gap > 0:
-        return f"v{version_at_backward}−{gap}δ"
+        return f"v{version_at_backward}−{gap if gap > 1 else ''}δ"
     return f"v{version_at_backward}"
 
 
@@ -101,8 +101,10 @@ def round_trip_figure(
     """
     items = _check(schedules)
     corrected = set(t2)
-    fig = make_subplots(rows=len(items), cols=1, vertical_spacing=0.12,
-                        subplot_titles=[name for name, _ in items])
+    # a panel's height grows with its stages, so that the boxes of a deep pipeline stay legible
+    heights = [90 + 34 * schedule.num_virtual_stages for _, schedule in items]
+    fig = make_subplots(rows=len(items), cols=1, vertical_spacing=110 / (sum(heights) + 110),
+                        row_heights=heights, subplot_titles=[name for name, _ in items])
     color = microbatch_color(microbatch)
     for row, (name, schedule) in enumerate(items, start=1):
         trip = round_trip(schedule, microbatch)
@@ -122,7 +124,9 @@ def round_trip_figure(
         for kind, (base, length, stages, text) in boxes.items():
             fig.add_trace(go.Bar(
                 base=base, x=length, y=stages, orientation="h", text=text,
-                textposition="inside", insidetextanchor="middle", width=0.7,
+                # a label that does not fit its box goes beside it, level, in black
+                textposition="auto", textangle=0, insidetextanchor="middle", width=0.7,
+                outsidetextfont={"color": "black"}, cliponaxis=False,
                 marker={"color": op_color(kind, microbatch),
                         "line": {"color": "black", "width": 1}},
                 textfont={"color": "white"}, name=f"{kind} of microbatch {microbatch}",
@@ -140,7 +144,7 @@ def round_trip_figure(
             x=[t for t, _ in ticks], y=[s for _, s in ticks], mode="markers",
             marker={"symbol": "line-ns-open", "size": 16, "color": UPDATE_COLOR,
                     "line": {"width": 3}},
-            name="U: an update of that stage while the microbatch is away",
+            name="U: an update of that stage<br>while the microbatch is away",
             legendgroup="U", showlegend=row == 1), row=row, col=1)
         fig.update_yaxes(title={"text": "stage"}, autorange="reversed", tickmode="array",
                          tickvals=[s["stage"] for s in trip], row=row, col=1)
@@ -149,9 +153,10 @@ def round_trip_figure(
     fig.update_layout(
         title={"text": title or f"microbatch {microbatch}: the weight version each F and B "
                                 "reads"},
-        barmode="overlay", plot_bgcolor="white", height=150 + 190 * len(items),
-        legend={"orientation": "h", "yanchor": "top", "y": -0.08, "x": 0},
-        margin={"l": 60, "r": 20, "t": 80, "b": 90})
+        barmode="overlay", plot_bgcolor="white", height=150 + sum(heights),
+        # beside the panels: below them it would cover the last time axis's title
+        legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"},
+        margin={"l": 60, "r": 200, "t": 80, "b": 50})
     return fig
 
 
@@ -183,7 +188,8 @@ def activation_lifetimes_figure(
     """
     items = _check(schedules)
     peaks = [metrics(simulate(s)).peak_inflight[stage] for _, s in items]
-    fig = make_subplots(rows=len(items), cols=1, vertical_spacing=0.14,
+    # one time axis for all panels: the lock-step run is shorter (no flush) but holds more
+    fig = make_subplots(rows=len(items), cols=1, vertical_spacing=0.12, shared_xaxes=True,
                         subplot_titles=[f"{name}: at most {peak} microbatches held on stage "
                                         f"{stage}" for (name, _), peak in zip(items, peaks)])
     for row, (_, schedule) in enumerate(items, start=1):
@@ -193,11 +199,12 @@ def activation_lifetimes_figure(
             y=[m for m, _, _ in lives], orientation="h", width=0.7,
             marker={"color": [microbatch_color(m) for m, _, _ in lives],
                     "line": {"color": "black", "width": 0.5}},
-            text=[f"mb {m}" for m, _, _ in lives], textposition="inside",
-            hoverinfo="text", showlegend=False), row=row, col=1)
+            text=[f"microbatch {m}" for m, _, _ in lives], textposition="inside",
+            insidetextanchor="start", textfont={"size": 10}, hoverinfo="text",
+            showlegend=False), row=row, col=1)
         fig.update_yaxes(title={"text": "microbatch"}, autorange="reversed", row=row, col=1)
-        fig.update_xaxes(title={"text": TIME_AXIS}, showgrid=True, gridcolor="#EEEEEE",
-                         row=row, col=1)
+        fig.update_xaxes(showgrid=True, gridcolor="#EEEEEE", row=row, col=1)
+    fig.update_xaxes(title={"text": TIME_AXIS}, row=len(items), col=1)
     fig.update_layout(
         title={"text": title or f"stage {stage}: each microbatch's activations, from its F "
                                 "to its B"},
