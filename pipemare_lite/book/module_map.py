@@ -141,6 +141,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.figures.viz.lr_schedules": "08",
     "pipemare_lite.figures.viz.memory": "03",
     "pipemare_lite.figures.viz.renderer": "-",
+    "pipemare_lite.figures.viz.round_trip": "05",
     "pipemare_lite.figures.viz.stability": "06",
     "pipemare_lite.figures.viz.stages": "07",
     "pipemare_lite.figures.viz.staleness": "05",
@@ -460,8 +461,13 @@ def render(directory: str | Path | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pipemare_lite.book.module_map``: print ``docs/module-map.md``."""
-    if argv if argv is not None else sys.argv[1:]:
-        raise SystemExit("usage: python -m pipemare_lite.book.module_map > docs/module-map.md")
+    argv = sys.argv[1:] if argv is None else argv
+    usage = "usage: python -m pipemare_lite.book.module_map > docs/module-map.md"
+    if argv in (["-h"], ["--help"]):
+        print(usage)  # asked for: a usage line and success, like every command the book shows
+        return 0
+    if argv:
+        raise SystemExit(usage)
     sys.stdout.write(render())
     return 0
 

@@ -82,6 +82,16 @@ def check_total_work(name: str, num_ranks: int, num_microbatches: int, num_minib
         )
 
 
+def size_range(key: str, num_minibatches: int = 1) -> tuple[int, int]:
+    """The integers ``low..high`` that :func:`check_sizes` allows for ``key``.
+
+    ``warmup_minibatches`` may be 0..``num_minibatches``; the other keys are in
+    :data:`LIMITS`. Widgets take their slider ranges from here, so a slider cannot offer a
+    value the engine refuses.
+    """
+    return LIMITS.get(key, (0, num_minibatches))
+
+
 def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
                 chunks: int = 1, warmup_minibatches: int = 0) -> None:
     """Raise :class:`ScheduleError` naming any size outside :data:`LIMITS` or an unknown name."""
@@ -95,7 +105,7 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
               "num_minibatches": num_minibatches, "chunks": chunks,
               "warmup_minibatches": warmup_minibatches}
     for key, value in values.items():
-        low, high = LIMITS.get(key, (0, num_minibatches))  # warm-up: 0..num_minibatches
+        low, high = size_range(key, num_minibatches)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ScheduleError(
                 f"{name}: {key}={value!r} is out of range; allowed: integers {low}..{high}"
