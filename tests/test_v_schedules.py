@@ -94,6 +94,13 @@ def test_files_carry_the_placement(name):
     assert text.splitlines()[0] == "placement,0,1,2,2,1,0"
     back = from_csv(text, name=name, num_microbatches=6, chunks=2)
     assert back == s
+    bad = json.loads(to_json(s))
+    bad["placement"] = [0, 1, 2, 2, 7, 0]
+    with pytest.raises(ScheduleError, match=r"placement\[4\] = 7: allowed: a rank in 0\.\.2"):
+        from_json(json.dumps(bad))
+    bad["placement"] = "sideways"
+    with pytest.raises(ScheduleError, match=r"placement='sideways'; allowed: None"):
+        from_json(json.dumps(bad))
     # round-robin schedules write no placement: old files and new ones are the same
     one = build_schedule("interleaved", 2, 4, chunks=2)
     assert "placement" not in to_json(one) and "placement" not in to_csv(one)

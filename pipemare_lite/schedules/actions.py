@@ -135,7 +135,8 @@ class Schedule:
         num_ranks: P, the number of ranks (devices).
         num_microbatches: N, microbatches per minibatch (PipeMare's N; GPipe's papers write M).
         num_minibatches: how many minibatches (optimizer steps per stage) the schedule runs.
-        chunks: v, model chunks (virtual stages) per rank; 1 unless interleaved.
+        chunks: v, model chunks (virtual stages) per rank; 1 unless interleaved (v) or
+            V-shaped (2).
         weight_mode: one of :data:`WEIGHT_MODES` (the name; :attr:`mode` is the rule).
         warmup_minibatches: the first W minibatches run synchronously (flushed).
         ranks: ``ranks[r]`` is rank r's ordered tuple of actions.

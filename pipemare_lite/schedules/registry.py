@@ -174,10 +174,11 @@ def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: 
     """Build schedule ``name`` with P=``num_ranks`` ranks and N=``num_microbatches`` per minibatch.
 
     ``chunks`` (v) only applies to "interleaved" (with v=1 it is 1F1B) and to registered
-    schedules; ``warmup_minibatches`` only to the asynchronous schedules (pipedream, 2bw,
-    async, registered ones whose weight mode is not "sync"); ``num_minibatches`` (K) repeats
-    flushed schedules K times and runs asynchronous ones for K updates per stage. "pipemare"
-    builds the "async" schedule (its name stays "async").
+    schedules; "zb-v" and "dualpipev" always have 2 per rank, on the V placement (chunks 1,
+    the default, or 2 accepted); ``warmup_minibatches`` only to the asynchronous schedules
+    (pipedream, 2bw, async, registered ones whose weight mode is not "sync");
+    ``num_minibatches`` (K) repeats flushed schedules K times and runs asynchronous ones for K
+    updates per stage. "pipemare" builds the "async" schedule (its name stays "async").
     """
     key = names.ALIASES.get(name, name)
     if key not in BUILDERS:
