@@ -567,7 +567,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
 def _outside_any_job() -> bool:
     """True when neither torchrun nor :func:`~pipemare_lite.engine.distributed.launch.launch`
     started this process (no ``RANK`` in the environment, no job joined)."""
-    from pipemare_lite.engine.distributed.launch import current
+    from pipemare_lite.engine.distributed.rank import current
 
     return "RANK" not in os.environ and current() is None
 
@@ -643,7 +643,7 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
     try:
         return run_from_args(args, prog=prog)
     except WriteError as exc:  # a disk that filled up mid-run: one line, no traceback
-        from pipemare_lite.engine.distributed.launch import current
+        from pipemare_lite.engine.distributed.rank import current
 
         info = current()
         if info is not None:  # its peers stop with this as the cause
