@@ -101,15 +101,20 @@ def hung_sender(info) -> str:
     return "received"
 
 
-def fit_with_a_rank_hanging_in_evaluation(info, hung: int = 1) -> dict:
+def fit_with_a_rank_hanging_in_evaluation(info, hung: int = 1, note=None) -> dict:
     """``fit(executor="dist")`` on every rank; rank ``hung`` hangs in its first evaluation
-    (outside the schedule, between two runs), as a stuck data loader or a deadlock would."""
+    (outside the schedule, between two runs), as a stuck data loader or a deadlock would,
+    after writing ``time.time()`` to the file ``note`` (when given)."""
+    from pathlib import Path
+
     from pipemare_lite.training import loop
     from pipemare_lite.training.datasets import Dataset, digits
     from pipemare_lite.training.models import mlp
 
     if info.rank == hung:
         def evaluate(self):
+            if note is not None:
+                Path(note).write_text(repr(time.time()))
             time.sleep(300)  # ended by the watchdog's backstop or the launcher
 
         loop.TrainingRun.evaluate = evaluate

@@ -12,7 +12,12 @@ from pipemare_lite.training import loop
 if os.environ.get("RANK") is not None and (
         os.environ.get("RANK") == os.environ.get("PIPEMARE_TEST_HANG_RANK")):
     def _hang(self) -> None:
-        """Never return (the job's failure handling must end this process)."""
+        """Never return (the job's failure handling must end this process); first write
+        ``time.time()`` to the file ``PIPEMARE_TEST_HANG_FILE`` names, when set."""
+        note = os.environ.get("PIPEMARE_TEST_HANG_FILE")
+        if note:
+            with open(note, "w") as handle:
+                handle.write(repr(time.time()))
         while True:
             time.sleep(1.0)
 
