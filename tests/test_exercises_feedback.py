@@ -13,7 +13,12 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
 from pipemare_lite.book.exercises import run_checks
-from pipemare_lite.book.exercises.compare import compare_close, compare_float, compare_int
+from pipemare_lite.book.exercises.compare import (
+    compare_close,
+    compare_float,
+    compare_int,
+    compare_polynomial,
+)
 from pipemare_lite.book.exercises.plain import dumps, from_plain, loads, to_plain
 from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
 
@@ -32,6 +37,9 @@ def test_a_nan_answer_is_named_nan_not_too_low():
         assert problem is not None and "NaN" in problem and "too low" not in problem
     result = run_checks("ex02_2", lambda P, M: float("nan"))
     assert not result.passed and "NaN" in result.message and "too low" not in result.message
+    # a polynomial with a NaN coefficient (ex06_2): before, "cannot be compared (ValueError)"
+    problem = compare_polynomial([math.nan, 1.0], [1.0, -1.0])
+    assert problem is not None and "nan" in problem and "finite" in problem
 
 
 def test_a_huge_int_is_too_high_in_check():
@@ -188,3 +196,15 @@ def test_answers_that_break_the_texts_boundary_fail():
         result = run_checks(exercise_id, wrong)
         assert not result.passed and result.cases_total - result.cases_passed == 2, (
             exercise_id, result.message)
+
+
+def test_jail_uids_are_distinct_and_valid_for_any_pid(monkeypatch):
+    """Each jail started by root gets its own uid (the fork-bomb test in
+    tests/test_grading_attacks.py shows why), below 2**31 for every pid Linux hands out
+    (pid_max is at most 2**22): a uid past it would stop the worker ("no usable uid")."""
+    from pipemare_lite.book.exercises import sandbox
+
+    for pid in (1, 32768, 2**22 - 1):
+        monkeypatch.setattr(sandbox.os, "getpid", lambda pid=pid: pid)
+        uids = [sandbox.worker_uid() for _ in range(256)]
+        assert len(set(uids)) == 256 and all(65534 < u < 2**31 for u in uids), pid

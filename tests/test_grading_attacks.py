@@ -513,7 +513,8 @@ def test_engine_wrappers_are_rejected_however_they_call(tmp_path, trick):
     assert grade.points == 0, grade.message
 
 
-@pytest.mark.parametrize("trick", ["exec_source", "unmarshal_pyc", "getsource", "loader"])
+@pytest.mark.parametrize("trick",
+                         ["exec_source", "unmarshal_pyc", "getsource", "loader", "gc_dig"])
 def test_the_engines_source_cannot_be_re_executed_in_the_jail(tmp_path, trick):
     """Before: the switched-off function's module file was readable in the jail, so an answer
     could ``exec`` the file (or unmarshal its ``.pyc``, or ask ``inspect``/the module's loader
@@ -521,6 +522,10 @@ def test_the_engines_source_cannot_be_re_executed_in_the_jail(tmp_path, trick):
     31's closing note; at 9cbc2d3 the exec and getsource variants of this answer scored 1/1
     on ex02_2). Now those files and their compiled copies are empty in the jail: the worker
     imported them from its job's text before any student code ran, and dropped the text.
+    ``gc_dig``: the worker kept the original code objects in the notebook's process (a dict
+    for the rule-3 watcher, and the switch's saved copies to turn functions on again), where
+    ``gc.get_objects()`` found them (at ddd551f: 1/1). Now each exercise runs in its own
+    process with its functions off for good and only fingerprints of their code kept.
     (The function's name is built at run time, as in the wrapper attacks above, and the copy's
     code moved to another line, so that neither rule 2 nor rule 3's code watcher, which
     compares code objects by content, sees it.)"""
@@ -559,6 +564,26 @@ def test_the_engines_source_cannot_be_re_executed_in_the_jail(tmp_path, trick):
                 copy = namespace["idle_" + "fraction_gpipe"]
                 copy.__code__ = copy.__code__.replace(co_firstlineno=1000)
                 return copy(P, M)
+            """,
+        "gc_dig": """
+            import gc, types
+            from pipemare_lite.analysis import formulas
+            def idle_fraction(P, M):
+                # the original code object, wherever the worker kept one (a dict of them)
+                want = "idle_" + "fraction_gpipe"
+                for holder in gc.get_objects():
+                    if isinstance(holder, dict):
+                        items = list(holder)
+                    elif isinstance(holder, (tuple, list)):
+                        items = list(holder)
+                    else:
+                        continue
+                    for item in items:
+                        if (isinstance(item, types.CodeType) and item.co_name == want
+                                and "EngineAnswerSwitchedOff" not in item.co_names):
+                            code = item.replace(co_firstlineno=1000)
+                            return types.FunctionType(code, vars(formulas))(P, M)
+                return -1.0
             """,
         "loader": """
             from pipemare_lite.analysis import formulas

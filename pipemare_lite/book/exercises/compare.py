@@ -205,6 +205,9 @@ def compare_polynomial(answer, expected) -> str | None:
     if problem:
         return problem
     trim = lambda c: c[: max(k for k, x in enumerate(c) if abs(x) > ABS_TOL) + 1]  # noqa: E731
+    bad = next((k for k, x in enumerate(values) if not math.isfinite(x)), None)
+    if bad is not None:  # NaN and inf compare false with everything: name them
+        return f"coefficient {bad} (highest power first) is {values[bad]}, not a finite number"
     if not values or all(abs(x) <= ABS_TOL for x in values):
         return "returned no nonzero coefficient"
     mine, right = trim(values), trim([float(x) for x in expected])

@@ -65,7 +65,7 @@ DISK_MB = 256
 #: a user namespace of its own).
 SANDBOX_UID = 65534
 #: Where the uids of jails started by root begin (:func:`worker_uid`): far above any user's.
-JAIL_UID_BASE = 1_500_000_000
+JAIL_UID_BASE = 1_000_000_000
 _jails_started = itertools.count()
 
 

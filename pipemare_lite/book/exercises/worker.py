@@ -20,13 +20,15 @@ harness's name. Then it
 3. makes the registry, the references and the chapter modules unimportable (and
    ``check`` a no-op that returns True), so the student's code can neither read nor patch
    the exercise definitions: the grader judges with its own copies;
-4. runs each notebook in a process of its own (forked, so torch is imported once), in which
-   every engine function that answers one of the notebook's exercises (the notebook's
-   ``forbidden``) is replaced by one that raises, *before* the notebook loads: a wrapper
-   fails however it reaches the engine (a thread, a profiler switched off, a table
-   precomputed while the notebook loads); between notebooks, in the jail, every process
-   the last one left is killed and the temporary files are removed;
-5. loads each notebook with :func:`~pipemare_lite.book.exercises.loader.load_from_notebook`,
+4. runs each exercise in a process of its own (forked, so torch is imported once), in
+   which the engine functions that answer that exercise and the notebook's later ones are
+   replaced, for good, by ones that raise, *before* the notebook loads: a wrapper fails
+   however it reaches the engine (a thread, a profiler switched off, a table precomputed
+   while the notebook loads), and no copy of the original code is left in the process for
+   an answer to dig out (the rule-3 watcher knows the functions by fingerprint only);
+   between exercises, in the jail, every process the last one left is killed and the
+   temporary files are removed;
+5. loads the notebook with :func:`~pipemare_lite.book.exercises.loader.load_from_notebook`,
    runs each answer on its cases (:mod:`~pipemare_lite.book.exercises.evaluate`) and writes
    one JSON line per event to file descriptor FD: ``load``, ``warnings``, ``start``,
    ``result`` (values as :mod:`~pipemare_lite.book.exercises.plain` JSON, never pickles).
@@ -143,61 +145,53 @@ def _drop_privileges(uid: int) -> None:
         raise SystemExit("the grading worker could not drop its privileges")
 
 
-class _Switch:
-    """Engine functions (or classes) that answer exercises, switched off and on again.
+class _CodePrints:
+    """The engine's answering functions as the rule-3 watcher knows them in a notebook's
+    process: by a fingerprint of their code (its hash and name), never the code itself. A
+    process that held the original code objects (as a dict of them did) let an answer dig
+    one out with :func:`gc.get_objects` and rebuild the function, never switched off."""
 
-    Off, a function's code object is replaced by one that raises
-    :class:`~pipemare_lite.book.exercises.originality.EngineAnswerSwitchedOff`, so every
-    alias, import and caller inside the engine reaches the raising one; a class's
-    ``__init__`` and ``__new__`` raise. A name that cannot be resolved is left alone (the
-    watcher of rule 3 still sees it). (The original code stays in this process, as the
-    engine's source stays on disk: a student who digs it out has copied the engine.)
+    def __init__(self, codes: dict):
+        self.names = {(hash(code), code.co_name): name for code, name in codes.items()}
+
+    def __contains__(self, code) -> bool:
+        return (hash(code), code.co_name) in self.names
+
+    def __getitem__(self, code) -> str:
+        return self.names[(hash(code), code.co_name)]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def _switch_off(names: set[str]) -> None:
+    """Engine functions (or classes) that answer exercises, switched off for good in this
+    process, keeping no copy of what they were.
+
+    A function's code object is replaced by one that raises
+    :class:`~pipemare_lite.book.exercises.originality.EngineAnswerSwitchedOff`, so every alias,
+    import and caller inside the engine reaches the raising one; a class's ``__init__`` and
+    ``__new__`` raise. Nothing holds the original code afterwards (the process that needs a
+    function on again is another fork of the worker), so no answer can find it. A name that
+    cannot be resolved is left alone (the watcher of rule 3 still sees it).
     """
+    from pipemare_lite.book.exercises.originality import resolve
 
-    def __init__(self):
-        self.saved: dict[str, tuple] = {}
-
-    def off(self, names: set[str]) -> None:
-        """Exactly ``names`` off; every other name switched off before is on again."""
-        for name in [n for n in self.saved if n not in names]:
-            self._restore(name)
-        for name in sorted(names - set(self.saved)):
-            self._disable(name)
-
-    def _disable(self, name: str) -> None:
-        from pipemare_lite.book.exercises.originality import resolve
-
+    for name in sorted(names):
         try:
             target = resolve(name)
         except Exception:  # noqa: BLE001
-            return
+            continue
         if isinstance(target, type):
-            own = target.__dict__
-            self.saved[name] = (target, own.get("__init__"), own.get("__new__"))
             raiser = _raiser(name, 0)
             target.__init__ = raiser
             target.__new__ = staticmethod(raiser)
-            return
+            continue
         function = getattr(target, "__func__", target)
         function = getattr(function, "__wrapped__", function)
         code = getattr(function, "__code__", None)
-        if code is None:
-            return
-        self.saved[name] = (function, code)
-        function.__code__ = _raiser(name, len(code.co_freevars)).__code__
-
-    def _restore(self, name: str) -> None:
-        saved = self.saved.pop(name)
-        if isinstance(saved[0], type):
-            target, init, new = saved
-            for attribute, value in (("__init__", init), ("__new__", new)):
-                if value is None:
-                    delattr(target, attribute)
-                else:
-                    setattr(target, attribute, value)
-        else:
-            function, code = saved
-            function.__code__ = code
+        if code is not None:
+            function.__code__ = _raiser(name, len(code.co_freevars)).__code__
 
 
 def _raiser(name: str, free_variables: int):
@@ -263,8 +257,9 @@ def main(argv: list[str]) -> int:
 
     for notebook in job["notebooks"]:  # the watcher of rule 3 needs the code objects first
         for task in notebook["tasks"]:
-            task["codes"] = evaluate.forbidden_codes(task["engine_answers"])
+            task["codes"] = _CodePrints(evaluate.forbidden_codes(task["engine_answers"]))
     _preload(job["notebooks"])
+    _warm_up_the_loader()
     if sandboxed:  # after the imports: nothing imported later reads a locked file
         _drop_privileges(job.get("uid"))
     _limit(job["memory_bytes"], job["cpu_seconds"], sandboxed)
@@ -272,40 +267,43 @@ def main(argv: list[str]) -> int:
     _not_traceable()
     report.flush()
     for notebook in job["notebooks"]:
-        child = os.fork()
-        if child == 0:  # the notebook's own process: its engine answers off, then its code
-            code = 0
-            try:
-                _run_notebook(notebook, report, evaluate, load_from_notebook)
-                report.flush()
-            except BaseException:  # noqa: BLE001 - whatever the student's code did
-                code = 70
-            os._exit(code)
-        _pid, status = os.waitpid(child, 0)
-        if sandboxed:
-            _clean_up_after(job["notebooks"])
-        code = os.waitstatus_to_exitcode(status)
-        if code != 0:  # the grader sees the crash (exit code) and starts again after it
-            os._exit(code if code > 0 else 128 - code)
+        for k in range(len(notebook["tasks"])):
+            # one process per exercise: exercise k's and the later ones' engine answers off
+            # for good from before the notebook loads (see _run_exercise)
+            child = os.fork()
+            if child == 0:
+                code = 0
+                try:
+                    _run_exercise(notebook, k, report, evaluate, load_from_notebook)
+                    report.flush()
+                except BaseException:  # noqa: BLE001 - whatever the student's code did
+                    code = 70
+                os._exit(code)
+            _pid, status = os.waitpid(child, 0)
+            if sandboxed:
+                _clean_up_after(job["notebooks"])
+            code = os.waitstatus_to_exitcode(status)
+            if code != 0:  # the grader sees the crash (exit code) and starts again after it
+                os._exit(code if code > 0 else 128 - code)
     report.close()
     return 0
 
 
-def _run_notebook(notebook: dict, report, evaluate, load_from_notebook) -> None:
-    """Load one notebook and run its answers (in the notebook's own process).
+def _run_exercise(notebook: dict, k: int, report, evaluate, load_from_notebook) -> None:
+    """Load the notebook and run its exercise ``k`` (in a process of its own).
 
-    While it loads, every engine function answering any exercise of the notebook is off.
-    While exercise k runs, those of exercise k and of every exercise after it stay off; those
-    of exercises already graded are on again (a later answer may use an earlier exercise's
-    engine function honestly: chapter 08's ex08_2 uses ex08_1's ``rescheduling_factor``)."""
-    switch = _Switch()
+    Before the notebook loads, the engine functions answering exercise ``k`` and every
+    exercise after it are switched off for good; those of exercises graded before it stay on
+    (a later answer may use an earlier exercise's engine function honestly: chapter 08's
+    ex08_2 uses ex08_1's ``rescheduling_factor``). The loader runs only the notebook's
+    imports and definitions, so loading once per exercise costs little."""
     tasks = notebook["tasks"]
-    switch.off(set(notebook.get("forbidden", ())) | {n for t in tasks for n in t["engine_answers"]})
+    _switch_off({n for t in tasks[k:] for n in t["engine_answers"]})
     _send(report, {"event": "load", "notebook": notebook["path"]})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            names = [task["name"] for task in notebook["tasks"]]
+            names = [task["name"] for task in tasks]
             namespace = load_from_notebook(Path(notebook["path"]), names)
         except Exception as exc:  # an unreadable notebook costs its exercises only
             namespace = {}
@@ -313,23 +311,22 @@ def _run_notebook(notebook: dict, report, evaluate, load_from_notebook) -> None:
                 f"{Path(notebook['path']).name}: {type(exc).__name__}: {exc}",
                 UserWarning, "", 0))
     texts = [str(w.message)[:500] for w in caught]
-    if texts:
+    if texts and k == 0:  # the same warnings in every exercise's process: sent once
         _send(report, {"event": "warnings", "notebook": notebook["path"], "texts": texts})
-    for k, task in enumerate(tasks):
-        switch.off({n for t in tasks[k:] for n in t["engine_answers"]})
-        _send(report, {"event": "start", "id": task["id"]})
-        if task["name"] not in namespace:
-            _send(report, {"event": "result", "id": task["id"], "missing": True})
-            continue
-        answer = namespace[task["name"]]
-        if task["kind"] == "constant":
-            evaluation = evaluate.read_constant(answer)
-        else:
-            evaluation = evaluate.run_function(
-                answer, task["cases"], task["engine_answers"], task.get("harness"),
-                codes=task["codes"],
-            )
-        _send(report, {"event": "result", "id": task["id"], **_encoded(evaluation)})
+    task = tasks[k]
+    _send(report, {"event": "start", "id": task["id"]})
+    if task["name"] not in namespace:
+        _send(report, {"event": "result", "id": task["id"], "missing": True})
+        return
+    answer = namespace[task["name"]]
+    if task["kind"] == "constant":
+        evaluation = evaluate.read_constant(answer)
+    else:
+        evaluation = evaluate.run_function(
+            answer, task["cases"], task["engine_answers"], task.get("harness"),
+            codes=task["codes"],
+        )
+    _send(report, {"event": "result", "id": task["id"], **_encoded(evaluation)})
 
 
 class _LockedSources(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -427,6 +424,16 @@ def _preload(notebooks: list[dict]) -> None:
                 importlib.import_module(name)
             except Exception:  # noqa: BLE001 - the notebook's own import will say why
                 pass
+
+
+def _warm_up_the_loader() -> None:
+    """Import nbformat and let it build its notebook validator once, here: every exercise's
+    process is forked from the worker and would otherwise pay for both (seconds each on a
+    loaded machine)."""
+    import nbformat
+    from nbformat.v4 import new_notebook
+
+    nbformat.reads(nbformat.writes(new_notebook()), as_version=4)
 
 
 def _not_traceable() -> None:
