@@ -35,14 +35,17 @@ CASES = [  # schedule, P, M
 WIDTH, SAMPLES = 256, 32  # features and samples per microbatch
 
 
-def measure(name: str, P: int, M: int, repeats: int) -> dict:
-    """Median step time of both runtimes (slowest rank per step) and their ratio."""
+def measure(name: str, P: int, M: int, repeats: int, record: str = "full") -> dict:
+    """Median step time of both runtimes (slowest rank per step) and their ratio, with our
+    executor recording ``record`` (:mod:`pipemare_lite.engine.recording`); also the
+    ratios' range."""
     stages = PartitionedModel(mlp, P, kwargs=(("in_features", WIDTH), ("hidden", WIDTH),
                                               ("depth", P), ("out_features", 10), ("seed", 0)))
     g = torch.Generator().manual_seed(0)
     data = [(torch.randn(SAMPLES, WIDTH, generator=g),
              torch.randint(0, 10, (SAMPLES,), generator=g)) for _ in range(M)]
-    job = ComparisonJob(name, M, stages, data, F.cross_entropy, "torch", lr=0.01, repeats=repeats)
+    job = ComparisonJob(name, M, stages, data, F.cross_entropy, "torch", lr=0.01, repeats=repeats,
+                        record=record)
     results = launch(compare_with_torch_pipelining, P, args=(job,), timeout=600)
     torch_steps = [max(r["torch_seconds"][i] for r in results) for i in range(repeats)]
     our_steps = [max(r["our_seconds"][i] for r in results) for i in range(repeats)]
@@ -51,6 +54,7 @@ def measure(name: str, P: int, M: int, repeats: int) -> dict:
         "torch_ms": 1000 * statistics.median(torch_steps),
         "ours_ms": 1000 * statistics.median(our_steps),
         "ratio": statistics.median(pair_ratios),
+        "low": min(pair_ratios), "high": max(pair_ratios),
     }
 
 

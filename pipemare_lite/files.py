@@ -18,6 +18,15 @@ from pathlib import Path
 from typing import IO
 
 
+class WriteError(OSError):
+    """An output file could not be written (a full disk, a quota, an I/O error).
+
+    ``strerror`` is one line naming the file: ``cannot write <path>: No space left on
+    device``; ``errno`` is the system's. The command line prints it as it is, without a
+    traceback (the disk, not the program, is at fault).
+    """
+
+
 def _fsync_dir(folder: Path) -> None:
     """Make a rename in ``folder`` durable (a no-op where directories cannot be opened)."""
     try:
@@ -54,7 +63,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) 
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise WriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
         os.chmod(tmp_name, _mode_for(path))
         with os.fdopen(fd, "wb") as handle:
@@ -64,7 +73,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) 
         os.replace(tmp_name, path)
     except OSError as exc:  # a full disk (ENOSPC), a quota, an I/O error: name the file
         Path(tmp_name).unlink(missing_ok=True)
-        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}; the old "
+        raise WriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}; the old "
                       "file, if any, is unchanged") from exc
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

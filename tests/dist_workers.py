@@ -99,3 +99,53 @@ def hung_sender(info) -> str:
     waiter = Waiter(info.board, info.op_timeout, polling=False)
     waiter.wait(dist.irecv(torch.zeros(1), src=1), "a tensor from rank 1", peer=1)
     return "received"
+
+
+def fit_with_a_rank_hanging_in_evaluation(info, hung: int = 1, note=None) -> dict:
+    """``fit(executor="dist")`` on every rank; rank ``hung`` hangs in its first evaluation
+    (outside the schedule, between two runs), as a stuck data loader or a deadlock would,
+    after writing ``time.time()`` to the file ``note`` (when given)."""
+    from pathlib import Path
+
+    from pipemare_lite.training import loop
+    from pipemare_lite.training.datasets import Dataset, digits
+    from pipemare_lite.training.models import mlp
+
+    if info.rank == hung:
+        def evaluate(self):
+            if note is not None:
+                Path(note).write_text(repr(time.time()))
+            time.sleep(300)  # ended by the watchdog's backstop or the launcher
+
+        loop.TrainingRun.evaluate = evaluate
+    d = digits(seed=0)
+    data = Dataset("digits-small", d.x_train[:64], d.y_train[:64], d.x_test[:16],
+                   d.y_test[:16], 10, d.input_shape, d.provenance)
+    history = loop.fit(mlp(64, 8, 2, 10), data, method="1f1b", num_stages=info.world_size,
+                       num_microbatches=2, batch_size=16, epochs=3, lr=0.1, executor="dist",
+                       progress=False)
+    return history.to_dict()
+
+
+def fit_at_every_recording_level(info, methods) -> dict:
+    """``fit(executor="dist")`` of each method under each recording level, in one job;
+    ``{(method, level): (history dict, final weights)}`` (the same on every rank)."""
+    from pipemare_lite.engine.recording import RECORDINGS
+    from pipemare_lite.training import loop
+    from pipemare_lite.training.datasets import Dataset, digits
+    from pipemare_lite.training.models import mlp
+
+    d = digits(seed=0)
+    data = Dataset("digits-small", d.x_train[:128], d.y_train[:128], d.x_test[:32],
+                   d.y_test[:32], 10, d.input_shape, d.provenance)
+    found = {}
+    for method in methods:
+        for level in RECORDINGS:
+            model = mlp(64, 16, 4, 10, seed=3)
+            history = loop.fit(model, data, method=method, num_stages=info.world_size,
+                               num_microbatches=4, batch_size=32, epochs=2, lr=0.05,
+                               momentum=0.9, lr_schedule="cosine", eval_every=3,
+                               executor="dist", record=level, progress=False)
+            weights = [t.detach().clone() for t in model.state_dict().values()]
+            found[(method, level)] = (history.to_dict(), weights)
+    return found

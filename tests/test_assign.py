@@ -262,3 +262,24 @@ def test_cli_reports_bad_chapter_and_timeout(tmp_path, capsys):
     assert "no chapter matches '9'" in capsys.readouterr().err
     assert main(["assign", "solutions", "--source", str(FIXTURE_DIR), "--timeout", "0"]) == 2
     assert "--timeout must be a positive" in capsys.readouterr().err
+
+
+def test_the_solution_build_reports_each_chapter_as_it_finishes(tmp_path, monkeypatch, capsys):
+    """Issue 30: `make solutions` printed nothing for four minutes."""
+    from pipemare_lite.book.exercises import assign
+    from pipemare_lite.cli import main as cli_main
+
+    source = tmp_path / "chapters"
+    source.mkdir()
+    for name in ("01_first.ipynb", "02_second.ipynb"):
+        nbformat.write(nbformat.v4.new_notebook(), source / name)
+    monkeypatch.setattr(assign, "solution_notebook", lambda nb, cwd, timeout: nb)  # no kernel
+    lines = []
+    assign.build_solutions(source, tmp_path / "out", progress=lines.append)
+    assert [line.split(" ")[:2] for line in lines] == [["[1/2]", "01_first.ipynb"],
+                                                       ["[2/2]", "02_second.ipynb"]]
+    assert all(line.endswith(" s") for line in lines)
+    # the command prints them as they come
+    assert cli_main(["assign", "solutions", "--source", str(source),
+                     "--out", str(tmp_path / "cli")]) == 0
+    assert "[2/2] 02_second.ipynb" in capsys.readouterr().out

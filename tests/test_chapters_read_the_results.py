@@ -86,3 +86,44 @@ def test_the_checks_catch_the_old_texts():
            "did not hold", "async + T1 0.258 [0.000, 0.773]")
     assert VERDICT_NEAR_CLAIM.search(old[0])
     assert RESULT_DECIMAL.search(old[1])
+
+
+# ----------------------------------------------------------------- the diverged-seed convention
+
+STORED_READERS = [p for p in CHAPTERS if "read_stored(" in p.read_text()
+                  or "data/results" in p.read_text()]
+OWN_CONVENTION = re.compile(r"\[\"summary\"\]\[\"final_accuracy\"\]|0\.0 if [\w.]*diverged")
+BY_HAND = re.compile(r"json\.loads?\(")
+
+
+def convention_problems(code: str, chapter: bool = True) -> list[str]:
+    """Where code counts a diverged seed its own way (or, in a chapter, reads stored
+    results by hand instead of through ``record.read_stored``)."""
+    found = [m.group(0) for m in OWN_CONVENTION.finditer(code)]
+    return found + ([m.group(0) for m in BY_HAND.finditer(code)] if chapter else [])
+
+
+def test_one_convention_for_diverged_seeds_defined_once():
+    """record.seed_quality defines it; the experiments store it; the chapters read it."""
+    from pipemare_lite.experiments import record
+
+    assert record.seed_quality(0.9, diverged=True) == 0.0
+    assert record.seed_quality(0.9, diverged=False) == 0.9
+    package = ROOT / "pipemare_lite"
+    own_way = [f"{p.relative_to(ROOT)}: {hits}" for p in package.rglob("*.py")
+               if p.name != "record.py" and (hits := convention_problems(p.read_text(), False))]
+    assert not own_way, own_way
+    for path in STORED_READERS:
+        code = "\n".join(_text(c) for c in _cells(path) if c["cell_type"] == "code")
+        assert not convention_problems(code), f"{path.name}: {convention_problems(code)}"
+
+
+def test_the_convention_check_catches_the_old_readers():
+    # issue 30: chapter 08 [43] printed the mean over the seeds that did not diverge, [45]
+    # the claims' quality (0 for a diverged seed); chapter 12 [30] parsed the file by hand
+    old_08 = 'def accuracy(row):\n    s = row["summary"]["final_accuracy"]\n'
+    old_12 = "stored = json.loads(stored_path.read_text())"
+    old_experiment = '"quality": 0.0 if history.diverged else history.final_accuracy,'
+    assert all(convention_problems(code) for code in (old_08, old_12, old_experiment))
+    assert convention_problems(old_experiment, chapter=False)
+    assert not convention_problems('print(quality_cell(row), quality_range(row))')

@@ -149,9 +149,9 @@ def test_methods_equal_hand_written_pipeline(case, shape):
 # ---------------------------------------------------------------- trace == staleness
 @pytest.mark.parametrize("name,chunks,warmup", [
     ("gpipe", 1, 0), ("interleaved", 2, 0), ("zb-h1", 1, 0), ("pipedream", 1, 0),
-    ("2bw", 1, 0), ("async", 1, 0), ("async", 1, 2)])
+    ("2bw", 1, 0), ("async", 1, 0), ("async", 1, 2), ("zb-v", 2, 0), ("dualpipev", 2, 0)])
 def test_versions_in_trace_equal_staleness_analysis(name, chunks, warmup):
-    P, N, K = 3, 3, 4
+    P, N, K = 3, 6 if name == "dualpipev" else 3, 4  # DualPipeV needs N >= 2P
     schedule = build_schedule(name, P, N, chunks=chunks, num_minibatches=K,
                               warmup_minibatches=warmup)
     options = MethodOptions(discrepancy_correction=schedule.weight_mode == "async")
@@ -219,9 +219,11 @@ def saved_bytes_of_one_microbatch(module, x, target=None, loss_fn=None, first=Fa
     ("gpipe", False, "momentum", 1), ("1f1b", False, "momentum", 1),
     ("zb-h1", False, "momentum", 1), ("interleaved", False, "momentum", 2),
     ("pipedream", False, "momentum", 1), ("2bw", False, "momentum", 1),
-    ("async", True, "momentum", 1), ("async", False, "sgd", 1)])
+    ("async", True, "momentum", 1), ("async", False, "sgd", 1),
+    ("zb-h2", False, "momentum", 1), ("zb-v", False, "momentum", 2),  # placement: a V
+    ("dualpipev", False, "momentum", 2)])
 def test_bytes_held_equal_memory_model(name, t2, optimizer, chunks):
-    P, N, K = 3, 3, 3
+    P, N, K = 3, 6 if name == "dualpipev" else 3, 3  # DualPipeV needs N >= 2P
     schedule = build_schedule(name, P, N, num_minibatches=K, chunks=chunks)
     stages = blocks(P * chunks)
     mbs = data(N * K)

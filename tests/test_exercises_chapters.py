@@ -52,6 +52,10 @@ def count_p2p_messages(schedule):
     return messages
 
 
+def v_messages_per_microbatch(P, v):
+    return 2 * v * (P - 1)  # every hop changes rank but the v - 1 turns
+
+
 def gpipe_order(P, M):
     return [[f"{r}F{m}" for m in range(M)] + [f"{r}B{m}" for m in range(M)] for r in range(P)]
 
@@ -263,6 +267,7 @@ SOLUTIONS = {
     "ex04_1": interleaved_idle_fraction,
     "ex04_2": p2p_messages_per_microbatch,
     "ex04_3": count_p2p_messages,
+    "ex04_4": v_messages_per_microbatch,
     "ex06_1": delayed_gd,
     "ex06_2": delayed_gd_coefficients,
     "ex06_3": max_stable_step,
@@ -302,6 +307,7 @@ WRONG = {
     "ex04_1": lambda P, M, v: (P - 1) / (M + P - 1),  # ignored v
     "ex04_2": lambda P, v: v * P - 1,  # forgot the backward
     "ex01_3": lambda P, F, B: [[r * F, P * F + (P - 1 - r) * F] for r in range(P)],  # F hops
+    "ex04_4": lambda P, v: 2 * (v * P - 1),  # the round-robin count: the turns counted
     "ex04_3": lambda schedule: sum(  # forwards only
         a.kind == "F" and a.stage > 0 and schedule.rank_of(a.stage - 1) != r
         for r, _, a in schedule.actions()

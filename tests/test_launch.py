@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -115,17 +116,32 @@ def test_launch_works_inside_a_jupyter_kernel():
         manager.shutdown_kernel(now=True)
 
 
+def chapter_torchrun_command() -> list[str]:
+    """Chapter 11's ``torchrun_command``, read from the notebook (what the reader is shown)."""
+    import ast
+
+    chapter = Path(__file__).resolve().parents[1] / "chapters" / "11_real_processes.ipynb"
+    for cell in json.loads(chapter.read_text())["cells"]:
+        if cell["cell_type"] != "code" or "torchrun_command = [" not in "".join(cell["source"]):
+            continue
+        for node in ast.walk(ast.parse("".join(cell["source"]))):
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == (
+                    "torchrun_command"):
+                return ast.literal_eval(node.value)
+    raise AssertionError("chapter 11 no longer shows a torchrun_command")
+
+
 @pytest.mark.slow
 def test_torchrun_trains_with_the_distributed_executor(tmp_path, capsys):
-    options = ["--method", "1f1b", "--stages", "2", "--microbatches", "2", "--batch-size", "64",
-               "--epochs", "1", "--width", "16", "--json", "--no-progress"]
-    command = [
-        # chapter 11's command: the rendezvous store on loopback only
-        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", "127.0.0.1:0", "--nproc-per-node", "2",
-        "--max-restarts", "0", "--log-dir", str(tmp_path), "--redirects", "3",
-        "-m", "pipemare_lite.training", "--executor", "dist", *options,
-    ]
+    # chapter 11's command as the chapter shows it (issue 30: a copy here had drifted from
+    # the chapter's -m pipemare_lite.training.fit, which trained nothing), logs redirected
+    shown = chapter_torchrun_command()
+    assert shown[0] == "torchrun"
+    module = shown.index("-m")
+    assert shown[module + 1:module + 4] == ["pipemare_lite.training", "--executor", "dist"]
+    options = [*shown[module + 4:], "--json"]
+    command = [sys.executable, "-m", "torch.distributed.run", *shown[1:module],
+               "--log-dir", str(tmp_path), "--redirects", "3", *shown[module:], "--json"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run(command, capture_output=True, text=True, timeout=170, env=env)
     logs = {p.parent.name: p.read_text() for p in tmp_path.rglob("stdout.log")}

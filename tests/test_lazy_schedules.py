@@ -39,7 +39,8 @@ def sizes(name):
     """(P, M, W) the builder accepts, over small and unequal sizes."""
     for P in (1, 2, 3, 4, 8):
         for M in (1, 2, 3, 4, 8):
-            if name == "interleaved" and M % P or name == "2bw" and M < P - 1:
+            if (name == "interleaved" and M % P or name == "2bw" and M < P - 1
+                    or name == "dualpipev" and M < 2 * P):
                 continue
             for W in (0, 1, 3) if is_asynchronous(name) else (0,):
                 yield P, M, W

@@ -103,3 +103,48 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_old_one(tmp_path, monkey
     assert "unexpected pos" not in str(caught.value)
     assert load_checkpoint(path)["step"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["ck.pt"]  # no temporary file left
+
+
+def _fails_after(real, calls: int, room: int):
+    """``os.fdopen`` whose ``calls``-th and later files have ``room`` bytes of disk."""
+    count = [0]
+
+    def fdopen(fd, *args, **kwargs):
+        count[0] += 1
+        handle = real(fd, *args, **kwargs)
+        return _FullDisk(handle, room) if count[0] >= calls else handle
+    return fdopen
+
+
+def test_a_disk_filling_up_mid_run_ends_the_cli_with_one_line(tmp_path, capsys, monkeypatch):
+    # the first checkpoint is written, the second finds the disk full. Before: a traceback.
+    path = tmp_path / "run.pt"
+    monkeypatch.setattr(os, "fdopen", _fails_after(os.fdopen, 2, 1000))
+    code = cli.main([*TRAIN, "--batch-size", "64", "--checkpoint", str(path),
+                     "--checkpoint-every", "1", "--no-progress"])
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert err.strip().splitlines() == [
+        f"pipemare-lite train: error: cannot write {path}: No space left on device; the old "
+        "file, if any, is unchanged"], err
+    assert load_checkpoint(path)["step"] == 1  # the first checkpoint is intact
+
+
+def test_a_jsonl_stream_on_a_filling_disk_ends_the_cli_with_one_line(tmp_path, capsys,
+                                                                      monkeypatch):
+    from pipemare_lite.cli.commands import train
+
+    stream = tmp_path / "steps.jsonl"
+    real = open
+
+    def small_disk(file, mode="r", *args, **kwargs):
+        handle = real(file, mode, *args, **kwargs)
+        return _FullDisk(handle, 400) if str(file) == str(stream) else handle
+
+    monkeypatch.setattr(train, "open", small_disk, raising=False)
+    code = cli.main([*TRAIN, "--batch-size", "64", "--jsonl", str(stream), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert err.strip().splitlines() == [
+        f"pipemare-lite train: error: cannot write {stream}: No space left on device"], err

@@ -167,7 +167,7 @@ def test_every_name_builds_with_its_weight_mode(name):
     assert schedule.name == name and schedule.weight_mode == expected
     for rank, row in enumerate(schedule.ranks):
         updates = [a for a in row if a.kind == "U"]
-        assert updates == [Action(rank, "U", k) for k in range(2)]
+        assert updates == [Action(s, "U", k) for k in range(2) for s in schedule.stages_of(rank)]
 
 
 def test_pipemare_is_an_alias_of_async():

@@ -18,6 +18,7 @@ def reference_times(schedule, costs):
     every gradient of its minibatch on its stage; each rank in its own order.
     """
     S, M, P = schedule.num_virtual_stages, schedule.num_microbatches, schedule.num_ranks
+    rank_of = {s: rank for rank, row in enumerate(schedule.ranks) for a in row for s in [a.stage]}
     split = any(a.kind == "I" for row in schedule.ranks for a in row)
     back = "I" if split else "B"
     grad = "W" if split else "B"
@@ -35,18 +36,19 @@ def reference_times(schedule, costs):
             a = row[position[rank]]
             key = (a.stage, a.kind, a.index)
             if a.kind == "F":
-                needs = [((a.stage - 1, "F", a.index), True)] if a.stage else []
+                needs = [(a.stage - 1, "F", a.index)] if a.stage else []
             elif a.kind in ("B", "I"):
-                needs = [((a.stage, "F", a.index), False)]
+                needs = [(a.stage, "F", a.index)]
                 if a.stage < S - 1:
-                    needs.append(((a.stage + 1, back, a.index), True))
+                    needs.append((a.stage + 1, back, a.index))
             elif a.kind == "W":
-                needs = [((a.stage, "I", a.index), False)]
+                needs = [(a.stage, "I", a.index)]
             else:
-                needs = [((a.stage, grad, m), False) for m in range(a.index * M, a.index * M + M)]
-            if all(d in end for d, _ in needs):
-                ready = max([free[rank]] + [end[d] + (costs.comm if remote and P > 1 else 0.0)
-                                            for d, remote in needs])  # fmt: skip
+                needs = [(a.stage, grad, m) for m in range(a.index * M, a.index * M + M)]
+            if all(d in end for d in needs):
+                # a message (latency comm) only between ranks: the rank whose row runs it
+                ready = max([free[rank]] + [end[d] + (costs.comm if rank_of[d[0]] != rank else 0.0)
+                                            for d in needs])  # fmt: skip
                 start[key], end[key] = ready, ready + duration[a.kind]
                 free[rank] = end[key]
                 position[rank] += 1
@@ -83,7 +85,8 @@ def build(name, P, M, v, K, W):
     try:
         return build_schedule(name, P, M, chunks=v, num_minibatches=K, warmup_minibatches=W)
     except ScheduleError as exc:
-        assert name == "2bw" and M < P - 1, f"{name} refused P={P} M={M}: {exc}"
+        assert (name == "2bw" and M < P - 1) or (name == "dualpipev" and M < 2 * P), (
+            f"{name} refused P={P} M={M}: {exc}")
         return None
 
 
@@ -100,9 +103,12 @@ def test_every_action_exactly_once_on_its_rank(point):
     expected |= {(s, "U", k) for s in range(S) for k in range(K)}
     seen = [(a.stage, a.kind, a.index) for row in schedule.ranks for a in row]
     assert len(seen) == len(set(seen)) and set(seen) == expected
+    P = schedule.num_ranks
+    v_shaped = schedule.name in ("zb-v", "dualpipev")  # rank r holds r and 2P-1-r
     for rank, row in enumerate(schedule.ranks):
-        assert all(a.stage % schedule.num_ranks == rank for a in row)
-    assert split == (schedule.name == "zb-h1")
+        assert all((min(a.stage, 2 * P - 1 - a.stage) if v_shaped else a.stage % P) == rank
+                   for a in row)
+    assert split == (schedule.name.startswith("zb") or schedule.name == "dualpipev")
 
 
 @settings(max_examples=150, deadline=None)

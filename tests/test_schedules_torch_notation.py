@@ -25,8 +25,16 @@ from pipemare_lite.schedules import SCHEDULE_NAMES, ScheduleError, build_schedul
 from pipemare_lite.schedules.io import to_csv
 
 _Action = torch_schedules._Action
-SYNC = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")
+SYNC = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev")
 SIZES = [(2, 4), (3, 6), (4, 4), (4, 8)]  # (P, M); interleaved needs M a multiple of P
+TWO_CHUNKS = ("interleaved", "zb-v", "dualpipev")
+
+
+def sync_schedule(name: str, P: int, M: int, **kwargs):
+    """``build_schedule`` with 2 chunks where the schedule has them, and M >= 2P for
+    DualPipeV (its rule)."""
+    M = max(M, 2 * P) if name == "dualpipev" else M
+    return build_schedule(name, P, M, chunks=2 if name in TWO_CHUNKS else 1, **kwargs)
 
 
 def torch_order(text: str) -> dict:
@@ -49,17 +57,20 @@ def torch_accepts(schedule, minibatch=None) -> dict:
 @pytest.mark.parametrize("P,M", SIZES)
 @pytest.mark.parametrize("name", SYNC)
 def test_every_flushed_schedule_passes_pytorchs_checks(name, P, M):
-    chunks = 2 if name == "interleaved" else 1
-    schedule = build_schedule(name, P, M, chunks=chunks)
+    schedule = sync_schedule(name, P, M)
+    S, M = schedule.num_virtual_stages, schedule.num_microbatches
     accepted = torch_accepts(schedule)
-    # PyTorch infers the same stage -> rank layout as ours (its "loop" layout)
-    assert accepted["mapping"] == {s: schedule.rank_of(s) for s in range(P * chunks)}
+    # PyTorch infers the same stage -> rank layout as ours ("loop", or "v" for the V ones)
+    assert accepted["mapping"] == {s: schedule.rank_of(s) for s in range(S)}
     # and lowers it with one SEND/RECV pair per message between ranks
     lowered = [a for row in accepted["lowered"].values() for a in row]
     sends = [a for a in lowered if a.computation_type.value in ("SEND_F", "SEND_B")]
     recvs = [a for a in lowered if a.computation_type.value in ("RECV_F", "RECV_B")]
-    # forwards cross S-1 stage boundaries, backwards (B or I) cross S-1 the other way
-    assert len(sends) == len(recvs) == 2 * (P * chunks - 1) * M
+    # forwards cross the stage boundaries between ranks (S-1 in the loop layout; the V's
+    # turn is on one rank), backwards (B or I) cross them the other way
+    between_ranks = sum(schedule.rank_of(s) != schedule.rank_of(s + 1) for s in range(S - 1))
+    assert between_ranks == (S - 2 if name in ("zb-v", "dualpipev") else S - 1)
+    assert len(sends) == len(recvs) == 2 * between_ranks * M
 
 
 def test_the_engines_own_rows_are_not_pytorchs_notation():
@@ -73,9 +84,8 @@ def test_the_engines_own_rows_are_not_pytorchs_notation():
 
 @pytest.mark.parametrize("name", SYNC)
 def test_each_minibatch_of_a_longer_run_is_the_same_step(name):
-    chunks = 2 if name == "interleaved" else 1
-    one = to_torch_rows(build_schedule(name, 3, 6, chunks=chunks))
-    run = build_schedule(name, 3, 6, chunks=chunks, num_minibatches=3)
+    one = to_torch_rows(sync_schedule(name, 3, 6))
+    run = sync_schedule(name, 3, 6, num_minibatches=3)
     assert [to_torch_rows(run, minibatch=k) for k in range(3)] == [one] * 3
     torch_accepts(run, minibatch=2)  # microbatches 12..17 are written 0..5
 
@@ -116,13 +126,13 @@ def test_the_minibatch_must_be_named_and_in_range(minibatch, pattern):
 @pytest.mark.parametrize("P,M", SIZES)
 @pytest.mark.parametrize("name", SYNC)
 def test_export_then_import_gives_back_the_compute_order(name, P, M):
-    chunks = 2 if name == "interleaved" else 1
-    schedule = build_schedule(name, P, M, chunks=chunks)
+    schedule = sync_schedule(name, P, M)
     text = to_torch_csv(schedule)
     from_strings = from_torch_csv(text, name=name)
     from_actions = from_torch_order(torch_order(text), name=name)  # real _Action objects
     assert from_strings == from_actions
-    assert (from_strings.num_microbatches, from_strings.chunks) == (M, chunks)
+    assert (from_strings.num_microbatches, from_strings.chunks, from_strings.placement) == (
+        schedule.num_microbatches, schedule.chunks, schedule.placement)
 
     def compute(s):
         return [[str(a) for a in row if a.kind != "U"] for row in s.ranks]
@@ -135,7 +145,7 @@ def test_export_then_import_gives_back_the_compute_order(name, P, M):
             if a.kind == "U":
                 earlier = [b for b in row[:position] if b.stage == a.stage]
                 assert earlier[-1].kind == grad
-                assert sum(b.kind == grad for b in earlier) == M
+                assert sum(b.kind == grad for b in earlier) == schedule.num_microbatches
 
 
 def test_import_skips_bubbles_communication_and_flattens_overlaps():
@@ -159,7 +169,8 @@ def test_import_skips_bubbles_communication_and_flattens_overlaps():
 @pytest.mark.parametrize(
     "order,pattern",
     [
-        ({0: ["0F0", "1F0", "1B0", "0B0"], 1: []}, r"rank 0 runs stage 1 \(1F0\).*V-shaped"),
+        ({0: ["0F0", "1F0", "1B0", "0B0"], 1: []},
+         r"gives rank 0 stages \[0, 1\]; allowed: exactly chunks=1 virtual stages on every rank"),
         ([["0F0", "0X0"]], r"rank 0 position 1: cannot parse PyTorch action '0X0'"),
         ([["0F"]], r"rank 0 position 0: 0F has no microbatch index"),
         ([["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", "1F2", "1B2"]],
@@ -212,3 +223,27 @@ def test_pytorchs_1f1b_drawing_is_imported_only_if_pytorch_accepts_it():
             from_torch_order(order)
     else:  # a later PyTorch that draws what it runs: the engine takes it as it is
         assert from_torch_order(order).num_microbatches == 4
+
+
+@pytest.mark.parametrize("torch_class,name", [("ScheduleZBVZeroBubble", "zb-v"),
+                                              ("ScheduleDualPipeV", "dualpipev")])
+@pytest.mark.parametrize("P,M", [(1, 2), (2, 3), (2, 4), (3, 7), (4, 8), (4, 11), (8, 16)])
+def test_pytorchs_v_orders_are_our_builders(torch_class, name, P, M):
+    """PyTorch's own order generation (called without processes) read by from_torch_order is
+    exactly our builder's schedule, V placement included; DualPipeV's full backwards and
+    overlapped pairs come in as the explicit I, W and F, I, W of dualpipe.py."""
+    from types import SimpleNamespace
+
+    if name == "dualpipev" and M < 2 * P:
+        return  # PyTorch refuses these too (n_microbatches < num_stages)
+    cls = getattr(torch_schedules, torch_class)
+    holder = SimpleNamespace(pp_group_size=P, _n_microbatches=M, num_stages=2 * P)
+    order = {r: cls._calculate_single_rank_operations(holder, r) for r in range(P)}
+    imported = from_torch_order(order, num_microbatches=M)
+    ours = build_schedule(name, P, M)
+    assert imported.placement == ours.placement
+
+    def compute(s):  # the updates: ours after both chunks, the importer's after each one
+        return [[a for a in row if a.kind != "U"] for row in s.ranks]
+
+    assert compute(imported) == compute(ours)

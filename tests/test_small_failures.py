@@ -33,7 +33,8 @@ TRAIN = ["train", "--method", "gpipe", "--stages", "2", "--epochs", "1", "--widt
         (["--momentum", "5"], "--momentum 5.0: allowed: a number in [0, 1)"),
         (["--seed", "-1"], "--seed -1: allowed: an integer in 0..2**32-1"),
         (["--method", "pipemare", "--t1-anneal-updates", "-5"], "--t1-anneal-updates -5:"),
-        (["--gamma", "5"], "--gamma 5.0: allowed: a number in [0, 1]"),
+        (["--gamma", "5"], "--gamma 5.0: allowed: a number in [0, 1)"),
+        (["--gamma", "1"], "--gamma 1.0: allowed: a number in [0, 1)"),  # T2 refuses 1
         (["--weight-decay", "inf"], "--weight-decay inf:"),
     ],
 )
@@ -61,6 +62,14 @@ FIT = dict(method="gpipe", num_stages=2, num_microbatches=2, batch_size=16, epoc
         (dict(lr=0.1, momentum=5.0), "momentum must be a number in [0, 1), got 5.0"),
         (dict(lr=0.1, seed=-1), "seed must be an integer in 0..2**32-1, got -1"),
         (dict(lr=0.1, t1_anneal_updates=-5), "t1_anneal_updates must be an integer >= 0"),
+        # T2's gamma, whether or not the method turns T2 on (gpipe does not)
+        (dict(lr=0.1, gamma=5.0), "gamma must be a number in [0, 1) (T2's EMA decay), got 5.0"),
+        (dict(lr=0.1, gamma=1.0), "gamma must be a number in [0, 1) (T2's EMA decay), got 1.0"),
+        (dict(lr=0.1, gamma=float("nan")), "gamma must be a number in [0, 1)"),
+        (dict(lr=0.1, gamma=[0.5, -0.1]), "gamma[1] must be a number in [0, 1) (T2's EMA "
+                                           "decay), got -0.1"),
+        (dict(lr=0.1, gamma="0.9"), "gamma must be a number in [0, 1) (T2's EMA decay), "
+                                    "got '0.9'"),
     ],
 )
 def test_fit_refuses_numbers_out_of_range(data, options, said):

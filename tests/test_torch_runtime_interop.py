@@ -3,11 +3,13 @@
 One launch per world size (real processes, gloo on 127.0.0.1, a port the OS picks) runs
 every case of :data:`SPECS` (see :mod:`pipemare_lite.interop.torch_runtime`):
 
-- export: the engine's 1F1B, interleaved (2 chunks) and ZB-H1, written with
+- export: the engine's 1F1B, interleaved (2 chunks), ZB-H1, ZB-H2, ZB-V and DualPipeV
+  (the last two on the V placement: PyTorch reads it from the rows), written with
   ``to_torch_csv`` and loaded by ``_PipelineScheduleRuntime._load_csv``, step once in
   PyTorch's runtime and once in our DistributedExecutor;
-- import: PyTorch's ScheduleGPipe, ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble and
-  ScheduleLoopedBFS step once themselves, and their ``pipeline_order`` goes through
+- import: PyTorch's ScheduleGPipe, ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
+  ScheduleLoopedBFS, ScheduleZBVZeroBubble and ScheduleDualPipeV step once themselves, and
+  their ``pipeline_order`` goes through
   ``from_torch_order`` into a schedule our executor runs.
 
 Every stage's gradients must equal, bitwise (fp32, CPU, one thread per process), both each
@@ -16,7 +18,8 @@ the schedule runs the backwards (LoopedBFS runs them last microbatch first, and 
 another order rounds differently). Loss scaling: "torch" is PyTorch's default (sum of
 plain-loss gradients, then divided by M) with M = 4, a power of two, where it is bitwise
 ours (``loss / M`` back-propagated); "ours" gives PyTorch ``loss / M`` and
-``scale_grads=False``, with M = 3P (not a power of two).
+``scale_grads=False``, with M = 3P (not a power of two). DualPipeV needs M >= 2P: its
+"torch" cases take M = max(4, 2P), still a power of two.
 """
 
 from __future__ import annotations
@@ -44,11 +47,19 @@ SPECS = [  # (label, engine schedule or PyTorch class, chunks, loss scaling)
     ("1f1b-ours", "1f1b", 1, "ours"),
     ("interleaved-ours", "interleaved", 2, "ours"),
     ("zb-h1-ours", "zb-h1", 1, "ours"),
+    ("zb-h2", "zb-h2", 1, "torch"),
+    ("zb-v", "zb-v", 2, "torch"),
+    ("dualpipev", "dualpipev", 2, "torch"),
+    ("zb-v-ours", "zb-v", 2, "ours"),
+    ("dualpipev-ours", "dualpipev", 2, "ours"),
     ("torch-gpipe", "ScheduleGPipe", 1, "torch"),
     ("torch-interleaved-1f1b", "ScheduleInterleaved1F1B", 2, "torch"),
     ("torch-interleaved-zb", "ScheduleInterleavedZeroBubble", 2, "torch"),
     ("torch-looped-bfs", "ScheduleLoopedBFS", 2, "torch"),
+    ("torch-zbv", "ScheduleZBVZeroBubble", 2, "torch"),
+    ("torch-dualpipev", "ScheduleDualPipeV", 2, "torch"),
 ]
+V_SHAPED = ("zb-v", "dualpipev", "zb-v-ours", "dualpipev-ours", "torch-zbv", "torch-dualpipev")
 LABELS = [spec[0] for spec in SPECS]
 
 
@@ -68,6 +79,8 @@ def microbatches(M: int) -> list:
 def case_of(spec, P: int) -> InteropCase:
     label, what, chunks, scaling = spec
     M = 4 if scaling == "torch" else 3 * P
+    if what in ("dualpipev", "ScheduleDualPipeV"):
+        M = max(M, 2 * P)  # DualPipeV's rule; 2P is a power of two for P = 2, 4
     data, stages = microbatches(M), stages_of(P * chunks)
     if what.startswith("Schedule"):
         return InteropCase(label, stages, data, F.cross_entropy, torch_class=what,
@@ -81,8 +94,16 @@ def case_of(spec, P: int) -> InteropCase:
 def launched(request):
     P = request.param
     cases = [case_of(spec, P) for spec in SPECS]
-    with hard_time_limit(150):
-        per_rank = launch(interop_worker, P, args=(cases,), timeout=120)
+    # two launches: the forkserver hands every tensor of the arguments over as a file
+    # descriptor, and all cases' microbatches at P = 4 are more than it sends at once
+    half = len(cases) // 2
+    per_rank = [{"rank": r, "cases": []} for r in range(P)]
+    for group in (cases[:half], cases[half:]):
+        with hard_time_limit(150):
+            results = launch(interop_worker, P, args=(group,), timeout=120)
+        for merged, result in zip(per_rank, results):
+            merged["cases"] += result["cases"]
+            merged.setdefault("launches", []).append(result)
     return P, {case.label: case for case in cases}, per_rank
 
 
@@ -145,8 +166,9 @@ def test_gradients_are_bitwise_one_device_accumulation_in_both_runtimes(launched
     seen = set()
     for rank, r in enumerate(ranks):
         chunks = len(reference) // P
-        assert sorted(r["torch_grads"]) == sorted(r["our_grads"]) == [
-            rank + c * P for c in range(chunks)]  # stage s on rank s % P in both runtimes
+        held = ([rank, 2 * P - 1 - rank] if label in V_SHAPED  # the V in both runtimes
+                else [rank + c * P for c in range(chunks)])  # stage s on rank s % P
+        assert sorted(r["torch_grads"]) == sorted(r["our_grads"]) == held
         for s in r["torch_grads"]:
             assert any(g.abs().sum() > 0 for g in reference[s]), f"stage {s}: zero gradients"
             assert_bitwise(r["torch_grads"][s], reference[s], f"{label}: PyTorch, stage {s}")
@@ -177,18 +199,24 @@ def test_the_imported_orders_are_pytorchs(launched):
     assert [c for c in first if "B" in c][:4] == [f"{P}B3", f"{P}B2", f"{P}B1", f"{P}B0"]
     _, ranks = results_of(launched, "torch-interleaved-zb")
     assert any("I" in c for c in ranks[0]["rows"][0])
+    # the V classes: rank 0 runs stage 0 and stage 2P-1 (the loss), nothing else
+    for label in ("torch-zbv", "torch-dualpipev"):
+        _, ranks = results_of(launched, label)
+        assert {c.split("F")[0] for c in ranks[0]["rows"][0] if "F" in c} == {"0", f"{2 * P - 1}"}
 
 
 def test_each_launch_used_loopback_and_left_no_process(launched):
     P, _, per_rank = launched
-    assert [r["rank"] for r in per_rank] == list(range(P))
-    masters = {r["master"] for r in per_rank}
-    assert len(masters) == 1
-    address, port = masters.pop().split(":")
-    assert address == "127.0.0.1" and int(port) > 0
-    for r in per_rank:
-        with pytest.raises(ProcessLookupError):
-            os.kill(r["pid"], 0)  # signal 0 only asks whether the pid exists
+    for launch_index in range(2):
+        ranks = [r["launches"][launch_index] for r in per_rank]
+        assert [r["rank"] for r in ranks] == list(range(P))
+        masters = {r["master"] for r in ranks}
+        assert len(masters) == 1
+        address, port = masters.pop().split(":")
+        assert address == "127.0.0.1" and int(port) > 0
+        for r in ranks:
+            with pytest.raises(ProcessLookupError):
+                os.kill(r["pid"], 0)  # signal 0 only asks whether the pid exists
 
 
 @pytest.mark.parametrize(
@@ -197,7 +225,8 @@ def test_each_launch_used_loopback_and_left_no_process(launched):
         ({}, r"case 'x': give exactly one of schedule, torch_class"),
         ({"torch_class": "ScheduleGPipe", "schedule": build_schedule("gpipe", 2, 2)},
          r"give exactly one"),
-        ({"torch_class": "ScheduleZBVZeroBubble"}, r"torch_class 'ScheduleZBVZeroBubble'; allowed"),
+        ({"torch_class": "ScheduleZBV"}, r"torch_class 'ScheduleZBV'; allowed"),
+        ({"torch_class": "ScheduleDualPipeV"}, r"holds two stages per rank \(a V\); chunks=1"),
         ({"torch_class": "Schedule1F1B", "chunks": 2}, r"one stage per rank; chunks=2"),
         ({"torch_class": "ScheduleGPipe", "loss_scaling": "mean"}, r"loss_scaling 'mean'"),
     ],

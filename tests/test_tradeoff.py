@@ -144,3 +144,35 @@ def test_static_twin_has_one_step_per_budget():
     go.Figure(fig.to_dict())
     with pytest.raises(ValueError, match="budgets"):
         tradeoff_explorer_static(rows, budgets=[])
+
+
+@pytest.mark.parametrize("N", [2, 8, 12])
+def test_the_schedule_rows_are_the_memory_model_and_the_closed_forms(N):
+    from pipemare_lite.analysis import formulas as f
+    from pipemare_lite.analysis.tradeoff import SCHEDULE_ROWS, split_profile
+
+    P = len(PROFILE.param_bytes)
+    from pipemare_lite.analysis.tradeoff import TRADEOFF_ROWS
+
+    assert [r.method for r in tradeoff_table(PROFILE, N)] == list(TRADEOFF_METHODS)
+    rows = {r.method: r for r in tradeoff_table(PROFILE, N, methods=TRADEOFF_ROWS)}
+    assert list(rows)[:6] == ["gpipe", "1f1b", "zb-h1", "zb-h2", "zb-v", "dualpipev"]
+    halves = split_profile(PROFILE, 2)  # each stage cut in two: the same model
+    assert [a + b for a, b in zip(halves.param_bytes[::2], halves.param_bytes[1::2])] == \
+        PROFILE.param_bytes
+    for name in SCHEDULE_ROWS:
+        row = rows[name]
+        if name == "dualpipev" and N < 2 * P:
+            assert "num_microbatches >= 2P" in row.not_possible and row.utilization is None
+            continue
+        schedule = build_schedule(name, P, N, num_minibatches=2)
+        profile = halves if schedule.chunks == 2 else PROFILE
+        peaks = memory_by_kind(schedule, profile)
+        assert row.memory == {k: sum(d[k] for d in peaks) for k in KINDS}
+        assert row.device_peak == max(d["peak_total"] for d in peaks)
+    if N >= 2 * P - 1:  # one more minibatch: the work alone for ZB-H2 and ZB-V
+        assert rows["zb-h2"].utilization == pytest.approx(1.0)
+        assert rows["zb-v"].utilization == pytest.approx(1.0)
+    if N >= 2 * P:  # DualPipeV pays its (P-1) F every minibatch
+        assert rows["dualpipev"].utilization == pytest.approx(
+            1 - f.idle_fraction_dualpipe_v(P, N))

@@ -43,3 +43,21 @@ def test_shade_and_op_colour():
         shade("#4E79A7", 1.5)
     with pytest.raises(ValueError, match="unknown op kind 'X'"):
         op_color("X", 0)
+
+
+def test_stage_markers_stand_out_on_both_regions_of_the_stability_map():
+    """Issue 30: the last stage's filled marker had the stable region's green (it looked
+    hollow, i.e. 'outside')."""
+    import math
+
+    from plotly.colors import hex_to_rgb, unlabel_rgb
+
+    from pipemare_lite.figures.viz.colors import STABLE_COLOR, UNSTABLE_COLOR
+    from pipemare_lite.figures.viz.stages import stage_color
+
+    backgrounds = [hex_to_rgb(STABLE_COLOR), hex_to_rgb(UNSTABLE_COLOR)]
+    for P in range(1, 17):
+        for s in range(P):
+            color = unlabel_rgb(stage_color(s, P))
+            distance = min(math.dist(color, b) for b in backgrounds)
+            assert distance > 100, (P, s, color, distance)

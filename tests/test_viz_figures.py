@@ -213,9 +213,20 @@ def test_loss_curves_read_train_histories():
 
     fig = loss_curves({"gpipe": HistoryLike(), "async": blew_up})
     lines = {t.legendgroup: t for t in fig.data if t.mode == "lines"}
-    assert list(lines["gpipe"].x) == [0, 1, 2, 3]  # steps default to 0, 1, 2, ...
-    assert lines["async"].name == "async (diverged at step 2)"  # flagged after its last step
+    assert list(lines["gpipe"].x) == [1, 2, 3, 4]  # the k-th loss is step k, as in evals
+    assert lines["async"].name == "async (diverged at step 3)"  # flagged after its last step
     acc = loss_curves({"gpipe": trained}, metric="accuracy")
     assert (list(acc.data[0].x), list(acc.data[0].y)) == ([2, 4], [0.5, 0.7])  # from evals
     with pytest.raises(ValueError, match="'async' has no 'accuracy'"):
         loss_curves({"async": blew_up}, metric="accuracy")
+
+
+def test_the_legend_names_the_step_the_engine_reports():
+    """Issue 30: legends said "diverged at step 109" where fit() and the text said 110."""
+    history = {"loss": [2.0, 5.0, float("nan")], "diverged": True, "divergence_step": 3,
+               "evals": []}
+    fig = loss_curves({"async": history})
+    assert fig.data[0].name == f"async (diverged at step {history['divergence_step']})"
+    # a history that recorded only its finite losses still names the step fit() reported
+    finite_only = {**history, "loss": [2.0, 5.0]}
+    assert loss_curves({"async": finite_only}).data[0].name == "async (diverged at step 3)"

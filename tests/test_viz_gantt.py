@@ -179,3 +179,19 @@ def test_interleaved_boxes_name_their_chunk():
     f_trace = trace(gantt(Timeline(schedule, entries)), "F")
     labels = dict(zip(f_trace.hovertext, f_trace.text))
     assert labels == {"0F0": "0", "1F0": "0", "2F0": "0\u2032", "3F0": "0\u2032"}
+
+
+def test_gantt_pair_titles_use_the_chapters_letter_and_keep_the_legend_off_them():
+    """Issue 30: chapter 05's pair said M=4 after the text renamed M to N, and the legend
+    above the figure covered the first subplot's title."""
+    from pipemare_lite.analysis.simulate import simulate
+    from pipemare_lite.figures.viz import gantt_pair
+    from pipemare_lite.schedules import build_schedule
+
+    flushed = simulate(build_schedule("1f1b", 4, 4, num_minibatches=2))
+    unflushed = simulate(build_schedule("pipedream", 4, 4, num_minibatches=2))
+    fig = gantt_pair(flushed, unflushed, microbatch_symbol="N")
+    titles = [a.text for a in fig.layout.annotations]
+    assert all("N=4" in t and "M=" not in t for t in titles), titles
+    assert fig.layout.legend.x > 1  # beside the plots, not over the titles
+    assert "M=4" in gantt_pair(flushed, unflushed).layout.annotations[0].text

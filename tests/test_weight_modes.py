@@ -57,15 +57,16 @@ def test_lookup_names_the_allowed_modes():
 
 
 def test_the_lists_read_from_the_table_are_the_old_ones():
-    assert SCHEDULE_NAMES == ("naive", "gpipe", "1f1b", "interleaved", "zb-h1", "pipedream",
-                              "2bw", "async")
+    assert SCHEDULE_NAMES == ("naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v",
+                              "dualpipev", "pipedream", "2bw", "async")
     assert ASYNC_NAMES == ("pipedream", "2bw", "async")
-    assert SYNC_NAMES == ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")
+    assert SYNC_NAMES == ("naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v",
+                          "dualpipev")
     assert set(SCHEDULE_NAMES) <= set(BUILDERS)
     assert {n: weight_mode_of(n) for n in (*SCHEDULE_NAMES, "pipemare")} == {
         "naive": "sync", "gpipe": "sync", "1f1b": "sync", "interleaved": "sync",
-        "zb-h1": "sync", "pipedream": "stash", "2bw": "2bw", "async": "async",
-        "pipemare": "async"}
+        "zb-h1": "sync", "zb-h2": "sync", "zb-v": "sync", "dualpipev": "sync",
+        "pipedream": "stash", "2bw": "2bw", "async": "async", "pipemare": "async"}
     assert SCHEDULE_OF == {"gpipe": ("gpipe", False), "1f1b": ("1f1b", False),
                            "zb-h1": ("zb-h1", False), "pipedream": ("pipedream", False),
                            "2bw": ("2bw", False), "async": ("async", False),
@@ -74,7 +75,7 @@ def test_the_lists_read_from_the_table_are_the_old_ones():
 
 @pytest.mark.parametrize("name,build,mode", SCHEDULE_TABLE)
 def test_each_builder_makes_its_tables_mode(name, build, mode):
-    schedule = build_schedule(name, 4, 4, num_minibatches=3)
+    schedule = build_schedule(name, 4, 8, num_minibatches=3)  # DualPipeV needs M >= 2P
     assert schedule.weight_mode == mode.name and schedule.mode is mode
 
 

@@ -247,3 +247,25 @@ def test_comm_latency_says_the_closed_forms_do_not_apply():
     table = {r[0]: r[1:] for r in cells(w.summary.value)[1:]}
     assert table["makespan"][1].startswith("n/a") and table["makespan"][2] == ""
     assert w.metrics.makespan == pytest.approx((4 + 3 - 1) * 3 + 2 * (3 - 1) * 0.5)
+
+
+def test_staleness_explorer_sliders_offer_only_what_the_engine_allows():
+    """Issue 30: the warm-up slider went to 15 while the engine allows 0..updates (red error)."""
+    from pipemare_lite.schedules.validation import size_range
+
+    w = staleness_explorer("async", stages=3, microbatches=2, minibatches=4)
+    for key, name in (("stages", "num_ranks"), ("microbatches", "num_microbatches"),
+                      ("minibatches", "num_minibatches")):
+        low, high = size_range(name)
+        assert low <= w.controls[key].min and w.controls[key].max <= high, key
+    for minibatches in (1, 4, w.controls["minibatches"].max):
+        w.controls["minibatches"].value = minibatches
+        slider = w.controls["warmup"]
+        assert (slider.min, slider.max) == size_range("warmup_minibatches", minibatches)
+        for warmup in range(slider.min, slider.max + 1):
+            slider.value = warmup
+            assert w.error is None, (minibatches, warmup, w.error)
+    # shrinking the run clamps a longer warm-up instead of showing an error
+    w.controls["warmup"].value = w.controls["warmup"].max
+    w.controls["minibatches"].value = 2
+    assert w.controls["warmup"].value == 2 and w.error is None

@@ -120,6 +120,116 @@ def idle_fraction_zb_h1(P: int, M: int, forward=1.0, input_grad=1.0, weight_grad
     return 1.0 - M * (forward + input_grad + weight_grad) / makespan
 
 
+def makespan_zb_h2(P: int, M: int, K: int = 1, forward: float = 1.0) -> float:
+    """ZB-H2 as built by :func:`pipemare_lite.schedules.zb_h2` (chapter 04), F = I = W,
+    M >= 2P-1, K minibatches: (3KM + P-1) F.
+
+    Derivation: rank s waits sF for microbatch 0. It may hold 2P-1 activations, and the
+    first input gradient comes back to stage s at (2P-1-s)F, after exactly 2P-1-2s forwards
+    of its own: it never waits for one; afterwards an I arrives every time the stage has room
+    for it, and the W's it defers fill every other slot. So rank s runs gap-free from sF to
+    sF + 3KMF (a parallelogram; a rank-local flush lets minibatch k+1 start on rank 0 while
+    rank P-1 finishes minibatch k): the fill's (P-1)F is paid once per run. ZB-H1 pays
+    (P-1)F per minibatch (:func:`makespan_zb_h1`).
+    """
+    _check(P=P, M=M, K=K)
+    if M < 2 * P - 1:
+        raise ValueError(f"makespan_zb_h2: M={M} < 2P-1={2 * P - 1}; allowed: M >= 2P-1 "
+                         "(else simulate)")
+    return (3 * K * M + P - 1) * forward
+
+
+def idle_fraction_zb_h2(P: int, M: int, K: int = 1) -> float:
+    """ZB-H2, F = I = W: (P-1) / (3KM + P-1) (busy 3KMF per rank, :func:`makespan_zb_h2`)."""
+    return (P - 1) / makespan_zb_h2(P, M, K)
+
+
+def peak_inflight_zb_h2(P: int, M: int) -> int:
+    """ZB-H2, every stage: 2P-1 activations for M >= 2P-1 (the cap its builder keeps; ZB-H1
+    holds P, 1F1B's stage 0 P): the memory ZB-H2 pays for its bubble."""
+    _check(P=P, M=M)
+    if M < 2 * P - 1:
+        raise ValueError(f"peak_inflight_zb_h2: M={M} < 2P-1={2 * P - 1}; allowed: M >= 2P-1")
+    return 2 * P - 1
+
+
+def makespan_zb_v(P: int, M: int, K: int = 1, forward: float = 1.0) -> float:
+    """ZB-V as built by :func:`pipemare_lite.schedules.zb_v` (chapter 04), F = I = W per
+    chunk, M >= 2P-1, K minibatches: (6KM + P-1) F.
+
+    Derivation: each rank holds 2 chunks and does 2M(F+I+W) = 6MF of work per minibatch.
+    Rank r waits rF for microbatch 0 to reach chunk r; from then on every F, I and W finds
+    its input ready (the V turns the pipeline around on the last rank, and the chunk-1 work
+    of the way back fills what would be the drain), so rank r runs gap-free and ends at
+    rF + 6KMF: the schedule is a parallelogram. A rank's flush needs only its own updates,
+    so minibatch k+1 starts on rank 0 while rank P-1 finishes minibatch k, and the (P-1)F
+    of the fill is paid once per run: zero bubble in the steady state (Qi et al., 2024,
+    section 6). Fewer microbatches leave gaps: simulate.
+    """
+    _check(P=P, M=M, K=K)
+    if M < 2 * P - 1:
+        raise ValueError(f"makespan_zb_v: M={M} < 2P-1={2 * P - 1}; allowed: M >= 2P-1 "
+                         "(else simulate)")
+    return (6 * K * M + P - 1) * forward
+
+
+def idle_fraction_zb_v(P: int, M: int, K: int = 1) -> float:
+    """ZB-V, F = I = W: (P-1) / (6KM + P-1) (busy 6KMF per rank, :func:`makespan_zb_v`)."""
+    return (P - 1) / makespan_zb_v(P, M, K)  # F = 1: the makespan is 6KM + P-1
+
+
+def makespan_dualpipe_v(P: int, M: int, K: int = 1, forward: float = 1.0) -> float:
+    """DualPipeV as built by :func:`pipemare_lite.schedules.dualpipe_v` (chapter 04), F = I =
+    W per chunk, M >= 2P, K minibatches: K (6M + P-1) F.
+
+    Derivation: the fill is ZB-V's (rank r starts at rF), but the drain is not mirrored: the
+    last backwards of chunk 0 go up the ranks one hop at a time with no chunk-1 work left to
+    fill behind them, so every rank ends its minibatch at the same time, 6MF + (P-1)F (rank
+    r idles rF at the start and P-1-r steps in the drain). Ending together, the next
+    minibatch starts only then, so each minibatch pays (P-1)F: the bubble of ZB-H1 with
+    chunks, which DualPipe hides on a GPU by overlapping the paired F and B's communication,
+    not by reordering (DeepSeek-AI, 2024).
+    """
+    _check(P=P, M=M, K=K)
+    if M < 2 * P:
+        raise ValueError(f"makespan_dualpipe_v: M={M} < 2P={2 * P}; allowed: M >= 2P")
+    return K * (6 * M + P - 1) * forward
+
+
+def idle_fraction_dualpipe_v(P: int, M: int, K: int = 1) -> float:
+    """DualPipeV, F = I = W: (P-1) / (6M + P-1), per minibatch (:func:`makespan_dualpipe_v`)."""
+    return K * (P - 1) / makespan_dualpipe_v(P, M, K)
+
+
+def peak_inflight_zb_v(P: int, M: int) -> int:
+    """ZB-V, every rank: 2P chunk activations for M >= 2P-1, i.e. P whole stages' worth
+    (a chunk is half a stage): 1F1B's rank 0, the paper's "same memory as 1F1B".
+
+    Derivation: rank r runs 2(P-r)-1 chunk-0 forwards, then r pairs of a chunk-1 and a
+    chunk-0 forward, then one more chunk-1 forward before its first W releases anything:
+    2(P-r)-1 + 2r + 1 = 2P, whatever r; the steady state adds one F per W.
+    """
+    _check(P=P, M=M)
+    if M < 2 * P - 1:
+        raise ValueError(f"peak_inflight_zb_v: M={M} < 2P-1={2 * P - 1}; allowed: M >= 2P-1")
+    return 2 * P
+
+
+def peak_inflight_dualpipe_v(P: int, M: int) -> int:
+    """DualPipeV, every rank: 2P + 1 chunk activations for M >= 2P (P + 1/2 stages' worth).
+
+    Derivation: rank r runs 2(P-r-1) chunk-0 forwards and r+1 chunk-0/chunk-1 pairs: 2P
+    forwards before its first backward. Each of the P-r-1 zero-bubble steps (I, the W
+    just queued, F) frees one and adds one: still 2P. The main phase (it runs M-2P+r+1 >= 1
+    times) starts each overlapped pair with its forward, before the backward (I, W) frees
+    one: 2P + 1, one more than ZB-V.
+    """
+    _check(P=P, M=M)
+    if M < 2 * P:
+        raise ValueError(f"peak_inflight_dualpipe_v: M={M} < 2P={2 * P}; allowed: M >= 2P")
+    return 2 * P + 1
+
+
 def makespan_no_flush(P: int, total_microbatches: int, forward=1.0, backward=2.0):
     """PipeDream, 2BW and the async pipeline (chapter 05) over T microbatches: (T+P-1)(F+B).
 

@@ -75,7 +75,7 @@ class OpCosts:
         if len(m) == S:
             return list(m)
         if len(m) == P:
-            return [m[stage % P] for stage in range(S)]
+            return [m[schedule.rank_of(stage)] for stage in range(S)]
         allowed = f"{S} (one per virtual stage)" + (f" or {P} (one per rank)" if S != P else "")
         raise ValueError(f"OpCosts.stage_multipliers has {len(m)} entries; allowed: {allowed}")
 
@@ -93,7 +93,10 @@ def simulate(schedule: Schedule, costs: OpCosts | None = None) -> Timeline:
     K = schedule.num_minibatches
     base = (costs.forward, costs.backward, costs.input_grad, costs.weight_grad, costs.update)
     duration = [[cost * x for x in costs.per_stage(schedule)] for cost in base]  # [kind][stage]
-    comm = costs.comm if P > 1 else 0.0  # F(s-1) and B/I(s+1) always run on another rank
+    # the message latency between stages s and s+1, 0 where both sit on one rank (the turn
+    # of a V placement; every pair when P = 1)
+    placement = schedule.placement
+    hop = [costs.comm if placement[s] != placement[s + 1] else 0.0 for s in range(S - 1)] + [0.0]
     start, end = [0.0] * (4 * n + S * K), [0.0] * (4 * n + S * K)
     rank_free = [0.0] * P
     # dependency_codes() written out in the loop: a call per action costs 0.1-0.2 s at P=128,
@@ -101,23 +104,23 @@ def simulate(schedule: Schedule, costs: OpCosts | None = None) -> Timeline:
     for code in order:
         if code < 4 * n:  # F, B, I or W of microbatch code % T on stage (code % n) // T
             kind, stage = code // n, (code % n) // T
-            ready = rank_free[stage % P]
+            ready = rank_free[placement[stage]]
             if kind == 0:  # F: after F of the previous stage
-                if stage and end[code - T] + comm > ready:
-                    ready = end[code - T] + comm
+                if stage and end[code - T] + hop[stage - 1] > ready:
+                    ready = end[code - T] + hop[stage - 1]
             elif kind == 3:  # W: after its own I
                 if end[code - n] > ready:
                     ready = end[code - n]
             else:  # B or I: after its own F and the next stage's B or I
                 if end[code % n] > ready:
                     ready = end[code % n]
-                if stage < S - 1 and end[code + T] + comm > ready:
-                    ready = end[code + T] + comm
+                if stage < S - 1 and end[code + T] + hop[stage] > ready:
+                    ready = end[code + T] + hop[stage]
         else:  # U: its gradients ran earlier on this rank
             kind, stage = 4, (code - 4 * n) // K
-            ready = rank_free[stage % P]
+            ready = rank_free[placement[stage]]
         start[code] = ready
-        end[code] = rank_free[stage % P] = ready + duration[kind][stage]
+        end[code] = rank_free[placement[stage]] = ready + duration[kind][stage]
     with gc_paused():  # a record per action, rescanned by the collector (2x slower without)
         entries = tuple(
             TimedAction(rank, action, start[c], end[c])

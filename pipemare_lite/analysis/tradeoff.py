@@ -6,10 +6,19 @@ One row per method, for one memory profile (bytes per stage) and one P and N:
   :func:`pipemare_lite.analysis.memory.memory_by_kind`, which the executor's bytes equal);
 - ``device_peak``: the most one device holds at one moment (the largest ``peak_total``
   over the ranks): what a per-device memory budget must cover;
-- ``utilization``: the simulated utilization (F = 1, B = 2; I = W = 1 for ZB-H1) that the
-  method keeps up over a long run: for a flushed method that of one minibatch (every
-  minibatch repeats it), for an unflushed one the steady state (the one fill and drain of
-  a whole run left out, as in the paper's comparison).
+- ``utilization``: the simulated utilization (F = 1, B = 2; I = W = 1 for the split
+  backwards) that the method keeps up over a long run: for a flushed method that of one
+  more minibatch (the time a third minibatch adds to two: the whole minibatch for GPipe,
+  1F1B and ZB-H1, whose next minibatch waits for the last rank; only the work for ZB-H2
+  and ZB-V, whose next minibatch fills the previous one's slope), for an unflushed one the
+  steady state (the one fill and drain of a whole run left out, as in the paper's
+  comparison).
+
+Beside the methods, the table has rows for the synchronous schedules that are not methods
+of their own (:data:`SCHEDULE_ROWS`: ZB-H2, ZB-V, DualPipeV; chapter 04), asked for with
+``tradeoff_table(..., methods=TRADEOFF_ROWS)``. The V-shaped ones
+cut the model into 2P chunks: each stage of the profile is split into two halves (model
+order), so they hold the same model.
 
 :func:`pick_method` answers the chapter's question, which method for a memory budget:
 the highest utilization among the methods that fit. Quality is not in the table: it is
@@ -18,7 +27,7 @@ measured by training (the stored experiment), not by the schedule. Torch-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipemare_lite.analysis.memory import KINDS, MemoryProfile, memory_by_kind
 from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure
@@ -39,13 +48,24 @@ TRADEOFF_METHODS = {
 #: :mod:`pipemare_lite.methods.registry` registers). PipeMare without warm-up.
 SCHEDULE_OF = {name: (schedule, t2) for name, schedule, _, t2, _ in METHOD_TABLE
                if name in TRADEOFF_METHODS}
+#: Synchronous schedules with a row but no method entry (chapter 04): name -> label.
+SCHEDULE_ROWS = {"zb-h2": "ZB-H2", "zb-v": "ZB-V", "dualpipev": "DualPipeV"}
+#: Every row of the default table, in the book's order (the new schedules after ZB-H1).
+TRADEOFF_ROWS = {**{m: TRADEOFF_METHODS[m] for m in ("gpipe", "1f1b", "zb-h1")},
+                 **SCHEDULE_ROWS,
+                 **{m: label for m, label in TRADEOFF_METHODS.items()
+                    if m not in ("gpipe", "1f1b", "zb-h1")}}
 
 
 def method_schedule(method: str, num_ranks: int, num_microbatches: int,
                     num_minibatches: int = 1):
-    """The schedule ``method`` runs (PipeMare without warm-up) and whether T2 is on."""
+    """The schedule ``method`` runs (PipeMare without warm-up) and whether T2 is on; a name
+    of :data:`SCHEDULE_ROWS` is its own schedule, without T2."""
+    if method in SCHEDULE_ROWS:
+        return build_schedule(method, num_ranks, num_microbatches,
+                              num_minibatches=num_minibatches), False
     if method not in SCHEDULE_OF:
-        raise ValueError(f"unknown method {method!r}; allowed: {', '.join(SCHEDULE_OF)}")
+        raise ValueError(f"unknown method {method!r}; allowed: {', '.join(TRADEOFF_ROWS)}")
     name, t2 = SCHEDULE_OF[method]
     return build_schedule(name, num_ranks, num_microbatches,
                           num_minibatches=num_minibatches), t2
@@ -82,33 +102,49 @@ def long_enough(num_ranks: int, num_microbatches: int) -> int:
     return -(-(2 * num_ranks - 1) // num_microbatches) + 2
 
 
+def split_profile(profile: MemoryProfile, chunks: int) -> MemoryProfile:
+    """``profile`` with every stage cut into ``chunks`` consecutive pieces (model order), its
+    bytes shared out so that each stage's pieces add up to it exactly."""
+    def pieces(values):
+        return [value // chunks + (c < value % chunks) for value in values for c in range(chunks)]
+
+    return replace(profile, param_bytes=pieces(profile.param_bytes),
+                   activation_bytes=pieces(profile.activation_bytes))
+
+
 def tradeoff_row(method: str, profile: MemoryProfile, num_microbatches: int) -> TradeoffRow:
-    """The table's row for ``method`` on ``profile`` (one stage per profile entry)."""
-    if method not in TRADEOFF_METHODS:
-        raise ValueError(f"unknown method {method!r}; allowed: {', '.join(TRADEOFF_METHODS)}")
+    """The table's row for ``method`` (or schedule of :data:`SCHEDULE_ROWS`) on ``profile``
+    (one stage per profile entry)."""
+    if method not in TRADEOFF_ROWS:
+        raise ValueError(f"unknown method {method!r}; allowed: {', '.join(TRADEOFF_ROWS)}")
     P, N = len(profile.param_bytes), num_microbatches
-    flushed = not is_asynchronous(SCHEDULE_OF[method][0])
+    flushed = method in SCHEDULE_ROWS or not is_asynchronous(SCHEDULE_OF[method][0])
     try:
         schedule, t2 = method_schedule(method, P, N, 2 if flushed else long_enough(P, N))
     except ValueError as error:  # a ScheduleError too: the method cannot run at this P and N
-        return TradeoffRow(method, TRADEOFF_METHODS[method], dict.fromkeys(KINDS, 0), 0, None,
+        return TradeoffRow(method, TRADEOFF_ROWS[method], dict.fromkeys(KINDS, 0), 0, None,
                            str(error), dict.fromkeys(KINDS, 0))
+    if schedule.chunks > 1:  # the same model, cut into P * v chunks
+        profile = split_profile(profile, schedule.chunks)
     peaks = memory_by_kind(schedule, profile, t2=t2)
     memory = {kind: sum(d[kind] for d in peaks) for kind in KINDS}
     costs = OpCosts(forward=1.0, backward=2.0)
-    if flushed:
-        one, _ = method_schedule(method, P, N)
-        utilization = simulate_and_measure(one, costs)[1].utilization
+    if flushed:  # what one more minibatch costs (see the module docstring)
+        two, three = (simulate_and_measure(method_schedule(method, P, N, k)[0], costs)[1]
+                      for k in (2, 3))
+        work = sum(three.busy_per_rank) - sum(two.busy_per_rank)
+        utilization = work / (P * (three.makespan - two.makespan))
     else:
         utilization = simulate_and_measure(schedule, costs)[1].steady_state_utilization
     device = max(peaks, key=lambda d: d["peak_total"])  # the first such rank on a tie
-    return TradeoffRow(method, TRADEOFF_METHODS[method], memory, device["peak_total"],
+    return TradeoffRow(method, TRADEOFF_ROWS[method], memory, device["peak_total"],
                        utilization, None, {kind: device[kind] for kind in KINDS})
 
 
 def tradeoff_table(profile: MemoryProfile, num_microbatches: int,
                    methods=tuple(TRADEOFF_METHODS)) -> list[TradeoffRow]:
-    """One :class:`TradeoffRow` per method, in the order given."""
+    """One :class:`TradeoffRow` per method, in the order given; ``methods=TRADEOFF_ROWS``
+    adds the schedule rows (ZB-H2, ZB-V, DualPipeV) after ZB-H1."""
     return [tradeoff_row(m, profile, num_microbatches) for m in methods]
 
 

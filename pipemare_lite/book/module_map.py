@@ -34,6 +34,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.analysis": "01",
     "pipemare_lite.analysis.formulas": "01",
     "pipemare_lite.analysis.memory": "03",
+    "pipemare_lite.analysis.side_by_side": "04",
     "pipemare_lite.analysis.simulate": "02",
     "pipemare_lite.analysis.stage_lr": "08",
     "pipemare_lite.analysis.stage_stability": "07",
@@ -140,6 +141,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.figures.viz.lr_schedules": "08",
     "pipemare_lite.figures.viz.memory": "03",
     "pipemare_lite.figures.viz.renderer": "-",
+    "pipemare_lite.figures.viz.round_trip": "05",
     "pipemare_lite.figures.viz.stability": "06",
     "pipemare_lite.figures.viz.stages": "07",
     "pipemare_lite.figures.viz.staleness": "05",
@@ -193,6 +195,8 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.schedules.validation": "02",
     "pipemare_lite.schedules.weight_modes": "02",
     "pipemare_lite.schedules.builders.zero_bubble": "04",
+    "pipemare_lite.schedules.builders.zero_bubble_v": "04",
+    "pipemare_lite.schedules.builders.dualpipe": "04",
     "pipemare_lite.training": "01",
     "pipemare_lite.training.__main__": "-",
     "pipemare_lite.training.checkpoint": "11",
@@ -296,7 +300,7 @@ def resolve(module: str, name: str, modules: frozenset[str]) -> set[str]:
     """The modules that ``from module import name`` reaches: ``module`` and where ``name`` lives.
 
     A submodule is itself; a name a package re-exports is followed to the module that
-    defines it (``from pipemare_lite.schedules import gpipe`` -> ``schedules.gpipe``).
+    defines it (``from pipemare_lite.schedules import gpipe`` -> ``schedules.builders.gpipe``).
     """
     reached = {module} if module in modules else set()
     for _ in range(8):  # re-exports of re-exports; a package never nests deeper
@@ -457,8 +461,13 @@ def render(directory: str | Path | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pipemare_lite.book.module_map``: print ``docs/module-map.md``."""
-    if argv if argv is not None else sys.argv[1:]:
-        raise SystemExit("usage: python -m pipemare_lite.book.module_map > docs/module-map.md")
+    argv = sys.argv[1:] if argv is None else argv
+    usage = "usage: python -m pipemare_lite.book.module_map > docs/module-map.md"
+    if argv in (["-h"], ["--help"]):
+        print(usage)  # asked for: a usage line and success, like every command the book shows
+        return 0
+    if argv:
+        raise SystemExit(usage)
     sys.stdout.write(render())
     return 0
 

@@ -18,6 +18,9 @@ full       also the trace: every action's start and end, the weight version it u
            (the executors' default: the chapters draw it)
 =========  ============================================================================
 
+Both executors take ``record=`` (the local one and, one process per rank, the distributed
+one; ``fit(record=...)`` passes it to either); without a trace a run's ``trace`` is None.
+
 How the cheaper levels save:
 
 - a synchronous stage (no update between a forward and its backward) runs its forward

@@ -21,9 +21,9 @@ this experiment used a constant base and so judged PipeMare by a setting it is n
 for (changed 2026-12-04, before the re-run; the other methods get the same base).
 
 Per seed: final test accuracy and loss, its **quality** (the accuracy, 0 for a diverged
-seed: the convention of :mod:`pipemare_lite.experiments.paper_shape`), steps, the measured
-delays, peak bytes by kind, and the CPU seconds of the run (one thread: the extra compute,
-machine-dependent, never checked). The methods come from the plugin
+seed: :func:`pipemare_lite.experiments.record.seed_quality`, the book's one convention),
+steps, the measured delays, peak bytes by kind, and the CPU seconds of the run (one
+thread: the extra compute, machine-dependent, never checked). The methods come from the plugin
 :mod:`pipemare_lite.methods.beyond`.
 """
 
@@ -112,7 +112,7 @@ def train(row: Row, seed: int, *, method: str | None = None) -> dict:
     return {
         "seed": seed,
         "final_accuracy": history.final_accuracy,
-        "quality": 0.0 if history.diverged else history.final_accuracy,
+        "quality": record.seed_quality(history.final_accuracy, history.diverged),
         "final_loss": history.final_loss,
         "diverged": history.diverged,
         "steps": history.steps,

@@ -78,7 +78,8 @@ the mean training loss over its last evaluation window exceeds ``loss_blowup`` =
 over its first window (it ended blown up while still finite). Both counts are reported. In
 every table, interval, verdict and chapter, **a diverged seed's accuracy counts as 0** (its
 last evaluated accuracy stays in the JSON as ``final_accuracy``, and is shown nowhere as a
-quality); ``quality`` in the stored seed is that number.
+quality); ``quality`` in the stored seed is that number, computed by
+:func:`pipemare_lite.experiments.record.seed_quality`, where the convention is defined.
 
 Intervals and verdicts
 ----------------------

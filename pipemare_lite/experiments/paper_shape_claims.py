@@ -4,7 +4,8 @@ The claims, their tests and the prediction are the ones fixed in advance in
 :mod:`pipemare_lite.experiments.paper_shape`'s docstring; this module computes them from
 the stored rows alone (plain Python and numpy, no torch), so a test or a chapter can
 re-derive every verdict from the JSON. A seed's quality is its final test accuracy, 0 when
-it diverged (non-finite, or the loss rule): ``seed["quality"]``, the one convention.
+it diverged (non-finite, or the loss rule): ``seed["quality"]``, the one convention
+(:func:`pipemare_lite.experiments.record.seed_quality`).
 
 Verdicts compare row means through a Welch interval of their difference
 (:func:`pipemare_lite.experiments.record.difference_interval`): **held** when the whole

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from pipemare_lite.experiments import stage_evidence
+from pipemare_lite.experiments import record, stage_evidence
 
 #: The rows: label, method name, and fit() switches.
 ROWS = (
@@ -284,7 +284,7 @@ def outcome(seed: int, history, study: Study, loss_blowup: float) -> dict:
     diverged = bool(history.diverged) or blew_up
     return {
         "seed": seed,
-        "quality": 0.0 if diverged else history.final_accuracy,
+        "quality": record.seed_quality(history.final_accuracy, diverged),
         "final_accuracy": history.final_accuracy,
         "final_loss": history.final_loss,
         "diverged": diverged,

@@ -1,8 +1,8 @@
 """The paper-shape results as markdown tables (chapter 10 shows them; plain Python, no torch).
 
 Every number comes from the stored results. A row's quality is mean (95 % interval) [min,
-max] over seeds, a diverged seed counted as 0 (the one convention, see
-:mod:`pipemare_lite.experiments.paper_shape`), with the diverged seeds counted by rule.
+max] over seeds, a diverged seed counted as 0 (the one convention,
+:func:`pipemare_lite.experiments.record.seed_quality`), with the diverged seeds counted by rule.
 """
 
 from __future__ import annotations

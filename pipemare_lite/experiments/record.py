@@ -243,6 +243,32 @@ def provenance(meta: dict) -> str:
 # --------------------------------------------------------------------------- seed values
 
 
+def seed_quality(final_accuracy: float | None, diverged: bool) -> float:
+    """A seed's **quality**: its final test accuracy, 0 when the run diverged.
+
+    The book's one convention for diverged seeds, defined here and used by every stored
+    experiment (``paper-shape``, ``beyond-pipemare``) and every chapter that reads them: a
+    diverged seed is a failed run, so it counts as the worst accuracy there is instead of
+    being left out of the mean (which would make a method that diverges on some seeds look
+    as good as its lucky ones). How a run counts as diverged is the experiment's rule
+    (non-finite, or its loss rule); the seed's row says which.
+    """
+    return 0.0 if diverged or final_accuracy is None else float(final_accuracy)
+
+
+def quality_range(row: dict, digits: int = 3) -> str:
+    """``mean [min, max]`` of a stored row's quality, then how many seeds diverged.
+
+    ``row`` is a stored experiment row with ``summary["quality"]`` (a :func:`seed_summary` of
+    :func:`seed_quality`) and ``diverged_seeds``.
+    """
+    q = row["summary"]["quality"]
+    text = f"{q['mean']:.{digits}f} [{q['min']:.{digits}f}, {q['max']:.{digits}f}]"
+    if row.get("diverged_seeds"):
+        text += f", {row['diverged_seeds']} of {q['n']} seeds diverged (counted as 0)"
+    return text
+
+
 def seed_summary(values) -> dict:
     """Mean, min and max of one metric over seeds; non-finite values (diverged) counted apart.
 

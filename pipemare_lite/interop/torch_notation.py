@@ -12,11 +12,13 @@ microbatch numbers     global: ``k * M + j``            within the step: ``j`` i
 optimizer update       an action, ``{stage}U{k}``       none: ``optimizer.step()`` after
 =====================  ==============================  ===================================
 
-Stage numbers need no translation: the engine's interleaved layout (stage ``s`` on rank
-``s % P``) is PyTorch's "loop" layout. Communication needs no cells: the runtime's
-``_load_csv`` adds SEND/RECV itself (load the table into ``_PipelineScheduleRuntime``; the
-plain ``PipelineScheduleMulti`` pairs cells by position and would need idle cells, which
-this export writes none of).
+Stage numbers need no translation, nor does placement: the engine's default (stage ``s``
+on rank ``s % P``) is PyTorch's "loop" layout, and a schedule carrying another placement
+(ZB-V's and DualPipeV's "v") has each stage's actions in its rank's row, from which
+PyTorch's ``_load_csv`` reads the placement as the engine's importer does. Communication
+needs no cells: the runtime's ``_load_csv`` adds SEND/RECV itself (load the table into
+``_PipelineScheduleRuntime``; the plain ``PipelineScheduleMulti`` pairs cells by position
+and would need idle cells, which this export writes none of).
 
 :func:`to_torch_rows` / :func:`to_torch_csv` write one flushed minibatch (U dropped,
 microbatches renumbered from 0); a minibatch that does not flush (PipeDream, 2BW, async
@@ -124,8 +126,12 @@ def from_torch_order(pipeline_order, *, name: str = "custom",
     Bubbles are skipped, communication, FSDP and REDUCE_GRAD actions dropped (the engine
     moves tensors itself), OVERLAP_F_B's sub-actions run in order, as in PyTorch's runtime;
     each stage gets U0 after its last gradient. ``num_microbatches`` defaults to stage 0's
-    forwards. Only the "loop" layout (stage ``s`` on rank ``s % P``) is read: the V-shaped
-    one of ``ScheduleZBVZeroBubble`` and ``ScheduleDualPipeV`` is refused, naming the stage.
+    forwards. The placement is read from the rows (each stage on the rank whose row runs
+    it): PyTorch's "loop" layout gives the engine's default, ``ScheduleZBVZeroBubble`` and
+    ``ScheduleDualPipeV`` the V. An order that mixes full backwards with split ones
+    (DualPipeV) has each full ``B(s, m)`` written as ``I(s, m), W(s, m)``, the engine's
+    spelling of a full backward in a split schedule
+    (:mod:`~pipemare_lite.schedules.builders.dualpipe`).
 
     Not every ``pipeline_order`` is what its class runs: PyTorch 2.13's ``Schedule1F1B``
     draws the last rank's forwards as microbatches 1..M (it executes its own loop, not the
@@ -137,14 +143,10 @@ def from_torch_order(pipeline_order, *, name: str = "custom",
     if P == 0:
         raise ScheduleError("empty pipeline_order: allowed: one list of actions per rank")
     stages = sorted({a.stage for row in actions for a in row})
-    for rank, row in enumerate(actions):
-        for a in row:
-            if a.stage % P != rank:
-                raise ScheduleError(
-                    f"rank {rank} runs stage {a.stage} ({a}): the engine places stage s on "
-                    f"rank s % {P} (PyTorch's 'loop' layout); a V-shaped layout "
-                    "(ScheduleZBVZeroBubble, ScheduleDualPipeV) cannot be imported"
-                )
+    if any(a.kind == "I" for row in actions for a in row):  # split: a full B is I then W
+        actions = [[b for a in row for b in ((Action(a.stage, "I", a.index),
+                                              Action(a.stage, "W", a.index))
+                                             if a.kind == "B" else (a,))] for row in actions]
     if not stages or len(stages) % P or stages != list(range(len(stages))):
         raise ScheduleError(
             f"pipeline_order names stages {stages}; allowed: 0..P*v-1 for P={P} ranks and "
@@ -161,7 +163,7 @@ def from_torch_order(pipeline_order, *, name: str = "custom",
                     f"num_microbatches={num_microbatches})"
                 )
     return from_rows(actions, name=name, num_microbatches=num_microbatches,
-                     chunks=len(stages) // P, num_minibatches=1)
+                     chunks=len(stages) // P, num_minibatches=1, placement="rows")
 
 
 def from_torch_csv(text: str, **kwargs) -> Schedule:

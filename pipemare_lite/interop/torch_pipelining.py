@@ -61,6 +61,8 @@ class ComparisonJob:
             ``"torch"`` (PyTorch's defaults: bitwise when N is a power of two).
         lr: SGD learning rate of the optimizer step that ends each timed training step.
         repeats: timed training steps of each runtime (after one untimed warm-up step).
+        record: what our executor records (:mod:`pipemare_lite.engine.recording`): the
+            cheapest level, ``"losses"``, is what a run that asks for no trace pays.
     """
 
     schedule_name: str
@@ -71,6 +73,7 @@ class ComparisonJob:
     loss_scaling: str = "ours"
     lr: float = 0.0
     repeats: int = 0
+    record: str = "full"
 
 
 def compare_with_torch_pipelining(info, job: ComparisonJob) -> dict:
@@ -80,8 +83,9 @@ def compare_with_torch_pipelining(info, job: ComparisonJob) -> dict:
     ``torch_losses`` / ``our_losses`` (last rank), ``torch_grads`` / ``our_grads`` (this
     rank's stage, after the first step, before any update), and, when ``repeats > 0``,
     ``torch_seconds`` / ``our_seconds`` per training step (each a list of ``repeats``;
-    forward, backward and an SGD step, from a barrier to this rank's end of the step; the
-    two runtimes alternate step by step so that both see the same machine load).
+    forward, backward and an SGD step, from a barrier to this rank's end of the step, ours
+    including the barrier ``run()`` itself starts with; the two runtimes alternate step by
+    step so that both see the same machine load).
     """
     from torch.distributed import pipelining
 
@@ -121,6 +125,7 @@ def compare_with_torch_pipelining(info, job: ComparisonJob) -> dict:
         schedule, job.stages(), loss_fn=job.loss_fn,
         optimizer_factory=partial(torch.optim.SGD, lr=job.lr), rank=rank, device=info.device,
         board=info.board, op_timeout=info.op_timeout, record_gradients=True,
+        record=job.record,
     )
     # PyTorch cuts the batch with tensor_split: views into one buffer, not separately
     # allocated tensors. Matmul kernels round differently on such (unaligned) views, so we
@@ -149,9 +154,11 @@ def compare_with_torch_pipelining(info, job: ComparisonJob) -> dict:
         if info.device.type == "cuda":  # timings mean nothing without waiting for the GPU
             torch.cuda.synchronize(info.device)
         out["torch_seconds"].append(time.perf_counter() - start)
-        # run() starts with a barrier and times its actions from there: the step's time on
-        # this rank is the end of its last action (its U)
-        step = executor.run(feed, stop_after_updates=k)
-        out["our_seconds"].append(max(end for _, _, _, end in step.entries))
+        # timed as PyTorch's step, from the same barrier, whatever our executor records
+        # (run()'s own barrier is part of our step's cost)
+        dist.barrier()
+        start = time.perf_counter()
+        executor.run(feed, stop_after_updates=k)
+        out["our_seconds"].append(time.perf_counter() - start)
     executor.close()
     return out

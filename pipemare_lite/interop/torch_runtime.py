@@ -15,8 +15,9 @@ from the same weights and returns every rank's gradients, to compare bitwise:
   :func:`~pipemare_lite.interop.torch_notation.from_torch_order` into an engine schedule
   that our executor runs.
 
-Each rank builds a ``PipelineStage`` for every (virtual) stage it holds, stage ``s`` on
-rank ``s % P`` in both runtimes. The batch reaches both as the views PyTorch's
+Each rank builds a ``PipelineStage`` for every (virtual) stage it holds: the schedule's
+placement (stage ``s`` on rank ``s % P``, or the V of ZB-V and DualPipeV, rank r holding
+r and 2P-1-r) in both runtimes. The batch reaches both as the views PyTorch's
 ``tensor_split`` makes (matmul rounds differently on unaligned views than on fresh tensors).
 Loss scaling, as in :mod:`pipemare_lite.interop.torch_pipelining`: ``"torch"`` keeps PyTorch's
 defaults (sum of plain-loss gradients, divided by M: bitwise equal to ours when M is a
@@ -36,13 +37,14 @@ import torch
 from pipemare_lite.engine.distributed.executor import DistributedExecutor
 from pipemare_lite.interop.torch_notation import from_torch_order, to_torch_csv
 from pipemare_lite.interop.torch_pipelining import ScaledLoss
-from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.actions import Schedule, round_robin_placement, v_placement
 
-#: PyTorch schedule classes whose order the engine can import (loop layout; "Single" ones
-#: hold one stage per rank, the others a list).
+#: PyTorch schedule classes whose order the engine can import ("Single" ones hold one stage
+#: per rank, the others a list; the V ones two stages per rank on the V placement).
 SINGLE_STAGE_CLASSES = ("ScheduleGPipe", "Schedule1F1B")
+V_CLASSES = ("ScheduleZBVZeroBubble", "ScheduleDualPipeV")
 MULTI_STAGE_CLASSES = ("ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble",
-                       "ScheduleLoopedBFS")
+                       "ScheduleLoopedBFS", *V_CLASSES)
 LOSS_SCALINGS = ("torch", "ours")
 
 
@@ -85,6 +87,9 @@ class InteropCase:
         if self.torch_class in SINGLE_STAGE_CLASSES and self.chunks != 1:
             raise ValueError(f"case {self.label!r}: {self.torch_class} holds one stage per "
                              f"rank; chunks={self.chunks!r}, allowed: 1")
+        if self.torch_class in V_CLASSES and self.chunks != 2:
+            raise ValueError(f"case {self.label!r}: {self.torch_class} holds two stages per "
+                             f"rank (a V); chunks={self.chunks!r}, allowed: 2")
 
     @property
     def num_microbatches(self) -> int:
@@ -115,7 +120,12 @@ def _run_case(info, case: InteropCase) -> dict:
     P, rank, M = info.world_size, info.rank, case.num_microbatches
     chunks = case.schedule.chunks if case.schedule is not None else case.chunks
     num_stages = P * chunks
-    local = [rank + c * P for c in range(chunks)]
+    if case.schedule is not None:
+        placement = case.schedule.placement
+    else:
+        placement = (v_placement(P, chunks) if case.torch_class in V_CLASSES
+                     else round_robin_placement(P, chunks))
+    local = [s for s in range(num_stages) if placement[s] == rank]
     modules = case.stages()
     if len(modules) != num_stages:
         raise ValueError(f"case {case.label!r}: stages() gave {len(modules)} modules for "

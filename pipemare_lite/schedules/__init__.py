@@ -3,8 +3,9 @@
 Torch-free. See :mod:`pipemare_lite.schedules.actions` for the data model,
 :mod:`pipemare_lite.schedules.weight_modes` for what each weight mode's F and B read, and
 :func:`build_schedule` for the one entry point; each family has its own file
-(``gpipe.py``, ``one_f_one_b.py``, ``interleaved.py``, ``zero_bubble.py``, ``pipedream.py``,
-``async_pipeline.py``) with one short builder a chapter can show.
+(``gpipe.py``, ``one_f_one_b.py``, ``interleaved.py``, ``zero_bubble.py``,
+``zero_bubble_v.py``, ``dualpipe.py``, ``pipedream.py``, ``async_pipeline.py``) with one
+short builder a chapter can show.
 """
 
 from pipemare_lite.schedules.actions import (
@@ -17,14 +18,20 @@ from pipemare_lite.schedules.actions import (
     WEIGHT_MODES,
     Action,
     Schedule,
+    placement_named,
+    round_robin_placement,
+    v_placement,
 )
 from pipemare_lite.schedules.builders.async_pipeline import async_pipeline
+from pipemare_lite.schedules.builders.common import on_placement
+from pipemare_lite.schedules.builders.dualpipe import dualpipe_v
 from pipemare_lite.schedules.builders.gpipe import gpipe
 from pipemare_lite.schedules.builders.interleaved import interleaved
 from pipemare_lite.schedules.builders.naive import naive
 from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b
 from pipemare_lite.schedules.builders.pipedream import pipedream, two_bw
-from pipemare_lite.schedules.builders.zero_bubble import zb_h1
+from pipemare_lite.schedules.builders.zero_bubble import zb_h1, zb_h2
+from pipemare_lite.schedules.builders.zero_bubble_v import zb_v
 from pipemare_lite.schedules.names import ALIASES
 from pipemare_lite.schedules.registry import ASYNC_NAMES, SCHEDULE_NAMES, build_schedule
 from pipemare_lite.schedules.validation import ScheduleError, execution_order, validate
@@ -34,6 +41,8 @@ __all__ = [
     "Action", "Schedule", "KINDS", "WEIGHT_MODES", "WeightMode", "get_weight_mode",
     "FORWARD", "BACKWARD", "INPUT_GRAD", "WEIGHT_GRAD", "UPDATE",
     "SCHEDULE_NAMES", "ALIASES", "ASYNC_NAMES", "build_schedule",
-    "naive", "gpipe", "one_f_one_b", "interleaved", "zb_h1", "pipedream", "two_bw",
+    "naive", "gpipe", "one_f_one_b", "interleaved", "zb_h1", "zb_h2", "zb_v", "dualpipe_v",
+    "pipedream", "two_bw", "round_robin_placement", "v_placement", "placement_named",
+    "on_placement",
     "async_pipeline", "validate", "execution_order", "ScheduleError",
 ]

@@ -14,9 +14,19 @@ A schedule is, for each rank (one device), an ordered list of actions. An action
 Microbatch indices are global over the run: microbatch ``j`` of minibatch ``k`` is
 ``k * num_microbatches + j``.
 
-With interleaving (``chunks = v > 1``) there are ``P * v`` virtual stages and virtual stage
-``s`` lives on rank ``s % P`` (the Megatron layout), so a microbatch visits every rank
-``v`` times. Without interleaving, stage and rank coincide.
+With interleaving (``chunks = v > 1``) there are ``P * v`` virtual stages. Which rank holds
+which virtual stage is data too, the schedule's ``placement`` (``placement[s]`` is the rank
+of virtual stage ``s``). The default is round robin, ``s % P`` (the Megatron layout, PyTorch's
+"loop"), so a microbatch visits every rank ``v`` times; the V-shaped schedules (ZB-V,
+DualPipeV) put stages ``r`` and ``2P-1-r`` on rank ``r`` (PyTorch's "v")::
+
+    round robin, P = 4, v = 2          V, P = 4, v = 2
+    rank 0: s0 s4                      rank 0: s0 s7     path r0 r1 r2 r3 r3 r2 r1 r0:
+    rank 1: s1 s5                      rank 1: s1 s6     the turn (s3 -> s4) and the
+    rank 2: s2 s6                      rank 2: s2 s5     loss (s7, on rank 0 beside s0)
+    rank 3: s3 s7                      rank 3: s3 s4     need no message
+
+Without interleaving, stage and rank coincide.
 
 This module is torch-free.
 """
@@ -29,6 +39,55 @@ from dataclasses import dataclass, field
 
 # which weights a forward and a backward read, per weight mode: see weight_modes.py
 from pipemare_lite.schedules.weight_modes import WEIGHT_MODES, WeightMode, get_weight_mode
+
+#: Placement styles by name (PyTorch's ``generate_stage_to_rank_mapping`` styles).
+PLACEMENT_STYLES = ("loop", "v")
+
+
+def round_robin_placement(num_ranks: int, chunks: int = 1) -> tuple[int, ...]:
+    """Virtual stage ``s`` on rank ``s % P``: the default (PyTorch's "loop" style)."""
+    return tuple(s % num_ranks for s in range(num_ranks * chunks))
+
+
+def v_placement(num_ranks: int, chunks: int = 2) -> tuple[int, ...]:
+    """Rank ``r`` holds virtual stages ``r`` and ``2P-1-r`` (PyTorch's "v" style: ZB-V,
+    DualPipeV): down the ranks, then back up; with more chunks the zig-zag goes on."""
+    down = tuple(range(num_ranks))
+    return tuple(r for c in range(chunks) for r in (down if c % 2 == 0 else down[::-1]))
+
+
+def placement_named(style: str, num_ranks: int, chunks: int) -> tuple[int, ...]:
+    """The placement of style ``"loop"`` or ``"v"`` (zig-zag) for P ranks and v chunks; a
+    ValueError names an unknown style."""
+    if style == "loop":
+        return round_robin_placement(num_ranks, chunks)
+    if style == "v":
+        return v_placement(num_ranks, chunks)
+    raise ValueError(f"unknown placement style {style!r}; allowed: {', '.join(PLACEMENT_STYLES)}")
+
+
+def check_placement(placement, num_ranks: int, chunks: int) -> tuple[int, ...]:
+    """``placement`` as a tuple of ints, or ValueError naming the bad value and what is
+    allowed: one rank in 0..P-1 per virtual stage, each rank holding ``chunks`` stages."""
+    S = num_ranks * chunks
+    if isinstance(placement, (str, bytes)) or not hasattr(placement, "__iter__"):
+        raise ValueError(f"placement {placement!r} is not a map from virtual stage to rank; "
+                         f"allowed: a sequence of {S} ranks (one per virtual stage), each in "
+                         f"0..{num_ranks - 1}")
+    placement = tuple(placement)
+    if len(placement) != S:
+        raise ValueError(f"placement {placement!r} has {len(placement)} entries; allowed: one "
+                         f"rank per virtual stage, {S} (P={num_ranks} x chunks={chunks})")
+    for s, rank in enumerate(placement):
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < num_ranks:
+            raise ValueError(f"placement[{s}] = {rank!r}: allowed: a rank in 0..{num_ranks - 1}")
+    for rank in range(num_ranks):
+        held = [s for s, r in enumerate(placement) if r == rank]
+        if len(held) != chunks:
+            raise ValueError(f"placement {placement!r} gives rank {rank} stages {held}; allowed: "
+                             f"exactly chunks={chunks} virtual stages on every rank")
+    return placement
+
 
 #: Kinds of action. F, B, I and W are spelled as in ``torch.distributed.pipelining``; U is
 #: ours (PyTorch has no update action: see :mod:`pipemare_lite.interop.torch_notation`).
@@ -76,11 +135,15 @@ class Schedule:
         num_ranks: P, the number of ranks (devices).
         num_microbatches: N, microbatches per minibatch (PipeMare's N; GPipe's papers write M).
         num_minibatches: how many minibatches (optimizer steps per stage) the schedule runs.
-        chunks: v, model chunks (virtual stages) per rank; 1 unless interleaved.
+        chunks: v, model chunks (virtual stages) per rank; 1 unless interleaved (v) or
+            V-shaped (2).
         weight_mode: one of :data:`WEIGHT_MODES` (the name; :attr:`mode` is the rule).
         warmup_minibatches: the first W minibatches run synchronously (flushed).
         ranks: ``ranks[r]`` is rank r's ordered tuple of actions.
         notes: human-readable remarks from the builder (e.g. a clamp it applied).
+        placement: ``placement[s]`` is the rank holding virtual stage ``s``; ``None`` (the
+            default) means round robin, ``s % P``, which is what is stored then. A map that
+            is not one rank per stage, ``chunks`` stages per rank, raises ValueError.
     """
 
     name: str
@@ -92,8 +155,14 @@ class Schedule:
     weight_mode: str = "sync"
     warmup_minibatches: int = 0
     notes: tuple[str, ...] = field(default=())
+    placement: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        # stored in full, so rank_of is one lookup and equal schedules compare equal
+        placement = (round_robin_placement(self.num_ranks, self.chunks)
+                     if self.placement is None
+                     else check_placement(self.placement, self.num_ranks, self.chunks))
+        object.__setattr__(self, "placement", placement)
         if self.weight_mode not in WEIGHT_MODES:
             raise ValueError(
                 f"unknown weight_mode {self.weight_mode!r}; allowed: {', '.join(WEIGHT_MODES)}"
@@ -123,13 +192,18 @@ class Schedule:
         """True when backwards are written as I + W (zero-bubble style)."""
         return any(a.kind == INPUT_GRAD for row in self.ranks for a in row)
 
+    @property
+    def round_robin(self) -> bool:
+        """True when the placement is the default, stage ``s`` on rank ``s % P``."""
+        return self.placement == round_robin_placement(self.num_ranks, self.chunks)
+
     def rank_of(self, stage: int) -> int:
-        """The rank that holds (virtual) stage ``stage``."""
-        return stage % self.num_ranks
+        """The rank that holds (virtual) stage ``stage``: ``placement[stage]``."""
+        return self.placement[stage]
 
     def stages_of(self, rank: int) -> list[int]:
         """The (virtual) stages held by ``rank``, in model order."""
-        return [rank + c * self.num_ranks for c in range(self.chunks)]
+        return [s for s, r in enumerate(self.placement) if r == rank]
 
     def minibatch_of(self, microbatch: int) -> int:
         """The minibatch a global microbatch index belongs to."""

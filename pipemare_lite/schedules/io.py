@@ -8,6 +8,12 @@ indices are global over all minibatches, ``k * N + j``); for PyTorch use
 weight mode). Plain JSON and CSV only: reading never evaluates code. :func:`load_schedule`
 reads either file (``fit(schedule=path)``, ``--schedule FILE``; docs/write-a-schedule.md).
 
+Placement (which rank holds which virtual stage, :attr:`Schedule.placement`): a JSON file
+has a ``"placement"`` list and a CSV a first row ``placement,0,1,1,0`` (stage s's rank), both
+written only when it is not the default round robin, so older files read as before. Rows
+given without one are read as round robin, unless ``placement="rows"`` asks to take each
+stage's rank from the row its actions are in.
+
 A CSV holds no weight mode (what a backward reads). Undeclared, it is derived: a schedule
 that flushes every minibatch is ``sync``; one that does not could be ``stash``, ``2bw`` or
 ``async``, and is refused until one is named. Torch-free.
@@ -21,7 +27,12 @@ import json
 from itertools import takewhile
 from pathlib import Path
 
-from pipemare_lite.schedules.actions import Action, Schedule
+from pipemare_lite.schedules.actions import (
+    PLACEMENT_STYLES,
+    Action,
+    Schedule,
+    placement_named,
+)
 from pipemare_lite.schedules.names import weight_mode_of
 from pipemare_lite.schedules.validation import ScheduleError, first_unflushed_forward, validate
 
@@ -44,7 +55,8 @@ def to_rows(schedule: Schedule) -> list[list[str]]:
 
 def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
               weight_mode: str | None = None, num_minibatches: int | None = None,
-              warmup_minibatches: int = 0, notes: tuple[str, ...] = ()) -> Schedule:
+              warmup_minibatches: int = 0, notes: tuple[str, ...] = (),
+              placement=None) -> Schedule:
     """A validated :class:`Schedule` from one row of action strings per rank.
 
     ``name`` is a builder name or "custom". Blank cells (``""``, ``None``: idle slots) are
@@ -54,6 +66,9 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
     updates, every microbatch the rows name (one minibatch). ``num_minibatches`` None: the
     updates per stage, or the microbatches divided by ``num_microbatches``. ``weight_mode``
     None: the mode a builder's ``name`` implies, else derived (see the module's docstring).
+    ``placement``: None (round robin), a style (``"loop"``, ``"v"``), ``"rows"`` (each
+    stage on the rank whose row runs it) or one rank per virtual stage; with a placement,
+    ``chunks=1`` is read as "what the rows name" (a V schedule's rows name 2P stages).
     """
     ranks = []
     for r, row in enumerate(rows):
@@ -78,6 +93,9 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
         ranks.append(parsed)
     if not ranks:
         raise ScheduleError("no rows: allowed: one row of actions per rank (at least one)")
+    named = 1 + max((a.stage for row in ranks for a in row), default=0)
+    if placement is not None and chunks == 1 and named % len(ranks) == 0:
+        chunks = named // len(ranks)  # e.g. a V's 2P stages: the placement says where
     has_updates = any(a.kind == "U" for row in ranks for a in row)
     if num_microbatches is None:
         num_microbatches = _infer_microbatches(ranks, has_updates)
@@ -86,11 +104,15 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
     if not has_updates:
         ranks = _add_updates(ranks, num_microbatches)
     weight_mode = weight_mode or weight_mode_of(name)  # a builder's name says its mode
-    schedule = Schedule(name=name, num_ranks=len(ranks), num_microbatches=num_microbatches,
-                        ranks=tuple(tuple(row) for row in ranks),
-                        num_minibatches=num_minibatches, chunks=chunks,
-                        weight_mode=weight_mode or "sync",
-                        warmup_minibatches=warmup_minibatches, notes=tuple(notes))
+    try:
+        schedule = Schedule(name=name, num_ranks=len(ranks), num_microbatches=num_microbatches,
+                            ranks=tuple(tuple(row) for row in ranks),
+                            num_minibatches=num_minibatches, chunks=chunks,
+                            weight_mode=weight_mode or "sync",
+                            warmup_minibatches=warmup_minibatches, notes=tuple(notes),
+                            placement=_placement_of(placement, ranks, chunks))
+    except ValueError as exc:  # a placement (or weight mode) the Schedule refuses
+        raise ScheduleError(str(exc)) from None
     if weight_mode is None:
         unflushed = first_unflushed_forward(schedule)
         if unflushed is not None:
@@ -101,6 +123,32 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
                 "current weights)"
             )
     return validate(schedule)
+
+
+def _placement_of(placement, ranks, chunks: int):
+    """The placement ``from_rows`` was asked for, as ``Schedule`` takes it (see there)."""
+    if placement is None or not isinstance(placement, str):
+        return placement
+    if placement in PLACEMENT_STYLES:
+        return placement_named(placement, len(ranks), chunks)
+    if placement != "rows":
+        raise ScheduleError(f"placement={placement!r}; allowed: None (round robin), "
+                            f"{', '.join(map(repr, PLACEMENT_STYLES))}, 'rows' or one rank per "
+                            "virtual stage")
+    where: dict[int, int] = {}
+    for rank, row in enumerate(ranks):
+        for a in row:
+            if where.setdefault(a.stage, rank) != rank:
+                raise ScheduleError(f"placement='rows': stage {a.stage} has actions on rank "
+                                    f"{where[a.stage]} and on rank {rank}; a stage lives on "
+                                    "one rank")
+    S = len(ranks) * chunks
+    missing = [s for s in range(S) if s not in where]
+    extra = sorted(s for s in where if s >= S)
+    if missing or extra:
+        raise ScheduleError(f"placement='rows': the rows name stages {sorted(where)}; allowed: "
+                            f"each of 0..{S - 1} (P={len(ranks)} x chunks={chunks})")
+    return tuple(where[s] for s in range(S))
 
 
 def _gradient_kind(ranks) -> str:
@@ -160,9 +208,11 @@ JSON_FIELDS = ("name", "num_ranks", "num_microbatches", "num_minibatches", "chun
 
 
 def to_json(schedule: Schedule) -> str:
-    """The schedule as one JSON object (sizes, modes, notes and one row of strings per rank)."""
+    """The schedule as one JSON object (sizes, modes, notes, the placement unless it is round
+    robin, and one row of strings per rank)."""
+    placement = {} if schedule.round_robin else {"placement": list(schedule.placement)}
     return json.dumps({"format": JSON_FORMAT, "version": JSON_VERSION,
-                       **{key: getattr(schedule, key) for key in JSON_FIELDS},
+                       **{key: getattr(schedule, key) for key in JSON_FIELDS}, **placement,
                        "notes": list(schedule.notes), "ranks": schedule.rows()})
 
 
@@ -193,7 +243,8 @@ def from_json(text: str) -> Schedule:
     # the fields to_json writes, those the file has (from_rows' defaults for the others),
     # except num_ranks: the rows say it
     fields = {key: data[key] for key in JSON_FIELDS if key in data and key != "num_ranks"}
-    return from_rows(data["ranks"], notes=tuple(data.get("notes", ())), **fields)
+    return from_rows(data["ranks"], notes=tuple(data.get("notes", ())),
+                     placement=data.get("placement"), **fields)
 
 
 #: What each JSON field may hold: (check, what is allowed).
@@ -207,6 +258,9 @@ _JSON_TYPES = {
     "chunks": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     "weight_mode": (lambda v: v is None or isinstance(v, str), "a string (or null: derived)"),
     "warmup_minibatches": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "placement": (lambda v: v is None or isinstance(v, str) or (
+        isinstance(v, list) and all(_is_int(r) for r in v)),
+                  "a list of ranks, one per virtual stage (or 'v', 'loop', 'rows')"),
     "notes": (lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
               "a list of strings"),
     "ranks": (lambda v: isinstance(v, list) and all(isinstance(r, list) for r in v),
@@ -226,21 +280,43 @@ def _check_json_types(data: dict) -> None:
                                 f"allowed: {allowed}")
 
 
+#: The first cell of a CSV's placement row (``placement,0,1,1,0``).
+CSV_PLACEMENT = "placement"
+
+
 def to_csv(schedule: Schedule) -> str:
-    """One CSV line per rank: that rank's actions in order (no header, ragged rows)."""
+    """One CSV line per rank: that rank's actions in order (no header, ragged rows); first a
+    ``placement,...`` row when the placement is not round robin."""
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows(schedule.rows())
+    writer = csv.writer(buffer, lineterminator="\n")
+    if not schedule.round_robin:
+        writer.writerow([CSV_PLACEMENT, *schedule.placement])
+    writer.writerows(schedule.rows())
     return buffer.getvalue()
 
 
 def from_csv(text: str, **kwargs) -> Schedule:
-    """Read :func:`to_csv` output; keyword arguments as for :func:`from_rows` (name, ...)."""
+    """Read :func:`to_csv` output; keyword arguments as for :func:`from_rows` (name, ...).
+
+    A first row ``placement,r0,r1,...`` gives each virtual stage's rank (a ``placement``
+    keyword may not contradict it)."""
     reader = csv.reader(io.StringIO(text))
     try:
         rows = list(reader)
     except csv.Error as exc:  # e.g. a field over csv's 128 KiB limit
         raise ScheduleError(f"CSV line {reader.line_num}: {exc}; a cell holds one action "
                             "like '2F0'") from None
+    if rows and rows[0] and rows[0][0].strip() == CSV_PLACEMENT:
+        cells = [cell.strip() for cell in rows[0][1:] if cell.strip()]
+        if not all(cell.isdigit() and len(cell) < 6 for cell in cells):
+            raise ScheduleError(f"CSV placement row {_short(rows[0])}: allowed: 'placement' "
+                                "then one rank (an integer) per virtual stage")
+        given = tuple(int(cell) for cell in cells)
+        if kwargs.get("placement") not in (None, given):
+            raise ScheduleError(f"the CSV's placement row says {list(given)} but "
+                                f"placement={kwargs['placement']!r} was given")
+        kwargs["placement"] = given
+        rows = rows[1:]
     return from_rows(rows, **kwargs)
 
 

@@ -86,9 +86,10 @@ class LazySchedule:
 
     Attributes (as :class:`~pipemare_lite.schedules.actions.Schedule`'s): ``name``,
     ``num_ranks``, ``num_microbatches``, ``num_minibatches`` (K), ``chunks``,
-    ``weight_mode``, ``warmup_minibatches``, ``notes``; ``ranks`` (one :class:`LazyRow`
-    per rank). ``short``: the validated schedule of K0 minibatches, where measurements that
-    need a whole schedule (T1's delays) are taken: it already shows the steady state.
+    ``weight_mode``, ``warmup_minibatches``, ``notes``, ``placement``; ``ranks`` (one
+    :class:`LazyRow` per rank). ``short``: the validated schedule of K0 minibatches, where
+    measurements that need a whole schedule (T1's delays) are taken: it already shows the
+    steady state.
     """
 
     def __init__(self, short: Schedule, parts: list[tuple[tuple[Action, ...], ...]],
@@ -101,12 +102,14 @@ class LazySchedule:
         # the Schedule's derived sizes and layout, read from the short schedule
         self.mode, self.split_backward = short.mode, short.split_backward
         self.num_virtual_stages = short.num_virtual_stages  # P * v
+        self.placement = short.placement  # virtual stage -> rank
         self.total_microbatches = self.num_microbatches * num_minibatches  # the whole run's
         self.extra_windows = num_minibatches - short.num_minibatches  # n of the drawing
         self._parts = parts  # per rank: head (w0 .. w_b), steady window w_b, tail (w_b+1 ..)
         self.ranks = tuple(LazyRow(self, r) for r in range(self.num_ranks))
 
     rank_of = Schedule.rank_of
+    round_robin = Schedule.round_robin
     stages_of = Schedule.stages_of
     minibatch_of = Schedule.minibatch_of
 

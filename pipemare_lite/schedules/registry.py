@@ -13,12 +13,14 @@ from pipemare_lite.schedules import names
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.builders.async_pipeline import async_pipeline
 from pipemare_lite.schedules.builders.common import gc_paused
+from pipemare_lite.schedules.builders.dualpipe import dualpipe_v
 from pipemare_lite.schedules.builders.gpipe import gpipe
 from pipemare_lite.schedules.builders.interleaved import interleaved
 from pipemare_lite.schedules.builders.naive import naive
 from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b
 from pipemare_lite.schedules.builders.pipedream import pipedream, two_bw
-from pipemare_lite.schedules.builders.zero_bubble import zb_h1
+from pipemare_lite.schedules.builders.zero_bubble import zb_h1, zb_h2
+from pipemare_lite.schedules.builders.zero_bubble_v import zb_v
 from pipemare_lite.schedules.validation import (
     ScheduleError,
     check_sizes,
@@ -43,6 +45,9 @@ _BUILD: dict[str, Builder] = {
     "1f1b": lambda P, N, K, v, W: one_f_one_b(P, N, K),
     "interleaved": lambda P, N, K, v, W: interleaved(P, N, v, K),
     "zb-h1": lambda P, N, K, v, W: zb_h1(P, N, K),
+    "zb-h2": lambda P, N, K, v, W: zb_h2(P, N, K),
+    "zb-v": lambda P, N, K, v, W: zb_v(P, N, K),
+    "dualpipev": lambda P, N, K, v, W: dualpipe_v(P, N, K),
     "pipedream": lambda P, N, K, v, W: pipedream(P, N, K, W),
     "2bw": lambda P, N, K, v, W: two_bw(P, N, K, W),
     "async": lambda P, N, K, v, W: async_pipeline(P, N, K, W),
@@ -169,10 +174,11 @@ def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: 
     """Build schedule ``name`` with P=``num_ranks`` ranks and N=``num_microbatches`` per minibatch.
 
     ``chunks`` (v) only applies to "interleaved" (with v=1 it is 1F1B) and to registered
-    schedules; ``warmup_minibatches`` only to the asynchronous schedules (pipedream, 2bw,
-    async, registered ones whose weight mode is not "sync"); ``num_minibatches`` (K) repeats
-    flushed schedules K times and runs asynchronous ones for K updates per stage. "pipemare"
-    builds the "async" schedule (its name stays "async").
+    schedules; "zb-v" and "dualpipev" always have 2 per rank, on the V placement (chunks 1,
+    the default, or 2 accepted); ``warmup_minibatches`` only to the asynchronous schedules
+    (pipedream, 2bw, async, registered ones whose weight mode is not "sync");
+    ``num_minibatches`` (K) repeats flushed schedules K times and runs asynchronous ones for K
+    updates per stage. "pipemare" builds the "async" schedule (its name stays "async").
     """
     key = names.ALIASES.get(name, name)
     if key not in BUILDERS:

@@ -26,6 +26,11 @@ from pipemare_lite.schedules import names
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.weight_modes import get_weight_mode
 
+#: Schedules whose builder fixes the chunks per rank (the V-shaped ones: 2P virtual stages).
+#: ``build_schedule`` accepts chunks=1 (the default) or this number for them.
+FIXED_CHUNKS: dict[str, int] = {"zb-v": 2, "dualpipev": 2}
+
+
 #: Inclusive allowed ranges of the sizes (large enough for any book figure or benchmark).
 LIMITS = {
     "num_ranks": (1, 1024),
@@ -53,7 +58,8 @@ def action_count(name: str, num_ranks: int, num_microbatches: int, num_minibatch
                  chunks: int = 1) -> int:
     """Actions of the built schedule: per rank, chunk and minibatch, each microbatch's F and
     B (F, I and W when the backward is split, zb-h1) and one U."""
-    per_microbatch = 3 if name.startswith("zb") else 2
+    per_microbatch = 3 if name.startswith("zb") or name == "dualpipev" else 2
+    chunks = FIXED_CHUNKS.get(name, chunks)
     return num_ranks * chunks * num_minibatches * (per_microbatch * num_microbatches + 1)
 
 
@@ -76,6 +82,16 @@ def check_total_work(name: str, num_ranks: int, num_microbatches: int, num_minib
         )
 
 
+def size_range(key: str, num_minibatches: int = 1) -> tuple[int, int]:
+    """The integers ``low..high`` that :func:`check_sizes` allows for ``key``.
+
+    ``warmup_minibatches`` may be 0..``num_minibatches``; the other keys are in
+    :data:`LIMITS`. Widgets take their slider ranges from here, so a slider cannot offer a
+    value the engine refuses.
+    """
+    return LIMITS.get(key, (0, num_minibatches))
+
+
 def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
                 chunks: int = 1, warmup_minibatches: int = 0) -> None:
     """Raise :class:`ScheduleError` naming any size outside :data:`LIMITS` or an unknown name."""
@@ -89,12 +105,18 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
               "num_minibatches": num_minibatches, "chunks": chunks,
               "warmup_minibatches": warmup_minibatches}
     for key, value in values.items():
-        low, high = LIMITS.get(key, (0, num_minibatches))  # warm-up: 0..num_minibatches
+        low, high = size_range(key, num_minibatches)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ScheduleError(
                 f"{name}: {key}={value!r} is out of range; allowed: integers {low}..{high}"
             )
-    if chunks > 1 and name not in ("interleaved", "custom", *names.REGISTERED_WEIGHT_MODES):
+    if name in FIXED_CHUNKS:
+        if chunks not in (1, FIXED_CHUNKS[name]):
+            raise ScheduleError(
+                f"{name}: chunks={chunks}; a V schedule has 2P virtual stages, "
+                f"{FIXED_CHUNKS[name]} per rank: allowed: {FIXED_CHUNKS[name]} (or 1, the "
+                "default, which means the same)")
+    elif chunks > 1 and name not in ("interleaved", "custom", *names.REGISTERED_WEIGHT_MODES):
         raise ScheduleError(f"{name}: chunks={chunks} only applies to 'interleaved'; allowed: 1")
     w = warmup_minibatches
     if w and mode is not None and get_weight_mode(mode).flushes:
@@ -119,6 +141,11 @@ def validate(schedule: Schedule) -> Schedule:
     if expected_mode and s.weight_mode != expected_mode:
         raise ScheduleError(f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
                             f"allowed: {expected_mode!r}")
+    fixed = FIXED_CHUNKS.get(s.name)
+    if fixed is not None and s.chunks != fixed:
+        raise ScheduleError(f"{s.name}: {s.num_virtual_stages} virtual stages on {s.num_ranks} "
+                            f"ranks (chunks={s.chunks}); allowed: {fixed * s.num_ranks} = "
+                            f"{fixed}P (chunks={fixed})")
     if id(s) in _VALIDATED:  # already checked (the builder validated it): nothing can change
         return s
     codes, seen, update_problem = _walk(s)
@@ -164,8 +191,8 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
     Raises for a misplaced action, an index out of range (at once) or a duplicate (after
     the walk); ``seen`` marks every code present (for :func:`_check_complete`).
     """
-    S, T, K, P = s.num_virtual_stages, s.total_microbatches, s.num_minibatches, s.num_ranks
-    n, N = S * T, s.num_microbatches
+    S, T, K = s.num_virtual_stages, s.total_microbatches, s.num_minibatches
+    n, N, placement = S * T, s.num_microbatches, s.placement
     first_code = {kind: code * n for kind, code in KIND_CODE.items()}
     seen = bytearray(4 * n + S * K)
     gradient = "W" if s.split_backward else "B"  # the action that completes a gradient
@@ -180,7 +207,7 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
         low = 0  # the fewest updates any stage of this rank has done
         for a in row:  # the position, needed only in errors, is len(codes)
             stage, kind, index = a.stage, a.kind, a.index
-            if stage >= S or stage % P != rank:
+            if stage >= S or placement[stage] != rank:
                 raise ScheduleError(_misplaced(s, rank, len(codes), a))
             if kind == "U":
                 if index >= K:
@@ -251,9 +278,14 @@ def _forward_problem(s: Schedule, rank, position, a, flushed: int) -> str:
 def _misplaced(s: Schedule, rank: int, position: int, a) -> str:
     if a.stage >= s.num_virtual_stages:
         allowed = f"0..{s.num_virtual_stages - 1}"
-        return f"{_at(rank, position, a)} names stage {a.stage}; allowed: {allowed}"
-    return (f"{_at(rank, position, a)} belongs on rank {a.stage % s.num_ranks} "
-            f"(virtual stage s lives on rank s % {s.num_ranks})")
+        return (f"{_at(rank, position, a)} names stage {a.stage}; allowed: {allowed} "
+                f"(P={s.num_ranks} x chunks={s.chunks}; a file with more stages per rank needs "
+                "chunks, or a placement, e.g. --placement v for a V)")
+    if s.round_robin:
+        where = f"virtual stage s lives on rank s % {s.num_ranks}"
+    else:
+        where = f"placement {list(s.placement)}: stage s lives on rank placement[s]"
+    return f"{_at(rank, position, a)} belongs on rank {s.rank_of(a.stage)} ({where})"
 
 
 def _check_complete(s: Schedule, seen: bytearray) -> None:
@@ -268,7 +300,7 @@ def _check_complete(s: Schedule, seen: bytearray) -> None:
         if block.count(1) != n:
             stage, m = divmod(block.index(0), T)
             hint = " (the schedule splits backwards: it needs I and W)" if has_i else ""
-            raise ScheduleError(f"missing {stage}{kind}{m} on rank {stage % s.num_ranks}{hint}")
+            raise ScheduleError(f"missing {stage}{kind}{m} on rank {s.rank_of(stage)}{hint}")
     updates = seen[4 * n:]
     if updates.count(1) != S * K:
         stage, k = divmod(updates.index(0), K)

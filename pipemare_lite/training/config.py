@@ -222,6 +222,7 @@ def _check_settings(config: FitConfig) -> None:
     seed = config.seed
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ValueError(f"seed must be an integer in 0..2**32-1, got {seed!r}")
+    _check_gamma(config.gamma)
     k = config.t1_anneal_updates
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
         raise ValueError(f"t1_anneal_updates must be an integer >= 0 (updates; 0: T1 off) or "
@@ -240,3 +241,16 @@ def _check_settings(config: FitConfig) -> None:
         raise ValueError(f"checkpoint_every must be a positive integer, got {every}")
     if config.resume and path is None:
         raise ValueError("resume=True needs a checkpoint_path")
+
+
+def _check_gamma(gamma) -> None:
+    """T2's decay: a number in [0, 1) (``DiscrepancyCorrection``'s range; 1 would freeze
+    delta at 0), or one per stage; checked whether or not T2 is on, so a bad value is found
+    before a run that later turns T2 on (a resume, a sweep) and not after training."""
+    values = gamma if isinstance(gamma, (list, tuple)) else [gamma]
+    for stage, value in enumerate(values):
+        where = f"gamma[{stage}]" if isinstance(gamma, (list, tuple)) else "gamma"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                0 <= value < 1):
+            raise ValueError(f"{where} must be a number in [0, 1) (T2's EMA decay), "
+                             f"got {value!r}")

@@ -48,7 +48,8 @@ def dist_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, los
     ``cuda:<local rank>`` or the CPU). ``checkpoints``: keep what ``state_dict()`` needs
     (``fit()`` asks for it with a ``checkpoint_path``; every rank computes the checkpoint,
     rank 0 writes the file).
-    ``record`` is taken and not used: the distributed executor records everything.
+    ``record``: what the executor records (:mod:`pipemare_lite.engine.recording`; the
+    numbers trained are the same at every level).
     """
     # imported here: torch.distributed loads only when a run asks for this executor
     import torch.distributed as dist
@@ -77,6 +78,7 @@ def dist_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, los
         method_options=method_options, lr_scheduler_factory=lr_scheduler_factory,
         rank=info.rank, device=info.device, board=info.board, op_timeout=info.op_timeout,
         track_bytes=True, gather_into=stage_modules, checkpoints=checkpoints,
+        record="full" if record is None else record,
     )
 
 

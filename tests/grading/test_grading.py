@@ -82,6 +82,12 @@ def test_ex04_3_count_p2p_messages(grade):
     grade("ex04_3")
 
 
+@pytest.mark.ex04_4
+def test_ex04_4_v_messages_per_microbatch(grade):
+    """Exercise 4.4: v_messages_per_microbatch(P, v) -> int."""
+    grade("ex04_4")
+
+
 @pytest.mark.ex05_1
 def test_ex05_1_version_hooks(grade):
     """Exercise 5.1: version_hooks(params, weights) -> (pack, unpack)."""

@@ -24,7 +24,8 @@ from __future__ import annotations
 import ast
 import copy
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import nbformat
@@ -280,20 +281,28 @@ def build_solutions(
     out_dir: str | Path,
     chapters: Iterable[str] | None = None,
     timeout: int = 300,
+    progress: Callable[[str], None] | None = None,
 ) -> list[Path]:
     """Write an executed copy of each selected chapter into ``out_dir``; return their paths.
 
     Each notebook runs with the chapters folder as working directory, so relative paths
-    in a chapter mean the same as when a reader runs it.
+    in a chapter mean the same as when a reader runs it. ``progress``, when given, gets one
+    line per chapter as it finishes (``[3/12] 02_gpipe_and_the_bubble.ipynb 8.1 s``): the
+    whole build takes minutes.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for path in select_chapters(source_dir, chapters):
+    selected = select_chapters(source_dir, chapters)
+    for number, path in enumerate(selected, start=1):
+        started = time.perf_counter()
         executed = solution_notebook(
             nbformat.read(path, as_version=4), cwd=path.parent.resolve(), timeout=timeout
         )
         target = out_dir / path.name
         nbformat.write(executed, target)
         written.append(target)
+        if progress is not None:
+            progress(f"[{number}/{len(selected)}] {path.name} "
+                     f"{time.perf_counter() - started:.1f} s")
     return written

@@ -11,6 +11,10 @@
   schedule of the engine implies (a forward whose input comes from another rank, a backward
   whose output-gradient does), checked against :func:`pipemare_lite.analysis.simulate.p2p_messages`
   on schedules of every family.
+- ``ex04_4`` ``v_messages_per_microbatch(P, v) -> int``: the same count as ``ex04_2`` when
+  the v chunks of each rank are placed in a zig-zag (v = 2: the V of ZB-V and DualPipeV,
+  rank r holding chunks r and 2P-1-r), P >= 1; the check counts the hops that change rank
+  in the engine's zig-zag placement (:func:`pipemare_lite.schedules.v_placement`).
 """
 
 from __future__ import annotations
@@ -82,6 +86,14 @@ def _p2p_cases(seed: int) -> list[dict]:
     fixed = [(4, 2), (4, 3), (2, 1), (2, 2), (4, 1), (8, 2)]
     rng = random.Random(seed)
     drawn = [(rng.randint(2, 8), rng.randint(1, 4)) for _ in range(3)]
+    return [{"P": P, "v": v} for P, v in fixed + drawn]
+
+
+def _v_cases(seed: int) -> list[dict]:
+    # v = 2 is the V of the chapter; v = 1 has no turn; P = 1 holds every chunk on one rank
+    fixed = [(4, 2), (2, 2), (8, 2), (1, 2), (4, 1), (3, 3), (4, 4)]
+    rng = random.Random(seed)
+    drawn = [(rng.randint(1, 8), rng.randint(1, 4)) for _ in range(3)]
     return [{"P": P, "v": v} for P, v in fixed + drawn]
 
 
@@ -165,5 +177,33 @@ EXERCISES = [
         ),
         # depends_on is a building block, not the answer: it may be used
         engine_answers=("pipemare_lite.analysis.simulate.p2p_messages",),
+    ),
+    Exercise(
+        id="ex04_4",
+        chapter=4,
+        title="Messages between ranks per microbatch on a V",
+        function_name="v_messages_per_microbatch",
+        signature="v_messages_per_microbatch(P, v) -> int",
+        hint=(
+            "Walk a microbatch through the v*P chunks in model order: down the ranks, back "
+            "up, down again. Which hops stay on the same rank? Then remember the way back."
+        ),
+        cases=lambda: _v_cases(404),
+        reference=references.v_messages_counted,
+        compare=compare_int,
+        mistakes=(
+            Mistake("that is the count of the round-robin layout (exercise 2): on a V the "
+                    "two chunks at each turn live on the same rank",
+                    lambda P, v: 2 * (v * P - 1)),
+            Mistake("you counted the activations going forward only; each one's gradient "
+                    "comes back too", lambda P, v: v * (P - 1)),
+            Mistake("v does not appear: the microbatch passes through the ranks v times",
+                    lambda P, v: 2 * (P - 1)),
+        ),
+        # p2p_messages is the chapter's instrument by then (exercise 3): it may be used
+        engine_answers=(
+            "pipemare_lite.schedules.builders.zero_bubble_v.zb_v",
+            "pipemare_lite.schedules.builders.dualpipe.dualpipe_v",
+        ),
     ),
 ]

@@ -53,6 +53,16 @@ def exact_idle_fraction(name: str, P: int, M: int, *, chunks: int = 1) -> Fracti
     return 1 - busy / (P * Fraction(measured.makespan))
 
 
+def v_messages_counted(P: int, v: int) -> int:
+    """Messages one microbatch sends between ranks when the v chunks of each rank are placed
+    in the engine's zig-zag (``v_placement``; v = 2: the V of ZB-V and DualPipeV): the hops
+    between consecutive chunks that change rank, once forward and once back. Chapter 04."""
+    from pipemare_lite.schedules import v_placement
+
+    placement = v_placement(P, v)
+    return 2 * sum(placement[s] != placement[s + 1] for s in range(len(placement) - 1))
+
+
 def p2p_messages_counted(P: int, v: int) -> int:
     """Messages one microbatch sends between ranks in the engine's interleaved schedule.
 

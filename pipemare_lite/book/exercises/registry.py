@@ -18,6 +18,7 @@ ex03_2     ``peak_activations_1f1b(P, M) -> list[int]``           simulated peak
 ex04_1     ``interleaved_idle_fraction(P, M, v) -> float``        simulated idle, interleaved
 ex04_2     ``p2p_messages_per_microbatch(P, v) -> int``           hops counted in interleaved
 ex04_3     ``count_p2p_messages(schedule) -> int``                ``simulate.p2p_messages``
+ex04_4     ``v_messages_per_microbatch(P, v) -> int``             hops on the V (``v_placement``)
 ex05_1     ``version_hooks(params, weights) -> (pack, unpack)``   StageWorker stash/async grads
 ex05_2     ``async_forward_delay(P, N, stage, position) -> int``  weight versions of ``"async"``
 ex05_3     ``pipedream_stash_copies(P, N) -> list[int]``          memory model, long pipedream

@@ -63,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     elif args.build == "student":
         written = build_student(args.source, out, args.chapters)
     else:
-        written = build_solutions(args.source, out, args.chapters, timeout=args.timeout)
+        # a line per chapter as it finishes: the whole build runs for minutes
+        written = build_solutions(args.source, out, args.chapters, timeout=args.timeout,
+                                  progress=lambda line: print(line, flush=True))
     for path in written:
         print(f"wrote {path}")
     if not written:

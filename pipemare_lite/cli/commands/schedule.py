@@ -8,6 +8,8 @@ Examples::
     python -m pipemare_lite schedule zb-h1 --stages 4 --microbatches 8 --costs 1,2,1
     python -m pipemare_lite schedule interleaved -P 2 -M 4 --torch-csv > s.csv  # PyTorch's
     python -m pipemare_lite schedule --from my_schedule.csv      # a hand-written schedule
+    python -m pipemare_lite schedule zb-v -P 4 -M 8              # V placement, 2 chunks a rank
+    python -m pipemare_lite schedule --from v.csv --placement v  # a V-shaped hand-written one
     python -m pipemare_lite schedule 1f1b -P 2 -M 4 --save s.json # a file --from reads back
     python -m pipemare_lite schedule --plugin my_schedules eager-1f1b -P 4 -M 8  # registered
 
@@ -15,7 +17,11 @@ Examples::
 (:func:`pipemare_lite.schedules.io.load_schedule`, docs/write-a-schedule.md) instead of
 building one; for a CSV, ``--microbatches`` says how many microbatches a minibatch has
 (default: all the rows name, or what their updates imply) and ``--weight-mode`` what the
-backwards read (default: derived; needed when the schedule does not flush).
+backwards read (default: derived; needed when the schedule does not flush). A CSV's
+placement (which rank holds which virtual stage) is its first row ``placement,0,1,1,0`` if it
+has one, else ``--placement``: ``v`` (rank r holds r and 2P-1-r), ``loop`` (round robin, the
+default), ``rows`` (each stage on the rank whose row runs it) or one rank per stage,
+``0,1,1,0``; a JSON schedule has a ``"placement"`` list.
 
 ``--save FILE`` also writes the schedule itself (``.json``: every field, see
 docs/write-a-schedule.md; ``.csv``: the rows), a file ``--from FILE``, ``fit(schedule=FILE)``
@@ -65,6 +71,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="read a .csv or .json schedule instead of building NAME")
     parser.add_argument("--weight-mode", choices=WEIGHT_MODES,
                         help="--from a CSV: what backwards read (default: derived)")
+    parser.add_argument("--placement", metavar="v|loop|rows|R0,R1,...",
+                        help="--from a CSV: which rank holds each virtual stage "
+                             "(default: its placement row, else round robin)")
     parser.add_argument("--stages", "-P", metavar="P", help="pipeline stages (ranks)")
     parser.add_argument("--microbatches", "-M", metavar="M", help="microbatches per minibatch")
     parser.add_argument("--chunks", "-v", metavar="V", help="model chunks per rank (interleaved)")
@@ -141,6 +150,8 @@ def _from_file(args) -> Schedule:
         extra["num_microbatches"] = _integer("--microbatches", args.microbatches, 1)
     if args.weight_mode is not None:
         extra["weight_mode"] = args.weight_mode
+    if getattr(args, "placement", None) is not None:
+        extra["placement"] = parse_placement(args.placement)
     schedule = load_schedule(args.from_file, **extra)
     if args.stages is not None and _integer("--stages", args.stages, 1) != schedule.num_ranks:
         raise ValueError(f"--stages={args.stages} disagrees with {args.from_file}, which has "
@@ -148,11 +159,29 @@ def _from_file(args) -> Schedule:
     return schedule
 
 
+def parse_placement(text: str):
+    """``--placement``: a style (``v``, ``loop``, ``rows``) or ranks ``0,1,1,0`` (one per
+    virtual stage); anything else raises ValueError naming it."""
+    from pipemare_lite.schedules.actions import PLACEMENT_STYLES
+
+    text = text.strip()
+    if text in (*PLACEMENT_STYLES, "rows"):
+        return text
+    try:
+        return tuple(int(cell) for cell in text.split(","))
+    except ValueError:
+        raise ValueError(f"--placement={text!r}: allowed: {', '.join(PLACEMENT_STYLES)}, rows, "
+                         "or one rank per virtual stage like 0,1,1,0") from None
+
+
 def _schedule_and_costs(args) -> tuple[Schedule, OpCosts]:
     if args.from_file is not None:
         return _from_file(args), parse_costs(args.costs, args.comm)
     if args.weight_mode is not None:
         raise ValueError("--weight-mode only applies with --from FILE (a builder sets its own)")
+    if getattr(args, "placement", None) is not None:
+        raise ValueError(f"--placement={args.placement}: only applies with --from FILE (a "
+                         "builder places its own stages: zb-v and dualpipev on a V)")
     name = args.name
     if name is None:
         raise ValueError("give a schedule NAME or --from FILE")
@@ -248,6 +277,7 @@ def summary(schedule: Schedule, costs: OpCosts, measured: ScheduleMetrics) -> di
         "stages": schedule.num_ranks,
         "microbatches": schedule.num_microbatches,
         "chunks": schedule.chunks,
+        "placement": list(schedule.placement),
         "minibatches": schedule.num_minibatches,
         "warmup_minibatches": schedule.warmup_minibatches,
         "weight_mode": schedule.weight_mode,
@@ -295,7 +325,11 @@ def render_text(schedule: Schedule, timeline: Timeline, measured: ScheduleMetric
         + (f", W={s.warmup_minibatches} warm-up" if s.warmup_minibatches else "")
         + f", weight mode {s.weight_mode}"
     )
-    lines = [head, *(f"note: {note}" for note in s.notes), ""]
+    lines = [head, *(f"note: {note}" for note in s.notes)]
+    if not s.round_robin:  # which rank holds which virtual stage
+        lines.append("placement: " + ", ".join(
+            f"rank {r} holds {s.stages_of(r)}" for r in range(s.num_ranks)))
+    lines.append("")
     lines += text_grid(timeline)
     steady = m.steady_state_utilization
     lines += [

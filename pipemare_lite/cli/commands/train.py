@@ -168,11 +168,13 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "--executor",
         choices=sorted(EXECUTORS),
         default="local",
-        help="local: one process; dist: one process per stage (torchrun)",
+        help="local: one process; dist: one process per stage (started here, on this "
+        "machine, with a store on 127.0.0.1 only; or by torchrun)",
     )
     parser.add_argument("--op-timeout", type=float, default=120.0, metavar="SECONDS",
-                        help="--executor dist: seconds any single wait on a message may take "
-                        "before the run stops (a hung or lost rank is found after about this)")
+                        help="--executor dist: seconds any single wait on a message or on "
+                        "the ranks' meeting between two steps may take before the run stops; "
+                        "a rank that hangs is then named within this + 0.3 s")
     parser.add_argument(
         "--devices", default=None, metavar="LIST",
         help="local executor: the stages' devices, one for all (cuda:0) or one per stage "
@@ -272,7 +274,7 @@ _NUMERIC_OPTIONS = {
     "lr": (lambda v: 0 < v < math.inf, "a positive finite number"),
     "momentum": (lambda v: v is None or 0 <= v < 1, "a number in [0, 1)"),
     "weight_decay": (lambda v: 0 <= v < math.inf, "a finite number >= 0"),
-    "gamma": (lambda v: 0 <= v <= 1, "a number in [0, 1] (T2's EMA decay)"),
+    "gamma": (lambda v: 0 <= v < 1, "a number in [0, 1) (T2's EMA decay)"),
     "t1_anneal_updates": (lambda v: v is None or v >= 0,
                           "an integer >= 0 (updates; 0: T1 off), or unset: the whole run"),
     "batch_size": (lambda v: v >= 1, "a positive integer"),
@@ -472,6 +474,8 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     if threads is not None and threads < 1:
         raise ValueError(f"--threads must be a positive integer, got {threads}")
     _check_output_paths(args)
+    if args.executor == "dist" and _outside_any_job():
+        return _launch_ranks(args, prog)
     interleaved = args.method == "interleaved" and args.schedule is None
     pieces = args.stages * (args.chunks or (2 if interleaved else 1))
     model, data = build_model_and_data(
@@ -483,8 +487,14 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
         stream = open(args.jsonl, "a" if args.resume else "w", encoding="utf-8")  # noqa: SIM115
 
     def write_step(step: int, history) -> None:
-        stream.write(json.dumps(step_record(step, history), allow_nan=False) + "\n")
-        stream.flush()
+        from pipemare_lite.files import WriteError
+
+        try:
+            stream.write(json.dumps(step_record(step, history), allow_nan=False) + "\n")
+            stream.flush()
+        except OSError as exc:  # the disk filled up mid-run: name the file
+            raise WriteError(exc.errno, f"cannot write {args.jsonl}: "
+                             f"{exc.strerror or exc}") from exc
 
     threads = _set_threads(getattr(args, "threads", None))  # restored when the run ends
     try:
@@ -557,6 +567,39 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     return 0
 
 
+def _outside_any_job() -> bool:
+    """True when neither torchrun nor :func:`~pipemare_lite.engine.distributed.launch.launch`
+    started this process (no ``RANK`` in the environment, no job joined)."""
+    from pipemare_lite.engine.distributed.rank import current
+
+    return "RANK" not in os.environ and current() is None
+
+
+def _launch_ranks(args: argparse.Namespace, prog: str) -> int:
+    """``--executor dist`` started from a shell without torchrun: one process per rank on
+    this machine, by :func:`~pipemare_lite.engine.distributed.launch.launch`, whose store
+    listens on 127.0.0.1 only (torchrun's listens on every interface, whatever address it
+    is given). Each rank runs this same command (rank 0 reports); returns rank 0's exit
+    status, or 1 with the launcher's report when a rank failed."""
+    import math
+
+    from pipemare_lite.engine.distributed.launch import LaunchError, launch
+
+    try:  # one process per rank (--stages); a rank's chunks share its process
+        codes = launch(_train_rank, args.stages, args=(args, prog), timeout=math.inf,
+                       op_timeout=args.op_timeout, num_threads=getattr(args, "threads", 1),
+                       imports=tuple(getattr(args, "plugin", None) or ()))
+    except LaunchError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    return codes[0]
+
+
+def _train_rank(info, args: argparse.Namespace, prog: str) -> int:
+    """One rank of :func:`_launch_ranks`: the command itself, inside the launched job."""
+    return run_from_args(args, prog=prog)
+
+
 def _set_threads(threads: int | None) -> int | None:
     """Give torch ``threads`` threads in this process (None: leave them as they are);
     returns the count before (None when unchanged), to restore it."""
@@ -598,9 +641,18 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
     pipeline failure exits 1 with a message and every rank's position (a bug keeps its
     traceback). See :mod:`pipemare_lite.engine.distributed.torchrun`."""
     from pipemare_lite.engine.distributed.faults import PipelineFault
+    from pipemare_lite.files import WriteError
 
     try:
         return run_from_args(args, prog=prog)
+    except WriteError as exc:  # a disk that filled up mid-run: one line, no traceback
+        from pipemare_lite.engine.distributed.rank import current
+
+        info = current()
+        if info is not None:  # its peers stop with this as the cause
+            info.board.fail(exc)
+        print(f"{prog}: error: {exc.strerror}", file=sys.stderr)
+        return 1
     except PipelineFault as exc:
         from pipemare_lite.engine.distributed.torchrun import report_failure
 
@@ -627,5 +679,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``pipemare-lite train``: train and print a summary (``--json``: one JSON object)."""
-    return run_from_args(args)
+    """``pipemare-lite train``: train and print a summary (``--json``: one JSON object).
+
+    An output that cannot be written mid-run (a full disk) ends it with one line naming
+    the file, exit status 1."""
+    from pipemare_lite.files import WriteError
+
+    try:
+        return run_from_args(args)
+    except WriteError as exc:
+        print(f"pipemare-lite train: error: {exc.strerror}", file=sys.stderr)
+        return 1

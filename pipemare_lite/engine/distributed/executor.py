@@ -61,6 +61,7 @@ from pipemare_lite.engine.distributed.shape_probe import probe_output_meta
 from pipemare_lite.engine.distributed.transport import P2PTransport, tensor_meta
 from pipemare_lite.engine.interpreter import Interpreter, take_records
 from pipemare_lite.engine.recorder import BytesMeter, Recorder
+from pipemare_lite.engine.recording import Recording, recording
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, plan_communication
@@ -82,7 +83,12 @@ class DistributedExecutor:
             local one (no side channel) otherwise.
         op_timeout: seconds one wait on a message may take.
         record_gradients: keep a copy of the gradients each update applies.
-        track_bytes: record each stage's peak bytes by kind (costs time per action).
+        track_bytes: record each stage's peak bytes by kind (costs time per action), when
+            ``record`` asks for peak bytes.
+        record: what to record, a level of :data:`pipemare_lite.engine.recording.RECORDINGS`
+            (``"losses"``, ``"history"``, ``"full"``: the default, with the trace) or a
+            :class:`~pipemare_lite.engine.recording.Recording`, as for the local executor;
+            never changes the numbers. Without a trace the result's ``trace`` is None.
         fault: a :class:`Fault` to inject (tests, chapter 11).
         p2p_verbose: print every send and receive this rank posts and every receive it
             completes (the communication's text trace, on the process's stdout); None: on
@@ -116,7 +122,7 @@ class DistributedExecutor:
                  fault: Fault | None = None, p2p_verbose: bool | None = None,
                  record_posts: bool = False,
                  gather_into: Sequence[nn.Module] | None = None,
-                 checkpoints: bool = False) -> None:
+                 checkpoints: bool = False, record: str | Recording = "full") -> None:
         if not dist.is_initialized():
             raise RuntimeError("DistributedExecutor needs an initialized process group "
                                "(use pipemare_lite.engine.distributed.launch.launch or torchrun)")
@@ -131,10 +137,12 @@ class DistributedExecutor:
             device = f"cuda:{torch.cuda.current_device()}" if self.backend == "nccl" else "cpu"
         self.device = torch.device(device)
         self.stages = schedule.stages_of(self.rank)
+        self.recording = recording(record)
         self.workers, _ = build_stage_workers(
             schedule, self._own_modules(stage_modules), loss_fn=loss_fn,
             optimizer_factory=optimizer_factory, options=method_options,
-            device_of=lambda s: self.device, lr_scheduler_factory=lr_scheduler_factory)
+            device_of=lambda s: self.device, lr_scheduler_factory=lr_scheduler_factory,
+            record=self.recording)
         self.board = board or faults.StatusBoard(self.rank, world)
         self.record_gradients, self.track_bytes = record_gradients, track_bytes
         self.fault = fault if fault is not None and fault.rank == self.rank else None
@@ -153,12 +161,14 @@ class DistributedExecutor:
             posted=[] if record_posts else None)
         self.interpreter = Interpreter(
             self.workers, schedule.num_virtual_stages - 1, self.transport,
-            devices=[self.device] if self.device.type == "cuda" else [])
+            devices=[self.device] if self.device.type == "cuda" else [],
+            timed=self.recording.trace)
         self._failed = False  # a run raised: close() does not wait for the threads
         self._progress = PeerProgress(schedule) if checkpoints else None
         if checkpoints:
             self.transport.sent_log = {}
         self._feed: Sequence = ()  # the last run's microbatches (a checkpoint's targets)
+        self._collectives = 0  # collectives met so far (each rank's count is the same)
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
         S = self.schedule.num_virtual_stages
@@ -199,9 +209,7 @@ class DistributedExecutor:
                 "stages": {s: w.state_dict() for s, w in self.workers.items()},
                 "sent": {k: t.cpu() for k, t in sent.items() if k in self._progress.unconsumed},
                 "targets": {m: self._feed[m][1] for m in self._progress.targets} if first else {}}
-        parts = [None] * dist.get_world_size()
-        with faults.communication("gathering the checkpoint's parts"):
-            dist.all_gather_object(parts, mine)
+        parts = self._all_gather_object(mine, "gathering the checkpoint's parts")
         state = {"schedule": schedule_key(self.schedule),
                  "positions": [part["position"] for part in parts],
                  "activations": {}, "gradients": {}, "targets": {},
@@ -263,6 +271,63 @@ class DistributedExecutor:
         self._failed = self._failed or exc_type is not None
         self.close()
 
+    # ------------------------------------------------------------------ collectives
+    # Between two runs the ranks meet in collectives (the barrier before a run, the gather
+    # after it, a checkpoint's gather). A blocking collective would wait for a rank that
+    # hangs outside the schedule (evaluating, say) until gloo's own timeout, and then fail
+    # on every rank alike, so the launcher would blame whichever rank exited first. Posted
+    # asynchronously and waited for as a message is, a collective ends within op_timeout
+    # (or at once on an abort), and the ranks that did not come are named as the cause:
+    #
+    #   rank 0 ──run k── gather ── barrier (wait "in collective 7 ...") ─── op_timeout ──X
+    #   rank 1 ──run k── gather ── evaluate ... (hangs; its state: "between runs")
+    #                                       rank 0 reads the board: rank 1 is not in 7
+    #                                       -> OpTimeoutError(peer=1): "rank 1 did not answer"
+
+    def _collective(self, what: str, post: Callable) -> None:
+        """Post a collective (``post()`` returns its Work) and wait for it like a message:
+        an abort ends the wait, and after ``op_timeout`` seconds the rank(s) that did not
+        come (:func:`faults.absent_ranks`: heartbeat stopped, or published elsewhere) are
+        named in the :class:`~faults.OpTimeoutError`, the first as its ``peer``."""
+        self._collectives += 1  # every rank runs the same collectives in the same order
+        here = f"in collective {self._collectives}: {what}"
+        before = self.board.position.state  # noted again once every rank came
+        self._note(self.position, here)
+        with faults.communication(what):
+            work = post()
+        waiter = self.transport.waiter
+        try:
+            waiter.wait(work, here)
+        except faults.OpTimeoutError as exc:
+            store, world = self.board.store, dist.get_world_size()
+            absent = ([] if store is None else
+                      faults.absent_ranks(store, world, here, exclude={self.rank}))
+            if not absent:
+                raise
+            names = ", ".join(f"rank {r}" for r in absent)
+            raise faults.OpTimeoutError(
+                f"waited more than {waiter.timeout:g} s in {what}: {names} did not come "
+                f"({self.board.position.describe()})", peer=absent[0]) from exc
+        self.board.note(before)
+
+    def _all_gather_object(self, obj, what: str) -> list:
+        """``dist.all_gather_object`` as two abortable collectives (:meth:`_collective`):
+        the pickled sizes, then the padded bytes (what torch's own version does, blocking)."""
+        import pickle
+
+        world = dist.get_world_size()
+        device = self.device if self.backend == "nccl" else torch.device("cpu")
+        data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8).to(device)
+        size = torch.tensor([data.numel()], dtype=torch.long, device=device)
+        sizes = [torch.zeros_like(size) for _ in range(world)]
+        self._collective(what, lambda: dist.all_gather(sizes, size, async_op=True))
+        lengths = [int(n.item()) for n in sizes]
+        padded = torch.zeros(max(lengths), dtype=torch.uint8, device=device)
+        padded[:data.numel()] = data
+        parts = [torch.empty_like(padded) for _ in range(world)]
+        self._collective(f"{what} (data)", lambda: dist.all_gather(parts, padded, async_op=True))
+        return [pickle.loads(part[:n].cpu().numpy().tobytes()) for part, n in zip(parts, lengths)]
+
     # ------------------------------------------------------------------ shapes
     def probe_shapes(self, microbatches: Sequence) -> dict:
         """``{(stage, input meta): output meta}`` for every stage but the last, on every rank;
@@ -322,9 +387,7 @@ class DistributedExecutor:
     def _gather(self, mine: RankResult) -> DistRunResult:
         """Every rank's result on every rank; every stage's weights (in its owner's result)
         into ``gather_into``."""
-        gathered = [None] * dist.get_world_size()
-        with faults.communication("gathering the ranks' results"):
-            dist.all_gather_object(gathered, mine)
+        gathered = self._all_gather_object(mine, "gathering the ranks' results")
         merged = merge_rank_results(self.schedule, gathered)
         for s, module in enumerate(self.gather_into):
             # a module this rank trains is current, and an in-place copy into it would break
@@ -341,18 +404,19 @@ class DistributedExecutor:
         self.transport.microbatches = self._feed = microbatches
         interpreter.applied_gradients = ({s: [] for s in self.stages}
                                          if self.record_gradients else None)
-        meter = BytesMeter(self.workers, {rank: self.stages}) if self.track_bytes else None
-        recorder = Recorder(interpreter, meter)
+        recording = self.recording
+        meter = (BytesMeter(self.workers, {rank: self.stages}, every_action=recording.trace)
+                 if self.track_bytes and recording.peak_bytes else None)
+        recorder = Recorder(interpreter, meter) if recording.trace else None
         first_post = len(posted) if posted is not None else 0
 
         def done() -> bool:
             return self.finished or (stop_after_updates is not None and all(
                 w.versions.version >= stop_after_updates for w in self.workers.values()))
 
-        self._note(self.position, "barrier")
-        with faults.communication("the barrier before the run"):
-            dist.barrier()
-        recorder.start()  # common time origin: everyone just left the barrier
+        self._collective("the barrier before the run", lambda: dist.barrier(async_op=True))
+        if recorder is not None:
+            recorder.start()  # common time origin: everyone just left the barrier
         while not done():
             position = self.position
             action = row[position]
@@ -361,7 +425,10 @@ class DistributedExecutor:
                 self.fault.trigger(action)
             start, end = interpreter.step(action)
             self.position += 1
-            recorder.record(rank, action, start, end)
+            if recorder is not None:
+                recorder.record(rank, action, start, end)
+            elif meter is not None:  # without a trace, the meter alone is told
+                meter.after_action(rank, action)
         self.transport.microbatches = ()
         if self._progress is not None:  # where every rank stopped; forget what was consumed
             self._progress.advance(stop_after_updates)
@@ -379,7 +446,8 @@ class DistributedExecutor:
         states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
                   for s, w in self.workers.items()}
         return RankResult(
-            rank, recorder.timed_actions(), records.pop("losses"), recorder.versions,
+            rank, [] if recorder is None else recorder.timed_actions(), records.pop("losses"),
+            {} if recorder is None else recorder.versions, traced=recorder is not None,
             state_dicts=states, gradients=interpreter.applied_gradients or {},
             peak_bytes=meter.peaks if meter is not None else {},
             wait_seconds=self.transport.waiter.wait_seconds,

@@ -17,6 +17,11 @@ every failure end the job quickly and say what happened:
 - the same thread polls ``abort``; every wait on a message (:class:`Waiter`) checks the
   flag and its own per-operation deadline, so the other ranks raise :class:`PeerFailedError`
   or :class:`OpTimeoutError` instead of hanging;
+- the collectives between two runs (the barrier before a run, the gathers after it) are
+  waited for the same way (``DistributedExecutor._collective``): a rank that hangs outside
+  the schedule (evaluating, between steps) is named by the ranks that wait for it within
+  ``op_timeout`` + 0.3 s (:func:`absent_ranks`: its heartbeat stopped, or its position
+  is elsewhere), and it is the cause the launcher reports;
 - a backstop: when the main thread does not stop within ``exit_grace`` seconds of an
   abort (stuck in compute or in a blocking collective), the thread ends the process;
 - a wait whose link to its peer breaks notes that peer as lost: under torchrun,
@@ -505,6 +510,27 @@ def stalled_ranks(store, world_size: int, window: float, *, exclude=()) -> list[
     ended = {r for r, p in after.items() if p.state == "done" or p.state.startswith("failed")}
     return [r for r in range(world_size)
             if r not in exclude and r not in ended and after.get(r) == before.get(r)]
+
+
+def absent_ranks(store, world_size: int, here: str, *, exclude=(),
+                 window: float = 3 * PUBLISH_INTERVAL) -> list[int]:
+    """The ranks that did not reach the collective this rank waits in, most suspect first.
+
+    ``here`` is the state every rank notes when it enters that collective (a waiting
+    rank's state is ``wait <here>``). First the ranks whose heartbeat stopped during
+    ``window`` seconds (a frozen or dead process: its last state may be stale), then the
+    ranks whose published state does not end with ``here`` (stuck outside the collective:
+    evaluating, say, or in a loop of their own). Empty when nothing can be read (no
+    store, or it is gone).
+    """
+    try:
+        stalled = stalled_ranks(store, world_size, window, exclude=exclude)
+        positions = read_positions(store, world_size)
+    except Exception:
+        return []
+    elsewhere = [r for r in range(world_size) if r not in exclude and r not in stalled
+                 and (r not in positions or not positions[r].state.endswith(here))]
+    return stalled + elsewhere
 
 
 def _pid_alive(pid: int) -> bool:

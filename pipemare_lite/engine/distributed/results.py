@@ -26,7 +26,9 @@ class RankResult:
     the rank of the last stage. Also ``entries``, this rank's
     :class:`~pipemare_lite.analysis.timeline.TimedAction` in seconds from the common origin
     (the trace's entries as they are); ``versions``, ``{"1F3": 0, ...}`` the weight version
-    each action used; ``wait_seconds``, this rank's time waiting for messages so far.
+    each action used; ``wait_seconds``, this rank's time waiting for messages so far;
+    ``traced``, whether the rank recorded a trace (entries and versions; see
+    :mod:`pipemare_lite.engine.recording`).
     """
 
     rank: int
@@ -45,6 +47,7 @@ class RankResult:
     update_norms: dict = field(default_factory=dict)
     forward_delays: dict = field(default_factory=dict)
     posted: list = field(default_factory=list)
+    traced: bool = True
 
 
 @dataclass
@@ -79,7 +82,8 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
 
     The trace is a :class:`~pipemare_lite.analysis.timeline.Timeline` with
     ``source="measured"`` and ``unit="s"``: the Gantt figure and
-    :func:`pipemare_lite.analysis.simulate.metrics` read it like a simulated one.
+    :func:`pipemare_lite.analysis.simulate.metrics` read it like a simulated one; None
+    when the ranks recorded none (a recording level without a trace).
     """
     by_rank = sorted(results, key=lambda r: r.rank)
     # each field's {key: value} of every rank in one dict (no two ranks share a key) ...
@@ -88,10 +92,13 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
     for name, default in _BY_STAGE.items():  # ... and a list by stage for the per-stage ones
         merged[name] = [merged[name].get(s, default()) for s in range(schedule.num_virtual_stages)]
     versions, by_mb = merged.pop("versions"), dict(sorted(merged.pop("loss_by_microbatch").items()))
+    if not any(r.peak_bytes for r in by_rank):  # not recorded: as the local executor says it
+        merged["peak_bytes"] = []
     entries = tuple(entry for r in by_rank for entry in r.entries)
     trace = Timeline(schedule, entries, unit="s", source="measured",
                      extra={"versions": versions, "distances": dict(merged["distances"]),
-                            "wait_seconds": [r.wait_seconds for r in by_rank]})
+                            "wait_seconds": [r.wait_seconds for r in by_rank]}
+                     ) if all(r.traced for r in by_rank) else None
     # the other merged fields are DistRunResult's, under the same names
     return DistRunResult(list(by_mb.values()), by_mb, trace, **merged,
                          posted=[r.posted for r in by_rank])

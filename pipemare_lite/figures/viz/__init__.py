@@ -13,7 +13,9 @@ here imports torch, and nothing keeps state: call a function, get a figure.
 - :func:`update_norm_figure`, :func:`stage_map_figure`: per-stage evidence;
 - :func:`t1_figure`: each stage's learning rate over a run, and its distance to the
   stability edge of its delay;
-- :func:`tradeoff_figure`: every method's busiest device against a budget.
+- :func:`tradeoff_figure`: every method's busiest device against a budget;
+- :func:`round_trip_figure`, :func:`activation_lifetimes_figure`: schematics of one
+  microbatch's round trip (the version each F and B reads) and of how long activations live.
 
 The first figure is drawn in chapter 01; each module names the chapter that introduces it,
 and docs/module-map.md lists them all with the chapters that use them.
@@ -27,6 +29,7 @@ from pipemare_lite.figures.viz.gantt_chart import gantt, gantt_pair, gantt_trace
 from pipemare_lite.figures.viz.lr_schedules import t1_figure
 from pipemare_lite.figures.viz.memory import memory_bars
 from pipemare_lite.figures.viz.renderer import use_in_jupyter
+from pipemare_lite.figures.viz.round_trip import activation_lifetimes_figure, round_trip_figure
 from pipemare_lite.figures.viz.stability import (
     gamma_sweep_figure,
     roots_figure,
@@ -56,6 +59,8 @@ __all__ = [
     "stage_map_figure",
     "t1_figure",
     "tradeoff_figure",
+    "round_trip_figure",
+    "activation_lifetimes_figure",
 ]
 
 use_in_jupyter()

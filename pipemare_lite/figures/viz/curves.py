@@ -28,6 +28,7 @@ class Curve:
     steps: list
     values: list
     diverged: bool = False
+    diverged_at: int | None = None  # the step the run itself reported (fit's divergence_step)
 
 
 def curve(history, metric: str = "loss", name: str = "history") -> Curve:
@@ -41,17 +42,21 @@ def curve(history, metric: str = "loss", name: str = "history") -> Curve:
     if not isinstance(history, Mapping):
         raise TypeError(f"history {name!r} is a {type(history).__name__}; expected a dict")
     diverged = bool(history.get("diverged", False))
+    reported = history.get("divergence_step") if diverged else None
     if metric in history:
         values = list(history[metric])
-        steps = list(history["step"]) if "step" in history else list(range(len(values)))
+        # a history's k-th value is step k, counted from 1 like the engine's divergence_step
+        # and the evals' "step" (a legend must name the step the printed outcome names)
+        steps = (list(history["step"]) if "step" in history
+                 else list(range(1, len(values) + 1)))
         if len(steps) != len(values):
             raise ValueError(
                 f"history {name!r}: {len(steps)} steps but {len(values)} {metric} values"
             )
-        return Curve(steps, values, diverged)
+        return Curve(steps, values, diverged, reported)
     evals = [e for e in history.get("evals", []) if metric in e]
     if evals:
-        return Curve([e["step"] for e in evals], [e[metric] for e in evals], diverged)
+        return Curve([e["step"] for e in evals], [e[metric] for e in evals], diverged, reported)
     raise ValueError(
         f"history {name!r} has no {metric!r} list (nor evals with it); "
         f"it has: {', '.join(map(str, history))}"
@@ -61,9 +66,13 @@ def curve(history, metric: str = "loss", name: str = "history") -> Curve:
 def divergence_step(history, metric: str = "loss", threshold: float | None = None):
     """The first step whose ``metric`` is NaN/inf (or above ``threshold``), else None.
 
-    A history flagged ``diverged`` with only finite values diverged after its last step.
+    A history flagged ``diverged`` with only finite values diverged after its last step. A
+    run that reports its own divergence step (``fit()``'s ``divergence_step``) is taken at
+    its word, so a legend names the step the printed outcome names.
     """
     run = history if isinstance(history, Curve) else curve(history, metric)
+    if threshold is None and run.diverged_at is not None:
+        return run.diverged_at
     for step, value in zip(run.steps, run.values):
         bad = value is None or not math.isfinite(value)
         if bad or (threshold is not None and value > threshold):

@@ -213,10 +213,14 @@ def gantt_traces(
                                                        showlegend=showlegend)]
 
 
-def default_title(timeline: Timeline) -> str:
-    """``"1f1b, P=4, M=8 (simulated)"``-style title naming what is drawn."""
+def default_title(timeline: Timeline, symbol: str = "M") -> str:
+    """``"1f1b, P=4, M=8 (simulated)"``-style title naming what is drawn.
+
+    ``symbol`` names the microbatches per minibatch: chapters 01-04 write M, chapters 05 on
+    write N (PipeMare's notation).
+    """
     s = timeline.schedule
-    parts = [f"{s.name}: P={s.num_ranks}, M={s.num_microbatches}"]
+    parts = [f"{s.name}: P={s.num_ranks}, {symbol}={s.num_microbatches}"]
     if s.chunks > 1:
         parts.append(f"v={s.chunks}")
     if s.num_minibatches > 1:
@@ -292,11 +296,14 @@ def gantt_pair(
     *,
     title: str | None = None,
     show_idle: bool = True,
+    microbatch_symbol: str = "M",
 ) -> go.Figure:
     """The simulator's plan above an executor's measured trace, one Gantt each (chapter 11).
 
     The two keep their own time axes (cost units vs seconds): compare shapes and order, not
-    absolute times. Both must come from schedules with the same number of ranks.
+    absolute times. Both must come from schedules with the same number of ranks. Any two
+    timelines with the same ranks can be stacked (chapter 05: flushed above unflushed).
+    ``microbatch_symbol`` is the letter the subplot titles use (see :func:`default_title`).
     """
     for name, t in (("planned", planned), ("measured", measured)):
         if not isinstance(t, Timeline):
@@ -311,7 +318,8 @@ def gantt_pair(
         rows=2,
         cols=1,
         vertical_spacing=0.16,
-        subplot_titles=(default_title(planned), default_title(measured)),
+        subplot_titles=(default_title(planned, microbatch_symbol),
+                        default_title(measured, microbatch_symbol)),
     )
     for row, t in ((1, planned), (2, measured)):
         for trace in gantt_traces(t, show_idle=show_idle, showlegend=(row == 1)):
@@ -322,5 +330,8 @@ def gantt_pair(
     fig.update_layout(
         title={"text": title or f"planned vs measured: {planned.schedule.name}"},
         height=2 * _figure_height(ranks) + 40,
+        # beside the plots: above them it would cover the first subplot's title
+        legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"},
+        margin={**COMMON_LAYOUT["margin"], "r": 120},
     )
     return fig

@@ -27,10 +27,18 @@ from pipemare_lite.figures.viz.stability import stability_map
 SYMBOLS = ("circle", "diamond", "square", "triangle-up", "star")
 
 
+#: how far along Viridis the last stage's colour sits (see :func:`stage_color`)
+STAGE_SCALE_END = 0.6
+
+
 def stage_color(stage: int, num_stages: int) -> str:
-    """Stage s of P: dark (stage 0, the stalest) to light (the last stage)."""
+    """Stage s of P: dark (stage 0, the stalest) to light (the last stage).
+
+    Viridis stops at 0.6, at teal: its yellow-green end is the stable region's green, on
+    which a filled marker looked hollow (issue 30).
+    """
     position = 0.0 if num_stages <= 1 else stage / (num_stages - 1)
-    return sample_colorscale("Viridis", [0.85 * position])[0]
+    return sample_colorscale("Viridis", [STAGE_SCALE_END * position])[0]
 
 
 def _norms(history) -> list[list]:

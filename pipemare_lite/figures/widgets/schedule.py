@@ -1,7 +1,8 @@
 """Schedule explorer: pick a schedule and sizes, see its Gantt and its numbers (chapters 02-05).
 
-Controls for the schedule, P, M, v (interleaving), the number of minibatches and the cost
-of F, B and W (and communication); a Gantt chart of the simulated timeline; a table that
+Controls for the schedule, P, M, v (interleaving), the placement of the chunks (as built,
+round robin "loop" or "v"), the number of minibatches and the cost of F, B and W (and
+communication); a Gantt chart of the simulated timeline; a table that
 puts every measured number (makespan, idle fraction, bubble ratio, peak activations) next
 to its closed form from :mod:`pipemare_lite.analysis.formulas`, with the sizes substituted.
 """
@@ -17,7 +18,13 @@ from pipemare_lite.analysis import formulas
 from pipemare_lite.analysis.simulate import OpCosts, metrics, simulate
 from pipemare_lite.figures.viz.gantt_chart import gantt_layout, gantt_trace_specs
 from pipemare_lite.figures.widgets._explorer import Explorer, figure_widget, show_figure
+from pipemare_lite.schedules.builders.common import on_placement
 from pipemare_lite.schedules.registry import ASYNC_NAMES, SCHEDULE_NAMES, build_schedule
+
+#: The placement control's choices: the builder's own, or its order moved to a style.
+PLACEMENTS = ("as built", "loop", "v")
+#: Schedules with two chunks per rank on a V whatever the v slider says.
+V_SHAPED = ("zb-v", "dualpipev")
 
 
 @dataclass(frozen=True)
@@ -74,11 +81,37 @@ def _flushed(name, P, M, v, K, F, B, I, W) -> ClosedForms:
                            K * formulas.makespan_interleaved(P, M, v, F, B),
                            f"(P-1)/(vM+P-1) = {P - 1}/{v * M + P - 1}",
                            formulas.idle_fraction_interleaved(P, M, v))
+    if name in ("zb-h2", *V_SHAPED):
+        return _balanced_zero_bubble(name, P, M, K, F, I, W)
     # zb-h1
     return ClosedForms(f"K [M(F+I+W) + (P-1) max(F+I-W, F, I)] with K={K}",
                        K * formulas.makespan_zb_h1(P, M, F, I, W),
                        "1 - M(F+I+W) / makespan", formulas.idle_fraction_zb_h1(P, M, F, I, W),
                        [formulas.peak_inflight_zb_h1(P, M, s) for s in range(P)])
+
+
+def _balanced_zero_bubble(name, P, M, K, F, I, W) -> ClosedForms:
+    """ZB-H2, ZB-V, DualPipeV: closed forms for F = I = W (the papers' zero-bubble case)."""
+    if not (F == I == W):
+        raise ValueError(f"the closed form assumes F = I = W (here {_fmt(F)}, {_fmt(I)}, "
+                         f"{_fmt(W)})")
+    if name == "zb-h2":
+        return ClosedForms(f"(3KM + P-1) F = (3*{K}*{M}+{P}-1)*{_fmt(F)}",
+                           formulas.makespan_zb_h2(P, M, K, F),
+                           f"(P-1)/(3KM+P-1) = {P - 1}/{3 * K * M + P - 1}",
+                           formulas.idle_fraction_zb_h2(P, M, K),
+                           [formulas.peak_inflight_zb_h2(P, M)] * P)
+    if name == "zb-v":
+        return ClosedForms(f"(6KM + P-1) F = (6*{K}*{M}+{P}-1)*{_fmt(F)}",
+                           formulas.makespan_zb_v(P, M, K, F),
+                           f"(P-1)/(6KM+P-1) = {P - 1}/{6 * K * M + P - 1}",
+                           formulas.idle_fraction_zb_v(P, M, K),
+                           [formulas.peak_inflight_zb_v(P, M)] * P)
+    return ClosedForms(f"K (6M + P-1) F = {K}*(6*{M}+{P}-1)*{_fmt(F)}",
+                       formulas.makespan_dualpipe_v(P, M, K, F),
+                       f"(P-1)/(6M+P-1) = {P - 1}/{6 * M + P - 1}",
+                       formulas.idle_fraction_dualpipe_v(P, M, K),
+                       [formulas.peak_inflight_dualpipe_v(P, M)] * P)
 
 
 def _no_flush(name, P, M, K, F, B) -> ClosedForms:
@@ -93,6 +126,9 @@ def _no_flush(name, P, M, K, F, B) -> ClosedForms:
 def closed_forms(schedule, costs: OpCosts) -> ClosedForms:
     """The closed forms for ``schedule`` under ``costs``; texts say why when none applies."""
     name = schedule.name
+    if name == "custom":
+        return ClosedForms("n/a: no closed form for a moved or hand-written schedule", None,
+                           "n/a: no closed form for a moved or hand-written schedule", None)
     P, M, v, K = (schedule.num_ranks, schedule.num_microbatches, schedule.chunks,
                   schedule.num_minibatches)
     F, B, I, W = costs.forward, costs.backward, costs.input_grad, costs.weight_grad
@@ -154,7 +190,7 @@ class ScheduleExplorer(Explorer):
 
     def __init__(self, schedule: str, stages: int, microbatches: int, chunks: int,
                  minibatches: int, forward: float, backward: float, weight: float,
-                 split_backward: bool = True) -> None:
+                 split_backward: bool = True, placement: str = "as built") -> None:
         style = {"description_width": "initial"}
         self.split_backward = split_backward
 
@@ -171,6 +207,8 @@ class ScheduleExplorer(Explorer):
                                               description="M microbatches", style=style),
             "chunks": widgets.IntSlider(value=chunks, min=1, max=4,
                                         description="v chunks (interleaved)", style=style),
+            "placement": widgets.Dropdown(options=PLACEMENTS, value=placement,
+                                          description="placement", style=style),
             "minibatches": widgets.IntSlider(value=minibatches, min=1, max=4,
                                              description="minibatches", style=style),
             "forward": cost(forward, "F cost"),
@@ -191,7 +229,7 @@ class ScheduleExplorer(Explorer):
             controls,
             [
                 widgets.VBox([
-                    widgets.HBox([c["schedule"], c["minibatches"]]),
+                    widgets.HBox([c["schedule"], c["minibatches"], c["placement"]]),
                     widgets.HBox([c["stages"], c["microbatches"], c["chunks"]]),
                     widgets.HBox([c["forward"], c["backward"], c["weight"], c["comm"]]),
                 ]),
@@ -202,12 +240,14 @@ class ScheduleExplorer(Explorer):
         self.update()
 
     def _redraw(self, schedule, stages, microbatches, chunks, minibatches, forward, backward,
-                weight, comm) -> None:
+                weight, comm, placement) -> None:
         interleaved = schedule == "interleaved"
         self.controls["chunks"].disabled = not interleaved  # v only means something there
         built = build_schedule(schedule, stages, microbatches,
                                chunks=chunks if interleaved else 1,
                                num_minibatches=minibatches)
+        if placement != "as built":  # the same order per rank, chunks moved (may deadlock)
+            built = on_placement(built, placement)
         if self.split_backward:
             costs = explorer_costs(forward, backward, weight, comm)
         else:  # B is the whole backward; a split schedule halves it into I and W
@@ -230,11 +270,15 @@ def schedule_explorer(
     backward: float | None = None,
     weight: float = 1.0,
     split_backward: bool = True,
+    placement: str = "as built",
 ) -> ScheduleExplorer:
     """A widget to explore pipeline schedules.
 
     Controls (``w.controls[name]``): ``schedule``, ``stages`` (P), ``microbatches`` (M),
-    ``chunks`` (v, interleaved only), ``minibatches``, ``forward``/``backward``/``weight``
+    ``chunks`` (v, interleaved only), ``placement`` (``"as built"``, or the built order
+    moved to ``"loop"`` or ``"v"``: :func:`~pipemare_lite.schedules.on_placement`; an order
+    that cannot run there shows the deadlock report), ``minibatches``,
+    ``forward``/``backward``/``weight``
     (F, B = input-gradient and W = weight-gradient costs; an unsplit backward costs B + W)
     and ``comm``. With ``split_backward=False`` (before chapter 04 splits the
     backward) there is one ``backward`` slider for the whole backward (default 2) and the W
@@ -248,7 +292,9 @@ def schedule_explorer(
     """
     if schedule not in SCHEDULE_NAMES:
         raise ValueError(f"unknown schedule {schedule!r}; allowed: {', '.join(SCHEDULE_NAMES)}")
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}; allowed: {', '.join(PLACEMENTS)}")
     if backward is None:
         backward = 1.0 if split_backward else 2.0
     return ScheduleExplorer(schedule, stages, microbatches, chunks, minibatches, forward,
-                            backward, weight, split_backward)
+                            backward, weight, split_backward, placement)

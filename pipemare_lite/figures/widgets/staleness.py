@@ -36,6 +36,7 @@ from pipemare_lite.schedules.builders.async_pipeline import (
     async_pipeline,
 )
 from pipemare_lite.schedules.registry import SCHEDULE_NAMES, build_schedule
+from pipemare_lite.schedules.validation import size_range
 
 #: Quantities the heatmap can show.
 HEATMAP_QUANTITIES = ("forward_delay", "discrepancy", "backward_delay")
@@ -87,7 +88,7 @@ def build_explored_schedule(method: str, stages: int, microbatches: int, minibat
 def _exact(schedule, stage: int, position: int, tick_order: str):
     try:
         return exact_forward_delay(schedule.name, schedule.num_ranks,
-                                   schedule.num_microbatches, stage % schedule.num_ranks,
+                                   schedule.num_microbatches, schedule.rank_of(stage),
                                    position, backward_first=tick_order == "backward_first")
     except ValueError:
         return None
@@ -127,7 +128,7 @@ def delay_table_html(schedule, table, tick_order: str = "forward_first",
     rows = []
     for d in delays:
         try:
-            recalled = str(expected_forward_delay(schedule.name, P, N, d.stage % P))
+            recalled = str(expected_forward_delay(schedule.name, P, N, schedule.rank_of(d.stage)))
         except ValueError:
             recalled = "n/a"
         exact = [_exact(schedule, d.stage, j, tick_order) for j in range(N)]
@@ -197,6 +198,14 @@ def _same_schedule(a, b) -> bool:
         b.name, b.weight_mode, b.num_microbatches, b.ranks)
 
 
+def _slider(value: int, key: str, cap: int, description: str, minibatches: int = 1):
+    """An IntSlider over the engine's range for ``key`` (:func:`size_range`), cut at ``cap``
+    so the drawing stays readable."""
+    low, high = size_range(key, minibatches)
+    return widgets.IntSlider(value=value, min=low, max=min(high, cap), description=description,
+                             style={"description_width": "initial"})
+
+
 class StalenessExplorer(Explorer):
     """The widget returned by :func:`staleness_explorer` (see there)."""
 
@@ -211,14 +220,11 @@ class StalenessExplorer(Explorer):
                                          description="heatmap"),
             "tick_order": widgets.Dropdown(options=TICK_ORDERS, value=tick_order,
                                            description="tick order (async)", style=style),
-            "stages": widgets.IntSlider(value=stages, min=1, max=12, description="P stages",
-                                        style=style),
-            "microbatches": widgets.IntSlider(value=microbatches, min=1, max=12,
-                                              description="N per update", style=style),
-            "minibatches": widgets.IntSlider(value=minibatches, min=1, max=16,
-                                             description="updates", style=style),
-            "warmup": widgets.IntSlider(value=warmup, min=0, max=15,
-                                        description="sync warm-up", style=style),
+            "stages": _slider(stages, "num_ranks", 12, "P stages"),
+            "microbatches": _slider(microbatches, "num_microbatches", 12, "N per update"),
+            "minibatches": _slider(minibatches, "num_minibatches", 16, "updates"),
+            # its upper end follows the updates slider (the engine allows 0..updates)
+            "warmup": _slider(warmup, "warmup_minibatches", 16, "sync warm-up", minibatches),
             "microbatch": widgets.IntSlider(value=microbatch, min=0,
                                             max=max(microbatches * minibatches - 1, 0),
                                             description="follow microbatch", style=style),
@@ -251,6 +257,9 @@ class StalenessExplorer(Explorer):
 
     def _redraw(self, method, quantity, tick_order, stages, microbatches, minibatches, warmup,
                 microbatch) -> None:
+        warmup_slider = self.controls["warmup"]
+        warmup_slider.max = size_range("warmup_minibatches", minibatches)[1]  # clamps the value
+        warmup = warmup_slider.value
         schedule = build_explored_schedule(method, stages, microbatches, minibatches, warmup,
                                            tick_order)
         table = weight_versions(schedule)

@@ -9,22 +9,51 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
+from dataclasses import replace
 
-from pipemare_lite.schedules.actions import KINDS, Action, Schedule
+from pipemare_lite.schedules.actions import KINDS, Action, Schedule, placement_named
 from pipemare_lite.schedules.validation import validate
 
 
 def make_schedule(name: str, num_ranks: int, num_microbatches: int,
                   orders: list[list[tuple[str, int, int]]], *, num_minibatches: int = 1,
                   chunks: int = 1, weight_mode: str = "sync", warmup_minibatches: int = 0,
-                  notes: tuple[str, ...] = ()) -> Schedule:
-    """Build and validate a :class:`Schedule` from per-rank lists of ``(kind, stage, index)``."""
+                  notes: tuple[str, ...] = (), placement: tuple[int, ...] | None = None
+                  ) -> Schedule:
+    """Build and validate a :class:`Schedule` from per-rank lists of ``(kind, stage, index)``
+    (``placement``: virtual stage -> rank; None: round robin)."""
     schedule = Schedule(name=name, num_ranks=num_ranks, num_microbatches=num_microbatches,
                         ranks=tuple(tuple(actions_of(order)) for order in orders),
                         num_minibatches=num_minibatches, chunks=chunks,
                         weight_mode=weight_mode, warmup_minibatches=warmup_minibatches,
-                        notes=tuple(notes))
+                        notes=tuple(notes), placement=placement)
     return validate(schedule)
+
+
+def on_placement(schedule: Schedule, placement) -> Schedule:
+    """The same rows with each rank's chunks moved to another placement, validated.
+
+    ``placement``: a style (``"loop"``, ``"v"``) or one rank per virtual stage. Rank r's
+    c-th stage (in model order) becomes its c-th stage under the new placement, so every
+    rank runs the same sequence of (chunk, microbatch) work; whether that order can still
+    run is the validator's to say (ZB-V's order on the loop placement deadlocks: its
+    chunk-1 forwards wait for a rank that is still in its warm-up). Named "custom", with a
+    note saying where it came from.
+    """
+    if isinstance(placement, str):
+        placement = placement_named(placement, schedule.num_ranks, schedule.chunks)
+    # an empty schedule on the new placement: it checks the map and says who holds what
+    target = Schedule("custom", schedule.num_ranks, schedule.num_microbatches,
+                      tuple(() for _ in schedule.ranks), chunks=schedule.chunks,
+                      placement=placement)
+    stage_map = {old: new for rank in range(schedule.num_ranks)
+                 for old, new in zip(schedule.stages_of(rank), target.stages_of(rank))}
+    moved = replace(
+        schedule, name="custom", placement=target.placement,
+        ranks=tuple(tuple(Action(stage_map[a.stage], a.kind, a.index) for a in row)
+                    for row in schedule.ranks),
+        notes=(*schedule.notes, f"{schedule.name}'s order on placement {list(target.placement)}"))
+    return validate(moved)
 
 
 def actions_of(order: list[tuple[str, int, int]]) -> list[Action]:

@@ -1,4 +1,4 @@
-"""ZB-H1: 1F1B with the backward split into I and W (introduced in chapter 04).
+"""ZB-H1 and ZB-H2: 1F1B with the backward split into I and W (introduced in chapter 04).
 
 Qi et al. (2023), "Zero Bubble Pipeline Parallelism". The backward of a stage is two jobs:
 ``I`` (gradient w.r.t. the stage input, needed by the previous stage: on the critical path)
@@ -7,6 +7,12 @@ I upstream first and doing W later lets W fill the bubble of the drain.
 
     stage 0:  F F F F I W F I W ... I W I W            (defers no W)
     stage 3:        F I F I F I F I W ... I W W W W    (defers 3 Ws to the end)
+
+ZB-H2 (same paper, section 3.2) buys the rest of the bubble with memory: up to 2P-1
+microbatches in flight on every stage (ZB-H1: P), so the first stages keep running forwards
+while the first input gradient travels back, and every rank runs gap-free from its first
+forward to its last W: the schedule is a parallelogram, and with a rank-local flush the next
+minibatch fills the slope (zero bubble in the steady state).
 """
 
 from __future__ import annotations
@@ -60,3 +66,68 @@ def zb_h1(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Sc
         orders.append(order)
     return make_schedule("zb-h1", num_ranks, num_microbatches, orders,
                          num_minibatches=num_minibatches, notes=notes)
+
+
+def zb_h2_orders(num_ranks: int, num_microbatches: int) -> list[list[tuple[str, int]]]:
+    """Every stage's ZB-H2 order for one minibatch as ``(kind, microbatch)`` pairs.
+
+    Made by the rule of the paper's heuristic scheduler (Qi et al., section 4), played in
+    lock-step ticks with F = I = W = 1: at each tick each stage runs the first of
+
+    1. I of its oldest microbatch whose output gradient has arrived (the critical path);
+    2. F of its next microbatch, if it holds fewer than 2P-1 activations (the memory cap);
+    3. the oldest waiting W (fills what would be idle).
+
+    An action run at tick t is visible to the neighbours from tick t+1.
+    """
+    P, M, cap = num_ranks, num_microbatches, 2 * num_ranks - 1
+    forward_done: list[dict[int, int]] = [{} for _ in range(P)]  # stage -> {m: tick it ended}
+    input_done: list[dict[int, int]] = [{} for _ in range(P)]
+    waiting_w: list[deque[int]] = [deque() for _ in range(P)]
+    orders: list[list[tuple[str, int]]] = [[] for _ in range(P)]
+    tick = 0
+    while any(len(order) < 3 * M for order in orders):
+        chosen = []
+        for s in range(P):
+            f, i = len(forward_done[s]), len(input_done[s])  # next F and I microbatch
+            held = f - (i - len(waiting_w[s]))  # F done, W not yet
+            if i < f and (s == P - 1 or input_done[s + 1].get(i, tick) < tick):
+                chosen.append(("I", i))
+            elif f < M and held < cap and (s == 0 or forward_done[s - 1].get(f, tick) < tick):
+                chosen.append(("F", f))
+            elif waiting_w[s]:
+                chosen.append(("W", waiting_w[s][0]))
+            else:
+                chosen.append(None)
+        for s, action in enumerate(chosen):  # all stages move at once
+            if action is None:
+                continue
+            kind, m = action
+            orders[s].append(action)
+            if kind == "F":
+                forward_done[s][m] = tick
+            elif kind == "I":
+                input_done[s][m] = tick
+                waiting_w[s].append(m)
+            else:
+                waiting_w[s].popleft()
+        tick += 1
+    return orders
+
+
+def zb_h2(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Schedule:
+    """ZB-H2 with a flush (one update after the last W) per minibatch: see
+    :func:`zb_h2_orders`. Qi, Wan, Huang, Lin (2023), "Zero Bubble Pipeline Parallelism"
+    (arXiv:2401.10241), section 3.2, figure 3."""
+    check_sizes("zb-h2", num_ranks, num_microbatches, num_minibatches)
+    one = zb_h2_orders(num_ranks, num_microbatches)
+    orders = []
+    for stage in range(num_ranks):
+        order = []
+        for k in range(num_minibatches):
+            mbs = microbatches_of(k, num_microbatches)
+            order += [(kind, stage, mbs[m]) for kind, m in one[stage]]
+            order.append(("U", stage, k))
+        orders.append(order)
+    return make_schedule("zb-h2", num_ranks, num_microbatches, orders,
+                         num_minibatches=num_minibatches)
