@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from pipemare_lite import __version__
@@ -99,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     except INPUT_ERRORS as exc:  # bad input: a message, not a traceback
         print(f"pipemare-lite {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return 141  # 128 + SIGPIPE, what a shell reports for a pipe's early end
 
 
 if __name__ == "__main__":

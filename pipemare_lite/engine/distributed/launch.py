@@ -262,6 +262,8 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
 
     ctx = _context(start_method)
     check_main_guard("launch()", ctx.get_start_method())  # before any child re-imports
+    if ctx.get_start_method() != "fork":  # the arguments travel pickled: refuse before starting
+        _check_picklable(worker_fn, args, kwargs or {})
     backend = choose_backend(world_size, backend)
     listener = _listen(master_addr)
     port = listener.getsockname()[1]
@@ -285,6 +287,23 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
     finally:
         _stop_all(procs)
         shutil.rmtree(result_dir, ignore_errors=True)
+
+
+def _check_picklable(worker_fn: Callable, args: tuple, kwargs: dict) -> None:
+    """Refuse, before any process starts, a worker or argument that cannot travel to the ranks
+    (a lambda, a function defined inside another): pickling failed in a child's start-up
+    with a bare PicklingError before."""
+    parts = [("worker_fn", worker_fn), *((f"args[{i}]", a) for i, a in enumerate(args)),
+             *((f"kwargs[{k!r}]", v) for k, v in kwargs.items())]
+    for what, value in parts:
+        try:
+            pickle.dumps(value)
+        except Exception as exc:
+            raise ValueError(
+                f"launch(): {what} cannot be sent to the ranks ({type(exc).__name__}: {exc}); "
+                "every function a rank runs (a loss, an optimizer factory, a worker) must be "
+                "picklable: a module-level function or functools.partial of one, not a lambda "
+                "or a function defined inside another") from exc
 
 
 #: The results folder of a launch: ``<tmp>/pipemare-launch-<launcher pid>-<random>``.
