@@ -14,7 +14,7 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     # `pipemare-lite schedule ... | head -1`: the reader leaves after one line
     child = subprocess.Popen(
         [sys.executable, "-m", "pipemare_lite", "schedule", "1f1b", "-P", "8", "-M", "64",
-         "-K", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+         "-K", "60", "--csv"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # 400 kB
     child.stdout.readline()
     child.stdout.close()  # as head does once it has its line
     _, err = child.communicate(timeout=120)

@@ -96,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return int(_module(args.command).run(args) or 0)
+        status = int(_module(args.command).run(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader gone by now is caught below too
+        return status
     except INPUT_ERRORS as exc:  # bad input: a message, not a traceback
         print(f"pipemare-lite {args.command}: error: {exc}", file=sys.stderr)
         return 2
