@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from collections.abc import Callable
 
 
@@ -15,8 +16,6 @@ def lazy_exports(package: str, names: dict[str, str]) -> tuple[Callable, Callabl
     module that defines it; a name is imported when first read, then kept in the package.
     A subpackage or module of ``package`` not yet imported is imported when first read too
     (``pml.training.datasets`` works after ``import pipemare_lite as pml``)."""
-    import sys
-
     def __getattr__(name: str):
         module = names.get(name)
         if module is None and importlib.util.find_spec(f"{package}.{name}") is not None:

@@ -200,3 +200,19 @@ def stashed_weights_sgd(schedule, stage_modules, microbatches, loss_fn, optimize
             accum[s] = None
             history[s].append({n: p.detach().clone() for n, p in live[s].items()})
     return [losses[k] for k in sorted(losses)], [h[-1] for h in history]
+
+
+def hand_delays(row, stage: int) -> dict[int, int]:
+    """``microbatch -> updates of stage between F(m) and B(m)``, counted along ``row`` (the
+    rank's actions): the plain count an asynchronous backward's distance is checked against."""
+    updates, at, delays = 0, {}, {}
+    for a in row:
+        if a.stage != stage:
+            continue
+        if a.kind == "U":
+            updates += 1
+        elif a.kind == "F":
+            at[a.index] = updates
+        elif a.kind == "B":
+            delays[a.index] = updates - at[a.index]
+    return delays

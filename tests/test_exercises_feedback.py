@@ -6,11 +6,6 @@ Each test names what the old code (9cbc2d3) said for the same answer.
 from __future__ import annotations
 
 import math
-import textwrap
-from pathlib import Path
-
-import nbformat
-from nbformat.v4 import new_code_cell, new_notebook
 
 from pipemare_lite.book.exercises import run_checks
 from pipemare_lite.book.exercises.compare import (
@@ -20,15 +15,8 @@ from pipemare_lite.book.exercises.compare import (
     compare_polynomial,
 )
 from pipemare_lite.book.exercises.plain import dumps, from_plain, loads, to_plain
+from tests.notebook_files import write_notebook
 from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
-
-
-def _notebook(path: Path, *cells: str) -> Path:
-    notebook = new_notebook()
-    notebook.cells = [new_code_cell(textwrap.dedent(c)) for c in cells]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(notebook, path)
-    return path
 
 
 def test_a_nan_answer_is_named_nan_not_too_low():
@@ -68,7 +56,7 @@ def test_a_huge_int_is_graded_too_high_not_as_a_crash(tmp_path):
     (re-run at 9cbc2d3 with ``return 2 ** (2 ** 24)`` for ex00_1)."""
     from pipemare_lite.book.exercises.grading import grade_submission
 
-    folder = _notebook(tmp_path / "huge" / "00_demo.ipynb",
+    folder = write_notebook(tmp_path / "huge" / "00_demo.ipynb",
                        "def gpipe_action_count(P, M):\n    return 2 ** (2 ** 24)\n").parent
     (grade,) = grade_submission(folder, ["ex00_1"]).grades
     assert grade.status == "failed" and grade.points == 0, grade.message
@@ -98,7 +86,7 @@ def test_grade_partial_credit_option_and_all_or_nothing_default(tmp_path):
     # right when P is even, a known mistake otherwise
     answer = ("def gpipe_action_count(P, M):\n"
               "    return 2 * P * M if P % 2 == 0 else P * M\n")
-    folder = _notebook(tmp_path / "class" / "half" / "00_demo.ipynb", answer).parent
+    folder = write_notebook(tmp_path / "class" / "half" / "00_demo.ipynb", answer).parent
     cases = graded_cases(get_exercise("ex00_1"), instructor_secret())
     passed = sum(c["P"] % 2 == 0 for c in cases)
     assert 0 < passed < len(cases)

@@ -27,9 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
 
 import pipemare_lite
 from pipemare_lite.book.exercises import EXERCISES, get_exercise, run_checks
@@ -45,6 +43,7 @@ from pipemare_lite.book.exercises.hidden import (
     instructor_secret,
 )
 from pipemare_lite.book.exercises.plain import ForeignValue, from_plain
+from tests.notebook_files import write_notebook
 from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
 
 pytestmark = requires_sandbox
@@ -61,16 +60,10 @@ HONEST_02_2 = (
 )
 
 
-def _notebook(path: Path, *cells: str) -> Path:
-    notebook = new_notebook()
-    notebook.cells = [new_code_cell(textwrap.dedent(c)) for c in cells]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(notebook, path)
-    return path
 
 
 def _honest(folder: Path) -> Path:
-    _notebook(folder / "01_naive.ipynb", *HONEST_01)
+    write_notebook(folder / "01_naive.ipynb", *HONEST_01)
     return folder
 
 
@@ -100,7 +93,7 @@ def test_a_dataclass_naming_a_module_it_wrote_into_the_package_runs_nothing(tmp_
     0/4). Now the package is read-only in the jail and decoding never imports."""
     marker = tmp_path / "ran_in_grader"
     class_dir = tmp_path / "class"
-    _notebook(
+    write_notebook(
         class_dir / "a_mallory" / "01_naive.ipynb",
         f"""
         import dataclasses, pathlib, sys, types, pipemare_lite
@@ -134,7 +127,7 @@ def test_a_bad_module_name_costs_the_attacker_only(tmp_path):
     report was written (re-run: ``ModuleNotFoundError: No module named 'pipemare_lite.no'``
     out of ``grade_class``). Now the attacker's exercise fails and the class is graded."""
     class_dir = tmp_path / "class"
-    _notebook(
+    write_notebook(
         class_dir / "a_mallory" / "01_naive.ipynb",
         """
         import dataclasses, sys, types
@@ -162,7 +155,7 @@ def test_a_pth_file_cannot_be_planted_in_the_virtual_environment(tmp_path):
     later Python start (the grader's next worker, the instructor's shell). Now the venv is
     read-only in the jail."""
     planted = SITE_PACKAGES / "zz_evil_31.pth"
-    folder = _notebook(
+    folder = write_notebook(
         tmp_path / "mallory" / "01_naive.ipynb",
         f"""
         import pathlib
@@ -192,7 +185,7 @@ def test_a_submissions_conftest_never_loads_under_make_grade(tmp_path):
     folder = ROOT / "submissions" / f".attack-31-{os.getpid()}"
     marker = tmp_path / "conftest_ran"
     try:
-        _notebook(folder / "01_naive.ipynb",
+        write_notebook(folder / "01_naive.ipynb",
                   "def naive_utilization(P):\n    raise NotImplementedError\n")
         (folder / "conftest.py").write_text(
             f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
@@ -260,7 +253,7 @@ def test_a_student_folder_that_links_to_another_is_refused(tmp_path):
     assert any("symbolic link" in w for w in mallory.warnings)
 
 
-def test_a_saboteur_cannot_touch_a_classmates_notebook(tmp_path):
+def test_a_saboteur_cannot_touch_a_classmateswrite_notebook(tmp_path):
     """Before: the answer, running with the submission folder as working directory, wrote
     over ``../zed/01_naive.ipynb`` (graded later): Zed's work was destroyed, 0 points
     (re-run: ``[('a_sab', 0), ('zed', 0)]``). Now the jail holds only the saboteur's own
@@ -268,7 +261,7 @@ def test_a_saboteur_cannot_touch_a_classmates_notebook(tmp_path):
     class_dir = tmp_path / "class"
     zed = _honest(class_dir / "zed")
     before = (zed / "01_naive.ipynb").read_bytes()
-    _notebook(
+    write_notebook(
         class_dir / "a_saboteur" / "01_naive.ipynb",
         f"""
         import pathlib
@@ -298,7 +291,7 @@ def test_a_daemon_dies_with_its_worker_and_grades_csv_is_final(tmp_path):
     token = f"daemon-31-{os.getpid()}"
     out = tmp_path / "reports"
     class_dir = tmp_path / "class"
-    _notebook(
+    write_notebook(
         class_dir / "mallory" / "01_naive.ipynb",
         f"""
         import os, subprocess, sys
@@ -344,7 +337,7 @@ def test_a_lookup_table_of_checks_cases_fails_the_graders_cases(tmp_path):
     folder = tmp_path / "mallory"
     for exercise_id in ids:
         chapter = get_exercise(exercise_id).chapter
-        _notebook(folder / f"{chapter:02d}_table.ipynb", _lookup_table_answer(exercise_id))
+        write_notebook(folder / f"{chapter:02d}_table.ipynb", _lookup_table_answer(exercise_id))
     namespace: dict = {}
     exec(_lookup_table_answer("ex02_2"), namespace)
     assert run_checks("ex02_2", namespace["idle_fraction"]).passed  # check() is fooled
@@ -353,7 +346,7 @@ def test_a_lookup_table_of_checks_cases_fails_the_graders_cases(tmp_path):
     report = grade_submission(folder, ids)
     assert report.points == 0, [g.message for g in report.grades]
     # an honest answer scores the same on the grader's cases as on check()'s
-    honest = _notebook(tmp_path / "honest" / "02_gpipe.ipynb", HONEST_02_2).parent
+    honest = write_notebook(tmp_path / "honest" / "02_gpipe.ipynb", HONEST_02_2).parent
     assert grade_submission(honest, ["ex02_2"]).points == 1
 
 
@@ -440,10 +433,10 @@ def test_a_lookup_table_fails_the_exercises_that_drew_nothing_before(tmp_path):
     folder = tmp_path / "mallory"
     for exercise_id, source in answers.items():
         chapter = get_exercise(exercise_id).chapter
-        _notebook(folder / f"{chapter:02d}_table.ipynb", source)
+        write_notebook(folder / f"{chapter:02d}_table.ipynb", source)
     report = grade_submission(folder, list(answers))
     assert [g.points for g in report.grades] == [0, 0, 0], [g.message for g in report.grades]
-    honest = _notebook(tmp_path / "honest" / "00_demo.ipynb",
+    honest = write_notebook(tmp_path / "honest" / "00_demo.ipynb",
                        "def gpipe_action_count(P, M):\n    return 2 * P * M\n").parent
     assert grade_submission(honest, ["ex00_1"]).points == 1
 
@@ -452,7 +445,7 @@ def test_the_solutions_and_definitions_are_not_in_the_jail(tmp_path):
     """Before: the answer found the editable install's ``chapters/`` next to the package,
     ran the solution cells and scored 8/8; it could also read ``references.py`` and the
     chapter modules. Now the jail has the package only, with those files empty."""
-    folder = _notebook(
+    folder = write_notebook(
         tmp_path / "mallory" / "02_gpipe.ipynb",
         """
         import pathlib, pipemare_lite
@@ -508,7 +501,7 @@ def test_engine_wrappers_are_rejected_however_they_call(tmp_path, trick):
                 return _t[(P, M)]
             """,
     }
-    folder = _notebook(tmp_path / "mallory" / "02_gpipe.ipynb", answers[trick]).parent
+    folder = write_notebook(tmp_path / "mallory" / "02_gpipe.ipynb", answers[trick]).parent
     (grade,) = grade_submission(folder, ["ex02_2"]).grades
     assert grade.points == 0, grade.message
 
@@ -597,7 +590,7 @@ def test_the_engines_source_cannot_be_re_executed_in_the_jail(tmp_path, trick):
                 return copy(P, M)
             """,
     }
-    folder = _notebook(tmp_path / "mallory" / "02_gpipe.ipynb", answers[trick]).parent
+    folder = write_notebook(tmp_path / "mallory" / "02_gpipe.ipynb", answers[trick]).parent
     source = PACKAGE / "analysis" / "formulas.py"
     compiled = Path(importlib.util.cache_from_source(str(source)))
     made = not compiled.exists()  # an installed package has its .pyc; a fresh checkout not
@@ -610,7 +603,7 @@ def test_the_engines_source_cannot_be_re_executed_in_the_jail(tmp_path, trick):
             compiled.unlink(missing_ok=True)
     assert grade.points == 0, grade.message
     # the engine still works for an honest answer that uses the same module's other parts
-    honest = _notebook(
+    honest = write_notebook(
         tmp_path / "honest" / "02_gpipe.ipynb",
         "from pipemare_lite.analysis import formulas\n"
         "def idle_fraction(P, M):\n"
@@ -642,7 +635,7 @@ def test_a_submission_has_one_time_budget(tmp_path):
     """Before: each endless loop cost its own timeout (about 4.5 min each at the defaults),
     with no bound per student. Now a submission has a wall-clock budget for all its
     workers; what is left when it runs out is graded as timed out."""
-    folder = _notebook(
+    folder = write_notebook(
         tmp_path / "slow" / "01_naive.ipynb",
         "def naive_utilization(P):\n    while True:\n        pass\n",
         "def naive_order(P):\n    while True:\n        pass\n",
@@ -665,7 +658,7 @@ def test_a_fork_bomb_fails_alone_while_a_classmate_is_graded(tmp_path):
     student as a uid of its own: the bomb hits its own limit, fails within its time limit,
     leaves no process behind, and the classmate keeps full marks."""
     token = f"0.31{os.getpid()}"  # a number, so that sleep takes it (it sums its arguments)
-    bomber = _notebook(
+    bomber = write_notebook(
         tmp_path / "bomber" / "01_naive.ipynb",
         f"""
         import os
@@ -707,7 +700,7 @@ def test_disk_is_capped_and_nothing_is_written_outside(tmp_path):
     """Before: an answer wrote 600 MB outside its folder (the grader's /tmp), uncapped. Now
     the jail's only writable place is one tmpfs of ``disk_mb`` MiB, gone with the jail."""
     token = f"fill-31-{os.getpid()}"
-    folder = _notebook(
+    folder = write_notebook(
         tmp_path / "filler" / "01_naive.ipynb",
         f"""
         import os, tempfile
@@ -735,7 +728,7 @@ def test_a_huge_answer_is_reported_as_too_big_not_as_a_timeout(tmp_path):
     the pipe past the grader's limit and was reported as "took longer than ... s" (re-run:
     "timed out ... took longer than 20 s", after 42 s). Now
     strings are cut, oversized answers are refused by size, and the message says so."""
-    folder = _notebook(
+    folder = write_notebook(
         tmp_path / "huge" / "01_naive.ipynb",
         "def naive_utilization(P):\n    return 'x' * (40 * 2**20)\n",
         "def naive_order(P):\n    return list(range(5_000_000))\n",

@@ -24,7 +24,7 @@ from pipemare_lite.methods.registry import build_method_schedule
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.training.datasets import load
 from pipemare_lite.training.models import mlp
-from tests.references import gradient_accumulation
+from tests.references import gradient_accumulation, hand_delays
 from tests.timeouts import hard_time_limit
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons: conftest.py
@@ -89,27 +89,12 @@ def test_eager_1f1b_trains_like_1f1b_with_fit():
 
 
 # ------------------------------------------------------------------ delay-adaptive
-def hand_delays(schedule, stage: int) -> dict[int, int]:
-    """Updates of ``stage`` between F(m) and B(m), counted along its rank's row."""
-    updates, at, delays = 0, {}, {}
-    for a in schedule.ranks[schedule.rank_of(stage)]:
-        if a.stage != stage:
-            continue
-        if a.kind == "U":
-            updates += 1
-        elif a.kind == "F":
-            at[a.index] = updates
-        elif a.kind == "B":
-            delays[a.index] = updates - at[a.index]
-    return delays
-
-
 def test_delay_adaptive_equals_async_with_the_same_factors_as_a_per_stage_scheduler():
     options = method_options("delay-adaptive")
     schedule = build_method_schedule("delay-adaptive", 3, 2, num_minibatches=8, options=options)
     factors = []
     for stage in range(3):
-        delays = hand_delays(schedule, stage)
+        delays = hand_delays(schedule.ranks[schedule.rank_of(stage)], stage)
         factors.append([1.0 / (1.0 + (delays[2 * k] + delays[2 * k + 1]) / 2) for k in range(8)])
     assert factors[0][3] < factors[2][3] <= 1.0 and factors[0][0] == 1.0  # stale: smaller
 

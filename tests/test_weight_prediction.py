@@ -22,6 +22,7 @@ import pipemare_lite.methods.weight_prediction  # noqa: F401  (registers "wpred"
 from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.methods import method_options
 from pipemare_lite.methods.registry import build_method_schedule
+from tests.references import hand_delays
 
 WIDTH, SAMPLES = 8, 4
 
@@ -44,21 +45,6 @@ def data(count: int, seed: int = 1):
 
 def sgd(momentum: float):
     return lambda params: torch.optim.SGD(params, lr=0.1, momentum=momentum)
-
-
-def delays_of(row, stage: int) -> dict[int, int]:
-    """Updates of ``stage`` between F(m) and B(m), counted along its rank's row."""
-    updates, at, delays = 0, {}, {}
-    for a in row:
-        if a.stage != stage:
-            continue
-        if a.kind == "U":
-            updates += 1
-        elif a.kind == "F":
-            at[a.index] = updates
-        elif a.kind == "B":
-            delays[a.index] = updates - at[a.index]
-    return delays
 
 
 def hand_loop(schedule, modules, microbatches, make_optimizer, forward_weights, update):
@@ -121,7 +107,7 @@ def hand_look_ahead(schedule, modules, microbatches, make_optimizer, scale):
     delay, ``step`` the stage's last update (no look-ahead at ``s == 0``); returns the
     losses in microbatch order."""
     steps = [{name: torch.zeros_like(p) for name, p in m.named_parameters()} for m in modules]
-    delays = [delays_of(schedule.ranks[s], s) for s in range(schedule.num_ranks)]
+    delays = [hand_delays(schedule.ranks[s], s) for s in range(schedule.num_ranks)]
 
     def forward_weights(s, m, live):
         d = delays[s][m]
@@ -176,7 +162,7 @@ def test_predicted_copies_are_counted_as_prediction_bytes():
     _, result = run_wpred(schedule, stages, data(N * K), sgd(0.0))
     for s, module in enumerate(stages):
         copy_bytes = sum(p.nbytes for p in module.parameters())
-        delays = delays_of(schedule.ranks[s], s)
+        delays = hand_delays(schedule.ranks[s], s)
         in_flight, most = set(), 0  # microbatches holding a predicted copy, after each action
         for a in schedule.ranks[s]:
             if a.kind == "F" and delays[a.index] > 0:
