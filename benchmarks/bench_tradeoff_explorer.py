@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from bench_widgets import REPEATS, best_of, row
 
-from pipemare_lite.analysis.tradeoff import tradeoff_table
 from pipemare_lite.experiments.paper_arithmetic import layer_profile, resnet50_layers
 from pipemare_lite.figures.widgets import tradeoff_explorer, tradeoff_explorer_static
+from pipemare_lite.methods.tradeoff import tradeoff_table
 
 
 def _tables():

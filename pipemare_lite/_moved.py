@@ -36,6 +36,7 @@ MOVED: dict[str, str | tuple[str, ...]] = {
                     "pipedream", "async_pipeline")},
     "pipemare_lite.schedules.validate": "pipemare_lite.schedules.validation",
     "pipemare_lite.figures.viz.gantt": "pipemare_lite.figures.viz.gantt_chart",
+    "pipemare_lite.analysis.tradeoff": "pipemare_lite.methods.tradeoff",
 }
 
 

@@ -214,3 +214,35 @@ def test_the_command_line_trains_the_methods_through_the_plugin(capsys):
         summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         kind = {"nesterov": "prediction", "dc": "dc_buffer"}[method]
         assert summary["steps"] > 0 and summary["memory_bytes"][kind] > 0
+
+
+# ---------------------------------------------------------------- built in, imported on use
+LAZY_BUILT_INS = r"""
+import sys
+import pipemare_lite.methods.registry as registry
+from pipemare_lite.methods.tradeoff import tradeoff_table  # the table's reader: torch-free
+assert "torch" not in sys.modules and "wpred" not in registry.METHODS
+assert registry.get_method("dc").module == "pipemare_lite.methods.delay_compensation"
+try:  # a chapter-12 name is taken before its file is imported: refused, not shadowed
+    registry.register_method("wpred", schedule="async")
+except ValueError as error:
+    assert "already registered (by pipemare_lite.methods.weight_prediction)" in str(error)
+else:
+    raise AssertionError("registering 'wpred' over the built-in was accepted")
+from pipemare_lite.methods import METHODS
+print(" ".join(sorted(METHODS)))
+"""
+
+
+def test_chapter_12_methods_are_built_in_but_imported_on_first_use():
+    """``pipemare_lite.methods`` and its table load no torch; the first lookup of a chapter
+    12 name imports the file that registers it; the package lists all of them."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LAZY_BUILT_INS], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == sorted(
+        ["gpipe", "1f1b", "interleaved", "zb-h1", "pipedream", "2bw", "async", "pipemare",
+         "wpred", "nesterov", "dc"])

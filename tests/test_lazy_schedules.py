@@ -20,10 +20,11 @@ import torch.nn.functional as F
 from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.methods import build_method_schedule, method_options
 from pipemare_lite.methods.lr_rescheduling import stage_forward_delays
+from pipemare_lite.methods.registry import METHOD_TABLE
 from pipemare_lite.schedules import SCHEDULE_NAMES, ScheduleError, build_schedule
 from pipemare_lite.schedules.io import from_rows
 from pipemare_lite.schedules.lazy import LazySchedule, lazy_schedule, schedule_key
-from pipemare_lite.schedules.registry import METHOD_TABLE, is_asynchronous
+from pipemare_lite.schedules.registry import is_asynchronous
 from pipemare_lite.schedules.repeat import repeat_notes, repeat_schedule
 from pipemare_lite.training.models import mlp
 

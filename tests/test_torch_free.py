@@ -36,7 +36,9 @@ TORCH_FREE = [
     "pipemare_lite.experiments.paper_shape_claims",
     "pipemare_lite.experiments.paper_shape_table",
     "pipemare_lite.experiments.paper_arithmetic",
-    "pipemare_lite.analysis.tradeoff",
+    "pipemare_lite.methods",
+    "pipemare_lite.methods.registry",
+    "pipemare_lite.methods.tradeoff",
     "pipemare_lite.book.module_map",
 ]
 

@@ -8,7 +8,10 @@ import pytest
 
 from pipemare_lite.analysis.formulas import idle_fraction_zb_h1, utilization_gpipe
 from pipemare_lite.analysis.memory import KINDS, MemoryProfile, memory_by_kind
-from pipemare_lite.analysis.tradeoff import (
+from pipemare_lite.figures.viz import tradeoff_figure
+from pipemare_lite.figures.widgets import tradeoff_explorer, tradeoff_explorer_static
+from pipemare_lite.methods.registry import METHODS
+from pipemare_lite.methods.tradeoff import (
     SCHEDULE_OF,
     TRADEOFF_METHODS,
     TradeoffRow,
@@ -17,9 +20,6 @@ from pipemare_lite.analysis.tradeoff import (
     pick_method,
     tradeoff_table,
 )
-from pipemare_lite.figures.viz import tradeoff_figure
-from pipemare_lite.figures.widgets import tradeoff_explorer, tradeoff_explorer_static
-from pipemare_lite.methods.registry import METHODS
 from pipemare_lite.schedules import build_schedule
 
 PROFILE = MemoryProfile([4000, 2000, 2000, 400], [900, 600, 600, 100], "momentum")
@@ -149,10 +149,10 @@ def test_static_twin_has_one_step_per_budget():
 @pytest.mark.parametrize("N", [2, 8, 12])
 def test_the_schedule_rows_are_the_memory_model_and_the_closed_forms(N):
     from pipemare_lite.analysis import formulas as f
-    from pipemare_lite.analysis.tradeoff import SCHEDULE_ROWS, split_profile
+    from pipemare_lite.methods.tradeoff import SCHEDULE_ROWS, split_profile
 
     P = len(PROFILE.param_bytes)
-    from pipemare_lite.analysis.tradeoff import TRADEOFF_ROWS
+    from pipemare_lite.methods.tradeoff import TRADEOFF_ROWS
 
     assert [r.method for r in tradeoff_table(PROFILE, N)] == list(TRADEOFF_METHODS)
     rows = {r.method: r for r in tradeoff_table(PROFILE, N, methods=TRADEOFF_ROWS)}

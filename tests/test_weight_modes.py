@@ -3,13 +3,12 @@
 import pytest
 
 from pipemare_lite.analysis.staleness import SYNC_NAMES
-from pipemare_lite.analysis.tradeoff import SCHEDULE_OF
+from pipemare_lite.methods.tradeoff import SCHEDULE_OF
 from pipemare_lite.schedules import WEIGHT_MODES, WeightMode, build_schedule, get_weight_mode
 from pipemare_lite.schedules.names import weight_mode_of
 from pipemare_lite.schedules.registry import (
     ASYNC_NAMES,
     BUILDERS,
-    METHOD_TABLE,
     SCHEDULE_NAMES,
     SCHEDULE_TABLE,
 )
@@ -80,7 +79,7 @@ def test_each_builder_makes_its_tables_mode(name, build, mode):
 
 
 def test_the_methods_run_their_schedules_mode():
-    from pipemare_lite.methods import METHODS
+    from pipemare_lite.methods import METHOD_TABLE, METHODS
 
     for name, schedule, t1, t2, _ in METHOD_TABLE:
         spec = METHODS[name]

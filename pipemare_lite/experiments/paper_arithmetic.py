@@ -140,11 +140,11 @@ def weight_memory(method: str, profile: MemoryProfile, num_microbatches: int) ->
     """Weights, stash, T2 buffer and optimizer state of ``method``, summed over the stages.
 
     Peaks from the memory model over a run long enough to reach the steady state
-    (:func:`pipemare_lite.analysis.tradeoff.long_enough`); ``"pipemare"`` counts T2's buffer.
+    (:func:`pipemare_lite.methods.tradeoff.long_enough`); ``"pipemare"`` counts T2's buffer.
     Activations are left out: they depend on the schedule, not on how the method treats the weights.
     """
     from pipemare_lite.analysis.memory import memory_by_kind
-    from pipemare_lite.analysis.tradeoff import long_enough, method_schedule
+    from pipemare_lite.methods.tradeoff import long_enough, method_schedule
 
     P = len(profile.param_bytes)
     schedule, t2 = method_schedule(method, P, num_microbatches,

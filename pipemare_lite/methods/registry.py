@@ -15,20 +15,46 @@ pipemare        async               async        T1 + T2 (+ warm-up when warmup_
 
 Each PipeMare technique is switchable on its own through :class:`MethodOptions`, so the
 ablations of chapter 09 (async, +T1, +T2, +both, +warm-up) are just different options.
-:func:`register_method` adds a method (the built-ins above too, from ``METHOD_TABLE``, with
-:func:`t2_hooks`); other processes know it once they import its module
-(:mod:`pipemare_lite.plugins`).
+:func:`register_method` adds a method (the built-ins above too, from :data:`METHOD_TABLE`,
+with :func:`t2_hooks`); other processes know it once they import its module
+(:mod:`pipemare_lite.plugins`). Chapter 12's methods (``wpred``, ``nesterov``, ``dc``) are
+built in too, each registered by its own file as a plugin registers itself: imported on
+first use (:data:`BUILT_IN_MODULES`), so that this module, and the trade-off table that
+reads the table, stay torch-free.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from pipemare_lite.schedules.names import weight_mode_of
-from pipemare_lite.schedules.registry import METHOD_TABLE
 from pipemare_lite.schedules.weight_modes import get_weight_mode
+
+#: The book's methods of chapters 02-09: name, the schedule it runs (its weight mode is the
+#: schedule's), T1 on, T2 on, one line. Torch-free (the trade-off table reads it).
+METHOD_TABLE: tuple[tuple[str, str, bool, bool, str], ...] = (
+    ("gpipe", "gpipe", False, False, "all forwards, all backwards, flush"),
+    ("1f1b", "1f1b", False, False, "one forward one backward, flush"),
+    ("interleaved", "interleaved", False, False, "1F1B over v chunks"),
+    ("zb-h1", "zb-h1", False, False, "zero-bubble H1: split backward"),
+    ("pipedream", "pipedream", False, False, "async, weight stashing"),
+    ("2bw", "2bw", False, False, "PipeDream-2BW: two weight versions"),
+    ("async", "async", False, False, "async, no stash (discrepancy)"),
+    ("pipemare", "async", True, True, "async + T1 lr rescheduling + T2 discrepancy correction"),
+)
+
+#: Chapter 12's methods (torch at import): name -> the file that registers it when imported.
+BUILT_IN_MODULES = {name: f"pipemare_lite.methods.{module}" for name, module in (
+    ("wpred", "weight_prediction"), ("nesterov", "nesterov"), ("dc", "delay_compensation"))}
+
+
+def load_built_in_methods() -> None:
+    """Import chapter 12's methods (:data:`BUILT_IN_MODULES`; each registers itself once)."""
+    for module in BUILT_IN_MODULES.values():
+        importlib.import_module(module)
 
 
 @dataclass(frozen=True)
@@ -132,6 +158,9 @@ def register_method(name: str, *, schedule: str, weight_mode: str | None = None,
     if not isinstance(name, str) or not name or name != name.strip():
         raise ValueError(f"method name must be a non-empty string without surrounding spaces, "
                          f"got {name!r}")
+    module = getattr(hooks, "__module__", None) or "pipemare_lite.methods.registry"
+    if name in BUILT_IN_MODULES and name not in METHODS and module != BUILT_IN_MODULES[name]:
+        load_built_in_methods()  # a built-in name is taken even before its file is imported
     if name in METHODS and not replace_existing:
         raise ValueError(f"method {name!r} is already registered (by {METHODS[name].module}); "
                          "pass replace_existing=True to replace it")
@@ -145,7 +174,6 @@ def register_method(name: str, *, schedule: str, weight_mode: str | None = None,
     if weight_mode is None:
         raise ValueError(f"method {name!r}: schedule {schedule!r} declares no weight mode; "
                          "give weight_mode= (sync, stash, 2bw or async)")
-    module = getattr(hooks, "__module__", None) or "pipemare_lite.methods.registry"
     METHODS[name] = MethodSpec(name, schedule, weight_mode, options or MethodOptions(),
                                description, hooks, module)
     return METHODS[name]
@@ -165,6 +193,9 @@ def get_method(name: str) -> MethodSpec:
     ``PIPEMARE_PLUGINS``; then ValueError says where it looked and how to load a plugin.
     """
     spec = METHODS.get(name)
+    if spec is None and name in BUILT_IN_MODULES:
+        importlib.import_module(BUILT_IN_MODULES[name])  # chapter 12's, on first use
+        spec = METHODS.get(name)
     if spec is None:
         from pipemare_lite.plugins import load_plugins
 
@@ -179,6 +210,7 @@ def unknown_method_message(name) -> str:
     """Why ``name`` is unknown in this process, and how to make it known."""
     from pipemare_lite.plugins import ENV_VAR, loaded_plugins
 
+    load_built_in_methods()  # the list below names every built-in
     rank = os.environ.get("RANK")
     where = f"process {os.getpid()}" + (f", rank {rank}" if rank is not None else "")
     return (

@@ -37,7 +37,8 @@ from pipemare_lite.schedules.weight_modes import (
 #: name, ``builder(P, N, K, v, W) -> Schedule``, weight mode (from
 #: :data:`~pipemare_lite.schedules.names.NAMED_WEIGHT_MODES`). Every list of names
 #: (:data:`SCHEDULE_NAMES`, :data:`ASYNC_NAMES`, :data:`BUILDERS`, the names validation
-#: accepts, staleness' closed forms, :data:`METHOD_TABLE`) is read from it.
+#: accepts, staleness' closed forms) is read from it; the methods' own table, which names
+#: these schedules, is :data:`pipemare_lite.methods.registry.METHOD_TABLE`.
 Builder = Callable[[int, int, int, int, int], Schedule]
 _BUILD: dict[str, Builder] = {
     "naive": lambda P, N, K, v, W: naive(P, N, K),
@@ -54,20 +55,6 @@ _BUILD: dict[str, Builder] = {
 }
 SCHEDULE_TABLE: tuple[tuple[str, Builder, WeightMode], ...] = tuple(
     (name, _BUILD[name], mode) for name, mode in names.NAMED_WEIGHT_MODES)
-
-#: The book's methods (:mod:`pipemare_lite.methods.registry` registers them): name, the
-#: schedule it runs (its weight mode is the schedule's), T1 on, T2 on, one line. Here, not
-#: in :mod:`pipemare_lite.methods`, so that torch-free code (the trade-off table) reads it.
-METHOD_TABLE: tuple[tuple[str, str, bool, bool, str], ...] = (
-    ("gpipe", "gpipe", False, False, "all forwards, all backwards, flush"),
-    ("1f1b", "1f1b", False, False, "one forward one backward, flush"),
-    ("interleaved", "interleaved", False, False, "1F1B over v chunks"),
-    ("zb-h1", "zb-h1", False, False, "zero-bubble H1: split backward"),
-    ("pipedream", "pipedream", False, False, "async, weight stashing"),
-    ("2bw", "2bw", False, False, "PipeDream-2BW: two weight versions"),
-    ("async", "async", False, False, "async, no stash (discrepancy)"),
-    ("pipemare", "async", True, True, "async + T1 lr rescheduling + T2 discrepancy correction"),
-)
 
 #: Every schedule the book builds, in the order the chapters introduce them.
 SCHEDULE_NAMES = tuple(name for name, _, _ in SCHEDULE_TABLE)

@@ -11,7 +11,7 @@
 
 Both come before the engine's versions
 (:func:`pipemare_lite.experiments.paper_arithmetic.weight_memory`,
-:func:`pipemare_lite.analysis.tradeoff.pick_method`), which their ``engine_answers`` name; the
+:func:`pipemare_lite.methods.tradeoff.pick_method`), which their ``engine_answers`` name; the
 memory
 model (:func:`pipemare_lite.analysis.memory.memory_by_kind`) is an instrument the chapter uses
 before
@@ -30,9 +30,9 @@ from pipemare_lite.book.exercises.exercise import Exercise, Mistake
 _WEIGHT_ANSWERS = ("pipemare_lite.experiments.paper_arithmetic.weight_memory",
                    "pipemare_lite.experiments.paper_arithmetic.pipedream_stash_closed_form",
                    "pipemare_lite.experiments.paper_arithmetic.weight_memory_ratio",
-                   "pipemare_lite.analysis.tradeoff.tradeoff_row",
-                   "pipemare_lite.analysis.tradeoff.tradeoff_table")
-_PICK_ANSWERS = ("pipemare_lite.analysis.tradeoff.pick_method",)
+                   "pipemare_lite.methods.tradeoff.tradeoff_row",
+                   "pipemare_lite.methods.tradeoff.tradeoff_table")
+_PICK_ANSWERS = ("pipemare_lite.methods.tradeoff.pick_method",)
 _STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 
 

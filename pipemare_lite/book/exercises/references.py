@@ -229,9 +229,9 @@ def weight_memory_by_kind(method: str, param_bytes: list[int], num_microbatches:
 
 
 def method_for_budget(rows: list[dict], budget_bytes: float) -> str | None:
-    """The engine's pick (:func:`pipemare_lite.analysis.tradeoff.pick_method`) on plain dict
+    """The engine's pick (:func:`pipemare_lite.methods.tradeoff.pick_method`) on plain dict
     rows."""
-    from pipemare_lite.analysis.tradeoff import TradeoffRow, pick_method
+    from pipemare_lite.methods.tradeoff import TradeoffRow, pick_method
 
     table = [TradeoffRow(r["method"], r["method"], {}, r["device_peak"], r["utilization"],
                          None if r["utilization"] is not None else "not possible")

@@ -1,6 +1,6 @@
 """The trade-off table as a figure: each method's busiest device against a budget (chapter 10).
 
-One bar per method (:class:`pipemare_lite.analysis.tradeoff.TradeoffRow`): the per-kind peaks of the
+One bar per method (:class:`pipemare_lite.methods.tradeoff.TradeoffRow`): the per-kind peaks of the
 device that holds the most, stacked in the memory kinds' colours of every chapter, a black
 diamond at the most it holds at one moment, a dashed line at the budget, the simulated
 utilization written over each bar. Methods over the budget are drawn faded; a method that

@@ -4,9 +4,9 @@ The reader picks the pipeline (P stages, N microbatches per update) among the ta
 chapter computed, a per-device memory budget, and the methods whose trained quality they
 accept; the figure (:func:`pipemare_lite.figures.viz.tradeoff_figure`) shows every method's busiest
 device against the budget, and the line under it names the engine's pick
-(:func:`pipemare_lite.analysis.tradeoff.pick_method`): the highest utilization that fits.
+(:func:`pipemare_lite.methods.tradeoff.pick_method`): the highest utilization that fits.
 
-The tables (:func:`pipemare_lite.analysis.tradeoff.tradeoff_table`) are computed once, by the
+The tables (:func:`pipemare_lite.methods.tradeoff.tradeoff_table`) are computed once, by the
 chapter; a redraw only restyles a small bar chart, so it takes milliseconds.
 :func:`tradeoff_explorer_static` is the HTML book's twin: one table, one slider step per
 budget. Nothing here imports torch.
@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from pipemare_lite.analysis.tradeoff import pick_method
 from pipemare_lite.figures.viz.memory import byte_unit
 from pipemare_lite.figures.viz.tradeoff import tradeoff_figure
 from pipemare_lite.figures.widgets._explorer import Explorer, figure_widget, show_plotly_figure
+from pipemare_lite.methods.tradeoff import pick_method
 
 
 def _check_tables(tables: Mapping) -> None:
@@ -113,7 +113,7 @@ def tradeoff_explorer(tables: Mapping, *, P: int | None = None, N: int | None = 
 
     Args:
         tables: ``{(P, N): [TradeoffRow, ...]}`` from
-            :func:`pipemare_lite.analysis.tradeoff.tradeoff_table`, the same methods in every table.
+            :func:`pipemare_lite.methods.tradeoff.tradeoff_table`, the same methods in every table.
         P, N: the starting table (default: the first key).
         budget: the starting per-device budget in bytes (default: the median device peak).
 

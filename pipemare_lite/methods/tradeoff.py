@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 
 from pipemare_lite.analysis.memory import KINDS, MemoryProfile, memory_by_kind
 from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure
-from pipemare_lite.schedules.registry import METHOD_TABLE, build_schedule, is_asynchronous
+from pipemare_lite.methods.registry import METHOD_TABLE
+from pipemare_lite.schedules.registry import build_schedule, is_asynchronous
 
 #: The methods of the table, in the book's order, and how the chapter names them.
 TRADEOFF_METHODS = {
@@ -44,8 +45,8 @@ TRADEOFF_METHODS = {
     "pipemare": "PipeMare",
 }
 #: method -> (schedule it runs, whether T2's buffer is kept), read from the one table
-#: (:data:`pipemare_lite.schedules.registry.METHOD_TABLE`, torch-free, which
-#: :mod:`pipemare_lite.methods.registry` registers). PipeMare without warm-up.
+#: (:data:`pipemare_lite.methods.registry.METHOD_TABLE`, torch-free). PipeMare without
+#: warm-up.
 SCHEDULE_OF = {name: (schedule, t2) for name, schedule, _, t2, _ in METHOD_TABLE
                if name in TRADEOFF_METHODS}
 #: Synchronous schedules with a row but no method entry (chapter 04): name -> label.
