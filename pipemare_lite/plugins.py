@@ -51,16 +51,29 @@ def load_plugins(modules: Iterable[str] = (), *, from_env: bool = True) -> list[
         try:
             importlib.import_module(name)
         except ImportError as exc:
-            rank = os.environ.get("RANK")  # set by launch() and torchrun
-            where = f"rank {rank} (process {os.getpid()})" if rank is not None else (
-                f"process {os.getpid()}")
             raise PluginError(
-                f"plugin {name!r} could not be imported in {where}: {exc} "
+                f"plugin {name!r} could not be imported in {this_process()}: {exc} "
                 f"(plugins come from --plugin, launch(imports=...) and {ENV_VAR}; the module "
                 "must be importable on sys.path, e.g. through PYTHONPATH)"
             ) from exc
         _LOADED.append(name)
     return list(_LOADED)
+
+
+def this_process() -> str:
+    """``process PID`` (and ``, rank R`` under launch() or torchrun): where a name is looked up."""
+    rank = os.environ.get("RANK")  # set by launch() and torchrun
+    return f"process {os.getpid()}" + (f", rank {rank}" if rank is not None else "")
+
+
+def not_registered_here(kind: str, register: str) -> str:
+    """Why a ``kind`` ("schedule", "method") is unknown in this process and how to load its
+    module: one sentence for both registries' errors."""
+    return (f"plugins imported here: {', '.join(_LOADED) or 'none'}; a {kind} added with "
+            f"{register}() exists only in the processes that imported its module: load it in "
+            "every process with --plugin MODULE (command line), launch(..., "
+            f"imports=['MODULE']) (Python) or {ENV_VAR}=MODULE[,MODULE...] (every rank, "
+            "torchrun's too, reads it)")
 
 
 def loaded_plugins() -> list[str]:

@@ -112,7 +112,7 @@ def test_distributed_equals_local_bitwise(runs, method):
     assert dist_result.group_learning_rates == local.group_learning_rates
     assert dist_result.update_norms == local.update_norms
     if method == "pipemare":  # T1 off in the flushed warm-up minibatch (W = 1): base lr
-        assert all(rates[0] == OPTIMIZER.keywords["lr"] for rates in local.learning_rates)
+        assert all(rates[0] == OPTIMIZER.keywords["lr"] for rates in local.learning_rates.values())
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """A step's cost does not grow with the run: each executor visits only that step's records.
 
-Counted, not timed (issue 10): before every step the stage workers' record dicts (losses,
+Counted, not timed (issue 10): before every step the stage workers' record dicts (loss_by_microbatch,
 forward/backward versions, distances) are swapped for :class:`CountingDict` copies that
 count every item the executor reads (iteration, lookups, membership). In the steady state
 of an asynchronous pipeline (past the fill, before the drain) every step runs the same
@@ -27,7 +27,7 @@ from pipemare_lite.training.models import mlp
 from pipemare_lite.training.partition import partition
 
 N, K, STEADY = 2, 60, 10  # microbatches per step, steps, steps of fill (and of drain)
-RECORDS = ("losses", "forward_versions", "backward_versions", "distances")
+RECORDS = ("loss_by_microbatch", "forward_versions", "backward_versions", "distances")
 OPTIMIZER = functools.partial(torch.optim.SGD, lr=0.05)
 
 

@@ -932,9 +932,9 @@ def test_chapter_08_answers_that_call_the_engine_are_rejected():
 
 
 def test_chapter_10_answers_that_call_the_engine_are_rejected():
-    from pipemare_lite.methods import tradeoff
     from pipemare_lite.analysis.memory import MemoryProfile
     from pipemare_lite.experiments import paper_arithmetic
+    from pipemare_lite.methods import tradeoff
 
     def via_weight_memory(method, param_bytes, n, optimizer):
         profile = MemoryProfile(param_bytes, [0] * len(param_bytes), optimizer)

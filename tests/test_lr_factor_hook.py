@@ -106,7 +106,8 @@ def test_t1_hook_equals_old_wiring_and_old_checkpoints_resume_bitwise():
     resumed.load_state_dict(state)
     tail = resumed.run(data())
     assert head.losses + tail.losses == old.losses
-    assert [h + t for h, t in zip(head.learning_rates, tail.learning_rates)] == old.learning_rates
+    assert {s: head.learning_rates[s] + tail.learning_rates[s]
+            for s in head.learning_rates} == old.learning_rates
 
 
 class HalfOnStageZero(MethodHooks):
@@ -166,7 +167,7 @@ def test_optimizer_factory_is_told_its_stage():
                         optimizer_factory=per_stage)
     result = run.run(data(2))
     assert seen == [0, 1, 2]
-    assert [rates[0] for rates in result.learning_rates] == pytest.approx([0.1, 0.2, 0.3])
+    assert [rates[0] for rates in result.learning_rates.values()] == pytest.approx([0.1, 0.2, 0.3])
 
 
 def test_fit_factories_are_told_their_stage_even_with_gradient_clipping():

@@ -118,10 +118,10 @@ def test_the_executor_records_what_its_level_asks():
     assert history.trace is None and not history.bytes_over_time
     assert history.peak_bytes == full.peak_bytes and history.update_norms == full.update_norms
     assert history.peak_bytes_by_rank == full.peak_bytes_by_rank
-    assert cheapest.peak_bytes == [] and cheapest.update_norms == [[], []]
+    assert cheapest.peak_bytes == [] and cheapest.update_norms == {0: [], 1: []}
     for result in results.values():
         assert result.losses == full.losses
-        assert result.forward_delays == full.forward_delays == [[0] * 6, [0] * 6]
+        assert result.forward_delays == full.forward_delays == {0: [0] * 6, 1: [0] * 6}
 
 
 def test_a_checkpoint_between_forward_and_backward_needs_saved_tensors():

@@ -51,22 +51,27 @@ def test_forward_delays_are_measured_across_calls_and_checkpoints():
     assert resumed.delays == straight.delays == [[0, 1, 0], []]
 
 
-def _result(losses, rates, peaks, trace):
-    return SimpleNamespace(
-        loss_by_microbatch=losses, learning_rates=rates, peak_bytes=peaks, trace=trace
-    )
+def _result(losses, rates, peaks, delays):
+    """A run's result as an executor returns it (one parameter group per stage)."""
+    from pipemare_lite.engine.local import RunResult
+
+    by_update = {s: [[rate] for rate in stage] for s, stage in enumerate(rates)}
+    return RunResult(loss_by_microbatch=losses, peak_bytes=peaks, forward_delays=delays,
+                     group_learning_rates=by_update)
 
 
 # N = 2 microbatches a step: step 0 is microbatches 0, 1; step 1 is 2, 3 (3 reports late).
+# The delays are those the meter reads from FIRST_CALL and SECOND_CALL above.
 CALLS = [
     _result(
         {0: 1.0, 1: 3.0, 2: 5.0},
         [[0.1], [0.2]],
         [{"weights": 10, "activations": 5}, {"weights": 4}],
-        FIRST_CALL,
+        {0: [0], 1: []},
     ),
     _result(
-        {3: 7.0}, [[0.05], [0.2]], [{"activations": 9}, {"weights": 3, "stash": 2}], SECOND_CALL
+        {3: 7.0}, [[0.05], [0.2]], [{"activations": 9}, {"weights": 3, "stash": 2}],
+        {0: [1, 0], 1: []},
     ),
 ]
 

@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
-from types import SimpleNamespace
 
 import torch
 
-from pipemare_lite.engine.stage import StageRecords, StageWorker
+from pipemare_lite.engine.recording import StepRecords
+from pipemare_lite.engine.stage import StageWorker
 from pipemare_lite.schedules.actions import (
     BACKWARD,
     FORWARD,
@@ -128,10 +127,10 @@ class Interpreter:
         backward's version, for U the version the update read."""
         worker = self.workers[action.stage]
         if action.kind == FORWARD:
-            return worker.forward_versions[action.index]
+            return worker.forward_versions[action.stage, action.index]
         if action.kind == UPDATE:
             return worker.versions.version - 1
-        return worker.backward_versions[action.index]
+        return worker.backward_versions[action.stage, action.index]
 
 
 class InProcessTransport:
@@ -192,23 +191,8 @@ class InProcessTransport:
         return True
 
 
-def take_records(workers: Mapping[int, StageWorker]) -> SimpleNamespace:
-    """Take (and forget) what each worker did since the last call (both executors, at the
-    end of every run: a flat cost per step, see :meth:`StageWorker.take_records`).
-
-    Returns the :class:`~pipemare_lite.engine.stage.StageRecords` fields of every stage, keyed
-    for the results: ``(stage, microbatch)`` for versions and distances, ``stage`` for the
-    per-update lists (in the order of ``workers``), ``microbatch`` for the losses (sorted);
-    and ``learning_rates``, the first parameter group's of each update, by stage.
-    """
-    out = SimpleNamespace(learning_rates={}, **{f.name: {} for f in fields(StageRecords)})
-    for s, worker in workers.items():
-        taken = worker.take_records()
-        for name in ("forward_versions", "backward_versions", "distances"):  # by microbatch
-            getattr(out, name).update(((s, m), v) for m, v in getattr(taken, name).items())
-        for name in ("group_learning_rates", "update_norms", "forward_delays"):  # by update
-            getattr(out, name)[s] = getattr(taken, name)
-        out.learning_rates[s] = [groups[0] for groups in taken.group_learning_rates]
-        if worker.is_last:
-            out.losses = dict(sorted(taken.losses.items()))
-    return out
+def take_records(workers: Mapping[int, StageWorker]) -> StepRecords:
+    """Take (and forget) what each worker did since the last call, merged into one
+    :class:`~pipemare_lite.engine.recording.StepRecords` in stage order (both executors, at
+    the end of every run: a flat cost per step, see :meth:`StageWorker.take_records`)."""
+    return StepRecords.merged(worker.take_records() for worker in workers.values())

@@ -63,7 +63,7 @@ from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.engine.build_worker import build_stage_workers
 from pipemare_lite.engine.interpreter import InProcessTransport, Interpreter, take_records
 from pipemare_lite.engine.recorder import BytesMeter, Recorder
-from pipemare_lite.engine.recording import Recording, recording
+from pipemare_lite.engine.recording import Recording, StepRecords, recording
 from pipemare_lite.engine.stage import StageWorker
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import UPDATE, Schedule
@@ -71,49 +71,30 @@ from pipemare_lite.schedules.lazy import LazySchedule, schedule_key
 
 
 @dataclass
-class RunResult:
-    """What one :meth:`LocalExecutor.run` call did.
-
-    Fields left empty (the trace None) are those the executor's recording leaves out
+class RunResult(StepRecords):
+    """What one :meth:`LocalExecutor.run` call did: its
+    :class:`~pipemare_lite.engine.recording.StepRecords` (losses, versions, distances,
+    learning rates, update norms, forward delays; ``losses`` in microbatch order and
+    ``learning_rates``, the first parameter group's, read from them), plus the trace and the
+    bytes. Fields left empty (the trace None) are those the executor's recording leaves out
     (:mod:`pipemare_lite.engine.recording`).
 
     Attributes:
-        losses: unscaled loss per microbatch whose last-stage forward ran in this call, in
-            microbatch order (``loss_by_microbatch`` gives the indices).
-        trace: measured :class:`~pipemare_lite.analysis.timeline.Timeline` (unit "s"); ``extra``
-        holds
-            ``versions``: ``{"2F5": 1, "2B5": 3, ...}`` the weight version each F/B/I/W used
-            (for T2 runs the B entry is the current version; ``distances`` gives d).
-        forward_versions / backward_versions / distances: ``{(stage, microbatch): int}``.
-        learning_rates: ``learning_rates[stage][k]`` the lr (first param group) of update k.
-        group_learning_rates: ``group_learning_rates[stage][k][g]``, the lr of param group g
-            at update k (several groups: e.g. ``muon``'s Muon and AdamW parts).
-        update_norms: ``update_norms[stage][k]``, ``||w after - w before||_2`` of update k
-            (float64; non-finite once the update left a non-finite weight).
+        trace: measured :class:`~pipemare_lite.analysis.timeline.Timeline` (unit "s"); its
+            ``extra["versions"]``: ``{"2F5": 1, "2B5": 3, ...}`` the weight version each
+            F/B/I/W used.
         peak_bytes: ``peak_bytes[stage][kind]``, the largest value seen after any action.
         bytes_over_time: ``(seconds, stage, {kind: bytes})`` after each of that stage's actions.
         peak_bytes_by_rank: ``[rank][kind]``, the largest sum over the rank's virtual stages
             after any of its actions (what one device holds; equals ``peak_bytes`` unless
             interleaved). The memory model (:func:`pipemare_lite.analysis.memory.memory_by_kind`)
             predicts these numbers.
-        forward_delays: ``forward_delays[stage]``, for each microbatch whose gradient an
-            update of this call applied, the updates between its forward and that update
-            (recorded at every level).
     """
 
-    losses: list[float]
-    loss_by_microbatch: dict[int, float]
-    trace: Timeline | None
-    forward_versions: dict[tuple[int, int], int]
-    backward_versions: dict[tuple[int, int], int]
-    distances: dict[tuple[int, int], int]
-    learning_rates: list[list[float]]
-    peak_bytes: list[dict[str, int]]
+    trace: Timeline | None = None
+    peak_bytes: list[dict[str, int]] = field(default_factory=list)
     bytes_over_time: list[tuple[float, int, dict[str, int]]] = field(default_factory=list)
     peak_bytes_by_rank: list[dict[str, int]] = field(default_factory=list)
-    group_learning_rates: list[list[list[float]]] = field(default_factory=list)
-    update_norms: list[list[float]] = field(default_factory=list)
-    forward_delays: list[list[int]] = field(default_factory=list)
 
 
 class LocalExecutor:
@@ -254,20 +235,14 @@ class LocalExecutor:
         return self._result(recorder, meter)
 
     def _result(self, recorder: Recorder | None, meter: BytesMeter | None) -> RunResult:
-        taken = take_records(dict(enumerate(self.workers)))  # per-stage dicts in stage order
+        taken = take_records(dict(enumerate(self.workers)))  # every stage's, in stage order
         trace = None if recorder is None else Timeline(
             self.schedule, tuple(recorder.timed_actions()), unit="s", source="measured",
             extra={"versions": recorder.versions, "distances": dict(taken.distances)})
-        return RunResult(list(taken.losses.values()), taken.losses, trace,
-                         taken.forward_versions, taken.backward_versions, taken.distances,
-                         list(taken.learning_rates.values()),
-                         [] if meter is None else list(meter.peaks.values()),
-                         [] if meter is None else meter.over_time,
-                         peak_bytes_by_rank=[] if meter is None else list(
-                             meter.rank_peaks().values()),
-                         group_learning_rates=list(taken.group_learning_rates.values()),
-                         update_norms=list(taken.update_norms.values()),
-                         forward_delays=list(taken.forward_delays.values()))
+        bytes_measured = {} if meter is None else dict(
+            peak_bytes=list(meter.peaks.values()), bytes_over_time=meter.over_time,
+            peak_bytes_by_rank=list(meter.rank_peaks().values()))
+        return RunResult(**vars(taken), trace=trace, **bytes_measured)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:

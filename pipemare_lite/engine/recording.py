@@ -1,4 +1,5 @@
-"""What a run records besides its losses: recording levels (chapters 03-11).
+"""What a run records: the recording levels, and one record type from a stage to the history
+(chapters 03-11).
 
 Measuring is not free: reading a stage's bytes after every action, timing every action,
 taking the norm of every update and keeping every forward's saved tensors cost more, on a
@@ -30,11 +31,18 @@ How the cheaper levels save:
 - bytes are read only after the actions that can raise a peak (see
   :class:`~pipemare_lite.engine.recorder.BytesMeter`);
 - the update norm is skipped, or computed with fused multi-tensor kernels.
+
+What was recorded travels as one type, :class:`StepRecords`, declared once: a stage writes
+its own as it runs, an executor merges its stages' at the end of each run, a rank returns
+its stages' (:class:`~pipemare_lite.engine.distributed.results.RankResult` is one), the
+ranks' merge into the run's (:class:`~pipemare_lite.engine.local.RunResult` is one), and
+:class:`~pipemare_lite.training.history.HistoryRecorder` folds each run's into the history.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True)
@@ -72,3 +80,64 @@ def recording(value: str | Recording) -> Recording:
         raise ValueError(f"unknown recording level {value!r}; allowed: "
                          f"{', '.join(RECORDINGS)} or a Recording")
     return RECORDINGS[value]
+
+
+@dataclass(kw_only=True)
+class StepRecords:
+    """What some stages did in one run, keyed so that records merge by updating dicts: one
+    stage's, one rank's stages', every rank's (see the module docstring).
+
+    Attributes:
+        loss_by_microbatch: ``microbatch -> unscaled loss`` (from the last stage).
+        forward_versions: ``(stage, microbatch) -> weight version its forward read`` (with a
+            trace).
+        backward_versions: ``(stage, microbatch) -> version its backward used`` (with a
+            trace; for T2 runs the current version, ``distances`` gives d).
+        distances: ``(stage, microbatch) -> backward version - forward version``.
+        group_learning_rates: ``stage -> [update][group]``, the lr of every parameter group
+            at each update (several groups: e.g. ``muon``'s Muon and AdamW parts).
+        update_norms: ``stage -> [update]``, ``||w after - w before||_2`` (float64;
+            non-finite once the update left a non-finite weight; only when recorded).
+        forward_delays: ``stage -> list``: per update, the updates between the forward and
+            that update of each microbatch whose gradient it applied, in the order their
+            backwards finished (recorded at every level).
+    """
+
+    loss_by_microbatch: dict[int, float] = field(default_factory=dict)
+    forward_versions: dict[tuple[int, int], int] = field(default_factory=dict)
+    backward_versions: dict[tuple[int, int], int] = field(default_factory=dict)
+    distances: dict[tuple[int, int], int] = field(default_factory=dict)
+    group_learning_rates: dict[int, list[list[float]]] = field(default_factory=dict)
+    update_norms: dict[int, list[float]] = field(default_factory=dict)
+    forward_delays: dict[int, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def for_stage(cls, stage: int) -> StepRecords:
+        """Empty records of one stage (its per-update lists ready to append to)."""
+        return cls(group_learning_rates={stage: []}, update_norms={stage: []},
+                   forward_delays={stage: []})
+
+    @classmethod
+    def merged(cls, parts: Iterable[StepRecords]) -> StepRecords:
+        """One record of several stages' (no key in common: the merge is a dict update),
+        every field sorted by its key (stage, then microbatch), as the results show them."""
+        parts = list(parts)
+        return cls(**{name: dict(sorted(item for part in parts
+                                        for item in getattr(part, name).items()))
+                      for name in STEP_RECORD_FIELDS})
+
+    @property
+    def losses(self) -> list[float]:
+        """The losses in microbatch order."""
+        by_microbatch = self.loss_by_microbatch
+        return [by_microbatch[m] for m in sorted(by_microbatch)]
+
+    @property
+    def learning_rates(self) -> dict[int, list[float]]:
+        """``stage -> [update]``: the first parameter group's lr at each update."""
+        return {s: [groups[0] for groups in updates]
+                for s, updates in self.group_learning_rates.items()}
+
+
+#: The fields of :class:`StepRecords`, in order.
+STEP_RECORD_FIELDS = tuple(f.name for f in fields(StepRecords))

@@ -48,7 +48,7 @@ from torch import nn
 
 from pipemare_lite.analysis.memory import KINDS
 from pipemare_lite.engine import replay
-from pipemare_lite.engine.recording import Recording, recording
+from pipemare_lite.engine.recording import Recording, StepRecords, recording
 from pipemare_lite.methods.discrepancy import DiscrepancyHooks
 from pipemare_lite.methods.hooks import MethodHooks, check_lr_factor, check_weights
 from pipemare_lite.methods.versions import ParamRef, WeightVersions, param_ref
@@ -95,32 +95,6 @@ class _Pending:
         """Bytes of the distinct tensors in ``saved`` (one tensor saved twice counts once)."""
         distinct = {(t.data_ptr(), t.nbytes) for t in self.saved if isinstance(t, torch.Tensor)}
         self.saved_bytes = sum(nbytes for _, nbytes in distinct)
-
-
-@dataclass
-class StageRecords:
-    """What a stage did between two :meth:`StageWorker.take_records` calls, in order.
-
-    Attributes:
-        losses: ``microbatch -> unscaled loss`` (last stage only).
-        forward_versions: ``microbatch -> weight version its forward read``.
-        backward_versions: ``microbatch -> version its backward used``.
-        distances: ``microbatch -> backward version - forward version``.
-        group_learning_rates: the lr of every parameter group at each update (the
-            results' ``learning_rates`` are the first group's).
-        update_norms: ``||w after - w before||_2`` of each update (float64; only when the
-            recording asks for them).
-        forward_delays: per update, the delay (updates between forward and update) of each
-            microbatch whose gradient it applied, in the order their backwards finished.
-    """
-
-    losses: dict[int, float] = field(default_factory=dict)
-    forward_versions: dict[int, int] = field(default_factory=dict)
-    backward_versions: dict[int, int] = field(default_factory=dict)
-    distances: dict[int, int] = field(default_factory=dict)
-    group_learning_rates: list[list[float]] = field(default_factory=list)
-    update_norms: list[float] = field(default_factory=list)
-    forward_delays: list[int] = field(default_factory=list)
 
 
 class StageWorker:
@@ -205,11 +179,12 @@ class StageWorker:
 
     # ------------------------------------------------------------------ records
     def _start_records(self) -> None:
-        self._records = StageRecords()
-        vars(self).update(vars(self._records))  # self.losses, ...: the records' own dicts
+        self._records = StepRecords.for_stage(self.stage)
+        vars(self).update(vars(self._records))  # self.distances, ...: the records' own dicts
 
-    def take_records(self) -> StageRecords:
-        """What this stage did since the last call (:class:`StageRecords`); then forget it.
+    def take_records(self) -> StepRecords:
+        """What this stage did since the last call
+        (:class:`~pipemare_lite.engine.recording.StepRecords`); then forget it.
 
         The executors call it at the end of every ``run()``: each run reports only its own
         actions, and reading them costs what the run did, not what the whole training did
@@ -234,11 +209,11 @@ class StageWorker:
         self.versions.acquire(version)
         self.pending[microbatch] = record
         if self.recording.trace:
-            self.forward_versions[microbatch] = version
+            self.forward_versions[self.stage, microbatch] = version
         out = self._build_graph(record)
         self._activation_bytes += record.saved_bytes
         if self.is_last:
-            self.losses[microbatch] = out.item()
+            self.loss_by_microbatch[microbatch] = out.item()
         return out
 
     def _new_record(self, microbatch: int, version: int, x: torch.Tensor, target) -> _Pending:
@@ -366,8 +341,8 @@ class StageWorker:
                                        hook="backward_weights", stage=self.stage)
             record.weights = self.versions.weights(used) if chosen is None else chosen
         if self.recording.trace:
-            self.backward_versions[m] = used
-            self.distances[m] = used - record.version  # the discrepancy (T2's d when T2 is on)
+            self.backward_versions[self.stage, m] = used
+            self.distances[self.stage, m] = used - record.version  # the discrepancy (T2: d)
 
     def _take(self, microbatch: int, kind: str) -> _Pending:
         record = self.pending.get(microbatch)
@@ -431,7 +406,7 @@ class StageWorker:
             base_lrs = [group["lr"] for group in groups]
             for group, lr, factor in zip(groups, base_lrs, factors):
                 group["lr"] = lr * factor
-        self.group_learning_rates.append([group["lr"] for group in groups])
+        self.group_learning_rates[self.stage].append([group["lr"] for group in groups])
         norm = None
         if self.recording.update_norms:
             norm = self._norm = self._norm or _UpdateNorm(self.params)
@@ -442,10 +417,10 @@ class StageWorker:
                 group["lr"] = lr
         _zero_grads(self.optimizer)
         if norm is not None:
-            self.update_norms.append(norm.after())
+            self.update_norms[self.stage].append(norm.after())
         self.hooks.after_update()
         applied = self.versions.version  # the version this update read
-        self.forward_delays.extend(applied - version for version in self.unapplied)
+        self.forward_delays[self.stage].extend(applied - version for version in self.unapplied)
         self.unapplied.clear()
         self.versions.after_update()
         self.recount_optimizer_bytes()  # its state appears at the first step

@@ -26,7 +26,6 @@ reads the table, stay torch-free.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -208,19 +207,12 @@ def get_method(name: str) -> MethodSpec:
 
 def unknown_method_message(name) -> str:
     """Why ``name`` is unknown in this process, and how to make it known."""
-    from pipemare_lite.plugins import ENV_VAR, loaded_plugins
+    from pipemare_lite.plugins import not_registered_here, this_process
 
     load_built_in_methods()  # the list below names every built-in
-    rank = os.environ.get("RANK")
-    where = f"process {os.getpid()}" + (f", rank {rank}" if rank is not None else "")
-    return (
-        f"unknown method {name!r}: not in pipemare_lite.methods.METHODS of {where} "
-        f"(plugins imported here: {', '.join(loaded_plugins()) or 'none'}); allowed: "
-        f"{', '.join(METHODS)}. A method added with register_method() exists only in the "
-        "processes that imported its module: load it in every process with --plugin MODULE "
-        "(command line), launch(..., imports=['MODULE']) (Python) or the environment variable "
-        f"{ENV_VAR}=MODULE[,MODULE...] (torchrun: read by every rank)"
-    )
+    return (f"unknown method {name!r}; allowed: {', '.join(METHODS)}. Not in "
+            f"pipemare_lite.methods.METHODS of {this_process()} "
+            f"({not_registered_here('method', 'register_method')})")
 
 
 def method_options(name: str, **overrides) -> MethodOptions:

@@ -141,19 +141,11 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
 
 def unknown_schedule_message(name) -> str:
     """Why schedule ``name`` is unknown in this process, and how to make it known."""
-    import os
+    from pipemare_lite.plugins import not_registered_here, this_process
 
-    from pipemare_lite.plugins import ENV_VAR, loaded_plugins
-
-    rank = os.environ.get("RANK")
-    where = f"process {os.getpid()}" + (f", rank {rank}" if rank is not None else "")
     return (f"unknown schedule name {name!r}; allowed: "
-            f"{', '.join(schedule_names() + tuple(names.ALIASES))}. Not registered in {where} "
-            f"(plugins imported here: {', '.join(loaded_plugins()) or 'none'}): a schedule "
-            "added with register_schedule() exists only in the processes that imported its "
-            "module; load it with --plugin MODULE (command line), launch(..., "
-            f"imports=['MODULE']) (Python) or {ENV_VAR}=MODULE[,MODULE...] (every rank reads "
-            "it)")
+            f"{', '.join(schedule_names() + tuple(names.ALIASES))}. Not registered in "
+            f"{this_process()} ({not_registered_here('schedule', 'register_schedule')})")
 
 
 def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: int = 1,

@@ -24,6 +24,10 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: this module loads no torch
+    from pipemare_lite.engine.local import RunResult
 
 
 class DivergenceError(RuntimeError):
@@ -218,9 +222,10 @@ class HistoryRecorder:
         self.pending_losses: dict[int, float] = {}
         self.peaks: list[dict[str, int]] = [{} for _ in range(num_stages)]
 
-    def record(self, result) -> None:
+    def record(self, result: RunResult) -> None:
         """Fold one ``run()`` result in: losses of complete steps, lrs, update norms, byte
-        peaks, delays."""
+        peaks, delays (its :class:`~pipemare_lite.engine.recording.StepRecords`, whose
+        per-stage fields are in stage order, and its byte peaks)."""
         n, history = self.num_microbatches, self.history
         self.pending_losses.update(result.loss_by_microbatch)
         while True:
@@ -229,40 +234,28 @@ class HistoryRecorder:
             if not all(m in self.pending_losses for m in wanted):
                 break
             history.loss.append(sum(self.pending_losses.pop(m) for m in wanted) / n)
+        by_update = list(result.group_learning_rates.values())  # [stage][update][group]
         if not history.stage_lr:
-            history.stage_lr = [[] for _ in result.learning_rates]
-        for stage_rates, new in zip(history.stage_lr, result.learning_rates):
-            stage_rates.extend(float(r) for r in new)
-        self._record_group_rates(result)
-        norms = getattr(result, "update_norms", None) or []  # executors without them: none
-        if norms and not history.stage_update_norm:
+            history.stage_lr = [[] for _ in by_update]
+        if not history.stage_lr_by_group:
+            history.stage_lr_by_group = [[] for _ in by_update]
+        for rates, groups, updates in zip(history.stage_lr, history.stage_lr_by_group, by_update):
+            for update in updates:
+                if not groups:
+                    groups.extend([] for _ in update)
+                for group, rate in zip(groups, update):
+                    group.append(float(rate))
+                rates.append(float(update[0]))
+        norms = list(result.update_norms.values())
+        if any(norms) and not history.stage_update_norm:
             history.stage_update_norm = [[] for _ in norms]
         for stage_norms, new in zip(history.stage_update_norm, norms):
             stage_norms.extend(float(v) for v in new)
         for stage_peak, new in zip(self.peaks, result.peak_bytes):
             for kind, value in new.items():
                 stage_peak[kind] = max(stage_peak.get(kind, 0), int(value))
-        delays = getattr(result, "forward_delays", None)
-        if delays is not None:  # measured by the executor, with or without a trace
-            for s, stage_delays in enumerate(delays):
-                self.delays.add(s, stage_delays)
-        elif result.trace is not None:  # an executor that only records a trace
-            self.delays.feed(result.trace)
-
-    def _record_group_rates(self, result) -> None:
-        """Append every param group's lr per update (a result without them: one group)."""
-        history = self.history
-        by_update = getattr(result, "group_learning_rates", None) or [
-            [[rate] for rate in rates] for rates in result.learning_rates
-        ]
-        if not history.stage_lr_by_group:
-            history.stage_lr_by_group = [[] for _ in by_update]
-        for groups, updates in zip(history.stage_lr_by_group, by_update):
-            for rates in updates:
-                if not groups:
-                    groups.extend([] for _ in rates)
-                for group, rate in zip(groups, rates):
-                    group.append(float(rate))
+        for s, stage_delays in result.forward_delays.items():
+            self.delays.add(s, stage_delays)
 
     def finish(self) -> History:
         """Write the measured delays and byte peaks into the history; return it."""

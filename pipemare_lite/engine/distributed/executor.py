@@ -441,14 +441,14 @@ class DistributedExecutor:
         self._note(self.position, "draining sends" if self.finished else "between runs")
         if self.finished:
             self.transport.close()
-        # take_records' fields are RankResult fields of the same names (losses apart)
-        records = vars(take_records(self.workers))
+        records = take_records(self.workers)  # this rank's stages' StepRecords
         states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
                   for s, w in self.workers.items()}
         return RankResult(
-            rank, [] if recorder is None else recorder.timed_actions(), records.pop("losses"),
-            {} if recorder is None else recorder.versions, traced=recorder is not None,
+            **vars(records), rank=rank, traced=recorder is not None,
+            entries=[] if recorder is None else recorder.timed_actions(),
+            versions={} if recorder is None else recorder.versions,
             state_dicts=states, gradients=interpreter.applied_gradients or {},
             peak_bytes=meter.peaks if meter is not None else {},
             wait_seconds=self.transport.waiter.wait_seconds,
-            posted=posted[first_post:] if posted is not None else [], **records)
+            posted=posted[first_post:] if posted is not None else [])

@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 
 from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.engine.local import RunResult
+from pipemare_lite.engine.recording import StepRecords
 from pipemare_lite.engine.stage import BYTE_KINDS
 from pipemare_lite.schedules.actions import Schedule
 
 
 @dataclass
-class RankResult:
-    """What one rank returns (CPU tensors and Python values: picklable; chapter 11).
-
-    :class:`DistRunResult`'s fields for this rank's stages: per-stage values as ``{stage:
-    value}``, versions and distances as ``{(stage, microbatch): int}``, the losses only on
-    the rank of the last stage. Also ``entries``, this rank's
+class RankResult(StepRecords):
+    """What one rank returns (CPU tensors and Python values: picklable; chapter 11): the
+    :class:`~pipemare_lite.engine.recording.StepRecords` of its own stages (the losses only
+    on the rank of the last stage), plus :class:`DistRunResult`'s other fields for these
+    stages as ``{stage: value}``. Also ``entries``, this rank's
     :class:`~pipemare_lite.analysis.timeline.TimedAction` in seconds from the common origin
     (the trace's entries as they are); ``versions``, ``{"1F3": 0, ...}`` the weight version
     each action used; ``wait_seconds``, this rank's time waiting for messages so far;
@@ -31,21 +31,13 @@ class RankResult:
     :mod:`pipemare_lite.engine.recording`).
     """
 
-    rank: int
-    entries: list
-    loss_by_microbatch: dict
-    versions: dict
-    forward_versions: dict
-    backward_versions: dict
-    distances: dict
-    learning_rates: dict
-    state_dicts: dict
+    rank: int = 0
+    entries: list = field(default_factory=list)
+    versions: dict = field(default_factory=dict)
+    state_dicts: dict = field(default_factory=dict)
     gradients: dict = field(default_factory=dict)
     peak_bytes: dict = field(default_factory=dict)
     wait_seconds: float = 0.0
-    group_learning_rates: dict = field(default_factory=dict)
-    update_norms: dict = field(default_factory=dict)
-    forward_delays: dict = field(default_factory=dict)
     posted: list = field(default_factory=list)
     traced: bool = True
 
@@ -67,38 +59,34 @@ class DistRunResult(RunResult):
     gradients: list = field(default_factory=list)
     posted: list = field(default_factory=list)
 
-#: RankResult fields keyed by (stage, microbatch), action or microbatch: merged by update.
-_BY_KEY = ("versions", "forward_versions", "backward_versions", "distances",
-           "loss_by_microbatch")
-#: RankResult fields keyed by stage -> the default of a stage that no rank reported.
-_BY_STAGE = {"learning_rates": lambda: None, "group_learning_rates": lambda: None,
-             "update_norms": list, "forward_delays": list, "state_dicts": lambda: None,
-             "gradients": list,
-             "peak_bytes": lambda: dict.fromkeys(BYTE_KINDS, 0)}
-
-
 def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> DistRunResult:
     """Gather every rank's :class:`RankResult` into one :class:`DistRunResult` (chapter 11).
 
-    The trace is a :class:`~pipemare_lite.analysis.timeline.Timeline` with
-    ``source="measured"`` and ``unit="s"``: the Gantt figure and
-    :func:`pipemare_lite.analysis.simulate.metrics` read it like a simulated one; None
-    when the ranks recorded none (a recording level without a trace).
+    The step records merge as the stages' do in one process
+    (:meth:`~pipemare_lite.engine.recording.StepRecords.merged`: no two ranks share a key);
+    the state dicts, gradients and byte peaks become lists by stage. The trace is a
+    :class:`~pipemare_lite.analysis.timeline.Timeline` with ``source="measured"`` and
+    ``unit="s"``: the Gantt figure and :func:`pipemare_lite.analysis.simulate.metrics` read
+    it like a simulated one; None when the ranks recorded none (a recording level without a
+    trace).
     """
     by_rank = sorted(results, key=lambda r: r.rank)
-    # each field's {key: value} of every rank in one dict (no two ranks share a key) ...
-    merged = {name: {key: value for r in by_rank for key, value in getattr(r, name).items()}
-              for name in (*_BY_KEY, *_BY_STAGE)}
-    for name, default in _BY_STAGE.items():  # ... and a list by stage for the per-stage ones
-        merged[name] = [merged[name].get(s, default()) for s in range(schedule.num_virtual_stages)]
-    versions, by_mb = merged.pop("versions"), dict(sorted(merged.pop("loss_by_microbatch").items()))
-    if not any(r.peak_bytes for r in by_rank):  # not recorded: as the local executor says it
-        merged["peak_bytes"] = []
+    records = StepRecords.merged(by_rank)
+    stages = range(schedule.num_virtual_stages)
+
+    def by_stage(name: str, default) -> list:
+        merged = {s: value for r in by_rank for s, value in getattr(r, name).items()}
+        return [merged.get(s, default()) for s in stages]
+
+    versions = {key: value for r in by_rank for key, value in r.versions.items()}
     entries = tuple(entry for r in by_rank for entry in r.entries)
     trace = Timeline(schedule, entries, unit="s", source="measured",
-                     extra={"versions": versions, "distances": dict(merged["distances"]),
+                     extra={"versions": versions, "distances": dict(records.distances),
                             "wait_seconds": [r.wait_seconds for r in by_rank]}
                      ) if all(r.traced for r in by_rank) else None
-    # the other merged fields are DistRunResult's, under the same names
-    return DistRunResult(list(by_mb.values()), by_mb, trace, **merged,
+    peak_bytes = by_stage("peak_bytes", lambda: dict.fromkeys(BYTE_KINDS, 0)) if any(
+        r.peak_bytes for r in by_rank) else []  # not recorded: as the local executor says it
+    return DistRunResult(**vars(records), trace=trace, peak_bytes=peak_bytes,
+                         state_dicts=by_stage("state_dicts", lambda: None),
+                         gradients=by_stage("gradients", list),
                          posted=[r.posted for r in by_rank])
