@@ -971,6 +971,13 @@ def test_chapter_10_may_use_the_memory_model():
 def test_chapter_10_cases_start_with_the_chapter_setting():
     weights = EXERCISES["ex10_1"].cases()
     assert weights[0]["method"] == "pipedream" and len(weights[0]["param_bytes"]) == 4
+    # the network chapter 10 runs and asks a prediction on (was a profile it never had)
+    from pipemare_lite.training.models import mlp
+    from pipemare_lite.training.partition import partition
+
+    model = mlp(in_features=64, hidden=32, depth=4, out_features=10, seed=0)
+    assert weights[0]["param_bytes"] == [sum(p.nbytes for p in stage.parameters())
+                                         for stage in partition(model, 4)]
     assert {c["method"] for c in weights} == {"1f1b", "pipedream", "2bw", "async", "pipemare"}
     picks = EXERCISES["ex10_2"].cases()
     answers = [EXERCISES["ex10_2"].reference(**c) for c in picks]

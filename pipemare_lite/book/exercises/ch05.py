@@ -13,7 +13,8 @@
   minibatch, measured from the schedule's weight versions.
 - ``ex05_3`` ``pipedream_stash_copies(P, N) -> list[int]``: per stage, the most stashed weight
   copies PipeDream holds at one moment in a long run with N microbatches per update (the
-  memory model's count, which the executor's bytes match).
+  memory model's count, which the executor's bytes match). It follows ex05_2, before the
+  chapter derives PipeDream's delay: that the copies equal its worst case is to be found.
 
 Each names the engine functions that compute its answer (``engine_answers``): an answer that
 calls them is rejected (:mod:`~pipemare_lite.book.exercises.originality`). The chapter shows
@@ -38,7 +39,7 @@ _STALENESS = "pipemare_lite.analysis.staleness."
 #: with the simulator), so it may appear there, but an answer that calls it is rejected.
 _VERSION_READERS = tuple(_STALENESS + name for name in (
     "weight_versions", "versions_from_trace", "VersionTable", "stage_delays"))
-#: The engine's closed forms of the delay, shown right after ex05_2.
+#: The engine's closed forms of the delay, shown right after ex05_2 and ex05_3.
 _DELAY_FORMS = (_STALENESS + "exact_forward_delay", _STALENESS + "expected_forward_delay")
 # Not listed: the schedule builders (build_schedule and the async, pipedream and 2bw builders
 # behind it), used from the chapter's first cell on. Reading a schedule's action order is a
@@ -172,10 +173,11 @@ EXERCISES = [
             P, N, _long_run_minibatches(P, N)),
         compare=compare_int_list,
         # The memory model (memory_by_kind) is the book's memory instrument from the start:
-        # it may appear before, but an answer that calls it is rejected. Its MemoryProfile
-        # (sizes only) and the delay's closed forms, shown before this exercise, may be
-        # used: that the copies equal PipeDream's worst-case delay is what is to be found.
-        engine_answers=_VERSION_READERS + (
+        # it may appear before, but an answer that calls it is rejected. The exercise comes
+        # right after ex05_2, before the delay's closed forms are shown (they follow it, and
+        # the section Memory then reveals that the copies equal PipeDream's worst-case
+        # delay): an answer that calls them is rejected too.
+        engine_answers=_VERSION_READERS + _DELAY_FORMS + (
             "pipemare_lite.analysis.memory.peak_stash_copies",
             "pipemare_lite.analysis.memory.memory_by_kind"),
     ),

@@ -2,7 +2,9 @@
 
 - ``ex08_1`` ``t1_factor(update, tau, horizon) -> float``: the factor ``tau ** (-p_k)`` by
   which T1 multiplies the base learning rate of a stage with delay ``tau`` at update k,
-  ``p_k = 1 - min(k / K, 1)``, and 1 when ``K = 0`` (T1 off).
+  ``p_k = 1 - min(k / K, 1)``, and 1 when ``K = 0`` (T1 off). The chapter asks for it as a
+  derivation (1/tau at update 0, 1 at K, the same ratio between consecutive updates) and
+  prints the formula only after the exercise.
 - ``ex08_2`` ``first_update_outside(lr, lam, tau, horizon) -> int | None``: with a constant
   base lr, the first update at which the stage's T1 step ``lr * factor``, times the
   curvature ``lam``, reaches the stability bound for its delay; None if it never does.
@@ -112,9 +114,10 @@ EXERCISES = [
         function_name="t1_factor",
         signature="t1_factor(update, tau, horizon) -> float",
         hint=(
-            "The exponent p starts at 1 (the full division by tau) and falls linearly to 0 at "
-            "update K = horizon, and stays 0 after it; the factor is tau to the power -p. "
-            "With horizon 0, T1 is off: the factor is 1."
+            "Call the ratio between consecutive updates r: K = horizon steps of r take the "
+            "factor from 1/tau to 1, so r**K = tau. Write the factor at update k as a power "
+            "of tau, and keep it at 1 from k = K on (with horizon 0, T1 is off: the factor "
+            "is 1)."
         ),
         cases=_factor_cases,
         reference=references.t1_factor,

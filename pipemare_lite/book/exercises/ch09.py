@@ -12,8 +12,9 @@
   buffer within ``tolerance`` (relative) of that step? Checked against the engine's buffer
   run update by update (float64). Needs torch for the reference only.
 
-The chapter shows the engine's T2 (:class:`DiscrepancyCorrection`) right after ex09_1, whose
-``engine_answers`` name it; ex09_2 comes later and may use it as an instrument (running it
+The chapter states T2 in words before ex09_1 and its two formulas only after it (the student
+derives them), then the engine's T2 (:class:`DiscrepancyCorrection`), which ex09_1's
+``engine_answers`` name; ex09_2 comes later and may use it as an instrument (running it
 is a way to measure, not the count itself).
 """
 

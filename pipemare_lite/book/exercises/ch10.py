@@ -9,7 +9,9 @@
   cannot run), the method with the highest utilization whose device peak fits the budget;
   ties to the smaller peak, then the earlier row; None when nothing fits.
 
-Both come before the engine's versions
+ex10_1 comes before the executor's bytes are printed (the student predicts, for the chapter's
+network, which of PipeDream and PipeMare keeps more, then writes the function; the measurement
+follows). Both come before the engine's versions
 (:func:`pipemare_lite.experiments.paper_arithmetic.weight_memory`,
 :func:`pipemare_lite.methods.tradeoff.pick_method`), which their ``engine_answers`` name; the
 memory
@@ -73,10 +75,11 @@ def _equal_stages(method, param_bytes, N, optimizer):
 
 
 def _weight_cases() -> list[dict]:
-    # first: the chapter's miniature (four equal stages), then a profile whose weights sit in
-    # the last stages (ResNet-like), N = 1 per-microbatch updates, 2BW at N = P - 1, adam,
-    # plain sgd, and seeded random profiles
-    mini = [4 * 4256, 4 * 1056, 4 * 1056, 4 * 330]
+    # first: the chapter's network (its four stages' bytes, the first stage the largest, as
+    # the chapter measures them; the exercise asks for a prediction on it), then a profile
+    # whose weights sit in the last stages (ResNet-like), N = 1 per-microbatch updates, 2BW
+    # at N = P - 1, adam, plain sgd, and seeded random profiles
+    mini = [4 * 2080, 4 * 1056, 4 * 1056, 4 * 330]
     resnet_like = [4 * n for n in (9_536, 75_008, 280_064, 1_219_584, 7_098_368, 2_052_000)]
     fixed = [("pipedream", mini, 4, "momentum"), ("pipemare", mini, 4, "momentum"),
              ("2bw", mini, 4, "momentum"), ("async", mini, 4, "momentum"),
