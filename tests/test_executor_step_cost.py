@@ -1,8 +1,9 @@
 """A step's cost does not grow with the run: each executor visits only that step's records.
 
-Counted, not timed (issue 10): before every step the stage workers' record dicts (loss_by_microbatch,
-forward/backward versions, distances) are swapped for :class:`CountingDict` copies that
-count every item the executor reads (iteration, lookups, membership). In the steady state
+Counted, not timed (issue 10): before every step the stage workers' record dicts
+(loss_by_microbatch, forward/backward versions, distances) are swapped for
+:class:`CountingDict` copies that count every item the executor reads (iteration, lookups,
+membership). In the steady state
 of an asynchronous pipeline (past the fill, before the drain) every step runs the same
 actions, so a flat cost means the same count at step 10 and at step 50; scanning the whole
 history (``islice`` over the records, copying every key into a set) makes the count grow by

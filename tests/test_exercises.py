@@ -6,6 +6,7 @@ The chapter exercises, checked against the engine, are in tests/test_exercises_c
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from pathlib import Path
 
@@ -363,3 +364,50 @@ def test_an_answer_that_runs_a_named_engine_function_is_rejected():
             assert result.status == "failed" and "idle_fraction_gpipe" in result.message
     finally:
         del registry.EXERCISES["ex98_4"]
+
+
+# --- a budget of work per case, and a ladder of hints -------------------------------------
+
+
+def test_a_case_over_its_line_budget_is_stopped_and_named_a_search():
+    import sys
+
+    from pipemare_lite.book.exercises import evaluate
+
+    def searches(n):
+        k = 0
+        while k * k < n:
+            try:
+                k += 1
+            except Exception:  # the stop is no Exception: an answer cannot swallow it
+                pass
+        return k
+
+    def solves(n):
+        return math.isqrt(n - 1) + 1 if n > 0 else 0
+
+    cases = [{"n": 16}, {"n": 10**12}]
+    previous = sys.gettrace()
+    stopped = evaluate.run_function(searches, cases, max_lines=200)
+    assert sys.gettrace() is previous  # a debugger's or coverage's trace comes back
+    assert stopped.outcomes[0].error is None and stopped.outcomes[0].value == 4
+    assert stopped.outcomes[1].error.startswith(evaluate.TOO_MUCH_WORK + " 200 lines")
+    solved = evaluate.run_function(solves, cases, max_lines=200)
+    assert [o.value for o in solved.outcomes] == [4, 10**6]
+    unlimited = evaluate.run_function(searches, [{"n": 10**6}])
+    assert unlimited.outcomes[0].value == 1000
+
+
+def test_hint_ladders_and_budgets_are_validated():
+    def make(**fields):
+        return Exercise(id="ex02_9", chapter=2, title="", function_name="f", signature="f()",
+                        answer_hash="0", **fields)
+
+    assert make(hint=("a nudge", "The whole method")).hints == ("a nudge", "The whole method")
+    assert make(hint="one").hints == ("one",)
+    for bad in (("a", ""), (), ["a", "b"], ("a", 3)):
+        with pytest.raises(ValueError, match="hint"):
+            make(hint=bad)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="max_lines"):
+            make(hint="h", max_lines=bad)

@@ -171,13 +171,21 @@ def first_to_blow_up(lr, sharpness, delays):
     return max(unstable, key=lambda s: (growth[s], -s)) if unstable else None
 
 
+def _exact_bound(tau):
+    return 2 * math.sin(math.pi / (2 * (2 * tau + 1)))
+
+
 def largest_stable_depth(step, num_microbatches):
-    P = 0
-    while True:
-        tau = -(-(2 * (P + 1) - 1) // num_microbatches)  # stage 0 of P + 1 stages
-        if step >= 2 * math.sin(math.pi / (2 * (2 * tau + 1))):
-            return P
-        P += 1
+    # solved: the largest delay strictly inside (the bound inverted, then checked against the
+    # bound itself), then the largest P with ceil((2P - 1) / N) <= it, i.e. 2P - 1 <= N tau
+    if step >= 2:
+        return 0
+    tau = math.ceil((math.pi / (2 * math.asin(step / 2)) - 1) / 2) - 1
+    while tau > 0 and step >= _exact_bound(tau):
+        tau -= 1
+    while step < _exact_bound(tau + 1):
+        tau += 1
+    return (num_microbatches * tau + 1) // 2
 
 
 def t1_factor(update, tau, horizon):
@@ -248,10 +256,7 @@ def look_ahead_factor(mu, s):
 
 
 def smallest_accumulation(P, max_delay):
-    N = 1
-    while math.ceil((2 * P - 1) / N) > max_delay:
-        N += 1
-    return N
+    return -(-(2 * P - 1) // max_delay)  # ceil((2P - 1) / N) <= d  iff  N >= (2P - 1) / d
 
 
 SOLUTIONS = {
@@ -464,11 +469,38 @@ def test_numbers_say_too_high_or_too_low_and_the_first_case_shown_is_representat
 
 
 def test_hints_do_not_state_the_answer():
-    assert "one forward and one backward" not in EXERCISES["ex00_1"].hint
-    assert "forwards before backwards" not in EXERCISES["ex01_2"].hint
+    assert "one forward and one backward" not in " ".join(EXERCISES["ex00_1"].hints)
+    assert "forwards before backwards" not in " ".join(EXERCISES["ex01_2"].hints)
     for exercise in EXERCISES.values():
         for mistake in exercise.mistakes:
             assert "min(P - s" not in mistake.message and "2(vP" not in mistake.message
+
+
+def test_hints_form_a_ladder_that_ends_in_the_whole_method():
+    """Every exercise has at least two hints: ``check`` shows the first (a nudge), and the
+    last, asked for with ``hint(id, k)``, spells out the whole method in words, so a stuck
+    student always has a way on. "Substantive" mechanically: the last rung says it is the
+    whole method, is longer than the first and than 30 words, and is words, not code."""
+    from pipemare_lite.book.exercises import hint
+
+    for exercise in EXERCISES.values():
+        rungs = exercise.hints
+        assert len(rungs) >= 2, (exercise.id, "one hint only: add rungs up to the whole method")
+        last = rungs[-1]
+        assert last.startswith("The whole method"), (exercise.id, last[:60])
+        assert len(last.split()) > max(30, len(rungs[0].split())), (exercise.id, last)
+        assert not re.search(r"\bdef |\blambda\b|\bimport |\n|  ", last), (exercise.id, last)
+        assert len(set(rungs)) == len(rungs), exercise.id
+        # the first rung is what check() prints: the message points to the next one
+        message = run_checks(exercise.id, NotImplemented if exercise.kind == "constant"
+                             else (lambda *a: object())).message
+        if "Hint:" in message:
+            assert f"hint({exercise.id!r}, 2)" in message and rungs[0] in message, message
+    text = hint("ex07_2", 3)
+    assert text.startswith("Hint 3 of 3 (ex07_2): The whole method") and "Next" not in text
+    assert "Next: hint('ex12_2', 3)" in hint("ex12_2", 2)
+    with pytest.raises(ValueError, match="ex07_2 has hints 1 to 3"):
+        hint("ex07_2", 4)
 
 
 def test_checks_import_no_torch():
@@ -799,10 +831,13 @@ def _furthest_outside(lr, sharpness, delays):
 
 
 def _pipedream_delay_depth(step, num_microbatches):
-    P = 0
-    while step < 2 * math.sin(math.pi / (2 * (2 * math.ceil(P / num_microbatches) + 1))):
-        P += 1
-    return P
+    # solved like the right answer, but with PipeDream's delay ceil((P - 1) / N) <= tau
+    tau = math.ceil((math.pi / (2 * math.asin(step / 2)) - 1) / 2) - 1
+    while tau > 0 and step >= _exact_bound(tau):
+        tau -= 1
+    while step < _exact_bound(tau + 1):
+        tau += 1
+    return num_microbatches * tau + 1
 
 
 def test_chapter_07_known_mistakes_are_named():
@@ -824,7 +859,7 @@ def test_chapter_07_answers_that_call_the_engine_are_rejected():
                        (p for p in stage_stability.stage_points(lr, lam, tau) if p.radius > 1),
                        key=lambda p: p.radius, default=None)],
         "ex07_2": [stage_stability.largest_stable_pipeline,
-                   lambda step, n: stage_stability.largest_stable_pipeline(step, n, 10**6)],
+                   lambda step, n: stage_stability.largest_stable_pipeline_by_search(step, n)],
     }
     for exercise_id, answers in wrappers.items():
         for answer in answers:
@@ -833,8 +868,10 @@ def test_chapter_07_answers_that_call_the_engine_are_rejected():
             assert "uses the engine's" in result.message
 
 
-def test_chapter_07_may_use_chapter_06_and_05_instruments():
-    # the bound, the roots and chapter 05's delay formula are shown before chapter 07
+def test_chapter_07_may_use_chapter_06_instruments_but_ex07_2_is_solved_not_searched():
+    # the bound, the roots and chapter 05's delay formula are shown before chapter 07; ex07_2
+    # asks for the delay solved for P, so trying P = 1, 2, ... (the old ask), with the
+    # engine's functions or by hand, is stopped as a search, with a message that says so
     from pipemare_lite.analysis.staleness import expected_forward_delay
     from pipemare_lite.analysis.theory import spectral_radius, stability_bound
 
@@ -843,14 +880,37 @@ def test_chapter_07_may_use_chapter_06_and_05_instruments():
         best = max(radii)
         return radii.index(best) if best > 1 else None
 
-    def largest_stable_depth(step, n):
+    def solved_with_the_engines_bound(step, n):
+        if step >= 2:
+            return 0
+        tau = math.ceil((math.pi / (2 * math.asin(step / 2)) - 1) / 2) - 1
+        while tau > 0 and step >= stability_bound(tau):
+            tau -= 1
+        while step < stability_bound(tau + 1):
+            tau += 1
+        return (n * tau + 1) // 2
+
+    def searched_with_the_engine(step, n):
         P = 0
         while step < stability_bound(expected_forward_delay("async", P + 1, n, 0)):
             P += 1
         return P
 
+    def searched_by_hand(step, n):
+        P = 0
+        while step < _exact_bound(-(-(2 * P + 1) // n)):
+            P += 1
+        return P
+
     assert run_checks("ex07_1", first_to_blow_up).passed
-    assert run_checks("ex07_2", largest_stable_depth).passed
+    assert run_checks("ex07_2", solved_with_the_engines_bound).passed
+    for answer in (searched_with_the_engine, searched_by_hand):
+        searched = run_checks("ex07_2", answer)
+        assert searched.status == "failed" and 0 < searched.cases_passed, searched.message
+        assert "lines of Python on this one case and was stopped" in searched.message
+        assert "A known mistake: trying candidates one by one" in searched.message
+        if answer is searched_by_hand:  # cheap lines: it gets as far as the small steps
+            assert searched.failing_case["step"] < 0.01, searched.message
 
 
 def test_chapter_07_cases_start_with_the_chapter_setting_and_travel():
@@ -1180,13 +1240,30 @@ def test_chapter_12_known_mistakes_are_named_and_the_engine_is_rejected():
     assert "A known mistake:" in message and "2P ticks" in message, message
     result = run_checks("ex12_1", engine)
     assert result.status == "failed" and "uses the engine's" in result.message
-    # chapter 05's delay formula is an instrument, not the answer
+    # ex12_2 asks for the delay solved for N: trying N = 1, 2, ... (the old ask), with the
+    # engine's delay formula or by hand, is stopped on the deep pipelines
     from pipemare_lite.analysis.staleness import expected_forward_delay
 
-    def smallest(P, max_delay):
+    def with_the_engine(P, max_delay):
         N = 1
         while expected_forward_delay("async", P, N, 0) > max_delay:
             N += 1
         return N
 
-    assert run_checks("ex12_2", smallest).passed
+    def searched_by_hand(P, max_delay):
+        N = 1
+        while -(-(2 * P - 1) // N) > max_delay:
+            N += 1
+        return N
+
+    for answer in (with_the_engine, searched_by_hand):
+        searched = run_checks("ex12_2", answer)
+        assert searched.status == "failed", searched.message
+        if answer is searched_by_hand:  # cheap lines: it gets as far as the deep pipelines
+            assert searched.failing_case["P"] >= 10**5, searched.message
+        assert "A known mistake: trying candidates one by one" in searched.message
+    # the budget is the boundary the text states: "at most" includes it
+    boundary = [c for c in EXERCISES["ex12_2"].cases() if (2 * c["P"] - 1) % c["max_delay"] == 0
+                and c["max_delay"] < 2 * c["P"] - 1]
+    assert len(boundary) >= 2
+    assert run_checks("ex12_2", smallest_accumulation).passed

@@ -141,12 +141,15 @@ def _bound(tau):
 
 
 def _depth(outside):
-    """ex07_2 with the stability test ``outside(step, bound)``."""
+    """ex07_2, solved for P, with the stability test ``outside(step, bound)``: the largest
+    delay from the inverted bound, checked against the bound itself with ``outside``."""
     def largest_stable_depth(step, num_microbatches):
-        P = 1
-        while not outside(step, _bound(math.ceil((2 * P - 1) / num_microbatches))):
-            P += 1
-        return P - 1
+        tau = math.ceil((math.pi / (2 * math.asin(step / 2)) - 1) / 2) - 1
+        while tau > 0 and outside(step, _bound(tau)):
+            tau -= 1
+        while not outside(step, _bound(tau + 1)):
+            tau += 1
+        return (num_microbatches * tau + 1) // 2
     return largest_stable_depth
 
 

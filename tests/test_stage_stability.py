@@ -11,9 +11,11 @@ import pytest
 from pipemare_lite.analysis.stage_stability import (
     fastest_growing_stage,
     largest_stable_pipeline,
+    largest_stable_pipeline_by_search,
     stage_points,
 )
 from pipemare_lite.analysis.staleness import weight_versions
+from pipemare_lite.analysis.theory import stability_bound
 from pipemare_lite.schedules import build_schedule
 
 
@@ -86,6 +88,27 @@ def test_largest_stable_pipeline_against_measured_delays_and_roots(step, N):
     assert _radius(step, _stage0_delay_measured(P + 1, N)) >= 1.0
 
 
+def test_the_solved_depth_is_the_searched_one_on_and_off_the_boundaries():
+    """The closed form (bound inverted, then the delay solved for P) against its definition
+    (try P = 1, 2, ...): random steps, steps exactly on a bound (outside: strictly below is
+    stable) and one float below it, for several N."""
+    import random
+
+    rng = random.Random(7)
+    steps = [rng.uniform(0.01, 2.5) for _ in range(200)]
+    steps += [stability_bound(t) for t in range(40)]
+    steps += [math.nextafter(stability_bound(t), 0.0) for t in range(40)]
+    for step in steps:
+        for N in (1, 2, 3, 8):
+            assert largest_stable_pipeline(step, N) == largest_stable_pipeline_by_search(step, N), (
+                step, N)
+    # far beyond what a search affords, still exact: stage 0 of P stages is inside, of P + 1 not
+    for step, N in ((1e-7, 8), (3e-9, 1)):
+        P = largest_stable_pipeline(step, N)
+        assert step < stability_bound(math.ceil((2 * P - 1) / N))
+        assert step >= stability_bound(math.ceil((2 * P + 1) / N))
+
+
 def test_a_step_too_large_for_one_stage_gives_zero():
     assert largest_stable_pipeline(1.2, 1) == 0
     assert largest_stable_pipeline(1.2, 8) == 0  # one stage is still one update stale
@@ -99,7 +122,8 @@ def test_a_step_too_large_for_one_stage_gives_zero():
     (lambda: stage_points(0.1, [], []), "at least one stage"),
     (lambda: largest_stable_pipeline(0.0, 2), "step"),
     (lambda: largest_stable_pipeline(0.1, 0), "num_microbatches"),
-    (lambda: largest_stable_pipeline(1e-9, 1, max_stages=50), "beyond 50 stages"),
+    (lambda: largest_stable_pipeline_by_search(1e-9, 1, max_stages=50), "beyond 50 stages"),
+    (lambda: largest_stable_pipeline_by_search(0.1, 0), "num_microbatches"),
 ])
 def test_bad_input_is_refused_by_name(call, message):
     with pytest.raises(ValueError, match=message):

@@ -15,7 +15,8 @@ treats each stage as that quadratic, on its own:
 - :func:`fastest_growing_stage`: the stage whose quadratic grows fastest, the one the model
   predicts to blow up first (None when every stage is inside);
 - :func:`largest_stable_pipeline`: how many stages an asynchronous pipeline may have before
-  its stalest stage, stage 0, leaves the stable region at a given ``lr * lam``.
+  its stalest stage, stage 0, leaves the stable region at a given ``lr * lam``, solved in
+  closed form (:func:`largest_stable_pipeline_by_search` beside it is the definition);
 
 What the model leaves out: a network is not a quadratic (its curvature moves as it trains),
 the stages are coupled, and an asynchronous backward reads newer weights than its forward
@@ -110,20 +111,51 @@ def fastest_growing_stage(
     return max(growing, key=lambda p: (p.radius, -p.stage)).stage
 
 
-def largest_stable_pipeline(step: float, num_microbatches: int, max_stages: int = 1_000_000) -> int:
-    """Largest P whose stage 0 stays inside the stable region at ``lr * lam = step``.
-
-    Stage 0 of a lock-step asynchronous pipeline with P stages and N microbatches per update
-    is ``ceil((2P - 1) / N)`` updates stale (chapter 05's recalled worst case,
-    :func:`pipemare_lite.analysis.staleness.expected_forward_delay`); it is inside while ``step`` is
-    below the bound at that delay. The delay grows with P and the bound shrinks with the
-    delay, so the stable P form 1, 2, ..., answer; 0 means even one stage is outside.
-    """
+def _check_depth_arguments(step, num_microbatches) -> None:
     if not (isinstance(step, (int, float)) and not isinstance(step, bool) and step > 0):
         raise ValueError(f"step (lr * lam) must be a positive number, got {step!r}")
     if isinstance(num_microbatches, bool) or not isinstance(num_microbatches, int) \
             or num_microbatches < 1:
         raise ValueError(f"num_microbatches must be a positive integer, got {num_microbatches!r}")
+
+
+def largest_stable_pipeline(step: float, num_microbatches: int) -> int:
+    """Largest P whose stage 0 stays inside the stable region at ``lr * lam = step``.
+
+    Stage 0 of a lock-step asynchronous pipeline with P stages and N microbatches per update
+    is ``ceil((2P - 1) / N)`` updates stale (chapter 05's recalled worst case,
+    :func:`pipemare_lite.analysis.staleness.expected_forward_delay`). Solved, not searched:
+
+    1. invert the bound: ``step < 2 sin(pi / (2 (2 tau + 1)))`` iff
+       ``2 tau + 1 < pi / (2 asin(step / 2))``, so the largest delay strictly inside is the
+       largest integer below ``(pi / (2 asin(step / 2)) - 1) / 2``; rounding can put that a
+       hair on the wrong side of a step exactly at a bound, so it is checked against the
+       bound itself (strictly) and moved by one if needed;
+    2. ``ceil((2P - 1) / N) <= tau`` iff ``2P - 1 <= N tau`` (N tau is an integer), so
+       ``P = floor((N tau + 1) / 2)``; 0 means even one stage is outside (tau = 0).
+
+    :func:`largest_stable_pipeline_by_search` is the definition (try P = 1, 2, ...), tested
+    equal.
+    """
+    _check_depth_arguments(step, num_microbatches)
+    if step >= stability_bound(0):  # 2: outside at any delay, and every stage has one
+        return 0
+    tau = math.ceil((math.pi / (2 * math.asin(step / 2)) - 1) / 2) - 1
+    while tau > 0 and step >= stability_bound(tau):  # rounded onto or over the boundary
+        tau -= 1
+    while step < stability_bound(tau + 1):
+        tau += 1
+    return (num_microbatches * tau + 1) // 2
+
+
+def largest_stable_pipeline_by_search(step: float, num_microbatches: int,
+                                      max_stages: int = 1_000_000) -> int:
+    """:func:`largest_stable_pipeline` by its definition: try P = 1, 2, ... while stage 0,
+    ``expected_forward_delay("async", P, N, 0)`` updates stale, is strictly below the bound.
+    The delay grows with P and the bound shrinks with the delay, so the stable P form
+    1, 2, ..., answer. Slow for small steps (the answer grows like 1 / step).
+    """
+    _check_depth_arguments(step, num_microbatches)
     P = 0
     while step < stability_bound(expected_forward_delay("async", P + 1, num_microbatches, 0)):
         P += 1

@@ -5,7 +5,8 @@ In a chapter::
     from pipemare_lite.book.exercises import check
     check("ex02_1", gpipe_order)
 
-- :func:`check` / :func:`run_checks`: compare an answer with the engine's (``check.py``);
+- :func:`check` / :func:`run_checks`: compare an answer with the engine's (``feedback.py``);
+  :func:`hint`: the next rung of an exercise's hints, up to the whole method in words;
 - :data:`EXERCISES`, :func:`list_exercises`: the registry (``registry.py``, cases and
   hints in ``chNN.py``);
 - :func:`load_from_notebook`: a student's definitions from their notebook (``loader.py``);
@@ -24,7 +25,13 @@ from __future__ import annotations
 import importlib
 
 from pipemare_lite.book.exercises.exercise import Exercise, Mistake
-from pipemare_lite.book.exercises.feedback import CheckResult, ExerciseFailed, check, run_checks
+from pipemare_lite.book.exercises.feedback import (
+    CheckResult,
+    ExerciseFailed,
+    check,
+    hint,
+    run_checks,
+)
 from pipemare_lite.book.exercises.loader import load_from_notebook
 
 #: public name -> the submodule that defines it, for the names imported on first use
@@ -37,6 +44,7 @@ _WHERE = {
 
 __all__ = [
     "check",
+    "hint",
     "run_checks",
     "CheckResult",
     "ExerciseFailed",

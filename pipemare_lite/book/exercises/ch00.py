@@ -32,7 +32,11 @@ EXERCISES = [
         signature="gpipe_action_count(P, M) -> int",
         hint=(
             "Take one rank and one microbatch: which actions does that microbatch cause on "
-            "that rank? Then count over all ranks and all microbatches (updates not counted)."
+            "that rank? Then count over all ranks and all microbatches (updates not counted).",
+            "The whole method: for one rank and one microbatch, list the actions of the kinds F "
+            "and B that rank runs for it (each kind once, since every rank holds one stage and "
+            "every microbatch passes every stage going down and coming back). Multiply that count "
+            "by the number of microbatches M and by the number of ranks P; leave the updates out.",
         ),
         cases=lambda: _count_cases(1),
         reference=lambda P, M: sum(len(row) for row in references.schedule_rows("gpipe", P, M)),

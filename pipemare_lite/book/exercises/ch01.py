@@ -51,7 +51,12 @@ EXERCISES = [
         signature="naive_utilization(P) -> float",
         hint=(
             "With one batch in flight only one device computes at any moment; "
-            "what share of the whole run is each device's own work?"
+            "what share of the whole run is each device's own work?",
+            "The whole method: with a single batch the P stages work strictly one after another, "
+            "forward down the pipeline and backward back up, so the run lasts as long as all "
+            "devices' work put end to end. A device is busy for its own share of that, one "
+            "stage's forward and backward out of P such shares, so its utilization is its work "
+            "divided by the whole run, the same on every device.",
         ),
         cases=lambda: _stage_counts(101, [4, 2, 1, 3, 8]),
         reference=lambda P: references.simulated_metrics("naive", P, 1).utilization,
@@ -75,7 +80,12 @@ EXERCISES = [
         hint=(
             "One row per rank, in the notation '{stage}{F|B}{microbatch}' of the rows printed "
             "in the chapter; updates left out. Which actions does the single microbatch cause "
-            "on rank r, and which of them needs the other to be done first?"
+            "on rank r, and which of them needs the other to be done first?",
+            "The whole method: rank r holds stage r and sees the single microbatch 0 twice: its "
+            "forward on the way down and its backward on the way back up. A backward needs the "
+            "forward of the same stage, so the forward comes first in the row. Build, for each r "
+            "from 0 to P - 1, the row of those two action strings, r F 0 then r B 0 written in "
+            "the chapter's notation.",
         ),
         cases=lambda: _stage_counts(102, [4, 1, 2, 3]),
         reference=lambda P: references.schedule_rows("naive", P, 1),
@@ -97,7 +107,13 @@ EXERCISES = [
         hint=(
             "A rank starts an action when the rank is free and what the action needs is done. "
             "Follow microbatch 0 down the stages (what does stage r's forward wait for?), "
-            "then back up from the last stage (what does stage r's backward wait for?)."
+            "then back up from the last stage (what does stage r's backward wait for?).",
+            "The whole method: the forward of stage r cannot start before the forwards of stages "
+            "0 .. r - 1 are done, one after another, so it starts at r times F. The last stage's "
+            "backward starts as soon as all P forwards are done, at P times F; each backward "
+            "above it then waits for the one below, so stage r's backward starts after the P - 1 "
+            "- r backwards of the stages below it: P times F plus (P - 1 - r) times B. Return, "
+            "per rank, the pair [forward start, backward start].",
         ),
         cases=lambda: _timing_cases(103),
         reference=lambda P, F, B: references.start_times("naive", P, 1, F, B),

@@ -81,7 +81,11 @@ EXERCISES = [
         signature="gpipe_order(P, M) -> list[list[str]]",
         hint=(
             "One row per rank; rank r holds stage r. First every forward r F m for "
-            "m = 0..M-1, then every backward: in which order of m does the engine run them?"
+            "m = 0..M-1, then every backward: in which order of m does the engine run them?",
+            "The whole method: for each rank r (it holds stage r), write the forwards of "
+            "microbatches 0, 1, ..., M - 1 in that order, then the backwards. The backwards run "
+            "in the same order of m as the forwards in the engine's GPipe (microbatch 0 first), "
+            "each written r B m. One such list per rank, updates left out.",
         ),
         cases=lambda: _stage_and_microbatch_counts(201),
         reference=lambda P, M: references.schedule_rows("gpipe", P, M),
@@ -114,7 +118,13 @@ EXERCISES = [
         signature="idle_fraction(P, M) -> float",
         hint=(
             "Idle fraction = idle time / (P x makespan). Count slots: how long until the last "
-            "rank starts its first forward, and how long the last backward takes to drain back?"
+            "rank starts its first forward, and how long the last backward takes to drain back?",
+            "The whole method: in unit slots (a forward and a backward of one stage each take one "
+            "slot of their kind), every rank does M forwards and M backwards. The last rank "
+            "starts its first forward only after P - 1 forward slots, and the first rank finishes "
+            "its last backward P - 1 backward slots after the last rank's: the makespan is M + P "
+            "- 1 slots of each kind, of which M are busy. The idle fraction is the idle part of "
+            "that makespan: (makespan - busy) / makespan, the same on every rank.",
         ),
         cases=lambda: _stage_and_microbatch_counts(202),
         reference=lambda P, M: references.simulated_metrics("gpipe", P, M).idle_fraction,
@@ -147,7 +157,13 @@ EXERCISES = [
         hint=(
             "The idle fraction falls as M grows: search M = 1, 2, ... with your idle_fraction, "
             "or solve the inequality for M. Test the boundary case where the idle fraction "
-            "equals the target: is it below? And does 1 - 0.9 == 0.1 in floats?"
+            "equals the target: is it below? And does 1 - 0.9 == 0.1 in floats?",
+            "The whole method: compute the idle fraction for M = 1, 2, 3, ... (or solve idle(P, "
+            "M) < target for M and round up) and return the first M where it is strictly below "
+            "the target. Compare exactly: the target 0.1 is a decimal, so turn both sides into "
+            "fractions (fractions.Fraction(str(target))) or clear the denominators in integers, "
+            "because the float 1 - 0.9 is not 0.1 and a case sits exactly on the boundary, where "
+            "equal is not below.",
         ),
         cases=lambda: _threshold_cases(203),
         reference=lambda P, target: _smallest_m(P, target, lambda idle, t: idle < t),

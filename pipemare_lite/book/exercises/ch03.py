@@ -49,7 +49,12 @@ EXERCISES = [
         signature="one_f_one_b_order(P, M) -> list[list[str]]",
         hint=(
             "Rank r starts with a warm-up of forwards (how many, for rank r? and if M is "
-            "small?), then alternates one forward and one backward, then drains the rest."
+            "small?), then alternates one forward and one backward, then drains the rest.",
+            "The whole method: rank r first runs a warm-up of forwards, P - 1 - r of them but "
+            "never more than M. Then, while forwards remain, it alternates: the next forward, "
+            "then the backward of the oldest microbatch whose backward has not run. When the "
+            "forwards run out, it runs the remaining backwards in order of m. Backwards always go "
+            "oldest first, microbatch 0 first.",
         ),
         cases=lambda: _stage_and_microbatch_counts(301),
         reference=lambda P, M: references.schedule_rows("1f1b", P, M),
@@ -77,7 +82,12 @@ EXERCISES = [
         signature="peak_activations_1f1b(P, M) -> list[int]",
         hint=(
             "Count, on each stage, the microbatches whose forward ran and whose backward has "
-            "not: the warm-up decides the peak. Remember M may be smaller than P."
+            "not: the warm-up decides the peak. Remember M may be smaller than P.",
+            "The whole method: after its warm-up of P - 1 - s forwards, stage s runs one more "
+            "forward before its first backward, so at that moment P - s microbatches are in "
+            "flight, and from then on every new forward follows a backward, so the count never "
+            "grows again. With fewer microbatches than that, all M are in flight at once: the "
+            "peak of stage s is the smaller of P - s and M. One number per stage, stage 0 first.",
         ),
         cases=lambda: _stage_and_microbatch_counts(302),
         reference=lambda P, M: list(references.simulated_metrics("1f1b", P, M).peak_inflight),

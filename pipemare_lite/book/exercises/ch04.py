@@ -107,7 +107,12 @@ EXERCISES = [
         hint=(
             "With v chunks per rank each forward and backward is v times shorter, but the "
             "pipeline still has to fill and drain through the P ranks. Start from GPipe's "
-            "idle fraction and ask what v changes."
+            "idle fraction and ask what v changes.",
+            "The whole method: count in slots of one chunk's forward (or backward). Each rank now "
+            "does v times M chunk forwards and as many backwards, while filling and draining the "
+            "pipeline still takes P - 1 slots, now of the short chunk kind. So the busy part is v "
+            "M slots of a makespan of v M + P - 1: take GPipe's idle fraction with M replaced by "
+            "v M.",
         ),
         cases=lambda: _interleaved_cases(401),
         reference=lambda P, M, v: references.simulated_metrics(
@@ -135,7 +140,11 @@ EXERCISES = [
         signature="p2p_messages_per_microbatch(P, v) -> int",
         hint=(
             "A microbatch passes through v*P virtual stages and virtual stage s lives on rank "
-            "s % P. Count the hops that change rank on the way forward, then on the way back."
+            "s % P. Count the hops that change rank on the way forward, then on the way back.",
+            "The whole method: going forward, a microbatch walks virtual stages 0, 1, ..., v P - "
+            "1; each of the v P - 1 steps from stage s to s + 1 moves from rank s % P to rank (s "
+            "+ 1) % P, which is always another rank when P > 1. The backward walks the same steps "
+            "in reverse. So count the forward hops that change rank and double them.",
         ),
         cases=lambda: _p2p_cases(402),
         reference=references.p2p_messages_counted,
@@ -161,7 +170,13 @@ EXERCISES = [
         hint=(
             "Walk every action of every rank (schedule.actions()). Which kinds need something "
             "computed by another stage, and is that stage on another rank "
-            "(schedule.rank_of)? Split backwards (I, W) and updates (U) need care."
+            "(schedule.rank_of)? Split backwards (I, W) and updates (U) need care.",
+            "The whole method: for every action of every rank, a forward F of virtual stage s > 0 "
+            "receives its input from stage s - 1, and a backward B or input-gradient I of a stage "
+            "s below the last receives its gradient from stage s + 1; count one message each time "
+            "that other stage lives on a different rank (compare schedule.rank_of of the two "
+            "stages). Weight gradients W and updates U need nothing from another stage and count "
+            "nothing. Sum over all actions.",
         ),
         cases=lambda: _schedule_cases(403),
         reference=lambda schedule: __import__(
@@ -186,7 +201,12 @@ EXERCISES = [
         signature="v_messages_per_microbatch(P, v) -> int",
         hint=(
             "Walk a microbatch through the v*P chunks in model order: down the ranks, back "
-            "up, down again. Which hops stay on the same rank? Then remember the way back."
+            "up, down again. Which hops stay on the same rank? Then remember the way back.",
+            "The whole method: on the V the chunks run down ranks 0 .. P - 1, then the next chunk "
+            "starts on the same last rank and runs back up, then down again, v chunks of P stages "
+            "each. Along one pass every one of the P - 1 hops changes rank; where a pass turns (v "
+            "- 1 times) the next chunk sits on the same rank, so no message. Count the forward "
+            "hops that change rank that way and double them for the way back.",
         ),
         cases=lambda: _v_cases(404),
         reference=references.v_messages_counted,

@@ -109,12 +109,21 @@ EXERCISES = [
         function_name="version_hooks",
         signature="version_hooks(params, weights) -> (pack, unpack)",
         hint=(
+            "Autograd asks your pack for every tensor it saves in the forward and gives the "
+            "result back to unpack in the backward: which of the saved tensors are weights, and "
+            "how will you recognize one (a view of a weight counts too)?",
             "pack(t) runs in the forward for every tensor autograd saves: when t is one of "
             "params, or a view of one (t._base is that parameter), return a small marker "
             "(which parameter, and t.size(), t.stride(), t.storage_offset()) instead of t; "
             "return activations unchanged. unpack(marker) runs in the backward: rebuild the "
             "tensor from weights[i], with as_strided for a view. Compare parameters with "
-            "`is` or id(), never with ==."
+            "`is` or id(), never with ==.",
+            "The whole method, step by step: map id(p) of each parameter to its index. pack(t): "
+            "if t is a parameter, or t._base is one, return a tuple marking it (its index, and "
+            "for a view its size, stride and storage offset); anything else comes back unchanged. "
+            "unpack(packed): a marker becomes weights[index], or weights[index].as_strided(size, "
+            "stride, offset) for a view; anything else comes back unchanged. Return the pair "
+            "(pack, unpack).",
         ),
         cases=lambda: _hook_cases(505),
         reference=lambda model, backward_reads, seed: references.stage_worker_gradients(
@@ -147,7 +156,13 @@ EXERCISES = [
             "m + 2P - 1 - s, and the update of minibatch k follows B(kN + N - 1) in its tick "
             "(F, then B, then U). Its gradient is applied to version k; the forward saw as "
             "many versions as updates came before it. The position matters: the recalled "
-            "ceil((2(P-i)+1)/N) is only the worst case."
+            "ceil((2(P-i)+1)/N) is only the worst case.",
+            "The whole method: take a microbatch m = k N + position deep in the run (k large, so "
+            "the warm-up is over). Its forward on stage s runs at tick m + s. Update j runs in "
+            "the tick of the backward of microbatch (j + 1) N - 1, at tick (j + 1) N - 1 + 2P - 1 "
+            "- s; it comes before the forward when that tick is strictly earlier (inside one tick "
+            "F runs before B and U). Count those updates j < k: that is the version the forward "
+            "read; the delay is k minus that count.",
         ),
         cases=lambda: _delay_cases(501),
         reference=lambda P, N, stage, position: references.measured_forward_delay(
@@ -166,7 +181,13 @@ EXERCISES = [
             "microbatch between its F and its B still reads. Stage s has P - s microbatches "
             "in flight right after a forward (1F1B's warm-up of P-1-s, plus one): how many "
             "updates apart are the oldest and the newest of them, with one update every N "
-            "microbatches?"
+            "microbatches?",
+            "The whole method: on stage s under 1F1B without flush the oldest microbatch still "
+            "waiting for its backward is P - 1 - s microbatches older than the newest forward. "
+            "With one update every N microbatches those microbatches span that many microbatches "
+            "divided by N, rounded up, updates: that is how many versions other than the current "
+            "one must be kept. One number per stage, stage 0 (the stalest) first; the last stage "
+            "keeps none.",
         ),
         cases=lambda: _stash_cases(503),
         reference=lambda P, N: references.peak_stash_copies_measured(

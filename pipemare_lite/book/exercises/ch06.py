@@ -72,9 +72,15 @@ EXERCISES = [
         function_name="delayed_gd",
         signature="delayed_gd(alpha, lam, tau, steps) -> list[float]",
         hint=(
+            "Write the recurrence w[t+1] = w[t] - alpha lam w[t - tau] out for t = 0: which past "
+            "weights does it need, and what are they before training starts?",
             "Keep the whole history in a list that starts with enough 1.0s for the past; "
             "the gradient at update t is lam times the weight tau updates before t, and the "
-            "answer has steps + 1 values, w[0] = 1 included."
+            "answer has steps + 1 values, w[0] = 1 included.",
+            "The whole method: start the history with tau + 1 copies of 1.0 (the constant past "
+            "and w[0]). For each of the steps updates append the last weight minus alpha * lam "
+            "times the weight tau places before the last one. Return the history without the tau "
+            "extra values at its start: w[0] .. w[steps], steps + 1 values.",
         ),
         cases=_iteration_cases,
         reference=references.delayed_gd_iterates,
@@ -91,7 +97,13 @@ EXERCISES = [
             "Put w[t] = z**t into w[t+1] = (1+m) w[t] - m w[t-1] - alpha lam w[t-tau] and "
             "multiply by the power of z that clears the most negative exponent; list the "
             "coefficients from the highest power down, zeros included for missing powers "
-            "(with tau = 0 two terms share a power)."
+            "(with tau = 0 two terms share a power).",
+            "The whole method: substituting z**t turns the recurrence into z**(t+1) = (1 + m) "
+            "z**t - m z**(t-1) - alpha lam z**(t-tau); multiply by z**(tau+1-t) so that the "
+            "lowest power is z**0 or higher, and move everything to one side. List the "
+            "coefficients of the powers from the highest, tau + 2, down to z**0, zeros included "
+            "for powers that do not occur: 1, then -(1 + m), then m, then zeros, with alpha lam "
+            "added to the coefficient of z**1 (with tau = 0 it lands on a power already used).",
         ),
         cases=_polynomial_cases,
         reference=references.delayed_gd_polynomial,
@@ -108,7 +120,12 @@ EXERCISES = [
             "Stable means every root of the characteristic polynomial has |z| < 1 (numpy.roots "
             "finds them). Scan alpha*lam upward from 0 for the first unstable step, then bisect "
             "between it and the last stable one; 2 sin(...) is exact only without momentum, "
-            "and pi/(2 tau + 1) is only its approximation."
+            "and pi/(2 tau + 1) is only its approximation.",
+            "The whole method: write stable(x) as: the characteristic polynomial of delayed GD "
+            "with alpha lam = x (exercise 6.2's coefficients) has every root of modulus below 1. "
+            "stable is true just above 0 and false by x = 4. Bisect between a stable low (0) and "
+            "an unstable high (4): take the middle, keep the half whose ends still differ in "
+            "stability, and stop when the interval is below about 1e-9; return the stable end.",
         ),
         cases=_stable_step_cases,
         reference=references.largest_stable_alpha_lam,

@@ -117,7 +117,12 @@ EXERCISES = [
             "Call the ratio between consecutive updates r: K = horizon steps of r take the "
             "factor from 1/tau to 1, so r**K = tau. Write the factor at update k as a power "
             "of tau, and keep it at 1 from k = K on (with horizon 0, T1 is off: the factor "
-            "is 1)."
+            "is 1).",
+            "The whole method: if horizon is 0, T1 is off and the factor is 1. Otherwise the "
+            "exponent p is 1 - update / horizon for the updates before the horizon and 0 from "
+            "update = horizon on, so it falls in a straight line from 1 and never goes below 0. "
+            "The factor is tau raised to the power -p: 1 / tau at update 0, back to 1 at the "
+            "horizon and after it.",
         ),
         cases=_factor_cases,
         reference=references.t1_factor,
@@ -141,7 +146,12 @@ EXERCISES = [
             "Walk the updates k = 0, 1, ..., horizon: the stage's step is lr times T1's "
             "factor at k; compare step * lam with chapter 06's bound for delay tau (reaching "
             "it counts). After update K the factor stays 1, so if nothing has crossed by then "
-            "nothing ever will: return None."
+            "nothing ever will: return None.",
+            "The whole method: compute chapter 06's exact bound 2 sin(pi / (2 (2 tau + 1))) once. "
+            "For k = 0, 1, ..., horizon, the step is lr times T1's factor at k times lam; return "
+            "the first k where it is at least the bound (reaching it counts). If no k up to the "
+            "horizon does, return None: from then on the factor is 1 and the step no longer "
+            "changes.",
         ),
         cases=_unstable_cases,
         reference=references.t1_first_unstable_update,

@@ -121,11 +121,18 @@ EXERCISES = [
         function_name="t2_step",
         signature="t2_step(delta, w_old, w_new, gamma, distance) -> (new_delta, backward)",
         hint=(
+            "Two things per parameter: the new running average, then the weights the backward "
+            "should see. Which weights does the backward start from, and which average does it "
+            "use?",
             "Per parameter: the running average keeps gamma of the old delta and takes "
             "1 - gamma of this update's change w_new - w_old. The backward runs after the "
             "update, so it starts from w_new, and it uses the new average: it goes back "
             "distance average steps (towards the weights its forward saw). Return two lists "
-            "of tensors, one tensor per parameter each."
+            "of tensors, one tensor per parameter each.",
+            "The whole method: for each parameter, the new delta is gamma times the old delta "
+            "plus (1 - gamma) times (w_new - w_old); the backward weight is w_new minus distance "
+            "times that new delta. Build both lists in the order of the parameters and return the "
+            "pair (list of new deltas, list of backward weights).",
         ),
         cases=_t2_cases,
         reference=references.t2_engine_steps,
@@ -154,7 +161,12 @@ EXERCISES = [
             "With the same change c every update and delta starting at 0, write delta after "
             "1, 2, 3 updates: the part of c still missing shrinks by a factor gamma per update. "
             "Find the first k >= 1 at which the missing part is at most tolerance * c "
-            "(gamma = 0 learns it in one update)."
+            "(gamma = 0 learns it in one update).",
+            "The whole method: after k updates of the same change c, delta is c (1 - gamma**k), "
+            "so the missing part is gamma**k times c. Start at k = 1 with missing = gamma and, "
+            "while it is above the tolerance, multiply it by gamma and add one to k (or solve "
+            "gamma**k <= tolerance for k with logarithms, and mind the boundary: at most counts). "
+            "Return that k, never below 1.",
         ),
         cases=_calibration_cases,
         reference=references.t2_calibration_updates,

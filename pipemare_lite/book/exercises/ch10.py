@@ -157,7 +157,12 @@ EXERCISES = [
             "(momentum) or 2 (adam) weight-sized buffers. PipeDream's stage s keeps as many "
             "old copies as its forward delay in updates (chapter 05), weighted by that stage's "
             "bytes; 2BW keeps one previous version per stage; async none; PipeMare's T2 one "
-            "weight-sized delta per stage. Sum over the stages."
+            "weight-sized delta per stage. Sum over the stages.",
+            "The whole method: W is the sum of param_bytes. weights is W for every method; "
+            "optimizer is 0, 1 or 2 times W for sgd, momentum, adam. stash: for pipedream, the "
+            "sum over stages s of (P - 1 - s) / N rounded up times that stage's bytes; for 2bw, "
+            "W; otherwise 0. t2_buffer: W for pipemare, otherwise 0. Return the dict of those "
+            "four entries.",
         ),
         cases=_weight_cases,
         reference=references.weight_memory_by_kind,
@@ -180,9 +185,16 @@ EXERCISES = [
         function_name="pick_for_budget",
         signature="pick_for_budget(rows, budget_bytes) -> str | None",
         hint=(
+            "Two filters first (can it run? does it fit?), then one choice among what is left: "
+            "what decides it, and what breaks a tie?",
             "Keep the rows whose method can run (utilization is not None) and whose "
             "device_peak is at most the budget; among them take the highest utilization, on "
-            "a tie the smaller device_peak, then the earlier row. None if nothing is left."
+            "a tie the smaller device_peak, then the earlier row. None if nothing is left.",
+            "The whole method: go through the rows in order and keep those whose utilization is "
+            "not None and whose device_peak is at most the budget. If none is kept, return None. "
+            "Otherwise return the method of the kept row with the highest utilization; between "
+            "equal utilizations, the one with the smaller device_peak; between those, the "
+            "earliest row.",
         ),
         cases=_pick_cases,
         reference=references.method_for_budget,

@@ -113,11 +113,19 @@ EXERCISES = [
         function_name="gpipe_comm_rows",
         signature="gpipe_comm_rows(P, M) -> list[list[str]]",
         hint=(
+            "Each rank's row is GPipe's row with messages around the computations: which forward "
+            "needs something from another rank first, and which produces something another rank "
+            "needs?",
             "Start from GPipe's row of each rank (all F, then all B, then U). A forward on a "
             "rank r > 0 needs the activation from r - 1: post 'rRECV_Fm' just before 'rFm'; "
             "after 'rFm' on a rank r < P - 1 post 'rSEND_Fm'. The backward is the mirror: "
             "'rRECV_Bm' before 'rBm' on every rank but the last, 'rSEND_Bm' after it on every "
-            "rank but the first. GPipe's pair order never forces a receive earlier."
+            "rank but the first. GPipe's pair order never forces a receive earlier.",
+            "The whole method: for each rank r, go through the forwards m = 0 .. M - 1: add the "
+            "receive of the forward's input (not on rank 0), the forward, then the send of its "
+            "output (not on the last rank). Then the backwards m = 0 .. M - 1: the receive of the "
+            "gradient (not on the last rank), the backward, then the send of the gradient (not on "
+            "rank 0). End the row with the update r U 0.",
         ),
         cases=_comm_cases,
         reference=references.gpipe_just_in_time_rows,
@@ -137,9 +145,14 @@ EXERCISES = [
         function_name="utilization_from_trace",
         signature="utilization_from_trace(entries, num_ranks) -> float",
         hint=(
+            "Utilization is busy time over the time the ranks were available: where does a "
+            "measured trace begin and end?",
             "Utilization is all busy time over ranks times makespan. Busy time: the sum of "
             "end - start over every entry. The makespan runs from the first start of any rank "
-            "to the last end of any rank: a measured trace does not begin at 0."
+            "to the last end of any rank: a measured trace does not begin at 0.",
+            "The whole method: busy time is the sum of end - start over all entries (whatever "
+            "their rank); the makespan is the latest end minus the earliest start over all "
+            "entries. Return busy / (num_ranks * makespan).",
         ),
         cases=_trace_cases,
         reference=references.trace_utilization,

@@ -7,12 +7,16 @@ must not call. That split is what lets grading run a student's code in a separat
 that never imports the registry or the references (:mod:`pipemare_lite.book.exercises.worker`),
 while ``check()`` in a notebook runs the same code in the same way. Every case runs: an
 exception in one case is recorded and the next case still runs; only ``NotImplementedError``
-(the student copy's stub) stops at once. Introduced in chapter 00 (for instructors:
-docs/instructors.md). Torch-free.
+(the student copy's stub) stops at once. An exercise that asks for a formula may cap the work
+one case takes (``max_lines``, lines of Python traced): an answer that searches (tries P = 1,
+2, ... until a condition holds) is stopped there, with :data:`TOO_MUCH_WORK` as its error,
+instead of hanging the notebook on a case far outside what a search can afford. Introduced
+in chapter 00 (for instructors: docs/instructors.md). Torch-free.
 """
 
 from __future__ import annotations
 
+import sys
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -36,6 +40,39 @@ RAN, NOT_ATTEMPTED, NOT_CALLABLE, CALLABLE_CONSTANT, USES_ENGINE, CONSTANT = (
     "uses engine",
     "constant",
 )
+
+
+#: How the error of a case stopped for doing too much work begins (feedback names it).
+TOO_MUCH_WORK = "ran more than"
+
+
+class _WorkBudgetExceeded(BaseException):
+    """Raised inside an answer that ran more lines than its exercise allows (a
+    ``BaseException``, so the answer's own ``except Exception`` does not swallow it)."""
+
+
+def _call_within(run, values: tuple, codes: dict, max_lines: int | None):
+    """:func:`call_watching`, stopped with :class:`_WorkBudgetExceeded` after ``max_lines``
+    traced lines (the answer's, its helpers' and any Python it calls); the trace function
+    that was set before (a debugger's, coverage's) is restored afterwards."""
+    if max_lines is None:
+        return call_watching(run, values, codes)
+    count = 0
+
+    def count_lines(_frame, event, _arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+            if count > max_lines:
+                raise _WorkBudgetExceeded
+        return count_lines
+
+    previous = sys.gettrace()
+    sys.settrace(lambda _frame, _event, _arg: count_lines)
+    try:
+        return call_watching(run, values, codes)
+    finally:
+        sys.settrace(previous)
 
 
 @dataclass
@@ -91,6 +128,7 @@ def run_function(
     harness: str | None = None,
     *,
     codes: dict | None = None,
+    max_lines: int | None = None,
 ) -> Evaluation:
     """Call ``answer`` on every case (a dict of arguments, in call order) and record it.
 
@@ -99,7 +137,9 @@ def run_function(
     instead: for an answer that is a tool the harness uses, not a value. The engine functions
     the answer must not call are watched while the harness runs, the answer's code included
     (``codes``: their code objects, when the caller took them before switching the functions
-    off; by default :func:`forbidden_codes` of ``engine_answers``).
+    off; by default :func:`forbidden_codes` of ``engine_answers``). With ``max_lines``, a
+    case whose call runs more lines of Python than that is stopped and recorded with an error
+    beginning :data:`TOO_MUCH_WORK`.
     """
     if not callable(answer):
         return Evaluation(NOT_CALLABLE, detail=type(answer).__name__)
@@ -118,7 +158,11 @@ def run_function(
     outcomes = []
     for arguments in cases:
         try:
-            value, called = call_watching(run, tuple(arguments.values()), codes)
+            value, called = _call_within(run, tuple(arguments.values()), codes, max_lines)
+        except _WorkBudgetExceeded:
+            outcomes.append(CaseOutcome(error=f"{TOO_MUCH_WORK} {max_lines:,} lines of Python "
+                                              "on this one case and was stopped"))
+            continue
         except NotImplementedError:
             return Evaluation(NOT_ATTEMPTED)
         except EngineAnswerSwitchedOff as exc:  # grading: the engine's answer was reached

@@ -18,7 +18,10 @@ and named in the feedback: :class:`Mistake`), ``engine_answers`` (engine functio
 answer the exercise; an answer that calls one is rejected, see
 :mod:`pipemare_lite.book.exercises.originality`), and, for an answer that is a tool rather than a
 value (chapter 05's saved-tensor hooks), ``harness`` (how to use it on a case, see
-:mod:`pipemare_lite.book.exercises.harness`) with ``case_text`` (how to name a case). Torch-free.
+:mod:`pipemare_lite.book.exercises.harness`) with ``case_text`` (how to name a case),
+``max_lines`` (for an exercise that asks for a formula: the work an answer may do on one
+case before it is stopped as a search), and a ladder of hints (``hint`` as a tuple: a nudge
+first, the whole method in words last). Torch-free.
 """
 
 from __future__ import annotations
@@ -59,7 +62,11 @@ class Exercise:
         title: one line saying what is asked.
         function_name: the name the student defines (a function, or a constant).
         signature: the expected signature, e.g. ``"gpipe_order(P, M) -> list[list[str]]"``.
-        hint: shown after a wrong answer; never contains the answer.
+        hint: shown after a wrong answer; never contains the answer. One string, or a ladder
+            of them (a tuple): ``check`` shows the first, a nudge, and says how to ask for the
+            next (:func:`~pipemare_lite.book.exercises.feedback.hint`); each rung says more,
+            and the last spells out the whole method in words (not code), so a stuck student
+            is never left without a way on.
         cases: for function exercises, returns the inputs to try, each a dict of
             argument name -> value in call order (edge cases first, then seeded random ones).
         reference: for function exercises, the engine's answer for one case's arguments.
@@ -85,6 +92,10 @@ class Exercise:
         case_text: optional ``case_text(case)`` -> how a failing case is named to the
             student (default: the call ``name(arg=value, ...)``, which would mislead when a
             harness, not the student, is given the case's arguments).
+        max_lines: for an exercise that asks for a closed form or a bound, the most lines of
+            Python an answer may run on one case (helpers and what they call included); an
+            answer over it is stopped and told it searches instead of deriving
+            (:mod:`~pipemare_lite.book.exercises.evaluate`). None: no limit.
     """
 
     id: str
@@ -92,7 +103,7 @@ class Exercise:
     title: str
     function_name: str
     signature: str
-    hint: str
+    hint: str | tuple[str, ...]
     cases: Callable[[], list[dict[str, Any]]] | None = None
     reference: Callable[..., Any] | None = None
     compare: Callable[[Any, Any], str | None] | None = None
@@ -104,6 +115,7 @@ class Exercise:
     engine_answers: tuple[str, ...] = ()
     harness: str | None = None
     case_text: Callable[[dict[str, Any]], str] | None = None
+    max_lines: int | None = None
 
     def __post_init__(self) -> None:
         match = _ID_RE.match(self.id)
@@ -132,6 +144,22 @@ class Exercise:
                 f"exercise {self.id!r}: engine_answers must be dotted names like "
                 f"'pipemare_lite.analysis.formulas.idle_fraction_gpipe', got {bad!r}"
             )
+        rungs = (self.hint,) if isinstance(self.hint, str) else self.hint
+        if not isinstance(rungs, tuple) or not all(isinstance(r, str) for r in rungs):
+            raise ValueError(
+                f"exercise {self.id!r}: hint must be a string or a tuple of strings (a ladder "
+                f"from a nudge to the whole method), got {type(self.hint).__name__}"
+            )
+        if isinstance(self.hint, tuple) and (not rungs or not all(r.strip() for r in rungs)):
+            raise ValueError(f"exercise {self.id!r}: a ladder of hints needs non-empty rungs")
+        if self.max_lines is not None and (
+            isinstance(self.max_lines, bool) or not isinstance(self.max_lines, int)
+            or self.max_lines < 1
+        ):
+            raise ValueError(
+                f"exercise {self.id!r}: max_lines must be a positive int or None, "
+                f"got {self.max_lines!r}"
+            )
         if self.harness is not None and (
             not is_function or not str(self.harness).startswith(_HARNESS_MODULE + ".")
         ):
@@ -146,6 +174,11 @@ class Exercise:
         if self.case_text is not None:
             return self.case_text(arguments)
         return format_call(self.function_name, arguments)
+
+    @property
+    def hints(self) -> tuple[str, ...]:
+        """The ladder of hints, first (a nudge) to last (the whole method in words)."""
+        return (self.hint,) if isinstance(self.hint, str) else tuple(self.hint)
 
     @property
     def kind(self) -> str:

@@ -9,7 +9,8 @@ A function answer is called on every case of the exercise and compared with the 
 answer; the message says how many cases passed and shows one failing case (a representative
 one, not the degenerate P = 1 when another failed too) with its input, what the function
 returned, whether a number is too high or too low, the name of a known mistake when the
-answer matches one, and a hint; never the expected value. A function that raises
+answer matches one, and the first hint of the exercise's ladder, with the call that shows the
+next (:func:`hint`); never the expected value. A function that raises
 ``NotImplementedError`` (the student copy's stub) is "not attempted yet"; any other exception
 is reported by type, message and line, without a traceback. An answer that only calls the
 engine function answering the exercise is rejected
@@ -79,8 +80,41 @@ class CheckResult:
         """Show nothing: ``check`` has printed the message (no ``True``/``False`` echo)."""
 
 
+#: What the feedback says of an answer stopped for doing too much work (``max_lines``).
+SEARCHED = (
+    "trying candidates one by one (a loop or a search until a condition holds); this "
+    "exercise asks for the answer derived as a formula, which takes a few lines whatever "
+    "the input"
+)
+
+
 def _hint(exercise: Exercise) -> str:
-    return f"\n   Hint: {exercise.hint}"
+    rungs = exercise.hints
+    text = f"\n   Hint: {rungs[0]}"
+    if len(rungs) > 1:
+        text += (f"\n   Stuck? hint({exercise.id!r}, 2) shows the next of {len(rungs)} hints "
+                 "(from pipemare_lite.book.exercises import hint).")
+    return text
+
+
+def hint(exercise_id: str, rung: int = 2) -> str:
+    """Print (and return) rung ``rung`` (1-based) of exercise ``exercise_id``'s hints, with
+    the call for the next one; the last rung spells out the whole method in words.
+
+    Raises:
+        UnknownExerciseError: ``exercise_id`` is not registered (the message lists the ids).
+        ValueError: ``rung`` is not an int from 1 to the number of hints.
+    """
+    from pipemare_lite.book.exercises.registry import get_exercise  # not at import: see worker.py
+
+    rungs = get_exercise(exercise_id).hints
+    if isinstance(rung, bool) or not isinstance(rung, int) or not 1 <= rung <= len(rungs):
+        raise ValueError(f"{exercise_id} has hints 1 to {len(rungs)}, got rung {rung!r}")
+    text = f"Hint {rung} of {len(rungs)} ({exercise_id}): {rungs[rung - 1]}"
+    if rung < len(rungs):
+        text += f"\n   Next: hint({exercise_id!r}, {rung + 1})."
+    print(text)
+    return text
 
 
 def _is_degenerate(arguments: dict[str, Any]) -> bool:
@@ -159,7 +193,8 @@ def _judge_function(exercise: Exercise, evaluation: ev.Evaluation, cases: list[d
     for arguments, outcome in zip(cases, evaluation.outcomes):
         references.append(None)
         if outcome.error is not None:
-            problems.append(f"raised {outcome.error}")
+            stopped = outcome.error.startswith(ev.TOO_MUCH_WORK)
+            problems.append(outcome.error if stopped else f"raised {outcome.error}")
             continue
         try:
             expected = references[-1] = exercise.reference(*arguments.values())
@@ -171,10 +206,16 @@ def _judge_function(exercise: Exercise, evaluation: ev.Evaluation, cases: list[d
     if not failing:
         message = f"✅ {exercise.id} {name}: passed {total} cases."
         return CheckResult(exercise.id, PASSED, message, total, total)
-    shown = _representative(failing, cases)
-    status = ERROR if evaluation.outcomes[shown].error is not None else FAILED
+    stopped = [i for i in failing if (evaluation.outcomes[i].error or "").startswith(
+        ev.TOO_MUCH_WORK)]
+    shown = stopped[0] if stopped else _representative(failing, cases)
+    error = evaluation.outcomes[shown].error
+    status = ERROR if error is not None and not stopped else FAILED
     message = f"❌ {exercise.id}: {exercise.describe_case(cases[shown])} {problems[shown]}."
-    mistake = _matching_mistake(exercise, cases, evaluation.outcomes, failing, references)
+    if stopped:
+        mistake = SEARCHED
+    else:
+        mistake = _matching_mistake(exercise, cases, evaluation.outcomes, failing, references)
     if mistake:
         message += f"\n   A known mistake: {mistake}"
     message += f"\n   {passed} of {total} cases passed."
@@ -238,7 +279,8 @@ def run_checks(exercise_id: str, answer) -> CheckResult:
     if exercise.kind == "constant":
         return judge(exercise, ev.read_constant(answer))
     evaluation = ev.run_function(
-        answer, exercise.cases(), exercise.engine_answers, exercise.harness
+        answer, exercise.cases(), exercise.engine_answers, exercise.harness,
+        max_lines=exercise.max_lines,
     )
     return judge(exercise, evaluation)
 

@@ -463,6 +463,7 @@ class _Run:
                             "cases": self.cases.get(e.id, []),
                             "engine_answers": list(e.engine_answers),
                             "harness": e.harness,
+                            "max_lines": e.max_lines,
                             "needs_torch": e.needs_torch,
                         }
                         for e in exercises

@@ -64,7 +64,9 @@ Everything runs on a laptop CPU; each chapter takes well under a minute.
 1. Replace `raise NotImplementedError(...)` with your code and run the cell.
 2. `check(...)` answers ✅ (every case passed), ❌ (a failing input, what your function
    returned, too high or too low for a number, how many cases passed, the name of a common
-   mistake when yours is one, and a hint; never the expected value) or ⏳ (not attempted).
+   mistake when yours is one, and a first hint; never the expected value) or ⏳ (not
+   attempted). Stuck? `hint("ex07_2", 2)` (`from pipemare_lite.book.exercises import hint`)
+   shows the next hint; the last one spells out the whole method in words.
 3. Each exercise comes *before* the engine's own version of the same thing. Write the
    computation yourself: an answer that calls the engine function that computes it (or
    the simulator, where the exercise asks you to predict what it measures) is rejected,

@@ -26,7 +26,7 @@ ex06_1     ``delayed_gd(alpha, lam, tau, steps) -> list``         ``theory.simul
 ex06_2     ``delayed_gd_coefficients(alpha, lam, tau, m)``        ``characteristic_polynomial``
 ex06_3     ``max_stable_step(tau, momentum) -> float``            roots + bisection (theory)
 ex07_1     ``first_to_blow_up(lr, sharpness, delays)``            largest spectral radius > 1
-ex07_2     ``largest_stable_depth(step, N) -> int``               stage 0's delay vs the bound
+ex07_2     ``largest_stable_depth(step, N) -> int``               solved: bound inverted, then P
 ex08_1     ``t1_factor(update, tau, horizon) -> float``           the engine's T1 factor
 ex08_2     ``first_update_outside(lr, lam, tau, K)``              first T1 step over the bound
 ex10_1     ``weight_memory_by_kind(method, param_bytes, N, opt)``  memory model, long run
@@ -36,7 +36,7 @@ ex11_2     ``utilization_from_trace(entries, num_ranks)``         ``metrics(trac
 ex09_1     ``t2_step(delta, w_old, w_new, gamma, d)``             ``DiscrepancyCorrection``
 ex09_2     ``updates_until_calibrated(gamma, tol) -> int``        T2's buffer, update by update
 ex12_1     ``look_ahead_factor(mu, s) -> float``                  mu + mu**2 + ... + mu**s
-ex12_2     ``smallest_accumulation(P, max_delay) -> int``         first N with delay <= budget
+ex12_2     ``smallest_accumulation(P, max_delay) -> int``         solved: ceil((2P-1)/N) <= budget
 =========  ====================================================  =============================
 
 Rows are one list per rank of action strings ``{stage}{F|B}{microbatch}`` (``"2F0"``,

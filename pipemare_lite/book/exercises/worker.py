@@ -324,7 +324,7 @@ def _run_exercise(notebook: dict, k: int, report, evaluate, load_from_notebook) 
     else:
         evaluation = evaluate.run_function(
             answer, task["cases"], task["engine_answers"], task.get("harness"),
-            codes=task["codes"],
+            codes=task["codes"], max_lines=task.get("max_lines"),
         )
     _send(report, {"event": "result", "id": task["id"], **_encoded(evaluation)})
 
