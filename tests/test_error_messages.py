@@ -107,3 +107,30 @@ def test_launch_names_where_a_hook_failed_and_shows_its_traceback():
     assert "bad_hook_method.py" in message and "in after_update" in message
     assert message.rstrip().endswith("RuntimeError: bad hook on purpose")
     METHODS.pop("fixture-bad-hook", None)
+
+
+def test_a_typo_is_answered_with_the_close_name():
+    """Every registry's unknown-name error and fit()'s unknown setting suggest the close
+    allowed name after listing them all; a wrong type is named as a type, not a range."""
+    import pipemare_lite as pml
+    from pipemare_lite.schedules.validation import check_sizes
+
+    with pytest.raises(ScheduleError, match=r"name '1fb1'; .* Did you mean '1f1b'\?"):
+        pml.build_schedule("1fb1", 2, 2)
+    with pytest.raises(ValueError, match=r"unknown method 'pipemar'; .* Did you mean 'pipemare'"):
+        pml.get_method("pipemar")
+    with pytest.raises(TypeError, match=r"unknown settings epoch; .* Did you mean 'epochs'\?"):
+        pml.fit(None, None, epoch=1)
+    with pytest.raises(ScheduleError, match=r"schedule name 'gpip'.* Did you mean 'gpipe'"):
+        check_sizes("gpip", 2, 2, 1, 1, 0)
+    with pytest.raises(ScheduleError, match=r"num_ranks='2' is a str; give an integer in 1\.\."):
+        pml.build_schedule("1f1b", "2", 2)
+
+
+def test_a_schedule_prints_as_one_line_with_its_builders_notes():
+    import pipemare_lite as pml
+
+    text = repr(pml.build_schedule("1f1b", 4, 2))
+    assert text.startswith("<Schedule '1f1b' P=4, N=2, K=1, weight mode 'sync', 20 actions; "
+                           "note: ")
+    assert "warm-up clamped" in text and "\n" not in text

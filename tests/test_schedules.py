@@ -182,7 +182,7 @@ def test_pipemare_is_an_alias_of_async():
         ({"name": "gpipes"}, r"unknown schedule name 'gpipes'; allowed: naive, gpipe"),
         ({"num_ranks": 0}, r"num_ranks=0 is out of range; allowed: integers 1\.\.1024"),
         ({"num_microbatches": -1}, r"num_microbatches=-1 is out of range; allowed: integers 1\."),
-        ({"num_microbatches": 2.5}, r"num_microbatches=2\.5 is out of range"),
+        ({"num_microbatches": 2.5}, r"num_microbatches=2\.5 is a float; give an integer in 1\."),
         ({"num_minibatches": 0}, r"num_minibatches=0 is out of range"),
         ({"chunks": 2}, r"chunks=2 only applies to 'interleaved'"),
         ({"warmup_minibatches": 1}, r"warmup_minibatches=1 only applies to pipedream, 2bw, async"),

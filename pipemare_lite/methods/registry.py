@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from pipemare_lite.schedules.names import weight_mode_of
 from pipemare_lite.schedules.weight_modes import get_weight_mode
+from pipemare_lite.spelling import did_you_mean
 
 #: The book's methods of chapters 02-09: name, the schedule it runs (its weight mode is the
 #: schedule's), T1 on, T2 on, one line. Torch-free (the trade-off table reads it).
@@ -210,7 +211,8 @@ def unknown_method_message(name) -> str:
     from pipemare_lite.plugins import not_registered_here, this_process
 
     load_built_in_methods()  # the list below names every built-in
-    return (f"unknown method {name!r}; allowed: {', '.join(METHODS)}. Not in "
+    return (f"unknown method {name!r}; allowed: {', '.join(METHODS)}."
+            f"{did_you_mean(name, METHODS)} Not in "
             f"pipemare_lite.methods.METHODS of {this_process()} "
             f"({not_registered_here('method', 'register_method')})")
 

@@ -197,6 +197,16 @@ class Schedule:
         """True when the placement is the default, stage ``s`` on rank ``s % P``."""
         return self.placement == round_robin_placement(self.num_ranks, self.chunks)
 
+    def __repr__(self) -> str:
+        """One line a reader can use (``schedule.ranks`` holds the actions), with the
+        builder's notes, e.g. a clamp it applied."""
+        sizes = (f"P={self.num_ranks}, N={self.num_microbatches}, K={self.num_minibatches}"
+                 + (f", v={self.chunks}" if self.chunks > 1 else "")
+                 + (f", W={self.warmup_minibatches}" if self.warmup_minibatches else ""))
+        notes = "".join(f"; note: {note}" for note in self.notes)
+        return (f"<Schedule {self.name!r} {sizes}, weight mode {self.weight_mode!r}, "
+                f"{sum(len(row) for row in self.ranks)} actions{notes}>")
+
     def rank_of(self, stage: int) -> int:
         """The rank that holds (virtual) stage ``stage``: ``placement[stage]``."""
         return self.placement[stage]

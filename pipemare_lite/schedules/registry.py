@@ -32,6 +32,7 @@ from pipemare_lite.schedules.weight_modes import (
     WeightMode,
     get_weight_mode,
 )
+from pipemare_lite.spelling import did_you_mean
 
 #: The one table of the book's schedules, in the order the chapters introduce them:
 #: name, ``builder(P, N, K, v, W) -> Schedule``, weight mode (from
@@ -143,9 +144,10 @@ def unknown_schedule_message(name) -> str:
     """Why schedule ``name`` is unknown in this process, and how to make it known."""
     from pipemare_lite.plugins import not_registered_here, this_process
 
-    return (f"unknown schedule name {name!r}; allowed: "
-            f"{', '.join(schedule_names() + tuple(names.ALIASES))}. Not registered in "
-            f"{this_process()} ({not_registered_here('schedule', 'register_schedule')})")
+    allowed = schedule_names() + tuple(names.ALIASES)
+    return (f"unknown schedule name {name!r}; allowed: {', '.join(allowed)}."
+            f"{did_you_mean(name, allowed)} Not registered in {this_process()} "
+            f"({not_registered_here('schedule', 'register_schedule')})")
 
 
 def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: int = 1,

@@ -25,6 +25,7 @@ from collections import deque
 from pipemare_lite.schedules import names
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.weight_modes import get_weight_mode
+from pipemare_lite.spelling import did_you_mean
 
 #: Schedules whose builder fixes the chunks per rank (the V-shaped ones: 2P virtual stages).
 #: ``build_schedule`` accepts chunks=1 (the default) or this number for them.
@@ -98,7 +99,8 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
     mode = names.weight_mode_of(name)
     if name != "custom" and mode is None:
         raise ScheduleError(
-            f"unknown schedule name {name!r}; allowed: {', '.join(names.known_names())} (a "
+            f"unknown schedule name {name!r}; allowed: {', '.join(names.known_names())}."
+            f"{did_you_mean(name, names.known_names())} (A "
             "hand-written schedule is named 'custom'; a registered builder's name is known "
             "once its plugin is loaded: --plugin MODULE or PIPEMARE_PLUGINS)")
     values = {"num_ranks": num_ranks, "num_microbatches": num_microbatches,
@@ -106,7 +108,10 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
               "warmup_minibatches": warmup_minibatches}
     for key, value in values.items():
         low, high = size_range(key, num_minibatches)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ScheduleError(f"{name}: {key}={value!r} is a {type(value).__name__}; give an "
+                                f"integer in {low}..{high}")
+        if not low <= value <= high:
             raise ScheduleError(
                 f"{name}: {key}={value!r} is out of range; allowed: integers {low}..{high}"
             )

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pipemare_lite.spelling import did_you_mean
 from pipemare_lite.training.executors import EXECUTORS
 from pipemare_lite.training.lr_schedules import LR_SCHEDULES
 from pipemare_lite.training.optimizers import OPTIMIZERS, check_optimizer_options
@@ -147,7 +148,7 @@ class FitConfig:
         unknown = sorted(set(settings) - known)
         if unknown:
             raise TypeError(f"fit() got unknown settings {', '.join(unknown)}; allowed: "
-                            f"{', '.join(sorted(known))}")
+                            f"{', '.join(sorted(known))}.{did_you_mean(unknown[0], known)}")
         if config is None:
             missing = [name for name in ("epochs", "batch_size") if name not in settings]
             if missing:
