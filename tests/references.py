@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from pipemare_lite.analysis.staleness import expected_forward_delay
+from pipemare_lite.analysis.theory import stability_bound
+
 
 def gradient_accumulation(model, optimizer, loss_fn, microbatches, num_microbatches,
                           num_minibatches):
@@ -216,3 +219,22 @@ def hand_delays(row, stage: int) -> dict[int, int]:
         elif a.kind == "B":
             delays[a.index] = updates - at[a.index]
     return delays
+
+
+def largest_stable_pipeline_by_search(step: float, num_microbatches: int,
+                                      max_stages: int = 1_000_000) -> int:
+    """The engine's ``largest_stable_pipeline`` by its definition: try P = 1, 2, ... while
+    stage 0, ``expected_forward_delay("async", P, N, 0)`` updates stale, is strictly below
+    the bound.
+    The delay grows with P and the bound shrinks with the delay, so the stable P form
+    1, 2, ..., answer. Slow for small steps (the answer grows like 1 / step).
+    """
+    if num_microbatches < 1:
+        raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
+    P = 0
+    while step < stability_bound(expected_forward_delay("async", P + 1, num_microbatches, 0)):
+        P += 1
+        if P >= max_stages:
+            raise ValueError(f"step {step} is stable beyond {max_stages} stages; "
+                             "give a larger step or a larger max_stages")
+    return P

@@ -859,7 +859,7 @@ def test_chapter_07_answers_that_call_the_engine_are_rejected():
                        (p for p in stage_stability.stage_points(lr, lam, tau) if p.radius > 1),
                        key=lambda p: p.radius, default=None)],
         "ex07_2": [stage_stability.largest_stable_pipeline,
-                   lambda step, n: stage_stability.largest_stable_pipeline_by_search(step, n)],
+                   lambda step, n: stage_stability.largest_stable_pipeline(step, n)],
     }
     for exercise_id, answers in wrappers.items():
         for answer in answers:

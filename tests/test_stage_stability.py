@@ -11,12 +11,12 @@ import pytest
 from pipemare_lite.analysis.stage_stability import (
     fastest_growing_stage,
     largest_stable_pipeline,
-    largest_stable_pipeline_by_search,
     stage_points,
 )
 from pipemare_lite.analysis.staleness import weight_versions
 from pipemare_lite.analysis.theory import stability_bound
 from pipemare_lite.schedules import build_schedule
+from tests.references import largest_stable_pipeline_by_search
 
 
 def _radius(step, tau):

@@ -16,7 +16,7 @@ treats each stage as that quadratic, on its own:
   predicts to blow up first (None when every stage is inside);
 - :func:`largest_stable_pipeline`: how many stages an asynchronous pipeline may have before
   its stalest stage, stage 0, leaves the stable region at a given ``lr * lam``, solved in
-  closed form (:func:`largest_stable_pipeline_by_search` beside it is the definition);
+  closed form (tested equal to its definition, a search over P: ``tests/references.py``);
 
 What the model leaves out: a network is not a quadratic (its curvature moves as it trains),
 the stages are coupled, and an asynchronous backward reads newer weights than its forward
@@ -29,7 +29,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipemare_lite.analysis.staleness import expected_forward_delay
 from pipemare_lite.analysis.theory import spectral_radius, stability_bound
 
 
@@ -134,8 +133,7 @@ def largest_stable_pipeline(step: float, num_microbatches: int) -> int:
     2. ``ceil((2P - 1) / N) <= tau`` iff ``2P - 1 <= N tau`` (N tau is an integer), so
        ``P = floor((N tau + 1) / 2)``; 0 means even one stage is outside (tau = 0).
 
-    :func:`largest_stable_pipeline_by_search` is the definition (try P = 1, 2, ...), tested
-    equal.
+    Tested equal to the definition, trying P = 1, 2, ... (``tests/references.py``).
     """
     _check_depth_arguments(step, num_microbatches)
     if step >= stability_bound(0):  # 2: outside at any delay, and every stage has one
@@ -146,20 +144,3 @@ def largest_stable_pipeline(step: float, num_microbatches: int) -> int:
     while step < stability_bound(tau + 1):
         tau += 1
     return (num_microbatches * tau + 1) // 2
-
-
-def largest_stable_pipeline_by_search(step: float, num_microbatches: int,
-                                      max_stages: int = 1_000_000) -> int:
-    """:func:`largest_stable_pipeline` by its definition: try P = 1, 2, ... while stage 0,
-    ``expected_forward_delay("async", P, N, 0)`` updates stale, is strictly below the bound.
-    The delay grows with P and the bound shrinks with the delay, so the stable P form
-    1, 2, ..., answer. Slow for small steps (the answer grows like 1 / step).
-    """
-    _check_depth_arguments(step, num_microbatches)
-    P = 0
-    while step < stability_bound(expected_forward_delay("async", P + 1, num_microbatches, 0)):
-        P += 1
-        if P >= max_stages:
-            raise ValueError(f"step {step} is stable beyond {max_stages} stages; "
-                             "give a larger step or a larger max_stages")
-    return P

@@ -28,8 +28,7 @@ from pipemare_lite.book.exercises.exercise import Exercise, Mistake
 
 _STAGES = "pipemare_lite.analysis.stage_stability."
 _STAGE_ANSWERS = (_STAGES + "fastest_growing_stage", _STAGES + "stage_points")
-_DEPTH_ANSWERS = (_STAGES + "largest_stable_pipeline",
-                  _STAGES + "largest_stable_pipeline_by_search")
+_DEPTH_ANSWERS = (_STAGES + "largest_stable_pipeline",)
 #: The lines of Python an answer to ex07_2 may run on one case: a derivation runs a dozen,
 #: trying P one by one runs thousands on the small steps.
 _DEPTH_LINES = 200
