@@ -13,8 +13,9 @@ and the backward at the same ``w_hat``, so forward and backward agree. It costs 
 ``prediction`` bytes. A microbatch with ``s == 0`` (a flushed warm-up minibatch) reads the
 live weights and holds nothing.
 
-Registered as ``wpred`` on import; :mod:`pipemare_lite.methods` imports it, so it is built
-in. A module of your own is not: every process must import it (:mod:`pipemare_lite.plugins`).
+Registered as ``wpred`` on import; the registry imports it when the name is first looked up,
+so it is built in. A module of your own is not: every process must import it
+(:mod:`pipemare_lite.plugins`).
 """
 
 from __future__ import annotations
