@@ -22,8 +22,10 @@ docs/module-map.md says which chapter introduces each module)::
 
     schedules/   a schedule is data: builders, validation, weight modes, files   (torch-free)
     analysis/    what a schedule implies: timeline, delays, memory, formulas     (torch-free)
-    methods/     what each method does to the weights: T1, T2, stashes, hooks
-    engine/      runs a schedule with tensors: stage worker, interpreter, local
+    methods/     what each method does to the weights: T1, T2, stashes, hooks; the
+                 method table and the trade-off table   (torch loads on first use)
+    engine/      runs a schedule with tensors: stage worker, interpreter, local,
+                 one record type from the stage to the history
       distributed/  ... one process per rank: executor, transport, launch, faults
     training/    fit(), partition, data, models, evaluation, history, checkpoints
     interop/     next to PyTorch's torch.distributed.pipelining
