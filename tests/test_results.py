@@ -637,3 +637,45 @@ def test_a_stored_pipemare_seed_comes_back_bitwise_where_the_kernels_match(quick
     for key in ("final_accuracy", "final_loss", "train_loss_windows", "update_norm_windows",
                 "memory_bytes", "forward_delay_max", "steps", "evals"):
         assert record._plain(again[key]) == stored[key], key
+
+
+def test_shown_intervals_are_cut_to_the_range_and_say_so():
+    assert record.clipped(-1.052, 1.689) == (0.0, 1.0, True)
+    assert record.clipped(0.2, 0.4) == (0.2, 0.4, False)
+    assert record.interval_text(-1.052, 1.689) == "0.000..1.000, cut to [0, 1]"
+    assert record.interval_text(-1.5, 1.2, -1.0, 1.0, sign="+") == "-1.000..+1.000, cut to [-1, 1]"
+    # cutting never moves an interval across a threshold inside the range: same verdicts
+    judge = paper_shape_claims.judge
+    for low, high, t in [(-1.5, 1.2, 0.0), (0.1, 1.3, 0.0), (-1.3, -0.2, -0.01), (-2, 0, 0)]:
+        cut_low, cut_high, _ = record.clipped(low, high, -1.0, 1.0)
+        assert judge(cut_low, cut_high, t) == judge(low, high, t)
+    assert judge(0.0, 0.0, 0.0) == "did not hold"  # the point on the threshold (claim 4)
+    assert judge(0.0, 0.1, 0.0) == "not separable"
+
+
+def test_seed_groups_and_stage0_delays_are_read_from_the_rows(stored):
+    from pipemare_lite.experiments import paper_shape_table as table
+
+    _, results = stored
+    groups = table.seed_groups(results)
+    config = design.config_for(results["quick"])
+    assert f"n = {len(config.seeds)}): every other row and cell" in groups
+    assert f"n = {len(config.check_seeds)}):" in groups
+    for row in results["rows"]:
+        if row["not_run"]:
+            continue
+        cell, note = table.stage0_delay(row)
+        delays = [s["forward_delay_max"][0] for s in row["seeds"]]
+        assert cell.startswith(str(max(delays)))
+        assert bool(note) == (len(set(delays)) > 1)
+
+
+def test_onset_gaps_read_the_stored_prediction(stored):
+    _, results = stored
+    for p in results["predictions"]:
+        for rule in ("any_update", "after_anneal"):
+            for g, s in zip(paper_shape_claims.onset_gaps(p, rule), p["seeds"]):
+                assert g["measured"] == s["measured"] and g["predicted"] == s[rule]["predicted"]
+                if g["in_order"]:  # the stricter reading is inside the design's agreement
+                    assert s[rule]["agree"]
+                assert not (g["before"] and g["in_order"])

@@ -8,17 +8,19 @@ it diverged (non-finite, or the loss rule): ``seed["quality"]``, the one convent
 (:func:`pipemare_lite.experiments.record.seed_quality`).
 
 Verdicts compare row means through a Welch interval of their difference
-(:func:`pipemare_lite.experiments.record.difference_interval`): **held** when the whole
-interval says so, **did not hold** when the whole interval says the opposite, else **not
-separable** (the numbers are shown). Byte counts and simulated utilizations have no seed
-noise: they hold or do not.
+(:func:`pipemare_lite.experiments.record.difference_interval`), by the rule the design fixed
+in advance (:data:`VERDICT_RULE`, applied by :func:`judge`): **held** when the whole interval
+lies beyond the threshold on the claim's side, **did not hold** when it lies wholly at or
+beyond the threshold on the other side (touching it counts), else **not separable** (the
+numbers are shown). Byte counts and simulated utilizations have no seed noise: they hold or
+do not.
 """
 
 from __future__ import annotations
 
 import math
 
-from pipemare_lite.experiments.record import difference_interval, mean_interval
+from pipemare_lite.experiments.record import difference_interval, interval_text, mean_interval
 
 SYNC = "1F1B (sync)"
 ASYNC = "async"
@@ -28,6 +30,16 @@ T1T2 = "async + T1 + T2"
 PMW = "PipeMare-W (T1 + T2 + warm-up)"
 PIPEDREAM = "PipeDream (stash)"
 HELD, NOT_HELD, NOT_SEPARABLE = "held", "did not hold", "not separable"
+
+#: The verdict rule in words, as :func:`judge` applies it (the design's "at or below 0",
+#: fixed before the run; the one definition a chapter prints).
+VERDICT_RULE = (
+    "held: the whole interval of the difference (95 %; 90 % for an equivalence test) lies "
+    "beyond the claim's threshold, on the claim's side; did not hold: the whole interval "
+    "lies at the threshold or beyond it on the other side (touching counts: a difference of "
+    "exactly 0 with no spread, as when both rows diverged in every seed, does not show one "
+    "row better than the other); not separable: anything else (the interval reaches across "
+    "the threshold, or touches it from the claim's side)")
 
 
 def qualities(row: dict) -> list[float]:
@@ -40,7 +52,9 @@ def _confidence(results: dict) -> float:
 
 
 def judge(low: float, high: float, threshold: float) -> str:
-    """"The quantity exceeds ``threshold``" from its interval ``[low, high]``."""
+    """"The quantity exceeds ``threshold``" from its interval ``[low, high]``: held when
+    ``low > threshold``, did not hold when ``high <= threshold`` (an interval that is the
+    point ``threshold`` included), else not separable (:data:`VERDICT_RULE`)."""
     if low > threshold:
         return HELD
     if high <= threshold:
@@ -49,14 +63,17 @@ def judge(low: float, high: float, threshold: float) -> str:
 
 
 def _show(values: list[float], confidence: float) -> str:
+    # the interval as the tables show it: cut to [0, 1], said so (paper_shape_table)
     low, high = mean_interval(values, confidence)
     mean = sum(values) / len(values)
-    return (f"{mean:.3f} (95% CI {low:.3f}..{high:.3f}; min-max {min(values):.3f}.."
+    return (f"{mean:.3f} (95% CI {interval_text(low, high)}; min-max {min(values):.3f}.."
             f"{max(values):.3f}; n={len(values)})")
 
 
 def _diff(d: dict) -> str:
-    return f"difference {d['estimate']:+.3f} (CI {d['low']:+.3f}..{d['high']:+.3f})"
+    # every difference the claims take lies in [-1, 1]: x - y, and x - (a + s) / 2
+    return (f"difference {d['estimate']:+.3f} (CI "
+            f"{interval_text(d['low'], d['high'], -1.0, 1.0, sign='+')})")
 
 
 def cell_rows(results: dict, study: str, sweep: str = "grid", P: int | None = None) -> dict:
@@ -101,8 +118,9 @@ def _recovers(number, what, t1, plain, sync, c) -> dict:
     diff = difference_interval([(1, t1), (-0.5, plain), (-0.5, sync)], c)
     return _claim(number, what, "async + T1 above the midpoint of async and 1F1B",
                   judge(diff["low"], diff["high"], 0.0),
-                  f"async + T1 {_show(t1, c)}; midpoint {(sum(plain) / len(plain) + sum(sync) / len(sync)) / 2:.3f}; "  # noqa: E501
-                  f"T1 - midpoint {_diff(diff)}", difference=diff)
+                  f"async + T1 {_show(t1, c)}; midpoint {(sum(plain) / len(plain) + sum(sync) / len(sync)) / 2:.3f} "  # noqa: E501
+                  f"(async n={len(plain)}, 1F1B n={len(sync)}); T1 - midpoint {_diff(diff)}",
+                  difference=diff)
 
 
 def _reaches(number, what, x, sync, delta, c) -> dict:
@@ -332,6 +350,31 @@ def predictions(results: dict) -> list[dict]:
                                  for rule in ("any_update", "after_anneal")},
                     "of": len(per_seed), "tolerance_updates": tolerance,
                     "bounds": {str(t): bounds[t] for t in sorted(bounds)}})  # fmt: skip
+    return out
+
+
+def onset_gaps(prediction: dict, rule: str) -> list[dict]:
+    """Per seed of one stored prediction cell, the measured onset beside the ``rule``'s
+    (``"any_update"`` or ``"after_anneal"``) predicted update, read the way the design's
+    tolerance cannot (a reading added after the run, while writing chapter 08; the stored
+    ``agree`` counts are the design's and stay as they are):
+
+    - ``gap``: measured minus predicted, in updates (None unless both exist);
+    - ``before``: the onset came *before* the predicted crossing, so the crossing cannot
+      have caused it, however small the gap;
+    - ``in_order``: both None, or the onset at or after the crossing and at most the
+      design's tolerance later: the design's agreement without the onsets that came first.
+    """
+    tolerance = prediction["tolerance_updates"]
+    out = []
+    for s in prediction["seeds"]:
+        measured, predicted = s["measured"], s[rule]["predicted"]
+        both = measured is not None and predicted is not None
+        gap = measured - predicted if both else None
+        out.append({"seed": s["seed"], "measured": measured, "predicted": predicted,
+                    "gap": gap, "before": both and gap < 0,
+                    "in_order": (measured is None and predicted is None)
+                    or (both and 0 <= gap <= tolerance)})  # fmt: skip
     return out
 
 

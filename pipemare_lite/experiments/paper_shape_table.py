@@ -8,7 +8,10 @@ max] over seeds, a diverged seed counted as 0 (the one convention,
 from __future__ import annotations
 
 import math
+import re
 
+from pipemare_lite.experiments import record
+from pipemare_lite.experiments.paper_shape_claims import onset_gaps
 from pipemare_lite.experiments.paper_shape_design import LABELS, SYNC
 
 
@@ -37,17 +40,68 @@ def mean_range(summary: dict | None, digits: int = 3) -> str:
 
 def quality_cell(row: dict) -> str:
     """``mean (CI low..high) [min, max]``, then the diverged seeds by rule ('not run' when
-    the row did not run)."""
+    the row did not run); the interval cut to [0, 1] where it reached beyond (said so)."""
     if row["not_run"]:
         return "not run"
     q = row["summary"]["quality"]
-    low, high = q["interval"]
-    text = (f"{q['mean']:.3f} ({low:.3f}..{high:.3f}) [{q['min']:.3f}, {q['max']:.3f}] "
-            f"n={q['n']}")  # fmt: skip
+    text = (f"{q['mean']:.3f} ({record.interval_text(*q['interval'])}) [{q['min']:.3f}, "
+            f"{q['max']:.3f}] n={q['n']}")  # fmt: skip
     if row["diverged_seeds"]:
         text += (f"; diverged {row['diverged_seeds']}/{q['n']} (non-finite "
                  f"{row['diverged_non_finite']}, loss rule {row['diverged_loss_rule']})")
     return text
+
+
+def _seed_range(seeds: list[int]) -> str:
+    if seeds == list(range(seeds[0], seeds[0] + len(seeds))) and len(seeds) > 2:
+        return f"{seeds[0]}..{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+def seed_groups(results: dict) -> str:
+    """Which rows ran which seeds, read from the stored rows (the meta's ``seeds`` is only
+    the default set): the smaller groups named study by study, the largest "every other"."""
+    groups: dict[tuple, dict[str, list[str]]] = {}
+    for r in results["rows"]:
+        if r["not_run"] or not r["seeds"]:
+            continue
+        what = r["label"] + {"grid": "", "check": " (check cell)",
+                             "curvature": " (curvature runs)"}.get(
+            r["sweep"], f" ({r['sweep']} cell)")  # fmt: skip
+        names = groups.setdefault(tuple(s["seed"] for s in r["seeds"]), {})
+        if what not in names.setdefault(r["study"], []):
+            names[r["study"]].append(what)
+    ordered = sorted(groups.items(), key=lambda g: sum(map(len, g[1].values())))
+    lines = []
+    for seeds, studies in ordered[:-1]:
+        lines.append(f"seeds {_seed_range(list(seeds))} (n = {len(seeds)}):")
+        lines += [f"    {study}: {', '.join(names)}" for study, names in studies.items()]
+    if ordered:
+        seeds = ordered[-1][0]
+        lines.append(f"seeds {_seed_range(list(seeds))} (n = {len(seeds)}): every other row "
+                     "and cell")
+    return "\n".join(lines)
+
+
+def stage0_delay(row: dict) -> tuple[str, str]:
+    """Stage 0's measured forward delay (updates) over a row's seeds, and a note when the
+    seeds differ: a run that diverged stops, and one that stopped before the pipeline was
+    full applied only the delays it reached (its largest is then below the steady state).
+
+    Returns ``(cell, note)``: ``"16"`` and ``""`` when every seed agrees, else the largest
+    with the per-seed values and the updates the short seeds completed."""
+    if row["not_run"]:
+        return "-", ""
+    delays = [s["forward_delay_max"][0] for s in row["seeds"]]
+    largest = max(delays)
+    if len(set(delays)) == 1:
+        return str(largest), ""
+    short = [s for s in row["seeds"] if s["forward_delay_max"][0] < largest]
+    return (f"{largest} (seeds {'/'.join(map(str, delays))})",
+            "; ".join(f"seed {s['seed']} "
+                      + (f"diverged at update {s['divergence_step']}" if s["diverged"]
+                         else f"ended after {s['steps']} updates")
+                      + f" with stage 0's delay at {s['forward_delay_max'][0]}" for s in short))
 
 
 def _rows(results: dict, study: str, sweep: str, P: int | None = None) -> list[dict]:
@@ -89,14 +143,19 @@ def _grid_table(results: dict, study: str) -> list[str]:
     for label in labels:
         lines.append(f"| {label} | " + " | ".join(
             quality_cell(grid[(p, label)]) if (p, label) in grid else "-" for p in ps) + " |")
-    delays = []
+    delays, notes = [], []
     for label in ("async", "PipeDream (stash)", "2BW"):
         cells = [grid[(p, label)] for p in ps if (p, label) in grid]
         if cells:
             delays.append(f"{label} " + ", ".join(
-                f"P={c['P']}: {c['forward_delay_max'][0] if not c['not_run'] else '-'}"
-                for c in cells))
-    lines += ["", "Measured max forward delay of stage 0 (updates): " + "; ".join(delays) + "."]
+                f"P={c['P']}: {stage0_delay(c)[0]}" for c in cells))
+            notes += [f"{label} P={c['P']}: {stage0_delay(c)[1]}" for c in cells
+                      if stage0_delay(c)[1]]
+    lines += ["", "Measured max forward delay of stage 0 (updates; the largest over seeds): "
+              + "; ".join(delays) + "."]
+    if notes:
+        lines += ["", "A seed that diverged stops, and one that stopped before the pipeline was "
+                  "full applied only the delays it reached: " + "; ".join(notes) + "."]
     return lines
 
 
@@ -147,18 +206,25 @@ def _prediction_table(results: dict) -> list[str]:
     lines = ["Stability bounds used (largest stable lr x lam, momentum heavy ball) by delay: "
              + ", ".join(f"tau {t}: {b:.4g}" for t, b in first["bounds"].items()) + ".", "",
              "| cell | K | W | seed: measured / predicted (any update) / predicted (after the "
-             "anneal) | agree (any update) | agree (after the anneal) |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+             "anneal) | agree (any update) | agree (after the anneal) | in order (any update) "
+             "| in order (after the anneal) |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for p in results["predictions"]:
         what = p["label"] + ("" if p["sweep"] == "grid" else f" ({p['sweep']} cell)")
         pairs = "; ".join(f"{s['seed']}: {_num(s['measured'])} / "
                           f"{_num(s['any_update']['predicted'])} / "
                           f"{_num(s['after_anneal']['predicted'])}" for s in p["seeds"])
+        order = [sum(g["in_order"] for g in onset_gaps(p, rule))
+                 for rule in ("any_update", "after_anneal")]
         lines.append(f"| {what} | {p['t1_horizon']} | {p['warmup_minibatches']} | {pairs} | "
                      f"{p['agreeing']['any_update']}/{p['of']} | "
-                     f"{p['agreeing']['after_anneal']}/{p['of']} |")
-    lines += ["", f"Agreement: both none, or within {first['tolerance_updates']:g} updates "
-              "(fixed in advance). '-': none."]
+                     f"{p['agreeing']['after_anneal']}/{p['of']} | "
+                     f"{order[0]}/{p['of']} | {order[1]}/{p['of']} |")
+    lines += ["", f"Agreement (fixed in advance): both none, or within "
+              f"{first['tolerance_updates']:g} updates either way. In order (a stricter reading "
+              "added after the run, chapter 08): both none, or the onset at or after the "
+              "predicted update and at most that many updates later; an onset before the "
+              "predicted crossing cannot have been caused by it. '-': none."]
     return lines
 
 
@@ -191,7 +257,11 @@ def _evidence(results: dict, study: str) -> list[str]:
 CONVENTION = (
     "Quality: final test accuracy, a diverged seed (non-finite loss, or a last-window training "
     "loss above the fixed multiple of the first window's) counted as 0 in every table, "
-    "interval and verdict. Cells: mean (95 % Student-t interval) [min, max] n=seeds. Memory: "
+    "interval and verdict. Cells: mean (95 % Student-t interval) [min, max] n=seeds; an "
+    "interval that reached beyond the range an accuracy can take is shown cut to [0, 1] (a "
+    "difference of two: to [-1, 1]) and marked 'cut' (with few seeds that disagree it says "
+    "only that they disagree; no verdict changes, every threshold lies inside the range). "
+    "Memory: "
     "peak bytes per kind measured by the executor, summed over stages (largest over seeds). "
     "Utilization: the row's schedule over the whole run, simulated with F = 1, B = 2.")
 
@@ -209,6 +279,27 @@ def describe_claim(claim: dict) -> str:
     return (f"claim {claim['number']}, {claim['claim']}: {claim['verdict'].upper()}, "
             f"{PLAIN_WORDS[claim['verdict']]}\n   test: {claim['test']}\n   "
             f"numbers: {claim['numbers']}")
+
+
+def compared_seeds(claim: dict) -> list[int]:
+    """The seed counts of the rows a claim compares, as its numbers print them (``n=8``);
+    empty for a claim without seed noise (bytes, simulated utilization, per-seed tests)."""
+    return [int(n) for n in re.findall(r"\bn=(\d+)", claim["numbers"])]
+
+
+def claims_by_seed_count(results: dict) -> str:
+    """One line per combination of seed counts: which claims compare rows of how many seeds."""
+    groups: dict[str, list[str]] = {}
+    for c in results["claims"]:
+        counts = compared_seeds(c)
+        if len(counts) == 3:  # a row against the midpoint of two others
+            key = f"{counts[0]} seeds against the midpoint of {counts[1]} and {counts[2]}"
+        elif counts:
+            key = " against ".join(map(str, counts)) + " seeds"
+        else:
+            key = "no seed interval (bytes, simulated utilization, or every seed tested)"
+        groups.setdefault(key, []).append(c["number"])
+    return "\n".join(f"claims {', '.join(numbers)}: {key}" for key, numbers in groups.items())
 
 
 def claims_numbered(results: dict, *numbers: str) -> list[dict]:

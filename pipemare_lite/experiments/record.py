@@ -232,12 +232,19 @@ def read_stored(directory, stem: str) -> tuple[dict | None, dict | None]:
     return json.loads(results.read_text()), json.loads(meta.read_text())
 
 
-def provenance(meta: dict) -> str:
-    """Two lines for a chapter: the command that regenerates a stored result, and when, by
-    which version, with which seeds and how long it took on the machine that wrote it."""
+def provenance(meta: dict, seeds: str | None = None) -> str:
+    """Lines for a chapter: the command that regenerates a stored result, and when, by
+    which version, with which seeds and how long it took on the machine that wrote it.
+
+    ``seeds``: which rows ran which seeds, where they differ (e.g.
+    :func:`pipemare_lite.experiments.paper_shape_table.seed_groups`), printed instead of
+    the meta's one list (then only the default set).
+    """
+    seed_text = "" if seeds else f"seeds {meta.get('seeds')}, "
     return (f"regenerate with: {meta['command']}\nstored {str(meta.get('date', '?'))[:10]} by "
-            f"version {meta.get('package_version')}, seeds {meta.get('seeds')}, "
-            f"{meta.get('wall_seconds')} s wall on the machine that wrote it")
+            f"version {meta.get('package_version')}, {seed_text}"
+            f"{meta.get('wall_seconds')} s wall on the machine that wrote it"
+            + (f"\n{seeds}" if seeds else ""))
 
 
 # --------------------------------------------------------------------------- seed values
@@ -370,6 +377,33 @@ def mean_interval(values, confidence: float = 0.95) -> list[float]:
         return [mean, mean]
     half = student_t_quantile((1 + confidence) / 2, n - 1) * math.sqrt(variance / n)
     return [mean - half, mean + half]
+
+
+def clipped(low: float, high: float, lowest: float = 0.0,
+            highest: float = 1.0) -> tuple[float, float, bool]:
+    """``(low, high, cut)``: an interval cut to the range its quantity can take, and whether
+    it was cut.
+
+    A Student-t interval assumes a bell-shaped mean; an accuracy lies in [0, 1] (a
+    difference of two in [-1, 1]). With 3 seeds of which some diverged (quality 0) and some
+    did not, the t-interval reaches far beyond the range: it then says only that the seeds
+    disagree too widely to pin the mean down. The tables show it cut to the range and say
+    so; the verdicts are unchanged by the cut, since every threshold lies inside the range.
+    """
+    if lowest > highest:
+        raise ValueError(f"the range [{lowest}, {highest}] is empty")
+    cut_low, cut_high = max(low, lowest), min(high, highest)
+    return cut_low, cut_high, (cut_low, cut_high) != (low, high)
+
+
+def interval_text(low: float, high: float, lowest: float = 0.0, highest: float = 1.0,
+                  sign: str = "") -> str:
+    """``low..high`` cut to ``[lowest, highest]`` (the range the quantity can take), with
+    ``, cut to [lowest, highest]`` when the Student-t interval reached beyond it
+    (:func:`clipped`). ``sign="+"`` prints signs."""
+    low, high, cut = clipped(low, high, lowest, highest)
+    return (f"{low:{sign}.3f}..{high:{sign}.3f}"
+            + (f", cut to [{lowest:g}, {highest:g}]" if cut else ""))
 
 
 def difference_interval(terms, confidence: float = 0.95) -> dict:
