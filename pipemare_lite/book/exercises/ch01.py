@@ -1,10 +1,10 @@
 """Exercises of chapter 01, naive model parallelism: one batch in flight.
 
-- ``ex01_1`` ``naive_utilization(P) -> float``: the fraction of time a device computes when
-  one batch passes through P equal stages (the engine's simulator measures it).
-- ``ex01_2`` ``naive_order(P) -> list[list[str]]``: the F/B actions of each rank for one
+- ``ex01_1`` ``naive_order(P) -> list[list[str]]``: the F/B actions of each rank for one
   microbatch, e.g. rank 0: ``["0F0", "0B0"]`` (the engine's ``"naive"`` schedule without
   its ``U`` actions).
+- ``ex01_2`` ``naive_utilization(P) -> float``: the fraction of time a device computes when
+  one batch passes through P equal stages (the engine's simulator measures it).
 - ``ex01_3`` ``naive_start_times(P, F, B) -> list[list[float]]``: per rank, when its forward
   and its backward start in the naive schedule with one microbatch, a forward costing F and
   a backward B (the simulator's timeline): predict the timeline before seeing it.
@@ -44,7 +44,7 @@ def _backward_first(P: int) -> list[list[str]]:
 
 EXERCISES = [
     Exercise(
-        id="ex01_1",
+        id="ex01_2",
         chapter=1,
         title="Utilization of naive model parallelism",
         function_name="naive_utilization",
@@ -72,7 +72,7 @@ EXERCISES = [
         ),
     ),
     Exercise(
-        id="ex01_2",
+        id="ex01_1",
         chapter=1,
         title="The order of work in naive model parallelism",
         function_name="naive_order",
