@@ -99,6 +99,35 @@ def _v_cases(seed: int) -> list[dict]:
 
 EXERCISES = [
     Exercise(
+        id="ex04_1",
+        chapter=4,
+        title="Messages between ranks per microbatch with interleaving",
+        function_name="p2p_messages_per_microbatch",
+        signature="p2p_messages_per_microbatch(P, v) -> int",
+        hint=(
+            "A microbatch passes through v*P virtual stages and virtual stage s lives on rank "
+            "s % P. Count the hops that change rank on the way forward, then on the way back.",
+            "The whole method: going forward, a microbatch walks virtual stages 0, 1, ..., v P - "
+            "1; each of the v P - 1 steps from stage s to s + 1 moves from rank s % P to rank (s "
+            "+ 1) % P, which is always another rank when P > 1. The backward walks the same steps "
+            "in reverse. So count the forward hops that change rank and double them.",
+        ),
+        cases=lambda: _p2p_cases(402),
+        reference=references.p2p_messages_counted,
+        compare=compare_int,
+        mistakes=(
+            Mistake("you counted the activations going forward only; each one's gradient "
+                    "comes back too", lambda P, v: v * P - 1),
+            Mistake("between two passes through the ranks a microbatch also goes from the "
+                    "last rank back to rank 0", lambda P, v: 2 * v * (P - 1)),
+            Mistake("v does not appear: with v pieces per rank the microbatch passes through "
+                    "the ranks v times", lambda P, v: 2 * (P - 1)),
+        ),
+        engine_answers=(
+            "pipemare_lite.schedules.builders.interleaved.interleaved",
+        ),
+    ),
+    Exercise(
         id="ex04_2",
         chapter=4,
         title="Idle fraction of interleaved 1F1B",
@@ -130,35 +159,6 @@ EXERCISES = [
             "pipemare_lite.analysis.simulate.metrics",
             "pipemare_lite.analysis.formulas.idle_fraction_interleaved",
             "pipemare_lite.analysis.formulas.makespan_interleaved",
-        ),
-    ),
-    Exercise(
-        id="ex04_1",
-        chapter=4,
-        title="Messages between ranks per microbatch with interleaving",
-        function_name="p2p_messages_per_microbatch",
-        signature="p2p_messages_per_microbatch(P, v) -> int",
-        hint=(
-            "A microbatch passes through v*P virtual stages and virtual stage s lives on rank "
-            "s % P. Count the hops that change rank on the way forward, then on the way back.",
-            "The whole method: going forward, a microbatch walks virtual stages 0, 1, ..., v P - "
-            "1; each of the v P - 1 steps from stage s to s + 1 moves from rank s % P to rank (s "
-            "+ 1) % P, which is always another rank when P > 1. The backward walks the same steps "
-            "in reverse. So count the forward hops that change rank and double them.",
-        ),
-        cases=lambda: _p2p_cases(402),
-        reference=references.p2p_messages_counted,
-        compare=compare_int,
-        mistakes=(
-            Mistake("you counted the activations going forward only; each one's gradient "
-                    "comes back too", lambda P, v: v * P - 1),
-            Mistake("between two passes through the ranks a microbatch also goes from the "
-                    "last rank back to rank 0", lambda P, v: 2 * v * (P - 1)),
-            Mistake("v does not appear: with v pieces per rank the microbatch passes through "
-                    "the ranks v times", lambda P, v: 2 * (P - 1)),
-        ),
-        engine_answers=(
-            "pipemare_lite.schedules.builders.interleaved.interleaved",
         ),
     ),
     Exercise(

@@ -64,18 +64,12 @@ from pipemare_lite.book.exercises import (
 )
 from pipemare_lite.book.exercises.exercise import Exercise
 
-
-def _number_in_chapter(exercise: Exercise) -> int:
-    """k of ``exNN_k``: a chapter numbers its exercises in the order a reader meets them
-    (tests/test_exercises_numbering.py), whatever order its module defines them in."""
-    return int(exercise.id.rsplit("_", 1)[1])
-
-
-#: exercise id -> :class:`Exercise`, in book order.
+#: exercise id -> :class:`Exercise`, in book order (each chapter module lists its exercises
+#: in the order a reader meets them: tests/test_exercises_numbering.py).
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
     for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12)
-    for exercise in sorted(module.EXERCISES, key=_number_in_chapter)
+    for exercise in module.EXERCISES
 }
 
 
