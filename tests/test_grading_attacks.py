@@ -116,7 +116,7 @@ def test_a_dataclass_naming_a_module_it_wrote_into_the_package_runs_nothing(tmp_
         assert not (PACKAGE / "evil_31.py").exists()
         assert not marker.exists()
         assert _points(reports, "a_mallory") == 0 and _points(reports, "b_honest") == 2
-        assert "Fake" in reports[0].grades[0].message
+        assert "Fake" in reports[0].grades[1].message  # ex01_2, naive_utilization
     finally:
         (PACKAGE / "evil_31.py").unlink(missing_ok=True)
 
