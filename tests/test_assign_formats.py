@@ -89,7 +89,7 @@ def test_otter_markup_of_a_chapter():
     assert raw.count("# BEGIN QUESTION") == raw.count("# END QUESTION") == len(exercises)
     code = "\n".join(c.source for c in marked.cells if c.cell_type == "code")
     assert "### BEGIN SOLUTION" not in code and "# BEGIN SOLUTION" in code
-    assert "_ = check('ex04_2', p2p_messages_per_microbatch, raises=True, quiet=True)" in code
+    assert "_ = check('ex04_1', p2p_messages_per_microbatch, raises=True, quiet=True)" in code
 
 
 def test_cli_format_options(tmp_path, capsys):
@@ -153,7 +153,7 @@ def test_nbgrader_round_trip(tmp_path):
     maximum = sum(e.points for e in list_exercises(4))
     assert float(rows["alice"]["max_score"]) == maximum
     assert float(rows["alice"]["score"]) == maximum
-    wrong_points = next(e.points for e in list_exercises(4) if e.id == "ex04_2")
+    wrong_points = next(e.points for e in list_exercises(4) if e.id == "ex04_1")
     assert float(rows["bob"]["score"]) == maximum - wrong_points
 
 
@@ -191,8 +191,8 @@ def test_otter_round_trip(tmp_path):
         timeout=300,
     )
     report = wrong.stdout + wrong.stderr
-    assert "ex04_2 results:" in report and "known mistake" in report, report[-3000:]
-    assert "ex04_1 results: All test cases passed!" in report
+    assert "ex04_1 results:" in report and "known mistake" in report, report[-3000:]
+    assert "ex04_2 results: All test cases passed!" in report
     assert "ex04_3 results: All test cases passed!" in report
     # issue 31: the export generates the autograder zip, so `otter run` grades as exported
     (autograder,) = (folder / "dist" / "autograder").glob("*.zip")

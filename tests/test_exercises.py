@@ -152,15 +152,15 @@ def test_unknown_id_lists_known_ids():
 def test_required_ids_and_names_are_registered():
     # the chapter writers use exactly these (issue 5)
     required = {
-        "ex01_1": "naive_utilization",
-        "ex01_2": "naive_order",
+        "ex01_1": "naive_order",
+        "ex01_2": "naive_utilization",
         "ex02_1": "gpipe_order",
         "ex02_2": "idle_fraction",
         "ex02_3": "smallest_m_below",  # was the constant M_FOR_10_PERCENT (issue 18)
         "ex03_1": "one_f_one_b_order",
         "ex03_2": "peak_activations_1f1b",
-        "ex04_1": "interleaved_idle_fraction",
-        "ex04_2": "p2p_messages_per_microbatch",
+        "ex04_1": "p2p_messages_per_microbatch",
+        "ex04_2": "interleaved_idle_fraction",
     }
     for exercise_id, name in required.items():
         exercise = EXERCISES[exercise_id]
@@ -186,7 +186,7 @@ def test_cases_are_deterministic_and_include_edge_cases():
         if exercise.kind == "function":
             first, second = exercise.cases(), exercise.cases()
             assert first == second and len(first) >= 4, exercise.id
-    assert {"P": 1} in EXERCISES["ex01_1"].cases()
+    assert {"P": 1} in EXERCISES["ex01_2"].cases()
     assert {"P": 4, "M": 2} in EXERCISES["ex03_1"].cases()  # M < P: clamped warm-up
 
 

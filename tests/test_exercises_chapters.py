@@ -261,16 +261,16 @@ def smallest_accumulation(P, max_delay):
 
 SOLUTIONS = {
     "ex00_1": gpipe_action_count,
-    "ex01_1": naive_utilization,
-    "ex01_2": naive_order,
+    "ex01_1": naive_order,
+    "ex01_2": naive_utilization,
     "ex01_3": naive_start_times,
     "ex02_1": gpipe_order,
     "ex02_2": idle_fraction,
     "ex02_3": smallest_m_below,
     "ex03_1": one_f_one_b_order,
     "ex03_2": peak_activations_1f1b,
-    "ex04_1": interleaved_idle_fraction,
-    "ex04_2": p2p_messages_per_microbatch,
+    "ex04_1": p2p_messages_per_microbatch,
+    "ex04_2": interleaved_idle_fraction,
     "ex04_3": count_p2p_messages,
     "ex04_4": v_messages_per_microbatch,
     "ex06_1": delayed_gd,
@@ -297,8 +297,8 @@ SOLUTIONS = {
 
 WRONG = {
     "ex00_1": lambda P, M: P * M,  # forgot the backwards
-    "ex01_1": lambda P: 1 / (P + 1),
-    "ex01_2": lambda P: [[f"{r}B0", f"{r}F0"] for r in range(P)],
+    "ex01_1": lambda P: [[f"{r}B0", f"{r}F0"] for r in range(P)],
+    "ex01_2": lambda P: 1 / (P + 1),
     "ex02_1": lambda P, M: [  # backwards in reverse order
         [f"{r}F{m}" for m in range(M)] + [f"{r}B{m}" for m in reversed(range(M))]
         for r in range(P)
@@ -309,8 +309,8 @@ WRONG = {
     ),
     "ex03_1": gpipe_order,
     "ex03_2": lambda P, M: [P - s for s in range(P)],  # forgot that M may be < P
-    "ex04_1": lambda P, M, v: (P - 1) / (M + P - 1),  # ignored v
-    "ex04_2": lambda P, v: v * P - 1,  # forgot the backward
+    "ex04_1": lambda P, v: v * P - 1,  # forgot the backward
+    "ex04_2": lambda P, M, v: (P - 1) / (M + P - 1),  # ignored v
     "ex01_3": lambda P, F, B: [[r * F, P * F + (P - 1 - r) * F] for r in range(P)],  # F hops
     "ex04_4": lambda P, v: 2 * (v * P - 1),  # the round-robin count: the turns counted
     "ex04_3": lambda schedule: sum(  # forwards only
@@ -447,7 +447,7 @@ def test_known_mistakes_are_named_without_the_answer():
         "ex02_2": (lambda P, M: (P - 1) / M, "bubble ratio"),
         "ex03_2": (lambda P, M: [max(0, min(P - 1 - s, M)) for s in range(P)], "P-1-s"),
         "ex02_3": (WRONG["ex02_3"], "strictly less"),
-        "ex04_2": (lambda P, v: v * P - 1, "forward only"),
+        "ex04_1": (lambda P, v: v * P - 1, "forward only"),
         "ex00_1": (lambda P, M: P * M, "one kind of action"),
     }
     for exercise_id, (answer, words) in named.items():
@@ -460,17 +460,17 @@ def test_known_mistakes_are_named_without_the_answer():
 def test_numbers_say_too_high_or_too_low_and_the_first_case_shown_is_representative():
     low = run_checks("ex02_2", lambda P, M: (P - 1) / (M + P - 1) / 2)
     assert "too low" in low.message
-    high = run_checks("ex04_1", lambda P, M, v: (P - 1) / (M + P - 1))
+    high = run_checks("ex04_2", lambda P, M, v: (P - 1) / (M + P - 1))
     assert "too high" in high.message
     # wrong everywhere, P = 1 included: the case shown is not the degenerate one
-    result = run_checks("ex01_1", lambda P: 0.5 / P)
+    result = run_checks("ex01_2", lambda P: 0.5 / P)
     assert result.failing_case["P"] > 1, result.failing_case
     assert f"0 of {result.cases_total} cases passed" in result.message
 
 
 def test_hints_do_not_state_the_answer():
     assert "one forward and one backward" not in " ".join(EXERCISES["ex00_1"].hints)
-    assert "forwards before backwards" not in " ".join(EXERCISES["ex01_2"].hints)
+    assert "forwards before backwards" not in " ".join(EXERCISES["ex01_1"].hints)
     for exercise in EXERCISES.values():
         for mistake in exercise.mistakes:
             assert "min(P - s" not in mistake.message and "2(vP" not in mistake.message
@@ -530,10 +530,10 @@ def test_engine_closed_forms_agree_with_the_simulator_backed_exercises():
     from pipemare_lite.analysis import formulas
 
     closed_forms = {
-        "ex01_1": lambda P: 1 - formulas.idle_fraction_naive(P),
+        "ex01_2": lambda P: 1 - formulas.idle_fraction_naive(P),
         "ex02_2": formulas.idle_fraction_gpipe,
         "ex03_2": lambda P, M: [formulas.peak_inflight_1f1b(P, M, s) for s in range(P)],
-        "ex04_1": formulas.idle_fraction_interleaved,
+        "ex04_2": formulas.idle_fraction_interleaved,
     }
     for exercise_id, closed_form in closed_forms.items():
         exercise = EXERCISES[exercise_id]

@@ -6,6 +6,9 @@ Each test names what the old code (9cbc2d3) said for the same answer.
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+import nbformat
 
 from pipemare_lite.book.exercises import run_checks
 from pipemare_lite.book.exercises.compare import (
@@ -17,6 +20,8 @@ from pipemare_lite.book.exercises.compare import (
 from pipemare_lite.book.exercises.plain import dumps, from_plain, loads, to_plain
 from tests.notebook_files import write_notebook
 from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_nan_answer_is_named_nan_not_too_low():
@@ -187,6 +192,56 @@ def test_answers_that_break_the_texts_boundary_fail():
         result = run_checks(exercise_id, wrong)
         assert not result.passed and result.cases_total - result.cases_passed == 2, (
             exercise_id, result.message)
+
+
+def test_ex09_2_boundary_is_stated_and_a_strict_comparison_is_named():
+    """A fresh student: the statement said "within", only the hint said "at most", and an
+    answer with >= failed the boundary cases with no mistake named. Now the statement says
+    where the boundary lies, and the wrong comparison is named on a boundary case."""
+    chapter = nbformat.read(ROOT / "chapters" / "09_t2_discrepancy_correction_and_warm_up.ipynb",
+                            as_version=4)
+    (statement,) = [c.source for c in chapter.cells
+                    if c.cell_type == "markdown" and "updates_until_calibrated(" in c.source
+                    and "Exercise 2" in c.source]
+    assert "*at most*" in statement and "exactly equal" in statement, statement
+    result = run_checks("ex09_2", _calibration(lambda missing, tol: missing >= tol))
+    gamma, tolerance = result.failing_case["gamma"], result.failing_case["tolerance"]
+    assert any(gamma ** k == tolerance for k in range(1, 60)), result.failing_case  # on it
+    assert "A known mistake: this waits until the missing part is strictly below" in (
+        result.message), result.message
+
+
+def test_ex05_2_the_recalled_worst_case_is_named():
+    """A fresh student: the recalled ceil(D/N), which the hint mentions, named no mistake."""
+    for recalled, words in (
+        (lambda P, N, stage, position: -(-(2 * (P - stage) - 1) // N), "ignores the position"),
+        (lambda P, N, stage, position: math.ceil((2 * (P - stage) + 1) / N), "counts stages"),
+    ):
+        message = run_checks("ex05_2", recalled).message
+        assert "A known mistake: this is the recalled" in message and words in message, message
+
+
+def _pick_counting_none_as_zero(rows, budget_bytes):
+    fitting = [r for r in rows if r["device_peak"] <= budget_bytes]
+    if not fitting:
+        return None
+    return max(fitting, key=lambda r: (r["utilization"] or 0, -r["device_peak"]))["method"]
+
+
+def test_ex10_2_shows_every_row_and_names_a_method_that_cannot_run():
+    """A fresh student: an answer treating utilization None as 0 was told "returned '2bw',
+    which is not right." with the rows cut off mid-dict ('utilizati...'), so the row that
+    decides the case (2bw, peak 0, utilization None) was hidden, and no mistake was named.
+    Now the rows are a table, one per line, and the mistake is named."""
+    result = run_checks("ex10_2", _pick_counting_none_as_zero)
+    assert not result.passed, result.message
+    said = result.message.split("Hint:")[0]
+    assert "..." not in said, said
+    for row in result.failing_case["rows"]:
+        line = next(s for s in said.splitlines() if s.split()[:1] == [row["method"]])
+        assert line.split()[1:] == [str(row["device_peak"]), str(row["utilization"])], line
+    assert "returned '2bw'" in said and "\n   returned" in said, said
+    assert "A known mistake: this keeps a row whose utilization is missing" in said, said
 
 
 def test_jail_uids_are_distinct_and_valid_for_any_pid(monkeypatch):

@@ -93,8 +93,8 @@ def test_grading_a_student_writes_one_verdict_per_exercise(tmp_path):
         if problem is not None:
             messages[exercise_id] = problem.get("message", "") + (problem.text or "")
     assert set(verdicts) == set(EXERCISES)
-    assert verdicts["ex01_1"] == verdicts["ex02_3"] == "passed"
-    assert verdicts["ex01_2"] == "failed" and "Hint:" in messages["ex01_2"]
+    assert verdicts["ex01_2"] == verdicts["ex02_3"] == "passed"
+    assert verdicts["ex01_1"] == "failed" and "Hint:" in messages["ex01_1"]
     assert verdicts["ex02_1"] == "failed" and "not attempted yet" in messages["ex02_1"]
     assert verdicts["ex02_2"] == "failed" and "longer than 2 s" in messages["ex02_2"]
     assert verdicts["ex03_1"] == "failed" and "no notebook for chapter 03" in messages["ex03_1"]

@@ -20,7 +20,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from pipemare_lite.book.exercises import list_exercises
+from pipemare_lite.book.exercises import get_exercise, list_exercises
 from pipemare_lite.book.exercises.grading import (
     class_submissions,
     grade_class,
@@ -136,15 +136,15 @@ def test_attack_2_an_assignment_in_the_exercise_cell_cannot_patch_the_registry(t
         def naive_utilization(P):
             return 0
 
-        registry.EXERCISES["ex01_1"] = dataclasses.replace(
-            registry.EXERCISES["ex01_1"], compare=lambda a, e: None)
-        check("ex01_1", naive_utilization)
+        registry.EXERCISES["ex01_2"] = dataclasses.replace(
+            registry.EXERCISES["ex01_2"], compare=lambda a, e: None)
+        check("ex01_2", naive_utilization)
         """,
     )
     # control: loaded in the grader's process, the assignment makes `return 0` pass
     assert _in_process_passes("", folder) >= 1
 
-    report = grade_submission(folder, ["ex01_1"])
+    report = grade_submission(folder, ["ex01_2"])
     (grade,) = report.grades
     assert grade.status == "failed" and grade.points == 0, grade.message
     assert "naive_utilization(P=" in grade.message and "returned 0" in grade.message
@@ -165,11 +165,11 @@ def test_removing_the_import_guard_patches_only_the_workers_copy(tmp_path):
 
         sys.meta_path[:] = [f for f in sys.meta_path if "Block" not in type(f).__name__]
         registry = __import__("pipemare_lite.book.exercises.registry", fromlist=["x"])
-        registry.EXERCISES["ex01_1"] = dataclasses.replace(
-            registry.EXERCISES["ex01_1"], compare=lambda a, e: None)
+        registry.EXERCISES["ex01_2"] = dataclasses.replace(
+            registry.EXERCISES["ex01_2"], compare=lambda a, e: None)
         """,
     )
-    (grade,) = grade_submission(folder, ["ex01_1"]).grades
+    (grade,) = grade_submission(folder, ["ex01_2"]).grades
     assert grade.status == "failed" and grade.points == 0, grade.message
 
 
@@ -190,7 +190,7 @@ def test_worker_cannot_import_the_definitions(tmp_path):
             return found
         """,
     )
-    (grade,) = grade_submission(folder, ["ex01_1"]).grades
+    (grade,) = grade_submission(folder, ["ex01_2"]).grades
     assert "returned [] (list)" in grade.message, grade.message  # none could be imported
 
 
@@ -223,8 +223,8 @@ def test_endless_loop_crash_and_memory_hog_cost_one_exercise_each(tmp_path):
     report = grade_submission(folder, ["ex01_1", "ex01_2", "ex02_1", "ex02_2"], timeout=3,
                               memory_mb=2048)
     status = {g.exercise_id: g for g in report.grades}
-    assert status["ex01_2"].status == "passed" and status["ex01_2"].points == 1
-    assert status["ex01_1"].status == "error" and "MemoryError" in status["ex01_1"].message
+    assert status["ex01_1"].status == "passed" and status["ex01_1"].points == 1
+    assert status["ex01_2"].status == "error" and "MemoryError" in status["ex01_2"].message
     assert status["ex02_1"].status == "timed out" and "longer than 3 s" in status["ex02_1"].message
     assert status["ex02_2"].status == "crashed" and "exit code 3" in status["ex02_2"].message
 
@@ -235,9 +235,9 @@ def test_case_counts_are_honest_and_every_case_runs(tmp_path):
     _write_notebook(
         folder / "01_naive.ipynb", "def naive_utilization(P):\n    return 1 / P if P < 4 else 0.5\n"
     )
-    (grade,) = grade_submission(folder, ["ex01_1"]).grades
+    (grade,) = grade_submission(folder, ["ex01_2"]).grades
     # the grader's cases: check()'s fixed ones and random ones drawn from its secret
-    cases = [c["P"] for c in graded_cases(list_exercises(1)[0], instructor_secret())]
+    cases = [c["P"] for c in graded_cases(get_exercise("ex01_2"), instructor_secret())]
     right = sum(1 for P in cases if P < 4)
     assert (grade.cases_passed, grade.cases_total) == (right, len(cases))
     assert f"{right} of {len(cases)} cases passed" in grade.message
@@ -271,7 +271,7 @@ def test_class_csv_and_reports_have_points_per_exercise(tmp_path):
     detail = list(csv.DictReader(written["grades_detail.csv"].open()))
     assert {(r["student"], r["exercise"], r["status"]) for r in detail} == {
         ("alice", "ex01_1", "passed"), ("alice", "ex01_2", "passed"),
-        ("bob", "ex01_1", "failed"), ("bob", "ex01_2", "missing"),
+        ("bob", "ex01_1", "missing"), ("bob", "ex01_2", "failed"),
     }
     bob_report = written["bob"].read_text()
     assert "0 / 2 points" in bob_report and "naive_utilization(P=" in bob_report
@@ -304,9 +304,9 @@ def test_an_exercise_whose_cases_cannot_travel_is_reported_not_fatal(tmp_path, m
 
     from pipemare_lite.book.exercises import registry
 
-    exercise = registry.EXERCISES["ex01_1"]
+    exercise = registry.EXERCISES["ex01_2"]
     broken = dataclasses.replace(exercise, cases=lambda: [{"P": lambda: 4}])
-    monkeypatch.setitem(registry.EXERCISES, "ex01_1", broken)
+    monkeypatch.setitem(registry.EXERCISES, "ex01_2", broken)
     folder = tmp_path / "s"
     folder.mkdir()
     _write_notebook(folder / "01_naive.ipynb",
@@ -314,8 +314,8 @@ def test_an_exercise_whose_cases_cannot_travel_is_reported_not_fatal(tmp_path, m
                     "def naive_order(P):\n    return [[f'{s}F0', f'{s}B0'] for s in range(P)]\n")
     report = grade_submission(folder, ["ex01_1", "ex01_2"])
     grades = {g.exercise_id: g for g in report.grades}
-    assert grades["ex01_1"].status == "crashed" and "picklable" in grades["ex01_1"].message
-    assert grades["ex01_2"].status == "passed"
+    assert grades["ex01_1"].status == "passed"
+    assert grades["ex01_2"].status == "crashed" and "picklable" in grades["ex01_2"].message
 
 
 def test_grading_rejects_answers_that_only_wrap_the_engine(tmp_path):
@@ -338,6 +338,6 @@ def test_grading_rejects_answers_that_only_wrap_the_engine(tmp_path):
         "def naive_utilization(P):\n"
         "    return simulate_and_measure(build_schedule('naive', P, 1))[1].utilization\n",
     )
-    report = grade_submission(folder, ["ex01_1", "ex02_1", "ex02_2"])
+    report = grade_submission(folder, ["ex01_2", "ex02_1", "ex02_2"])
     for grade in report.grades:
         assert grade.status == "failed" and "uses the engine's" in grade.message, grade.message

@@ -58,7 +58,7 @@ def test_adapter_pre_grades_the_notebooks_next_to_it(tmp_path):
 
 def test_the_handout_ships_no_engine_file_that_answers_an_exercise(tmp_path):
     """Issue 31: the handout's engine_source/ held formulas.py, whose one-line functions
-    answered ex02_2, ex04_1 and ex12_1, and simulate.py with ex04_3's logic. Now a file that
+    answered ex02_2, ex04_2 and ex12_1, and simulate.py with ex04_3's logic. Now a file that
     defines any exercise's engine answer is left out; its links point to LEFT_OUT.md."""
     from pipemare_lite.book.exercises.handout import answering_files
 
@@ -66,7 +66,7 @@ def test_the_handout_ships_no_engine_file_that_answers_an_exercise(tmp_path):
     left_out = answering_files(package)
     assert "pipemare_lite/analysis/formulas.py" in left_out
     answered = {e for ids in left_out.values() for e in ids}
-    assert {"ex02_2", "ex04_1", "ex12_1", "ex04_3"} <= answered
+    assert {"ex02_2", "ex04_2", "ex12_1", "ex04_3"} <= answered
     assert "ex04_3" in left_out["pipemare_lite/analysis/simulate.py"]
     build_student(ROOT / "chapters", tmp_path)
     shipped = {str(p.relative_to(tmp_path / "engine_source")) for p in

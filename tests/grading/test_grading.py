@@ -17,14 +17,14 @@ def test_ex00_1_gpipe_action_count(grade):
 
 
 @pytest.mark.ex01_1
-def test_ex01_1_naive_utilization(grade):
-    """Exercise 1.1: naive_utilization(P) -> float."""
+def test_ex01_1_naive_order(grade):
+    """Exercise 1.1: naive_order(P) -> list[list[str]]."""
     grade("ex01_1")
 
 
 @pytest.mark.ex01_2
-def test_ex01_2_naive_order(grade):
-    """Exercise 1.2: naive_order(P) -> list[list[str]]."""
+def test_ex01_2_naive_utilization(grade):
+    """Exercise 1.2: naive_utilization(P) -> float."""
     grade("ex01_2")
 
 
@@ -65,14 +65,14 @@ def test_ex03_2_peak_activations_1f1b(grade):
 
 
 @pytest.mark.ex04_1
-def test_ex04_1_interleaved_idle_fraction(grade):
-    """Exercise 4.1: interleaved_idle_fraction(P, M, v) -> float."""
+def test_ex04_1_p2p_messages_per_microbatch(grade):
+    """Exercise 4.1: p2p_messages_per_microbatch(P, v) -> int."""
     grade("ex04_1")
 
 
 @pytest.mark.ex04_2
-def test_ex04_2_p2p_messages_per_microbatch(grade):
-    """Exercise 4.2: p2p_messages_per_microbatch(P, v) -> int."""
+def test_ex04_2_interleaved_idle_fraction(grade):
+    """Exercise 4.2: interleaved_idle_fraction(P, M, v) -> float."""
     grade("ex04_2")
 
 

@@ -1,10 +1,10 @@
 """Exercises of chapter 01, naive model parallelism: one batch in flight.
 
-- ``ex01_1`` ``naive_utilization(P) -> float``: the fraction of time a device computes when
-  one batch passes through P equal stages (the engine's simulator measures it).
-- ``ex01_2`` ``naive_order(P) -> list[list[str]]``: the F/B actions of each rank for one
+- ``ex01_1`` ``naive_order(P) -> list[list[str]]``: the F/B actions of each rank for one
   microbatch, e.g. rank 0: ``["0F0", "0B0"]`` (the engine's ``"naive"`` schedule without
   its ``U`` actions).
+- ``ex01_2`` ``naive_utilization(P) -> float``: the fraction of time a device computes when
+  one batch passes through P equal stages (the engine's simulator measures it).
 - ``ex01_3`` ``naive_start_times(P, F, B) -> list[list[float]]``: per rank, when its forward
   and its backward start in the naive schedule with one microbatch, a forward costing F and
   a backward B (the simulator's timeline): predict the timeline before seeing it.
@@ -46,6 +46,33 @@ EXERCISES = [
     Exercise(
         id="ex01_1",
         chapter=1,
+        title="The order of work in naive model parallelism",
+        function_name="naive_order",
+        signature="naive_order(P) -> list[list[str]]",
+        hint=(
+            "One row per rank, in the notation '{stage}{F|B}{microbatch}' of the rows printed "
+            "in the chapter; updates left out. Which actions does the single microbatch cause "
+            "on rank r, and which of them needs the other to be done first?",
+            "The whole method: rank r holds stage r and sees the single microbatch 0 twice: its "
+            "forward on the way down and its backward on the way back up. A backward needs the "
+            "forward of the same stage, so the forward comes first in the row. Build, for each r "
+            "from 0 to P - 1, the row of those two action strings, r F 0 then r B 0 written in "
+            "the chapter's notation.",
+        ),
+        cases=lambda: _stage_counts(102, [4, 1, 2, 3]),
+        reference=lambda P: references.schedule_rows("naive", P, 1),
+        compare=compare_rows,
+        mistakes=(
+            Mistake("a backward reads what its forward saved, so on every rank it comes "
+                    "after the forward", _backward_first),
+        ),
+        engine_answers=(
+            "pipemare_lite.schedules.builders.naive.naive",
+        ),
+    ),
+    Exercise(
+        id="ex01_2",
+        chapter=1,
         title="Utilization of naive model parallelism",
         function_name="naive_utilization",
         signature="naive_utilization(P) -> float",
@@ -69,33 +96,6 @@ EXERCISES = [
             "pipemare_lite.analysis.simulate.simulate",
             "pipemare_lite.analysis.simulate.metrics",
             "pipemare_lite.analysis.formulas.idle_fraction_naive",
-        ),
-    ),
-    Exercise(
-        id="ex01_2",
-        chapter=1,
-        title="The order of work in naive model parallelism",
-        function_name="naive_order",
-        signature="naive_order(P) -> list[list[str]]",
-        hint=(
-            "One row per rank, in the notation '{stage}{F|B}{microbatch}' of the rows printed "
-            "in the chapter; updates left out. Which actions does the single microbatch cause "
-            "on rank r, and which of them needs the other to be done first?",
-            "The whole method: rank r holds stage r and sees the single microbatch 0 twice: its "
-            "forward on the way down and its backward on the way back up. A backward needs the "
-            "forward of the same stage, so the forward comes first in the row. Build, for each r "
-            "from 0 to P - 1, the row of those two action strings, r F 0 then r B 0 written in "
-            "the chapter's notation.",
-        ),
-        cases=lambda: _stage_counts(102, [4, 1, 2, 3]),
-        reference=lambda P: references.schedule_rows("naive", P, 1),
-        compare=compare_rows,
-        mistakes=(
-            Mistake("a backward reads what its forward saved, so on every rank it comes "
-                    "after the forward", _backward_first),
-        ),
-        engine_answers=(
-            "pipemare_lite.schedules.builders.naive.naive",
         ),
     ),
     Exercise(

@@ -1,17 +1,17 @@
 """Exercises of chapter 04, interleaving and zero-bubble.
 
-- ``ex04_1`` ``interleaved_idle_fraction(P, M, v) -> float``: the idle fraction of the
-  interleaved 1F1B schedule with P ranks, M microbatches and v chunks per rank, as the
-  engine's simulator measures it (M a multiple of P, as the engine requires).
-- ``ex04_2`` ``p2p_messages_per_microbatch(P, v) -> int``: point-to-point messages between
+- ``ex04_1`` ``p2p_messages_per_microbatch(P, v) -> int``: point-to-point messages between
   ranks (forward activations plus backward gradients) for one microbatch with v chunks per
   rank, P >= 2; derive it (it is 2 * (v * P - 1)) and the check counts the hops in the
   engine's interleaved schedule.
+- ``ex04_2`` ``interleaved_idle_fraction(P, M, v) -> float``: the idle fraction of the
+  interleaved 1F1B schedule with P ranks, M microbatches and v chunks per rank, as the
+  engine's simulator measures it (M a multiple of P, as the engine requires).
 - ``ex04_3`` ``count_p2p_messages(schedule) -> int``: the messages between ranks that any
   schedule of the engine implies (a forward whose input comes from another rank, a backward
   whose output-gradient does), checked against :func:`pipemare_lite.analysis.simulate.p2p_messages`
   on schedules of every family.
-- ``ex04_4`` ``v_messages_per_microbatch(P, v) -> int``: the same count as ``ex04_2`` when
+- ``ex04_4`` ``v_messages_per_microbatch(P, v) -> int``: the same count as ``ex04_1`` when
   the v chunks of each rank are placed in a zig-zag (v = 2: the V of ZB-V and DualPipeV,
   rank r holding chunks r and 2P-1-r), P >= 1; the check counts the hops that change rank
   in the engine's zig-zag placement (:func:`pipemare_lite.schedules.v_placement`).
@@ -101,6 +101,35 @@ EXERCISES = [
     Exercise(
         id="ex04_1",
         chapter=4,
+        title="Messages between ranks per microbatch with interleaving",
+        function_name="p2p_messages_per_microbatch",
+        signature="p2p_messages_per_microbatch(P, v) -> int",
+        hint=(
+            "A microbatch passes through v*P virtual stages and virtual stage s lives on rank "
+            "s % P. Count the hops that change rank on the way forward, then on the way back.",
+            "The whole method: going forward, a microbatch walks virtual stages 0, 1, ..., v P - "
+            "1; each of the v P - 1 steps from stage s to s + 1 moves from rank s % P to rank (s "
+            "+ 1) % P, which is always another rank when P > 1. The backward walks the same steps "
+            "in reverse. So count the forward hops that change rank and double them.",
+        ),
+        cases=lambda: _p2p_cases(402),
+        reference=references.p2p_messages_counted,
+        compare=compare_int,
+        mistakes=(
+            Mistake("you counted the activations going forward only; each one's gradient "
+                    "comes back too", lambda P, v: v * P - 1),
+            Mistake("between two passes through the ranks a microbatch also goes from the "
+                    "last rank back to rank 0", lambda P, v: 2 * v * (P - 1)),
+            Mistake("v does not appear: with v pieces per rank the microbatch passes through "
+                    "the ranks v times", lambda P, v: 2 * (P - 1)),
+        ),
+        engine_answers=(
+            "pipemare_lite.schedules.builders.interleaved.interleaved",
+        ),
+    ),
+    Exercise(
+        id="ex04_2",
+        chapter=4,
         title="Idle fraction of interleaved 1F1B",
         function_name="interleaved_idle_fraction",
         signature="interleaved_idle_fraction(P, M, v) -> float",
@@ -130,35 +159,6 @@ EXERCISES = [
             "pipemare_lite.analysis.simulate.metrics",
             "pipemare_lite.analysis.formulas.idle_fraction_interleaved",
             "pipemare_lite.analysis.formulas.makespan_interleaved",
-        ),
-    ),
-    Exercise(
-        id="ex04_2",
-        chapter=4,
-        title="Messages between ranks per microbatch with interleaving",
-        function_name="p2p_messages_per_microbatch",
-        signature="p2p_messages_per_microbatch(P, v) -> int",
-        hint=(
-            "A microbatch passes through v*P virtual stages and virtual stage s lives on rank "
-            "s % P. Count the hops that change rank on the way forward, then on the way back.",
-            "The whole method: going forward, a microbatch walks virtual stages 0, 1, ..., v P - "
-            "1; each of the v P - 1 steps from stage s to s + 1 moves from rank s % P to rank (s "
-            "+ 1) % P, which is always another rank when P > 1. The backward walks the same steps "
-            "in reverse. So count the forward hops that change rank and double them.",
-        ),
-        cases=lambda: _p2p_cases(402),
-        reference=references.p2p_messages_counted,
-        compare=compare_int,
-        mistakes=(
-            Mistake("you counted the activations going forward only; each one's gradient "
-                    "comes back too", lambda P, v: v * P - 1),
-            Mistake("between two passes through the ranks a microbatch also goes from the "
-                    "last rank back to rank 0", lambda P, v: 2 * v * (P - 1)),
-            Mistake("v does not appear: with v pieces per rank the microbatch passes through "
-                    "the ranks v times", lambda P, v: 2 * (P - 1)),
-        ),
-        engine_answers=(
-            "pipemare_lite.schedules.builders.interleaved.interleaved",
         ),
     ),
     Exercise(
@@ -212,7 +212,7 @@ EXERCISES = [
         reference=references.v_messages_counted,
         compare=compare_int,
         mistakes=(
-            Mistake("that is the count of the round-robin layout (exercise 2): on a V the "
+            Mistake("that is the count of the round-robin layout (exercise 1): on a V the "
                     "two chunks at each turn live on the same rank",
                     lambda P, v: 2 * (v * P - 1)),
             Mistake("you counted the activations going forward only; each one's gradient "

@@ -30,7 +30,7 @@ import random
 
 from pipemare_lite.book.exercises import references
 from pipemare_lite.book.exercises.compare import compare_gradients, compare_int, compare_int_list
-from pipemare_lite.book.exercises.exercise import Exercise
+from pipemare_lite.book.exercises.exercise import Exercise, Mistake
 from pipemare_lite.book.exercises.harness import HOOK_MODELS, HOOK_SEED
 
 _STALENESS = "pipemare_lite.analysis.staleness."
@@ -84,6 +84,16 @@ def _delay_cases(seed: int) -> list[dict]:
         P, N = rng.randint(2, 7), rng.randint(1, 6)
         drawn.append((P, N, rng.randrange(P), rng.randrange(N)))
     return [{"P": P, "N": N, "stage": s, "position": j} for P, N, s, j in fixed + drawn]
+
+
+def _recalled_worst_case(P, N, stage, position):
+    """Known mistake: the recalled ceil((2(P-i)+1)/N), i = stage + 1, whatever the position."""
+    return math.ceil((2 * (P - stage) - 1) / N)
+
+
+def _recalled_with_stage_from_1(P, N, stage, position):
+    """Known mistake: the recalled form with the 0-indexed stage put in for the 1-indexed i."""
+    return math.ceil((2 * (P - stage) + 1) / N)
 
 
 # --------------------------------------------------------------------------- ex05_3
@@ -168,6 +178,15 @@ EXERCISES = [
         reference=lambda P, N, stage, position: references.measured_forward_delay(
             "async", P, N, stage, position),
         compare=compare_int,
+        mistakes=(
+            Mistake("this is the recalled ceil((2(P-i)+1)/N), which ignores the position: it "
+                    "holds for the first microbatch of a minibatch; a microbatch later in its "
+                    "minibatch runs its forward later, after more updates, so its delay can be "
+                    "smaller", _recalled_worst_case),
+            Mistake("this is the recalled form with the 0-indexed stage put in for i; the "
+                    "recalled form counts stages from 1 (i = stage + 1), and even then it "
+                    "ignores the position in the minibatch", _recalled_with_stage_from_1),
+        ),
         engine_answers=_VERSION_READERS + _DELAY_FORMS,
     ),
     Exercise(

@@ -113,6 +113,15 @@ def _memory_length(gamma, tolerance):
     return math.ceil(1 / (1 - gamma))
 
 
+def _strictly_below(gamma, tolerance):
+    """Known mistake: waiting until the missing part is below the tolerance, where the text
+    says "at most": one update late when it lands exactly on it (the boundary cases)."""
+    k, missing = 1, gamma
+    while missing >= tolerance:
+        k, missing = k + 1, missing * gamma
+    return k
+
+
 EXERCISES = [
     Exercise(
         id="ex09_1",
@@ -176,6 +185,10 @@ EXERCISES = [
             Mistake("this rounds down: one update too few", _floor_count),
             Mistake("this is the average's memory 1 / (1 - gamma); the tolerance matters too",
                     _memory_length),
+            Mistake("this waits until the missing part is strictly below tolerance * c, "
+                    "one update too late when it lands exactly on it: the boundary counts "
+                    "(\"within\" means at most, so compare with <= where you used <, or > "
+                    "where you used >=)", _strictly_below),
         ),
     ),
 ]

@@ -109,15 +109,40 @@ def _pick_ignoring_budget(rows, budget_bytes):
     return max(runnable, key=lambda r: r["utilization"])["method"] if runnable else None
 
 
-def _pick_strictly_below(rows, budget_bytes):
-    """Known mistake: a device peak equal to the budget counted as not fitting."""
-    fitting = [r for r in rows if r["utilization"] is not None and r["device_peak"] < budget_bytes]
+def _fastest(rows):
+    """The method of the highest utilization among ``rows``, on a tie the smaller device
+    peak, then the earlier row (the right answer's order); None for no rows."""
     best = None
-    for r in fitting:  # the same order as the right answer: utilization, then the peak
+    for r in rows:
         if best is None or (r["utilization"], -r["device_peak"]) > (best["utilization"],
                                                                     -best["device_peak"]):
             best = r
     return None if best is None else best["method"]
+
+
+def _pick_strictly_below(rows, budget_bytes):
+    """Known mistake: a device peak equal to the budget counted as not fitting."""
+    return _fastest([r for r in rows
+                     if r["utilization"] is not None and r["device_peak"] < budget_bytes])
+
+
+def _pick_cannot_run_as_zero(rows, budget_bytes):
+    """Known mistake: a row that cannot run (utilization None) kept as a candidate, as if
+    it ran at utilization 0 (or ranked below every method that runs)."""
+    return _fastest([{**r, "utilization": r["utilization"] or 0} for r in rows
+                     if r["device_peak"] <= budget_bytes])
+
+
+def _pick_case_text(case: dict) -> str:
+    """A case as a table, one row per line: a repr of the rows was cut off after the second
+    row, hiding the one that decides the answer (a fresh student's report)."""
+    rows = case["rows"]
+    width = max(len("method"), *(len(str(r["method"])) for r in rows))
+    lines = [f"      {'method':<{width}}  device_peak  utilization"]
+    lines += [f"      {str(r['method']):<{width}}  {r['device_peak']!s:>11}  "
+              f"{r['utilization']!s:>11}" for r in rows]
+    return (f"pick_for_budget(rows, budget_bytes={case['budget_bytes']}), with rows\n"
+            + "\n".join(lines) + "\n  ")
 
 
 def _table(peaks_and_utilizations):
@@ -205,7 +230,12 @@ EXERCISES = [
             Mistake("this picks the fastest method whether it fits or not", _pick_ignoring_budget),
             Mistake("this refuses a method whose peak equals the budget exactly",
                     _pick_strictly_below),
+            Mistake("this keeps a row whose utilization is missing as a candidate, as if its "
+                    "method ran at utilization 0; such a method cannot run in this setting at "
+                    "all: leave it out before choosing, even when nothing else fits the budget",
+                    _pick_cannot_run_as_zero),
         ),
+        case_text=_pick_case_text,
         engine_answers=_PICK_ANSWERS,
     ),
 ]

@@ -14,7 +14,7 @@ book's repository:
   ``../pipemare_lite/...`` links rewritten to point there. (Not ``pipemare_lite/`` itself:
   a folder of that name next to the notebooks would shadow the installed package.) A file
   that defines an engine function answering an exercise (``Exercise.engine_answers``, of
-  any chapter) is left out (issue 31: ``formulas.py`` answered ex02_2, ex04_1 and ex12_1 in
+  any chapter) is left out (issue 31: ``formulas.py`` answered ex02_2, ex04_2 and ex12_1 in
   one line each, ``simulate.py`` held ex04_3's logic); its links point to
   ``engine_source/LEFT_OUT.md``, which lists them. (Students who have the package can still
   open its files; the handout just does not hand them the answers.)

@@ -7,16 +7,16 @@ in ``pipemare_lite/book/exercises/chNN.py``. Expected signatures:
 id         the student defines                                    compared with (engine)
 =========  ====================================================  =============================
 ex00_1     ``gpipe_action_count(P, M) -> int``                    F+B actions of ``"gpipe"``
-ex01_1     ``naive_utilization(P) -> float``                      simulated utilization, naive
-ex01_2     ``naive_order(P) -> list[list[str]]``                  ``"naive"`` rows minus U
+ex01_1     ``naive_order(P) -> list[list[str]]``                  ``"naive"`` rows minus U
+ex01_2     ``naive_utilization(P) -> float``                      simulated utilization, naive
 ex01_3     ``naive_start_times(P, F, B) -> list[list[float]]``    simulated start times, naive
 ex02_1     ``gpipe_order(P, M) -> list[list[str]]``               ``"gpipe"`` rows minus U
 ex02_2     ``idle_fraction(P, M) -> float``                       simulated idle fraction, gpipe
 ex02_3     ``smallest_m_below(P, target) -> int``                 search over the simulator
 ex03_1     ``one_f_one_b_order(P, M) -> list[list[str]]``         ``"1f1b"`` rows minus U
 ex03_2     ``peak_activations_1f1b(P, M) -> list[int]``           simulated peak_inflight, 1f1b
-ex04_1     ``interleaved_idle_fraction(P, M, v) -> float``        simulated idle, interleaved
-ex04_2     ``p2p_messages_per_microbatch(P, v) -> int``           hops counted in interleaved
+ex04_1     ``p2p_messages_per_microbatch(P, v) -> int``           hops counted in interleaved
+ex04_2     ``interleaved_idle_fraction(P, M, v) -> float``        simulated idle, interleaved
 ex04_3     ``count_p2p_messages(schedule) -> int``                ``simulate.p2p_messages``
 ex04_4     ``v_messages_per_microbatch(P, v) -> int``             hops on the V (``v_placement``)
 ex05_1     ``version_hooks(params, weights) -> (pack, unpack)``   StageWorker stash/async grads
@@ -64,7 +64,8 @@ from pipemare_lite.book.exercises import (
 )
 from pipemare_lite.book.exercises.exercise import Exercise
 
-#: exercise id -> :class:`Exercise`, in book order.
+#: exercise id -> :class:`Exercise`, in book order (each chapter module lists its exercises
+#: in the order a reader meets them: tests/test_exercises_numbering.py).
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
     for module in (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12)
