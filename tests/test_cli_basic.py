@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -37,6 +38,14 @@ def test_help_lists_every_subcommand(capsys):
     printed = capsys.readouterr().out
     for name in cli.SUBCOMMANDS:
         assert name in printed
+
+
+def test_the_readme_lists_every_subcommand_in_the_clis_order():
+    # README's "Command line" section: one "- `name`: ..." line per subcommand
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Command line\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^- `([a-z][a-z-]*)`:", section, flags=re.M)
+    assert listed == list(cli.SUBCOMMANDS), (listed, list(cli.SUBCOMMANDS))
 
 
 def test_unknown_subcommand_is_a_usage_error(capsys):

@@ -218,14 +218,14 @@ def pick_for_budget(rows, budget_bytes):
     return max(fitting)[3] if fitting else None
 
 
-def gpipe_comm_rows(P, M):
+def gpipe_comm_rows(P, N):
     # all forwards, then all backwards; a receive just before its action, a send just after
     rows = []
     for r in range(P):
         row = []
-        for m in range(M):
+        for m in range(N):
             row += [f"{r}RECV_F{m}"] * (r > 0) + [f"{r}F{m}"] + [f"{r}SEND_F{m}"] * (r < P - 1)
-        for m in range(M):
+        for m in range(N):
             row += [f"{r}RECV_B{m}"] * (r < P - 1) + [f"{r}B{m}"] + [f"{r}SEND_B{m}"] * (r > 0)
         rows.append(row + [f"{r}U0"])
     return rows
@@ -343,7 +343,7 @@ WRONG = {
         (r for r in rows if r["utilization"] is not None and r["device_peak"] <= budget),
         key=lambda r: r["device_peak"], default={"method": None})["method"],
     # no update at the end of the row
-    "ex11_1": lambda P, M: [row[:-1] for row in gpipe_comm_rows(P, M)],
+    "ex11_1": lambda P, N: [row[:-1] for row in gpipe_comm_rows(P, N)],
     # busy time over the last end: the makespan measured from 0
     "ex11_2": lambda entries, num_ranks: sum(e[3] - e[2] for e in entries) / (
         num_ranks * max(e[3] for e in entries)),
@@ -1047,8 +1047,8 @@ def test_chapter_10_cases_start_with_the_chapter_setting():
 # --- chapter 11: real processes ------------------------------------------------------------
 
 
-def _receives_after(P, M):
-    rows = gpipe_comm_rows(P, M)
+def _receives_after(P, N):
+    rows = gpipe_comm_rows(P, N)
     for row in rows:  # swap each receive with the action after it
         i = 0
         while i < len(row) - 1:
@@ -1082,9 +1082,9 @@ def test_chapter_11_answers_that_call_the_engine_are_rejected():
     from pipemare_lite.analysis.simulate import metrics
     from pipemare_lite.schedules.comm_rows import comm_row_strings, comm_rows
 
-    def rows_by_engine(P, M):
+    def rows_by_engine(P, N):
         return [[str(x) for x in row]
-                for row in comm_rows(build_schedule("gpipe", P, M), receives_ahead=0)]
+                for row in comm_rows(build_schedule("gpipe", P, N), receives_ahead=0)]
 
     def by_metrics(entries, num_ranks):
         from pipemare_lite.analysis.timeline import TimedAction, Timeline
@@ -1096,7 +1096,7 @@ def test_chapter_11_answers_that_call_the_engine_are_rejected():
 
     wrappers = {
         "ex11_1": [rows_by_engine,
-                   lambda P, M: comm_row_strings(build_schedule("gpipe", P, M), receives_ahead=0)],
+                   lambda P, N: comm_row_strings(build_schedule("gpipe", P, N), receives_ahead=0)],
         "ex11_2": [by_metrics],
     }
     for exercise_id, answers in wrappers.items():
@@ -1131,7 +1131,7 @@ def test_chapter_11_cases_cover_the_edges_and_travel():
     import pickle
 
     rows = EXERCISES["ex11_1"].cases()
-    assert rows[0] == {"P": 2, "M": 4} and {"P": 1, "M": 3} in rows
+    assert rows[0] == {"P": 2, "N": 4} and {"P": 1, "N": 3} in rows
     traces = EXERCISES["ex11_2"].cases()
     assert all(min(e[2] for e in c["entries"]) > 0 for c in traces)  # never from 0
     assert {c["num_ranks"] for c in traces} >= {1, 2, 4}

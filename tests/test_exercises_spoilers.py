@@ -7,6 +7,9 @@ ex12_1, whose answer is that sum (this test failed on that text).
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
 import json
 import re
 from pathlib import Path
@@ -17,6 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: exercise id -> patterns of its answer that must not appear above its code cell
 SPOILERS = {
+    # 1F1B's peak per stage (the builder's docstring, shown by show_source above the exercise,
+    # stated it; chapter 03's closed form is peak_inflight_1f1b)
+    "ex03_2": [r"min\(\s*P\s*-\s*s\s*,\s*M\s*\)", r"at most \**\s*P\s*-\s*s\b",
+               r"peak_inflight_1f1b"],
     # PipeDream's delay, whose worst case is the count of copies (chapter 05 derived it, and
     # printed the engine's count, above the exercise)
     "ex05_3": [r"ceil\(\(\s*P\s*-\s*1\s*-\s*s", r"ceil\(\(\s*w\s*-\s*j\s*\)",
@@ -49,11 +56,36 @@ def _cells_around(exercise_id: str) -> tuple[list[str], str, list[str]]:
     raise AssertionError(f"{exercise_id}: no check cell in {path.name}")
 
 
+def shown_sources(sources: list[str]) -> str:
+    """What the ``show_source(name)`` calls among these cells print: each named object's
+    source, docstring included, found through the cells' own ``from module import name``."""
+    imported: dict[str, tuple[str, str]] = {}
+    for source in sources:
+        try:
+            tree = ast.parse(re.sub(r"^[%!].*$", "", source, flags=re.M))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    imported[alias.asname or alias.name] = (node.module, alias.name)
+    shown = []
+    for source in sources:
+        for name in re.findall(r"show_source\(\s*([A-Za-z_]\w*)", source):
+            if name in imported:
+                module, attribute = imported[name]
+                shown.append(inspect.getsource(
+                    getattr(importlib.import_module(module), attribute)))
+    return "\n".join(shown)
+
+
 def _text_above(exercise_id: str) -> tuple[str, str]:
-    """The text of every cell above the exercise's code cell, and that cell's own text
-    before the solution markers (its def line)."""
+    """The text of every cell above the exercise's code cell with the sources those cells
+    show (``show_source``), and that cell's own text before the solution markers (its def
+    line)."""
     above, cell, _below = _cells_around(exercise_id)
-    return "\n".join(above), cell.split("### BEGIN SOLUTION")[0]
+    return ("\n".join(above) + "\n" + shown_sources(above),
+            cell.split("### BEGIN SOLUTION")[0])
 
 
 @pytest.mark.parametrize("exercise_id", sorted(SPOILERS))

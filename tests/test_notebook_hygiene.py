@@ -60,6 +60,8 @@ def test_chapter_table_marks_written_chapters_and_shows_measured_times(tmp_path)
     assert by_number[14].seconds is None and by_number[3].file == ""
     assert by_number[3].title == notebooks.PLANNED_CHAPTERS[3]
     markdown = table.to_markdown()
+    # the column holds the notebook's file name (or "planned"), and its header says so
+    assert markdown.startswith("| # | chapter | notebook | last measured run |\n")
     assert "| 02 | A planted chapter | `02_planted_chapter.ipynb` | 12 s |" in markdown
     assert f"| 03 | {notebooks.PLANNED_CHAPTERS[3]} | planned |  |" in markdown
     assert "99_gone" not in markdown

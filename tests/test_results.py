@@ -26,7 +26,12 @@ from pipemare_lite.experiments import (
     stage_evidence,
 )
 from pipemare_lite.experiments import paper_shape_design as design
-from pipemare_lite.experiments.paper_shape_table import markdown
+from pipemare_lite.experiments.paper_shape_table import (
+    claim_scope,
+    describe_claim,
+    markdown,
+    verdict_markdown,
+)
 
 RESULTS = Path(__file__).resolve().parents[1] / "data" / "results"
 STEMS = ["paper_shape", "paper_shape_quick"]
@@ -229,6 +234,26 @@ def test_claims_and_predictions_follow_from_the_stored_rows(stored):
     if not results["quick"]:
         assert {"13w", "14a", "14b", "15"} <= set(numbers)
         assert results["predictions"], "the prediction needs the curvature runs"
+
+
+def test_the_memory_claim_says_it_counts_weight_sized_memory_only(stored):
+    # claim 8 compares weights + stash + T2 buffer + optimizer; the scope adds the activations,
+    # which decide the total: the chapters must not read "held" as "less memory in all"
+    _, results = stored
+    by_number = {c["number"]: c for c in results["claims"]}
+    if "8" not in by_number:
+        assert claim_scope(results, "8") is None
+        return
+    rows = paper_shape_claims.cell_rows(results, "resnet_long")
+    totals = [sum(rows[k]["memory_bytes"].values())
+              for k in (paper_shape_claims.PMW, paper_shape_claims.PIPEDREAM)]
+    scope = claim_scope(results, "8")
+    assert scope.startswith("weight-sized memory only")
+    assert f"PipeMare-W {totals[0]} B, PipeDream {totals[1]} B" in scope
+    assert ("the other way" in scope) == (totals[0] >= totals[1])
+    assert describe_claim(by_number["8"], results).endswith(f"scope: {scope}")
+    assert f"*scope: {scope}*" in verdict_markdown(results)
+    assert all(claim_scope(results, n) is None for n in by_number if n != "8")
 
 
 def test_a_verdict_is_decided_only_where_the_interval_excludes_the_threshold():

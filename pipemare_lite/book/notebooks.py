@@ -201,11 +201,11 @@ class ChapterTable:
 
     def to_markdown(self) -> str:
         """A Markdown table (what Jupyter displays)."""
-        lines = ["| # | chapter | status | last measured run |", "|---|---|---|---|"]
+        lines = ["| # | chapter | notebook | last measured run |", "|---|---|---|---|"]
         for r in self.rows:
-            status = f"`{r.file}`" if r.written else "planned"
+            notebook = f"`{r.file}`" if r.written else "planned"
             seconds = "" if r.seconds is None else f"{r.seconds:.0f} s"
-            lines.append(f"| {r.number:02d} | {r.title} | {status} | {seconds} |")
+            lines.append(f"| {r.number:02d} | {r.title} | {notebook} | {seconds} |")
         source = self.source_line()
         return "\n".join(lines) + (f"\n\n{source}" if source else "")
 
@@ -234,9 +234,9 @@ class ChapterTable:
         file_width = max((len(r.file) for r in self.rows), default=10)
         out = []
         for r in self.rows:
-            status = r.file if r.written else "(planned)"
+            notebook = r.file if r.written else "(planned)"
             seconds = "" if r.seconds is None else f"  {r.seconds:5.0f} s"
-            out.append(f"{r.number:02d}  {r.title:<{width}}  {status:<{file_width}}{seconds}")
+            out.append(f"{r.number:02d}  {r.title:<{width}}  {notebook:<{file_width}}{seconds}")
         source = self.source_line()
         return "\n".join(line.rstrip() for line in out) + (f"\n\n{source}" if source else "")
 

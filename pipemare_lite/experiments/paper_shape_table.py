@@ -274,11 +274,39 @@ PLAIN_WORDS = {
 }
 
 
-def describe_claim(claim: dict) -> str:
-    """One claim as a chapter prints it: number, claim, verdict in plain words, numbers."""
+def claim_scope(results: dict, number: str) -> str | None:
+    """What claim ``number`` leaves out, from the stored rows; None when nothing is said.
+
+    Claim 8 is the paper's memory claim, and like the paper it counts weight-sized memory
+    only (weights, stash, T2 buffer, optimizer state); activations are outside it. The scope
+    prints both totals, so a reader sees which way the whole memory goes. The claim itself is
+    stored as the experiment fixed it (:mod:`~pipemare_lite.experiments.paper_shape_claims`).
+    """
+    if number != "8":
+        return None
+    from pipemare_lite.experiments.paper_shape_claims import PIPEDREAM, PMW, cell_rows
+
+    rows = cell_rows(results, "resnet_long")
+    if PIPEDREAM not in rows or PMW not in rows:
+        return None
+    pmw, dream = rows[PMW]["memory_bytes"], rows[PIPEDREAM]["memory_bytes"]
+    weight_sized = sum(pmw[k] for k in ("weights", "stash", "t2_buffer", "optimizer"))
+    total_pmw, total_dream = (sum(m[k] for k in ("weights", "stash", "t2_buffer", "optimizer",
+                                                 "activations")) for m in (pmw, dream))
+    way = "the other way" if total_pmw >= total_dream else "the same way"
+    return (f"weight-sized memory only (weights, stash, T2 buffer, optimizer state); PipeMare-W's "
+            f"activations are {pmw['activations'] / weight_sized:.0f}x its weight-sized bytes, "
+            f"and with them the total goes {way}: PipeMare-W {total_pmw} B, PipeDream "
+            f"{total_dream} B ({total_pmw / total_dream:.2f}x PipeDream's)")
+
+
+def describe_claim(claim: dict, results: dict | None = None) -> str:
+    """One claim as a chapter prints it: number, claim, verdict in plain words, numbers;
+    given the ``results``, what the claim leaves out (:func:`claim_scope`) as well."""
+    scope = None if results is None else claim_scope(results, claim["number"])
     return (f"claim {claim['number']}, {claim['claim']}: {claim['verdict'].upper()}, "
             f"{PLAIN_WORDS[claim['verdict']]}\n   test: {claim['test']}\n   "
-            f"numbers: {claim['numbers']}")
+            f"numbers: {claim['numbers']}" + ("" if scope is None else f"\n   scope: {scope}"))
 
 
 def compared_seeds(claim: dict) -> list[int]:
@@ -310,11 +338,14 @@ def claims_numbered(results: dict, *numbers: str) -> list[dict]:
 
 def verdict_markdown(results: dict) -> str:
     """The verdict of chapter 10: one table, each claim with its answer in plain words and
-    its numbers (mean, 95 % interval, min-max, seeds), every number read from ``results``."""
+    its numbers (mean, 95 % interval, min-max, seeds), every number read from ``results``;
+    under a claim, in italics, what it leaves out (:func:`claim_scope`)."""
     lines = ["| # | PipeMare's claim (where tested) | test | answer | numbers |",
              "|---|---|---|---|---|"]  # fmt: skip
     for c in results["claims"]:
-        lines.append(f"| {c['number']} | {c['claim']} | {c['test']} | **{c['verdict']}**: "
+        scope = claim_scope(results, c["number"])
+        claim = c["claim"] if scope is None else f"{c['claim']}; *scope: {scope}*"
+        lines.append(f"| {c['number']} | {claim} | {c['test']} | **{c['verdict']}**: "
                      f"{PLAIN_WORDS[c['verdict']]} | {c['numbers']} |")
     return "\n".join(lines)
 

@@ -162,7 +162,7 @@ def test_ex10_2_pick_for_budget(grade):
 
 @pytest.mark.ex11_1
 def test_ex11_1_gpipe_comm_rows(grade):
-    """Exercise 11.1: gpipe_comm_rows(P, M) -> list[list[str]]."""
+    """Exercise 11.1: gpipe_comm_rows(P, N) -> list[list[str]]."""
     grade("ex11_1")
 
 

@@ -1,6 +1,6 @@
 """Exercises of chapter 11, real processes.
 
-- ``ex11_1`` ``gpipe_comm_rows(P, M) -> list[list[str]]``: GPipe's rows with the
+- ``ex11_1`` ``gpipe_comm_rows(P, N) -> list[list[str]]``: GPipe's rows with the
   point-to-point operations the transport posts, receives posted only when they are needed
   (``receives_ahead=0``), spelled as PyTorch spells them (``0SEND_F3``, ``1RECV_F3``,
   ``1SEND_B3``, ``0RECV_B3``).
@@ -29,12 +29,12 @@ _UTILIZATION_ANSWERS = ("pipemare_lite.analysis.simulate.metrics",)
 
 def _gpipe_rows_with(recv_after: bool = False, edges: bool = True):
     """GPipe's comm rows, optionally with a known mistake."""
-    def rows(P, M):
+    def rows(P, N):
         out = []
         for r in range(P):
             row = []
             for phase, kind in (("F", "F"), ("B", "B")):
-                for m in range(M):
+                for m in range(N):
                     needs = r > 0 if kind == "F" else r < P - 1
                     sends = r < P - 1 if kind == "F" else r > 0
                     if not edges:
@@ -79,7 +79,7 @@ def _comm_cases() -> list[dict]:
     fixed = [(2, 4), (2, 1), (4, 2), (1, 3), (3, 3)]
     rng = random.Random(1101)
     drawn = [(rng.randint(2, 6), rng.randint(1, 6)) for _ in range(4)]
-    return [{"P": P, "M": M} for P, M in fixed + drawn]
+    return [{"P": P, "N": N} for P, N in fixed + drawn]
 
 
 def _trace_cases() -> list[dict]:
@@ -111,7 +111,7 @@ EXERCISES = [
         chapter=11,
         title="GPipe's rows with their sends and receives, in posting order",
         function_name="gpipe_comm_rows",
-        signature="gpipe_comm_rows(P, M) -> list[list[str]]",
+        signature="gpipe_comm_rows(P, N) -> list[list[str]]",
         hint=(
             "Each rank's row is GPipe's row with messages around the computations: which forward "
             "needs something from another rank first, and which produces something another rank "

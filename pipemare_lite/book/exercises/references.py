@@ -242,12 +242,12 @@ def method_for_budget(rows: list[dict], budget_bytes: float) -> str | None:
 # --- ex11: real processes -----------------------------------------------------------
 
 
-def gpipe_just_in_time_rows(P: int, M: int) -> list[list[str]]:
+def gpipe_just_in_time_rows(P: int, N: int) -> list[list[str]]:
     """The engine's comm rows of GPipe with receives posted only when needed."""
     from pipemare_lite.schedules import build_schedule
     from pipemare_lite.schedules.comm_rows import comm_row_strings
 
-    return comm_row_strings(build_schedule("gpipe", P, M), receives_ahead=0)
+    return comm_row_strings(build_schedule("gpipe", P, N), receives_ahead=0)
 
 
 def trace_utilization(entries: list, num_ranks: int) -> float:

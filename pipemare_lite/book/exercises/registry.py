@@ -31,7 +31,7 @@ ex08_1     ``t1_factor(update, tau, horizon) -> float``           the engine's T
 ex08_2     ``first_update_outside(lr, lam, tau, K)``              first T1 step over the bound
 ex10_1     ``weight_memory_by_kind(method, param_bytes, N, opt)``  memory model, long run
 ex10_2     ``pick_for_budget(rows, budget_bytes) -> str | None``  ``tradeoff.pick_method``
-ex11_1     ``gpipe_comm_rows(P, M) -> list[list[str]]``           ``comm_rows``, no receive ahead
+ex11_1     ``gpipe_comm_rows(P, N) -> list[list[str]]``           ``comm_rows``, no receive ahead
 ex11_2     ``utilization_from_trace(entries, num_ranks)``         ``metrics(trace).utilization``
 ex09_1     ``t2_step(delta, w_old, w_new, gamma, d)``             ``DiscrepancyCorrection``
 ex09_2     ``updates_until_calibrated(gamma, tol) -> int``        T2's buffer, update by update
