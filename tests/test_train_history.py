@@ -119,11 +119,11 @@ def test_divergence_report_says_when_and_where():
 
 
 def test_divergence_report_uses_one_step_number_when_forwards_ran_ahead():
-    # an async pipeline computed microbatch 13 (step 7) while only 5 steps had completed
+    # an async pipeline computed microbatch 13 (step 7) while every stage had made 5 updates
     text = divergence_report(13, float("inf"), 2, 3, 5, [1], 3)
     assert text.startswith("diverged at step 7 (epoch 3): loss inf on microbatch 13 "
-                           "(number 2 of 2 in step 7), computed ahead while 5 steps had "
-                           "completed;")
+                           "(number 2 of 2 in step 7), computed ahead: every stage had made "
+                           "only 5 updates;")
     assert set(re.findall(r"\bstep (\d+)", text)) == {"7"}
 
 

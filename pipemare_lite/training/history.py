@@ -299,7 +299,7 @@ def divergence_report(
     (the global, 0-indexed microbatch number) belongs to step ``m // N + 1``; the epoch (from
     1) is that step's. In an asynchronous pipeline forwards run ahead of the updates, so a
     loss may turn non-finite in a step later than the last completed one: the sentence then
-    also says how many steps had completed. ``non_finite_stages`` are the stages whose
+    also says how many updates every stage had made (the steps whose updates completed). ``non_finite_stages`` are the stages whose
     weights hold a NaN or inf (none: the loss itself overflowed on the last stage).
     """
     step = microbatch // num_microbatches + 1
@@ -308,7 +308,7 @@ def divergence_report(
     what = (f"loss {loss} on microbatch {microbatch} "
             f"(number {position} of {num_microbatches} in step {step})")
     if completed_steps != step - 1:
-        what += f", computed ahead while {completed_steps} steps had completed"
+        what += f", computed ahead: every stage had made only {completed_steps} updates"
     if non_finite_stages:
         where = f"non-finite weights on stage(s) {', '.join(map(str, non_finite_stages))}"
     else:
