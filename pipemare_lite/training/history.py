@@ -299,7 +299,8 @@ def divergence_report(
     (the global, 0-indexed microbatch number) belongs to step ``m // N + 1``; the epoch (from
     1) is that step's. In an asynchronous pipeline forwards run ahead of the updates, so a
     loss may turn non-finite in a step later than the last completed one: the sentence then
-    also says how many updates every stage had made (the steps whose updates completed). ``non_finite_stages`` are the stages whose
+    also says how many updates every stage had made (the steps whose updates completed).
+    ``non_finite_stages`` are the stages whose
     weights hold a NaN or inf (none: the loss itself overflowed on the last stage).
     """
     step = microbatch // num_microbatches + 1
