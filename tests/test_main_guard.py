@@ -32,7 +32,8 @@ def test_an_unguarded_launch_is_explained_before_any_rank_starts(tmp_path):
                           timeout=120)
     assert done.returncode == 1
     assert time.monotonic() - start < 60
-    assert "MainGuardError: train_me.py line 4 calls launch() at the top level" in done.stderr
+    assert ("MainGuardError: train_me.py line 4 (print(launch(ping, 2, timeout=60))) starts one "
+            "process per rank (launch()) at the top level") in done.stderr
     assert 'if __name__ == "__main__":' in done.stderr
     assert "bootstrapping phase" not in done.stderr and "no error report" not in done.stderr
     guarded = SCRIPT.format(root=root, call="if __name__ == '__main__':\n"

@@ -13,12 +13,14 @@ saying what to write.
 from __future__ import annotations
 
 import ast
+import linecache
 import sys
 from pathlib import Path
 
 
 class MainGuardError(RuntimeError):
-    """launch() was called at the top level of a script without the ``__main__`` guard."""
+    """launch() was called, directly or through ``fit(executor="dist")``, at the top level of
+    a script without the ``__main__`` guard."""
 
 
 #: ``__name__ == "__main__"`` either way round, as :func:`ast.unparse` spells it.
@@ -59,8 +61,10 @@ def check_main_guard(function: str = "launch()", start_method: str = "forkserver
     line = frame.f_lineno
     if any(line in block for block in blocks):
         return
+    called = linecache.getline(str(path), line).strip()  # what the user wrote: fit(...)?
     raise MainGuardError(
-        f"{Path(path).name} line {line} calls {function} at the top level of the script. "
+        f"{Path(path).name} line {line} ({called}) starts one process per rank ({function}) "
+        "at the top level of the script. "
         "Each rank starts by importing the script again, which would launch again; put the "
         'call under\n\n    if __name__ == "__main__":\n        ...\n\n'
         "(the worker function itself stays at the top level of a module)"
