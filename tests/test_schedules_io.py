@@ -97,3 +97,14 @@ def test_json_written_before_the_rename_still_loads():
     data = {("num_stages" if key == "num_ranks" else key): value for key, value in data.items()}
     assert "num_ranks" not in data and data["num_stages"] == 3
     assert from_json(json.dumps(data)) == schedule
+
+
+def test_an_early_update_with_an_inferred_n_says_where_n_came_from():
+    # 0U0 before 0B1: read as N = 1, the rows look unflushed; the error says so, and with
+    # N given the update's real problem is named
+    rows = [["0F0", "0F1", "0B0", "0U0", "0B1"], ["1F0", "1B0", "1F1", "1B1", "1U0"]]
+    with pytest.raises(ScheduleError, match=r"N = 1 microbatches per minibatch was read from "
+                                            r"the gradients before stage 0's first update"):
+        from_rows(rows, name="custom", num_microbatches=None)
+    with pytest.raises(ScheduleError, match=r"0U0 comes after 1 of the 2 gradients"):
+        from_rows(rows, name="custom", num_microbatches=2)

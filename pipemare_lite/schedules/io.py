@@ -97,8 +97,13 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
     if placement is not None and chunks == 1 and named % len(ranks) == 0:
         chunks = named // len(ranks)  # e.g. a V's 2P stages: the placement says where
     has_updates = any(a.kind == "U" for row in ranks for a in row)
+    inferred = ""  # said in the error below: a misplaced update also misleads the count
     if num_microbatches is None:
         num_microbatches = _infer_microbatches(ranks, has_updates)
+        inferred = (f" (N = {num_microbatches} microbatches per minibatch was read from the "
+                    "gradients before stage 0's first update: if a minibatch has more, an "
+                    "update sits before its last gradient; else give num_microbatches, "
+                    "--microbatches)")
     if num_minibatches is None:
         num_minibatches = _infer_minibatches(ranks, num_microbatches, has_updates)
     if not has_updates:
@@ -119,8 +124,8 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
             raise ScheduleError(
                 f"schedule {name!r} does not flush ({unflushed}), so what its backwards "
                 "read is ambiguous: declare weight_mode (--weight-mode) 'stash' (PipeDream: "
-                "B uses the copy stashed at F), '2bw' or 'async' (no stash: B uses the "
-                "current weights)"
+                f"B uses the copy stashed at F), '2bw' or 'async' (no stash: B uses the "
+                f"current weights){inferred}"
             )
     return validate(schedule)
 
