@@ -42,6 +42,29 @@ def test_json_delays_are_zero_for_sync_and_positive_for_async(capsys):
     assert out["backward_delay"] == [0, 0, 0]
 
 
+def test_steady_utilization_is_one_more_minibatch_not_the_full_window(capsys):
+    # one flushed 1F1B minibatch: full between its fill and drain, but a long run of them
+    # keeps up only M/(M+P-1) (issue: the CLI once printed the window's 1.0 as "steady")
+    assert main(["schedule", "1f1b", "--stages", "4", "--microbatches", "8"]) == 0
+    text = capsys.readouterr().out
+    assert f"steady utilization  {8 / 11:.4f}   (one more minibatch" in text
+    assert "full-pipeline util  1.0000" in text
+    out = run_json(capsys, "1f1b", "-P", "4", "-M", "8", "-K", "3")
+    assert out["steady_state_utilization"] == pytest.approx(8 / 11)
+    assert out["full_pipeline_utilization"] < 1.0
+    out = run_json(capsys, "async", "-P", "4", "--update-every", "2", "-K", "6")
+    assert out["steady_state_utilization"] == pytest.approx(1.0)
+
+
+def test_steady_utilization_of_a_file_is_not_known(capsys, tmp_path):
+    path = tmp_path / "s.json"
+    assert main(["schedule", "1f1b", "-P", "2", "-M", "4", "--save", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["schedule", "--from", str(path)]) == 0
+    assert "steady utilization  n/a (a schedule from a file" in capsys.readouterr().out
+    assert run_json(capsys, "--from", str(path))["steady_state_utilization"] is None
+
+
 def test_interleaved_defaults_to_two_chunks_and_costs_apply(capsys):
     out = run_json(capsys, "interleaved", "-P", "2", "-M", "4")
     assert out["chunks"] == 2

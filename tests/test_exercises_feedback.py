@@ -212,13 +212,19 @@ def test_ex09_2_boundary_is_stated_and_a_strict_comparison_is_named():
 
 
 def test_ex05_2_the_recalled_worst_case_is_named():
-    """A fresh student: the recalled ceil(D/N), which the hint mentions, named no mistake."""
+    """A fresh student: the recalled ceil(D/N), which the hint mentions, named no mistake; nor
+    did ceil((2(P-s)+1-j)/N), the position's 1-indexed form with the 0-indexed stage put in."""
     for recalled, words in (
-        (lambda P, N, stage, position: -(-(2 * (P - stage) - 1) // N), "ignores the position"),
-        (lambda P, N, stage, position: math.ceil((2 * (P - stage) + 1) / N), "counts stages"),
+        (lambda P, N, stage, position: -(-(2 * (P - stage) - 1) // N),
+         "this is the recalled ceil((2(P-i)+1)/N), which ignores the position"),
+        (lambda P, N, stage, position: math.ceil((2 * (P - stage) + 1) / N),
+         "this is the recalled form with the 0-indexed stage"),
+        # the position's form, with the 0-indexed stage put in for the 1-indexed i
+        (lambda P, N, stage, position: math.ceil((2 * (P - stage) + 1 - position) / N),
+         "this takes the position into account, but puts the 0-indexed stage in for i"),
     ):
         message = run_checks("ex05_2", recalled).message
-        assert "A known mistake: this is the recalled" in message and words in message, message
+        assert f"A known mistake: {words}" in message, message
 
 
 def _pick_counting_none_as_zero(rows, budget_bytes):

@@ -92,15 +92,15 @@ def test_peaks(P, M):
 def test_no_flush_makespan_and_steady_state(name, P, M, K, F, B):
     m = measure(name, P, M, OpCosts(forward=F, backward=B), num_minibatches=K)
     assert m.makespan == pytest.approx(f.makespan_no_flush(P, M * K, F, B))
-    if m.steady_state_utilization is not None:
-        assert 1 - m.steady_state_utilization == pytest.approx(
+    if m.full_pipeline_utilization is not None:
+        assert 1 - m.full_pipeline_utilization == pytest.approx(
             f.idle_fraction_async_steady_state(P, M)
         )
 
 
 def test_async_steady_state_exists_for_long_runs():
     m = measure("async", 6, 4, num_minibatches=8)
-    assert m.steady_state_utilization == pytest.approx(1.0)
+    assert m.full_pipeline_utilization == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("P", [1, 3, 6])

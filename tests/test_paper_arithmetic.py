@@ -106,7 +106,7 @@ def test_the_4_3x_is_the_simulated_ratio_at_p107_n32():
     P, N = 107, 32
     gpipe = simulate_and_measure(build_schedule("gpipe", P, N), OpCosts())[1].utilization
     steady = simulate_and_measure(build_schedule("async", P, N, num_minibatches=9),
-                                  OpCosts())[1].steady_state_utilization
+                                  OpCosts())[1].full_pipeline_utilization
     assert steady == 1.0
     assert steady / gpipe == pytest.approx(async_speedup_over_gpipe(P, N)) == 138 / 32
     assert round(138 / 32, 1) == 4.3 and async_speedup_over_gpipe(P, 8) == 14.25  # "14.3x"

@@ -7,7 +7,13 @@ import math
 
 import pytest
 
-from pipemare_lite.analysis.simulate import OpCosts, metrics, simulate, simulate_and_measure
+from pipemare_lite.analysis.simulate import (
+    OpCosts,
+    metrics,
+    simulate,
+    simulate_and_measure,
+    steady_state_utilization,
+)
 from pipemare_lite.analysis.timeline import TimedAction, Timeline
 from pipemare_lite.schedules import Action, Schedule, ScheduleError, build_schedule, gpipe
 
@@ -105,7 +111,7 @@ def test_metrics_definitions_on_a_hand_timeline():
     assert m.idle_fraction == pytest.approx(0.4)
     assert m.bubble_ratio == pytest.approx(8 / 12)  # idle 8 over busy 12
     assert m.peak_inflight == (2, 2)
-    assert m.steady_state_window is None  # rank 0's first B starts after every last F
+    assert m.full_pipeline_window is None  # rank 0's first B starts after every last F
     json.dumps(m.as_dict())
 
 
@@ -119,14 +125,62 @@ def test_peak_inflight_releases_at_weight_gradient_when_split():
 @pytest.mark.parametrize("name", ["async", "pipedream", "2bw"])
 def test_no_flush_schedules_are_fully_busy_in_steady_state(name):
     m = metrics(simulate(build_schedule(name, 4, 4, num_minibatches=6)))
-    assert m.steady_state_window is not None
-    assert m.steady_state_utilization == pytest.approx(1.0)
+    assert m.full_pipeline_window is not None
+    assert m.full_pipeline_utilization == pytest.approx(1.0)
     assert m.utilization < 1.0  # the single fill and drain still cost something
 
 
 def test_flushed_schedules_pay_the_bubble_in_steady_state():
     m = metrics(simulate(build_schedule("gpipe", 4, 4, num_minibatches=6)))
-    assert m.steady_state_utilization < 0.8
+    assert m.full_pipeline_utilization < 0.8
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("P,M", [(4, 8), (3, 5), (5, 2)])
+@pytest.mark.parametrize("F,B", [(1, 2), (1, 1), (2, 3)])
+def test_steady_state_utilization_is_one_more_minibatch(name, P, M, F, B):
+    # a flushed schedule pays its fill and drain every minibatch: M/(M+P-1) at any K,
+    # the utilization of one minibatch, even though its full-pipeline window reads 1
+    costs = OpCosts(forward=F, backward=B)
+
+    def build(k):
+        return build_schedule(name, P, M, num_minibatches=k)
+
+    for K in (1, 2, 4):
+        assert steady_state_utilization(build, costs, minibatches=K) == pytest.approx(
+            M / (M + P - 1))
+    # the definition by hand: minibatch 3's work over the time it adds to 2
+    two, three = (simulate_and_measure(build(k), costs)[1] for k in (2, 3))
+    added = (sum(three.busy_per_rank) - sum(two.busy_per_rank)) / (P * (three.makespan
+                                                                       - two.makespan))
+    assert steady_state_utilization(build, costs) == pytest.approx(added)
+    one = simulate_and_measure(build(1), costs)[1]
+    assert one.utilization == pytest.approx(M / (M + P - 1))
+    if name == "1f1b" and M >= P:
+        assert one.full_pipeline_utilization == pytest.approx(1.0)  # not a steady state
+
+
+@pytest.mark.parametrize("name", ["async", "pipedream", "2bw", "zb-h2"])
+def test_steady_state_utilization_is_one_without_a_fill_per_minibatch(name):
+    costs = OpCosts(forward=1, backward=2, input_grad=1, weight_grad=1)
+    for K in (1, 3):
+        assert steady_state_utilization(
+            lambda k: build_schedule(name, 4, 8, num_minibatches=k), costs, K) == pytest.approx(1)
+
+
+def test_steady_state_utilization_bad_input():
+    with pytest.raises(ValueError, match=r"minibatches=0: allowed: an integer >= 1"):
+        steady_state_utilization(lambda k: build_schedule("1f1b", 2, 2, num_minibatches=k),
+                                 minibatches=0)
+    with pytest.raises(ValueError, match=r"build\(3\) returned '1f1b' with 1 minibatches"):
+        steady_state_utilization(lambda k: build_schedule("1f1b", 2, 2), minibatches=3)
+
+
+def test_the_old_metrics_name_warns_and_reads_the_window():
+    m = metrics(simulate(build_schedule("1f1b", 4, 8)))
+    with pytest.warns(DeprecationWarning, match="full_pipeline_utilization"):
+        assert m.steady_state_utilization == m.full_pipeline_utilization == 1.0
+    assert "steady_state_utilization" not in m.as_dict()
 
 
 def test_simulate_and_measure_returns_both():

@@ -7,8 +7,10 @@ with v chunks per rank pays 1/v of that per chunk action. Columns:
 
 - ``utilization``: busy / (P x makespan) of one flushed minibatch;
 - ``steady``: what one more minibatch adds, its work over the time it adds (makespan of 3
-  minibatches minus that of 2): equal to the first for schedules whose next minibatch waits
-  for the last rank, higher where it fills the previous one's slope (ZB-H2, ZB-V);
+  minibatches minus that of 2,
+  :func:`~pipemare_lite.analysis.simulate.steady_state_utilization`): equal to the first
+  for schedules whose next minibatch waits for the last rank, higher where it fills the
+  previous one's slope (ZB-H2, ZB-V);
 - ``peak``: per rank, the most activations held at once in whole stages' worth (a chunk
   holds 1/v of a stage's activations, so the simulator's (chunk, microbatch) count / v).
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure
+from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure, steady_state_utilization
 from pipemare_lite.schedules.registry import build_schedule
 from pipemare_lite.schedules.validation import ScheduleError
 
@@ -51,15 +53,14 @@ def chunk_costs(chunks: int) -> OpCosts:
 def side_by_side_row(name: str, chunks: int, label: str, P: int, M: int) -> SideBySideRow:
     """The row of schedule ``name`` (v = ``chunks``) at P ranks and M microbatches."""
     costs = chunk_costs(chunks)
+    def build(k):
+        return build_schedule(name, P, M, chunks=chunks, num_minibatches=k)
+
     try:
-        measured = [simulate_and_measure(build_schedule(name, P, M, chunks=chunks,
-                                                        num_minibatches=k), costs)[1]
-                    for k in (1, 2, 3)]
+        one = simulate_and_measure(build(1), costs)[1]
+        steady = steady_state_utilization(build, costs, minibatches=2)
     except ScheduleError as error:  # e.g. DualPipeV with M < 2P
         return SideBySideRow(name, label, None, None, None, str(error))
-    one, two, three = measured
-    added_work = sum(three.busy_per_rank) - sum(two.busy_per_rank)
-    steady = added_work / (P * (three.makespan - two.makespan))
     peak = tuple(count / chunks for count in one.peak_inflight)
     return SideBySideRow(name, label, one.utilization, steady, peak)
 

@@ -8,12 +8,15 @@ done (plus a communication latency when the dependency ran on another rank):
 
 From the resulting :class:`~pipemare_lite.analysis.timeline.Timeline`, :func:`metrics` measures the
 makespan, utilization, the bubble and the activations each rank holds. The same
-:func:`metrics` reads a trace measured by an executor. Torch-free.
+:func:`metrics` reads a trace measured by an executor. What a long run keeps up is not in
+one timeline: :func:`steady_state_utilization` simulates one more minibatch. Torch-free.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from pipemare_lite.analysis.timeline import TimedAction, Timeline
@@ -144,11 +147,15 @@ class ScheduleMetrics:
         peak_inflight: per rank, the most microbatches whose F is done and whose B (or W,
             when backwards are split) is not: the activations the rank must hold. With
             interleaving each (chunk, microbatch) pair counts once.
-        steady_state_window: ``(t0, t1)``: from the moment the last rank starts its first
+        full_pipeline_window: ``(t0, t1)``: from the moment the last rank starts its first
             backward (B or I) to the moment the first rank ends its last forward; in between
             every rank has both forwards and backwards to run. None if that window is empty
-            (e.g. one flushed minibatch).
-        steady_state_utilization: utilization inside that window (None without a window).
+            (e.g. one flushed GPipe minibatch).
+        full_pipeline_utilization: utilization inside that window (None without a window):
+            the run's first fill and last drain left out, its flushes in between counted. Over
+            a long run that is the steady state; over a short flushed one it is not (one 1F1B
+            minibatch reads 1.0): for the utilization a long run keeps up, see
+            :func:`steady_state_utilization`.
     """
 
     makespan: float
@@ -158,8 +165,18 @@ class ScheduleMetrics:
     idle_fraction: float
     bubble_ratio: float
     peak_inflight: tuple[int, ...]
-    steady_state_window: tuple[float, float] | None
-    steady_state_utilization: float | None
+    full_pipeline_window: tuple[float, float] | None
+    full_pipeline_utilization: float | None
+
+    @property
+    def steady_state_utilization(self) -> float | None:
+        """The old name of :attr:`full_pipeline_utilization`, kept for one release: the
+        window's utilization, not a long run's (that is :func:`steady_state_utilization`)."""
+        warnings.warn("ScheduleMetrics.steady_state_utilization is now full_pipeline_utilization"
+                      " (removed in 0.3); a long run's utilization is "
+                      "pipemare_lite.analysis.simulate.steady_state_utilization(build, costs)",
+                      DeprecationWarning, stacklevel=2)
+        return self.full_pipeline_utilization
 
     def as_dict(self) -> dict:
         """Plain JSON-ready values (lists instead of tuples)."""
@@ -192,13 +209,13 @@ def metrics(timeline: Timeline) -> ScheduleMetrics:
         utilization = total_busy / (P * makespan)
     else:
         utilization_per_rank, utilization = tuple(0.0 for _ in busy), 0.0
-    window = steady = None
+    window = full = None
     if all(forward_ends) and all(math.isfinite(t) for t in first_backward):
         t0, t1 = max(first_backward), min(max(ends) for ends in forward_ends)
         if t1 > t0:
             window = (t0, t1)
             inside = sum(max(0.0, min(e.end, t1) - max(e.start, t0)) for e in timeline.entries)
-            steady = inside / (P * (t1 - t0))
+            full = inside / (P * (t1 - t0))
     return ScheduleMetrics(
         makespan=makespan,
         busy_per_rank=tuple(busy),
@@ -207,8 +224,8 @@ def metrics(timeline: Timeline) -> ScheduleMetrics:
         idle_fraction=1.0 - utilization if makespan > 0 else 0.0,
         bubble_ratio=(P * makespan - total_busy) / total_busy if total_busy > 0 else 0.0,
         peak_inflight=tuple(_peak_held(f, r) for f, r in zip(forward_ends, release_ends)),
-        steady_state_window=window,
-        steady_state_utilization=steady,
+        full_pipeline_window=window,
+        full_pipeline_utilization=full,
     )
 
 
@@ -303,3 +320,32 @@ def simulate_and_measure(schedule: Schedule,
     timeline = simulate(schedule, costs)
     return timeline, metrics(timeline)
 
+
+
+def steady_state_utilization(build: Callable[[int], Schedule], costs: OpCosts | None = None,
+                             minibatches: int = 2) -> float:
+    """The utilization a long run keeps up (chapter 04): that of one more minibatch.
+
+    ``build(K)`` is the schedule with K minibatches. Minibatch K+1, K = ``minibatches``, adds
+    its work (busy time) and some time to the makespan; its utilization is
+    ``added work / (P x added time)``. A run's one first fill and last drain are left out, a
+    fill or drain paid every minibatch is counted: M/(M+P-1) for GPipe and 1F1B, 1 for ZB-H2,
+    ZB-V and the schedules without a flush. Choose K past any warm-up minibatches, so that
+    the added one is a steady one. Raises ValueError if ``build`` ignores its argument.
+    """
+    if isinstance(minibatches, bool) or not isinstance(minibatches, int) or minibatches < 1:
+        raise ValueError(f"minibatches={minibatches!r}: allowed: an integer >= 1")
+    measured = []
+    for k in (minibatches, minibatches + 1):
+        schedule = build(k)
+        if schedule.num_minibatches != k:
+            raise ValueError(f"build({k}) returned {schedule.name!r} with "
+                             f"{schedule.num_minibatches} minibatches; allowed: a build that "
+                             "returns the schedule with as many minibatches as it is given")
+        measured.append(simulate_and_measure(schedule, costs)[1])
+    shorter, longer = measured
+    added_time = longer.makespan - shorter.makespan
+    if not added_time > 0:  # cannot happen with compute ops > 0 (OpCosts checks)
+        raise ValueError(f"one more minibatch of {schedule.name!r} added no time")
+    added_work = sum(longer.busy_per_rank) - sum(shorter.busy_per_rank)
+    return added_work / (schedule.num_ranks * added_time)

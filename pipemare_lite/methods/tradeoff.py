@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pipemare_lite.analysis.memory import KINDS, MemoryProfile, memory_by_kind
-from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure
+from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure, steady_state_utilization
 from pipemare_lite.methods.registry import METHOD_TABLE
 from pipemare_lite.schedules.registry import build_schedule, is_asynchronous
 
@@ -131,12 +131,10 @@ def tradeoff_row(method: str, profile: MemoryProfile, num_microbatches: int) -> 
     memory = {kind: sum(d[kind] for d in peaks) for kind in KINDS}
     costs = OpCosts(forward=1.0, backward=2.0)
     if flushed:  # what one more minibatch costs (see the module docstring)
-        two, three = (simulate_and_measure(method_schedule(method, P, N, k)[0], costs)[1]
-                      for k in (2, 3))
-        work = sum(three.busy_per_rank) - sum(two.busy_per_rank)
-        utilization = work / (P * (three.makespan - two.makespan))
+        utilization = steady_state_utilization(lambda k: method_schedule(method, P, N, k)[0],
+                                               costs, minibatches=2)
     else:
-        utilization = simulate_and_measure(schedule, costs)[1].steady_state_utilization
+        utilization = simulate_and_measure(schedule, costs)[1].full_pipeline_utilization
     device = max(peaks, key=lambda d: d["peak_total"])  # the first such rank on a tie
     return TradeoffRow(method, TRADEOFF_ROWS[method], memory, device["peak_total"],
                        utilization, None, {kind: device[kind] for kind in KINDS})

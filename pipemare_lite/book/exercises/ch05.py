@@ -96,6 +96,12 @@ def _recalled_with_stage_from_1(P, N, stage, position):
     return math.ceil((2 * (P - stage) + 1) / N)
 
 
+def _position_form_with_stage_from_1(P, N, stage, position):
+    """Known mistake: the position's form ceil((2(P-i)+1-j)/N) with the 0-indexed stage put in
+    for the 1-indexed i (one slot too many: i = stage + 1 gives 2(P-stage)-1-j)."""
+    return math.ceil((2 * (P - stage) + 1 - position) / N)
+
+
 # --------------------------------------------------------------------------- ex05_3
 
 
@@ -166,7 +172,8 @@ EXERCISES = [
             "m + 2P - 1 - s, and the update of minibatch k follows B(kN + N - 1) in its tick "
             "(F, then B, then U). Its gradient is applied to version k; the forward saw as "
             "many versions as updates came before it. The position matters: the recalled "
-            "ceil((2(P-i)+1)/N) is only the worst case.",
+            "ceil((2(P-i)+1)/N), its stages i counted from 1 (i = s + 1), is only the worst "
+            "case.",
             "The whole method: take a microbatch m = k N + position deep in the run (k large, so "
             "the warm-up is over). Its forward on stage s runs at tick m + s. Update j runs in "
             "the tick of the backward of microbatch (j + 1) N - 1, at tick (j + 1) N - 1 + 2P - 1 "
@@ -186,6 +193,10 @@ EXERCISES = [
             Mistake("this is the recalled form with the 0-indexed stage put in for i; the "
                     "recalled form counts stages from 1 (i = stage + 1), and even then it "
                     "ignores the position in the minibatch", _recalled_with_stage_from_1),
+            Mistake("this takes the position into account, but puts the 0-indexed stage in for "
+                    "i in ceil((2(P-i)+1-j)/N): that form counts stages from 1 (i = stage + 1), "
+                    "so this counts two slots too many",
+                    _position_form_with_stage_from_1),
         ),
         engine_answers=_VERSION_READERS + _DELAY_FORMS,
     ),

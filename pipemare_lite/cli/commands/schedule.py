@@ -46,8 +46,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 
-from pipemare_lite.analysis.simulate import OpCosts, ScheduleMetrics, simulate_and_measure
+from pipemare_lite.analysis.simulate import (
+    OpCosts,
+    ScheduleMetrics,
+    simulate_and_measure,
+    steady_state_utilization,
+)
 from pipemare_lite.analysis.staleness import stage_delays, steady_state_minibatches
 from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.interop.torch_notation import to_torch_csv
@@ -113,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if save is not None and not str(save).lower().endswith(SCHEDULE_SUFFIXES):
         raise ValueError(f"--save={save}: allowed: a file ending in "
                          f"{' or '.join(SCHEDULE_SUFFIXES)}")
-    schedule, costs = _schedule_and_costs(args)
+    schedule, costs, build = _schedule_and_costs(args)
     if save is not None:
         save_schedule(schedule, save)
     if args.minibatch is not None and not args.torch_csv:
@@ -126,10 +132,13 @@ def run(args: argparse.Namespace) -> int:
         print(to_csv(schedule), end="")
         return 0
     timeline, measured = simulate_and_measure(schedule, costs)
+    # a file holds one run: there is no "one more minibatch" to simulate
+    steady = None if build is None else steady_state_utilization(
+        build, costs, minibatches=schedule.num_minibatches)
     if args.json:
-        print(json.dumps(summary(schedule, costs, measured)))
+        print(json.dumps(summary(schedule, costs, measured, steady)))
     else:
-        print(render_text(schedule, timeline, measured))
+        print(render_text(schedule, timeline, measured, steady))
     return 0
 
 
@@ -174,9 +183,10 @@ def parse_placement(text: str):
                          "or one rank per virtual stage like 0,1,1,0") from None
 
 
-def _schedule_and_costs(args) -> tuple[Schedule, OpCosts]:
+def _schedule_and_costs(args) -> tuple[Schedule, OpCosts, Callable[[int], Schedule] | None]:
+    """The schedule, its costs, and how to build it with K minibatches (None for a file)."""
     if args.from_file is not None:
-        return _from_file(args), parse_costs(args.costs, args.comm)
+        return _from_file(args), parse_costs(args.costs, args.comm), None
     if args.weight_mode is not None:
         raise ValueError("--weight-mode only applies with --from FILE (a builder sets its own)")
     if getattr(args, "placement", None) is not None:
@@ -211,15 +221,14 @@ def _schedule_and_costs(args) -> tuple[Schedule, OpCosts]:
         raise ValueError("--microbatches (or --update-every) is required (an integer >= 1)")
     default_chunks = "2" if key == "interleaved" else "1"
     chunks = _integer("--chunks", args.chunks or default_chunks, 1)
-    schedule = build_schedule(
-        name,
-        stages,
-        microbatches,
-        chunks=chunks,
-        num_minibatches=_integer("--minibatches", args.minibatches, 1),
-        warmup_minibatches=_integer("--warmup", args.warmup, 0),
-    )
-    return schedule, parse_costs(args.costs, args.comm)
+    warmup = _integer("--warmup", args.warmup, 0)
+
+    def build(minibatches: int) -> Schedule:
+        return build_schedule(name, stages, microbatches, chunks=chunks,
+                              num_minibatches=minibatches, warmup_minibatches=warmup)
+
+    schedule = build(_integer("--minibatches", args.minibatches, 1))
+    return schedule, parse_costs(args.costs, args.comm), build
 
 
 def save_schedule(schedule: Schedule, path) -> None:
@@ -270,8 +279,10 @@ def parse_costs(text: str, comm: str = "0") -> OpCosts:
     )
 
 
-def summary(schedule: Schedule, costs: OpCosts, measured: ScheduleMetrics) -> dict:
-    """The JSON object ``--json`` prints."""
+def summary(schedule: Schedule, costs: OpCosts, measured: ScheduleMetrics,
+            steady: float | None = None) -> dict:
+    """The JSON object ``--json`` prints; ``steady`` is
+    :func:`~pipemare_lite.analysis.simulate.steady_state_utilization` (None: not known)."""
     out = {
         "schedule": schedule.name,
         "stages": schedule.num_ranks,
@@ -287,7 +298,8 @@ def summary(schedule: Schedule, costs: OpCosts, measured: ScheduleMetrics) -> di
         "utilization_per_rank": list(measured.utilization_per_rank),
         "bubble_fraction": measured.idle_fraction,
         "bubble_ratio": measured.bubble_ratio,
-        "steady_state_utilization": measured.steady_state_utilization,
+        "steady_state_utilization": steady,
+        "full_pipeline_utilization": measured.full_pipeline_utilization,
         "peak_inflight": list(measured.peak_inflight),
         "notes": list(schedule.notes),
         "actions": schedule.rows(),
@@ -315,8 +327,10 @@ def _delays(schedule: Schedule) -> dict:
     }
 
 
-def render_text(schedule: Schedule, timeline: Timeline, measured: ScheduleMetrics) -> str:
-    """A text grid of the timeline (one row per rank, time across) and the metrics."""
+def render_text(schedule: Schedule, timeline: Timeline, measured: ScheduleMetrics,
+                steady: float | None = None) -> str:
+    """A text grid of the timeline (one row per rank, time across) and the metrics; ``steady``
+    as in :func:`summary`."""
     s, m = schedule, measured
     head = (
         f"{s.name}: P={s.num_ranks} stages, M={s.num_microbatches} microbatches"
@@ -331,14 +345,18 @@ def render_text(schedule: Schedule, timeline: Timeline, measured: ScheduleMetric
             f"rank {r} holds {s.stages_of(r)}" for r in range(s.num_ranks)))
     lines.append("")
     lines += text_grid(timeline)
-    steady = m.steady_state_utilization
+    full = m.full_pipeline_utilization
     lines += [
         "",
         f"makespan            {m.makespan:g}",
         f"utilization         {m.utilization:.4f}",
         f"bubble fraction     {m.idle_fraction:.4f}   (idle / all device time)",
         f"bubble ratio        {m.bubble_ratio:.4f}   (idle / busy time)",
-        "steady utilization  " + ("n/a (no steady state)" if steady is None else f"{steady:.4f}"),
+        "steady utilization  " + ("n/a (a schedule from a file: no minibatch to add)"
+                                  if steady is None else
+                                  f"{steady:.4f}   (one more minibatch: its work / its time)"),
+        "full-pipeline util  " + ("n/a (no rank has both F and B left at once)" if full is None
+                                  else f"{full:.4f}   (between the first fill and the last drain)"),
         f"peak in-flight      {list(m.peak_inflight)}   (microbatch activations held, per rank)",
     ]
     delays = _delays(schedule)

@@ -163,10 +163,10 @@ def formula_rows(schedule, measured, costs: OpCosts) -> list[FormulaRow]:
                    "per-stage closed form" if forms.peaks else "n/a (no closed form here)",
                    ", ".join(map(str, forms.peaks)) if forms.peaks else ""),
     ]
-    if schedule.name in ASYNC_NAMES and measured.steady_state_utilization is not None:
+    if schedule.name in ASYNC_NAMES and measured.full_pipeline_utilization is not None:
         P, N = schedule.num_ranks, schedule.num_microbatches
         rows.append(FormulaRow("steady-state idle fraction",
-                               _fmt(1 - measured.steady_state_utilization), "0 (no flush)",
+                               _fmt(1 - measured.full_pipeline_utilization), "0 (no flush)",
                                _fmt(formulas.idle_fraction_async_steady_state(P, N))))
     return rows
 
