@@ -321,7 +321,6 @@ def simulate_and_measure(schedule: Schedule,
     return timeline, metrics(timeline)
 
 
-
 def steady_state_utilization(build: Callable[[int], Schedule], costs: OpCosts | None = None,
                              minibatches: int = 2) -> float:
     """The utilization a long run keeps up (chapter 04): that of one more minibatch.
