@@ -86,6 +86,11 @@ def test_a_rank_that_raises_stops_everyone():
     assert error.failed_ranks[0] == FAULT_RANK
     text = str(error)
     assert "injected fault on rank 1" in text
+    # the cause first; a rank that failed only because it did is marked so (chapter 11)
+    failed_line = next(line for line in text.splitlines() if line.startswith("failed rank(s)"))
+    assert failed_line.startswith(f"failed rank(s): {FAULT_RANK} (the cause)"), failed_line
+    for rank in error.failed_ranks[1:]:
+        assert f"{rank} (stopped by rank {FAULT_RANK}'s failure)" in failed_line, text
     where = error.positions[FAULT_RANK]
     assert where.index == FAULT_POSITION
     assert where.action == str(SCHEDULE.ranks[FAULT_RANK][FAULT_POSITION])
@@ -124,3 +129,17 @@ def test_a_rank_that_never_sends_makes_its_neighbours_time_out():
     assert error.positions[FAULT_RANK].index == FAULT_POSITION  # the hung rank's place
     assert_positions_listed(error)
     assert_all_ended(error)
+
+
+def test_the_failed_ranks_line_tells_the_cause_from_its_echoes():
+    from pipemare_lite.engine.distributed.launch import _failed_ranks_line
+
+    exits = {0: 1, 1: 1, 2: 1}
+    real, echo = "RuntimeError: injected fault", "PeerFailedError: rank 1 failed"
+    assert _failed_ranks_line([1], exits, {1: real}, None) == "failed rank(s): 1"
+    assert _failed_ranks_line([1, 0, 2], exits, {1: real, 0: echo, 2: echo}, None) == (
+        "failed rank(s): 1 (the cause), 0 (stopped by rank 1's failure), "
+        "2 (stopped by rank 1's failure)")
+    # two real errors: the first is only the likeliest cause, the other is not an echo
+    assert _failed_ranks_line([1, 2], exits, {1: real, 2: real}, None) == (
+        "failed rank(s): 1 (the likeliest cause), 2")

@@ -65,6 +65,10 @@ def test_chapter_table_marks_written_chapters_and_shows_measured_times(tmp_path)
     assert "| 02 | A planted chapter | `02_planted_chapter.ipynb` | 12 s |" in markdown
     assert f"| 03 | {notebooks.PLANNED_CHAPTERS[3]} | planned |  |" in markdown
     assert "99_gone" not in markdown
+    # the plain-text form (a text front end, nbval) has the same column headers
+    header, first = str(table).splitlines()[:2]
+    assert header.split() == ["#", "chapter", "notebook", "last", "measured", "run"]
+    assert first.startswith("00  ") and header.index("notebook") == first.index("(planned)")
     # without a timings file (the book never built) the table still works
     assert notebooks.chapter_table(folder, timings=tmp_path / "none.json").rows[2].seconds is None
 

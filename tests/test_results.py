@@ -686,6 +686,9 @@ def test_seed_groups_and_stage0_delays_are_read_from_the_rows(stored):
     config = design.config_for(results["quick"])
     assert f"n = {len(config.seeds)}): every other row and cell" in groups
     assert f"n = {len(config.check_seeds)}):" in groups
+    # the check cell in words a reader understands, never the bare name (chapters 07-10)
+    assert "(check cell)" not in groups
+    assert f"the reproducibility check (`{results['command']} --check`" in groups
     for row in results["rows"]:
         if row["not_run"]:
             continue

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import pipemare_lite.figures.viz.colors as colors_module
-from pipemare_lite.book.show import SOURCE_BASE_ENV, show_source, source_view
+from pipemare_lite.book.show import SOURCE_BASE_ENV, MarkdownText, show_source, source_view
 from pipemare_lite.figures.viz.colors import shade
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,3 +50,10 @@ def test_html_has_a_link_and_highlighted_code(monkeypatch):
 def test_objects_without_python_source_are_refused():
     with pytest.raises(TypeError, match="no Python source for <built-in function len>"):
         source_view(len)
+
+
+def test_markdown_text_renders_and_reads_as_text():
+    table = MarkdownText("| # | claim |\n|---|---|\n| 1 | it holds |")
+    assert table._repr_markdown_() == table.text
+    # the plain-text form (what a text front end and nbval see) is the table, headers included
+    assert repr(table) == str(table) == table.text and "Markdown object" not in repr(table)

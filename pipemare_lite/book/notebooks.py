@@ -230,9 +230,10 @@ class ChapterTable:
         return self.to_markdown()
 
     def __str__(self) -> str:
-        width = max((len(r.title) for r in self.rows), default=10)
-        file_width = max((len(r.file) for r in self.rows), default=10)
-        out = []
+        """The plain-text table, with the Markdown table's column headers."""
+        width = max([len("chapter"), *(len(r.title) for r in self.rows)])
+        file_width = max([len("(planned)"), *(len(r.file) for r in self.rows)])
+        out = [f"{'#':<2}  {'chapter':<{width}}  {'notebook':<{file_width}}  last measured run"]
         for r in self.rows:
             notebook = r.file if r.written else "(planned)"
             seconds = "" if r.seconds is None else f"  {r.seconds:5.0f} s"

@@ -8,6 +8,10 @@ the book build keeps it); anywhere else it is printed as plain text.
 Links are relative to the current directory (a chapter runs in ``chapters/``, so they read
 ``../pipemare_lite/...``). Set ``PIPEMARE_LITE_SOURCE_BASE`` to a URL or folder to link
 there instead (e.g. a rendered book that lives elsewhere). Torch-free.
+
+:class:`MarkdownText` is the same idea for a table a chapter builds as Markdown: rendered in
+Jupyter, and the table's own text in a plain-text front end, never
+``<IPython.core.display.Markdown object>``.
 """
 
 from __future__ import annotations
@@ -82,6 +86,23 @@ class SourceView:
             f' from <a href="{link}" target="_blank"><code>{html.escape(self.header)}</code></a>'
             f"</div>{body}</div>"
         )
+
+
+@dataclass(frozen=True)
+class MarkdownText:
+    """Markdown for a chapter to show as a cell's value (chapter 10's verdict table):
+    Jupyter renders it; a plain-text front end, ``print`` and an output check read the
+    Markdown source itself (a pipe table reads well as text)."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__  # text/plain: the table, not IPython's "<... Markdown object>"
+
+    def _repr_markdown_(self) -> str:
+        return self.text
 
 
 def source_view(obj) -> SourceView:

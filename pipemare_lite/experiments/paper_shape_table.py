@@ -58,6 +58,14 @@ def _seed_range(seeds: list[int]) -> str:
     return ", ".join(map(str, seeds))
 
 
+def _check_cell_words(results: dict, row: dict) -> str:
+    """What the check cell is, for a reader who never heard the name: the row, where, and
+    why it has its own seeds."""
+    return (f"{row['label']} at P = {row['P']}, lr {row['lr']:g}, run only as the "
+            f"reproducibility check (`{results['command']} --check` re-runs one of its seeds "
+            "against the stored ones); not in the tables, which show this row's grid seeds")
+
+
 def seed_groups(results: dict) -> str:
     """Which rows ran which seeds, read from the stored rows (the meta's ``seeds`` is only
     the default set): the smaller groups named study by study, the largest "every other"."""
@@ -65,8 +73,8 @@ def seed_groups(results: dict) -> str:
     for r in results["rows"]:
         if r["not_run"] or not r["seeds"]:
             continue
-        what = r["label"] + {"grid": "", "check": " (check cell)",
-                             "curvature": " (curvature runs)"}.get(
+        what = _check_cell_words(results, r) if r["sweep"] == "check" else r["label"] + {
+            "grid": "", "curvature": " (curvature runs)"}.get(
             r["sweep"], f" ({r['sweep']} cell)")  # fmt: skip
         names = groups.setdefault(tuple(s["seed"] for s in r["seeds"]), {})
         if what not in names.setdefault(r["study"], []):

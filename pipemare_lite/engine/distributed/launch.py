@@ -426,6 +426,20 @@ def _stop_all(procs) -> None:
         p.join(timeout=5.0)
 
 
+def _failed_ranks_line(failed: list[int], exit_codes: dict, errors: dict, reason) -> str:
+    """``failed rank(s): 1 (the cause), 0 (stopped by rank 1's failure)``: ``failed`` with
+    the cause first; a rank that reported only the echo of another's failure (a closed
+    link, the abort: :func:`_suspicion` 4) is marked as stopped by the cause."""
+    if len(failed) < 2:
+        return "failed rank(s): " + ", ".join(str(r) for r in failed)
+    cause, *others = failed
+    echoes = [_suspicion(r, exit_codes, errors, reason) == 4 for r in others]
+    parts = [f"{cause} ({'the cause' if all(echoes) else 'the likeliest cause'})"]
+    parts += [f"{r} (stopped by rank {cause}'s failure)" if echo else str(r)
+              for r, echo in zip(others, echoes)]
+    return "failed rank(s): " + ", ".join(parts)
+
+
 def _collect(procs, store, result_dir, reason) -> list:
     """Stop every child; the results in rank order, or :class:`LaunchError` naming the
     failed ranks (the cause first: :func:`_suspicion`) and where every rank was."""
@@ -440,7 +454,7 @@ def _collect(procs, store, result_dir, reason) -> list:
     cause = min(failed, key=lambda r: _suspicion(r, exit_codes, errors, reason), default=None)
     failed.sort(key=lambda r: r != cause)  # the cause first, the others in rank order
     lines = [f"distributed run failed: {reason or 'a rank did not return a result'}",
-             "failed rank(s): " + ", ".join(str(r) for r in failed), "where each rank was:",
+             _failed_ranks_line(failed, exit_codes, errors, reason), "where each rank was:",
              faults.format_positions(positions, world_size)]
     lines += [f"rank {r} error: {errors[r].strip().splitlines()[-1]}" if r in errors
               else f"rank {r}: no error report (exit code {exit_codes.get(r)})" for r in failed]
