@@ -249,6 +249,12 @@ def _md(text: str) -> dict:
     return {"cell_type": "markdown", "source": [text], "metadata": {}}
 
 
+def _flagged_numbers(sentences: list[str]) -> tuple[list[str], list[str]]:
+    """The numbers the check flags in ``sentences`` (each a markdown cell), and its report."""
+    found = chapter_number_problems([_md(t) for t in sentences], "old")
+    return [re.search(r"\] '([^']+)'", p).group(1) for p in found], found
+
+
 def test_the_number_check_catches_the_old_text():
     # issue 30: chapter 05 [12] stated the paper's 4.3x as fact; chapter 07 [50] and
     # chapter 09 [38] typed the stored experiment's lengths; a typo in arithmetic
@@ -256,8 +262,7 @@ def test_the_number_check_catches_the_old_text():
            "ratio for P = 107 and N = 32).",
            "the finest cut trained four times as long, 1,680 updates, with 8 seeds",
            "with P = 107 and N = 32 it is 138/32 = 4.13"]
-    found = chapter_number_problems([_md(t) for t in old], "old")
-    numbers = [re.search(r"\] '([^']+)'", p).group(1) for p in found]
+    numbers, found = _flagged_numbers(old)
     assert numbers == ["4.3x", "107", "1,680", "107", "138", "4.13"], found
     # the same sentences with a source: a cell that prints it, a quotation, correct arithmetic
     new = [_md('PipeMare\'s abstract (arXiv:1910.05124) says "4.3x higher utilization".'),
@@ -274,8 +279,7 @@ def test_the_number_check_catches_chapters_01_and_04_as_they_were():
            "most of a 141 GB one before any activation; with 70 billion it is 1.1 TB",
            "the engine's order is PyTorch 2.13's `ScheduleDualPipeV`, step for step",
            "make **W** cheap (0.2) or expensive (3): which part of the bubble comes back?"]
-    found = chapter_number_problems([_md(t) for t in old], "old")
-    numbers = [re.search(r"\] '([^']+)'", p).group(1) for p in found]
+    numbers, found = _flagged_numbers(old)
     assert numbers == ["112", "141", "1.1", "2.13", "0.2"], found
     # as they are now: printed by a cell, a version marked as one, the call that sets a slider
     new = [_md("a model of 7 billion parameters needs more than an 80 GB accelerator holds and "

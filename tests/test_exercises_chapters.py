@@ -175,15 +175,15 @@ def _exact_bound(tau):
     return 2 * math.sin(math.pi / (2 * (2 * tau + 1)))
 
 
-def largest_stable_depth(step, num_microbatches):
+def largest_stable_depth(step, num_microbatches, bound=_exact_bound):
     # solved: the largest delay strictly inside (the bound inverted, then checked against the
     # bound itself), then the largest P with ceil((2P - 1) / N) <= it, i.e. 2P - 1 <= N tau
     if step >= 2:
         return 0
     tau = math.ceil((math.pi / (2 * math.asin(step / 2)) - 1) / 2) - 1
-    while tau > 0 and step >= _exact_bound(tau):
+    while tau > 0 and step >= bound(tau):
         tau -= 1
-    while step < _exact_bound(tau + 1):
+    while step < bound(tau + 1):
         tau += 1
     return (num_microbatches * tau + 1) // 2
 
@@ -880,15 +880,8 @@ def test_chapter_07_may_use_chapter_06_instruments_but_ex07_2_is_solved_not_sear
         best = max(radii)
         return radii.index(best) if best > 1 else None
 
-    def solved_with_the_engines_bound(step, n):
-        if step >= 2:
-            return 0
-        tau = math.ceil((math.pi / (2 * math.asin(step / 2)) - 1) / 2) - 1
-        while tau > 0 and step >= stability_bound(tau):
-            tau -= 1
-        while step < stability_bound(tau + 1):
-            tau += 1
-        return (n * tau + 1) // 2
+    def solved_with_the_engines_bound(step, n):  # the solution above, on the engine's bound
+        return largest_stable_depth(step, n, bound=stability_bound)
 
     def searched_with_the_engine(step, n):
         P = 0
