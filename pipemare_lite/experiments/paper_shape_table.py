@@ -11,7 +11,7 @@ import math
 import re
 
 from pipemare_lite.experiments import record
-from pipemare_lite.experiments.paper_shape_claims import onset_gaps
+from pipemare_lite.experiments.paper_shape_claims import PIPEDREAM, PMW, cell_rows, onset_gaps
 from pipemare_lite.experiments.paper_shape_design import LABELS, SYNC
 
 
@@ -153,12 +153,10 @@ def _grid_table(results: dict, study: str) -> list[str]:
             quality_cell(grid[(p, label)]) if (p, label) in grid else "-" for p in ps) + " |")
     delays, notes = [], []
     for label in ("async", "PipeDream (stash)", "2BW"):
-        cells = [grid[(p, label)] for p in ps if (p, label) in grid]
+        cells = [(c["P"], *stage0_delay(c)) for p in ps if (c := grid.get((p, label)))]
         if cells:
-            delays.append(f"{label} " + ", ".join(
-                f"P={c['P']}: {stage0_delay(c)[0]}" for c in cells))
-            notes += [f"{label} P={c['P']}: {stage0_delay(c)[1]}" for c in cells
-                      if stage0_delay(c)[1]]
+            delays.append(f"{label} " + ", ".join(f"P={P}: {cell}" for P, cell, _ in cells))
+            notes += [f"{label} P={P}: {note}" for P, _, note in cells if note]
     lines += ["", "Measured max forward delay of stage 0 (updates; the largest over seeds): "
               + "; ".join(delays) + "."]
     if notes:
@@ -292,8 +290,6 @@ def claim_scope(results: dict, number: str) -> str | None:
     """
     if number != "8":
         return None
-    from pipemare_lite.experiments.paper_shape_claims import PIPEDREAM, PMW, cell_rows
-
     rows = cell_rows(results, "resnet_long")
     if PIPEDREAM not in rows or PMW not in rows:
         return None
