@@ -7,6 +7,9 @@
 - At the end, the wall time of each chapter notebook (the number chapter 00 tells readers
   to look at), summed from its cells' reports; this works under xdist because workers send
   every report to the controller.
+- Every test that compared with floats recorded on another machine says which mode it took
+  (bitwise where the kernel fingerprint matches, else within-process: tests/recorded_floats.py),
+  in a section of its own at the end.
 - A run that collected no test is a failure (exit 1, not pytest's 5): CI must never pass
   without testing anything.
 - A browser test skipped for want of a browser (tests/test_book.py) is repeated in a loud
@@ -23,13 +26,18 @@ import pytest
 os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype")
 
 _chapter_seconds: dict[str, float] = defaultdict(float)
+_recorded_float_modes: dict[str, str] = {}
 
 
 def pytest_runtest_logreport(report):
-    """Sum setup+call+teardown durations per notebook (works on the xdist controller too)."""
+    """Sum setup+call+teardown durations per notebook and keep each test's recorded-floats
+    mode (both work on the xdist controller too: workers send every report to it)."""
     path = report.nodeid.split("::", 1)[0]
     if path.endswith(".ipynb"):
         _chapter_seconds[path] += report.duration
+    for name, value in getattr(report, "user_properties", ()):
+        if name == "recorded-floats mode":  # tests/recorded_floats.PROPERTY
+            _recorded_float_modes[report.nodeid] = value
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -44,6 +52,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus):
         terminalreporter.section("chapter wall times (sum of cell times)")
         for path in sorted(_chapter_seconds):
             terminalreporter.write_line(f"{_chapter_seconds[path]:7.1f} s  {path}")
+    if _recorded_float_modes:
+        terminalreporter.section("floats recorded on another machine: how each test compared")
+        for nodeid in sorted(_recorded_float_modes):
+            terminalreporter.write_line(f"{nodeid}: {_recorded_float_modes[nodeid]}")
     if exitstatus == 5:
         terminalreporter.write_line("no test was collected: this run fails on purpose (exit 1)")
     browserless = [

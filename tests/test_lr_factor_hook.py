@@ -2,10 +2,12 @@
 the public API, and T1 moved onto it, bitwise.
 
 - T1 on the hook == the former implementation (``LRRescheduling`` as the stage's scheduler):
-  losses and every group's learning rates of four runs equal, as float hex, the values
-  recorded at commit 74f6b13 (``tests/fixtures/t1_before_lr_hook.json``, written by
-  ``tools/make_t1_fixture.py``: constant, cosine + lr warm-up + PipeMare-W, step with adam,
-  muon's two groups), and the same within one process against the old wiring;
+  losses and every group's learning rates of four runs through ``fit`` (constant, cosine +
+  lr warm-up + PipeMare-W, step with adam, muon's two groups) equal, as float hex, those of
+  the old wiring run in this process (meaningful on every machine), and, where the kernel
+  fingerprint matches the fixture's, the values recorded at commit 74f6b13
+  (``tests/fixtures/t1_before_lr_hook.json``, written by ``tools/make_t1_fixture.py``; the
+  rule and the mode each test took: ``tests/recorded_floats.py``, issue 42);
 - a checkpoint taken by the old wiring (T1's scheduler state, the groups holding T1's product)
   resumes under the new one and continues bitwise;
 - a method's ``lr_factor`` == the same factor given as a per-stage ``LambdaLR`` (a factory
@@ -34,7 +36,9 @@ from pipemare_lite.methods import (
 )
 from pipemare_lite.methods.registry import build_method_schedule
 from pipemare_lite.training.datasets import load
+from pipemare_lite.training.executors import EXECUTORS, local_executor, register_executor
 from pipemare_lite.training.models import mlp
+from tests.recorded_floats import comparison_mode
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons: conftest.py
 
@@ -42,14 +46,37 @@ FIXTURE = Path(__file__).parent / "fixtures" / "t1_before_lr_hook.json"
 WIDTH = 6
 
 
+def hexed(history) -> tuple[list, list]:
+    """A history's losses and per-group learning rates as float hex."""
+    return ([float(x).hex() for x in history.loss],
+            [[[float(x).hex() for x in g] for g in s] for s in history.stage_lr_by_group])
+
+
+@pytest.fixture
+def old_wiring_executor():
+    """``fit(..., executor="t1-old-wiring")``: the local executor with T1 wired as before the
+    hook (:func:`old_wiring`), for the within-process comparison."""
+    register_executor("t1-old-wiring", lambda *a, **k: old_wiring(local_executor(*a, **k)))
+    yield "t1-old-wiring"
+    EXECUTORS.pop("t1-old-wiring", None)
+
+
 @pytest.mark.parametrize("case", sorted(json.loads(FIXTURE.read_text())["cases"]))
-def test_t1_on_the_hook_equals_the_scheduler_implementation_bitwise(case):
-    recorded = json.loads(FIXTURE.read_text())["cases"][case]
-    history = fit(mlp(64, 16, 3, 10, seed=1), load("digits"), num_stages=3, num_microbatches=2,
-                  batch_size=64, epochs=1, progress=False, **recorded["kwargs"])
-    assert [float(x).hex() for x in history.loss] == recorded["loss"]
-    assert [[[float(x).hex() for x in g] for g in s]
-            for s in history.stage_lr_by_group] == recorded["stage_lr_by_group"]
+def test_t1_on_the_hook_equals_the_scheduler_implementation_bitwise(case, old_wiring_executor,
+                                                                    request):
+    fixture = json.loads(FIXTURE.read_text())
+    recorded = fixture["cases"][case]
+    mode = comparison_mode(fixture, threads=1, request=request)
+
+    def train(**extra):
+        return fit(mlp(64, 16, 3, 10, seed=1), load("digits"), num_stages=3,
+                   num_microbatches=2, batch_size=64, epochs=1, progress=False,
+                   **recorded["kwargs"], **extra)
+
+    history = train()
+    assert hexed(history) == hexed(train(executor=old_wiring_executor))  # every machine
+    if mode.bitwise:  # the fixture's machine: the numbers recorded at 74f6b13 come back
+        assert hexed(history) == (recorded["loss"], recorded["stage_lr_by_group"])
     assert any(a < b for a, b in zip(history.stage_lr[0], history.stage_lr[-1]))  # T1 acted
 
 

@@ -4,15 +4,26 @@ Run once at commit 74f6b13 (T1 as the ``LRRescheduling`` scheduler) to write the
 that ``tests/test_lr_factor_hook.py`` compares the hook-based T1 with, bitwise::
 
     .venv/bin/python tools/make_t1_fixture.py tests/fixtures/t1_before_lr_hook.json
+
+The file stores the machine's fingerprint beside the floats (issue 42): the test compares
+with them bitwise only where the kernel fingerprint matches (``tests/recorded_floats.py``).
+At a commit older than the fingerprint code, run this script with ``PYTHONPATH`` on the old
+tree and ``--fingerprint-from`` a newer checkout (how the stored file was re-recorded)::
+
+    cd OLD && PYTHONPATH=$PWD python NEW/tools/make_t1_fixture.py out.json --fingerprint-from NEW
 """
 
+import argparse
 import json
 import subprocess
 import sys
 
 import torch
 
-from pipemare_lite import fit
+try:
+    from pipemare_lite import fit
+except ImportError:  # commits before the front door exported it (74f6b13)
+    from pipemare_lite.training.fit import fit
 from pipemare_lite.training.datasets import load
 from pipemare_lite.training.models import mlp
 
@@ -26,8 +37,21 @@ CASES = {
 }
 
 
-def main(path: str) -> None:
-    """Train every case and write their losses and learning rates as float hex."""
+def fingerprint(newer_checkout: str | None) -> dict:
+    """This machine's fingerprint at one torch thread (from ``newer_checkout``'s package when
+    the tree being recorded predates the fingerprint code)."""
+    if newer_checkout:
+        sys.path.insert(0, newer_checkout)
+        for name in [m for m in sys.modules if m.startswith("pipemare_lite.experiments")]:
+            del sys.modules[name]
+    from pipemare_lite.experiments.record import machine_fingerprint
+
+    return machine_fingerprint(1)
+
+
+def main(path: str, newer_checkout: str | None = None) -> None:
+    """Train every case and write their losses and learning rates as float hex, with this
+    machine's fingerprint."""
     torch.set_num_threads(1)
     commit = subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
     out = {"commit": commit, "cases": {}}
@@ -41,9 +65,15 @@ def main(path: str) -> None:
                                   for stage in history.stage_lr_by_group],
         }
         print(name, len(history.loss), history.loss[-1])
+    out["fingerprint"] = fingerprint(newer_checkout)
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", help="the fixture file to write")
+    parser.add_argument("--fingerprint-from", metavar="CHECKOUT",
+                        help="a newer checkout whose package computes the fingerprint")
+    args = parser.parse_args()
+    main(args.path, args.fingerprint_from)

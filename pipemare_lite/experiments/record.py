@@ -175,6 +175,18 @@ def machine_fingerprint(threads: int) -> dict:
     }
 
 
+def kernel_differences(stored: dict, current: dict) -> list[str]:
+    """How two :func:`machine_fingerprint` s differ in what decides float32 kernels
+    (:func:`kernel_fingerprint`), one ``key: stored -> current`` line each.
+
+    The one rule for floats recorded on another machine (stored experiments, test
+    fixtures; issue 42): empty means the same kernels, so the numbers must come back
+    bitwise; otherwise only a comparison that no kernel can change is meaningful (a
+    within-process reference, a seed range, or a tolerance that says why it is safe).
+    """
+    return fingerprint_differences(kernel_fingerprint(stored), kernel_fingerprint(current))
+
+
 def fingerprint_differences(stored: dict, current: dict) -> list[str]:
     """One ``key: stored -> current`` line per field that differs (empty: the same machine)."""
     keys = sorted(set(stored) | set(current))
@@ -499,8 +511,7 @@ def check_rerun(
     missing = [k for k in (*metrics, *exact_keys) if k not in stored or k not in rerun]
     if missing:
         raise ValueError(f"keys {missing} missing from the stored or the re-run result")
-    differences = fingerprint_differences(kernel_fingerprint(stored_fingerprint),
-                                          kernel_fingerprint(fingerprint))  # fmt: skip
+    differences = kernel_differences(stored_fingerprint, fingerprint)
     lines: list[str] = []
     if not differences:
         keys = sorted(set(stored) | set(rerun))
