@@ -245,4 +245,4 @@ def test_chapter_12_methods_are_built_in_but_imported_on_first_use():
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == sorted(
         ["gpipe", "1f1b", "interleaved", "zb-h1", "pipedream", "2bw", "async", "pipemare",
-         "wpred", "nesterov", "dc"])
+         "wpred", "nesterov", "dc", "pipemare-m"])

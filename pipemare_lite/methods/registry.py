@@ -46,9 +46,11 @@ METHOD_TABLE: tuple[tuple[str, str, bool, bool, str], ...] = (
     ("pipemare", "async", True, True, "async + T1 lr rescheduling + T2 discrepancy correction"),
 )
 
-#: Chapter 12's methods (torch at import): name -> the file that registers it when imported.
+#: Chapter 12's methods and issue 43's momentum-aware T1 (torch at import): name -> the file
+#: that registers it when imported.
 BUILT_IN_MODULES = {name: f"pipemare_lite.methods.{module}" for name, module in (
-    ("wpred", "weight_prediction"), ("nesterov", "nesterov"), ("dc", "delay_compensation"))}
+    ("wpred", "weight_prediction"), ("nesterov", "nesterov"), ("dc", "delay_compensation"),
+    ("pipemare-m", "momentum_rescheduling"))}
 
 
 def load_built_in_methods() -> None:
