@@ -18,6 +18,7 @@ to rounding).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -43,6 +44,25 @@ def rescheduling_factor(update: int, tau: float, horizon: int, start: int = 0) -
     if tau < 1:
         raise ValueError(f"T1 needs a delay tau >= 1, got {tau!r}")
     return float(tau) ** (-rescheduling_exponent(update, horizon, start))
+
+
+def effective_delay(tau: int, momentum: float) -> float:
+    """``b(0, m) / b(tau, m)``: how many times smaller delayed heavy-ball GD's largest stable
+    step is with delay ``tau`` than without (>= 1; chapter 06's bound,
+    :func:`~pipemare_lite.analysis.theory.momentum_stability_bound`): the delay the
+    momentum-aware T1 (``pipemare-m``) divides by in place of ``tau`` (38 at m = 0.9, tau = 1).
+    """
+    return _effective_delay(int(tau), float(momentum))
+
+
+@functools.lru_cache(maxsize=512)
+def _effective_delay(tau: int, momentum: float) -> float:
+    from pipemare_lite.analysis.theory import momentum_stability_bound  # numpy, on use
+
+    if not 0.0 <= momentum < 1.0:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+    bound = momentum_stability_bound(tau, momentum)
+    return max(1.0, momentum_stability_bound(0, momentum) / bound)
 
 
 def base_lr(update: int, lr: float, schedule: str = "constant", *, total_updates: int,

@@ -17,7 +17,8 @@ memory model: the paper's claims, checked without training, torch-free.
 
 #: experiment name -> module under pipemare_lite.experiments
 EXPERIMENTS = {"paper-shape": "pipemare_lite.experiments.paper_shape",
-               "beyond-pipemare": "pipemare_lite.experiments.beyond_pipemare"}
+               "beyond-pipemare": "pipemare_lite.experiments.beyond_pipemare",
+               "lr-map": "pipemare_lite.experiments.lr_map"}
 
 #: experiment name -> one line for ``reproduce --list``
 DESCRIPTIONS = {
@@ -26,6 +27,10 @@ DESCRIPTIONS = {
     "judged, the Transformer (Adam) at P = 8 over 1,024 updates with and without lr warm-up, "
     "T1 horizon and warm-up length as factors, a predicted collapse, 95% intervals "
     "(full: about 2 CPU-hours, 2 processes; --quick: about 6 CPU-minutes)",
+    "lr-map": "the map (issue 43): every method at lr 0.005..0.1 and P = 8, 16 (ResNet, SGD, "
+    "420 updates, 3 seeds), the Transformer (Adam) at 2,048 updates with 8 seeds, chapter "
+    "06's bound scored as a classifier, the momentum-aware T1's pre-registered test; stored "
+    "study by study (--study NAME, resumable)",
     "beyond-pipemare": "chapter 12: async, PipeMare, wpred, nesterov at P = 8 (SGD), async "
     "with N = 1..8 (accumulation), 1F1B/2BW/2BW+dc with AdamW and Muon; 3 seeds",
 }

@@ -37,25 +37,12 @@ one (``warmup=``): it is PipeMare with this factor in place of T1's. Run it with
 
 from __future__ import annotations
 
-from functools import lru_cache
-
+from pipemare_lite.analysis.stage_lr import effective_delay
 from pipemare_lite.methods.hooks import StageInfo
 from pipemare_lite.methods.lr_rescheduling import LRReschedulingHooks, stage_forward_delays
 from pipemare_lite.methods.registry import register_method
 
 NAME = "pipemare-m"
-
-
-@lru_cache(maxsize=256)
-def effective_delay(tau: int, momentum: float) -> float:
-    """``b(0, m) / b(tau, m)``: how many times smaller delayed heavy-ball GD's largest stable
-    step is with delay ``tau`` than without (>= 1; chapter 06's bound)."""
-    from pipemare_lite.analysis.theory import momentum_stability_bound
-
-    if not 0.0 <= momentum < 1.0:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
-    return max(1.0, momentum_stability_bound(0, momentum) / momentum_stability_bound(tau,
-                                                                                     momentum))
 
 
 def stage_momentum(optimizer) -> float:

@@ -59,6 +59,7 @@ def stage_sharpness(
     loss_fn: Callable | None = None,
     iterations: int = 20,
     seed: int = 0,
+    scales: Sequence[Sequence[torch.Tensor] | None] | None = None,
 ) -> list[float]:
     """Per stage, the largest eigenvalue of the Hessian of the loss in that stage's weights.
 
@@ -70,6 +71,10 @@ def stage_sharpness(
         loss_fn: ``loss_fn(output, target)``, a mean over samples (default: cross-entropy).
         iterations: power-iteration steps per stage (each one Hessian-vector product).
         seed: the random start vector's seed (the global torch RNG is left untouched).
+        scales: per stage, one tensor per trainable parameter, ``d ** 0.5`` for a diagonal
+            preconditioner ``d`` (or None: none). The eigenvalue is then that of
+            ``D^(1/2) H_s D^(1/2)``: the curvature an optimizer that steps ``lr * d * g``
+            meets (Adam's ``d = 1 / (sqrt(v_hat) + eps)``: :func:`adam_scales`).
 
     Returns:
         ``[lam_0, ..., lam_{P-1}]``: stage s's sharpness, in the units of the loss per unit
@@ -81,16 +86,20 @@ def stage_sharpness(
     loss_fn = loss_fn or classification_loss
     generator = torch.Generator().manual_seed(seed)
     values = []
-    for stage in stages:
+    for index, stage in enumerate(stages):
         params = [p for p in stage.parameters() if p.requires_grad]
         if not params:
             values.append(0.0)
             continue
         loss = loss_fn(forward_through(stages, x), y)
         grads = torch.autograd.grad(loss, params, create_graph=True)
+        root = None if scales is None else scales[index]
 
-        def hvp(v, grads=grads, params=params):
-            return [h.detach() for h in torch.autograd.grad(grads, params, v, retain_graph=True)]
+        def hvp(v, grads=grads, params=params, root=root):
+            if root is not None:  # D^(1/2) H D^(1/2) v
+                v = [r * t for r, t in zip(root, v)]
+            hv = [h.detach() for h in torch.autograd.grad(grads, params, v, retain_graph=True)]
+            return hv if root is None else [r * t for r, t in zip(root, hv)]
 
         start = [torch.randn(p.shape, generator=generator, dtype=p.dtype) for p in params]
         value = power_iteration(hvp, start, iterations)
@@ -98,3 +107,22 @@ def stage_sharpness(
             value = power_iteration(hvp, start, iterations, shift=value)
         values.append(value)
     return values
+
+
+def adam_scales(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor]) -> list:
+    """``d ** 0.5`` per parameter for Adam's (or AdamW's) step ``lr * m_hat * d``,
+    ``d = 1 / (sqrt(v_hat) + eps)`` with ``v_hat`` the bias-corrected second moment: the
+    ``scales`` of :func:`stage_sharpness` for one stage (a parameter without state yet gets
+    ``1 / eps``, where Adam's first step is)."""
+    roots = []
+    for param in params:
+        group = next(g for g in optimizer.param_groups if any(p is param for p in g["params"]))
+        beta2, eps = group["betas"][1], group["eps"]
+        state = optimizer.state.get(param, {})
+        if "exp_avg_sq" not in state:
+            roots.append(torch.full_like(param, eps ** -0.5))
+            continue
+        step = float(state["step"])
+        v_hat = state["exp_avg_sq"] / (1 - beta2 ** step)
+        roots.append((1.0 / (v_hat.sqrt() + eps)).sqrt())
+    return roots

@@ -44,6 +44,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", default="data/results", help="directory for the results")
     parser.add_argument(
+        "--study", metavar="NAME",
+        help="run one study of an experiment that has several (lr-map), merged into its "
+        "stored file; a study that was stopped resumes from its finished runs")
+    parser.add_argument(
         "--jobs", type=int, default=min(2, os.cpu_count() or 1),
         help="training processes at once, one torch thread each (default: 2 where there are "
         "2 cores); the numbers do not depend on it, only the wall time",
@@ -146,9 +150,11 @@ def _check(module, args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
-def command_for(experiment: str, quick: bool) -> str:
-    """The exact command that regenerates an experiment's stored files."""
-    return f"python -m pipemare_lite reproduce {experiment}" + (" --quick" if quick else "")
+def command_for(experiment: str, quick: bool, study: str | None = None) -> str:
+    """The exact command that regenerates an experiment's stored files (``study``: the one
+    study the last run wrote, for experiments stored study by study)."""
+    return (f"python -m pipemare_lite reproduce {experiment}" + (" --quick" if quick else "")
+            + (f" --study {study}" if study else ""))
 
 
 def _list(out: Path) -> int:
@@ -179,13 +185,26 @@ def run(args: argparse.Namespace) -> int:
     started, cpu = time.perf_counter(), time.process_time()
     if not isinstance(args.jobs, int) or args.jobs < 1:
         raise ValueError(f"--jobs must be a positive integer, got {args.jobs!r}")
-    results = module.run(quick=args.quick, jobs=args.jobs)
     stem = _stem(args)
     out = Path(args.out)
+    studies = getattr(module, "studies_for", None)
+    if args.study is not None and studies is None:
+        raise ValueError(f"--study: experiment {args.experiment!r} has no studies to choose from")
+    if studies is not None:  # run and store study by study, resumable
+        if args.study is not None:
+            module.map_study(args.study, args.quick)  # ValueError naming the studies, early
+        previous = None
+        if (out / f"{stem}.json").is_file():
+            previous = _read_stored(out / f"{stem}.json", command_for(args.experiment,
+                                                                      args.quick))
+        results = module.run(quick=args.quick, jobs=args.jobs, study=args.study, out=out,
+                             previous=previous)
+    else:
+        results = module.run(quick=args.quick, jobs=args.jobs)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / f"{stem}.json", results)
     meta = record.meta_record(
-        command=command_for(args.experiment, args.quick),
+        command=command_for(args.experiment, args.quick, args.study),
         package_version=__version__,
         seeds=results["config"]["seeds"],
         threads=results["torch_threads"],
@@ -201,6 +220,9 @@ def run(args: argparse.Namespace) -> int:
     # of the JSON would compute; last: the results and meta are safe if it fails
     table = module.markdown(json.loads((out / f"{stem}.json").read_text()))
     atomic_write_text(out / f"{stem}.md", table)
+    for finished in getattr(module, "finished_partial_files", lambda *a: [])(out, args.quick,
+                                                                             args.study):
+        finished.unlink(missing_ok=True)  # folded into the results file
     print(table)
     print(f"wrote {out / (stem + '.json')} (+ .meta.json, .md)", file=sys.stderr)
     return 0
