@@ -228,7 +228,12 @@ def test_claims_and_predictions_follow_from_the_stored_rows(stored):
     assert paper_shape_claims.predictions(results) == results["predictions"]
     claims = paper_shape_claims.claims(results)
     assert claims == results["claims"]
-    assert {c["verdict"] for c in claims} <= {"held", "did not hold", "not separable"}
+    assert {c["verdict"] for c in claims} <= {"held", "did not hold", "not separable",
+                                              "uninformative"}
+    for c in claims:  # uninformative exactly where every compared seed diverged (issue 43)
+        if c["verdict"] == "uninformative":
+            assert c["numbers"].endswith("every seed of every compared row diverged")
+            assert c.get("difference", {}).get("estimate") == 0.0
     numbers = [c["number"] for c in claims]
     assert numbers[:3] == ["1", "2", "3"] and "10a" in numbers and "13" in numbers
     if not results["quick"]:
@@ -254,6 +259,22 @@ def test_the_memory_claim_says_it_counts_weight_sized_memory_only(stored):
     assert describe_claim(by_number["8"], results).endswith(f"scope: {scope}")
     assert f"*scope: {scope}*" in verdict_markdown(results)
     assert all(claim_scope(results, n) is None for n in by_number if n != "8")
+
+
+def test_a_claim_whose_rows_all_diverged_is_uninformative_not_did_not_hold():
+    diverged = {"seeds": [{"diverged": True, "quality": 0.0}] * 3}
+    trained = {"seeds": [{"diverged": False, "quality": 0.9}] + [{"diverged": True,
+                                                                  "quality": 0.0}] * 2}
+    claim = paper_shape_claims._better("4", "T2 helps", "a", [0.0] * 3, "b", [0.0] * 3, 0.95)
+    assert claim["verdict"] == "did not hold"  # what 0 - 0 reads as without the rule
+    assert paper_shape_claims.informative(claim, diverged, diverged)["verdict"] == "uninformative"
+    assert paper_shape_claims.informative(claim, diverged, trained)["verdict"] == "did not hold"
+
+
+def test_the_sync_quality_claim_is_named_for_the_test_it_computes():
+    claim = paper_shape_claims._reaches("7", "", [0.9] * 3, [0.9] * 3, 0.01, 0.95)
+    assert "non-inferiority, one-sided test at 5%" in claim["test"]
+    assert "TOST" not in claim["test"] and "equivalence" not in claim["test"]
 
 
 def test_a_verdict_is_decided_only_where_the_interval_excludes_the_threshold():
@@ -422,7 +443,7 @@ def test_reproduce_lists_its_experiments_and_their_commands(capsys):
     assert cli.main(["reproduce", "--list", "--out", str(RESULTS)]) == 0
     out = capsys.readouterr().out
     names = [line.split(":")[0] for line in out.splitlines() if not line.startswith(" ")]
-    assert names == ["beyond-pipemare", "paper-shape"]  # sorted
+    assert names == ["beyond-pipemare", "lr-map", "paper-shape"]  # sorted
     for quick in (False, True):
         assert design.command_for(quick) in out
         assert beyond_pipemare.command_for(quick) in out

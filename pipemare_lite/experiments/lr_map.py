@@ -461,6 +461,13 @@ def finished_partial_files(out, quick: bool, study: str | None) -> list[Path]:
 
 
 
+def reassess(results: dict) -> dict:
+    """The stored results with the assessment recomputed from the stored runs."""
+    from pipemare_lite.experiments.lr_map_assess import assess
+
+    return {**results, "assessment": assess(results)}
+
+
 def markdown(results: dict) -> str:
     """The stored results as tables (:func:`.lr_map_assess.markdown`)."""
     from pipemare_lite.experiments.lr_map_assess import markdown as tables

@@ -18,10 +18,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 from pipemare_lite.experiments.paper_shape_claims import (
+    UNINFORMATIVE,
     _better,
     _reaches,
     _recovers,
     _worse,
+    informative,
     judge,
 )
 from pipemare_lite.experiments.record import difference_interval, mean_interval
@@ -32,7 +34,6 @@ T1 = "async + T1"
 T1T2 = "async + T1 + T2"
 PMW = "PipeMare-W (T1 + T2 + warm-up)"
 PMW_M = "PipeMare-W, momentum-aware T1"
-UNINFORMATIVE = "uninformative"
 CONFIDENCE = 0.95
 MARGIN = 0.01  # d and delta, as paper-shape
 
@@ -80,16 +81,9 @@ def phase_cells(results: dict) -> list[dict]:
 # --------------------------------------------------------------------------- verdicts
 
 
-def _all_diverged(*rows: list[dict]) -> bool:
-    return all(s["diverged"] for row in rows for s in row)
-
-
-def _labelled(claim: dict, *rows: list[dict]) -> dict:
-    """A claim whose compared rows all diverged in every seed is uninformative."""
-    if _all_diverged(*rows):
-        claim = {**claim, "verdict": UNINFORMATIVE,
-                 "numbers": claim["numbers"] + "; every seed of every compared row diverged"}
-    return claim
+def _labelled(claim: dict, *seed_lists: list[dict]) -> dict:
+    """:func:`~.paper_shape_claims.informative` on this module's seed lists."""
+    return informative(claim, *({"seeds": seeds} for seeds in seed_lists))
 
 
 def verdicts_by_lr(results: dict) -> list[dict]:

@@ -30,6 +30,9 @@ T1T2 = "async + T1 + T2"
 PMW = "PipeMare-W (T1 + T2 + warm-up)"
 PIPEDREAM = "PipeDream (stash)"
 HELD, NOT_HELD, NOT_SEPARABLE = "held", "did not hold", "not separable"
+#: the verdict of a quality claim whose compared rows diverged in every seed (issue 43): their
+#: 0 - 0 carries no information either way
+UNINFORMATIVE = "uninformative"
 
 #: The verdict rule in words, as :func:`judge` applies it (the design's "at or below 0",
 #: fixed before the run; the one definition a chapter prints).
@@ -39,7 +42,8 @@ VERDICT_RULE = (
     "lies at the threshold or beyond it on the other side (touching counts: a difference of "
     "exactly 0 with no spread, as when both rows diverged in every seed, does not show one "
     "row better than the other); not separable: anything else (the interval reaches across "
-    "the threshold, or touches it from the claim's side)")
+    "the threshold, or touches it from the claim's side); uninformative: every seed of every "
+    "compared row diverged, so the difference 0 - 0 says nothing about the claim")
 
 
 def qualities(row: dict) -> list[float]:
@@ -94,6 +98,15 @@ def cell_rows(results: dict, study: str, sweep: str = "grid", P: int | None = No
     return out
 
 
+def informative(claim: dict, *rows: dict) -> dict:
+    """``claim`` as it is, or marked :data:`UNINFORMATIVE` when every seed of every compared
+    row (stored rows with ``seeds``) diverged."""
+    if rows and all(s["diverged"] for row in rows for s in row["seeds"]):
+        return {**claim, "verdict": UNINFORMATIVE,
+                "numbers": claim["numbers"] + "; every seed of every compared row diverged"}
+    return claim
+
+
 def _claim(number: str, claim: str, test: str, outcome: str, numbers: str, **data) -> dict:
     return {"number": number, "claim": claim, "test": test, "verdict": outcome,
             "numbers": numbers, **data}  # fmt: skip
@@ -124,10 +137,12 @@ def _recovers(number, what, t1, plain, sync, c) -> dict:
 
 
 def _reaches(number, what, x, sync, delta, c) -> dict:
-    # two one-sided tests at (1 - c): the (2c - 1) two-sided interval, e.g. 90 % for c = 95 %
+    # a one-sided non-inferiority test at (1 - c): the lower end of the (2c - 1) two-sided
+    # interval (90 % for c = 95 %) above -delta (issue 43: the design called it an equivalence
+    # test, TOST; only its lower side is ever tested)
     diff = difference_interval([(1, x), (-1, sync)], 2 * c - 1)
-    return _claim(number, what, f"PipeMare-W >= 1F1B - {delta} (equivalence, TOST at "
-                  f"{1 - c:.0%})", judge(diff["low"], diff["high"], -delta),
+    return _claim(number, what, f"PipeMare-W >= 1F1B - {delta} (non-inferiority, one-sided "
+                  f"test at {1 - c:.0%})", judge(diff["low"], diff["high"], -delta),
                   f"PipeMare-W {_show(x, c)}; 1F1B {_show(sync, c)}; {_diff(diff)} at "
                   f"{2 * c - 1:.0%}", difference=diff)
 
@@ -143,26 +158,29 @@ def _quality_claims(results: dict, study: str, suffix: str = "") -> list[dict]:
     P = rows[SYNC]["P"]
     q = {label: qualities(row) for label, row in rows.items() if row["seeds"]}
     at = f"{study}, P = {P}, {results['studies'][study]['planned_steps']} updates"
-    out = [_worse(first, f"async degrades at fine granularity ({at})", "async", q[ASYNC],
-                  "1F1B", q[SYNC], d, c)]
+    out = [informative(_worse(first, f"async degrades at fine granularity ({at})", "async",
+                              q[ASYNC], "1F1B", q[SYNC], d, c), rows[ASYNC], rows[SYNC])]
     out[-1]["numbers"] += (f"; async diverged {rows[ASYNC]['diverged_seeds']}/"
                            f"{len(q[ASYNC])}")  # fmt: skip
     if T1 in q:
-        out.append(_recovers(recover, f"T1 recovers most of it ({at})",
-                             q[T1], q[ASYNC], q[SYNC], c))
+        out.append(informative(_recovers(recover, f"T1 recovers most of it ({at})",
+                                         q[T1], q[ASYNC], q[SYNC], c),
+                               rows[T1], rows[ASYNC], rows[SYNC]))
     if full:
         if T2 in q:
-            out.append(_better("4", f"T2 helps on its own ({at})", "async + T2", q[T2], "async",
-                               q[ASYNC], c))
+            out.append(informative(_better("4", f"T2 helps on its own ({at})", "async + T2",
+                                           q[T2], "async", q[ASYNC], c), rows[T2], rows[ASYNC]))
         if T1T2 in q and T1 in q:
-            out.append(_better("5", f"T2 adds to T1 ({at})", "async + T1 + T2", q[T1T2],
-                               "async + T1", q[T1], c))
+            out.append(informative(_better("5", f"T2 adds to T1 ({at})", "async + T1 + T2",
+                                           q[T1T2], "async + T1", q[T1], c),
+                                   rows[T1T2], rows[T1]))
         if T1T2 in q and PMW in q:
-            out.append(_better("6", f"warm-up adds to T1 + T2 ({at})", "PipeMare-W", q[PMW],
-                               "async + T1 + T2", q[T1T2], c))
+            out.append(informative(_better("6", f"warm-up adds to T1 + T2 ({at})", "PipeMare-W",
+                                           q[PMW], "async + T1 + T2", q[T1T2], c),
+                                   rows[PMW], rows[T1T2]))
     if PMW in q:
-        out.append(_reaches(reach, f"PipeMare-W reaches sync quality "
-                            f"({at})", q[PMW], q[SYNC], d, c))
+        out.append(informative(_reaches(reach, f"PipeMare-W reaches sync quality ({at})",
+                                        q[PMW], q[SYNC], d, c), rows[PMW], rows[SYNC]))
     return out
 
 

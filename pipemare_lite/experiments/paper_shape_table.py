@@ -132,7 +132,9 @@ def _setting_line(results: dict, study: str) -> str:
             + (f" momentum {cfg['momentum']}" if cfg["momentum"] else "")
             + f", {cfg['lr_schedule']} lr schedule{warm}, batch {cfg['batch_size']} = N "
             f"{cfg['num_microbatches']} microbatches, {cfg['epochs']} epochs "
-            f"({part['planned_steps']} updates), P in {_seq(cfg['granularities'])}. lr = "
+            f"({part['planned_steps']} updates), P in {_seq(cfg['granularities'])}. T2's gamma "
+            f"{results['config']['gamma']:g} for every T2 row, fixed in advance and untuned (no "
+            f"gamma was swept on these networks). lr = "
             f"{part['chosen_lr']}: {part['lr_rule']}. Sweep: "
             + ", ".join(f"{e['lr']}: {mean_range(e['quality'])}"
                         + (f" ({e['diverged_seeds']} diverged)" if e["diverged_seeds"] else "")
@@ -178,9 +180,13 @@ def _detail_table(results: dict, study: str) -> list[str]:
         m, s = r["memory_bytes"], r["summary"]
         reached = s["steps_to_target"]
         missed = reached["non_finite"]
+        warm = sum(seed["steps_to_target"] is not None
+                   and seed["steps_to_target"] <= r["warmup_minibatches"] for seed in r["seeds"])
+        during = (f" (reached during the synchronous warm-up of {r['warmup_minibatches']} "
+                  f"updates in {warm} of {len(r['seeds'])} seeds)") if warm else ""
         lines.append(
             f"| {r['label']} | {mean_range(s['final_loss'])} | "
-            f"{mean_range(reached, 0)}{f' ({missed} never)' if missed else ''} | "
+            f"{mean_range(reached, 0)}{f' ({missed} never)' if missed else ''}{during} | "
             f"{m.get('weights', 0)} | {m.get('stash', 0)} | {m.get('t2_buffer', 0)} | "
             f"{m.get('optimizer', 0)} | {m.get('activations', 0)} | "
             f"{r['utilization']['utilization']:.3f} | {r['num_microbatches']} |")
@@ -277,6 +283,7 @@ PLAIN_WORDS = {
     "held": "the miniature supports it",
     "did not hold": "the miniature contradicts it",
     "not separable": "the miniature cannot tell: its seeds do not decide it",
+    "uninformative": "the miniature says nothing: every compared run diverged",
 }
 
 

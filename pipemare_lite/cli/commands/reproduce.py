@@ -53,6 +53,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "2 cores); the numbers do not depend on it, only the wall time",
     )  # fmt: skip
     parser.add_argument(
+        "--reassess", action="store_true",
+        help="recompute the verdicts and predictions of the stored file from its stored runs "
+        "(no training), after a change of how they are judged; the meta records it")
+    parser.add_argument(
         "--check",
         action="store_true",
         help="re-run one row and compare it with the stored results in --out (writes "
@@ -150,6 +154,37 @@ def _check(module, args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def _reassess(module, args: argparse.Namespace) -> int:
+    """Recompute a stored file's verdicts from its stored runs; rewrite it, its table and
+    its meta (the meta keeps how the runs were made and records the reassessment)."""
+    import datetime
+
+    from pipemare_lite import __version__
+
+    if not hasattr(module, "reassess"):
+        raise ValueError(f"--reassess: experiment {args.experiment!r} has nothing to reassess")
+    out, stem = Path(args.out), _stem(args)
+    command = command_for(args.experiment, args.quick)
+    try:
+        results = _read_stored(out / f"{stem}.json", command)
+        meta = _read_stored(out / f"{stem}.meta.json", command)
+    except StoredResultsError as exc:
+        print(f"pipemare-lite reproduce: stored results unusable: {exc}", file=sys.stderr)
+        return STORED_UNUSABLE
+    results = module.reassess(results)
+    meta["reassessed"] = {
+        "command": f"{command} --reassess", "package_version": __version__,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "what": "verdicts and predictions recomputed from the stored runs; no run repeated"}
+    write_json(out / f"{stem}.json", results)
+    write_json(out / f"{stem}.meta.json", meta)
+    table = module.markdown(json.loads((out / f"{stem}.json").read_text()))
+    atomic_write_text(out / f"{stem}.md", table)
+    print(table)
+    print(f"reassessed {out / (stem + '.json')} (+ .meta.json, .md)", file=sys.stderr)
+    return 0
+
+
 def command_for(experiment: str, quick: bool, study: str | None = None) -> str:
     """The exact command that regenerates an experiment's stored files (``study``: the one
     study the last run wrote, for experiments stored study by study)."""
@@ -182,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
     module = importlib.import_module(EXPERIMENTS[args.experiment])
     if args.check:
         return _check(module, args)
+    if args.reassess:
+        return _reassess(module, args)
     started, cpu = time.perf_counter(), time.process_time()
     if not isinstance(args.jobs, int) or args.jobs < 1:
         raise ValueError(f"--jobs must be a positive integer, got {args.jobs!r}")
