@@ -30,9 +30,11 @@ class EpochMicrobatches(Sequence):
     """
 
     def __init__(
-        self, data: Dataset, batch_size: int, num_microbatches: int, seed: int, epochs: int
+        self, data: Dataset | tuple, batch_size: int, num_microbatches: int, seed: int,
+        epochs: int,
     ) -> None:
-        self.x, self.y = data.x_train, data.y_train
+        # a Dataset's training split, or (inputs, targets) tensors
+        self.x, self.y = data if isinstance(data, tuple) else (data.x_train, data.y_train)
         self.batch_size, self.num_microbatches, self.seed = batch_size, num_microbatches, seed
         self.steps_per_epoch = len(self.x) // batch_size
         self.epochs = epochs
