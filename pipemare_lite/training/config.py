@@ -73,7 +73,9 @@ class FitConfig:
         t1_anneal_updates: K, updates over which T1 anneals (None: the whole run).
         gamma: T2's decay (one value or one per stage).
         warmup: the first ``warmup`` minibatches run flushed (PipeMare-W; async methods).
-        balance: how to partition (see :func:`pipemare_lite.training.partition.partition`).
+        balance: how to partition (see :func:`pipemare_lite.training.partition.partition`);
+            for a model that is no ``nn.Sequential``, the submodules where stages 1..P-1
+            begin (``["layer2", "layer3"]``): torch's ``pipeline()`` traces and cuts it.
         chunks: v, model chunks per rank, for ``interleaved`` only (default 2 there, 1
             elsewhere): the model is cut into ``num_stages * chunks`` pieces.
         devices: one device per stage (default: where the model is).

@@ -289,6 +289,9 @@ def _run_config(settings: FitConfig, choice, data: Dataset) -> dict:
     config["t2"] = defaults.discrepancy_correction if t2 is None else bool(t2)
     config["gamma"] = list(gamma) if isinstance(gamma, (list, tuple)) else gamma
     config["balance"] = balance if not isinstance(balance, tuple) else list(balance)
+    if isinstance(balance, dict):  # {name: SplitPoint} of a traced split, as JSON can hold it
+        config["balance"] = {name: getattr(point, "name", point) for name, point in
+                             balance.items()}
     config["dataset"] = _data_name(data)
     if config["chunks"] is None:  # interleaving needs >= 2 chunks to differ from 1F1B
         config["chunks"] = 2 if spec is not None and spec.name == "interleaved" else 1
