@@ -3,6 +3,8 @@ of (inputs, targets) batches, targets of any dtype, evaluation batches or a func
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -149,3 +151,26 @@ def test_batch_feed_reads_in_order_and_finds_its_place_from_the_start():
     fixed = BatchMicrobatches(_seeded_loader(x, y, shuffle=False), 3, epochs=2, keep_steps=1)
     late, early = fixed[22], fixed[1]  # step 0 was dropped: replayed from the start
     assert torch.equal(early[0], x[4:8]) and torch.equal(late[1], y[40:44])
+
+
+def test_fit_warns_once_when_torchs_default_thread_count_is_in_force(monkeypatch):
+    from pipemare_lite.training import loop
+
+    x, y = _regression(32)
+    loader = DataLoader(TensorDataset(x, y), batch_size=16)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(loop, "_THREADS_WARNED", False)
+    torch.set_num_threads(2)  # the one_thread fixture restores 1 for the next tests
+    try:
+        with pytest.warns(UserWarning, match="default of 2 threads.*set_num_threads\\(1\\)"):
+            fit(_net(), loader, loss_fn=F.mse_loss, **_sync(epochs=1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per process: no second warning
+            fit(_net(), loader, loss_fn=F.mse_loss, **_sync(epochs=1))
+        monkeypatch.setattr(loop, "_THREADS_WARNED", False)
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's choice: no warning
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fit(_net(), loader, loss_fn=F.mse_loss, **_sync(epochs=1))
+    finally:
+        torch.set_num_threads(1)

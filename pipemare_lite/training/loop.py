@@ -157,6 +157,7 @@ def fit(model: nn.Module, data, config: FitConfig | None = None, /, *, eval_data
     see :class:`FitConfig` for each one.
     """
     config = FitConfig.of(config, settings)  # every setting checked here, before any work
+    _warn_about_threads()
     config = _check_data(data, config)
     check_eval_data(eval_data)
     schedule = run_schedule.resolve(config.schedule, method=config.method)  # a bad file first
@@ -205,6 +206,27 @@ def _callable_name(value) -> str:
     """How the history records a factory or loss function: ``module.qualified_name``."""
     kind = value if hasattr(value, "__qualname__") else type(value)
     return f"{getattr(kind, '__module__', '?')}.{kind.__qualname__}"
+
+
+_THREADS_WARNED = False
+
+
+def _warn_about_threads() -> None:
+    """Warn once per process when torch's default thread count (one per core) is in force:
+    the command line and launch() use one thread, which is faster for small stages and what
+    bitwise comparisons need (docs/glossary.md, "Threads"). fit() itself leaves it alone."""
+    global _THREADS_WARNED
+    threads = torch.get_num_threads()
+    if _THREADS_WARNED or threads == 1 or "OMP_NUM_THREADS" in os.environ:
+        return
+    _THREADS_WARNED = True
+    import warnings
+
+    warnings.warn(
+        f"fit() runs with torch's default of {threads} threads; the command line and "
+        "launch() use 1 (--threads 1), which is faster for small stages and gives the numbers "
+        "they give: call torch.set_num_threads(1) first, or set OMP_NUM_THREADS to keep "
+        "your choice (warned once)", UserWarning, stacklevel=3)
 
 
 def _check_data(data, config: FitConfig) -> FitConfig:
