@@ -10,15 +10,16 @@
     history.final_accuracy, history.diverged, history.forward_delay
 
 What one run is. The model is cut into ``num_stages`` stages
-(:func:`pipemare_lite.training.partition.partition`); the training set is fed in shuffled
-minibatches
-of ``batch_size`` samples, each cut into ``num_microbatches`` microbatches
-(:mod:`pipemare_lite.training.data_feed`). The whole run, all epochs, is ONE schedule of
-``epochs * steps_per_epoch`` minibatches, so an asynchronous pipeline never flushes between
-epochs, T1 anneals over the whole run by default, and warm-up covers the first ``warmup``
-minibatches. A "step" is one minibatch: every stage makes one optimizer update per step.
-:func:`fit` reads as that algorithm: set up, then per step train, record, evaluate at the
-end of an epoch, save a checkpoint when due; finish.
+(:func:`pipemare_lite.training.partition.partition`: an ``nn.Sequential`` between its
+children, any other ``nn.Module`` by torch's ``pipeline()``); the training set is fed in
+shuffled minibatches of ``batch_size`` samples (a ``DataLoader``: its own batches, in its
+own order; :mod:`pipemare_lite.training.batches`), each cut into ``num_microbatches``
+microbatches (:mod:`pipemare_lite.training.data_feed`). The whole run, all epochs, is ONE
+schedule of ``epochs * steps_per_epoch`` minibatches, so an asynchronous pipeline never
+flushes between epochs, T1 anneals over the whole run by default, and warm-up covers the
+first ``warmup`` minibatches. A "step" is one minibatch: every stage makes one optimizer
+update per step. :func:`fit` reads as that algorithm: set up, then per step train,
+record, evaluate at the end of an epoch, save a checkpoint when due; finish.
 
 What it returns: a :class:`~pipemare_lite.training.history.History` (losses per step, learning rates
 per stage and update, test loss and accuracy per epoch, forward delays measured from the

@@ -578,7 +578,9 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
         f"N={args.microbatches}: "
         f"{history.steps} steps in {history.wall_seconds:.1f} s"
     )
-    print(f"  test loss {history.final_loss:.4f}  test accuracy {history.final_accuracy:.4f}")
+    accuracy = history.final_accuracy  # None for targets that are no class labels
+    print(f"  test loss {history.final_loss:.4f}  test accuracy "
+          f"{'-' if accuracy is None else f'{accuracy:.4f}'}")
     print(
         f"  forward delay per stage (mean, updates): "
         f"{', '.join(f'{d:.2f}' for d in history.forward_delay)}"
