@@ -14,20 +14,10 @@ from pipemare_lite.training.datasets import microbatches
 from pipemare_lite.training.loop import fit
 from pipemare_lite.training.partition import partition
 from pipemare_lite.training.split_module import SplitError
+from tests.fixtures.residual import Block
 from tests.references import gradient_accumulation
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons: conftest.py
-
-
-class Block(nn.Module):
-    """A skip inside the block: x + f(x)."""
-
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.a, self.b = nn.Linear(width, width), nn.Linear(width, width)
-
-    def forward(self, x):
-        return x + self.b(torch.tanh(self.a(x)))
 
 
 class ResidualNet(nn.Module):

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipemare_lite.training.data_feed import RunMicrobatches
 from pipemare_lite.training.datasets import Dataset, microbatches
 
 
@@ -127,7 +128,7 @@ def check_last_batch(data, num_microbatches: int) -> None:
             "microbatches; pass drop_last=True or a batch size that divides the data")
 
 
-class BatchMicrobatches(Sequence):
+class BatchMicrobatches(RunMicrobatches):
     """``feed[m] -> (x, y)`` over the whole run, from an iterable of minibatches.
 
     Global microbatch m belongs to step ``k = m // N``, which is minibatch ``k % len(data)``
@@ -148,16 +149,11 @@ class BatchMicrobatches(Sequence):
         self._next_step = 0
         self._iterator = None
 
-    def __len__(self) -> int:
-        return self.epochs * self.steps_per_epoch * self.num_microbatches
-
-    def __getitem__(self, m: int):
-        if not 0 <= m < len(self):
-            raise IndexError(f"microbatch {m} out of range 0..{len(self) - 1}")
-        step, j = divmod(m, self.num_microbatches)
+    def step_microbatches(self, step: int) -> list[tuple]:
+        """Step ``step``'s minibatch, read in order (or replayed), cut into microbatches."""
         if step not in self._cache:
             self._read_to(step)
-        return self._cache[step][j]
+        return self._cache[step]
 
     def _read_to(self, step: int) -> None:
         if step < self._next_step:  # dropped already: replay from the first minibatch
