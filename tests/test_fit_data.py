@@ -114,6 +114,10 @@ def test_bad_data_is_refused_naming_what_is_allowed():
     with pytest.raises(ValueError, match="last batch has batch size 6 .* into 4 equal"):
         fit(_net(), DataLoader(TensorDataset(x[:54], y[:54]), batch_size=16),
             loss_fn=F.mse_loss, **_sync())
+    with pytest.raises(ValueError, match="last batch has 4 samples .* executor 'dist' needs "
+                                         "batches of one size: pass drop_last=True"):
+        fit(_net(), DataLoader(TensorDataset(x[:52], y[:52]), batch_size=16),
+            loss_fn=F.mse_loss, executor="dist", **_sync())
     with pytest.raises(ValueError, match="batch 1 of epoch 0 has batch size 6, which does "
                                          "not split into 4 equal microbatches"):
         fit(_net(), [(x[:16], y[:16]), (x[:6], y[:6])], batch_size=16, loss_fn=F.mse_loss,

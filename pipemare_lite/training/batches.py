@@ -110,10 +110,11 @@ def batch_size_of(data) -> int:
     return len(batch[0])
 
 
-def check_last_batch(data, num_microbatches: int) -> None:
+def check_last_batch(data, num_microbatches: int, executor: str = "local") -> None:
     """Refuse, before training, a ``DataLoader`` whose smaller last batch (``drop_last``
-    off) would not split into ``num_microbatches`` microbatches; other iterables are checked
-    batch by batch as they are read (:func:`split_batch`)."""
+    off) would not split into ``num_microbatches`` microbatches, or which the distributed
+    executor would refuse (it sends one shape of activations for the whole run); other
+    iterables are checked batch by batch as they are read (:func:`split_batch`)."""
     size, dataset = getattr(data, "batch_size", None), getattr(data, "dataset", None)
     if not isinstance(size, int) or getattr(data, "drop_last", True) or dataset is None:
         return
@@ -121,6 +122,10 @@ def check_last_batch(data, num_microbatches: int) -> None:
         last = len(dataset) % size
     except TypeError:  # a dataset without a length
         return
+    if last and executor == "dist":
+        raise ValueError(
+            f"the DataLoader's last batch has {last} samples ({len(dataset)} in batches of "
+            f"{size}); executor 'dist' needs batches of one size: pass drop_last=True")
     if last % num_microbatches:
         raise ValueError(
             f"the DataLoader's last batch has batch size {last} ({len(dataset)} samples in "

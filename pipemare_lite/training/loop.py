@@ -165,7 +165,7 @@ def fit(model: nn.Module, data, config: FitConfig | None = None, /, *, eval_data
     recorded = _run_config(config, schedule, data)  # as the history and checkpoints record it
     _check_sizes(recorded, _num_samples(data, recorded["batch_size"]))
     if not isinstance(data, Dataset) and tensor_dataset_parts(data) is None:
-        check_last_batch(data, recorded["num_microbatches"])
+        check_last_batch(data, recorded["num_microbatches"], recorded["executor"])
     checkpoint_path, resume = config.checkpoint_path, config.resume
     if checkpoint_path is not None:  # not at the first save, steps into the run
         check_writable(checkpoint_path, "checkpoint_path")
