@@ -10,10 +10,19 @@ light and torch-free)::
     history = pml.fit(model, data, method="pipemare", num_stages=4, num_microbatches=8,
                       epochs=3, batch_size=64, lr=0.05)  # train; returns a History
 
-Train:     fit, FitConfig, History, DivergenceError, partition, PartitionedModel
+``model``: an ``nn.Sequential``, a list of stage modules, or any ``nn.Module`` that torch's
+``pipeline()`` splits at the submodules ``balance`` names (``balance=["layer3"]``).
+``data``: a ``DataLoader`` (any re-iterable sequence of ``(inputs, targets)`` batches), a
+``TensorDataset`` or the book's ``Dataset``; ``loss_fn`` any loss (targets of any dtype);
+``eval_data`` batches or a function ``model -> dict``. README's "The engine alone" shows a
+residual network on a regression, trained locally and with one process per stage.
+
+Train:     fit, FitConfig, History, DivergenceError, partition, PartitionedModel,
+           register_model (a model for the command line's --model, from a --plugin)
+Data:      Dataset, digits, signals, sequence_task (the book's data), microbatches
 Schedule:  build_schedule, register_schedule, Schedule, Action, validate, ScheduleError
-Analyse:   simulate, metrics
-Methods:   register_method, get_method, method_options, MethodHooks, StageInfo
+Analyse:   simulate, metrics, OpCosts (per-op times for the simulator)
+Methods:   register_method, get_method, method_options, MethodOptions, MethodHooks, StageInfo
 Run:       LocalExecutor (one process), DistributedExecutor (one process per rank),
            launch, run_distributed
 
@@ -51,6 +60,12 @@ _FRONT_DOOR = {
     "DivergenceError": "pipemare_lite.training.history",
     "partition": "pipemare_lite.training.partition",
     "PartitionedModel": "pipemare_lite.training.partition",
+    "register_model": "pipemare_lite.training.models",
+    "Dataset": "pipemare_lite.training.datasets",
+    "digits": "pipemare_lite.training.datasets",
+    "signals": "pipemare_lite.training.datasets",
+    "sequence_task": "pipemare_lite.training.datasets",
+    "microbatches": "pipemare_lite.training.datasets",
     "build_schedule": "pipemare_lite.schedules.registry",
     "register_schedule": "pipemare_lite.schedules.registry",
     "Schedule": "pipemare_lite.schedules.actions",
@@ -59,9 +74,11 @@ _FRONT_DOOR = {
     "ScheduleError": "pipemare_lite.schedules.validation",
     "simulate": "pipemare_lite.analysis.simulate",
     "metrics": "pipemare_lite.analysis.simulate",
+    "OpCosts": "pipemare_lite.analysis.simulate",
     "register_method": "pipemare_lite.methods.registry",
     "get_method": "pipemare_lite.methods.registry",
     "method_options": "pipemare_lite.methods.registry",
+    "MethodOptions": "pipemare_lite.methods.registry",
     "MethodHooks": "pipemare_lite.methods.hooks",
     "StageInfo": "pipemare_lite.methods.hooks",
     "LocalExecutor": "pipemare_lite.engine.local",

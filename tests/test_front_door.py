@@ -155,3 +155,22 @@ def test_chapters_import_no_private_names_of_the_package():
                     if any(part.startswith("_") for part in node.module.split(".")):
                         found.append(f"{path.name}: {node.module}")
     assert found == []
+
+
+def test_the_front_door_offers_what_a_user_needs_to_write_fit_calls():
+    """Issue 44, item 7: the data helpers, MethodOptions and OpCosts are at the front door,
+    the same objects as in their modules, and help() says where each belongs."""
+    from pipemare_lite.analysis.simulate import OpCosts
+    from pipemare_lite.methods.registry import MethodOptions
+    from pipemare_lite.training import datasets
+    from pipemare_lite.training.models import register_model
+
+    assert pipemare_lite.Dataset is datasets.Dataset
+    assert pipemare_lite.signals is datasets.signals and pipemare_lite.digits is datasets.digits
+    assert pipemare_lite.sequence_task is datasets.sequence_task
+    assert pipemare_lite.microbatches is datasets.microbatches
+    assert pipemare_lite.MethodOptions is MethodOptions and pipemare_lite.OpCosts is OpCosts
+    assert pipemare_lite.register_model is register_model
+    for line in ("Data:      Dataset, digits, signals, sequence_task", "OpCosts",
+                 "MethodOptions", "DataLoader", "TensorDataset"):
+        assert line in pipemare_lite.__doc__, line

@@ -113,6 +113,10 @@ def test_clear_errors(kwargs, message):
         partition(mlp(8, 8, 5, 2), **kwargs)
 
 
-def test_rejects_non_sequential_module():
-    with pytest.raises(TypeError, match="nn.Sequential"):
-        partition(nn.Linear(2, 2), 1)
+def test_any_other_module_is_one_stage_or_needs_split_points():
+    layer = nn.Linear(2, 2)
+    assert partition(layer, 1) == [layer]  # nothing to cut
+    with pytest.raises(ValueError, match="2 stages need 1 split points .* got 0"):
+        partition(layer, 2, sample=torch.randn(1, 2))  # torch's splitter: tests/test_split_module
+    with pytest.raises(TypeError, match="nn.Module, an nn.Sequential or a list of modules"):
+        partition(3, 1)

@@ -203,6 +203,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.schedules.builders.dualpipe": "04",
     "pipemare_lite.training": "01",
     "pipemare_lite.training.__main__": "-",
+    "pipemare_lite.training.batches": "07",
     "pipemare_lite.training.checkpoint": "11",
     "pipemare_lite.training.curvature": "07",
     "pipemare_lite.training.data_cache": "07",
@@ -219,6 +220,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.training.optimizers": "07",
     "pipemare_lite.training.partition": "01",
     "pipemare_lite.training.run_schedule": "07",
+    "pipemare_lite.training.split_module": "01",
 }
 
 

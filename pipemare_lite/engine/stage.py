@@ -181,6 +181,9 @@ class StageWorker:
     def _start_records(self) -> None:
         self._records = StepRecords.for_stage(self.stage)
         vars(self).update(vars(self._records))  # self.distances, ...: the records' own dicts
+        # the last stage's losses as tensors, read to the host once per take_records: no
+        # device-to-host sync per microbatch (issue 44)
+        self._loss_tensors: list[tuple[int, torch.Tensor]] = []
 
     def take_records(self) -> StepRecords:
         """What this stage did since the last call
@@ -191,6 +194,9 @@ class StageWorker:
         (the cost of a step stays flat however long the run).
         """
         taken = self._records
+        if self._loss_tensors:  # one read of every loss of the run (one sync on a GPU)
+            values = torch.stack([t.reshape(()) for _, t in self._loss_tensors]).tolist()
+            taken.loss_by_microbatch.update(zip((m for m, _ in self._loss_tensors), values))
         self._start_records()
         return taken
 
@@ -212,8 +218,8 @@ class StageWorker:
             self.forward_versions[self.stage, microbatch] = version
         out = self._build_graph(record)
         self._activation_bytes += record.saved_bytes
-        if self.is_last:
-            self.loss_by_microbatch[microbatch] = out.item()
+        if self.is_last:  # read at take_records, with the run's other losses
+            self._loss_tensors.append((microbatch, out.detach()))
         return out
 
     def _new_record(self, microbatch: int, version: int, x: torch.Tensor, target) -> _Pending:

@@ -1,5 +1,7 @@
 """Training with the engine (chapters 01-12; fit() from chapter 07): the loop
-(:mod:`~pipemare_lite.training.loop`), partitioning, data, models, evaluation, history,
+(:mod:`~pipemare_lite.training.loop`), partitioning (any ``nn.Module`` through torch's own
+splitter: :mod:`~pipemare_lite.training.split_module`), data (a ``DataLoader`` or any
+iterable of batches: :mod:`~pipemare_lite.training.batches`), models, evaluation, history,
 checkpoints; :mod:`~pipemare_lite.training.dist_fit` runs ``fit()`` over one process per rank
 with the distributed executor (chapter 11).
 """

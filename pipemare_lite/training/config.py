@@ -38,7 +38,9 @@ class FitConfig:
         num_stages: P, pipeline stages (at most ``len(model)``); a given schedule's own.
         num_microbatches: N, microbatches per minibatch (one update per minibatch); a given
             schedule's own.
-        epochs, batch_size: passes over the training set and samples per minibatch.
+        epochs, batch_size: passes over the training set and samples per minibatch
+            (``batch_size``: required with a ``Dataset`` or ``TensorDataset``; a
+            ``DataLoader``'s own when left out).
         lr, optimizer, momentum, weight_decay: the per-stage optimizer: a name from
             :data:`OPTIMIZERS` (``sgd``, ``adam``, ``adamw``, ``muon``: Muon on 2-D weights,
             AdamW on the rest; see :mod:`pipemare_lite.training.optimizers`) with its base ``lr``
@@ -58,8 +60,11 @@ class FitConfig:
         lr_step_size, lr_gamma: ``"step"`` only: multiply the lr by ``lr_gamma`` (default
             0.1) every ``lr_step_size`` updates (default: one epoch's).
         loss_fn: ``loss_fn(output, target)``, a mean over the microbatch's samples, the
-            training loss (default: cross-entropy, per position for sequences). The test
-            loss in ``evals`` stays the cross-entropy, so runs compare on one measure.
+            training loss (default: cross-entropy, per position for sequences); targets of
+            any dtype (floats for a regression, e.g. ``F.mse_loss``). The test loss in
+            ``evals`` stays the cross-entropy for class-label targets, so runs compare on
+            one measure; other targets are measured with ``loss_fn``, accuracy None
+            (:mod:`pipemare_lite.training.batches`).
         clip_grad_norm: clip each stage's gradient before its update so that the L2 norm
             over that stage's parameters is at most this (per stage: no communication).
         seed: data order (and nothing else: build the model with its own seed).
@@ -68,7 +73,9 @@ class FitConfig:
         t1_anneal_updates: K, updates over which T1 anneals (None: the whole run).
         gamma: T2's decay (one value or one per stage).
         warmup: the first ``warmup`` minibatches run flushed (PipeMare-W; async methods).
-        balance: how to partition (see :func:`pipemare_lite.training.partition.partition`).
+        balance: how to partition (see :func:`pipemare_lite.training.partition.partition`);
+            for a model that is no ``nn.Sequential``, the submodules where stages 1..P-1
+            begin (``["layer2", "layer3"]``): torch's ``pipeline()`` traces and cuts it.
         chunks: v, model chunks per rank, for ``interleaved`` only (default 2 there, 1
             elsewhere): the model is cut into ``num_stages * chunks`` pieces.
         devices: one device per stage (default: where the model is).
@@ -98,7 +105,7 @@ class FitConfig:
     """
 
     epochs: int
-    batch_size: int
+    batch_size: int | None = None
     method: str | None = None
     num_stages: int | None = None
     num_microbatches: int | None = None
@@ -150,9 +157,8 @@ class FitConfig:
             raise TypeError(f"fit() got unknown settings {', '.join(unknown)}; allowed: "
                             f"{', '.join(sorted(known))}.{did_you_mean(unknown[0], known)}")
         if config is None:
-            missing = [name for name in ("epochs", "batch_size") if name not in settings]
-            if missing:
-                raise TypeError(f"fit() needs {' and '.join(missing)} (positive integers)")
+            if "epochs" not in settings:
+                raise TypeError("fit() needs epochs (a positive integer)")
             return cls(**settings)
         if not isinstance(config, cls):
             raise TypeError(f"fit()'s third argument is a FitConfig, got {config!r}")
@@ -205,10 +211,10 @@ def _positive_int(value) -> bool:
 
 def _check_settings(config: FitConfig) -> None:
     """Refuse bad settings that need neither the schedule nor the data."""
-    for name in ("epochs", "batch_size"):
-        if not _positive_int(getattr(config, name)):
-            raise ValueError(f"{name} must be a positive integer, got {getattr(config, name)!r}")
-    for name in ("num_stages", "num_microbatches", "chunks"):  # None: the schedule's own
+    if not _positive_int(config.epochs):
+        raise ValueError(f"epochs must be a positive integer, got {config.epochs!r}")
+    # None: the schedule's own (batch_size: a DataLoader's own)
+    for name in ("batch_size", "num_stages", "num_microbatches", "chunks"):
         value = getattr(config, name)
         if value is not None and not _positive_int(value):
             raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -22,22 +22,14 @@ def epoch_order(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(num_samples, generator=generator)
 
 
-class EpochMicrobatches(Sequence):
-    """Lazy ``microbatches[m] -> (x, y)`` over the whole run, indexed by global microbatch.
+class RunMicrobatches(Sequence):
+    """``feed[m] -> (x, y)`` over a run of ``epochs * steps_per_epoch`` steps of
+    ``num_microbatches`` microbatches, indexed by global microbatch m (step ``m // N``);
+    a subclass gives :meth:`step_microbatches`."""
 
-    Microbatch m belongs to step ``k = m // N`` of epoch ``k // steps_per_epoch``; only the
-    epoch's order is kept in memory.
-    """
-
-    def __init__(
-        self, data: Dataset, batch_size: int, num_microbatches: int, seed: int, epochs: int
-    ) -> None:
-        self.x, self.y = data.x_train, data.y_train
-        self.batch_size, self.num_microbatches, self.seed = batch_size, num_microbatches, seed
-        self.steps_per_epoch = len(self.x) // batch_size
-        self.epochs = epochs
-        self._order: tuple[int, torch.Tensor] | None = None  # (epoch, its sample order)
-        self._step: tuple[int, list] | None = None  # (step, its microbatches)
+    epochs: int
+    steps_per_epoch: int
+    num_microbatches: int
 
     def __len__(self) -> int:
         return self.epochs * self.steps_per_epoch * self.num_microbatches
@@ -46,6 +38,34 @@ class EpochMicrobatches(Sequence):
         if not 0 <= m < len(self):
             raise IndexError(f"microbatch {m} out of range 0..{len(self) - 1}")
         step, j = divmod(m, self.num_microbatches)
+        return self.step_microbatches(step)[j]
+
+    def step_microbatches(self, step: int) -> list[tuple]:
+        """The N microbatches of ``step``."""
+        raise NotImplementedError
+
+
+class EpochMicrobatches(RunMicrobatches):
+    """Lazy ``microbatches[m] -> (x, y)`` over the whole run, indexed by global microbatch.
+
+    Microbatch m belongs to step ``k = m // N`` of epoch ``k // steps_per_epoch``; only the
+    epoch's order is kept in memory.
+    """
+
+    def __init__(
+        self, data: Dataset | tuple, batch_size: int, num_microbatches: int, seed: int,
+        epochs: int,
+    ) -> None:
+        # a Dataset's training split, or (inputs, targets) tensors
+        self.x, self.y = data if isinstance(data, tuple) else (data.x_train, data.y_train)
+        self.batch_size, self.num_microbatches, self.seed = batch_size, num_microbatches, seed
+        self.steps_per_epoch = len(self.x) // batch_size
+        self.epochs = epochs
+        self._order: tuple[int, torch.Tensor] | None = None  # (epoch, its sample order)
+        self._step: tuple[int, list] | None = None  # (step, its microbatches)
+
+    def step_microbatches(self, step: int) -> list[tuple]:
+        """Step ``step``'s minibatch of the epoch's shuffled order, cut into microbatches."""
         if self._step is None or self._step[0] != step:
             epoch, position = divmod(step, self.steps_per_epoch)
             if self._order is None or self._order[0] != epoch:
@@ -53,4 +73,4 @@ class EpochMicrobatches(Sequence):
             size = self.batch_size
             chosen = self._order[1][position * size : (position + 1) * size]
             self._step = (step, microbatches(self.x[chosen], self.y[chosen], self.num_microbatches))
-        return self._step[1][j]
+        return self._step[1]

@@ -59,7 +59,8 @@ class History:
         stage_update_norm: ``stage_update_norm[s][k]``, ``||w after - w before||_2`` of
             stage s's update k (float64; non-finite from the update that left a non-finite
             weight on; JSON writes it as null).
-        evals: ``{"epoch", "step", "loss", "accuracy"}`` on the test set, after each epoch.
+        evals: ``{"epoch", "step", "loss", "accuracy"}`` on the test set, after each epoch
+            (accuracy None where it means nothing: targets that are no class labels).
         diverged: True when a non-finite loss stopped the run.
         divergence: the readable report when diverged, else None.
         divergence_step: the step (from 1) of the first non-finite loss, else None.
@@ -99,8 +100,9 @@ class History:
         return self.evals[-1]["loss"] if self.evals else math.nan
 
     @property
-    def final_accuracy(self) -> float:
-        """Test accuracy at the last evaluation (NaN if there was none)."""
+    def final_accuracy(self) -> float | None:
+        """Test accuracy at the last evaluation (NaN if there was none; None for targets
+        that are no class labels, e.g. a regression)."""
         return self.evals[-1]["accuracy"] if self.evals else math.nan
 
     def summary(self) -> dict:

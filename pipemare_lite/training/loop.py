@@ -10,15 +10,16 @@
     history.final_accuracy, history.diverged, history.forward_delay
 
 What one run is. The model is cut into ``num_stages`` stages
-(:func:`pipemare_lite.training.partition.partition`); the training set is fed in shuffled
-minibatches
-of ``batch_size`` samples, each cut into ``num_microbatches`` microbatches
-(:mod:`pipemare_lite.training.data_feed`). The whole run, all epochs, is ONE schedule of
-``epochs * steps_per_epoch`` minibatches, so an asynchronous pipeline never flushes between
-epochs, T1 anneals over the whole run by default, and warm-up covers the first ``warmup``
-minibatches. A "step" is one minibatch: every stage makes one optimizer update per step.
-:func:`fit` reads as that algorithm: set up, then per step train, record, evaluate at the
-end of an epoch, save a checkpoint when due; finish.
+(:func:`pipemare_lite.training.partition.partition`: an ``nn.Sequential`` between its
+children, any other ``nn.Module`` by torch's ``pipeline()``); the training set is fed in
+shuffled minibatches of ``batch_size`` samples (a ``DataLoader``: its own batches, in its
+own order; :mod:`pipemare_lite.training.batches`), each cut into ``num_microbatches``
+microbatches (:mod:`pipemare_lite.training.data_feed`). The whole run, all epochs, is ONE
+schedule of ``epochs * steps_per_epoch`` minibatches, so an asynchronous pipeline never
+flushes between epochs, T1 anneals over the whole run by default, and warm-up covers the
+first ``warmup`` minibatches. A "step" is one minibatch: every stage makes one optimizer
+update per step. :func:`fit` reads as that algorithm: set up, then per step train,
+record, evaluate at the end of an epoch, save a checkpoint when due; finish.
 
 What it returns: a :class:`~pipemare_lite.training.history.History` (losses per step, learning rates
 per stage and update, test loss and accuracy per epoch, forward delays measured from the
@@ -76,6 +77,15 @@ from torch import nn
 from pipemare_lite.files import check_writable
 from pipemare_lite.schedules.lazy import lazy_schedule, materialized
 from pipemare_lite.training import run_schedule
+from pipemare_lite.training.batches import (
+    BatchMicrobatches,
+    batch_size_of,
+    check_batches,
+    check_eval_data,
+    check_last_batch,
+    run_evaluation,
+    tensor_dataset_parts,
+)
 from pipemare_lite.training.checkpoint import (
     CheckpointError,
     check_model_layout,
@@ -90,7 +100,7 @@ from pipemare_lite.training.checkpoint import (
 from pipemare_lite.training.config import FitConfig
 from pipemare_lite.training.data_feed import EpochMicrobatches
 from pipemare_lite.training.datasets import Dataset, check_dataset
-from pipemare_lite.training.evaluation import classification_loss, evaluate
+from pipemare_lite.training.evaluation import classification_loss
 from pipemare_lite.training.executors import EXECUTORS
 from pipemare_lite.training.history import (
     DivergenceError,
@@ -127,24 +137,35 @@ _SETTINGS_ADDED_LATER = {
 # --------------------------------------------------------------------------- fit
 
 
-def fit(model: nn.Sequential, data: Dataset, config: FitConfig | None = None, /,
+def fit(model: nn.Module, data, config: FitConfig | None = None, /, *, eval_data=None,
         **settings) -> History:
     """Train ``model`` on ``data`` with a pipeline ``method``; return the :class:`History`.
 
     Introduced in chapter 07; chapters 08 (T1) and 09 (T2, warm-up) switch its options.
 
-    ``model`` is an ``nn.Sequential``, trained in place (its stages share its modules);
-    ``data`` a :class:`~pipemare_lite.training.datasets.Dataset`. The settings are a
+    ``model`` is trained in place (its stages share its modules): an ``nn.Sequential``
+    (cut between its children), a list of stage modules, or any ``nn.Module`` cut by
+    torch's own splitter at the submodules named in ``balance``
+    (:func:`~pipemare_lite.training.partition.partition`). ``data`` is a
+    :class:`~pipemare_lite.training.datasets.Dataset`, a ``TensorDataset`` of ``(inputs,
+    targets)``, or a ``DataLoader`` (any iterable of ``(inputs, targets)`` batches with a
+    length; then ``batch_size`` is the loader's); ``eval_data`` batches or a function
+    ``eval_data(model) -> dict`` measured at each evaluation (default: a ``Dataset``'s test
+    split, else none): see :mod:`pipemare_lite.training.batches`. The settings are a
     :class:`~pipemare_lite.training.config.FitConfig` (``config``), its fields given as
     keywords (``fit(model, data, method="1f1b", num_stages=4, num_microbatches=8,
     epochs=3, batch_size=64, lr=0.05)``), or both (the keywords replace the config's):
     see :class:`FitConfig` for each one.
     """
     config = FitConfig.of(config, settings)  # every setting checked here, before any work
-    check_dataset(data, classification_targets=config.loss_fn is None)
+    _warn_about_threads()
+    config = _check_data(data, config)
+    check_eval_data(eval_data)
     schedule = run_schedule.resolve(config.schedule, method=config.method)  # a bad file first
     recorded = _run_config(config, schedule, data)  # as the history and checkpoints record it
-    _check_sizes(recorded, len(data.x_train))
+    _check_sizes(recorded, _num_samples(data, recorded["batch_size"]))
+    if not isinstance(data, Dataset) and tensor_dataset_parts(data) is None:
+        check_last_batch(data, recorded["num_microbatches"], recorded["executor"])
     checkpoint_path, resume = config.checkpoint_path, config.resume
     if checkpoint_path is not None:  # not at the first save, steps into the run
         check_writable(checkpoint_path, "checkpoint_path")
@@ -152,7 +173,7 @@ def fit(model: nn.Sequential, data: Dataset, config: FitConfig | None = None, /,
         model, data, recorded, gamma=config.gamma, balance=config.balance,
         devices=config.devices, optimizer=config.optimizer, lr_schedule=config.lr_schedule,
         loss_fn=config.loss_fn, schedule=schedule, checkpoints=checkpoint_path is not None,
-        record=_run_recording(config.record, checkpoint_path),
+        record=_run_recording(config.record, checkpoint_path), eval_data=eval_data,
     )
     if resume and Path(checkpoint_path).exists():
         run.resume_from(checkpoint_path)
@@ -186,6 +207,60 @@ def _callable_name(value) -> str:
     """How the history records a factory or loss function: ``module.qualified_name``."""
     kind = value if hasattr(value, "__qualname__") else type(value)
     return f"{getattr(kind, '__module__', '?')}.{kind.__qualname__}"
+
+
+_THREADS_WARNED = False
+
+
+def _warn_about_threads() -> None:
+    """Warn once per process when torch's default thread count (one per core) is in force:
+    the command line and launch() use one thread, which is faster for small stages and what
+    bitwise comparisons need (docs/glossary.md, "Threads"). fit() itself leaves it alone."""
+    global _THREADS_WARNED
+    threads = torch.get_num_threads()
+    if _THREADS_WARNED or threads == 1 or "OMP_NUM_THREADS" in os.environ:
+        return
+    _THREADS_WARNED = True
+    import warnings
+
+    warnings.warn(
+        f"fit() runs with torch's default of {threads} threads; the command line and "
+        "launch() use 1 (--threads 1), which is faster for small stages and gives the numbers "
+        "they give: call torch.set_num_threads(1) first, or set OMP_NUM_THREADS to keep "
+        "your choice (warned once)", UserWarning, stacklevel=3)
+
+
+def _check_data(data, config: FitConfig) -> FitConfig:
+    """Refuse data fit() cannot train on, naming what is allowed; return ``config`` with a
+    loader's batch size filled in (:mod:`pipemare_lite.training.batches`)."""
+    import dataclasses
+
+    if isinstance(data, Dataset):
+        check_dataset(data, classification_targets=config.loss_fn is None)
+    elif tensor_dataset_parts(data) is None:
+        check_batches(data)
+        size = batch_size_of(data)
+        if config.batch_size not in (None, size):
+            raise ValueError(f"batch_size={config.batch_size} but the data's batches hold "
+                             f"{size} samples; leave batch_size out with a DataLoader")
+        return dataclasses.replace(config, batch_size=size)
+    if config.batch_size is None:
+        raise ValueError("batch_size is required (a positive integer) with a Dataset or "
+                         "TensorDataset: the samples per minibatch")
+    return config
+
+
+def _num_samples(data, batch_size: int) -> int:
+    """Training samples per epoch (a loader's: its batches times ``batch_size``)."""
+    if isinstance(data, Dataset):
+        return len(data.x_train)
+    parts = tensor_dataset_parts(data)
+    return len(parts[0]) if parts is not None else len(data) * batch_size
+
+
+def _data_name(data) -> str:
+    """How the history names the data: a ``Dataset``'s name, else its type."""
+    return data.name if isinstance(data, Dataset) else type(data).__name__
 
 
 def _run_recording(record, checkpoint_path):
@@ -237,7 +312,10 @@ def _run_config(settings: FitConfig, choice, data: Dataset) -> dict:
     config["t2"] = defaults.discrepancy_correction if t2 is None else bool(t2)
     config["gamma"] = list(gamma) if isinstance(gamma, (list, tuple)) else gamma
     config["balance"] = balance if not isinstance(balance, tuple) else list(balance)
-    config["dataset"] = data.name
+    if isinstance(balance, dict):  # {name: SplitPoint} of a traced split, as JSON can hold it
+        config["balance"] = {name: getattr(point, "name", point) for name, point in
+                             balance.items()}
+    config["dataset"] = _data_name(data)
     if config["chunks"] is None:  # interleaving needs >= 2 chunks to differ from 1F1B
         config["chunks"] = 2 if spec is not None and spec.name == "interleaved" else 1
     return config
@@ -276,15 +354,16 @@ class TrainingRun:
     """
 
     def __init__(
-        self, model: nn.Sequential, data: Dataset, config: dict, *, gamma, balance, devices,
+        self, model: nn.Module, data, config: dict, *, gamma, balance, devices,
         optimizer="sgd", lr_schedule=None, loss_fn=None, schedule=None, checkpoints=False,
-        record="history",
+        record="history", eval_data=None,
     ) -> None:
         from pipemare_lite.methods import MethodOptions, build_method_schedule, method_options
 
         self.config, self.data = config, data
+        self.eval_data, self.loss_fn = eval_data, loss_fn
         method, num_stages, n = config["method"], config["num_stages"], config["num_microbatches"]
-        self.steps_per_epoch = len(data.x_train) // config["batch_size"]
+        self.steps_per_epoch = _num_samples(data, config["batch_size"]) // config["batch_size"]
         self.total_steps = config["epochs"] * self.steps_per_epoch
         # bad schedule options fail here, before the (possibly long) schedule is built
         scheduler_factory = self._lr_schedule_factory(lr_schedule)
@@ -307,7 +386,9 @@ class TrainingRun:
                                                      chunks, config["warmup"])
         if config["executor"] != "local":  # the others plan the whole run's messages up front
             schedule = materialized(schedule)
-        self.stages = partition(model, num_stages * chunks, balance=balance)
+        self.feed = _training_feed(data, config, schedule.num_virtual_stages)
+        self.stages = partition(model, num_stages * chunks, balance=balance,
+                                sample=self.feed[0][0])
         engine_options = dict(
             loss_fn=loss_fn or classification_loss,
             optimizer_factory=self._optimizer_factory(optimizer),
@@ -320,9 +401,6 @@ class TrainingRun:
         if config["executor"] == "dist" and checkpoints:
             engine_options["checkpoints"] = True  # the ranks keep what a checkpoint needs
         self.engine = EXECUTORS[config["executor"]](schedule, self.stages, **engine_options)
-        self.feed = EpochMicrobatches(
-            data, config["batch_size"], n, config["seed"], config["epochs"]
-        )
         self.recorder = HistoryRecorder(
             History(config=config), n, len(self.stages), schedule.num_virtual_stages
         )
@@ -387,13 +465,14 @@ class TrainingRun:
         return self.step % steps == 0 or self.step == self.total_steps
 
     def evaluate(self) -> None:
-        """Append the test loss and accuracy after this step to the history."""
+        """Append the test loss and accuracy after this step to the history (nothing when
+        there is no evaluation data: :func:`~pipemare_lite.training.batches.run_evaluation`)."""
+        measured = run_evaluation(self.stages, self.data, self.eval_data, self.loss_fn)
+        if measured is None:
+            return
         self.history.evals.append(
-            {
-                "epoch": math.ceil(self.step / self.steps_per_epoch),
-                "step": self.step,
-                **evaluate(self.stages, self.data.x_test, self.data.y_test),
-            }
+            {"epoch": math.ceil(self.step / self.steps_per_epoch), "step": self.step,
+             **measured}
         )
 
     def start_clock(self) -> None:
@@ -459,6 +538,20 @@ class TrainingRun:
                 f"checkpoint {path} does not fit this run ({type(exc).__name__}: "
                 f"{str(exc).strip()[:300]}); it holds another model or another structure"
             ) from exc
+
+
+def _training_feed(data, config: dict, num_virtual_stages: int):
+    """``feed[m] -> (x, y)`` for the whole run: shuffled minibatches of a ``Dataset`` or a
+    ``TensorDataset`` (the run's seed), or a loader's own batches."""
+    n = config["num_microbatches"]
+    if isinstance(data, Dataset):
+        x, y = data.x_train, data.y_train
+    elif tensor_dataset_parts(data) is not None:
+        x, y = tensor_dataset_parts(data)
+    else:  # a rank with the first and the last stage reads a target ~2S microbatches late
+        keep = 2 + math.ceil(2 * num_virtual_stages / n)
+        return BatchMicrobatches(data, n, config["epochs"], keep_steps=keep)
+    return EpochMicrobatches((x, y), config["batch_size"], n, config["seed"], config["epochs"])
 
 
 @contextmanager

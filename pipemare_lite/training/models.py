@@ -21,6 +21,8 @@ batch is cut, and both carry only ordinary parameters.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -249,5 +251,46 @@ def tiny_transformer(
     return _seeded(build, seed)
 
 
-#: Model builders by the name the CLI uses.
+#: Model builders by the name the CLI uses (plugins add theirs: :func:`register_model`).
 MODELS = {"mlp": mlp, "resnet": small_resnet, "transformer": tiny_transformer}
+
+
+@dataclass(frozen=True)
+class ModelPlugin:
+    """A model a plugin registered for the command line (:func:`register_model`)."""
+
+    build: Callable
+    split_points: Sequence[str] | Callable | None = None
+    dataset: str = "signals"
+
+    def balance(self, num_stages: int):
+        """The split points for ``num_stages`` stages (``fit``'s ``balance``), or None."""
+        points = self.split_points
+        return points(num_stages) if callable(points) else points
+
+
+#: Models that plugins registered, by name (also in :data:`MODELS`).
+MODEL_PLUGINS: dict[str, ModelPlugin] = {}
+
+
+def register_model(name: str, build: Callable, *, split_points=None,
+                   dataset: str = "signals") -> None:
+    """Make ``--model name`` build a user's model (issue 44): from a ``--plugin`` module
+    (:mod:`pipemare_lite.plugins`), in every process of the run, torchrun's ranks included.
+
+    ``build(data=dataset, num_stages=P, seed=seed)`` returns the model (deterministic in
+    ``seed``: every rank builds the same weights): an ``nn.Sequential``, a list of stage
+    modules, or any ``nn.Module`` with ``split_points``, the submodules where stages
+    1..P-1 begin (a list, or a function ``P -> list``), for torch's splitter
+    (:mod:`pipemare_lite.training.split_module`). ``dataset``: the default ``--dataset``.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"a model's name is an identifier, got {name!r}")
+    if name in MODELS and name not in MODEL_PLUGINS:
+        raise ValueError(f"model {name!r} is one of the book's ({', '.join(MODELS)}); "
+                         "choose another name")
+    if not callable(build):
+        raise ValueError(f"build must be a function build(data, num_stages, seed), got "
+                         f"{build!r}")
+    MODELS[name] = build
+    MODEL_PLUGINS[name] = ModelPlugin(build, split_points, dataset)

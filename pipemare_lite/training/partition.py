@@ -1,4 +1,13 @@
-"""Split a sequential model into pipeline stages (introduced in chapter 01).
+"""Split a model into pipeline stages (introduced in chapter 01).
+
+Three kinds of model (:func:`partition`):
+
+- an ``nn.Sequential``: cut between its children (below);
+- a list of modules: the same, each module a layer; as many modules as stages makes each
+  module one stage (a plain list of stage modules);
+- any other ``nn.Module``: traced and cut by PyTorch's own splitter
+  (``torch.distributed.pipelining.pipeline()``, :mod:`pipemare_lite.training.split_module`)
+  at the submodules that ``balance`` names, e.g. ``balance=["layer3"]``.
 
 A pipeline puts consecutive layers of an ``nn.Sequential`` on consecutive stages. The
 split is contiguous, every layer lands on exactly one stage, and no stage is empty, so
@@ -33,11 +42,9 @@ BALANCE_MODES = ("params", "time")
 def _named_layers(model_or_layers) -> list[tuple[str, nn.Module]]:
     if isinstance(model_or_layers, nn.Sequential):
         return list(model_or_layers.named_children())
-    if isinstance(model_or_layers, nn.Module):
-        raise TypeError(
-            "partition needs an nn.Sequential or a list of modules, "
-            f"got {type(model_or_layers).__name__}"
-        )
+    if isinstance(model_or_layers, torch.Tensor) or not hasattr(model_or_layers, "__iter__"):
+        raise TypeError("partition needs an nn.Module, an nn.Sequential or a list of modules, "
+                        f"got {type(model_or_layers).__name__}")
     layers = list(model_or_layers)
     for i, layer in enumerate(layers):
         if not isinstance(layer, nn.Module):
@@ -116,19 +123,34 @@ def partition(
     balance: None | str | Sequence[int] = None,
     sample: torch.Tensor | None = None,
 ) -> list[nn.Sequential]:
-    """Split ``model_or_layers`` into ``num_stages`` contiguous ``nn.Sequential`` stages.
+    """Split ``model_or_layers`` into ``num_stages`` contiguous stages.
 
     Args:
-        model_or_layers: an ``nn.Sequential`` (split between its children) or a list of
-            modules.
+        model_or_layers: an ``nn.Sequential`` (split between its children), a list of
+            modules (layers, or one module per stage), or any other ``nn.Module`` (split by
+            ``torch.distributed.pipelining.pipeline()`` at the split points ``balance``
+            names: :func:`~pipemare_lite.training.split_module.split_module`).
         num_stages: how many stages; at most the number of layers.
-        balance: ``None``, ``"params"``, ``"time"`` or explicit layer counts per stage.
-        sample: an input batch, needed for ``balance="time"``.
+        balance: ``None``, ``"params"``, ``"time"`` or explicit layer counts per stage; for
+            any other ``nn.Module``, the names of the submodules where stages 1..P-1 begin
+            (or ``{name: SplitPoint}``).
+        sample: an input batch (one microbatch), needed for ``balance="time"`` and to trace
+            a module that is no ``nn.Sequential``.
 
     Returns:
         ``num_stages`` ``nn.Sequential`` objects holding the original modules (shared, not
-        copied) under their original child names.
+        copied) under their original child names; for a traced module, stage modules
+        sharing its parameters.
     """
+    if isinstance(model_or_layers, nn.Module) and not isinstance(model_or_layers,
+                                                                 (nn.Sequential, nn.ModuleList)):
+        if not isinstance(num_stages, int) or isinstance(num_stages, bool) or num_stages < 1:
+            raise ValueError(f"num_stages must be a positive integer, got {num_stages!r}")
+        if num_stages == 1 and not balance:
+            return [model_or_layers]
+        from pipemare_lite.training.split_module import split_module
+
+        return split_module(model_or_layers, num_stages, balance or [], sample)
     named = _named_layers(model_or_layers)
     num_layers = len(named)
     if not isinstance(num_stages, int) or isinstance(num_stages, bool) or num_stages < 1:

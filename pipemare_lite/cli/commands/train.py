@@ -90,7 +90,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--weight-mode", default=None, choices=WEIGHT_MODES,
                         help="a --schedule CSV file: what its backwards read (default: derived "
                         "when it flushes)")
-    parser.add_argument("--model", choices=sorted(MODELS), default="mlp", help="model")
+    parser.add_argument("--model", choices=sorted(MODELS), default="mlp",
+                        help="model (or one a --plugin registers with "
+                        "pipemare_lite.training.models.register_model)")
     parser.add_argument(
         "--dataset",
         default=None,
@@ -334,25 +336,28 @@ def build_model_and_data(
 ):
     """The CLI's model and dataset: by default one model unit (layer/block) per stage.
 
-    A model that does not fit the
+    A model a ``--plugin`` registered
+    (:func:`~pipemare_lite.training.models.register_model`) is built by its function. A
+    model that does not fit the
     dataset (a transformer on images, an MLP on tokens) is refused with the allowed names;
     so is one with more than :data:`MAX_MODEL_UNITS` units or whose parameters would need
     more than :func:`memory_limit_bytes` (measured on the meta device, before allocating).
     """
     import torch
 
-    from pipemare_lite.training.datasets import load
+    from pipemare_lite.training.models import MODEL_PLUGINS
 
+    if name in MODEL_PLUGINS:  # a user's model from a --plugin module: it sizes itself
+        plugin = MODEL_PLUGINS[name]
+        data = _load_data(dataset or plugin.dataset, seed)
+        return plugin.build(data=data, num_stages=stages, seed=seed), data
     units = layers if layers is not None else (stages if name == "mlp" else max(stages - 2, 1))
     if units > MAX_MODEL_UNITS:
         option = "--layers" if layers is not None else "--stages (one model unit per stage)"
         raise ValueError(f"{option}: a {name} of {units:,} layers/blocks; the limit is "
                          f"{MAX_MODEL_UNITS:,}")
     dataset = dataset or DEFAULT_DATASET[name]
-    try:
-        data = load(dataset, seed=seed)
-    except ImportError as exc:  # digits without scikit-learn (the engine alone): one line
-        raise ValueError(f"--dataset {dataset}: {exc} (e.g. --dataset signals)") from exc
+    data = _load_data(dataset, seed)
     if name == "transformer" and data.x_train.dtype != torch.int64:
         raise ValueError(f"the transformer needs a token dataset (reverse, sort), not {dataset!r}")
     if name != "transformer" and data.x_train.dtype == torch.int64:
@@ -360,6 +365,22 @@ def build_model_and_data(
     with torch.device("meta"):  # shapes only: nothing allocated
         check_model_size(name, _model(name, data, stages, width, layers, seed, dataset))
     return _model(name, data, stages, width, layers, seed, dataset), data
+
+
+def _load_data(dataset: str, seed: int):
+    from pipemare_lite.training.datasets import load
+
+    try:
+        return load(dataset, seed=seed)
+    except ImportError as exc:  # digits without scikit-learn (the engine alone): one line
+        raise ValueError(f"--dataset {dataset}: {exc} (e.g. --dataset signals)") from exc
+
+
+def model_balance(name: str, stages: int):
+    """``fit``'s ``balance`` for ``--model name``: a plugin model's split points, else None."""
+    from pipemare_lite.training.models import MODEL_PLUGINS
+
+    return MODEL_PLUGINS[name].balance(stages) if name in MODEL_PLUGINS else None
 
 
 def _model(name: str, data, stages: int, width: int, layers: int | None, seed: int,
@@ -532,6 +553,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
             schedule=schedule,
             devices=stage_devices(getattr(args, "devices", None), pieces, args.executor),
             record=getattr(args, "record", "history"),
+            balance=model_balance(args.model, pieces),
         )
     except DivergenceError as error:
         if reporter:
@@ -556,7 +578,9 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
         f"N={args.microbatches}: "
         f"{history.steps} steps in {history.wall_seconds:.1f} s"
     )
-    print(f"  test loss {history.final_loss:.4f}  test accuracy {history.final_accuracy:.4f}")
+    accuracy = history.final_accuracy  # None for targets that are no class labels
+    print(f"  test loss {history.final_loss:.4f}  test accuracy "
+          f"{'-' if accuracy is None else f'{accuracy:.4f}'}")
     print(
         f"  forward delay per stage (mean, updates): "
         f"{', '.join(f'{d:.2f}' for d in history.forward_delay)}"
