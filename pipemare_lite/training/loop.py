@@ -238,8 +238,11 @@ def _run_config(settings: FitConfig, choice, data: Dataset) -> dict:
     config["gamma"] = list(gamma) if isinstance(gamma, (list, tuple)) else gamma
     config["balance"] = balance if not isinstance(balance, tuple) else list(balance)
     config["dataset"] = data.name
-    if config["chunks"] is None:  # interleaving needs >= 2 chunks to differ from 1F1B
-        config["chunks"] = 2 if spec is not None and spec.name == "interleaved" else 1
+    if config["chunks"] is None:  # the builder's: 2 for interleaved and the V schedules
+        from pipemare_lite.schedules.registry import default_chunks
+
+        builder = choice.name if choice is not None else spec.builder  # a file set its own
+        config["chunks"] = default_chunks(builder)
     return config
 
 
