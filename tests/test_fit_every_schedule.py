@@ -138,6 +138,27 @@ def test_v_schedules_need_no_chunks_and_keep_their_placement(small_data, tmp_pat
         _fit("zb-v", "schedule", small_data, tmp_path, chunks=3)
 
 
+def test_a_registered_v_builder_declares_its_chunks(small_data, tmp_path, registered):
+    """A plugin's V (rows of ZB-V's order) registered with chunks=2: fit by name cuts the
+    model into 2P pieces on the rows' V placement, bitwise like autograd."""
+    def v_rows(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup_minibatches):
+        assert chunks == 2  # asked for the declared chunks, whatever the caller gave
+        return build_schedule("zb-v", num_ranks, num_microbatches,
+                              num_minibatches=num_minibatches).rows()
+
+    registered("test-v-rows", v_rows, weight_mode="sync", chunks=2)
+    assert default_chunks("test-v-rows") == 2
+    built = build_schedule("test-v-rows", P, N)
+    assert built.chunks == 2 and built.placement == (0, 1, 1, 0)
+    history, model = _fit("test-v-rows", "name", small_data, tmp_path)
+    want_losses, reference = _autograd(small_data)
+    assert history.loss == want_losses and history.config["chunks"] == 2
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        assert torch.equal(p, q)
+    with pytest.raises(ValueError, match=r"chunks=0; allowed: None"):
+        registered("test-v-bad", v_rows, chunks=0)
+
+
 @pytest.mark.dist
 @pytest.mark.slow
 def test_v_schedules_train_the_same_distributed(small_data, tmp_path):
