@@ -183,6 +183,9 @@ def test_v_schedules_train_the_same_distributed(small_data, tmp_path):
             for history in histories:
                 assert history["loss"] == want_losses == local.loss, (name, schedule)
                 assert history["evals"] == local.evals, (name, schedule)
+                # each device's peak, measured on its own process (issue 48, item 2)
+                assert history["memory_bytes_by_rank"] == local.memory_bytes_by_rank
+                assert history["memory_bytes"] == local.memory_bytes
 
 
 def _small_digits() -> Dataset:

@@ -22,7 +22,8 @@ end of an epoch, save a checkpoint when due; finish.
 
 What it returns: a :class:`~pipemare_lite.training.history.History` (losses per step, learning rates
 per stage and update, test loss and accuracy per epoch, forward delays measured from the
-executed trace, peak bytes per stage and kind, wall time).
+executed trace, peak bytes per device (rank) and kind with each stage's as a breakdown, wall
+time).
 
 Optimizers, schedules, losses, clipping, the torch way. ``optimizer`` is a name
 (:data:`OPTIMIZERS`: sgd, adam, adamw, and muon where torch has it; see
@@ -327,7 +328,8 @@ class TrainingRun:
             data, config["batch_size"], n, config["seed"], config["epochs"]
         )
         self.recorder = HistoryRecorder(
-            History(config=config), n, len(self.stages), schedule.num_virtual_stages
+            History(config=config), n, len(self.stages), schedule.num_virtual_stages,
+            num_ranks=schedule.num_ranks,
         )
         self.step = 0
         self._clock = time.perf_counter()
