@@ -77,6 +77,11 @@ class History:
         memory_bytes_by_stage: ``[stage][kind]``, the breakdown: each (virtual) stage's own
             peak (a rank's stages summed overstate its peak: they need not peak together).
         wall_seconds: wall time spent in training and evaluation (summed over resumes).
+        provenance: the code that ran (:func:`pipemare_lite.provenance.run_provenance`):
+            ``environment`` (Python, torch, numpy, pipemare_lite versions, the git commit or
+            "not a checkout", the platform), ``plugins`` (``{module: "sha256:..."}`` of
+            each plugin's source) and ``schedule`` (``"sha256:..."`` of the rows run); after
+            a resume on other software, ``resumed_from`` holds the earlier environment.
     """
 
     config: dict = field(default_factory=dict)
@@ -94,6 +99,7 @@ class History:
     memory_bytes_by_stage: list[dict[str, int]] = field(default_factory=list)
     wall_seconds: float = 0.0
     memory_bytes_by_rank: list[dict[str, int]] = field(default_factory=list)
+    provenance: dict = field(default_factory=dict)
 
     @property
     def steps(self) -> int:

@@ -75,6 +75,7 @@ import torch
 from torch import nn
 
 from pipemare_lite.files import check_writable
+from pipemare_lite.provenance import changed_code
 from pipemare_lite.schedules.lazy import lazy_schedule, materialized
 from pipemare_lite.training import run_schedule
 from pipemare_lite.training.checkpoint import (
@@ -284,7 +285,13 @@ class TrainingRun:
         optimizer="sgd", lr_schedule=None, loss_fn=None, schedule=None, checkpoints=False,
         record="history",
     ) -> None:
-        from pipemare_lite.methods import MethodOptions, build_method_schedule, method_options
+        from pipemare_lite.methods import (
+            MethodOptions,
+            build_method_schedule,
+            get_method,
+            method_options,
+        )
+        from pipemare_lite.provenance import run_provenance
 
         self.config, self.data = config, data
         method, num_stages, n = config["method"], config["num_stages"], config["num_microbatches"]
@@ -300,6 +307,8 @@ class TrainingRun:
             warmup_minibatches=config["warmup"],
         )
         chunks = config["chunks"]
+        registered = (schedule.name if schedule is not None else  # for the plugins' hashes
+                      None if method is None else get_method(method).builder)
         # the whole run is one schedule, made lazily (pipemare_lite.schedules.lazy)
         if schedule is None:
             schedule = lazy_schedule(
@@ -331,6 +340,8 @@ class TrainingRun:
             History(config=config), n, len(self.stages), schedule.num_virtual_stages,
             num_ranks=schedule.num_ranks,
         )
+        self.history.provenance = run_provenance(  # versions, plugins' sources, the rows
+            schedule, schedule_name=registered, method=method, executor=config["executor"])
         self.step = 0
         self._clock = time.perf_counter()
 
@@ -452,11 +463,20 @@ class TrainingRun:
                 f"{path} was written by a run with other settings: "
                 + ", ".join(f"{k}={saved.get(k)!r} (now {config[k]!r})" for k in differ)
             )
+        now = self.history.provenance
+        saved = (state.get("history") or {}).get("provenance") or {}  # none: written before
+        changed = changed_code(saved, now)
+        if changed:
+            raise ValueError(f"{path} was written by other code: {'; '.join(changed)}. Resume "
+                             "with the plugins and schedule it ran, or start a new run")
         if "model_layout" in state:  # checkpoints before it: load_state_dict's check only
             check_model_layout(path, state["model_layout"], model_layout(self.stages))
         try:
             self.engine.load_state_dict(decode_state(state["executor"]))
             self.recorder.load(state)
+            self.history.provenance = dict(now, **(
+                {} if saved.get("environment") in (None, now["environment"])
+                else {"resumed_from": saved["environment"]}))
             self.step = state["step"]
             set_rng_state(state["rng"])
         except (KeyError, TypeError, RuntimeError, ValueError, IndexError) as exc:
