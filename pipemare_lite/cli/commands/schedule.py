@@ -59,7 +59,7 @@ from pipemare_lite.analysis.staleness import stage_delays, steady_state_minibatc
 from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.interop.torch_notation import to_torch_csv
 from pipemare_lite.schedules import ALIASES, WEIGHT_MODES, Schedule, build_schedule
-from pipemare_lite.schedules.io import SCHEDULE_SUFFIXES, to_csv, to_json
+from pipemare_lite.schedules.io import SCHEDULE_SUFFIXES, standalone, to_csv, to_json
 from pipemare_lite.schedules.registry import (
     is_asynchronous,
     schedule_names,
@@ -238,9 +238,12 @@ def _schedule_and_costs(args) -> tuple[Schedule, OpCosts, Callable[[int], Schedu
 
 def save_schedule(schedule: Schedule, path) -> None:
     """Write ``schedule`` to ``path``: JSON (every field) for ``.json``, the rows for ``.csv``
-    (a CSV keeps no weight mode: an unflushed one needs ``--weight-mode`` to be read back)."""
+    (a CSV keeps no weight mode: an unflushed one needs ``--weight-mode`` to be read back).
+    A registered builder's schedule is written as "custom" (:func:`standalone`), so the
+    file loads in a process without its plugin."""
     from pathlib import Path
 
+    schedule = standalone(schedule)
     text = to_json(schedule) + "\n" if str(path).lower().endswith(".json") else to_csv(schedule)
     try:
         Path(path).write_text(text, encoding="utf-8")
