@@ -115,3 +115,14 @@ def test_outside_a_checkout_the_commit_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(provenance, "_GIT", {})
     assert provenance.environment()["git_commit"] == "not a checkout"
     assert provenance.source_hash("no_such_module_48").startswith("no source file")
+
+
+def test_a_stored_results_meta_carries_the_provenance():
+    from pipemare_lite.experiments.record import meta_record
+
+    meta = meta_record(command="python -m pipemare_lite reproduce x", seeds=[0], threads=1,
+                       package_version="0.1.0")
+    assert meta["provenance"]["environment"] == provenance.environment()
+    from pipemare_lite.plugins import loaded_plugins
+
+    assert meta["provenance"]["plugins"] == provenance.plugin_sources(loaded_plugins())
