@@ -126,3 +126,22 @@ def test_a_stored_results_meta_carries_the_provenance():
     from pipemare_lite.plugins import loaded_plugins
 
     assert meta["provenance"]["plugins"] == provenance.plugin_sources(loaded_plugins())
+
+
+def test_the_config_records_the_thread_count(small_data, capsys, tmp_path):
+    import json
+
+    import torch
+
+    from pipemare_lite.cli import main
+
+    history = fit(mlp(64, 16, 2, 10, seed=0), small_data, method="1f1b", num_stages=2,
+                  num_microbatches=4, batch_size=16, epochs=1, lr=0.1)
+    assert history.config["threads"] == torch.get_num_threads()
+    out = tmp_path / "run.json"
+    assert main(["train", "--method", "1f1b", "--stages", "2", "--epochs", "1", "--width", "8",
+                 "--batch-size", "256", "--lr", "0.05", "--threads", "1",
+                 "--out", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert written["arguments"]["threads"] == written["config"]["threads"] == 1
+    assert written["provenance"]["schedule"].startswith("sha256:")

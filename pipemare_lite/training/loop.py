@@ -112,7 +112,9 @@ __all__ = ["fit", "TrainingRun", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS"]
 #: Bumped when the checkpoint layout changes; a mismatch is refused with a clear message.
 CHECKPOINT_FORMAT = 1
 #: The settings a run records (in its history and checkpoints) in this order, followed by
-#: the dataset's name; resuming a checkpoint with any of them changed is refused.
+#: the dataset's name and ``threads`` (torch's thread count when the run started); resuming a
+#: checkpoint with any of them changed is refused, but for ``threads`` (recorded only: another
+#: count changes the numbers' last bits, not what was asked).
 RECORDED_SETTINGS = (
     "method", "num_stages", "num_microbatches", "epochs", "lr", "batch_size", "optimizer",
     "momentum", "weight_decay", "seed", "t1", "t1_anneal_updates", "t2", "gamma", "warmup",
@@ -240,6 +242,7 @@ def _run_config(settings: FitConfig, choice, data: Dataset) -> dict:
     config["gamma"] = list(gamma) if isinstance(gamma, (list, tuple)) else gamma
     config["balance"] = balance if not isinstance(balance, tuple) else list(balance)
     config["dataset"] = data.name
+    config["threads"] = torch.get_num_threads()  # the CLI's --threads, or torch's default
     if config["chunks"] is None:  # the builder's: 2 for interleaved and the V schedules
         from pipemare_lite.schedules.registry import default_chunks
 
@@ -457,6 +460,7 @@ class TrainingRun:
                 + (f"it lacks {', '.join(missing)}" if missing else "its config is no dict")
             )
         config, saved = self.config, {**_SETTINGS_ADDED_LATER, **state["config"]}
+        saved["threads"] = config["threads"]  # recorded, not compared (RECORDED_SETTINGS)
         differ = sorted(k for k in config if saved.get(k) != config[k])
         if differ:
             raise ValueError(
@@ -474,6 +478,7 @@ class TrainingRun:
         try:
             self.engine.load_state_dict(decode_state(state["executor"]))
             self.recorder.load(state)
+            self.history.config = self.config  # equal to the saved one, threads as now
             self.history.provenance = dict(now, **(
                 {} if saved.get("environment") in (None, now["environment"])
                 else {"resumed_from": saved["environment"]}))
