@@ -17,9 +17,9 @@ import pytest
 from pipemare_lite import plugins
 from pipemare_lite.cli import SUBCOMMANDS, build_parser, main
 from pipemare_lite.schedules import build_schedule
-from pipemare_lite.schedules.io import JSON_FIELDS, load_schedule, standalone
+from pipemare_lite.schedules.io import JSON_FIELDS, load_schedule
 from pipemare_lite.schedules.names import REGISTERED_WEIGHT_MODES
-from pipemare_lite.schedules.registry import BUILDERS, REGISTERED_BY
+from pipemare_lite.schedules.registry import BUILDERS, REGISTERED_BY, standalone
 
 EAGER = "docs.examples.eager_1f1b"
 

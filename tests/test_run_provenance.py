@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from pipemare_lite import provenance
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.schedules.lazy import lazy_schedule
+from pipemare_lite.training import provenance
 from pipemare_lite.training.datasets import Dataset, digits
 from pipemare_lite.training.loop import fit
 from pipemare_lite.training.models import mlp

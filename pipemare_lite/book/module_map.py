@@ -216,6 +216,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.training.models": "01",
     "pipemare_lite.training.optimizers": "07",
     "pipemare_lite.training.partition": "01",
+    "pipemare_lite.training.provenance": "07",  # fit's history.provenance (issue 48)
     "pipemare_lite.training.run_schedule": "07",
 }
 

@@ -210,12 +210,12 @@ def meta_record(
     *, command: str, seeds, threads: int, package_version: str, extra: dict | None = None
 ) -> dict:
     """The ``.meta.json`` beside a stored result: how, where and when it was made, and
-    ``provenance``: the versions and git commit (:func:`pipemare_lite.provenance.environment`)
-    and each loaded plugin's source hash (every run's history has these and its schedule's
-    digest too; the stored rows leave them out, so that ``--check`` compares what training
-    produced)."""
-    from pipemare_lite import provenance
+    ``provenance``: the versions and git commit
+    (:func:`pipemare_lite.training.provenance.environment`) and each loaded plugin's source
+    hash (every run's history has these and its schedule's digest too; the stored rows leave
+    them out, so that ``--check`` compares what training produced)."""
     from pipemare_lite.plugins import loaded_plugins
+    from pipemare_lite.training import provenance
 
     return {
         "command": command,

@@ -223,25 +223,6 @@ def to_json(schedule: Schedule) -> str:
                        "notes": list(schedule.notes), "ranks": schedule.rows()})
 
 
-def standalone(schedule: Schedule) -> Schedule:
-    """``schedule`` as a file anyone can load: a registered builder's schedule renamed
-    "custom" (a registered name is known only where its plugin is loaded), its weight mode
-    and placement kept, a note saying which builder made it; a built-in or "custom" one as
-    it is. :func:`~pipemare_lite.provenance.schedule_digest` of the renamed schedule differs
-    only by the name."""
-    from dataclasses import replace
-
-    from pipemare_lite.schedules.names import REGISTERED_WEIGHT_MODES
-
-    if schedule.name not in REGISTERED_WEIGHT_MODES:
-        return schedule
-    from pipemare_lite.schedules.registry import REGISTERED_BY
-
-    made_by = REGISTERED_BY.get(schedule.name, "an unknown module")
-    return replace(schedule, name="custom", notes=(
-        *schedule.notes, f"built by registered schedule {schedule.name!r} (module {made_by})"))
-
-
 def from_json(text: str) -> Schedule:
     """Read what :func:`to_json` wrote (and validate it)."""
     try:

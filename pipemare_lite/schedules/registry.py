@@ -8,6 +8,7 @@ the CLI (``--schedule NAME``) know it like the built-in ones (see docs/write-a-s
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from pipemare_lite.schedules import names
 from pipemare_lite.schedules.actions import Schedule
@@ -168,6 +169,18 @@ def default_chunks(name: str) -> int:
     if key in FIXED_CHUNKS:
         return FIXED_CHUNKS[key]
     return 2 if key == "interleaved" else 1
+
+
+def standalone(schedule: Schedule) -> Schedule:
+    """``schedule`` as a file anyone can load: a registered builder's schedule renamed
+    "custom" (a registered name is known only where its plugin is loaded), its weight mode
+    and placement kept, a note saying which builder made it; a built-in or "custom" one as
+    it is (``schedule --save``)."""
+    if schedule.name not in names.REGISTERED_WEIGHT_MODES:
+        return schedule
+    made_by = REGISTERED_BY.get(schedule.name, "an unknown module")
+    return replace(schedule, name="custom", notes=(
+        *schedule.notes, f"built by registered schedule {schedule.name!r} (module {made_by})"))
 
 
 def unknown_schedule_message(name) -> str:

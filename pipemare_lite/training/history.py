@@ -77,7 +77,7 @@ class History:
         memory_bytes_by_stage: ``[stage][kind]``, the breakdown: each (virtual) stage's own
             peak (a rank's stages summed overstate its peak: they need not peak together).
         wall_seconds: wall time spent in training and evaluation (summed over resumes).
-        provenance: the code that ran (:func:`pipemare_lite.provenance.run_provenance`):
+        provenance: the code that ran (:func:`pipemare_lite.training.provenance.run_provenance`):
             ``environment`` (Python, torch, numpy, pipemare_lite versions, the git commit or
             "not a checkout", the platform), ``plugins`` (``{module: "sha256:..."}`` of
             each plugin's source) and ``schedule`` (``"sha256:..."`` of the rows run); after

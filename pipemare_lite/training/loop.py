@@ -75,7 +75,6 @@ import torch
 from torch import nn
 
 from pipemare_lite.files import check_writable
-from pipemare_lite.provenance import changed_code
 from pipemare_lite.schedules.lazy import lazy_schedule, materialized
 from pipemare_lite.training import run_schedule
 from pipemare_lite.training.checkpoint import (
@@ -106,6 +105,7 @@ from pipemare_lite.training.optimizers import (
     with_grad_clipping,
 )
 from pipemare_lite.training.partition import partition
+from pipemare_lite.training.provenance import changed_code
 
 __all__ = ["fit", "TrainingRun", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS"]
 
@@ -294,7 +294,7 @@ class TrainingRun:
             get_method,
             method_options,
         )
-        from pipemare_lite.provenance import run_provenance
+        from pipemare_lite.training.provenance import run_provenance
 
         self.config, self.data = config, data
         method, num_stages, n = config["method"], config["num_stages"], config["num_microbatches"]

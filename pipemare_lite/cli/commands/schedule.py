@@ -59,10 +59,11 @@ from pipemare_lite.analysis.staleness import stage_delays, steady_state_minibatc
 from pipemare_lite.analysis.timeline import Timeline
 from pipemare_lite.interop.torch_notation import to_torch_csv
 from pipemare_lite.schedules import ALIASES, WEIGHT_MODES, Schedule, build_schedule
-from pipemare_lite.schedules.io import SCHEDULE_SUFFIXES, standalone, to_csv, to_json
+from pipemare_lite.schedules.io import SCHEDULE_SUFFIXES, to_csv, to_json
 from pipemare_lite.schedules.registry import (
     is_asynchronous,
     schedule_names,
+    standalone,
     unknown_schedule_message,
 )
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 #: What :func:`environment` says outside a git checkout (an installed package, a tarball).
 NOT_A_CHECKOUT = "not a checkout"
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages)
 _GIT: dict[str, object] = {}  # the commit is read once per process
 
 
