@@ -99,6 +99,7 @@ def registered():
     it registered is removed from the registry's tables afterwards."""
     from pipemare_lite.schedules.names import REGISTERED_WEIGHT_MODES
     from pipemare_lite.schedules.registry import BUILDERS, REGISTERED_BY, register_schedule
+    from pipemare_lite.schedules.validation import FIXED_CHUNKS
 
     names = []
 
@@ -111,3 +112,4 @@ def registered():
         BUILDERS.pop(name, None)
         REGISTERED_WEIGHT_MODES.pop(name, None)
         REGISTERED_BY.pop(name, None)
+        FIXED_CHUNKS.pop(name, None)

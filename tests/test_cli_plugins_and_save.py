@@ -19,7 +19,7 @@ from pipemare_lite.cli import SUBCOMMANDS, build_parser, main
 from pipemare_lite.schedules import build_schedule
 from pipemare_lite.schedules.io import JSON_FIELDS, load_schedule
 from pipemare_lite.schedules.names import REGISTERED_WEIGHT_MODES
-from pipemare_lite.schedules.registry import BUILDERS, REGISTERED_BY
+from pipemare_lite.schedules.registry import BUILDERS, REGISTERED_BY, standalone
 
 EAGER = "docs.examples.eager_1f1b"
 
@@ -85,7 +85,8 @@ def test_save_round_trips_json(argv, name, sizes, tmp_path, capsys):
     saved, again = tmp_path / "s.json", tmp_path / "t.json"
     assert main(["schedule", *argv, "--save", str(saved)]) == 0
     printed = capsys.readouterr().out
-    built = build_schedule(name, sizes[0], sizes[1], **sizes[2])
+    # a registered builder's schedule is saved as "custom" (loads without the plugin)
+    built = standalone(build_schedule(name, sizes[0], sizes[1], **sizes[2]))
     assert fields(load_schedule(saved)) == fields(built)
     assert main(["schedule", "--from", str(saved), "--save", str(again)]) == 0
     assert again.read_text() == saved.read_text()
@@ -93,6 +94,10 @@ def test_save_round_trips_json(argv, name, sizes, tmp_path, capsys):
     # minibatch, needs the builder: a file holds one run
     steady = "steady utilization  "
     shown = capsys.readouterr().out.splitlines()
+    if built.name != name:  # saved as "custom": named so in the header, with a note
+        assert shown[0] == printed.splitlines()[0].replace(name, "custom", 1)
+        assert shown[1] == f"note: {built.notes[-1]}"
+        shown = [printed.splitlines()[0], *shown[2:]]
     assert [line for line in shown if not line.startswith(steady)] == [
         line for line in printed.splitlines() if not line.startswith(steady)]
     assert f"{steady}n/a (a schedule from a file" in "\n".join(shown)
@@ -113,3 +118,42 @@ def test_hand_written_json_example_loads_like_its_csv():
     by_hand = load_schedule(examples / "two_stage_1f1b.json")
     from_csv = load_schedule(examples / "two_stage_1f1b.csv")
     assert fields(by_hand) == fields(from_csv)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_a_saved_plugin_schedule_loads_in_a_process_without_the_plugin(suffix, tmp_path,
+                                                                       fresh_plugins):
+    """issue 48: --save of a plugin's schedule writes a standalone file ("custom", its
+    weight mode and placement kept): a fresh process without the plugin reads it, shows it
+    and trains on it."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    saved = tmp_path / f"eager{suffix}"
+    assert main(["schedule", "--plugin", EAGER, "eager-1f1b", "-P", "2", "-M", "4",
+                 "--save", str(saved)]) == 0
+    rows = build_schedule("eager-1f1b", 2, 4).rows()
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != plugins.ENV_VAR}
+    env["PYTHONPATH"] = str(root)
+    child = (
+        "import sys\n"
+        "from pipemare_lite.schedules.io import load_schedule\n"
+        "from pipemare_lite.schedules.registry import BUILDERS\n"
+        f"s = load_schedule({str(saved)!r})\n"
+        "assert 'eager-1f1b' not in BUILDERS and 'docs.examples.eager_1f1b' not in sys.modules\n"
+        "import json; print(json.dumps([s.name, s.weight_mode, s.rows()]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                            cwd=tmp_path, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == ["custom", "sync", rows]
+    trained = subprocess.run(
+        [sys.executable, "-m", "pipemare_lite", "train", "--schedule", str(saved), "--epochs",
+         "1", "--batch-size", "256", "--width", "8", "--lr", "0.05", "--json"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert trained.returncode == 0, trained.stderr
+    if suffix == ".json":
+        note = json.loads(saved.read_text())["notes"][-1]
+        assert note == "built by registered schedule 'eager-1f1b' (module docs.examples.eager_1f1b)"

@@ -103,6 +103,10 @@ def test_not_a_list_and_not_a_tensor_are_refused(method):
         method(backward_returning(lambda ps: (p.detach() for p in ps)))
     with pytest.raises(HookError, match=r"parameter 1 \('0.bias'\): got float, not a tensor"):
         method(backward_returning(lambda ps: [ps[0].detach(), 0.0]))
+    # numpy arrays have a shape, a dtype and (numpy 2) a device: named as not tensors
+    with pytest.raises(HookError, match=r"parameter 0 \('0.weight'\): got numpy.ndarray, not "
+                       r"a tensor; allowed: a torch tensor of shape .*torch.from_numpy"):
+        method(backward_returning(lambda ps: [p.detach().numpy() for p in ps]))
 
 
 def test_factory_without_info_is_refused_with_its_signature(method):

@@ -75,8 +75,9 @@ def test_the_validator_reads_the_placement():
 
 
 def test_zb_v_with_other_than_2p_stages_is_refused():
-    with pytest.raises(ScheduleError, match=r"zb-v: chunks=3; a V schedule has 2P virtual "
-                                             r"stages, 2 per rank: allowed: 2"):
+    with pytest.raises(ScheduleError, match=r"zb-v: chunks=3; its builder always makes 2 "
+                                             r"chunks per rank \(2P virtual stages\): "
+                                             r"allowed: 2"):
         build_schedule("zb-v", 2, 4, chunks=3)
     with pytest.raises(ScheduleError, match=r"zb-v: 2 virtual stages on 2 ranks \(chunks=1\); "
                                              r"allowed: 4 = 2P \(chunks=2\)"):
@@ -101,9 +102,13 @@ def test_files_carry_the_placement(name):
     bad["placement"] = "sideways"
     with pytest.raises(ScheduleError, match=r"placement='sideways'; allowed: None"):
         from_json(json.dumps(bad))
-    # round-robin schedules write no placement: old files and new ones are the same
+    # round robin: JSON writes no placement (it has "chunks"); a CSV has no other place for
+    # the chunks, so it writes the row once there are several (read back unchanged, issue 48)
     one = build_schedule("interleaved", 2, 4, chunks=2)
-    assert "placement" not in to_json(one) and "placement" not in to_csv(one)
+    assert "placement" not in to_json(one) and from_json(to_json(one)) == one
+    assert to_csv(one).splitlines()[0] == "placement,0,1,0,1"
+    assert from_csv(to_csv(one), name="interleaved", num_microbatches=None) == one
+    assert "placement" not in to_csv(build_schedule("1f1b", 2, 4))  # one chunk: as before
 
 
 def test_the_comm_plan_sends_no_message_at_the_turn_or_to_the_loss():

@@ -65,9 +65,11 @@ def test_the_json_shown_is_the_example_file():
 
 def test_the_python_blocks_run(in_root, capsys):
     python = blocks("python")
-    assert len(python) == 2
+    assert len(python) == 3
     for code in python:
         exec(compile(code, "write-a-schedule.md", "exec"), {"__name__": "doc"})
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("21 True custom#")  # 1348 training digits // 64
-    assert lines[1] == "True"
+    assert lines[0] == "0F0,0F1,0F2,3F0,3I0,3W0 (0, 1, 1, 0) True"  # as the page says
+    assert "prints `0F0,0F1,0F2,3F0,3I0,3W0 (0, 1, 1, 0) True`" in PAGE
+    assert lines[1].startswith("21 True custom#")  # 1348 training digits // 64
+    assert lines[2] == "True"

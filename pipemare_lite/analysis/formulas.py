@@ -188,7 +188,10 @@ def makespan_dualpipe_v(P: int, M: int, K: int = 1, forward: float = 1.0) -> flo
     r idles rF at the start and P-1-r steps in the drain). Ending together, the next
     minibatch starts only then, so each minibatch pays (P-1)F: the bubble of ZB-H1 with
     chunks, which DualPipe hides on a GPU by overlapping the paired F and B's communication,
-    not by reordering (DeepSeek-AI, 2024).
+    not by reordering (DeepSeek-AI, 2024). DeepSeek's table counts 2(P-1) here because it
+    runs each overlapped F&B as one operation waiting for both inputs, where the engine's F
+    runs as soon as its own input is there
+    (:func:`pipemare_lite.analysis.overlap.simulate_overlapped`, docs/schedules.md).
     """
     _check(P=P, M=M, K=K)
     if M < 2 * P:

@@ -28,8 +28,12 @@ tensor bytes against these, so they are precise):
 
 Memory is counted after every action of the rank. ``total`` is the sum of the per-kind
 peaks (the height of a stacked bar, an upper bound); ``peak_total`` is the largest sum held
-at one moment. With interleaving a rank holds several virtual stages and its numbers add
-theirs up; otherwise rank and stage coincide. Torch-free.
+at one moment. :func:`memory_by_kind` is per device: with several virtual stages on a rank
+(interleaved, ZB-V, DualPipeV) the rank's stages are held together and its peak is the
+largest sum at one moment, at most the sum of their own peaks; :func:`memory_by_stage` is
+the breakdown, each stage's own peaks. With one stage per rank the two coincide (fit's
+history reports the same pair, measured: ``memory_bytes_by_rank`` and
+``memory_bytes_by_stage``). Torch-free.
 """
 
 from __future__ import annotations
@@ -100,11 +104,30 @@ class MemoryProfile:
 
 def memory_by_kind(schedule: Schedule, profile: MemoryProfile, *,
                    t2: bool = False) -> list[dict[str, int]]:
-    """Peak bytes of each kind per rank (= per stage unless interleaved), plus totals.
+    """Peak bytes of each kind per rank (device), plus totals: a rank's stages held together.
 
     Each dict has the keys of :data:`KINDS` and ``total`` (sum of the peaks) and
-    ``peak_total`` (the largest simultaneous sum). See the module docstring for definitions.
+    ``peak_total`` (the largest simultaneous sum). One stage per rank: the stage's peaks;
+    several (interleaved, V): the largest sum over them at one moment, which can be less
+    than the sum of :func:`memory_by_stage`'s. See the module docstring for definitions.
     """
+    needed = _versions_needed(schedule, profile, t2)
+    return [_rank_peaks(schedule, rank, profile, needed, t2) for rank in range(schedule.num_ranks)]
+
+
+def memory_by_stage(schedule: Schedule, profile: MemoryProfile, *,
+                    t2: bool = False) -> list[dict[str, int]]:
+    """The breakdown of :func:`memory_by_kind`: each (virtual) stage's own peaks, as if it
+    were alone on its rank (same keys). Equal to ``memory_by_kind`` with one stage per rank;
+    with several, their sum is an upper bound of the rank's."""
+    needed = _versions_needed(schedule, profile, t2)
+    return [_rank_peaks(schedule, schedule.rank_of(s), profile, needed, t2, only=s)
+            for s in range(schedule.num_virtual_stages)]
+
+
+def _versions_needed(schedule: Schedule, profile: MemoryProfile, t2: bool):
+    """Check the profile and ``t2``; return ``[stage][microbatch]``, the version each
+    backward reads, in the modes that stash (None: backwards read the current weights)."""
     if len(profile.param_bytes) != schedule.num_virtual_stages:
         raise ValueError(
             f"the profile has {len(profile.param_bytes)} stages but schedule {schedule.name!r} "
@@ -115,16 +138,13 @@ def memory_by_kind(schedule: Schedule, profile: MemoryProfile, *,
             f"t2=True needs an 'async' schedule (T2 corrects the no-stash discrepancy); "
             f"schedule {schedule.name!r} has weight_mode {schedule.weight_mode!r}"
         )
-    # [stage][microbatch]: the version its backward reads, in the modes that stash (the
-    # forward's version); None: backwards read the current weights, nothing is stashed
     stashes = schedule.mode.backward_reads_forwards
-    needed = weight_versions(schedule).version_at_forward if stashes else None
-    return [_rank_peaks(schedule, rank, profile, needed, t2) for rank in range(schedule.num_ranks)]
+    return weight_versions(schedule).version_at_forward if stashes else None
 
 
-def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
-    """Walk one rank's actions and keep the peak of every kind."""
-    stages = schedule.stages_of(rank)
+def _rank_peaks(schedule, rank, profile, needed, t2, only: int | None = None) -> dict[str, int]:
+    """Walk one rank's actions and keep the peak of every kind (``only``: that stage's)."""
+    stages = schedule.stages_of(rank) if only is None else [only]
     weights = sum(profile.param_bytes[s] for s in stages)  # one copy; T2's delta is as big
     fixed = {"weights": weights, "t2_buffer": weights if t2 else 0,
              "optimizer": sum(profile.optimizer_bytes(s) for s in stages)}
@@ -143,6 +163,8 @@ def _rank_peaks(schedule, rank, profile, needed, t2) -> dict[str, int]:
     stash = activations = peak_activations = peak_stash = peak_varying = 0
     for action in schedule.ranks[rank]:
         s, kind = action.stage, action.kind
+        if s not in current:  # another stage of the rank (memory_by_stage)
+            continue
         if kind == UPDATE:
             if current[s] in readers[s]:  # the version this update retires is still read
                 stash += param[s]

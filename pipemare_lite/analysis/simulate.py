@@ -24,6 +24,10 @@ from pipemare_lite.schedules.actions import Action, Schedule
 from pipemare_lite.schedules.builders.common import gc_paused, microbatches_of
 from pipemare_lite.schedules.validation import ScheduleError, validated_order
 
+#: What :attr:`OpCosts.costs_per` may be: costs of one chunk (virtual stage), or of a rank's
+#: whole share of the model, split evenly over its chunks.
+COSTS_PER = ("chunk", "rank")
+
 
 @dataclass(frozen=True)
 class OpCosts:
@@ -37,6 +41,14 @@ class OpCosts:
         comm: latency added when an action waits for one that ran on another rank.
         stage_multipliers: optional per-stage factors on every cost (imbalanced stages):
             one per virtual stage, or one per rank (applied to all its chunks).
+        costs_per: what one cost above is the cost of (:data:`COSTS_PER`):
+            ``"chunk"`` (default): one action on one virtual stage, whatever the chunks per
+            rank v, so an interleaved or V schedule's chunk costs as much as a whole stage
+            of a v = 1 schedule: utilization and bubble fractions compare across v, absolute
+            makespans only at equal v. ``"rank"``: one action on a rank's whole share of the
+            model (a stage of a v = 1 schedule); each of its v chunks costs 1/v of it (the
+            chunk's share), so makespans compare across v at the same P and model (ZB-V and
+            DualPipeV with 1F1B, a V-shaped async schedule with ``async``).
     """
 
     forward: float = 1.0
@@ -46,8 +58,12 @@ class OpCosts:
     update: float = 0.0
     comm: float = 0.0
     stage_multipliers: tuple[float, ...] | None = None
+    costs_per: str = "chunk"
 
     def __post_init__(self) -> None:
+        if self.costs_per not in COSTS_PER:
+            raise ValueError(f"OpCosts.costs_per={self.costs_per!r}: allowed: "
+                             f"{', '.join(map(repr, COSTS_PER))}")
         for name in ("forward", "backward", "input_grad", "weight_grad", "update", "comm"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -70,15 +86,17 @@ class OpCosts:
             object.__setattr__(self, "stage_multipliers", multipliers)
 
     def per_stage(self, schedule: Schedule) -> list[float]:
-        """The multiplier of every virtual stage of ``schedule`` (all 1.0 by default)."""
+        """The multiplier of every virtual stage of ``schedule``: ``stage_multipliers``
+        (all 1.0 by default), divided by the chunks per rank v when ``costs_per="rank"``."""
         S, P = schedule.num_virtual_stages, schedule.num_ranks
+        share = 1.0 / schedule.chunks if self.costs_per == "rank" else 1.0
         m = self.stage_multipliers
         if m is None:
-            return [1.0] * S
+            return [share] * S
         if len(m) == S:
-            return list(m)
+            return [x * share for x in m]
         if len(m) == P:
-            return [m[schedule.rank_of(stage)] for stage in range(S)]
+            return [m[schedule.rank_of(stage)] * share for stage in range(S)]
         allowed = f"{S} (one per virtual stage)" + (f" or {P} (one per rank)" if S != P else "")
         raise ValueError(f"OpCosts.stage_multipliers has {len(m)} entries; allowed: {allowed}")
 

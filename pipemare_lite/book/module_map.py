@@ -34,6 +34,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.analysis": "01",
     "pipemare_lite.analysis.formulas": "01",
     "pipemare_lite.analysis.memory": "03",
+    "pipemare_lite.analysis.overlap": "-",  # docs/schedules.md (issue 48)
     "pipemare_lite.analysis.side_by_side": "04",
     "pipemare_lite.analysis.simulate": "02",
     "pipemare_lite.analysis.stage_lr": "08",
@@ -219,6 +220,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.training.models": "01",
     "pipemare_lite.training.optimizers": "07",
     "pipemare_lite.training.partition": "01",
+    "pipemare_lite.training.provenance": "07",  # fit's history.provenance (issue 48)
     "pipemare_lite.training.run_schedule": "07",
     "pipemare_lite.training.split_module": "01",
 }

@@ -86,9 +86,9 @@ class RunResult(StepRecords):
         peak_bytes: ``peak_bytes[stage][kind]``, the largest value seen after any action.
         bytes_over_time: ``(seconds, stage, {kind: bytes})`` after each of that stage's actions.
         peak_bytes_by_rank: ``[rank][kind]``, the largest sum over the rank's virtual stages
-            after any of its actions (what one device holds; equals ``peak_bytes`` unless
-            interleaved). The memory model (:func:`pipemare_lite.analysis.memory.memory_by_kind`)
-            predicts these numbers.
+            after any of its actions (what one device holds; equals ``peak_bytes`` unless a
+            rank holds several stages: interleaved, ZB-V, DualPipeV). The memory model
+            (:func:`pipemare_lite.analysis.memory.memory_by_kind`) predicts these numbers.
     """
 
     trace: Timeline | None = None

@@ -221,7 +221,14 @@ def torch_threads(count: int):
 def meta_record(
     *, command: str, seeds, threads: int, package_version: str, extra: dict | None = None
 ) -> dict:
-    """The ``.meta.json`` beside a stored result: how, where and when it was made."""
+    """The ``.meta.json`` beside a stored result: how, where and when it was made, and
+    ``provenance``: the versions and git commit
+    (:func:`pipemare_lite.training.provenance.environment`) and each loaded plugin's source
+    hash (every run's history has these and its schedule's digest too; the stored rows leave
+    them out, so that ``--check`` compares what training produced)."""
+    from pipemare_lite.plugins import loaded_plugins
+    from pipemare_lite.training import provenance
+
     return {
         "command": command,
         "package_version": package_version,
@@ -229,6 +236,8 @@ def meta_record(
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "fingerprint": machine_fingerprint(threads),
         "platform": platform.platform(),
+        "provenance": {"environment": provenance.environment(),
+                       "plugins": provenance.plugin_sources(loaded_plugins())},
         **(extra or {}),
     }
 

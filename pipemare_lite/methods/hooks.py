@@ -208,6 +208,8 @@ def check_weights(weights, params: Sequence, names: Sequence[str], *, method, ho
     the returned tensor's storage, so a smaller or transposed tensor would train silently
     on wrong values.)
     """
+    import torch  # here: the hooks run only where torch is (this module imports without it)
+
     where = _where(method, hook, stage)
     if not isinstance(weights, (list, tuple)):
         raise HookError(f"{where}: returned {type(weights).__name__}; allowed: None or a list "
@@ -218,9 +220,11 @@ def check_weights(weights, params: Sequence, names: Sequence[str], *, method, ho
                         "StageInfo.params order, or None")
     for i, (w, p, name) in enumerate(zip(weights, params, names)):
         what = f"{where}, parameter {i} ({name!r})"
-        if not (hasattr(w, "shape") and hasattr(w, "dtype") and hasattr(w, "device")):
-            raise HookError(f"{what}: got {type(w).__name__}, not a tensor; allowed: a tensor "
-                            f"of shape {tuple(p.shape)}, {p.dtype}, on {p.device}")
+        if not torch.is_tensor(w):  # a numpy array has a shape, dtype and device too
+            kind = f"{type(w).__module__}.{type(w).__name__}".removeprefix("builtins.")
+            raise HookError(f"{what}: got {kind}, not a tensor; allowed: a torch tensor of "
+                            f"shape {tuple(p.shape)}, {p.dtype}, on {p.device} (from numpy: "
+                            "torch.from_numpy(a).to(p.dtype))")
         for attribute in ("shape", "dtype", "device"):
             got, want = getattr(w, attribute), getattr(p, attribute)
             if got != want:

@@ -9,8 +9,10 @@ weight mode). Plain JSON and CSV only: reading never evaluates code. :func:`load
 reads either file (``fit(schedule=path)``, ``--schedule FILE``; docs/write-a-schedule.md).
 
 Placement (which rank holds which virtual stage, :attr:`Schedule.placement`): a JSON file
-has a ``"placement"`` list and a CSV a first row ``placement,0,1,1,0`` (stage s's rank), both
-written only when it is not the default round robin, so older files read as before. Rows
+has a ``"placement"`` list and a CSV a first row ``placement,0,1,1,0`` (stage s's rank). JSON
+writes it only when it is not the default round robin (the file has ``chunks``); a CSV, which
+has no other place for the chunks, whenever there are several per rank. Older files read as
+before. Rows
 given without one are read as round robin, unless ``placement="rows"`` asks to take each
 stage's rank from the row its actions are in.
 
@@ -291,10 +293,11 @@ CSV_PLACEMENT = "placement"
 
 def to_csv(schedule: Schedule) -> str:
     """One CSV line per rank: that rank's actions in order (no header, ragged rows); first a
-    ``placement,...`` row when the placement is not round robin."""
+    ``placement,...`` row when the schedule has chunks (so the file says how many, round
+    robin included) or its placement is not round robin."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    if not schedule.round_robin:
+    if schedule.chunks > 1 or not schedule.round_robin:
         writer.writerow([CSV_PLACEMENT, *schedule.placement])
     writer.writerows(schedule.rows())
     return buffer.getvalue()

@@ -8,6 +8,7 @@ the CLI (``--schedule NAME``) know it like the built-in ones (see docs/write-a-s
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from pipemare_lite.schedules import names
 from pipemare_lite.schedules.actions import Schedule
@@ -22,6 +23,8 @@ from pipemare_lite.schedules.builders.pipedream import pipedream, two_bw
 from pipemare_lite.schedules.builders.zero_bubble import zb_h1, zb_h2
 from pipemare_lite.schedules.builders.zero_bubble_v import zb_v
 from pipemare_lite.schedules.validation import (
+    FIXED_CHUNKS,
+    LIMITS,
     ScheduleError,
     check_sizes,
     check_total_work,
@@ -86,7 +89,7 @@ REGISTERED_BY: dict[str, str] = {}
 
 
 def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync",
-                      replace_existing: bool = False) -> None:
+                      chunks: int | None = None, replace_existing: bool = False) -> None:
     """Make ``build_schedule(name, ...)``, ``fit(schedule=name)`` and ``--schedule name`` work.
 
     ``builder(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup_minibatches)``
@@ -94,7 +97,11 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
     (``[["0F0", "0B0"], ...]``: read as :func:`~pipemare_lite.schedules.io.from_rows` does,
     updates added after each minibatch's last gradient when the rows have none).
     ``weight_mode`` declares what its backwards read (one of :data:`WEIGHT_MODES`): "sync"
-    schedules must flush every minibatch, which validation checks. Registering a built-in
+    schedules must flush every minibatch, which validation checks. ``chunks`` declares a
+    builder that always makes that many chunks per rank (a V-shaped one: 2, as ZB-V); it is
+    then asked for them whatever ``chunks`` a caller gives (1 or this number, as for ZB-V),
+    and ``fit`` and ``--schedule`` need no ``chunks`` (:func:`default_chunks`). None (the
+    default): the builder takes the ``chunks`` it is asked for. Registering a built-in
     name is refused; registering a name again is refused unless ``replace_existing=True``
     (as :func:`~pipemare_lite.methods.register_method` does). Other processes know the
     schedule once they import its module (:mod:`pipemare_lite.plugins`).
@@ -111,17 +118,29 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
     if weight_mode not in WEIGHT_MODES:  # the name; the rule is get_weight_mode(weight_mode)
         raise ScheduleError(f"register_schedule({name!r}): weight_mode={weight_mode!r}; allowed: "
                             f"{', '.join(WEIGHT_MODES)}")
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)
+                               or not 1 <= chunks <= LIMITS["chunks"][1]):
+        raise ScheduleError(f"register_schedule({name!r}): chunks={chunks!r}; allowed: None "
+                            f"(the builder takes the chunks asked) or 1..{LIMITS['chunks'][1]}")
     names.REGISTERED_WEIGHT_MODES[name] = weight_mode  # validate() accepts the name from now on
+    if chunks is None:
+        FIXED_CHUNKS.pop(name, None)  # a replaced builder may have declared some
+    else:
+        FIXED_CHUNKS[name] = chunks
+
 
     def build(P: int, N: int, K: int, v: int, W: int) -> Schedule:
+        v = FIXED_CHUNKS.get(name, v)  # check_sizes allowed 1 or the declared number
         made = builder(P, N, num_minibatches=K, chunks=v, warmup_minibatches=W)
         if not isinstance(made, Schedule):
             from pipemare_lite.schedules.io import from_rows
 
             try:
+                # with chunks, each stage sits on the rank whose row runs it (a V's rows
+                # say their V; round-robin rows read as round robin)
                 return from_rows(made, name=name, num_microbatches=N, chunks=v,
                                  weight_mode=weight_mode, num_minibatches=K,
-                                 warmup_minibatches=W)
+                                 warmup_minibatches=W, placement="rows" if v > 1 else None)
             except ScheduleError as exc:
                 raise ScheduleError(f"schedule builder {name!r} (asked for P={P}, N={N}, "
                                     f"K={K}, v={v}, W={W}): {exc}") from None
@@ -138,6 +157,30 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
 
     BUILDERS[name] = build
     REGISTERED_BY[name] = getattr(builder, "__module__", None) or "an unknown module"
+
+
+def default_chunks(name: str) -> int:
+    """The chunks per rank a run of schedule ``name`` has when none are given (``fit``,
+    ``--schedule NAME``): what a V builder always makes (2: "zb-v", "dualpipev", and a
+    registered builder that declared ``chunks``), 2 for "interleaved" (with 1 it is 1F1B),
+    else 1. Aliases are read as their schedule; an unknown name gives 1 (its build fails
+    later, naming it)."""
+    key = names.ALIASES.get(name, name)
+    if key in FIXED_CHUNKS:
+        return FIXED_CHUNKS[key]
+    return 2 if key == "interleaved" else 1
+
+
+def standalone(schedule: Schedule) -> Schedule:
+    """``schedule`` as a file anyone can load: a registered builder's schedule renamed
+    "custom" (a registered name is known only where its plugin is loaded), its weight mode
+    and placement kept, a note saying which builder made it; a built-in or "custom" one as
+    it is (``schedule --save``)."""
+    if schedule.name not in names.REGISTERED_WEIGHT_MODES:
+        return schedule
+    made_by = REGISTERED_BY.get(schedule.name, "an unknown module")
+    return replace(schedule, name="custom", notes=(
+        *schedule.notes, f"built by registered schedule {schedule.name!r} (module {made_by})"))
 
 
 def unknown_schedule_message(name) -> str:

@@ -9,7 +9,8 @@ trains on when the schedule covers one minibatch and the run has K steps::
              minibatch 0          |  minibatch 1
 
 Each copy ends with its update before the next one starts, so a repeated pattern flushes
-between minibatches whatever its weight mode. Torch-free.
+between minibatches whatever its weight mode. The copies keep the pattern's placement (which
+rank holds which virtual stage: a V schedule's stays a V). Torch-free.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def repeat_schedule(pattern: Schedule, num_minibatches: int) -> Schedule:
                for k in range(num_minibatches) for a in row] for row in pattern.ranks]
     return make_schedule(pattern.name, pattern.num_ranks, N, orders,
                          num_minibatches=num_minibatches, chunks=pattern.chunks,
-                         weight_mode=pattern.weight_mode,
+                         weight_mode=pattern.weight_mode, placement=pattern.placement,
                          notes=repeat_notes(pattern, num_minibatches))
 
 

@@ -27,7 +27,8 @@ from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.weight_modes import get_weight_mode
 from pipemare_lite.spelling import did_you_mean
 
-#: Schedules whose builder fixes the chunks per rank (the V-shaped ones: 2P virtual stages).
+#: Schedules whose builder fixes the chunks per rank (the V-shaped ones: 2P virtual stages),
+#: and registered builders that declared theirs (``register_schedule(..., chunks=2)``).
 #: ``build_schedule`` accepts chunks=1 (the default) or this number for them.
 FIXED_CHUNKS: dict[str, int] = {"zb-v": 2, "dualpipev": 2}
 
@@ -118,9 +119,9 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
     if name in FIXED_CHUNKS:
         if chunks not in (1, FIXED_CHUNKS[name]):
             raise ScheduleError(
-                f"{name}: chunks={chunks}; a V schedule has 2P virtual stages, "
-                f"{FIXED_CHUNKS[name]} per rank: allowed: {FIXED_CHUNKS[name]} (or 1, the "
-                "default, which means the same)")
+                f"{name}: chunks={chunks}; its builder always makes {FIXED_CHUNKS[name]} "
+                f"chunks per rank ({FIXED_CHUNKS[name]}P virtual stages): allowed: "
+                f"{FIXED_CHUNKS[name]} (or 1, the default, which means the same)")
     elif chunks > 1 and name not in ("interleaved", "custom", *names.REGISTERED_WEIGHT_MODES):
         raise ScheduleError(f"{name}: chunks={chunks} only applies to 'interleaved'; allowed: 1")
     w = warmup_minibatches

@@ -76,8 +76,13 @@ class FitConfig:
         balance: how to partition (see :func:`pipemare_lite.training.partition.partition`);
             for a model that is no ``nn.Sequential``, the submodules where stages 1..P-1
             begin (``["layer2", "layer3"]``): torch's ``pipeline()`` traces and cuts it.
-        chunks: v, model chunks per rank, for ``interleaved`` only (default 2 there, 1
-            elsewhere): the model is cut into ``num_stages * chunks`` pieces.
+        chunks: v, model chunks per rank: the model is cut into ``num_stages * chunks``
+            pieces. Default: the builder's
+            (:func:`~pipemare_lite.schedules.registry.default_chunks`: 2 for
+            ``interleaved``, the V schedules ``zb-v`` and ``dualpipev`` and a registered
+            builder that declared ``chunks``; 1 elsewhere), or a given schedule's own. Other
+            than 1 only with ``interleaved`` or a schedule; the placement (which rank holds
+            which piece) is always the schedule's.
         devices: one device per stage (default: where the model is).
         progress: tqdm bar; None shows it in terminals and notebooks, not under pytest or
             when the environment variable ``PIPEMARE_PROGRESS=0``.

@@ -68,10 +68,21 @@ class History:
         forward_delay_max: per stage, largest measured forward delay.
         memory_bytes: peak bytes by kind (weights, stash, t2_buffer, optimizer,
             activations, and any kind a method's hooks declare, e.g. ``prediction``), each
-            the sum over stages of that stage's peak: what P devices each holding one stage
-            need at most.
-        memory_bytes_by_stage: the per-stage peaks themselves.
+            the sum over ranks of that rank's peak (:attr:`memory_bytes_by_rank`): what the
+            P devices need together, each holding its rank's stages. With one stage per rank
+            it is the sum of the stage peaks; with several (interleaved, ZB-V, DualPipeV) it
+            is at most that, since a rank's stages do not all peak at once.
+        memory_bytes_by_rank: ``[rank][kind]``, the peak of one device: the largest sum over
+            the rank's stages, measured after each of its actions (a run that recorded no
+            bytes, or a history written before this field, has it empty).
+        memory_bytes_by_stage: ``[stage][kind]``, the breakdown: each (virtual) stage's own
+            peak (a rank's stages summed overstate its peak: they need not peak together).
         wall_seconds: wall time spent in training and evaluation (summed over resumes).
+        provenance: the code that ran (:func:`pipemare_lite.training.provenance.run_provenance`):
+            ``environment`` (Python, torch, numpy, pipemare_lite versions, the git commit or
+            "not a checkout", the platform), ``plugins`` (``{module: "sha256:..."}`` of
+            each plugin's source) and ``schedule`` (``"sha256:..."`` of the rows run); after
+            a resume on other software, ``resumed_from`` holds the earlier environment.
     """
 
     config: dict = field(default_factory=dict)
@@ -88,6 +99,8 @@ class History:
     memory_bytes: dict[str, int] = field(default_factory=dict)
     memory_bytes_by_stage: list[dict[str, int]] = field(default_factory=list)
     wall_seconds: float = 0.0
+    memory_bytes_by_rank: list[dict[str, int]] = field(default_factory=list)
+    provenance: dict = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -119,6 +132,7 @@ class History:
             "forward_delay_max": self.forward_delay_max,
             "memory_bytes": self.memory_bytes,
             "memory_bytes_by_stage": self.memory_bytes_by_stage,
+            "memory_bytes_by_rank": self.memory_bytes_by_rank,
             "wall_seconds": self.wall_seconds,
             "evals": self.evals,
         }
@@ -212,12 +226,17 @@ class HistoryRecorder:
         num_microbatches: N, microbatches per step.
         num_stages: how many stage modules hold bytes (one byte peak each).
         num_virtual_stages: how many stages the schedule names (one delay each).
+        num_ranks: how many devices (one byte peak each, their stages held together);
+            default ``num_stages``, one stage per rank.
     """
 
     def __init__(
-        self, history: History, num_microbatches: int, num_stages: int, num_virtual_stages: int
+        self, history: History, num_microbatches: int, num_stages: int, num_virtual_stages: int,
+        num_ranks: int | None = None,
     ) -> None:
         self.history = history
+        self.num_ranks = num_stages if num_ranks is None else num_ranks
+        self.rank_peaks: list[dict[str, int]] = [{} for _ in range(self.num_ranks)]
         self.num_microbatches = num_microbatches
         self.delays = ForwardDelayMeter(num_virtual_stages)
         #: losses of microbatches whose step has not finished on every stage yet
@@ -254,8 +273,12 @@ class HistoryRecorder:
         for stage_norms, new in zip(history.stage_update_norm, norms):
             stage_norms.extend(float(v) for v in new)
         for stage_peak, new in zip(self.peaks, result.peak_bytes):
-            for kind, value in new.items():
-                stage_peak[kind] = max(stage_peak.get(kind, 0), int(value))
+            _raise(stage_peak, new)
+        by_rank = getattr(result, "peak_bytes_by_rank", None)  # registered executors may lack it
+        if not by_rank and self.num_ranks == len(self.peaks):  # one stage per rank: the same
+            by_rank = result.peak_bytes
+        for rank_peak, new in zip(self.rank_peaks, by_rank or ()):
+            _raise(rank_peak, new)
         for s, stage_delays in result.forward_delays.items():
             self.delays.add(s, stage_delays)
 
@@ -265,8 +288,12 @@ class HistoryRecorder:
         history.forward_delay = self.delays.mean()
         history.forward_delay_max = self.delays.max()
         history.memory_bytes_by_stage = [dict(p) for p in peaks]
-        kinds = sorted({k for p in peaks for k in p})
-        history.memory_bytes = {k: sum(p.get(k, 0) for p in peaks) for k in kinds}
+        ranks = self.rank_peaks if any(self.rank_peaks) else []
+        history.memory_bytes_by_rank = [dict(p) for p in ranks]
+        # the devices' peaks summed (with one stage per rank: the stages' peaks summed)
+        summed = ranks or peaks
+        kinds = sorted({k for p in summed for k in p})
+        history.memory_bytes = {k: sum(p.get(k, 0) for p in summed) for k in kinds}
         return history
 
     def state(self) -> dict:
@@ -276,6 +303,7 @@ class HistoryRecorder:
             "delays": self.delays.state(),
             "pending_losses": {str(k): v for k, v in self.pending_losses.items()},
             "peaks": self.peaks,
+            "rank_peaks": self.rank_peaks,
         }
 
     def load(self, state: dict) -> None:
@@ -284,6 +312,17 @@ class HistoryRecorder:
         self.delays.load(state["delays"])
         self.pending_losses = {int(k): v for k, v in state["pending_losses"].items()}
         self.peaks = state["peaks"]
+        # a checkpoint written before rank peaks: the stages' when each rank holds one,
+        # else measured from here on
+        self.rank_peaks = state.get("rank_peaks", [
+            dict(p) for p in self.peaks] if self.num_ranks == len(self.peaks) else [
+            {} for _ in range(self.num_ranks)])
+
+
+def _raise(peaks: dict[str, int], values: dict) -> None:
+    """Raise each kind's peak in ``peaks`` to ``values``' where that is higher."""
+    for kind, value in values.items():
+        peaks[kind] = max(peaks.get(kind, 0), int(value))
 
 
 def divergence_report(

@@ -23,7 +23,8 @@ record, evaluate at the end of an epoch, save a checkpoint when due; finish.
 
 What it returns: a :class:`~pipemare_lite.training.history.History` (losses per step, learning rates
 per stage and update, test loss and accuracy per epoch, forward delays measured from the
-executed trace, peak bytes per stage and kind, wall time).
+executed trace, peak bytes per device (rank) and kind with each stage's as a breakdown, wall
+time).
 
 Optimizers, schedules, losses, clipping, the torch way. ``optimizer`` is a name
 (:data:`OPTIMIZERS`: sgd, adam, adamw, and muon where torch has it; see
@@ -114,13 +115,16 @@ from pipemare_lite.training.optimizers import (
     with_grad_clipping,
 )
 from pipemare_lite.training.partition import partition
+from pipemare_lite.training.provenance import changed_code
 
 __all__ = ["fit", "TrainingRun", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS"]
 
 #: Bumped when the checkpoint layout changes; a mismatch is refused with a clear message.
 CHECKPOINT_FORMAT = 1
 #: The settings a run records (in its history and checkpoints) in this order, followed by
-#: the dataset's name; resuming a checkpoint with any of them changed is refused.
+#: the dataset's name and ``threads`` (torch's thread count when the run started); resuming a
+#: checkpoint with any of them changed is refused, but for ``threads`` (recorded only: another
+#: count changes the numbers' last bits, not what was asked).
 RECORDED_SETTINGS = (
     "method", "num_stages", "num_microbatches", "epochs", "lr", "batch_size", "optimizer",
     "momentum", "weight_decay", "seed", "t1", "t1_anneal_updates", "t2", "gamma", "warmup",
@@ -316,8 +320,12 @@ def _run_config(settings: FitConfig, choice, data: Dataset) -> dict:
         config["balance"] = {name: getattr(point, "name", point) for name, point in
                              balance.items()}
     config["dataset"] = _data_name(data)
-    if config["chunks"] is None:  # interleaving needs >= 2 chunks to differ from 1F1B
-        config["chunks"] = 2 if spec is not None and spec.name == "interleaved" else 1
+    config["threads"] = torch.get_num_threads()  # the CLI's --threads, or torch's default
+    if config["chunks"] is None:  # the builder's: 2 for interleaved and the V schedules
+        from pipemare_lite.schedules.registry import default_chunks
+
+        builder = choice.name if choice is not None else spec.builder  # a file set its own
+        config["chunks"] = default_chunks(builder)
     return config
 
 
@@ -358,7 +366,13 @@ class TrainingRun:
         optimizer="sgd", lr_schedule=None, loss_fn=None, schedule=None, checkpoints=False,
         record="history", eval_data=None,
     ) -> None:
-        from pipemare_lite.methods import MethodOptions, build_method_schedule, method_options
+        from pipemare_lite.methods import (
+            MethodOptions,
+            build_method_schedule,
+            get_method,
+            method_options,
+        )
+        from pipemare_lite.training.provenance import run_provenance
 
         self.config, self.data = config, data
         self.eval_data, self.loss_fn = eval_data, loss_fn
@@ -375,6 +389,8 @@ class TrainingRun:
             warmup_minibatches=config["warmup"],
         )
         chunks = config["chunks"]
+        registered = (schedule.name if schedule is not None else  # for the plugins' hashes
+                      None if method is None else get_method(method).builder)
         # the whole run is one schedule, made lazily (pipemare_lite.schedules.lazy)
         if schedule is None:
             schedule = lazy_schedule(
@@ -402,8 +418,11 @@ class TrainingRun:
             engine_options["checkpoints"] = True  # the ranks keep what a checkpoint needs
         self.engine = EXECUTORS[config["executor"]](schedule, self.stages, **engine_options)
         self.recorder = HistoryRecorder(
-            History(config=config), n, len(self.stages), schedule.num_virtual_stages
+            History(config=config), n, len(self.stages), schedule.num_virtual_stages,
+            num_ranks=schedule.num_ranks,
         )
+        self.history.provenance = run_provenance(  # versions, plugins' sources, the rows
+            schedule, schedule_name=registered, method=method, executor=config["executor"])
         self.step = 0
         self._clock = time.perf_counter()
 
@@ -520,17 +539,28 @@ class TrainingRun:
                 + (f"it lacks {', '.join(missing)}" if missing else "its config is no dict")
             )
         config, saved = self.config, {**_SETTINGS_ADDED_LATER, **state["config"]}
+        saved["threads"] = config["threads"]  # recorded, not compared (RECORDED_SETTINGS)
         differ = sorted(k for k in config if saved.get(k) != config[k])
         if differ:
             raise ValueError(
                 f"{path} was written by a run with other settings: "
                 + ", ".join(f"{k}={saved.get(k)!r} (now {config[k]!r})" for k in differ)
             )
+        now = self.history.provenance
+        saved = (state.get("history") or {}).get("provenance") or {}  # none: written before
+        changed = changed_code(saved, now)
+        if changed:
+            raise ValueError(f"{path} was written by other code: {'; '.join(changed)}. Resume "
+                             "with the plugins and schedule it ran, or start a new run")
         if "model_layout" in state:  # checkpoints before it: load_state_dict's check only
             check_model_layout(path, state["model_layout"], model_layout(self.stages))
         try:
             self.engine.load_state_dict(decode_state(state["executor"]))
             self.recorder.load(state)
+            self.history.config = self.config  # equal to the saved one, threads as now
+            self.history.provenance = dict(now, **(
+                {} if saved.get("environment") in (None, now["environment"])
+                else {"resumed_from": saved["environment"]}))
             self.step = state["step"]
             set_rng_state(state["rng"])
         except (KeyError, TypeError, RuntimeError, ValueError, IndexError) as exc:

@@ -49,6 +49,7 @@ import math
 from collections.abc import Callable
 
 from pipemare_lite.analysis.simulate import (
+    COSTS_PER,
     OpCosts,
     ScheduleMetrics,
     simulate_and_measure,
@@ -62,6 +63,7 @@ from pipemare_lite.schedules.io import SCHEDULE_SUFFIXES, to_csv, to_json
 from pipemare_lite.schedules.registry import (
     is_asynchronous,
     schedule_names,
+    standalone,
     unknown_schedule_message,
 )
 
@@ -98,6 +100,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--costs", metavar="F,B[,W]", default="1,2", help="forward, backward[, weight-grad] cost"
     )
     parser.add_argument("--comm", metavar="C", default="0", help="latency between ranks")
+    parser.add_argument("--costs-per", choices=COSTS_PER, default="chunk",
+                        help="--costs are those of one chunk (default) or of a rank's whole "
+                             "share of the model, split over its chunks (makespans then "
+                             "compare across chunk counts)")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print one JSON object")
     output.add_argument("--csv", action="store_true", help="print the schedule, one row per rank")
@@ -186,7 +192,7 @@ def parse_placement(text: str):
 def _schedule_and_costs(args) -> tuple[Schedule, OpCosts, Callable[[int], Schedule] | None]:
     """The schedule, its costs, and how to build it with K minibatches (None for a file)."""
     if args.from_file is not None:
-        return _from_file(args), parse_costs(args.costs, args.comm), None
+        return _from_file(args), parse_costs(args.costs, args.comm, args.costs_per), None
     if args.weight_mode is not None:
         raise ValueError("--weight-mode only applies with --from FILE (a builder sets its own)")
     if getattr(args, "placement", None) is not None:
@@ -228,14 +234,17 @@ def _schedule_and_costs(args) -> tuple[Schedule, OpCosts, Callable[[int], Schedu
                               num_minibatches=minibatches, warmup_minibatches=warmup)
 
     schedule = build(_integer("--minibatches", args.minibatches, 1))
-    return schedule, parse_costs(args.costs, args.comm), build
+    return schedule, parse_costs(args.costs, args.comm, args.costs_per), build
 
 
 def save_schedule(schedule: Schedule, path) -> None:
     """Write ``schedule`` to ``path``: JSON (every field) for ``.json``, the rows for ``.csv``
-    (a CSV keeps no weight mode: an unflushed one needs ``--weight-mode`` to be read back)."""
+    (a CSV keeps no weight mode: an unflushed one needs ``--weight-mode`` to be read back).
+    A registered builder's schedule is written as "custom" (:func:`standalone`), so the
+    file loads in a process without its plugin."""
     from pathlib import Path
 
+    schedule = standalone(schedule)
     text = to_json(schedule) + "\n" if str(path).lower().endswith(".json") else to_csv(schedule)
     try:
         Path(path).write_text(text, encoding="utf-8")
@@ -253,8 +262,9 @@ def _integer(flag: str, text: str, low: int) -> int:
     return value
 
 
-def parse_costs(text: str, comm: str = "0") -> OpCosts:
-    """``"F,B"`` or ``"F,B,W"`` -> :class:`OpCosts` (B the whole backward; I = B - W)."""
+def parse_costs(text: str, comm: str = "0", costs_per: str = "chunk") -> OpCosts:
+    """``"F,B"`` or ``"F,B,W"`` -> :class:`OpCosts` (B the whole backward; I = B - W);
+    ``costs_per``: :attr:`OpCosts.costs_per`."""
     try:
         values = [float(x) for x in text.split(",")]
         latency = float(comm)
@@ -276,6 +286,7 @@ def parse_costs(text: str, comm: str = "0") -> OpCosts:
         input_grad=backward - weight,
         weight_grad=weight,
         comm=latency,
+        costs_per=costs_per,
     )
 
 

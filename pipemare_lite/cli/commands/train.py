@@ -103,7 +103,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                         help="pipeline stages P (default: 4), or a --schedule file's own")
     parser.add_argument(
         "--chunks", type=int, default=None,
-        help="model chunks per rank v (interleaved only; default 2 there)",
+        help="model chunks per rank v (default: the builder's: 2 for interleaved, zb-v, "
+             "dualpipev and a registered V; 1 elsewhere; a --schedule file's own)",
     )
     parser.add_argument("--microbatches", type=int, default=None,
                         help="microbatches per update N (default: 4), or a --schedule file's own")
@@ -417,6 +418,10 @@ def _schedule_sizes(args: argparse.Namespace):
                 raise ValueError(f"--{option}={getattr(args, option)} disagrees with "
                                  f"--schedule {args.schedule}, which has {value}")
             setattr(args, option, value)
+    if choice is not None and choice.name is not None and args.chunks is None:
+        from pipemare_lite.schedules.registry import default_chunks
+
+        args.chunks = default_chunks(choice.name)  # a V builder's 2: the model has 2P pieces
     args.stages = 4 if args.stages is None else args.stages
     args.microbatches = 4 if args.microbatches is None else args.microbatches
     if choice is None:

@@ -450,5 +450,6 @@ class DistributedExecutor:
             versions={} if recorder is None else recorder.versions,
             state_dicts=states, gradients=interpreter.applied_gradients or {},
             peak_bytes=meter.peaks if meter is not None else {},
+            peak_bytes_by_rank=meter.rank_peaks()[rank] if meter is not None else {},
             wait_seconds=self.transport.waiter.wait_seconds,
             posted=posted[first_post:] if posted is not None else [])

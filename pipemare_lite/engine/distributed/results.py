@@ -26,7 +26,9 @@ class RankResult(StepRecords):
     stages as ``{stage: value}``. Also ``entries``, this rank's
     :class:`~pipemare_lite.analysis.timeline.TimedAction` in seconds from the common origin
     (the trace's entries as they are); ``versions``, ``{"1F3": 0, ...}`` the weight version
-    each action used; ``wait_seconds``, this rank's time waiting for messages so far;
+    each action used; ``peak_bytes_by_rank``, ``{kind: bytes}`` the largest sum over this
+    rank's stages after any of its actions (what its device holds; empty when bytes are not
+    recorded); ``wait_seconds``, this rank's time waiting for messages so far;
     ``traced``, whether the rank recorded a trace (entries and versions; see
     :mod:`pipemare_lite.engine.recording`).
     """
@@ -37,6 +39,7 @@ class RankResult(StepRecords):
     state_dicts: dict = field(default_factory=dict)
     gradients: dict = field(default_factory=dict)
     peak_bytes: dict = field(default_factory=dict)
+    peak_bytes_by_rank: dict = field(default_factory=dict)
     wait_seconds: float = 0.0
     posted: list = field(default_factory=list)
     traced: bool = True
@@ -86,7 +89,9 @@ def merge_rank_results(schedule: Schedule, results: Sequence[RankResult]) -> Dis
                      ) if all(r.traced for r in by_rank) else None
     peak_bytes = by_stage("peak_bytes", lambda: dict.fromkeys(BYTE_KINDS, 0)) if any(
         r.peak_bytes for r in by_rank) else []  # not recorded: as the local executor says it
+    by_rank_peaks = [dict(r.peak_bytes_by_rank) for r in by_rank] if peak_bytes else []
     return DistRunResult(**vars(records), trace=trace, peak_bytes=peak_bytes,
+                         peak_bytes_by_rank=by_rank_peaks,
                          state_dicts=by_stage("state_dicts", lambda: None),
                          gradients=by_stage("gradients", list),
                          posted=[r.posted for r in by_rank])

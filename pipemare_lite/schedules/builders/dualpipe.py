@@ -25,6 +25,13 @@ communication overlap::
 
     PyTorch:  ... (1F5;2B1)OVERLAP_F_B ...  2I3 ... 2W3 ...
     engine:   ... 1F5 2I1 2W1 ...           2I3 ... 2W3 ...
+
+Its bubble. At F = I = W = 1 the simulator gives each rank (P-1) idle per minibatch;
+DeepSeek-V3's table gives 2(P-1) ((PP/2 - 1)(F&B + B - 3W), PP = 2P). The difference is
+that one rule: DeepSeek's F&B is one operation that waits for both inputs, while the
+engine's forward starts as soon as its own input is there and fills the wait for the
+gradient ((P-1)F in all). :func:`pipemare_lite.analysis.overlap.simulate_overlapped` runs
+this order with DeepSeek's rule and gets their count exactly (docs/schedules.md, section 3).
 """
 
 from __future__ import annotations
