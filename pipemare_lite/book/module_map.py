@@ -207,6 +207,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.training.datasets": "01",
     "pipemare_lite.training.dist_fit": "11",
     "pipemare_lite.training.executors": "07",
+    "pipemare_lite.training.blow_up": "07",
     "pipemare_lite.training.config": "07",
     "pipemare_lite.training.evaluation": "07",
     "pipemare_lite.training.loop": "07",

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pipemare_lite.spelling import did_you_mean
+from pipemare_lite.training.blow_up import BlowUpRule
 from pipemare_lite.training.executors import EXECUTORS
 from pipemare_lite.training.lr_schedules import LR_SCHEDULES
 from pipemare_lite.training.optimizers import OPTIMIZERS, check_optimizer_options
@@ -76,6 +77,9 @@ class FitConfig:
             when the environment variable ``PIPEMARE_PROGRESS=0``.
         on_divergence: ``"stop"`` returns a history with ``diverged=True``; ``"raise"``
             raises :class:`DivergenceError`.
+        blow_up: a :class:`~pipemare_lite.training.blow_up.BlowUpRule` that also counts a
+            finite blow-up as divergence (loss above ``factor`` times its running minimum
+            for ``window`` steps in a row); None (default): only a non-finite loss does.
         on_step: called as ``on_step(step, history)`` after every step (e.g. live plots).
         eval_every: also measure test loss and accuracy every that many steps (default: at
             the end of each epoch only); evaluation never changes the training trajectory.
@@ -131,6 +135,7 @@ class FitConfig:
     executor: str = "local"
     schedule: object = None
     record: str = "history"
+    blow_up: object = None
 
     def __post_init__(self) -> None:
         _check_torch_options(self.settings())
@@ -203,6 +208,13 @@ def _positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+def _check_blow_up(rule) -> None:
+    """Refuse a ``blow_up`` that is neither None nor a rule (the rule checks its numbers)."""
+    if rule is not None and not isinstance(rule, BlowUpRule):
+        raise ValueError("blow_up must be None (non-finite losses only) or a "
+                         f"pipemare_lite.training.blow_up.BlowUpRule, got {rule!r}")
+
+
 def _check_settings(config: FitConfig) -> None:
     """Refuse bad settings that need neither the schedule nor the data."""
     for name in ("epochs", "batch_size"):
@@ -217,6 +229,7 @@ def _check_settings(config: FitConfig) -> None:
             f"on_divergence must be one of {', '.join(DIVERGENCE_ACTIONS)}, "
             f"got {config.on_divergence!r}"
         )
+    _check_blow_up(config.blow_up)
     warmup = config.warmup
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be >= 0 minibatches, got {warmup!r}")

@@ -42,7 +42,9 @@ Divergence. A non-finite loss stops the run. ``on_divergence="stop"`` (default) 
 history with ``diverged=True`` and a readable ``divergence`` message naming the step, the
 microbatch and the stages whose weights are non-finite by then; ``"raise"`` raises
 :class:`~pipemare_lite.training.history.DivergenceError` with the same message (its ``history``
-attribute holds the history up to there).
+attribute holds the history up to there). ``blow_up=BlowUpRule(...)`` also counts a finite
+blow-up (:mod:`pipemare_lite.training.blow_up`: the loss above a factor of its running
+minimum for a window of steps), with a report naming the rule, the step and the numbers.
 
 Checkpoints (:mod:`pipemare_lite.training.checkpoint`): with ``checkpoint_path`` and
 ``checkpoint_every=k`` the full state (executor state including in-flight microbatches,
@@ -156,11 +158,14 @@ def fit(model: nn.Sequential, data: Dataset, config: FitConfig | None = None, /,
     )
     if resume and Path(checkpoint_path).exists():
         run.resume_from(checkpoint_path)
+    blow_up = config.blow_up.watch() if config.blow_up is not None else None
     try:
         with _progress_bar(config.progress, run) as show_progress:
             run.start_clock()
             while run.step < run.total_steps and not run.history.diverged:
                 run.train_one_step()
+                if blow_up is not None:  # the finite rule (training/blow_up.py)
+                    blow_up.check(run.history)
                 show_progress(run.history)
                 if (run.ends_period(config.eval_every or run.steps_per_epoch)
                         or run.history.diverged):

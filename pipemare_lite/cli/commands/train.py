@@ -15,6 +15,10 @@ Outputs: a summary (``--json``: one JSON object); ``--out FILE`` the whole histo
 ``--jsonl FILE`` one JSON line per step, flushed as it happens, for live plots
 (:func:`step_record`).
 
+Divergence: a non-finite loss, or (unless ``--no-blow-up``) a finite blow-up by
+:mod:`pipemare_lite.training.blow_up`'s rule, the loss above ``--blow-up-factor`` (1000) times
+its running minimum for ``--blow-up-window`` (5) steps in a row.
+
 Exit status: 0 when training ran (a run that diverged with ``--on-divergence stop``
 included: its summary says so), 2 for bad input, :data:`DIVERGED_EXIT_CODE` (3) when it
 diverged with ``--on-divergence raise`` (the message, not a traceback, goes to stderr).
@@ -59,6 +63,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     """
     from pipemare_lite.methods import METHODS
     from pipemare_lite.schedules.actions import WEIGHT_MODES
+    from pipemare_lite.training.blow_up import DEFAULT_FACTOR, DEFAULT_WINDOW
     from pipemare_lite.training.config import DIVERGENCE_ACTIONS
     from pipemare_lite.training.executors import EXECUTORS
     from pipemare_lite.training.lr_schedules import LR_SCHEDULES
@@ -181,6 +186,15 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
              "(cpu,cuda:0,cuda:1), or auto (stage s on cuda:(s mod GPUs), else cpu); default: cpu")
     parser.add_argument("--on-divergence", choices=DIVERGENCE_ACTIONS, default="stop",
                         help=f"stop: report it and exit 0; raise: exit {DIVERGED_EXIT_CODE}")
+    parser.add_argument("--blow-up", action=argparse.BooleanOptionalAction, default=True,
+                        help="also count a finite blow-up as divergence: the loss above "
+                        "--blow-up-factor times its running minimum for --blow-up-window "
+                        "steps in a row (pipemare_lite.training.blow_up); --no-blow-up: "
+                        "only a non-finite loss (default: on)")
+    parser.add_argument("--blow-up-factor", type=float, default=DEFAULT_FACTOR,
+                        metavar="FACTOR", help="the blow-up rule's factor (> 1)")
+    parser.add_argument("--blow-up-window", type=int, default=DEFAULT_WINDOW, metavar="STEPS",
+                        help="the blow-up rule's window (steps in a row, >= 1)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar (default: in a terminal)")
     parser.add_argument("--threads", type=int, default=1,
@@ -288,6 +302,8 @@ _NUMERIC_OPTIONS = {
     "clip_grad_norm": (lambda v: v is None or 0 < v < math.inf, "a positive finite number"),
     "checkpoint_every": (lambda v: v is None or v >= 1, "a positive integer (steps)"),
     "op_timeout": (lambda v: v is None or 0 < v < math.inf, "a positive number of seconds"),
+    "blow_up_factor": (lambda v: v is None or 1 < v < math.inf, "a finite number > 1"),
+    "blow_up_window": (lambda v: v is None or v >= 1, "an integer >= 1 (steps)"),
 }
 
 
@@ -524,6 +540,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
             chunks=args.chunks,
             progress=args.progress,
             on_divergence=args.on_divergence,
+            blow_up=blow_up_rule(args),
             on_step=write_step if stream is not None else None,
             checkpoint_path=args.checkpoint,
             checkpoint_every=args.checkpoint_every,
@@ -565,6 +582,19 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     if history.diverged:
         print(f"  DIVERGED: {history.divergence}")
     return 0
+
+
+def blow_up_rule(args: argparse.Namespace):
+    """The :class:`~pipemare_lite.training.blow_up.BlowUpRule` the options ask for (None:
+    ``--no-blow-up``, non-finite losses only)."""
+    from pipemare_lite.training.blow_up import DEFAULT_FACTOR, DEFAULT_WINDOW, BlowUpRule
+
+    if not getattr(args, "blow_up", True):
+        return None
+    factor = getattr(args, "blow_up_factor", None)
+    window = getattr(args, "blow_up_window", None)
+    return BlowUpRule(DEFAULT_FACTOR if factor is None else factor,
+                      DEFAULT_WINDOW if window is None else window)
 
 
 def _outside_any_job() -> bool:
