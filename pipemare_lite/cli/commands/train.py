@@ -701,6 +701,12 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
         info.board.fail(exc)
         print(f"{prog}: rank {info.rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except MemoryError:
+        pass  # reported below, once the frames holding the memory are gone
+    from pipemare_lite.cli import out_of_memory_line
+
+    print(out_of_memory_line(prog), file=sys.stderr)
+    return 2
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
