@@ -84,7 +84,9 @@ class FitConfig:
         eval_every: also measure test loss and accuracy every that many steps (default: at
             the end of each epoch only); evaluation never changes the training trajectory.
         checkpoint_path, checkpoint_every: save the full state every that many steps.
-        resume: continue from ``checkpoint_path`` when it exists.
+        resume: continue from ``checkpoint_path`` when it exists (a warning says so when it
+            does not: the run starts from step 0); without ``checkpoint_every`` the run
+            reads the checkpoint and saves none.
         executor: ``"local"``, ``"dist"`` or a name registered in
             :data:`~pipemare_lite.training.executors.EXECUTORS`.
         schedule: run this schedule instead of the method's
@@ -246,8 +248,12 @@ def _check_settings(config: FitConfig) -> None:
             f"unknown executor {config.executor!r}; allowed: {', '.join(EXECUTORS)}"
         )
     path, every = config.checkpoint_path, config.checkpoint_every
-    if (every is None) != (path is None):
-        raise ValueError("checkpoint_path and checkpoint_every go together: give both or neither")
+    if every is not None and path is None:
+        raise ValueError("checkpoint_every needs a checkpoint_path to save to")
+    if path is not None and every is None and not config.resume:
+        raise ValueError("checkpoint_path without checkpoint_every saves nothing: give "
+                         "checkpoint_every (steps between saves), or resume=True to continue "
+                         "from it without saving")
     eval_every = config.eval_every
     if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
         raise ValueError(f"eval_every must be a positive integer or None, got {eval_every!r}")

@@ -67,6 +67,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
@@ -107,7 +108,11 @@ from pipemare_lite.training.optimizers import (
 )
 from pipemare_lite.training.partition import partition
 
-__all__ = ["fit", "TrainingRun", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS"]
+__all__ = ["fit", "TrainingRun", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS", "NoCheckpointWarning"]
+
+
+class NoCheckpointWarning(UserWarning):
+    """``fit(resume=True)`` found no checkpoint at ``checkpoint_path`` and starts from step 0."""
 
 #: Bumped when the checkpoint layout changes; a mismatch is refused with a clear message.
 CHECKPOINT_FORMAT = 1
@@ -158,6 +163,9 @@ def fit(model: nn.Sequential, data: Dataset, config: FitConfig | None = None, /,
     )
     if resume and Path(checkpoint_path).exists():
         run.resume_from(checkpoint_path)
+    elif resume:  # said, not silent: a mistyped path would otherwise start over unnoticed
+        warnings.warn(f"resume=True: no checkpoint at {checkpoint_path}; training from step 0",
+                      NoCheckpointWarning, stacklevel=2)
     blow_up = config.blow_up.watch() if config.blow_up is not None else None
     try:
         with _progress_bar(config.progress, run) as show_progress:
@@ -435,12 +443,12 @@ class TrainingRun:
         """Continue from a checkpoint written by a run with the same settings."""
         state = load_checkpoint(path)
         if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(
+            raise CheckpointError(
                 f"{path}: checkpoint format {state.get('format')!r}, "
                 f"this version reads {CHECKPOINT_FORMAT}"
             )
         missing = [k for k in ("config", "step", "executor", "rng") if k not in state]
-        if missing or not isinstance(state["config"], dict):
+        if missing or not isinstance(state["config"], dict):  # (CheckpointError: a refusal)
             raise CheckpointError(
                 f"checkpoint {path} is not a training checkpoint of fit(): "
                 + (f"it lacks {', '.join(missing)}" if missing else "its config is no dict")
@@ -448,7 +456,7 @@ class TrainingRun:
         config, saved = self.config, {**_SETTINGS_ADDED_LATER, **state["config"]}
         differ = sorted(k for k in config if saved.get(k) != config[k])
         if differ:
-            raise ValueError(
+            raise CheckpointError(
                 f"{path} was written by a run with other settings: "
                 + ", ".join(f"{k}={saved.get(k)!r} (now {config[k]!r})" for k in differ)
             )

@@ -31,6 +31,7 @@ import json
 import math
 import os
 import sys
+import warnings
 
 from pipemare_lite.cli import INPUT_ERRORS
 from pipemare_lite.files import json_ready
@@ -467,7 +468,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     stderr, still writes ``--out``, and returns :data:`DIVERGED_EXIT_CODE`.
     """
     from pipemare_lite.training.history import DivergenceError
-    from pipemare_lite.training.loop import fit
+    from pipemare_lite.training.loop import NoCheckpointWarning, fit
 
     load_plugins(getattr(args, "plugin", None) or ())  # before the method's name is looked up
     check_numeric_options(args)
@@ -513,43 +514,48 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
                              f"{exc.strerror or exc}") from exc
 
     threads = _set_threads(getattr(args, "threads", None))  # restored when the run ends
+    if args.resume and reporter and args.checkpoint and not os.path.exists(args.checkpoint):
+        print(f"{prog}: --resume: no checkpoint at {args.checkpoint}; training from step 0",
+              file=sys.stderr)
     try:
-        history = fit(
-            model,
-            data,
-            method=args.method,
-            num_stages=args.stages,
-            num_microbatches=args.microbatches,
-            batch_size=args.batch_size,
-            epochs=args.epochs,
-            lr=args.lr,
-            optimizer=args.optimizer,
-            momentum=args.momentum,
-            weight_decay=args.weight_decay,
-            lr_schedule=args.lr_schedule,
-            lr_warmup=args.lr_warmup,
-            lr_step_size=args.lr_step_size,
-            lr_gamma=args.lr_gamma,
-            clip_grad_norm=args.clip_grad_norm,
-            seed=args.seed,
-            t1=args.t1,
-            t1_anneal_updates=args.t1_anneal_updates,
-            t2=args.t2,
-            gamma=args.gamma,
-            warmup=args.warmup,
-            chunks=args.chunks,
-            progress=args.progress,
-            on_divergence=args.on_divergence,
-            blow_up=blow_up_rule(args),
-            on_step=write_step if stream is not None else None,
-            checkpoint_path=args.checkpoint,
-            checkpoint_every=args.checkpoint_every,
-            resume=args.resume,
-            executor=args.executor,
-            schedule=schedule,
-            devices=stage_devices(getattr(args, "devices", None), pieces, args.executor),
-            record=getattr(args, "record", "history"),
-        )
+        with warnings.catch_warnings():  # (said above, once, by rank 0)
+            warnings.simplefilter("ignore", NoCheckpointWarning)
+            history = fit(
+                model,
+                data,
+                method=args.method,
+                num_stages=args.stages,
+                num_microbatches=args.microbatches,
+                batch_size=args.batch_size,
+                epochs=args.epochs,
+                lr=args.lr,
+                optimizer=args.optimizer,
+                momentum=args.momentum,
+                weight_decay=args.weight_decay,
+                lr_schedule=args.lr_schedule,
+                lr_warmup=args.lr_warmup,
+                lr_step_size=args.lr_step_size,
+                lr_gamma=args.lr_gamma,
+                clip_grad_norm=args.clip_grad_norm,
+                seed=args.seed,
+                t1=args.t1,
+                t1_anneal_updates=args.t1_anneal_updates,
+                t2=args.t2,
+                gamma=args.gamma,
+                warmup=args.warmup,
+                chunks=args.chunks,
+                progress=args.progress,
+                on_divergence=args.on_divergence,
+                blow_up=blow_up_rule(args),
+                on_step=write_step if stream is not None else None,
+                checkpoint_path=args.checkpoint,
+                checkpoint_every=args.checkpoint_every,
+                resume=args.resume,
+                executor=args.executor,
+                schedule=schedule,
+                devices=stage_devices(getattr(args, "devices", None), pieces, args.executor),
+                record=getattr(args, "record", "history"),
+            )
     except DivergenceError as error:
         if reporter:
             if args.out is not None:
@@ -626,8 +632,25 @@ def _launch_ranks(args: argparse.Namespace, prog: str) -> int:
 
 
 def _train_rank(info, args: argparse.Namespace, prog: str) -> int:
-    """One rank of :func:`_launch_ranks`: the command itself, inside the launched job."""
-    return run_from_args(args, prog=prog)
+    """One rank of :func:`_launch_ranks`: the command itself, inside the launched job.
+
+    A refused checkpoint (:class:`~pipemare_lite.training.checkpoint.CheckpointError`: other
+    settings, another format, another model) is refused alike by every rank, which reads
+    the same file: rank 0 says it in one line and every rank exits 2, as bad input does.
+    """
+    from pipemare_lite.training.checkpoint import CheckpointError
+
+    try:
+        return run_from_args(args, prog=prog)
+    except CheckpointError as exc:
+        return _refused_checkpoint(exc, info.rank, prog)
+
+
+def _refused_checkpoint(exc: Exception, rank: int, prog: str) -> int:
+    """Rank 0 prints the refusal in one line; every rank returns 2."""
+    if rank == 0:
+        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+    return 2
 
 
 def _set_threads(threads: int | None) -> int | None:
@@ -672,9 +695,12 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
     traceback). See :mod:`pipemare_lite.engine.distributed.torchrun`."""
     from pipemare_lite.engine.distributed.faults import PipelineFault
     from pipemare_lite.files import WriteError
+    from pipemare_lite.training.checkpoint import CheckpointError
 
     try:
         return run_from_args(args, prog=prog)
+    except CheckpointError as exc:  # every rank refuses the same file: one line, rank 0
+        return _refused_checkpoint(exc, int(os.environ.get("RANK", "0")), prog)
     except WriteError as exc:  # a disk that filled up mid-run: one line, no traceback
         from pipemare_lite.engine.distributed.rank import current
 
