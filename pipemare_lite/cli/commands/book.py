@@ -1,4 +1,10 @@
-"""``pipemare-lite book``: execute every chapter, then build the book site (build/book/)."""
+"""``pipemare-lite book``: execute every chapter, then build the book site (build/book/).
+
+Limits (issue 47): ``--max-cell-output`` and ``--max-chapter-output`` (MiB) cut a chapter's
+output beyond them, with a line saying how much; ``--kernel-memory`` (GiB) bounds what a
+chapter's kernel may map. SIGINT or SIGTERM at any point stop every child and print
+``[book] stopped: ...``; the previous site stays until a complete new one replaces it.
+"""
 
 from __future__ import annotations
 
@@ -65,6 +71,12 @@ def _command(args: argparse.Namespace) -> str:
         parts.append("--keep-going")
     if args.chapters_dir:
         parts += ["--chapters-dir", str(args.chapters_dir)]
+    for flag, name, default in (("--max-cell-output", "max_cell_output", 20.0),
+                                ("--max-chapter-output", "max_chapter_output", 100.0),
+                                ("--kernel-memory", "kernel_memory", None)):
+        value = getattr(args, name, default)
+        if value != default:
+            parts += [flag, f"{value:g}"]
     if args.record_timings:
         parts += ["--record-timings", str(args.record_timings)]
     return shlex.join(parts)
