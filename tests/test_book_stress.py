@@ -44,10 +44,21 @@ def _texts(cell) -> list[str]:
     return [o.get("text", "") for o in cell.get("outputs", [])]
 
 
-def test_output_beyond_the_caps_is_cut_with_a_line_naming_chapter_and_cell(tmp_path):
-    """F1: a cell printing far more than a page can hold is cut as it arrives."""
+def test_output_beyond_the_caps_is_cut_with_a_line_naming_chapter_and_cell(tmp_path,
+                                                                          monkeypatch):
+    """F1: a cell printing far more than a page can hold is cut, printed text already in
+    the kernel (the builder never receives more of it than the cap)."""
+    from nbclient import NotebookClient
+
     path = _chapter(tmp_path, "01_loud", "print('x' * (3 * 2**20), end='')", "print('small')",
                     "for _ in range(3):\n    print('y' * (2**19), end='')")
+    received, process = [], NotebookClient.process_message
+
+    def spy(self, msg, cell, cell_index):
+        received.append(len((msg.get("content") or {}).get("text", "")))
+        return process(self, msg, cell, cell_index)
+
+    monkeypatch.setattr(NotebookClient, "process_message", spy)
     heard = []
     with hard_time_limit(90):
         nb, _, error = execute_chapter(path, 60, max_cell_output=MIB,
@@ -64,6 +75,7 @@ def test_output_beyond_the_caps_is_cut_with_a_line_naming_chapter_and_cell(tmp_p
     assert sum(map(len, _texts(last)[:-1])) == MIB // 2
     assert "cell 4's output cut: 1.0 MiB left out after the 512.0 KiB kept" in _texts(last)[-1]
     assert heard == [note.rstrip("\n"), _texts(last)[-1].rstrip("\n")]
+    assert 0 < max(received) <= MIB  # the 3 MiB never crossed to the builder
 
 
 def test_a_kernel_filling_memory_fails_its_chapter_by_name_without_ansi_codes(tmp_path):

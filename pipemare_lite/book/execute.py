@@ -6,12 +6,14 @@ each cell under a timeout, a dying kernel or an overrunning cell reported with t
 and the cell, SIGINT/SIGTERM ending the run with the kernel shut down.
 
 Limits, each with a message naming the chapter and the cell: a cell keeps at most
-``max_cell_output`` bytes of output and a chapter ``max_chapter_output`` (what comes after is
-dropped as it arrives, so a cell printing a gigabyte never reaches the builder's memory, and
-replaced by one line saying how much was cut); the kernel may map at most ``kernel_memory``
-bytes (``RLIMIT_AS``, set on the kernel process and inherited by what it starts), so a cell
-that fills memory fails with MemoryError in its chapter instead of taking the machine. Error
-texts for logs carry no ANSI colour codes (the page keeps the notebook's own).
+``max_cell_output`` bytes of output and a chapter ``max_chapter_output``; what comes after
+is dropped as it arrives (printed text already in the kernel, by
+:mod:`pipemare_lite.book.kernel_valve`, so a cell printing a gigabyte never reaches the
+builder's memory) and replaced by one line saying how much was cut. The kernel may map at
+most ``kernel_memory`` bytes (``RLIMIT_AS``, set on the kernel process and inherited by what
+it starts), so a cell that fills memory fails with MemoryError in its chapter instead of
+taking the machine. Error texts for logs carry no ANSI colour codes (the page keeps the
+notebook's own).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import time
 from pathlib import Path
 
 import nbformat
+
+from pipemare_lite.book.kernel_valve import HELD_MARK
 
 #: Output one cell may keep (bytes of text: stream text, each output's data), by default.
 MAX_CELL_OUTPUT = 20 * 2**20
@@ -64,7 +68,7 @@ def default_kernel_memory() -> int:
         return 8 * 2**30
 
 
-def _kernel_manager(connection_file: Path):
+def _kernel_manager(connection_file: Path, stream_cap: int | None = None):
     """An *asynchronous* kernel manager whose ``python3`` is this interpreter.
 
     As ``--nbval-current-env`` does, every kernel name starts this interpreter's ipykernel.
@@ -74,9 +78,15 @@ def _kernel_manager(connection_file: Path):
     a looping cell ran forever, a sleeping one overran ``--timeout``). The connection file
     (it holds the kernel's HMAC key) goes to ``connection_file``, in a folder the caller owns
     and removes, not to the shared runtime folder where a dead kernel's file would stay.
+    With ``stream_cap``, the kernel sends at most that many characters of a cell's printed
+    output (:mod:`pipemare_lite.book.kernel_valve`).
     """
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
+
+    valve = [] if stream_cap is None else [
+        "--IPKernelApp.exec_lines=['from pipemare_lite.book.kernel_valve import install; "
+        f"install({int(stream_cap)})']"]
 
     class CurrentEnvironmentSpecs(KernelSpecManager):
         """Answers every kernel name with this interpreter's ipykernel."""
@@ -91,6 +101,7 @@ def _kernel_manager(connection_file: Path):
                     "{connection_file}",
                     # its transport warning is noise in every build log
                     "--IPKernelApp.log_level=ERROR",
+                    *valve,
                 ],
                 display_name="Python 3 (pipemare-lite)",
                 language="python",
@@ -173,6 +184,13 @@ def execute_chapter(path: Path, timeout: int, *, max_cell_output: int | None = M
         def output(self, outs, msg, display_id, cell_index):
             """Keep an output while the cell's and the chapter's caps allow; count the rest."""
             content = msg.get("content") or {}
+            text = content.get("text")
+            if isinstance(text, str) and text.startswith(HELD_MARK):  # the kernel's count
+                try:
+                    cut[cell_index] = cut.get(cell_index, 0) + int(text[len(HELD_MARK):])
+                    return None
+                except ValueError:
+                    pass  # not the valve's line: an ordinary output
             size = _output_bytes(content)
             room = min(
                 math.inf if max_cell_output is None
@@ -196,7 +214,7 @@ def execute_chapter(path: Path, timeout: int, *, max_cell_output: int | None = M
     with tempfile.TemporaryDirectory(prefix="pml-kernel-") as private:
         client = Client(
             nb,
-            km=_kernel_manager(Path(private) / "kernel.json"),
+            km=_kernel_manager(Path(private) / "kernel.json", max_cell_output),
             timeout=timeout,
             kernel_name="python3",
             resources={"metadata": {"path": str(path.parent)}},

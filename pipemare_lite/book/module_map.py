@@ -45,6 +45,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.book": "00",
     "pipemare_lite.book.build": "-",
     "pipemare_lite.book.execute": "-",
+    "pipemare_lite.book.kernel_valve": "-",
     "pipemare_lite.book.envcheck": "00",
     "pipemare_lite.book.exercises": "00",
     "pipemare_lite.book.exercises.assign": "-",
