@@ -43,9 +43,9 @@ def test_a_forged_abort_reads_as_absent_and_a_real_claim_replaces_it():
 
 
 def test_ranks_on_one_machine_share_one_torchrun_secret(tmp_path, monkeypatch):
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # the key's private folder's parent
+    tmp_path.chmod(0o700)
+    tmp_path = tmp_path / "pipemare-lite"
     monkeypatch.delenv(faults.TOKEN_ENV, raising=False)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "run-1")
     monkeypatch.setenv("WORLD_SIZE", "2")

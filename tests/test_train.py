@@ -232,7 +232,7 @@ def test_t1_lowers_early_learning_rates_of_stale_stages(small_data):
         (dict(lr=-1.0), "lr must be a positive number"),
         (dict(on_divergence="ignore"), "on_divergence must be one of"),
         (dict(executor="mpi"), "unknown executor 'mpi'"),
-        (dict(checkpoint_every=2), "go together"),
+        (dict(checkpoint_every=2), "checkpoint_every needs a checkpoint_path to save to"),
         (dict(batch_size=128), "larger than the training set"),
         (dict(chunks=2), "chunks=2 needs method 'interleaved'"),
         (dict(eval_every=0), "eval_every must be a positive integer"),

@@ -9,6 +9,15 @@ a per-cell timeout; the build prints which chapter runs and how long it took, an
 chapter stops it, naming the chapter, the cell and the error. The executed notebooks then
 become the book site (:mod:`pipemare_lite.book.site`: Sphinx, myst-nb and sphinx-book-theme,
 offline: local plotly.js and MathJax), written to ``--out``.
+
+Under stress (issue 47): a cell keeps at most ``--max-cell-output`` bytes of output and a
+chapter ``--max-chapter-output``, a chapter's kernel may map ``--kernel-memory``
+(:mod:`pipemare_lite.book.execute`); SIGINT or SIGTERM in any phase (a chapter, the site's
+notebooks, Sphinx, the timings) stops every child (a kernel, Sphinx's process group) and
+raises :class:`BuildInterrupted`, which the command prints as ``[book] stopped: ...``; the
+site is built beside ``--out`` and swapped in whole
+(:meth:`~pipemare_lite.book.site.project.SiteProject.build`), so a stopped build leaves the
+previous site as it was and a served site never misses a page.
 """
 
 from __future__ import annotations
@@ -18,12 +27,19 @@ import datetime
 import json
 import os
 import platform
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from pipemare_lite.book.execute import BuildInterrupted, execute_chapter
+from pipemare_lite.book.execute import (
+    MAX_CELL_OUTPUT,
+    MAX_CHAPTER_OUTPUT,
+    BuildInterrupted,
+    default_kernel_memory,
+    execute_chapter,
+)
 from pipemare_lite.book.notebooks import chapter_info, chapters_dir, list_chapters, meta_path
 from pipemare_lite.book.site.pages import WIDGET_MIMETYPE, offline_outputs
 from pipemare_lite.book.site.project import (
@@ -137,6 +153,9 @@ def build_book(
     log=None,
     record: str | Path | None = None,
     command: str = "python -m pipemare_lite book",
+    max_cell_output: int | None = MAX_CELL_OUTPUT,
+    max_chapter_output: int | None = MAX_CHAPTER_OUTPUT,
+    kernel_memory: int | None = -1,
 ) -> list[ChapterResult]:
     """Execute chapters, then build the book site into ``out``; one result per chapter.
 
@@ -145,6 +164,11 @@ def build_book(
     site holds every chapter built now or by an earlier build into the same ``out`` (while
     its notebook exists). With ``record`` (a ``.json`` path), the measured run times also
     go there, with a ``.meta.json`` naming ``command`` and the machine (:func:`record_timings`).
+    ``max_cell_output``, ``max_chapter_output`` (bytes) and ``kernel_memory`` (bytes; -1:
+    half of this machine's memory; None: no limit) are the limits of
+    :func:`~pipemare_lite.book.execute.execute_chapter`. SIGINT or SIGTERM raises
+    :class:`BuildInterrupted` once every child has stopped; ``out`` then holds the previous
+    site unchanged.
     """
     log = log or (lambda message: print(message, flush=True))
     if timeout <= 0:
@@ -155,13 +179,64 @@ def build_book(
     paths = select_chapters(chapters, folder)
     if not paths:
         raise ValueError(f"no chapter notebooks (NN_snake_case.ipynb) in {folder}")
-    with build_lock(Path(out).resolve()):
-        return _build_locked(out, paths, folder, timeout, keep_going, log, record, command)
+    for name, cap in (("max_cell_output", max_cell_output),
+                      ("max_chapter_output", max_chapter_output)):
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"{name} must be a positive number of bytes or None, got {cap!r}")
+    if kernel_memory == -1:
+        kernel_memory = default_kernel_memory()
+    elif kernel_memory is not None and (
+            isinstance(kernel_memory, bool) or not isinstance(kernel_memory, int)
+            or kernel_memory < 2**28):
+        raise ValueError(f"kernel_memory must be at least 256 MiB (a kernel with torch maps "
+                         f"more), None (no limit) or -1 (half this machine's), got "
+                         f"{kernel_memory!r}")
+    limits = dict(max_cell_output=max_cell_output, max_chapter_output=max_chapter_output,
+                  kernel_memory=kernel_memory)
+    with build_lock(Path(out).resolve()), _stopping_on_signals() as phase:
+        return _build_locked(out, paths, folder, timeout, keep_going, log, record, command,
+                             limits, phase)
+
+
+@contextlib.contextmanager
+def _stopping_on_signals():
+    """SIGINT and SIGTERM raise :class:`BuildInterrupted` naming the phase, for the whole
+    build; yields ``phase``, a dict whose ``"now"`` says what runs (set by the build).
+
+    A chapter's run puts its own handlers in place (its event loop stops the kernel first)
+    and removes them when it ends, which resets both signals; :func:`_build_locked` calls
+    the returned ``phase["arm"]()`` after each chapter to put ours back. The handlers found
+    before the build come back at its end.
+    """
+    import threading
+
+    unchanged = "no site was built (the previous one, if any, is unchanged)"
+    phase = {"now": "starting", "site": unchanged}
+
+    def stop(signum, frame):
+        name = signal.Signals(signum).name
+        raise BuildInterrupted(name, "", None, f"{name} while {phase['now']}; {phase['site']}")
+
+    def arm():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, stop)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield phase | {"arm": lambda: None}  # signals are not ours to take
+        return
+    phase["arm"] = arm
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    arm()
+    try:
+        yield phase
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def _build_locked(out, paths: list[Path], folder: Path, timeout: int, keep_going: bool, log,
-                  record, command: str) -> list[ChapterResult]:
-    """:func:`build_book`'s work, under its lock."""
+                  record, command: str, limits: dict, phase: dict) -> list[ChapterResult]:
+    """:func:`build_book`'s work, under its lock, ``phase["now"]`` saying what runs."""
     site = SiteProject(out, folder, folder.parent)
     site.check_output()  # before minutes of running chapters, not after
 
@@ -169,8 +244,18 @@ def _build_locked(out, paths: list[Path], folder: Path, timeout: int, keep_going
     for index, path in enumerate(paths, start=1):
         title = chapter_info(path).title
         log(f"[book] ({index}/{len(paths)}) running {path.name} ...")
-        nb, seconds, error = execute_chapter(path, timeout)
-        page = site.add_chapter(path, nb, seconds, error)
+        phase["now"] = f"running {path.name}"
+        try:
+            nb, seconds, error = execute_chapter(path, timeout, log=log, **limits)
+        finally:
+            phase["arm"]()  # the chapter's event loop reset both signals
+        phase["now"] = f"making {path.name}'s page"
+        try:
+            page = site.add_chapter(path, nb, seconds, error)
+        except MemoryError:
+            nb = None  # its outputs: what the message below needs memory for
+            raise ValueError(f"{path.name}: making its page ran out of memory; lower "
+                             "--max-cell-output or --max-chapter-output") from None
         results.append(ChapterResult(path.stem, title, page, seconds, error))
         log(f"[book] {path.name}: {'ok' if not error else 'FAILED'} in {seconds:.1f} s")
         if error:
@@ -178,7 +263,9 @@ def _build_locked(out, paths: list[Path], folder: Path, timeout: int, keep_going
             if not keep_going:
                 break
     log("[book] building the site (Sphinx, myst-nb, sphinx-book-theme) ...")
+    phase["now"] = "building the site (Sphinx)"
     built = site.build()
+    phase["now"], phase["site"] = "finishing", "the new site is in place"
     log(f"[book] site: {built.pages} pages in {built.seconds:.1f} s")
     for warning in built.warnings:
         log(f"[book] sphinx: {warning}")

@@ -105,6 +105,26 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
         return 141  # 128 + SIGPIPE, what a shell reports for a pipe's early end
+    except MemoryError:
+        pass  # reported below, once the frames holding the memory are gone
+    print(out_of_memory_line(f"pipemare-lite {args.command}"), file=sys.stderr)
+    return 2
+
+
+def out_of_memory_line(prog: str) -> str:
+    """The one line a command prints for a ``MemoryError`` (exit status 2: the request was
+    too large for this process), with the address-space limit when one is set."""
+    limit = ""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            limit = f" (this process may use {soft / 2**30:,.2f} GiB: ulimit -v)"
+    except (ImportError, OSError, ValueError):  # no resource module (Windows)
+        pass
+    return (f"{prog}: error: out of memory{limit}; ask for less (fewer stages, microbatches, "
+            "minibatches or a smaller model) or give the process more memory")
 
 
 if __name__ == "__main__":

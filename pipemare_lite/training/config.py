@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pipemare_lite.spelling import did_you_mean
+from pipemare_lite.training.blow_up import BlowUpRule
 from pipemare_lite.training.executors import EXECUTORS
 from pipemare_lite.training.lr_schedules import LR_SCHEDULES
 from pipemare_lite.training.optimizers import OPTIMIZERS, check_optimizer_options
@@ -88,11 +89,16 @@ class FitConfig:
             when the environment variable ``PIPEMARE_PROGRESS=0``.
         on_divergence: ``"stop"`` returns a history with ``diverged=True``; ``"raise"``
             raises :class:`DivergenceError`.
+        blow_up: a :class:`~pipemare_lite.training.blow_up.BlowUpRule` that also counts a
+            finite blow-up as divergence (loss above ``factor`` times its running minimum
+            for ``window`` steps in a row); None (default): only a non-finite loss does.
         on_step: called as ``on_step(step, history)`` after every step (e.g. live plots).
         eval_every: also measure test loss and accuracy every that many steps (default: at
             the end of each epoch only); evaluation never changes the training trajectory.
         checkpoint_path, checkpoint_every: save the full state every that many steps.
-        resume: continue from ``checkpoint_path`` when it exists.
+        resume: continue from ``checkpoint_path`` when it exists (a warning says so when it
+            does not: the run starts from step 0); without ``checkpoint_every`` the run
+            reads the checkpoint and saves none.
         executor: ``"local"``, ``"dist"`` or a name registered in
             :data:`~pipemare_lite.training.executors.EXECUTORS`.
         schedule: run this schedule instead of the method's
@@ -143,6 +149,7 @@ class FitConfig:
     executor: str = "local"
     schedule: object = None
     record: str = "history"
+    blow_up: object = None
 
     def __post_init__(self) -> None:
         _check_torch_options(self.settings())
@@ -214,6 +221,13 @@ def _positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+def _check_blow_up(rule) -> None:
+    """Refuse a ``blow_up`` that is neither None nor a rule (the rule checks its numbers)."""
+    if rule is not None and not isinstance(rule, BlowUpRule):
+        raise ValueError("blow_up must be None (non-finite losses only) or a "
+                         f"pipemare_lite.training.blow_up.BlowUpRule, got {rule!r}")
+
+
 def _check_settings(config: FitConfig) -> None:
     """Refuse bad settings that need neither the schedule nor the data."""
     if not _positive_int(config.epochs):
@@ -228,6 +242,7 @@ def _check_settings(config: FitConfig) -> None:
             f"on_divergence must be one of {', '.join(DIVERGENCE_ACTIONS)}, "
             f"got {config.on_divergence!r}"
         )
+    _check_blow_up(config.blow_up)
     warmup = config.warmup
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be >= 0 minibatches, got {warmup!r}")
@@ -244,8 +259,12 @@ def _check_settings(config: FitConfig) -> None:
             f"unknown executor {config.executor!r}; allowed: {', '.join(EXECUTORS)}"
         )
     path, every = config.checkpoint_path, config.checkpoint_every
-    if (every is None) != (path is None):
-        raise ValueError("checkpoint_path and checkpoint_every go together: give both or neither")
+    if every is not None and path is None:
+        raise ValueError("checkpoint_every needs a checkpoint_path to save to")
+    if path is not None and every is None and not config.resume:
+        raise ValueError("checkpoint_path without checkpoint_every saves nothing: give "
+                         "checkpoint_every (steps between saves), or resume=True to continue "
+                         "from it without saving")
     eval_every = config.eval_every
     if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
         raise ValueError(f"eval_every must be a positive integer or None, got {eval_every!r}")

@@ -44,7 +44,9 @@ Divergence. A non-finite loss stops the run. ``on_divergence="stop"`` (default) 
 history with ``diverged=True`` and a readable ``divergence`` message naming the step, the
 microbatch and the stages whose weights are non-finite by then; ``"raise"`` raises
 :class:`~pipemare_lite.training.history.DivergenceError` with the same message (its ``history``
-attribute holds the history up to there).
+attribute holds the history up to there). ``blow_up=BlowUpRule(...)`` also counts a finite
+blow-up (:mod:`pipemare_lite.training.blow_up`: the loss above a factor of its running
+minimum for a window of steps), with a report naming the rule, the step and the numbers.
 
 Checkpoints (:mod:`pipemare_lite.training.checkpoint`): with ``checkpoint_path`` and
 ``checkpoint_every=k`` the full state (executor state including in-flight microbatches,
@@ -67,6 +69,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
@@ -117,7 +120,11 @@ from pipemare_lite.training.optimizers import (
 from pipemare_lite.training.partition import partition
 from pipemare_lite.training.provenance import changed_code
 
-__all__ = ["fit", "TrainingRun", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS"]
+__all__ = ["fit", "TrainingRun", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS", "NoCheckpointWarning"]
+
+
+class NoCheckpointWarning(UserWarning):
+    """``fit(resume=True)`` found no checkpoint at ``checkpoint_path`` and starts from step 0."""
 
 #: Bumped when the checkpoint layout changes; a mismatch is refused with a clear message.
 CHECKPOINT_FORMAT = 1
@@ -181,11 +188,17 @@ def fit(model: nn.Module, data, config: FitConfig | None = None, /, *, eval_data
     )
     if resume and Path(checkpoint_path).exists():
         run.resume_from(checkpoint_path)
+    elif resume:  # said, not silent: a mistyped path would otherwise start over unnoticed
+        warnings.warn(f"resume=True: no checkpoint at {checkpoint_path}; training from step 0",
+                      NoCheckpointWarning, stacklevel=2)
+    blow_up = config.blow_up.watch() if config.blow_up is not None else None
     try:
         with _progress_bar(config.progress, run) as show_progress:
             run.start_clock()
             while run.step < run.total_steps and not run.history.diverged:
                 run.train_one_step()
+                if blow_up is not None:  # the finite rule (training/blow_up.py)
+                    blow_up.check(run.history)
                 show_progress(run.history)
                 if (run.ends_period(config.eval_every or run.steps_per_epoch)
                         or run.history.diverged):
@@ -528,12 +541,12 @@ class TrainingRun:
         """Continue from a checkpoint written by a run with the same settings."""
         state = load_checkpoint(path)
         if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(
+            raise CheckpointError(
                 f"{path}: checkpoint format {state.get('format')!r}, "
                 f"this version reads {CHECKPOINT_FORMAT}"
             )
         missing = [k for k in ("config", "step", "executor", "rng") if k not in state]
-        if missing or not isinstance(state["config"], dict):
+        if missing or not isinstance(state["config"], dict):  # (CheckpointError: a refusal)
             raise CheckpointError(
                 f"checkpoint {path} is not a training checkpoint of fit(): "
                 + (f"it lacks {', '.join(missing)}" if missing else "its config is no dict")
@@ -542,7 +555,7 @@ class TrainingRun:
         saved["threads"] = config["threads"]  # recorded, not compared (RECORDED_SETTINGS)
         differ = sorted(k for k in config if saved.get(k) != config[k])
         if differ:
-            raise ValueError(
+            raise CheckpointError(
                 f"{path} was written by a run with other settings: "
                 + ", ".join(f"{k}={saved.get(k)!r} (now {config[k]!r})" for k in differ)
             )

@@ -370,41 +370,114 @@ class SiteProject:
                 "the whole folder, so give an empty or new folder (or an earlier book build)"
             )
 
-    def _clear_output(self) -> None:
-        """Empty ``out`` for a fresh site (after :meth:`check_output`)."""
-        self.check_output()
-        if not self.out.exists():
-            return
-        for entry in self.out.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-
     def build(self) -> SphinxRun:
-        """Write the project and run Sphinx into ``out``; the output is replaced as a whole."""
+        """Write the project, run Sphinx beside ``out`` and swap the new site in.
+
+        Sphinx writes into ``<out>.sphinx/next`` (myst-nb's ``jupyter_execute`` lands beside
+        it, in ``<out>.sphinx``: nothing outside ``--out`` and its ``.sphinx`` folder). Only
+        a complete site replaces ``out``, in one ``rename`` exchange where the system has it
+        (Linux ``renameat2(RENAME_EXCHANGE)``; elsewhere two renames microseconds apart), so
+        a served site never lacks its pages and a build stopped before the swap leaves the
+        previous site as it was. Sphinx runs in its own process group; whatever stops this
+        build (SIGINT, SIGTERM: :class:`~pipemare_lite.book.execute.BuildInterrupted`) stops
+        the whole group first.
+        """
+        self.check_output()
         held = self.write_project()
-        self._clear_output()
+        fresh, old = self.base / "next", self.base / "previous"
+        for leftover in (fresh, old):  # an interrupted build's
+            shutil.rmtree(leftover, ignore_errors=True)
         warnings_file = self.base / "sphinx-warnings.txt"
         command = [
             sys.executable, "-m", "sphinx", "-b", "html", "-q",
             "-d", str(self.doctrees), "-w", str(warnings_file),
-            str(self.src), str(self.out),
+            str(self.src), str(fresh),
         ]  # fmt: skip
         start = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True)
+        returncode, stderr = run_in_own_group(command)
         seconds = time.perf_counter() - start
-        if done.returncode != 0:
+        if returncode != 0:
             raise RuntimeError(
-                f"Sphinx failed (exit {done.returncode}) building {self.src}:\n"
-                f"{done.stderr[-4000:]}"
+                f"Sphinx failed (exit {returncode}) building {self.src}:\n{stderr[-4000:]}"
             )
         text = warnings_file.read_text(encoding="utf-8") if warnings_file.is_file() else ""
         warnings = [line for line in text.splitlines() if line.strip()]
         timings = {f"{c.name}.ipynb": c.seconds for c in held if not c.failed}
-        atomic_write_text(self.out / TIMINGS_FILE, json.dumps(timings, indent=1) + "\n")
-        (self.out / SITE_MARKER).write_text(
+        atomic_write_text(fresh / TIMINGS_FILE, json.dumps(timings, indent=1) + "\n")
+        (fresh / SITE_MARKER).write_text(
             "Written by `python -m pipemare_lite book`; the next build replaces this folder.\n"
         )
-        pages = sum(1 for p in self.out.rglob("*.html") if "_static" not in p.parts)
+        pages = sum(1 for p in fresh.rglob("*.html") if "_static" not in p.parts)
+        self.check_output()  # still a book (or nothing) just before it is replaced
+        swap_in(fresh, self.out, old)
         return SphinxRun(seconds, warnings, pages)
+
+
+def run_in_own_group(command: list[str]) -> tuple[int, str]:
+    """Run ``command`` in a new process group; returns (exit status, stderr).
+
+    Its output is read through a file, not a pipe, so nothing blocks on a full pipe. If
+    anything interrupts the wait (a signal's exception), the whole group gets SIGTERM, then
+    SIGKILL after 5 s, before the exception goes on: no Sphinx is left writing.
+    """
+    import os
+    import signal
+    import tempfile
+
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errors:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors,
+                                 start_new_session=True)
+        try:
+            returncode = child.wait()
+        except BaseException:
+            for signum, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
+                try:
+                    os.killpg(child.pid, signum)
+                except ProcessLookupError:
+                    break
+                try:
+                    child.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            raise
+        errors.seek(0)
+        return returncode, errors.read()
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2`` with RENAME_EXCHANGE); False where
+    the system cannot."""
+    import ctypes
+    import os
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    done = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return done == 0
+
+
+def swap_in(fresh: Path, out: Path, old: Path) -> None:
+    """Make ``fresh`` the folder at ``out``; the previous ``out`` (if any) goes to ``old``
+    and is deleted. SIGINT and SIGTERM wait until the swap is done."""
+    import signal
+
+    blocked = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        if out.is_dir() and _exchange(fresh, out):
+            fresh.rename(old)  # fresh now holds the previous site
+        else:
+            if out.exists():
+                out.rename(old)
+            fresh.rename(out)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+    shutil.rmtree(old, ignore_errors=True)
+

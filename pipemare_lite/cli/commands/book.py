@@ -1,4 +1,10 @@
-"""``pipemare-lite book``: execute every chapter, then build the book site (build/book/)."""
+"""``pipemare-lite book``: execute every chapter, then build the book site (build/book/).
+
+Limits (issue 47): ``--max-cell-output`` and ``--max-chapter-output`` (MiB) cut a chapter's
+output beyond them, with a line saying how much; ``--kernel-memory`` (GiB) bounds what a
+chapter's kernel may map. SIGINT or SIGTERM at any point stop every child and print
+``[book] stopped: ...``; the previous site stays until a complete new one replaces it.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +40,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--chapters-dir", default=None, help="folder of the notebooks (default: chapters/)"
     )
     parser.add_argument(
+        "--max-cell-output", type=float, default=20.0, metavar="MIB",
+        help="output one cell may keep, in MiB; the rest is cut, with a line saying how much "
+        "(default 20)")
+    parser.add_argument(
+        "--max-chapter-output", type=float, default=100.0, metavar="MIB",
+        help="output one chapter may keep, all cells together, in MiB (default 100)")
+    parser.add_argument(
+        "--kernel-memory", type=float, default=None, metavar="GIB",
+        help="memory (address space) a chapter's kernel may map, in GiB; 0: no limit "
+        "(default: half of this machine's memory)")
+    parser.add_argument(
         "--record-timings",
         metavar="JSON",
         default=None,
@@ -54,15 +71,42 @@ def _command(args: argparse.Namespace) -> str:
         parts.append("--keep-going")
     if args.chapters_dir:
         parts += ["--chapters-dir", str(args.chapters_dir)]
+    for flag, name, default in (("--max-cell-output", "max_cell_output", 20.0),
+                                ("--max-chapter-output", "max_chapter_output", 100.0),
+                                ("--kernel-memory", "kernel_memory", None)):
+        value = getattr(args, name, default)
+        if value != default:
+            parts += [flag, f"{value:g}"]
     if args.record_timings:
         parts += ["--record-timings", str(args.record_timings)]
     return shlex.join(parts)
+
+
+def _limits(args: argparse.Namespace) -> dict:
+    """``build_book``'s output caps and kernel memory, in bytes, from the MiB/GiB options."""
+    limits = {}
+    for flag, name in (("--max-cell-output", "max_cell_output"),
+                       ("--max-chapter-output", "max_chapter_output")):
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if not (0 < value < 2**20):  # (NaN fails too)
+            raise ValueError(f"{flag} {value!r}: allowed: a positive number of MiB")
+        limits[name] = max(1, int(value * 2**20))
+    memory = getattr(args, "kernel_memory", None)
+    if memory is not None:
+        if not (memory == 0 or 0.25 <= memory < 2**20):
+            raise ValueError(f"--kernel-memory {memory!r}: allowed: 0 (no limit) or at least "
+                             "0.25 GiB")
+        limits["kernel_memory"] = None if memory == 0 else int(memory * 2**30)
+    return limits
 
 
 def run(args: argparse.Namespace) -> int:
     """Build; 0 when every chosen chapter ran, 1 otherwise. Prints where to open the book."""
     from pipemare_lite.book.build import BuildInterrupted, build_book
 
+    limits = _limits(args)
     try:
         results = build_book(
             out=args.out,
@@ -72,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
             directory=args.chapters_dir,
             record=args.record_timings,
             command=_command(args),
+            **limits,
         )
     except BuildInterrupted as stopped:
         print(f"[book] stopped: {stopped}", flush=True)

@@ -38,7 +38,13 @@ PyTorch's compute-only notation, the file ``_PipelineScheduleRuntime._load_csv``
 asynchronous schedules (async/pipemare, pipedream, 2bw) it is the same as
 ``--microbatches N``; flushed schedules update once per minibatch, so for them it must equal
 ``--microbatches``. ``--costs F,B[,W]`` gives the forward and the whole backward; with W,
-split backwards cost I = B - W and W (default: I = W = B/2). Torch-free.
+split backwards cost I = B - W and W (default: I = W = B/2); costs whose sum over the run
+would overflow a float are refused, naming the bound.
+
+Limits: a schedule is built only when it fits in memory, at a measured
+:data:`REPORT_BYTES_PER_ACTION` bytes an action (:data:`ROWS_BYTES_PER_ACTION` for ``--csv``
+and ``--torch-csv``) within half of this machine's memory or what ``ulimit -v`` leaves
+(:func:`check_memory`); a ``MemoryError`` anyway is one line and exit status 2. Torch-free.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Callable
 
 from pipemare_lite.analysis.simulate import (
@@ -69,6 +76,18 @@ from pipemare_lite.schedules.registry import (
 
 #: Widest text grid printed (in time cells); wider timelines print metrics only.
 MAX_GRID_CELLS = 160
+
+#: Bytes one action costs this command at its peak when it simulates (the text report and
+#: ``--json``: the schedule, its timeline, and the K+1-minibatch schedule the steady-state
+#: utilization builds beside it). Measured as the growth of VmPeak (/proc/self/status) over
+#: the action count, one fresh process each, torch 2.13 / Python 3.11 on x86-64 Linux:
+#: 1f1b P=64 M=600 (76,864 actions) 1044 B, P=128 M=1200 (307,328) 1051 B, gpipe 1058 B,
+#: zb-h1 1036 B, interleaved v=2 1110 B, async P=16 M=8 K=300 820 B; rounded up to 1200.
+#: (schedules.validation's BYTES_PER_ACTION, 260, is the build alone.)
+REPORT_BYTES_PER_ACTION = 1200
+#: The same for ``--csv`` and ``--torch-csv`` (no simulation): 286 B measured (322 B with
+#: ``--save FILE.json``), rounded up to 350.
+ROWS_BYTES_PER_ACTION = 350
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     if args.csv:
         print(to_csv(schedule), end="")
         return 0
+    check_time_range(schedule, costs, args.costs, args.comm, build is not None)
     timeline, measured = simulate_and_measure(schedule, costs)
     # a file holds one run: there is no "one more minibatch" to simulate
     steady = None if build is None else steady_state_utilization(
@@ -228,13 +248,71 @@ def _schedule_and_costs(args) -> tuple[Schedule, OpCosts, Callable[[int], Schedu
     default_chunks = "2" if key == "interleaved" else "1"
     chunks = _integer("--chunks", args.chunks or default_chunks, 1)
     warmup = _integer("--warmup", args.warmup, 0)
+    minibatches = _integer("--minibatches", args.minibatches, 1)
+    rows_only = bool(getattr(args, "csv", False) or getattr(args, "torch_csv", False))
+    check_memory(key, stages, microbatches, minibatches, chunks, rows_only)
 
     def build(minibatches: int) -> Schedule:
         return build_schedule(name, stages, microbatches, chunks=chunks,
                               num_minibatches=minibatches, warmup_minibatches=warmup)
 
-    schedule = build(_integer("--minibatches", args.minibatches, 1))
+    schedule = build(minibatches)
     return schedule, parse_costs(args.costs, args.comm, args.costs_per), build
+
+
+def memory_budget() -> tuple[int, str]:
+    """Bytes this command may spend on a schedule, and where the number comes from: half of
+    this machine's physical memory, or less when ``ulimit -v`` (RLIMIT_AS) leaves less
+    room than that above what the process has mapped already."""
+    from pipemare_lite.cli.commands.train import memory_limit_bytes
+
+    budget, source = memory_limit_bytes(), "half of this machine's memory"
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):  # no resource module (Windows)
+        return budget, source
+    if soft != resource.RLIM_INFINITY:
+        room = soft - _mapped_bytes()
+        if room < budget:
+            budget, source = max(room, 0), f"what ulimit -v ({soft / 2**30:,.2f} GiB) leaves"
+    return budget, source
+
+
+def _mapped_bytes() -> int:
+    """This process's virtual size (VmSize), what RLIMIT_AS counts; 0 where not known."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def check_memory(name: str, stages: int, microbatches: int, minibatches: int, chunks: int,
+                 rows_only: bool) -> None:
+    """Raise ValueError, with the estimate and the budget, when building and reporting the
+    schedule would need more memory than :func:`memory_budget` allows (checked before
+    anything is built; :data:`REPORT_BYTES_PER_ACTION` or, for ``rows_only`` output,
+    :data:`ROWS_BYTES_PER_ACTION` per action)."""
+    from pipemare_lite.schedules.validation import action_count, check_total_work
+
+    check_total_work(name, stages, microbatches, minibatches, chunks)  # the builder's cap first
+    total = action_count(name, stages, microbatches, minibatches, chunks)
+    per_action = ROWS_BYTES_PER_ACTION if rows_only else REPORT_BYTES_PER_ACTION
+    budget, source = memory_budget()
+    if total * per_action > budget:
+        raise ValueError(
+            f"{name} with P={stages}, M={microbatches}, K={minibatches}, v={chunks} is "
+            f"{total:,} actions: about {total * per_action / 2**30:,.2f} GiB for this command "
+            f"({per_action:,} bytes an action, measured), more than the "
+            f"{budget / 2**30:,.2f} GiB it may use ({source}): at most "
+            f"{budget // per_action:,} actions; use fewer stages, microbatches or minibatches"
+            + ("" if rows_only else f" (--csv needs {ROWS_BYTES_PER_ACTION} bytes an action)")
+        )
 
 
 def save_schedule(schedule: Schedule, path) -> None:
@@ -288,6 +366,28 @@ def parse_costs(text: str, comm: str = "0", costs_per: str = "chunk") -> OpCosts
         comm=latency,
         costs_per=costs_per,
     )
+
+
+def check_time_range(schedule: Schedule, costs: OpCosts, text: str, comm: str,
+                     one_more: bool) -> None:
+    """Raise ValueError naming ``--costs`` when the simulated times could overflow a float.
+
+    No time in the simulation exceeds the sum, over every action, of its cost plus one
+    latency; with ``one_more`` (the steady-state utilization simulates K+1 minibatches) that
+    of K+1 minibatches. When that bound is not a finite float the makespan might not be
+    either, and every metric after it would be nonsense.
+    """
+    actions = sum(len(row) for row in schedule.ranks)
+    if one_more:
+        actions += -(-actions // schedule.num_minibatches)
+    largest = max(costs.forward, costs.backward, costs.input_grad, costs.weight_grad)
+    bound = actions * (largest + costs.comm)
+    if not math.isfinite(bound):
+        raise ValueError(
+            f"--costs={text!r} --comm={comm!r}: the simulated times overflow: {actions:,} "
+            f"actions of up to {largest:g} (+ {costs.comm:g} latency) add up to more than the "
+            f"largest float ({sys.float_info.max:.3g}); allowed: costs whose sum over the run "
+            "stays below it (only their ratios change the utilization: scale them down)")
 
 
 def summary(schedule: Schedule, costs: OpCosts, measured: ScheduleMetrics,

@@ -15,6 +15,10 @@ Outputs: a summary (``--json``: one JSON object); ``--out FILE`` the whole histo
 ``--jsonl FILE`` one JSON line per step, flushed as it happens, for live plots
 (:func:`step_record`).
 
+Divergence: a non-finite loss, or (unless ``--no-blow-up``) a finite blow-up by
+:mod:`pipemare_lite.training.blow_up`'s rule, the loss above ``--blow-up-factor`` (1000) times
+its running minimum for ``--blow-up-window`` (5) steps in a row.
+
 Exit status: 0 when training ran (a run that diverged with ``--on-divergence stop``
 included: its summary says so), 2 for bad input, :data:`DIVERGED_EXIT_CODE` (3) when it
 diverged with ``--on-divergence raise`` (the message, not a traceback, goes to stderr).
@@ -27,6 +31,7 @@ import json
 import math
 import os
 import sys
+import warnings
 
 from pipemare_lite.cli import INPUT_ERRORS
 from pipemare_lite.files import json_ready
@@ -59,6 +64,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     """
     from pipemare_lite.methods import METHODS
     from pipemare_lite.schedules.actions import WEIGHT_MODES
+    from pipemare_lite.training.blow_up import DEFAULT_FACTOR, DEFAULT_WINDOW
     from pipemare_lite.training.config import DIVERGENCE_ACTIONS
     from pipemare_lite.training.executors import EXECUTORS
     from pipemare_lite.training.lr_schedules import LR_SCHEDULES
@@ -184,6 +190,15 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
              "(cpu,cuda:0,cuda:1), or auto (stage s on cuda:(s mod GPUs), else cpu); default: cpu")
     parser.add_argument("--on-divergence", choices=DIVERGENCE_ACTIONS, default="stop",
                         help=f"stop: report it and exit 0; raise: exit {DIVERGED_EXIT_CODE}")
+    parser.add_argument("--blow-up", action=argparse.BooleanOptionalAction, default=True,
+                        help="also count a finite blow-up as divergence: the loss above "
+                        "--blow-up-factor times its running minimum for --blow-up-window "
+                        "steps in a row (pipemare_lite.training.blow_up); --no-blow-up: "
+                        "only a non-finite loss (default: on)")
+    parser.add_argument("--blow-up-factor", type=float, default=DEFAULT_FACTOR,
+                        metavar="FACTOR", help="the blow-up rule's factor (> 1)")
+    parser.add_argument("--blow-up-window", type=int, default=DEFAULT_WINDOW, metavar="STEPS",
+                        help="the blow-up rule's window (steps in a row, >= 1)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar (default: in a terminal)")
     parser.add_argument("--threads", type=int, default=1,
@@ -291,6 +306,8 @@ _NUMERIC_OPTIONS = {
     "clip_grad_norm": (lambda v: v is None or 0 < v < math.inf, "a positive finite number"),
     "checkpoint_every": (lambda v: v is None or v >= 1, "a positive integer (steps)"),
     "op_timeout": (lambda v: v is None or 0 < v < math.inf, "a positive number of seconds"),
+    "blow_up_factor": (lambda v: v is None or 1 < v < math.inf, "a finite number > 1"),
+    "blow_up_window": (lambda v: v is None or v >= 1, "an integer >= 1 (steps)"),
 }
 
 
@@ -477,7 +494,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     stderr, still writes ``--out``, and returns :data:`DIVERGED_EXIT_CODE`.
     """
     from pipemare_lite.training.history import DivergenceError
-    from pipemare_lite.training.loop import fit
+    from pipemare_lite.training.loop import NoCheckpointWarning, fit
 
     load_plugins(getattr(args, "plugin", None) or ())  # before the method's name is looked up
     check_numeric_options(args)
@@ -523,43 +540,49 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
                              f"{exc.strerror or exc}") from exc
 
     threads = _set_threads(getattr(args, "threads", None))  # restored when the run ends
+    if args.resume and reporter and args.checkpoint and not os.path.exists(args.checkpoint):
+        print(f"{prog}: --resume: no checkpoint at {args.checkpoint}; training from step 0",
+              file=sys.stderr)
     try:
-        history = fit(
-            model,
-            data,
-            method=args.method,
-            num_stages=args.stages,
-            num_microbatches=args.microbatches,
-            batch_size=args.batch_size,
-            epochs=args.epochs,
-            lr=args.lr,
-            optimizer=args.optimizer,
-            momentum=args.momentum,
-            weight_decay=args.weight_decay,
-            lr_schedule=args.lr_schedule,
-            lr_warmup=args.lr_warmup,
-            lr_step_size=args.lr_step_size,
-            lr_gamma=args.lr_gamma,
-            clip_grad_norm=args.clip_grad_norm,
-            seed=args.seed,
-            t1=args.t1,
-            t1_anneal_updates=args.t1_anneal_updates,
-            t2=args.t2,
-            gamma=args.gamma,
-            warmup=args.warmup,
-            chunks=args.chunks,
-            progress=args.progress,
-            on_divergence=args.on_divergence,
-            on_step=write_step if stream is not None else None,
-            checkpoint_path=args.checkpoint,
-            checkpoint_every=args.checkpoint_every,
-            resume=args.resume,
-            executor=args.executor,
-            schedule=schedule,
-            devices=stage_devices(getattr(args, "devices", None), pieces, args.executor),
-            record=getattr(args, "record", "history"),
-            balance=model_balance(args.model, pieces),
-        )
+        with warnings.catch_warnings():  # (said above, once, by rank 0)
+            warnings.simplefilter("ignore", NoCheckpointWarning)
+            history = fit(
+                model,
+                data,
+                method=args.method,
+                num_stages=args.stages,
+                num_microbatches=args.microbatches,
+                batch_size=args.batch_size,
+                epochs=args.epochs,
+                lr=args.lr,
+                optimizer=args.optimizer,
+                momentum=args.momentum,
+                weight_decay=args.weight_decay,
+                lr_schedule=args.lr_schedule,
+                lr_warmup=args.lr_warmup,
+                lr_step_size=args.lr_step_size,
+                lr_gamma=args.lr_gamma,
+                clip_grad_norm=args.clip_grad_norm,
+                seed=args.seed,
+                t1=args.t1,
+                t1_anneal_updates=args.t1_anneal_updates,
+                t2=args.t2,
+                gamma=args.gamma,
+                warmup=args.warmup,
+                chunks=args.chunks,
+                progress=args.progress,
+                on_divergence=args.on_divergence,
+                blow_up=blow_up_rule(args),
+                on_step=write_step if stream is not None else None,
+                checkpoint_path=args.checkpoint,
+                checkpoint_every=args.checkpoint_every,
+                resume=args.resume,
+                executor=args.executor,
+                schedule=schedule,
+                devices=stage_devices(getattr(args, "devices", None), pieces, args.executor),
+                record=getattr(args, "record", "history"),
+                balance=model_balance(args.model, pieces),
+            )
     except DivergenceError as error:
         if reporter:
             if args.out is not None:
@@ -596,6 +619,19 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
     return 0
 
 
+def blow_up_rule(args: argparse.Namespace):
+    """The :class:`~pipemare_lite.training.blow_up.BlowUpRule` the options ask for (None:
+    ``--no-blow-up``, non-finite losses only)."""
+    from pipemare_lite.training.blow_up import DEFAULT_FACTOR, DEFAULT_WINDOW, BlowUpRule
+
+    if not getattr(args, "blow_up", True):
+        return None
+    factor = getattr(args, "blow_up_factor", None)
+    window = getattr(args, "blow_up_window", None)
+    return BlowUpRule(DEFAULT_FACTOR if factor is None else factor,
+                      DEFAULT_WINDOW if window is None else window)
+
+
 def _outside_any_job() -> bool:
     """True when neither torchrun nor :func:`~pipemare_lite.engine.distributed.launch.launch`
     started this process (no ``RANK`` in the environment, no job joined)."""
@@ -625,8 +661,25 @@ def _launch_ranks(args: argparse.Namespace, prog: str) -> int:
 
 
 def _train_rank(info, args: argparse.Namespace, prog: str) -> int:
-    """One rank of :func:`_launch_ranks`: the command itself, inside the launched job."""
-    return run_from_args(args, prog=prog)
+    """One rank of :func:`_launch_ranks`: the command itself, inside the launched job.
+
+    A refused checkpoint (:class:`~pipemare_lite.training.checkpoint.CheckpointError`: other
+    settings, another format, another model) is refused alike by every rank, which reads
+    the same file: rank 0 says it in one line and every rank exits 2, as bad input does.
+    """
+    from pipemare_lite.training.checkpoint import CheckpointError
+
+    try:
+        return run_from_args(args, prog=prog)
+    except CheckpointError as exc:
+        return _refused_checkpoint(exc, info.rank, prog)
+
+
+def _refused_checkpoint(exc: Exception, rank: int, prog: str) -> int:
+    """Rank 0 prints the refusal in one line; every rank returns 2."""
+    if rank == 0:
+        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+    return 2
 
 
 def _set_threads(threads: int | None) -> int | None:
@@ -671,9 +724,12 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
     traceback). See :mod:`pipemare_lite.engine.distributed.torchrun`."""
     from pipemare_lite.engine.distributed.faults import PipelineFault
     from pipemare_lite.files import WriteError
+    from pipemare_lite.training.checkpoint import CheckpointError
 
     try:
         return run_from_args(args, prog=prog)
+    except CheckpointError as exc:  # every rank refuses the same file: one line, rank 0
+        return _refused_checkpoint(exc, int(os.environ.get("RANK", "0")), prog)
     except WriteError as exc:  # a disk that filled up mid-run: one line, no traceback
         from pipemare_lite.engine.distributed.rank import current
 
@@ -700,6 +756,12 @@ def _run_reporting_faults(args: argparse.Namespace, prog: str) -> int:
         info.board.fail(exc)
         print(f"{prog}: rank {info.rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except MemoryError:
+        pass  # reported below, once the frames holding the memory are gone
+    from pipemare_lite.cli import out_of_memory_line
+
+    print(out_of_memory_line(prog), file=sys.stderr)
+    return 2
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

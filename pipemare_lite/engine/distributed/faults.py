@@ -45,8 +45,8 @@ stranger can still *read* positions, and can still disturb the job as torch's ow
 allow, but cannot make the ranks stop with a text of theirs as the cause. :func:`launch`
 makes a fresh secret per job and hands it to its ranks with their arguments; under
 torchrun it is ``PIPEMARE_JOB_TOKEN`` (the same on every machine), or, when every rank is
-on one machine, a random key the first rank writes to an owner-only file
-(:func:`torchrun_secret`).
+on one machine, a random key the first rank writes to an owner-only file in a folder only
+this user can write (:func:`torchrun_secret`, :func:`private_key_folder`).
 """
 
 from __future__ import annotations
@@ -221,27 +221,82 @@ def signed(store, secret: bytes | None):
     return store if store is None or secret is None else SignedStore(store, secret)
 
 
-def _torchrun_secret_path():
-    import hashlib
-    import tempfile
+#: Where the job key's folder is made when ``XDG_RUNTIME_DIR`` is not set (under home).
+KEY_FOLDER_UNDER_HOME = (".cache", "pipemare-lite", "jobs")
+
+
+def private_key_folder():
+    """A folder only this user can write, for job keys, made with mode 0700 if needed.
+
+    ``$XDG_RUNTIME_DIR/pipemare-lite`` (systemd's per-user runtime folder, itself 0700), else
+    ``~/.cache/pipemare-lite/jobs``. Accepted only when the folder is a real folder (not a
+    link) owned by this user with no access for group or others, and every folder above it
+    is owned by this user or root and writable by nobody else (or sticky, as /tmp is):
+    then no other user can create,
+    replace or read a file in it, so a key file's predictable name gives a stranger nothing
+    (in the shared temporary folder a local user could create the file first and stop the
+    job: issue 47, F4). Raises ValueError (the command's one line, exit status 2) naming
+    each place tried and why, and saying to set ``PIPEMARE_JOB_TOKEN`` instead.
+    """
+    import stat
     from pathlib import Path
 
+    places = []
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        places.append(Path(os.environ["XDG_RUNTIME_DIR"]) / "pipemare-lite")
+    places.append(Path.home().joinpath(*KEY_FOLDER_UNDER_HOME))
+    uid, problems = os.getuid(), []
+    for folder in places:
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            mine = folder.lstat()
+            # an ancestor others may write (without the sticky bit) lets them move ours away
+            loose = [(a, a.stat()) for a in folder.resolve().parents]
+        except OSError as exc:
+            problems.append(f"{folder}: {exc.strerror or exc}")
+            continue
+        loose = [(a, st) for a, st in loose if st.st_uid not in (uid, 0) or (
+            st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX)]
+        if not stat.S_ISDIR(mine.st_mode):
+            problems.append(f"{folder} is not a folder (a link or a file)")
+        elif mine.st_uid != uid or mine.st_mode & 0o077:
+            problems.append(f"{folder} is owned by uid {mine.st_uid} with mode "
+                            f"{oct(mine.st_mode & 0o777)} (needed: uid {uid}, 0700)")
+        elif loose:
+            where, st = loose[0]
+            problems.append(f"{where} is writable by others (uid {st.st_uid}, mode "
+                            f"{oct(st.st_mode & 0o7777)})")
+        else:
+            return folder
+    raise ValueError(
+        f"no private folder for the job key ({'; '.join(problems)}); set {TOKEN_ENV} to the "
+        "same secret in every rank's environment (e.g. export "
+        f"{TOKEN_ENV}=$(python -c 'import secrets; print(secrets.token_hex(32))'))")
+
+
+def _torchrun_secret_path():
+    """The job key's file: in :func:`private_key_folder`, named after torchrun's agent (this
+    process's parent) and the run id, which every rank of the job shares."""
+    import hashlib
+
     run = hashlib.sha256(os.environ.get("TORCHELASTIC_RUN_ID", "").encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"pipemare-job-{os.getppid()}-{run}.key"
+    return private_key_folder() / f"pipemare-job-{os.getppid()}-{run}.key"
 
 
 def forget_torchrun_secret() -> None:
     """Remove the key file of :func:`torchrun_secret` (once every rank has read it)."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, ValueError):  # (no private folder: no file)
         _torchrun_secret_path().unlink()
 
 
 def torchrun_secret(wait: float = 30.0) -> bytes | None:
     """The job's secret under torchrun: ``PIPEMARE_JOB_TOKEN`` when set; else, when every
     rank runs on this machine (``LOCAL_WORLD_SIZE == WORLD_SIZE``), a random key in an
-    owner-only file named after torchrun's agent (this process's parent) and run id, which
-    the first rank to get there writes and the others read; else None (several machines
-    and no token: the side channel stays unsigned, and rank 0 says so)."""
+    owner-only file in this user's private folder (:func:`private_key_folder`; none:
+    ValueError asking for the token), named after torchrun's agent (this process's
+    parent) and run id, which the first rank to get there writes and the others read; else
+    None (several machines and no token: the side channel stays unsigned, and rank 0 says
+    so)."""
     import secrets
 
     token = os.environ.get(TOKEN_ENV)
