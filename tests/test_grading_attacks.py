@@ -52,7 +52,8 @@ PACKAGE = Path(pipemare_lite.__file__).resolve().parent
 SITE_PACKAGES = next(Path(p) for p in sys.path if p.endswith("site-packages"))
 
 HONEST_01 = (
-    "def naive_utilization(P):\n    return 1 / P\n",
+    "def naive_utilization(stage_costs):\n"
+    "    return [cost / sum(stage_costs) for cost in stage_costs]\n",
     "def naive_order(P):\n    return [[f'{s}F0', f'{s}B0'] for s in range(P)]\n",
 )
 HONEST_02_2 = (

@@ -147,7 +147,7 @@ def test_attack_2_an_assignment_in_the_exercise_cell_cannot_patch_the_registry(t
     report = grade_submission(folder, ["ex01_2"])
     (grade,) = report.grades
     assert grade.status == "failed" and grade.points == 0, grade.message
-    assert "naive_utilization(P=" in grade.message and "returned 0" in grade.message
+    assert "naive_utilization(stage_costs=" in grade.message and "returned 0" in grade.message
     assert any("not available while grading" in w for w in report.warnings), report.warnings
 
 
