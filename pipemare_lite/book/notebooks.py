@@ -26,6 +26,7 @@ from pathlib import Path
 
 import nbformat
 
+from pipemare_lite.book.solutions import collapse_solutions
 from pipemare_lite.files import atomic_write_text
 
 #: Cells with this tag keep their outputs; ``pytest --nbval-lax`` compares only them.
@@ -348,8 +349,10 @@ def clean_notebook(nb):
     and per-cell execution timings go; checked cells lose live-only outputs (widget views)
     and get a fixed execution count, their position among the code cells: nbval refuses to
     compare a cell without one ("Unrun reference cell has outputs"), and a fixed number keeps
-    re-runs out of the diff. The kernelspec becomes ``python3``.
+    re-runs out of the diff. The kernelspec becomes ``python3``. Solution cells are marked
+    to open collapsed in Jupyter (:func:`~pipemare_lite.book.solutions.collapse_solutions`).
     """
+    collapse_solutions(nb)
     nb.metadata.pop("widgets", None)
     nb.metadata["kernelspec"] = {
         "display_name": "Python 3 (ipykernel)",
