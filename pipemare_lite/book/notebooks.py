@@ -225,6 +225,16 @@ class ChapterTable:
             line += f" on a machine with {meta['cpu_count']} CPU cores"
         if meta.get("date"):
             line += f" ({str(meta['date'])[:10]})"
+        # what chapter 00 promises beside the times: the versions and how busy the machine was
+        versions = [f"{name} {meta[key]}" for name, key in
+                    (("pipemare-lite", "package_version"), ("torch", "torch_version"),
+                     ("Python", "python_version")) if meta.get(key)]
+        if versions:
+            line += f", with {', '.join(versions)}"
+        load = meta.get("load_average_1_5_15_min")
+        if isinstance(load, (list, tuple)) and len(load) == 3:
+            line += (f"; load average then {load[0]:g} / {load[1]:g} / {load[2]:g} "
+                     "(1 / 5 / 15 min; a busier machine takes longer)")
         return line + "."
 
     def _repr_markdown_(self) -> str:
