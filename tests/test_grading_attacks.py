@@ -296,13 +296,13 @@ def test_a_daemon_dies_with_its_worker_and_grades_csv_is_final(tmp_path):
         class_dir / "mallory" / "01_naive.ipynb",
         f"""
         import os, subprocess, sys
-        def naive_utilization(P):
-            if P == 4:
+        def naive_utilization(stage_costs):
+            if len(stage_costs) == 4:
                 code = ("import time, pathlib; time.sleep(4); "
                         "pathlib.Path({str(out / 'grades.csv')!r}).write_text('mallory,9,9,99,2')")
                 subprocess.Popen([sys.executable, "-c", code, {token!r}], start_new_session=True,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            return 1 / P
+            return [c / sum(stage_costs) for c in stage_costs]
         """,
     )
     _honest(class_dir / "zed")

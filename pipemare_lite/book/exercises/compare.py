@@ -100,7 +100,7 @@ def compare_float_list(answer, expected) -> str | None:
     """One number per rank, each equal to ``expected``'s up to the float tolerance."""
     answer = _as_list(answer)
     if not isinstance(answer, (list, tuple)):
-        return f"returned {_short(answer)}; expected a list with one number per rank"
+        return f"returned {_short(answer)}, not a list: expected one number per rank"
     if len(answer) != len(expected):
         return f"returned {len(answer)} numbers; expected one per rank ({len(expected)})"
     for rank, (value, right) in enumerate(zip(answer, expected)):
