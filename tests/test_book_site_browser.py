@@ -201,3 +201,28 @@ def test_sidebar_parts_previous_next_and_download_link(site):
             source_link.click()
         assert page.url.split("#")[1].startswith("L-")
         assert page.locator(f"#{page.url.split('#')[1]}").count() == 1
+
+
+def test_solutions_are_folded_after_their_check_and_open_with_a_click(site):
+    """Issue 45: a solution one deliberate step away. On chapter 02's page every exercise's
+    solution is a closed ``<details>`` saying "try it first", right after the check's
+    verdict; its code is not shown until the bar is clicked."""
+    from pipemare_lite.book.solutions import PROMPT_SHOW
+
+    with chromium() as context:
+        page = context.new_page()
+        page.goto((SITE / "chapters" / "02_gpipe_and_the_bubble.html").as_uri())
+        folds = page.locator("details.hide")
+        assert folds.count() == 3  # exercises 2.1-2.3
+        for k in range(folds.count()):
+            fold = folds.nth(k)
+            assert fold.get_attribute("open") is None
+            assert PROMPT_SHOW in fold.locator("summary").inner_text()
+            # the cell just before it is the check, with its verdict
+            before = fold.evaluate(
+                "d => d.closest('.cell').previousElementSibling.innerText")
+            assert "check(" in before and "ex02_" in before, before
+        code = folds.nth(2).locator(".cell_input")
+        assert not code.is_visible()
+        folds.nth(2).locator("summary").click()
+        assert code.is_visible() and "smallest_m_below" in code.inner_text()

@@ -186,7 +186,7 @@ def test_cases_are_deterministic_and_include_edge_cases():
         if exercise.kind == "function":
             first, second = exercise.cases(), exercise.cases()
             assert first == second and len(first) >= 4, exercise.id
-    assert {"P": 1} in EXERCISES["ex01_2"].cases()
+    assert {"stage_costs": [1.0]} in EXERCISES["ex01_2"].cases()  # one stage: always busy
     assert {"P": 4, "M": 2} in EXERCISES["ex03_1"].cases()  # M < P: clamped warm-up
 
 

@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDENT_NOTEBOOKS = {
     "01_naive.ipynb": [
         """
-def naive_utilization(P):                      # right
-    return 1 / P
+def naive_utilization(stage_costs):            # right
+    return [cost / sum(stage_costs) for cost in stage_costs]
 """,
         """
 def naive_order(P):                            # wrong: backward before forward

@@ -52,7 +52,8 @@ PACKAGE = Path(pipemare_lite.__file__).resolve().parent
 SITE_PACKAGES = next(Path(p) for p in sys.path if p.endswith("site-packages"))
 
 HONEST_01 = (
-    "def naive_utilization(P):\n    return 1 / P\n",
+    "def naive_utilization(stage_costs):\n"
+    "    return [cost / sum(stage_costs) for cost in stage_costs]\n",
     "def naive_order(P):\n    return [[f'{s}F0', f'{s}B0'] for s in range(P)]\n",
 )
 HONEST_02_2 = (
@@ -295,13 +296,13 @@ def test_a_daemon_dies_with_its_worker_and_grades_csv_is_final(tmp_path):
         class_dir / "mallory" / "01_naive.ipynb",
         f"""
         import os, subprocess, sys
-        def naive_utilization(P):
-            if P == 4:
+        def naive_utilization(stage_costs):
+            if len(stage_costs) == 4:
                 code = ("import time, pathlib; time.sleep(4); "
                         "pathlib.Path({str(out / 'grades.csv')!r}).write_text('mallory,9,9,99,2')")
                 subprocess.Popen([sys.executable, "-c", code, {token!r}], start_new_session=True,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            return 1 / P
+            return [c / sum(stage_costs) for c in stage_costs]
         """,
     )
     _honest(class_dir / "zed")

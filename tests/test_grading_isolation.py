@@ -147,7 +147,7 @@ def test_attack_2_an_assignment_in_the_exercise_cell_cannot_patch_the_registry(t
     report = grade_submission(folder, ["ex01_2"])
     (grade,) = report.grades
     assert grade.status == "failed" and grade.points == 0, grade.message
-    assert "naive_utilization(P=" in grade.message and "returned 0" in grade.message
+    assert "naive_utilization(stage_costs=" in grade.message and "returned 0" in grade.message
     assert any("not available while grading" in w for w in report.warnings), report.warnings
 
 
@@ -191,7 +191,7 @@ def test_worker_cannot_import_the_definitions(tmp_path):
         """,
     )
     (grade,) = grade_submission(folder, ["ex01_2"]).grades
-    assert "returned [] (list)" in grade.message, grade.message  # none could be imported
+    assert "returned 0 numbers" in grade.message, grade.message  # none could be imported
 
 
 def test_endless_loop_crash_and_memory_hog_cost_one_exercise_each(tmp_path):
@@ -233,11 +233,14 @@ def test_case_counts_are_honest_and_every_case_runs(tmp_path):
     folder = tmp_path / "half"
     folder.mkdir()
     _write_notebook(
-        folder / "01_naive.ipynb", "def naive_utilization(P):\n    return 1 / P if P < 4 else 0.5\n"
+        folder / "01_naive.ipynb",
+        "def naive_utilization(stage_costs):\n    n = len(stage_costs)\n"
+        "    return [c / sum(stage_costs) for c in stage_costs] if n < 4 else [0.5] * n\n",
     )
     (grade,) = grade_submission(folder, ["ex01_2"]).grades
     # the grader's cases: check()'s fixed ones and random ones drawn from its secret
-    cases = [c["P"] for c in graded_cases(get_exercise("ex01_2"), instructor_secret())]
+    cases = [len(c["stage_costs"])
+             for c in graded_cases(get_exercise("ex01_2"), instructor_secret())]
     right = sum(1 for P in cases if P < 4)
     assert (grade.cases_passed, grade.cases_total) == (right, len(cases))
     assert f"{right} of {len(cases)} cases passed" in grade.message
@@ -249,12 +252,14 @@ def _two_submissions(tmp_path: Path) -> Path:
     alice.mkdir(parents=True)
     _write_notebook(
         alice / "01_naive.ipynb",
-        "def naive_utilization(P):\n    return 1 / P\n",
+        "def naive_utilization(stage_costs):\n"
+        "    return [c / sum(stage_costs) for c in stage_costs]\n",
         "def naive_order(P):\n    return [[f'{s}F0', f'{s}B0'] for s in range(P)]\n",
     )
     bob = class_dir / "bob"
     bob.mkdir()
-    _write_notebook(bob / "01_naive.ipynb", "def naive_utilization(P):\n    return 1 / (P + 1)\n")
+    _write_notebook(bob / "01_naive.ipynb", "def naive_utilization(stage_costs):\n"
+                    "    return [1 / (len(stage_costs) + 1)] * len(stage_costs)\n")
     return class_dir
 
 
@@ -274,7 +279,7 @@ def test_class_csv_and_reports_have_points_per_exercise(tmp_path):
         ("bob", "ex01_1", "missing"), ("bob", "ex01_2", "failed"),
     }
     bob_report = written["bob"].read_text()
-    assert "0 / 2 points" in bob_report and "naive_utilization(P=" in bob_report
+    assert "0 / 2 points" in bob_report and "naive_utilization(stage_costs=" in bob_report
 
 
 def test_cli_grades_a_folder_of_two_submissions(tmp_path, capsys):
@@ -310,7 +315,8 @@ def test_an_exercise_whose_cases_cannot_travel_is_reported_not_fatal(tmp_path, m
     folder = tmp_path / "s"
     folder.mkdir()
     _write_notebook(folder / "01_naive.ipynb",
-                    "def naive_utilization(P):\n    return 1 / P\n",
+                    "def naive_utilization(stage_costs):\n"
+        "    return [c / sum(stage_costs) for c in stage_costs]\n",
                     "def naive_order(P):\n    return [[f'{s}F0', f'{s}B0'] for s in range(P)]\n")
     report = grade_submission(folder, ["ex01_1", "ex01_2"])
     grades = {g.exercise_id: g for g in report.grades}
@@ -334,9 +340,11 @@ def test_grading_rejects_answers_that_only_wrap_the_engine(tmp_path):
     _write_notebook(
         folder / "01_naive.ipynb",
         "from pipemare_lite.schedules import build_schedule\n"
-        "from pipemare_lite.analysis.simulate import simulate_and_measure",
-        "def naive_utilization(P):\n"
-        "    return simulate_and_measure(build_schedule('naive', P, 1))[1].utilization\n",
+        "from pipemare_lite.analysis.simulate import OpCosts, simulate_and_measure",
+        "def naive_utilization(stage_costs):\n"
+        "    costs = OpCosts(stage_multipliers=tuple(stage_costs))\n"
+        "    schedule = build_schedule('naive', len(stage_costs), 1)\n"
+        "    return list(simulate_and_measure(schedule, costs)[1].utilization_per_rank)\n",
     )
     report = grade_submission(folder, ["ex01_2", "ex02_1", "ex02_2"])
     for grade in report.grades:

@@ -211,6 +211,12 @@ def test_chapter_02_runs_and_its_explorer_redraws(server):
         ]
         assert not errors, errors
         assert all(c.execution_count for c in code), [c.execution_count for c in code]
+        # the solutions opened collapsed, and the front end kept them so when it saved
+        # (issue 45: jupyter.source_hidden is the key JupyterLab and Notebook 7 honour)
+        from pipemare_lite.book.solutions import is_collapsed, is_solution_cell
+
+        solutions = [c for c in code if is_solution_cell(c)]
+        assert len(solutions) == 3 and all(is_collapsed(c) for c in solutions)
 
         # every figure is drawn (by the front end's plotly renderer), there are several
         figures = page.locator(".jp-RenderedPlotly")

@@ -93,6 +93,20 @@ def idle_fraction_interleaved(P: int, M: int, v: int) -> float:
     return (P - 1) / (v * M + P - 1)
 
 
+def peak_inflight_interleaved(P: int, M: int, v: int, s: int) -> int:
+    """Interleaved 1F1B (chapter 04): the most (chunk, microbatch) pairs rank ``s`` holds.
+
+    With v >= 2 rank s warms up with 2(P-1-s) + (v-1)P chunk forwards (Megatron-LM's rule)
+    and runs one more before its first backward, so it peaks at that plus one, never more
+    than its v*M chunk forwards; each pair is 1/v of a full stage's activations. v = 1 is
+    plain 1F1B (:func:`peak_inflight_1f1b`). M a multiple of P, as the builder requires.
+    """
+    _check(P=P, M=M, v=v, s=s)
+    if v == 1:
+        return peak_inflight_1f1b(P, M, s)
+    return min(2 * (P - 1 - s) + (v - 1) * P + 1, v * M)
+
+
 def makespan_zb_h1(P: int, M: int, forward=1.0, input_grad=1.0, weight_grad=1.0):
     """ZB-H1 as built by :func:`pipemare_lite.schedules.zb_h1` (chapter 04), for M >= P:
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import nbformat
 
+from pipemare_lite.book.solutions import collapse_solutions
 from pipemare_lite.files import atomic_write_text
 
 #: Cells with this tag keep their outputs; ``pytest --nbval-lax`` compares only them.
@@ -224,6 +225,16 @@ class ChapterTable:
             line += f" on a machine with {meta['cpu_count']} CPU cores"
         if meta.get("date"):
             line += f" ({str(meta['date'])[:10]})"
+        # what chapter 00 promises beside the times: the versions and how busy the machine was
+        versions = [f"{name} {meta[key]}" for name, key in
+                    (("pipemare-lite", "package_version"), ("torch", "torch_version"),
+                     ("Python", "python_version")) if meta.get(key)]
+        if versions:
+            line += f", with {', '.join(versions)}"
+        load = meta.get("load_average_1_5_15_min")
+        if isinstance(load, (list, tuple)) and len(load) == 3:
+            line += (f"; load average then {load[0]:g} / {load[1]:g} / {load[2]:g} "
+                     "(1 / 5 / 15 min; a busier machine takes longer)")
         return line + "."
 
     def _repr_markdown_(self) -> str:
@@ -348,8 +359,10 @@ def clean_notebook(nb):
     and per-cell execution timings go; checked cells lose live-only outputs (widget views)
     and get a fixed execution count, their position among the code cells: nbval refuses to
     compare a cell without one ("Unrun reference cell has outputs"), and a fixed number keeps
-    re-runs out of the diff. The kernelspec becomes ``python3``.
+    re-runs out of the diff. The kernelspec becomes ``python3``. Solution cells are marked
+    to open collapsed in Jupyter (:func:`~pipemare_lite.book.solutions.collapse_solutions`).
     """
+    collapse_solutions(nb)
     nb.metadata.pop("widgets", None)
     nb.metadata["kernelspec"] = {
         "display_name": "Python 3 (ipykernel)",

@@ -24,7 +24,7 @@ def test_ex01_1_naive_order(grade):
 
 @pytest.mark.ex01_2
 def test_ex01_2_naive_utilization(grade):
-    """Exercise 1.2: naive_utilization(P) -> float."""
+    """Exercise 1.2: naive_utilization(stage_costs) -> list[float]."""
     grade("ex01_2")
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import nbformat
 
 from pipemare_lite.book.exercises.registry import find_by_name
+from pipemare_lite.book.solutions import expand_solution
 
 BEGIN_MARKER = "### BEGIN SOLUTION"
 END_MARKER = "### END SOLUTION"
@@ -190,6 +191,7 @@ def student_notebook(notebook, name: str = "notebook") -> nbformat.NotebookNode:
                 if _parses(cell.source) and not _parses(stubbed):
                     raise SolutionMarkupError(f"{where}: the stubbed cell is not valid Python")
                 cell.source = stubbed
+                expand_solution(cell)  # the chapters open solutions collapsed; a stub is seen
             cell.outputs = []
             cell.execution_count = None
             cell.metadata.pop("execution", None)

@@ -2,7 +2,7 @@
 
 - ``ex00_1`` ``gpipe_action_count(P, M) -> int``: how many forward and backward actions a
   GPipe schedule with P stages and M microbatches runs, over all ranks (the check counts
-  them in the engine's ``"gpipe"`` schedule; updates are not counted).
+  them in the engine's ``"gpipe"`` schedule, leaving its updates out).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ EXERCISES = [
         signature="gpipe_action_count(P, M) -> int",
         hint=(
             "Take one rank and one microbatch: which actions does that microbatch cause on "
-            "that rank? Then count over all ranks and all microbatches (updates not counted).",
+            "that rank? Then count over all ranks and all microbatches, leaving the updates U out.",
             "The whole method: for one rank and one microbatch, list the actions of the kinds F "
             "and B that rank runs for it (each kind once, since every rank holds one stage and "
             "every microbatch passes every stage going down and coming back). Multiply that count "
@@ -44,7 +44,9 @@ EXERCISES = [
         mistakes=(
             Mistake("you counted one kind of action only: forwards or backwards",
                     lambda P, M: P * M),
-            Mistake("the updates (U, one per rank) are not counted", lambda P, M: 2 * P * M + P),
+            Mistake("you counted the updates too (U, one per rank); this exercise leaves them "
+                    "out and counts only the forwards and backwards",
+                    lambda P, M: 2 * P * M + P),
         ),
         engine_answers=(
             "pipemare_lite.schedules.builders.gpipe.gpipe",

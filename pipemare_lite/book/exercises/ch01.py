@@ -3,8 +3,12 @@
 - ``ex01_1`` ``naive_order(P) -> list[list[str]]``: the F/B actions of each rank for one
   microbatch, e.g. rank 0: ``["0F0", "0B0"]`` (the engine's ``"naive"`` schedule without
   its ``U`` actions).
-- ``ex01_2`` ``naive_utilization(P) -> float``: the fraction of time a device computes when
-  one batch passes through P equal stages (the engine's simulator measures it).
+- ``ex01_2`` ``naive_utilization(stage_costs) -> list[float]``: per rank, the fraction of
+  the time it computes when one batch passes through stages of unequal cost (stage r's
+  forward and backward cost ``stage_costs[r]`` times a unit stage's), as the engine's
+  simulator measures it. Chapter 00 already says that equal stages give 1/P each, so the
+  exercise asks for the step beyond it: each rank's share of one chain of work (equal
+  stages are one case among several, never the first).
 - ``ex01_3`` ``naive_start_times(P, F, B) -> list[list[float]]``: per rank, when its forward
   and its backward start in the naive schedule with one microbatch, a forward costing F and
   a backward B (the simulator's timeline): predict the timeline before seeing it.
@@ -15,13 +19,27 @@ from __future__ import annotations
 import random
 
 from pipemare_lite.book.exercises import references
-from pipemare_lite.book.exercises.compare import compare_float, compare_float_rows, compare_rows
+from pipemare_lite.book.exercises.compare import (
+    compare_float_list,
+    compare_float_rows,
+    compare_rows,
+)
 from pipemare_lite.book.exercises.exercise import Exercise, Mistake
 
 
 def _stage_counts(seed: int, fixed: list[int]) -> list[dict]:
     rng = random.Random(seed)
     return [{"P": P} for P in fixed] + [{"P": rng.randint(2, 16)} for _ in range(2)]
+
+
+def _stage_cost_cases(seed: int) -> list[dict]:
+    # unequal first (1/P each is chapter 00's answer for equal stages), then one stage, two,
+    # equal stages, halves; then lists drawn from ``seed``
+    fixed = [[1.0, 2.0, 1.0, 1.0], [1.0], [3.0, 1.0], [1.0, 1.0, 1.0], [0.5, 1.0, 1.5, 2.0, 1.0]]
+    rng = random.Random(seed)
+    drawn = [[rng.choice([0.5, 1.0, 1.5, 2.0, 3.0]) for _ in range(rng.randint(2, 8))]
+             for _ in range(3)]
+    return [{"stage_costs": costs} for costs in fixed + drawn]
 
 
 def _timing_cases(seed: int) -> list[dict]:
@@ -73,27 +91,36 @@ EXERCISES = [
     Exercise(
         id="ex01_2",
         chapter=1,
-        title="Utilization of naive model parallelism",
+        title="Utilization of naive model parallelism with unequal stages",
         function_name="naive_utilization",
-        signature="naive_utilization(P) -> float",
+        signature="naive_utilization(stage_costs) -> list[float]",
         hint=(
-            "With one batch in flight only one device computes at any moment; "
-            "what share of the whole run is each device's own work?",
-            "The whole method: with a single batch the P stages work strictly one after another, "
+            "With one batch in flight only one device computes at any moment. How long is the "
+            "whole run, and how much of it is rank r's own work?",
+            "The whole method: with a single batch the stages work strictly one after another, "
             "forward down the pipeline and backward back up, so the run lasts as long as all "
-            "devices' work put end to end. A device is busy for its own share of that, one "
-            "stage's forward and backward out of P such shares, so its utilization is its work "
-            "divided by the whole run, the same on every device.",
+            "ranks' work put end to end: the sum over every stage of its forward and backward. "
+            "Rank r is busy for its own stage's forward and backward only, so its utilization "
+            "is its stage's cost divided by the sum of all stages' costs (the unit forward and "
+            "backward costs cancel). One number per rank, rank 0 first.",
         ),
-        cases=lambda: _stage_counts(101, [4, 2, 1, 3, 8]),
-        reference=lambda P: references.simulated_metrics("naive", P, 1).utilization,
-        compare=compare_float,
+        cases=lambda: _stage_cost_cases(101),
+        reference=references.naive_utilization_per_rank,
+        compare=compare_float_list,
         mistakes=(
-            Mistake("this is the idle share; the exercise asks for the share of time a "
-                    "device computes", lambda P: (P - 1) / P),
+            Mistake("every rank gets the same share here; that holds for equal stages only: "
+                    "a slower stage keeps its rank busy longer",
+                    lambda stage_costs: [1 / len(stage_costs)] * len(stage_costs)),
+            Mistake("this is each rank's idle share; the exercise asks for the share of time "
+                    "a rank computes",
+                    lambda stage_costs: [1 - c / sum(stage_costs) for c in stage_costs]),
+            Mistake("you divided by the slowest stage's cost; the run lasts as long as all "
+                    "stages' work put end to end",
+                    lambda stage_costs: [c / max(stage_costs) for c in stage_costs]),
         ),
         engine_answers=(
             "pipemare_lite.analysis.simulate.simulate",
+            "pipemare_lite.analysis.simulate.simulate_step_by_step",
             "pipemare_lite.analysis.simulate.metrics",
             "pipemare_lite.analysis.formulas.idle_fraction_naive",
         ),

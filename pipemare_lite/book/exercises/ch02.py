@@ -9,7 +9,12 @@
   arithmetic). Until issue 18 this was a constant (M for P = 8 and 10%), compared by hash;
   one small integer falls to a brute force over hashes, or to bisection with ``check``'s
   "not below 10%" remarks, so it became a function checked on many (P, target) pairs, some
-  of them exactly on the boundary where floats round either way.
+  of them exactly on the boundary. There a plain float loop, ``(P-1)/(M+P-1) < target``, is
+  right: one correctly rounded division and the target's literal round to the same double
+  whenever the fraction equals the decimal (and at these sizes they never meet otherwise).
+  What floats get wrong is arithmetic that rounds twice: the closed form
+  ``M > (P-1)(1-t)/t`` or one minus the utilization land on the wrong side of the first case
+  (P = 8, 10 %: 63 instead of 64), and the check names that mistake.
 """
 
 from __future__ import annotations
@@ -62,6 +67,13 @@ def _smallest_m(P: int, target: float, below) -> int:
 def _at_most(P: int, target: float) -> int:
     """A known mistake: the smallest M with an idle fraction <= target (not strictly below)."""
     return _smallest_m(P, target, lambda idle, t: idle <= t)
+
+
+def _solved_in_floats(P: int, target: float) -> int:
+    """A known mistake: M > (P-1)(1-t)/t solved in floats (two roundings, then a floor)."""
+    import math
+
+    return max(1, math.floor((P - 1) * (1 - target) / target) + 1)
 
 
 def _bubble_ratio_below(P: int, target: float) -> int:
@@ -157,13 +169,15 @@ EXERCISES = [
         hint=(
             "The idle fraction falls as M grows: search M = 1, 2, ... with your idle_fraction, "
             "or solve the inequality for M. Test the boundary case where the idle fraction "
-            "equals the target: is it below? And does 1 - 0.9 == 0.1 in floats?",
+            "equals the target: is it below? And if you solve for M in floats, does "
+            "1 - 0.9 == 0.1?",
             "The whole method: compute the idle fraction for M = 1, 2, 3, ... (or solve idle(P, "
             "M) < target for M and round up) and return the first M where it is strictly below "
-            "the target. Compare exactly: the target 0.1 is a decimal, so turn both sides into "
-            "fractions (fractions.Fraction(str(target))) or clear the denominators in integers, "
-            "because the float 1 - 0.9 is not 0.1 and a case sits exactly on the boundary, where "
-            "equal is not below.",
+            "the target; a case sits exactly on the boundary, where equal is not below. The "
+            "direct comparison (P - 1) / (M + P - 1) < target is safe in floats (one rounding "
+            "on each side); anything that rounds twice, such as the solved form (P - 1)(1 - "
+            "target) / target or 1 minus the utilization, is not: the float 1 - 0.9 is not "
+            "0.1. Then compare exactly, with fractions.Fraction(str(target)) or in integers.",
         ),
         cases=lambda: _threshold_cases(203),
         reference=lambda P, target: _smallest_m(P, target, lambda idle, t: idle < t),
@@ -172,8 +186,14 @@ EXERCISES = [
         mistakes=(
             Mistake(
                 "your M gives an idle fraction exactly equal to the target on some case; "
-                "'below' means strictly less (and compare exactly: 0.1 is not exact in floats)",
+                "'below' means strictly less",
                 _at_most,
+            ),
+            Mistake(
+                "your M is one too small on a case exactly on the boundary: a float formula "
+                "that rounds twice (the solved inequality, or 1 minus the utilization; the "
+                "float 1 - 0.9 is not 0.1) landed just past it; compare exactly",
+                _solved_in_floats,
             ),
             Mistake(
                 "this solves (P-1)/M < target, the bubble ratio (idle / busy); the exercise "

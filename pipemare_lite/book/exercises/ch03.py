@@ -65,7 +65,11 @@ EXERCISES = [
                     "as the warm-up is over", _gpipe_rows),
             Mistake("your warm-up has one forward too many on every rank",
                     lambda P, M: _one_f_one_b_rows(P, M, lambda P_, M_, r: P_ - r)),
-            Mistake("your warm-up has one forward too few on every rank",
+            # the same rows come from a right warm-up followed by a steady state that runs
+            # the backward before the forward, so the message names both ways to get there
+            Mistake("your first backward comes one forward too early on every rank: either the "
+                    "warm-up is one forward short, or the steady state runs the backward before "
+                    "the next forward (each pair is the forward first, then the oldest backward)",
                     lambda P, M: _one_f_one_b_rows(P, M, lambda P_, M_, r: P_ - 2 - r)),
         ),
         engine_answers=(

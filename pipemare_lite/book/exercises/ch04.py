@@ -10,7 +10,8 @@
 - ``ex04_3`` ``count_p2p_messages(schedule) -> int``: the messages between ranks that any
   schedule of the engine implies (a forward whose input comes from another rank, a backward
   whose output-gradient does), checked against :func:`pipemare_lite.analysis.simulate.p2p_messages`
-  on schedules of every family.
+  on schedules of every family, the V placements of ZB-V and DualPipeV included (so an
+  answer that assumes round robin, or counts every stage boundary, fails).
 - ``ex04_4`` ``v_messages_per_microbatch(P, v) -> int``: the same count as ``ex04_1`` when
   the v chunks of each rank are placed in a zig-zag (v = 2: the V of ZB-V and DualPipeV,
   rank r holding chunks r and 2P-1-r), P >= 1; the check counts the hops that change rank
@@ -48,14 +49,22 @@ def _schedule_cases(seed: int) -> list[dict]:
         build_schedule("naive", 1, 1),
         build_schedule("1f1b", 4, 6, num_minibatches=2),
         build_schedule("pipedream", 3, 3, num_minibatches=2),
+        # the V: rank r holds chunks r and 2P-1-r, so the turn at the bottom sends nothing;
+        # an answer that assumes round robin (s % P) or counts every boundary fails here
+        build_schedule("zb-v", 4, 8),
+        build_schedule("dualpipev", 4, 8),
+        build_schedule("zb-v", 3, 2, num_minibatches=2),
     ]
     # then schedules drawn from ``seed``: the grader redraws them from its secret
     # (pipemare_lite.book.exercises.hidden), so a table of the fixed ones earns nothing
     rng = random.Random(seed)
     for _ in range(3):
-        family = rng.choice(["gpipe", "1f1b", "zb-h1", "interleaved", "pipedream", "2bw"])
+        family = rng.choice(["gpipe", "1f1b", "zb-h1", "interleaved", "pipedream", "2bw",
+                             "zb-v", "dualpipev"])
         P = rng.randint(2, 5)
-        if family == "interleaved":  # M a multiple of P, as the builder requires
+        if family == "dualpipev":  # DualPipeV needs M >= 2P
+            built.append(build_schedule(family, P, 2 * P + rng.randint(0, 2)))
+        elif family == "interleaved":  # M a multiple of P, as the builder requires
             built.append(build_schedule(family, P, P * rng.randint(1, 2),
                                         chunks=rng.randint(2, 3)))
         else:  # 2BW needs M >= P - 1 (two weight versions)
@@ -68,6 +77,16 @@ def _forward_messages(schedule) -> int:
     """A known mistake: only the activations, not the gradients coming back."""
     return sum(
         action.kind == "F" and action.stage > 0 and schedule.rank_of(action.stage - 1) != rank
+        for rank, _, action in schedule.actions()
+    )
+
+
+def _round_robin(schedule) -> int:
+    """A known mistake: virtual stage s taken to live on rank s % P, whatever the placement."""
+    last, P = schedule.num_virtual_stages - 1, schedule.num_ranks
+    return sum(
+        (action.kind == "F" and action.stage > 0 and (action.stage - 1) % P != rank)
+        or (action.kind in ("B", "I") and action.stage < last and (action.stage + 1) % P != rank)
         for rank, _, action in schedule.actions()
     )
 
@@ -189,6 +208,8 @@ EXERCISES = [
                     "a gradient from the next stage too", _forward_messages),
             Mistake("a boundary between two stages on the same rank sends no message",
                     _boundaries),
+            Mistake("not every schedule places its chunks round robin (stage s on rank s % P): "
+                    "ask the schedule which rank holds a stage", _round_robin),
         ),
         # depends_on is a building block, not the answer: it may be used
         engine_answers=("pipemare_lite.analysis.simulate.p2p_messages",),

@@ -7,7 +7,10 @@
   characteristic polynomial of heavy-ball delayed GD, highest power first (a factor z more
   is accepted: it only adds a root at 0).
 - ``ex06_3`` ``max_stable_step(tau, momentum) -> float``: the largest ``alpha * lam`` such
-  that every smaller positive step is stable, within a relative 1e-4.
+  that every smaller positive step is stable, within a relative 1e-4, for heavy-ball
+  momentum ``0 < momentum < 1``. Without momentum the chapter prints the answer (the bound
+  2 sin(pi / (2 (2 tau + 1))) just above the exercise), so no case has momentum 0: every
+  case needs the search over the roots that the text has not done yet.
 
 Each names the engine functions that compute its answer (``engine_answers``): an answer
 that calls them is rejected, so the student writes the computation the chapter shows only
@@ -57,10 +60,11 @@ def _polynomial_cases() -> list[dict]:
 
 
 def _stable_step_cases() -> list[dict]:
-    # tau = 5 with and without momentum first: the chapter asks for exactly these
-    fixed = [(5, 0.0), (5, 0.9), (2, 0.0), (1, 0.5), (8, 0.5), (0, 0.9), (3, 0.9), (0, 0.0)]
+    # tau = 5 with m = 0.9 first: the chapter asks for exactly this; no momentum 0 (its answer
+    # is the bound printed above the exercise), small and large momentum, tau = 0
+    fixed = [(5, 0.9), (5, 0.5), (2, 0.3), (1, 0.5), (8, 0.5), (0, 0.9), (3, 0.9), (0, 0.2)]
     rng = random.Random(603)
-    drawn = [(rng.randint(0, 10), rng.choice([0.0, 0.3, 0.6, 0.8])) for _ in range(2)]
+    drawn = [(rng.randint(0, 10), rng.choice([0.1, 0.3, 0.6, 0.8])) for _ in range(2)]
     return [{"tau": t, "momentum": m} for t, m in fixed + drawn]
 
 
@@ -119,10 +123,11 @@ EXERCISES = [
         hint=(
             "Stable means every root of the characteristic polynomial has |z| < 1 (numpy.roots "
             "finds them). Scan alpha*lam upward from 0 for the first unstable step, then bisect "
-            "between it and the last stable one; 2 sin(...) is exact only without momentum, "
-            "and pi/(2 tau + 1) is only its approximation.",
+            "between it and the last stable one; the bound 2 sin(...) holds only without "
+            "momentum, which the check does not ask for.",
             "The whole method: write stable(x) as: the characteristic polynomial of delayed GD "
-            "with alpha lam = x (exercise 6.2's coefficients) has every root of modulus below 1. "
+            "with alpha lam = x and the case's momentum (exercise 6.2's coefficients) has every "
+            "root of modulus below 1. "
             "stable is true just above 0 and false by x = 4. Bisect between a stable low (0) and "
             "an unstable high (4): take the middle, keep the half whose ends still differ in "
             "stability, and stop when the interval is below about 1e-9; return the stable end.",

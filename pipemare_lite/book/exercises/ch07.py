@@ -58,6 +58,13 @@ def _stalest_unstable(lr, sharpness, delays):
     return max(unstable, key=lambda s: (delays[s], -s)) if unstable else None
 
 
+def _tie_to_higher(lr, sharpness, delays):
+    """Known mistake: the fastest-growing stage, but an exact tie goes to the higher stage."""
+    radii = _radii(lr, sharpness, delays)
+    best = max(radii)
+    return None if best <= 1.0 else max(s for s, r in enumerate(radii) if r == best)
+
+
 def _crossing(step: float) -> float:
     """The delay x (a real number) at which the exact bound equals ``step``."""
     return (math.pi / (2 * math.asin(step / 2)) - 1) / 2 if step < 2 else -0.5
@@ -106,7 +113,7 @@ _reaching_depth = _depth_with(lambda tau, N: (N * tau + 1) // 2,
 def _growth_cases() -> list[dict]:
     # first: one stage per layer of an 8-stage pipeline with N = 2, two stages outside; then
     # cases where the furthest-outside and the stalest stage are not the fastest-growing,
-    # every stage inside, a single stage, and a stage without delay
+    # every stage inside, a single stage, a stage without delay, and two exact ties
     fixed = [
         (0.05, [9.6, 11.2, 5.6, 5.5, 5.6, 5.4, 4.8, 20.6], [8, 7, 6, 5, 4, 3, 2, 1]),
         (1.0, [0.3696, 1.2], [8, 1]),
@@ -115,6 +122,10 @@ def _growth_cases() -> list[dict]:
         (0.5, [5.0], [1]),
         (0.1, [25.0, 1.0], [0, 3]),
         (0.05, [4.0, 8.0, 9.0, 2.0], [4, 3, 2, 1]),
+        # exact ties (the same curvature and delay give the same radius, bit for bit): the
+        # stated rule gives the lower stage, so an answer that breaks ties upwards fails
+        (0.1, [15.0, 1.0, 15.0], [3, 6, 3]),
+        (0.05, [2.0, 12.0, 3.0, 12.0], [5, 4, 2, 4]),
     ]
     rng = random.Random(701)
     drawn = []
@@ -178,6 +189,8 @@ EXERCISES = [
                     "how far outside is not how fast it grows", _furthest_outside),
             Mistake("this is the stalest unstable stage; a fresher stage can grow faster",
                     _stalest_unstable),
+            Mistake("two stages grow exactly as fast here: the rule gives the tie to the "
+                    "lower stage", _tie_to_higher),
         ),
         engine_answers=_STAGE_ANSWERS,
     ),

@@ -12,10 +12,12 @@
   buffer within ``tolerance`` (relative) of that step? Checked against the engine's buffer
   run update by update (float64). Needs torch for the reference only.
 
-The chapter states T2 in words before ex09_1 and its two formulas only after it (the student
-derives them), then the engine's T2 (:class:`DiscrepancyCorrection`), which ex09_1's
-``engine_answers`` name; ex09_2 comes later and may use it as an instrument (running it
-is a way to measure, not the count itself).
+Before ex09_1 the chapter states only T2's goal and its one buffer (an exponential average of
+the weight changes, with factor gamma); how the backward's weights follow from the buffer is
+the step the student takes (issue 45: a statement that spelled out both rules in words made
+the exercise a transcription). The two formulas come after it, then the engine's T2
+(:class:`DiscrepancyCorrection`), which ex09_1's ``engine_answers`` name; ex09_2 comes later
+and may use it as an instrument (running it is a way to measure, not the count itself).
 """
 
 from __future__ import annotations
@@ -131,8 +133,9 @@ EXERCISES = [
         signature="t2_step(delta, w_old, w_new, gamma, distance) -> (new_delta, backward)",
         hint=(
             "Two things per parameter: the new running average, then the weights the backward "
-            "should see. Which weights does the backward start from, and which average does it "
-            "use?",
+            "should see. Suppose every update had moved the weights by exactly the average: "
+            "where were they distance updates ago? Which weights do you start from, and which "
+            "average (before or after this update) is the better guess?",
             "Per parameter: the running average keeps gamma of the old delta and takes "
             "1 - gamma of this update's change w_new - w_old. The backward runs after the "
             "update, so it starts from w_new, and it uses the new average: it goes back "

@@ -96,6 +96,20 @@ def compare_int_list(answer, expected) -> str | None:
     return None
 
 
+def compare_float_list(answer, expected) -> str | None:
+    """One number per rank, each equal to ``expected``'s up to the float tolerance."""
+    answer = _as_list(answer)
+    if not isinstance(answer, (list, tuple)):
+        return f"returned {_short(answer)}, not a list: expected one number per rank"
+    if len(answer) != len(expected):
+        return f"returned {len(answer)} numbers; expected one per rank ({len(expected)})"
+    for rank, (value, right) in enumerate(zip(answer, expected)):
+        problem = compare_float(value, right)
+        if problem is not None:
+            return f"rank {rank}: {problem.replace('returned', 'you have')}"
+    return None
+
+
 def compare_float_rows(answer, expected) -> str | None:
     """One list of numbers per rank, each equal to ``expected``'s up to the float tolerance."""
     answer = _as_list(answer)

@@ -29,6 +29,17 @@ def simulated_metrics(name: str, P: int, M: int, *, chunks: int = 1):
     return metrics(simulate(build_schedule(name, P, M, chunks=chunks), OpCosts()))
 
 
+def naive_utilization_per_rank(stage_costs: list[float]) -> list[float]:
+    """Per rank, busy / makespan of the naive schedule (one microbatch) when stage r's forward
+    and backward cost ``stage_costs[r]`` times the default ones."""
+    from pipemare_lite.analysis.simulate import OpCosts, metrics, simulate
+    from pipemare_lite.schedules import build_schedule
+
+    costs = OpCosts(stage_multipliers=tuple(stage_costs))
+    timeline = simulate(build_schedule("naive", len(stage_costs), 1), costs)
+    return list(metrics(timeline).utilization_per_rank)
+
+
 def start_times(name: str, P: int, M: int, forward: float, backward: float) -> list[list[float]]:
     """Per rank, the simulated start time of each F/B action, in the rank's order."""
     from pipemare_lite.analysis.simulate import OpCosts, simulate

@@ -8,7 +8,7 @@ id         the student defines                                    compared with 
 =========  ====================================================  =============================
 ex00_1     ``gpipe_action_count(P, M) -> int``                    F+B actions of ``"gpipe"``
 ex01_1     ``naive_order(P) -> list[list[str]]``                  ``"naive"`` rows minus U
-ex01_2     ``naive_utilization(P) -> float``                      simulated utilization, naive
+ex01_2     ``naive_utilization(stage_costs) -> list[float]``       per-rank utilization, naive
 ex01_3     ``naive_start_times(P, F, B) -> list[list[float]]``    simulated start times, naive
 ex02_1     ``gpipe_order(P, M) -> list[list[str]]``               ``"gpipe"`` rows minus U
 ex02_2     ``idle_fraction(P, M) -> float``                       simulated idle fraction, gpipe

@@ -1,6 +1,6 @@
 """Turn an executed chapter into the notebook the book site renders (what Sphinx reads).
 
-The site shows a chapter as it ran, with four changes made here, on a copy:
+The site shows a chapter as it ran, with five changes made here, on a copy:
 
 - every plotly figure becomes its HTML form (:func:`pipemare_lite.figures.viz.figure_html.
   figure_html`), drawn by the one plotly.js every page loads; a figure's own HTML fallback
@@ -10,7 +10,9 @@ The site shows a chapter as it ran, with four changes made here, on a copy:
 - links to the repository's Python files (``../pipemare_lite/analysis/simulate.py``, in the text
   and in ``show_source`` outputs) point at the highlighted source pages the site publishes;
 - under the title, a line with the notebook's download link, its measured run time and
-  the command that opens it live.
+  the command that opens it live;
+- every exercise's solution folded ("try it first", opened by a click) after its
+  ``check(...)`` verdict (:mod:`pipemare_lite.book.solutions`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import nbformat
 
+from pipemare_lite.book.solutions import fold_for_site
 from pipemare_lite.figures.viz.figure_html import PLOTLY_MIMETYPE, figure_html
 
 WIDGET_MIMETYPE = "application/vnd.jupyter.widget-view+json"
@@ -189,6 +192,7 @@ def site_notebook(nb, chapter: Path, root: Path, seconds: float | None, failed: 
     """
     nb = nbformat.reads(nbformat.writes(nb), as_version=4)  # a deep copy
     offline_outputs(nb, chapter.stem[:2], chapter)
+    fold_for_site(nb)  # each solution folded under its check (pipemare_lite.book.solutions)
     linked = rewrite_source_links(nb, chapter.parent, root)
     at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
     nb.cells.insert(at, chapter_meta_cell(chapter, seconds, failed))

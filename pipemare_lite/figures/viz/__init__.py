@@ -15,7 +15,9 @@ here imports torch, and nothing keeps state: call a function, get a figure.
   stability edge of its delay;
 - :func:`tradeoff_figure`: every method's busiest device against a budget;
 - :func:`round_trip_figure`, :func:`activation_lifetimes_figure`: schematics of one
-  microbatch's round trip (the version each F and B reads) and of how long activations live.
+  microbatch's round trip (the version each F and B reads) and of how long activations live;
+- :func:`rank_trip_figure`: one microbatch's actions on the ranks that run them (chapter 04's
+  ideas, one picture each).
 
 The first figure is drawn in chapter 01; each module names the chapter that introduces it,
 and docs/module-map.md lists them all with the chapters that use them.
@@ -28,6 +30,7 @@ from pipemare_lite.figures.viz.curves import divergence_step, loss_curves
 from pipemare_lite.figures.viz.gantt_chart import gantt, gantt_pair, gantt_traces, idle_intervals
 from pipemare_lite.figures.viz.lr_schedules import t1_figure
 from pipemare_lite.figures.viz.memory import memory_bars
+from pipemare_lite.figures.viz.rank_trip import rank_trip_figure
 from pipemare_lite.figures.viz.renderer import use_in_jupyter
 from pipemare_lite.figures.viz.round_trip import activation_lifetimes_figure, round_trip_figure
 from pipemare_lite.figures.viz.stability import (
@@ -61,6 +64,7 @@ __all__ = [
     "tradeoff_figure",
     "round_trip_figure",
     "activation_lifetimes_figure",
+    "rank_trip_figure",
 ]
 
 use_in_jupyter()

@@ -47,6 +47,18 @@ def explorer_costs(forward: float, backward: float, weight: float, comm: float =
                    weight_grad=weight, update=0.0, comm=comm)
 
 
+def chunk_share(schedule: str, chunks: int) -> int:
+    """What each op's cost is divided by: v for interleaving, else 1.
+
+    The sliders give the cost of a rank's whole share of the model (one stage); cut into v
+    chunks, each chunk's forward, input-gradient and weight-gradient cost 1/v of it (the
+    chapter's ``per_chunk_costs``), so every v does the same work and only the order and the
+    bubble change (issue 45: unscaled, raising v multiplied the work). Communication
+    latency is per message and is not divided.
+    """
+    return chunks if schedule == "interleaved" else 1
+
+
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
@@ -77,10 +89,12 @@ def _flushed(name, P, M, v, K, F, B, I, W) -> ClosedForms:
     if name == "interleaved":
         if M % P:
             raise ValueError(f"it needs M a multiple of P (M={M}, P={P})")
-        return ClosedForms(f"K (vM+P-1)(F+B) = {K}*({v}*{M}+{P}-1)({_fmt(F)}+{_fmt(B)})",
+        return ClosedForms(f"K (vM+P-1)(F+B), F and B per chunk = {K}*({v}*{M}+{P}-1)"
+                           f"({_fmt(F)}+{_fmt(B)})",
                            K * formulas.makespan_interleaved(P, M, v, F, B),
                            f"(P-1)/(vM+P-1) = {P - 1}/{v * M + P - 1}",
-                           formulas.idle_fraction_interleaved(P, M, v))
+                           formulas.idle_fraction_interleaved(P, M, v),
+                           [formulas.peak_inflight_interleaved(P, M, v, s) for s in range(P)])
     if name in ("zb-h2", *V_SHAPED):
         return _balanced_zero_bubble(name, P, M, K, F, I, W)
     # zb-h1
@@ -163,6 +177,21 @@ def formula_rows(schedule, measured, costs: OpCosts) -> list[FormulaRow]:
                    "per-stage closed form" if forms.peaks else "n/a (no closed form here)",
                    ", ".join(map(str, forms.peaks)) if forms.peaks else ""),
     ]
+    v = schedule.chunks
+    if schedule.name == "interleaved" and v > 1:
+        # a (chunk, microbatch) pair holds 1/v of a stage's activations: the memory a rank
+        # needs, in full-stage microbatches, is its peak count / v
+        # (the chapter's formula holds whatever the costs, comm included)
+        P, M = schedule.num_ranks, schedule.num_microbatches
+        peaks = [formulas.peak_inflight_interleaved(P, M, v, s) for s in range(P)]
+        rows.append(FormulaRow(
+            "peak activation memory per rank (full-stage microbatches)",
+            ", ".join(_fmt(k / v) for k in measured.peak_inflight),
+            "min(2(P-1-r) + (v-1)P + 1, vM) / v",
+            ", ".join(_fmt(k / v) for k in peaks)))
+        rows.append(FormulaRow("cost per chunk (the sliders' stage cost / v)",
+                               f"F {_fmt(costs.forward)}, B {_fmt(costs.backward)}",
+                               f"F/v, (B+W)/v with v = {v}", ""))
     if schedule.name in ASYNC_NAMES and measured.full_pipeline_utilization is not None:
         P, N = schedule.num_ranks, schedule.num_microbatches
         rows.append(FormulaRow("steady-state idle fraction",
@@ -248,10 +277,12 @@ class ScheduleExplorer(Explorer):
                                num_minibatches=minibatches)
         if placement != "as built":  # the same order per rank, chunks moved (may deadlock)
             built = on_placement(built, placement)
+        share = chunk_share(schedule, chunks)  # interleaving: a chunk costs 1/v of a stage
         if self.split_backward:
-            costs = explorer_costs(forward, backward, weight, comm)
+            costs = explorer_costs(forward / share, backward / share, weight / share, comm)
         else:  # B is the whole backward; a split schedule halves it into I and W
-            costs = explorer_costs(forward, backward / 2, backward / 2, comm)
+            costs = explorer_costs(forward / share, backward / 2 / share,
+                                   backward / 2 / share, comm)
         timeline = simulate(built, costs)
         measured = metrics(timeline)
         show_figure(self.figure, gantt_trace_specs(timeline), gantt_layout(timeline))
@@ -279,7 +310,9 @@ def schedule_explorer(
     moved to ``"loop"`` or ``"v"``: :func:`~pipemare_lite.schedules.on_placement`; an order
     that cannot run there shows the deadlock report), ``minibatches``,
     ``forward``/``backward``/``weight``
-    (F, B = input-gradient and W = weight-gradient costs; an unsplit backward costs B + W)
+    (F, B = input-gradient and W = weight-gradient costs of one stage; an unsplit backward
+    costs B + W; with interleaving each of the v chunks costs 1/v of them, see
+    :func:`chunk_share`, and the table shows the peak activation memory in stages)
     and ``comm``. With ``split_backward=False`` (before chapter 04 splits the
     backward) there is one ``backward`` slider for the whole backward (default 2) and the W
     slider is hidden; a split schedule then costs I = W = B/2. With ``split_backward=True``

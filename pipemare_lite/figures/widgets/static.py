@@ -31,7 +31,7 @@ from pipemare_lite.analysis.theory import (
 from pipemare_lite.figures.viz.colors import BOUND_COLOR, ROOT_STABLE_COLOR, ROOT_UNSTABLE_COLOR
 from pipemare_lite.figures.viz.gantt_chart import gantt_layout, gantt_trace_specs
 from pipemare_lite.figures.viz.staleness import QUANTITY_LABELS, staleness_heatmap
-from pipemare_lite.figures.widgets.schedule import closed_forms, explorer_costs
+from pipemare_lite.figures.widgets.schedule import chunk_share, closed_forms, explorer_costs
 from pipemare_lite.figures.widgets.stability import STEPS
 from pipemare_lite.figures.widgets.staleness import HEATMAP_QUANTITIES
 from pipemare_lite.schedules.registry import SCHEDULE_NAMES, build_schedule
@@ -88,7 +88,8 @@ def schedule_explorer_static(
         except ValueError as error:
             last_error = error
             continue
-        costs = explorer_costs(forward, backward, weight)
+        share = chunk_share(schedule, chunks)  # as the live explorer: a chunk costs 1/v
+        costs = explorer_costs(forward / share, backward / share, weight / share)
         timeline = simulate(built, costs)
         measured = metrics(timeline)
         forms = closed_forms(built, costs)
