@@ -235,9 +235,10 @@ def test_case_counts_are_honest_and_every_case_runs(tmp_path):
     _write_notebook(
         folder / "01_naive.ipynb", "def naive_utilization(P):\n    return 1 / P if P < 4 else 0.5\n"
     )
-    (grade,) = grade_submission(folder, ["ex01_2"]).grades
-    # the grader's cases: check()'s fixed ones and random ones drawn from its secret
-    cases = [c["P"] for c in graded_cases(get_exercise("ex01_2"), instructor_secret())]
+    (grade,) = grade_submission(folder, ["ex01_2"], salt=b"run 1").grades
+    # the grader's cases: check()'s fixed ones and random ones drawn from its secret and salt
+    cases = [c["P"] for c in graded_cases(get_exercise("ex01_2"), instructor_secret(),
+                                          b"run 1")]
     right = sum(1 for P in cases if P < 4)
     assert (grade.cases_passed, grade.cases_total) == (right, len(cases))
     assert f"{right} of {len(cases)} cases passed" in grade.message

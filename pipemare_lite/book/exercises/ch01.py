@@ -96,6 +96,12 @@ EXERCISES = [
             "pipemare_lite.analysis.simulate.simulate",
             "pipemare_lite.analysis.simulate.metrics",
             "pipemare_lite.analysis.formulas.idle_fraction_naive",
+            "pipemare_lite.analysis.formulas.idle_fraction_gpipe",
+            "pipemare_lite.analysis.formulas.idle_fraction_1f1b",
+            "pipemare_lite.analysis.formulas.bubble_ratio_gpipe",
+            "pipemare_lite.analysis.formulas.utilization_gpipe",
+            "pipemare_lite.analysis.formulas.async_speedup_over_gpipe",
+            "pipemare_lite.methods.nesterov.look_ahead_factor",
         ),
     ),
     Exercise(

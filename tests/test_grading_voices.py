@@ -1,0 +1,217 @@
+"""Issue 46: one voice per exercise, read-only notebooks, leak-proof cases, capped floods.
+
+Each test is one attack of the issue, handed in as a hostile student would, and says what it
+did before (main at 22858bf, quoted from the issue or re-run there) and asserts what it does
+now: the attacker gains no point, the grader does not crash, and the honest answers in the
+same submission keep their points. The jail is bubblewrap; without it these tests skip
+loudly (``tests/sandbox_required.py``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pipemare_lite.book.exercises.grading import (
+    MAX_REPORT_CHARS,
+    MAX_WARNINGS,
+    grade_submission,
+)
+from tests.notebook_files import write_notebook
+from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
+
+pytestmark = requires_sandbox
+
+HONEST_01 = (
+    "def naive_order(P):\n    return [[f'{s}F0', f'{s}B0'] for s in range(P)]\n",
+    "def naive_utilization(P):\n    return 1 / P\n",
+)
+STUB_02 = "def idle_fraction(P, M):\n    raise NotImplementedError\n"
+
+#: Load-time code of chapter 01's notebook: looks for the grader's job (anything holding
+#: cases or tasks) up the call stack and in every object the garbage collector knows, and
+#: for any writable file; writes forged ``result`` events for chapter 02's exercise (with
+#: the right answers for every case it found) to each file object and each file descriptor;
+#: says what it found in a warning (which the report shows).
+FORGER = '''
+import gc, io, json, os, sys, warnings
+
+def _forge():
+    seen, cases, files = set(), [], []
+    frame = sys._getframe()
+    places = []
+    while frame is not None:
+        places += [frame.f_locals, frame.f_globals]
+        frame = frame.f_back
+    for obj in places + gc.get_objects():
+        if isinstance(obj, dict) and id(obj) not in seen:
+            seen.add(id(obj))
+            for key in ("cases", "tasks", "notebooks", "job"):
+                value = obj.get(key) if all(isinstance(k, str) for k in list(obj)[:50]) else None
+                if isinstance(value, list) and value:
+                    cases.append(key)
+        elif isinstance(obj, io.IOBase):
+            files.append(obj)
+    forged = {"event": "result", "id": "ex02_2", "status": "ran", "detail": "",
+              "value": None, "outcomes": [{"value": 0.5}] * 10}
+    line = (json.dumps(forged) + "\\n").encode()
+    wrote = 0
+    for f in files:
+        try:
+            f.write(line if "b" in getattr(f, "mode", "b") else line.decode())
+            f.flush()
+            wrote += 1
+        except Exception:
+            pass
+    for fd in range(3, 256):
+        try:
+            os.write(fd, line)
+            wrote += 1
+        except OSError:
+            pass
+    warnings.warn(f"FORGER found {sorted(set(cases))} and wrote {wrote} times")
+    return wrote
+
+_forged = _forge()
+'''
+
+
+def test_a_forged_result_for_another_exercise_gains_nothing(tmp_path):
+    """Before (issue 46, attack 1): chapter 01's notebook, at load time, walked
+    ``sys._getframe()`` up to the worker's job (every notebook's tasks and hidden cases) and to
+    the report's file object, and wrote ``result`` events for chapters 02, 04, 08 and 12: 7 of
+    7 points on stub notebooks. Now the process that loads chapter 01 holds no job, no other
+    task and no case, its only voice is a pipe to the worker (which runs no student code and
+    passes on one result under the id it is grading), and the grader takes one result, for
+    the exercise it is grading, once."""
+    folder = tmp_path / "forger"
+    write_notebook(folder / "01_naive.ipynb", HONEST_01[0] + FORGER, HONEST_01[1])
+    write_notebook(folder / "02_gpipe.ipynb", STUB_02)
+    report = grade_submission(folder, ["ex01_1", "ex01_2", "ex02_2"])
+    points = {g.exercise_id: g.points for g in report.grades}
+    assert points == {"ex01_1": 1, "ex01_2": 1, "ex02_2": 0}, report.to_markdown()
+    found = [w for w in report.warnings if "FORGER found" in w]
+    assert found, report.warnings
+    # nothing that holds cases, tasks, notebooks or a job was within its reach
+    assert all("found []" in w for w in found), found
+    assert report.grades[2].status == "not attempted", report.grades[2].message
+
+
+REWRITER = '''
+import glob, os, shutil, subprocess, warnings
+
+LOOKUP = ('{"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], '
+          '"execution_count": null, "source": "def idle_fraction(P, M):\\\\n    '
+          'return (P - 1) / (M + P - 1)\\\\n"}], "metadata": {}, "nbformat": 4, '
+          '"nbformat_minor": 5}')
+
+def _rewrite():
+    done = []
+    for path in glob.glob("/**/02_*.ipynb", recursive=True) + glob.glob("02_*.ipynb"):
+        folder = os.path.dirname(os.path.abspath(path))
+        for how in ("write", "chmod", "replace", "rename"):
+            try:
+                if how == "write":
+                    with open(path, "w") as f:
+                        f.write(LOOKUP)
+                elif how == "chmod":
+                    os.chmod(path, 0o666)
+                    os.chmod(folder, 0o777)
+                elif how == "replace":
+                    with open(os.path.join(folder, "x.ipynb"), "w") as f:
+                        f.write(LOOKUP)
+                    os.replace(os.path.join(folder, "x.ipynb"), path)
+                else:
+                    os.unlink(path)
+                    with open(path, "w") as f:
+                        f.write(LOOKUP)
+                done.append((path, how))
+            except OSError:
+                pass
+    # and a process that keeps trying while the next notebook loads
+    subprocess.Popen(["/bin/sh", "-c", "while true; do for f in $(find / -name '02_*.ipynb' "
+                      "2>/dev/null); do cp /sandbox/tmp/l $f; done; done"],
+                     start_new_session=True)
+    with open("/sandbox/tmp/l", "w") as f:
+        f.write(LOOKUP)
+    warnings.warn(f"REWRITER did {done}")
+
+_rewrite()
+'''
+
+
+def test_a_notebook_that_rewrites_the_next_gains_nothing(tmp_path):
+    """Before (issue 46, attack 2): the notebooks were chowned to the student's uid and kept
+    between processes, so chapter 01's process replaced chapter 02's notebook with a lookup
+    table before chapter 02 loaded: 4 of 4. Now each notebook is copied afresh, read-only to
+    the student's uid (the worker's folder and file), before each exercise's load, after
+    every process the last exercise left is killed."""
+    folder = tmp_path / "rewriter"
+    write_notebook(folder / "01_naive.ipynb", HONEST_01[0] + REWRITER, HONEST_01[1])
+    write_notebook(folder / "02_gpipe.ipynb", STUB_02)
+    report = grade_submission(folder, ["ex01_1", "ex01_2", "ex02_2"])
+    points = {g.exercise_id: g.points for g in report.grades}
+    assert points == {"ex01_1": 1, "ex01_2": 1, "ex02_2": 0}, report.to_markdown()
+    said = [w for w in report.warnings if "REWRITER did" in w]
+    assert said and all("did []" in w for w in said), said
+    assert report.grades[2].status == "not attempted", report.grades[2].message
+
+
+CASE_LEAKER = '''
+import gc, warnings
+
+def _leak():
+    found = []
+    for obj in gc.get_objects():
+        if isinstance(obj, dict) and set(obj) == {"P", "M"}:
+            found.append(repr(obj))
+    for text in found[:40]:
+        warnings.warn("LEAK " + text)
+    warnings.warn(f"LEAKER saw {len(found)}")
+
+_leak()
+'''
+
+
+def test_load_time_warnings_carry_no_case(tmp_path):
+    """Before (issue 46, attack 3): a notebook's load-time warnings carried every case of
+    every task into the report (the process held the job). Now an exercise's process gets its
+    cases only after its notebook has loaded and its warnings are sent, so none is there to
+    leak; and the report shows no graded case (this answer passes none, so the feedback's one
+    failing input is the only case in it)."""
+    folder = tmp_path / "leaker"
+    write_notebook(folder / "02_gpipe.ipynb", CASE_LEAKER,
+                   "def idle_fraction(P, M):\n    return -1.0\n")
+    report = grade_submission(folder, ["ex02_2"])
+    text = report.to_markdown()
+    assert "LEAKER saw" in text, text
+    assert not re.search(r"'P': \d+, 'M': \d+", "\n".join(report.warnings)), report.warnings
+    shown = re.findall(r"P=\d+, M=\d+", report.grades[0].message)
+    assert len(set(shown)) <= 1, report.grades[0].message
+
+
+FLOOD = '''
+import sys, warnings
+for i in range(8000):
+    warnings.warn(f"FLOOD {i} " + "x" * 500)
+for i in range(20000):
+    print("PRINTED " + "y" * 500)
+    sys.stderr.write("E" * 500 + "\\n")
+'''
+
+
+def test_a_warnings_and_output_flood_gets_a_line_not_a_crash(tmp_path):
+    """Before (issue 46, attack 4): 8,000 warnings x 50 x 500 characters made a 201 MB report
+    and a grader of 1.46 GB. Now an exercise's process sends at most 50 warnings of 500
+    characters (the rest counted), the report keeps at most ``MAX_WARNINGS`` and says how
+    many more there were, printed output is counted and dropped (one line says how much),
+    and a report is cut at ``MAX_REPORT_CHARS``; the honest answers keep their points."""
+    folder = tmp_path / "flooder"
+    write_notebook(folder / "01_naive.ipynb", FLOOD, *HONEST_01)
+    report = grade_submission(folder, ["ex01_1", "ex01_2"])
+    assert report.points == 2, report.to_markdown()[:2000]
+    text = report.to_markdown()
+    assert len(text) <= MAX_REPORT_CHARS + 100
+    assert len(report.warnings) <= MAX_WARNINGS + 2
+    assert any(re.search(r"and \d+ more warnings", w) for w in report.warnings), report.warnings
+    assert any("printed" in w and "bytes" in w for w in report.warnings), report.warnings
+    assert "PRINTED" not in text  # printed output is never shown (it could hold cases)
