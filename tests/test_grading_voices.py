@@ -9,6 +9,7 @@ loudly (``tests/sandbox_required.py``).
 
 from __future__ import annotations
 
+import os
 import re
 
 from pipemare_lite.book.exercises.grading import (
@@ -105,37 +106,38 @@ LOOKUP = ('{"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], '
           '"nbformat_minor": 5}')
 
 def _rewrite():
-    done = []
-    for path in glob.glob("/**/02_*.ipynb", recursive=True) + glob.glob("02_*.ipynb"):
-        folder = os.path.dirname(os.path.abspath(path))
+    done, found = [], []
+    places = ("/sandbox/**/*.ipynb", "/tmp/**/*.ipynb", "**/*.ipynb")
+    notebooks = [p for place in places for p in glob.glob(place, recursive=True)]
+    for folder in sorted({os.path.dirname(os.path.abspath(p)) for p in notebooks}):
+        found.append(folder)
+        path = os.path.join(folder, "02_gpipe.ipynb")  # there already, or planted early
         for how in ("write", "chmod", "replace", "rename"):
             try:
                 if how == "write":
                     with open(path, "w") as f:
                         f.write(LOOKUP)
                 elif how == "chmod":
-                    os.chmod(path, 0o666)
                     os.chmod(folder, 0o777)
                 elif how == "replace":
                     with open(os.path.join(folder, "x.ipynb"), "w") as f:
                         f.write(LOOKUP)
                     os.replace(os.path.join(folder, "x.ipynb"), path)
                 else:
-                    os.unlink(path)
-                    with open(path, "w") as f:
-                        f.write(LOOKUP)
+                    os.rename(notebooks[0], path)
                 done.append((path, how))
             except OSError:
                 pass
     # and a process that keeps trying while the next notebook loads
-    subprocess.Popen(["/bin/sh", "-c", "while true; do for f in $(find / -name '02_*.ipynb' "
+    subprocess.Popen(["/bin/sh", "-c", "while true; do for f in $(find /sandbox -name '02_*' "
                       "2>/dev/null); do cp /sandbox/tmp/l $f; done; done"],
                      start_new_session=True)
     with open("/sandbox/tmp/l", "w") as f:
         f.write(LOOKUP)
-    warnings.warn(f"REWRITER did {done}")
+    warnings.warn(f"REWRITER did {done} of {len(found)}")
+    return done
 
-_rewrite()
+_done = _rewrite()  # an assignment: the loader runs it with the answer's cell
 '''
 
 
@@ -152,7 +154,10 @@ def test_a_notebook_that_rewrites_the_next_gains_nothing(tmp_path):
     points = {g.exercise_id: g.points for g in report.grades}
     assert points == {"ex01_1": 1, "ex01_2": 1, "ex02_2": 0}, report.to_markdown()
     said = [w for w in report.warnings if "REWRITER did" in w]
-    assert said and all("did []" in w for w in said), said
+    assert said, report.warnings
+    if os.geteuid() == 0:  # a jail started by root: the shelf is root's, read-only to it
+        # it found the worker's shelf (its own notebook's folder) and could change nothing
+        assert all("did [] of 1" in w for w in said), said
     assert report.grades[2].status == "not attempted", report.grades[2].message
 
 
@@ -167,8 +172,9 @@ def _leak():
     for text in found[:40]:
         warnings.warn("LEAK " + text)
     warnings.warn(f"LEAKER saw {len(found)}")
+    return found
 
-_leak()
+_found = _leak()
 '''
 
 
@@ -179,8 +185,8 @@ def test_load_time_warnings_carry_no_case(tmp_path):
     leak; and the report shows no graded case (this answer passes none, so the feedback's one
     failing input is the only case in it)."""
     folder = tmp_path / "leaker"
-    write_notebook(folder / "02_gpipe.ipynb", CASE_LEAKER,
-                   "def idle_fraction(P, M):\n    return -1.0\n")
+    write_notebook(folder / "02_gpipe.ipynb",
+                   "def idle_fraction(P, M):\n    return -1.0\n" + CASE_LEAKER)
     report = grade_submission(folder, ["ex02_2"])
     text = report.to_markdown()
     assert "LEAKER saw" in text, text
@@ -191,11 +197,16 @@ def test_load_time_warnings_carry_no_case(tmp_path):
 
 FLOOD = '''
 import sys, warnings
-for i in range(8000):
-    warnings.warn(f"FLOOD {i} " + "x" * 500)
-for i in range(20000):
-    print("PRINTED " + "y" * 500)
-    sys.stderr.write("E" * 500 + "\\n")
+
+def _flood():
+    for i in range(8000):
+        warnings.warn(f"FLOOD {i} " + "x" * 500)
+    for i in range(20000):
+        print("PRINTED " + "y" * 500)
+        sys.stderr.write("E" * 500 + "\\n")
+    return i
+
+_flooded = _flood()
 '''
 
 
@@ -206,7 +217,7 @@ def test_a_warnings_and_output_flood_gets_a_line_not_a_crash(tmp_path):
     many more there were, printed output is counted and dropped (one line says how much),
     and a report is cut at ``MAX_REPORT_CHARS``; the honest answers keep their points."""
     folder = tmp_path / "flooder"
-    write_notebook(folder / "01_naive.ipynb", FLOOD, *HONEST_01)
+    write_notebook(folder / "01_naive.ipynb", HONEST_01[0] + FLOOD, HONEST_01[1])
     report = grade_submission(folder, ["ex01_1", "ex01_2"])
     assert report.points == 2, report.to_markdown()[:2000]
     text = report.to_markdown()
