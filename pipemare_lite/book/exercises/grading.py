@@ -11,19 +11,25 @@ submission :func:`grade_submission`
    anything that is not a regular file of the folder, and starts a fresh interpreter
    (:mod:`pipemare_lite.book.exercises.worker`) in a bubblewrap jail
    (:mod:`~pipemare_lite.book.exercises.sandbox`: its own tmpfs, the package and the venv
-   read-only, no network, a uid of its own, rlimits), sending it the notebooks' contents and
-   the cases; the worker loads the student's answers, cannot import the registry or the
-   references, and sends back only what the answers returned (as JSON);
+   read-only, no network, a uid of its own, rlimits), sending it the notebooks' contents;
+   then, one exercise at a time, the exercise and its cases. The worker runs no student
+   code: it forks one process per exercise that holds only that exercise (no other task,
+   no case of another, no pipe to the grader), loads the notebook from a fresh read-only
+   copy, gets its cases only after loading, and sends back only what the answer returned
+   (as JSON); the grader takes one result, for the exercise it is grading, once;
 3. decodes those values with a fixed list of plain types (nothing a worker sends is ever
    imported: :mod:`~pipemare_lite.book.exercises.plain`) and judges them here, with
    :func:`~pipemare_lite.book.exercises.feedback.judge`: the same verdict and message as
    ``check()`` in the notebook, every case run and counted.
 
 The cases graded are not ``check()``'s: the random ones are drawn again from the
-instructor's secret (:mod:`~pipemare_lite.book.exercises.hidden`), which the handout and
-``check()`` do not have. An answer that loops past its timeout or crashes the worker costs
-that exercise only: the grader starts a new worker for the remaining ones, until the
-submission's time budget (``budget``) runs out. Any failure while grading one submission is
+instructor's secret and a salt fresh for every run and student
+(:mod:`~pipemare_lite.book.exercises.hidden`), which the handout and ``check()`` do not have.
+What a student's code prints is counted, never shown (it could hold cases); load warnings
+and reports are capped (:data:`MAX_WARNINGS`, :data:`MAX_REPORT_CHARS`). An answer that
+crashes its process costs that exercise only; one that loops past its timeout too: the
+grader starts a new worker for the remaining ones, until the submission's time budget
+(``budget``) runs out. Any failure while grading one submission is
 that submission's failure only. Each exercise is worth its ``points`` when every case
 passes, nothing otherwise; with ``partial_credit=True`` (the instructor's option, ``grade
 --partial-credit``) an answer that ran earns its points times the share of cases it passed.

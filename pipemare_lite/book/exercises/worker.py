@@ -1,39 +1,43 @@
-"""The grading worker: a fresh interpreter that runs a student's answers, reports what they return.
+"""The grading worker: runs no student code itself; forks one process per exercise that does.
 
 Started by :mod:`pipemare_lite.book.exercises.grading` as
 ``python -m pipemare_lite.book.exercises.worker FD [--sandboxed]``, once per submission (and
-again after an answer that timed out or crashed it), inside a bubblewrap jail
+again after an answer that timed out), inside a bubblewrap jail
 (:mod:`~pipemare_lite.book.exercises.sandbox`) unless the instructor passed ``--no-sandbox``.
-It reads its job from stdin (pickled by the grader, before any student code runs): the
-notebooks' *contents* (the grader read them, refusing symbolic links), and for each
-exercise the name to read, the cases to call it on, the engine functions it must not call
-and, for an answer that a harness uses (:mod:`~pipemare_lite.book.exercises.harness`), the
-harness's name. Then it
+Its stdin carries length-prefixed frames from the grader (:func:`frame`): first the setup
+(the locked engine modules' text, the notebooks' *contents*, which the grader read refusing
+symbolic links, the limits and the jail's uid: no case and no exercise), then, one exercise
+at a time, a header (the exercise's id, the name to read, the engine functions to switch
+off) followed by that exercise's cases. The worker
 
-1. writes the notebooks into its working directory (the jail's private tmpfs), imports the
-   engine files that define a graded exercise's answer from the text in the job (those
-   files are empty in the jail: :func:`~pipemare_lite.book.exercises.sandbox.locked_sources`)
-   and forgets that text, so no answer can re-execute an engine function's source; in a
-   jail started by root, it then drops to the uid/gid the grader chose for this jail, for good;
-2. caps its own memory, CPU time, file sizes, open files and processes
-   (:func:`resource.setrlimit`);
-3. makes the registry, the references and the chapter modules unimportable (and
-   ``check`` a no-op that returns True), so the student's code can neither read nor patch
-   the exercise definitions: the grader judges with its own copies;
-4. runs each exercise in a process of its own (forked, so torch is imported once), in
-   which the engine functions that answer that exercise and the notebook's later ones are
-   replaced, for good, by ones that raise, *before* the notebook loads: a wrapper fails
-   however it reaches the engine (a thread, a profiler switched off, a table precomputed
-   while the notebook loads), and no copy of the original code is left in the process for
-   an answer to dig out (the rule-3 watcher knows the functions by fingerprint only);
-   between exercises, in the jail, every process the last one left is killed and the
-   temporary files are removed;
-5. loads the notebook with :func:`~pipemare_lite.book.exercises.loader.load_from_notebook`,
-   runs each answer on its cases (:mod:`~pipemare_lite.book.exercises.evaluate`) and writes
-   one JSON line per event to file descriptor FD: ``load``, ``warnings``, ``start``,
-   ``result`` (values as :mod:`~pipemare_lite.book.exercises.plain` JSON, never pickles).
+1. imports the engine files that define a graded exercise's answer from the setup's text
+   (those files are empty in the jail:
+   :func:`~pipemare_lite.book.exercises.sandbox.locked_sources`) and forgets the text, so no
+   answer can re-execute an engine function's source; imports what the notebooks need; makes
+   the registry, the references and the chapter modules unimportable (and ``check`` a no-op
+   that returns True); stays as it started (root in a jail started by root);
+2. for each exercise: copies its notebook afresh onto its shelf (a folder of its own,
+   read-only to the student's uid), forks the exercise's process, *then* reads the cases
+   (so that process never holds them, nor any other exercise's), and talks to it over two
+   pipes of its own: the process sends its load warnings and ``loaded``, gets its cases,
+   and sends one ``result``; the worker passes on the first result under the id *it* is
+   grading, only the keys of :data:`RESULT_KEYS`, and zeroes the cases' bytes; afterwards,
+   in the jail, every process the exercise left is killed and the temporary files removed;
+3. in the exercise's process (:func:`_exercise_process`), before any student code: every
+   file descriptor but its two pipes is closed (no report pipe, no job pipe), the uid is
+   dropped for good to the jail's own, memory, CPU time, file sizes, open files and
+   processes are capped (:func:`resource.setrlimit`), and the engine functions answering
+   this exercise and every exercise not graded yet are replaced, for good, by ones that
+   raise: a wrapper fails however it reaches the engine (a thread, a profiler switched off,
+   a table precomputed while the notebook loads), and no copy of the original code is left
+   for an answer to dig out (the rule-3 watcher knows the functions by fingerprint only).
+   It loads the notebook with :func:`~pipemare_lite.book.exercises.loader.load_from_notebook`
+   and runs the answer on its cases (:mod:`~pipemare_lite.book.exercises.evaluate`).
 
-The worker never decides whether an answer is right; the grader trusts it only for what
+The worker writes one JSON line per event to file descriptor FD: ``load``, ``warnings``,
+``start``, ``result`` (values as :mod:`~pipemare_lite.book.exercises.plain` JSON, never
+pickles), ``crashed`` (an exercise's process ended without a result: its exit code) and
+``too big``. It never decides whether an answer is right; the grader trusts it only for what
 the student's code returned, and decodes that with a fixed list of plain types. For
 instructors: docs/instructors.md. Torch-free (the student's code may import torch).
 """
