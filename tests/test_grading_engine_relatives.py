@@ -75,10 +75,15 @@ def _public_functions() -> list[tuple[str, object]]:
 
 
 def _answers_on_every_case(function, cases, expected, extra, transform) -> bool:
+    """True when ``transform`` of ``function`` answers every case, unless the function just
+    hands one of its arguments back on every case (``look_ahead_factor(P, 1)`` is P, and
+    ``1 / P`` is ex01_2's answer: that is the student's arithmetic, not the engine's)."""
+    echoes = 0
     for case, want in zip(cases, expected):
         signal.setitimer(signal.ITIMER_REAL, 0.5)  # a search on odd arguments: not an answer
         try:
             x = function(*case.values(), *extra)
+            echoes += any(_same(x, value) for value in case.values())
             got = eval(transform, {"x": x})  # noqa: S307 - one of TRANSFORMS
         except BaseException:  # noqa: BLE001 - a call that fails answers nothing
             return False
@@ -86,7 +91,7 @@ def _answers_on_every_case(function, cases, expected, extra, transform) -> bool:
             signal.setitimer(signal.ITIMER_REAL, 0)
         if not _same(got, want):
             return False
-    return True
+    return echoes < len(cases)
 
 
 def relatives() -> dict[str, list[tuple[str, tuple, str]]]:
@@ -127,7 +132,7 @@ def test_the_audit_finds_the_known_relatives(found):
 
 def test_every_engine_relative_is_switched_off(found):
     """Before: ex02_2 passed with ``formulas.bubble_ratio_gpipe`` (issue 46, attack 5); the
-    audit also found ex01_2 (``utilization_gpipe(P, 1)`` and four more), ex02_2
+    audit also found ex01_2 (``utilization_gpipe(P, 1)`` and three more), ex02_2
     (``idle_fraction_1f1b``, ``idle_fraction_interleaved(P, M, 1)``) and ex06_3
     (``theory.momentum_stability_bound``, the answer itself). Now each is listed."""
     missing = {

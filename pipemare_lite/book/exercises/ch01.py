@@ -100,8 +100,6 @@ EXERCISES = [
             "pipemare_lite.analysis.formulas.idle_fraction_1f1b",
             "pipemare_lite.analysis.formulas.bubble_ratio_gpipe",
             "pipemare_lite.analysis.formulas.utilization_gpipe",
-            "pipemare_lite.analysis.formulas.async_speedup_over_gpipe",
-            "pipemare_lite.methods.nesterov.look_ahead_factor",
         ),
     ),
     Exercise(
