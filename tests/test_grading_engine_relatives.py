@@ -173,7 +173,7 @@ def test_answers_that_call_an_engine_relative_fail_in_the_jail(tmp_path, found):
     """Every exercise the audit found an engine answer for, answered by calling each one in
     turn (the first that runs wins): each scores 0 in the jail, because every one of them is
     switched off in the process that runs the answer. Before: ex02_2 scored 1 of 1 through
-    ``bubble_ratio_gpipe`` (issue 46)."""
+    ``bubble_ratio_gpipe`` (issue 46; re-run at 22858bf with ``r / (1 + r)``: 1/1)."""
     exercises = _relay_notebooks(tmp_path / "relay", found)
     report = grade_submission(tmp_path / "relay", exercises)
     scored = {g.exercise_id: (g.points, g.status) for g in report.grades if g.points}
