@@ -159,11 +159,6 @@ EXERCISES = [
             "pipemare_lite.analysis.simulate.metrics",
             "pipemare_lite.analysis.formulas.idle_fraction_interleaved",
             "pipemare_lite.analysis.formulas.makespan_interleaved",
-            # one step away: interleaving's idle fraction is GPipe's with v * M microbatches
-            "pipemare_lite.analysis.formulas.idle_fraction_gpipe",
-            "pipemare_lite.analysis.formulas.bubble_ratio_gpipe",
-            "pipemare_lite.analysis.formulas.utilization_gpipe",
-            "pipemare_lite.analysis.formulas.idle_fraction_1f1b",
         ),
     ),
     Exercise(
