@@ -74,7 +74,13 @@ def _forge():
             wrote += 1
         except OSError:
             pass
-    warnings.warn(f"FORGER found {sorted(set(keys))} and {len(cases)} cases; wrote {wrote} times")
+    try:  # chapter 02's engine answer, from chapter 01's process (ex02_2 is still pending)
+        from pipemare_lite.analysis import formulas
+        engine = f"on: {formulas.idle_fraction_gpipe(4, 8)}"
+    except BaseException as exc:
+        engine = f"off: {type(exc).__name__}"
+    warnings.warn(f"FORGER found {sorted(set(keys))} and {len(cases)} cases; wrote {wrote} "
+                  f"times; engine {engine}")
     return wrote
 
 _forged = _forge()
@@ -86,7 +92,8 @@ def test_a_forged_result_for_another_exercise_gains_nothing(tmp_path):
     ``sys._getframe()`` up to the worker's job (every notebook's tasks and hidden cases) and to
     the report's file object, and wrote ``result`` events for chapters 02, 04, 08 and 12: 7 of
     7 points on stub notebooks (this notebook, re-run at 22858bf: it found the job's
-    ``cases``, ``notebooks`` and ``tasks`` and ex02_2's 10 cases, and the stub scored 1/1).
+    ``cases``, ``notebooks`` and ``tasks`` and ex02_2's 10 cases, chapter 02's engine answer
+    was on in chapter 01's process, and the stub scored 1/1).
     Now the process that loads chapter 01 holds no job, no other task and no case, its only
     voice is a pipe to the worker (which runs no student code and passes on one result under
     the id it is grading), and the grader takes one result, for the exercise it is grading,
@@ -101,6 +108,8 @@ def test_a_forged_result_for_another_exercise_gains_nothing(tmp_path):
     assert found, report.warnings
     # nothing that holds cases, tasks, notebooks or a job was within its reach
     assert all("found [] and 0 cases" in w for w in found), found
+    # every pending exercise's engine answers are off in every process that runs student code
+    assert all("engine off: EngineAnswerSwitchedOff" in w for w in found), found
     assert report.grades[2].status == "not attempted", report.grades[2].message
 
 
