@@ -245,3 +245,40 @@ def test_a_warnings_and_output_flood_gets_a_line_not_a_crash(tmp_path):
     assert any(re.search(r"and \d+ more warnings", w) for w in report.warnings), report.warnings
     assert any("printed" in w and "bytes" in w for w in report.warnings), report.warnings
     assert "PRINTED" not in text  # printed output is never shown (it could hold cases)
+
+
+NOISE = '''
+import os
+
+def _noise():
+    # its own pipe to the worker: garbage, a line nested past any parser, a forged "loaded"
+    # and two results, all before the notebook has loaded
+    deep = b"[" * 200000 + b"]" * 200000 + b"\\n"
+    lines = [b"not json\\n", deep, b'{"event": "loaded"}\\n',
+             b'{"event": "result", "status": "ran", "outcomes": []}\\n',
+             b'{"event": "result", "id": "ex01_1", "missing": true}\\n']
+    sent = 0
+    for fd in range(3, 64):
+        try:
+            for line in lines:
+                os.write(fd, line)
+            sent += 1
+        except OSError:
+            pass
+    return sent
+
+_sent = _noise()
+'''
+
+
+def test_noise_on_the_exercise_pipe_costs_its_sender_only(tmp_path):
+    """An exercise's process writes garbage, a line nested 200,000 deep (json raises
+    RecursionError, not ValueError), a forged ``loaded`` and two forged results on every file
+    descriptor it has, at load time. Its own exercise gets at most what it returned; the
+    worker and the grader go on, and the next exercise of the notebook is graded as usual."""
+    folder = tmp_path / "noise"
+    write_notebook(folder / "01_naive.ipynb", HONEST_01[0] + NOISE, HONEST_01[1])
+    report = grade_submission(folder, ["ex01_1", "ex01_2"])
+    grades = {g.exercise_id: g for g in report.grades}
+    assert grades["ex01_2"].points == 1, grades["ex01_2"].message
+    assert grades["ex01_1"].points == 0 and grades["ex01_1"].status != "passed"

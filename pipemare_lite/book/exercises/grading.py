@@ -305,7 +305,7 @@ class _Worker:
         line, self.buffer = self.buffer.split(b"\n", 1)
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return {"event": "garbled"}
         return event if isinstance(event, dict) else {"event": "garbled"}
 

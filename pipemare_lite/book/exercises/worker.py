@@ -408,7 +408,7 @@ def _converse(task: dict, child: int, result_r: int, cases_w: int, cases, report
             line, buffer = buffer.split(b"\n", 1)
             try:
                 message = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # garbled, or nested past any answer
                 continue
             kind = message.get("event") if isinstance(message, dict) else None
             if kind == "warnings" and not loaded and not warned:
