@@ -92,18 +92,21 @@ def test_grade_partial_credit_option_and_all_or_nothing_default(tmp_path):
     answer = ("def gpipe_action_count(P, M):\n"
               "    return 2 * P * M if P % 2 == 0 else P * M\n")
     folder = write_notebook(tmp_path / "class" / "half" / "00_demo.ipynb", answer).parent
-    cases = graded_cases(get_exercise("ex00_1"), instructor_secret())
+    salt = b"one run"  # the grader salts its cases per run: this test fixes the salt
+    cases = graded_cases(get_exercise("ex00_1"), instructor_secret(), salt)
     passed = sum(c["P"] % 2 == 0 for c in cases)
     assert 0 < passed < len(cases)
-    (all_or_nothing,) = grade_submission(folder, ["ex00_1"]).grades
+    (all_or_nothing,) = grade_submission(folder, ["ex00_1"], salt=salt).grades
     assert all_or_nothing.points == 0 and all_or_nothing.cases_passed == passed
-    (partial,) = grade_submission(folder, ["ex00_1"], partial_credit=True).grades
+    (partial,) = grade_submission(folder, ["ex00_1"], partial_credit=True, salt=salt).grades
     assert partial.points == round(passed / len(cases), 2)
     out = tmp_path / "reports"
     assert main(["grade", str(tmp_path / "class"), "--exercises", "ex00_1", "--out", str(out),
                  "--partial-credit"]) == 0
     rows = (out / "grades.csv").read_text().splitlines()
-    assert rows[1].split(",")[1] == str(round(passed / len(cases), 2))
+    detail = (out / "grades_detail.csv").read_text().splitlines()[1].split(",")
+    share = int(detail[5]) / int(detail[6])  # that run's own (salted) cases
+    assert 0 < share < 1 and rows[1].split(",")[1] == str(round(share, 2))
 
 
 def _no_tie_break(rows, budget_bytes):

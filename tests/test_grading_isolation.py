@@ -237,10 +237,10 @@ def test_case_counts_are_honest_and_every_case_runs(tmp_path):
         "def naive_utilization(stage_costs):\n    n = len(stage_costs)\n"
         "    return [c / sum(stage_costs) for c in stage_costs] if n < 4 else [0.5] * n\n",
     )
-    (grade,) = grade_submission(folder, ["ex01_2"]).grades
-    # the grader's cases: check()'s fixed ones and random ones drawn from its secret
+    (grade,) = grade_submission(folder, ["ex01_2"], salt=b"run 1").grades
+    # the grader's cases: check()'s fixed ones and random ones drawn from its secret and salt
     cases = [len(c["stage_costs"])
-             for c in graded_cases(get_exercise("ex01_2"), instructor_secret())]
+             for c in graded_cases(get_exercise("ex01_2"), instructor_secret(), b"run 1")]
     right = sum(1 for P in cases if P < 4)
     assert (grade.cases_passed, grade.cases_total) == (right, len(cases))
     assert f"{right} of {len(cases)} cases passed" in grade.message

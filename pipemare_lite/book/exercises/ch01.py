@@ -123,6 +123,10 @@ EXERCISES = [
             "pipemare_lite.analysis.simulate.simulate_step_by_step",
             "pipemare_lite.analysis.simulate.metrics",
             "pipemare_lite.analysis.formulas.idle_fraction_naive",
+            "pipemare_lite.analysis.formulas.idle_fraction_gpipe",
+            "pipemare_lite.analysis.formulas.idle_fraction_1f1b",
+            "pipemare_lite.analysis.formulas.bubble_ratio_gpipe",
+            "pipemare_lite.analysis.formulas.utilization_gpipe",
         ),
     ),
     Exercise(

@@ -158,6 +158,9 @@ EXERCISES = [
             "pipemare_lite.analysis.formulas.idle_fraction_gpipe",
             "pipemare_lite.analysis.formulas.utilization_gpipe",
             "pipemare_lite.analysis.formulas.makespan_gpipe",
+            "pipemare_lite.analysis.formulas.bubble_ratio_gpipe",
+            "pipemare_lite.analysis.formulas.idle_fraction_1f1b",
+            "pipemare_lite.analysis.formulas.idle_fraction_interleaved",
         ),
     ),
     Exercise(

@@ -37,7 +37,8 @@ _POLYNOMIALS = tuple(_THEORY + name for name in (
 # exercise outright (the search itself, or a bound) stays out of reach.
 _STABILITY = tuple(_THEORY + name for name in (
     "largest_stable_step", "stability_bound", "stability_grid", "discrepancy_radius",
-    "discrepancy_roots", "discrepancy_stability_map", "t2_stable_steps", "t1_step_limit"))
+    "discrepancy_roots", "discrepancy_stability_map", "t2_stable_steps", "t1_step_limit",
+    "momentum_stability_bound"))
 
 
 def _iteration_cases() -> list[dict]:

@@ -11,19 +11,25 @@ submission :func:`grade_submission`
    anything that is not a regular file of the folder, and starts a fresh interpreter
    (:mod:`pipemare_lite.book.exercises.worker`) in a bubblewrap jail
    (:mod:`~pipemare_lite.book.exercises.sandbox`: its own tmpfs, the package and the venv
-   read-only, no network, a uid of its own, rlimits), sending it the notebooks' contents and
-   the cases; the worker loads the student's answers, cannot import the registry or the
-   references, and sends back only what the answers returned (as JSON);
+   read-only, no network, a uid of its own, rlimits), sending it the notebooks' contents;
+   then, one exercise at a time, the exercise and its cases. The worker runs no student
+   code: it forks one process per exercise that holds only that exercise (no other task,
+   no case of another, no pipe to the grader), loads the notebook from a fresh read-only
+   copy, gets its cases only after loading, and sends back only what the answer returned
+   (as JSON); the grader takes one result, for the exercise it is grading, once;
 3. decodes those values with a fixed list of plain types (nothing a worker sends is ever
    imported: :mod:`~pipemare_lite.book.exercises.plain`) and judges them here, with
    :func:`~pipemare_lite.book.exercises.feedback.judge`: the same verdict and message as
    ``check()`` in the notebook, every case run and counted.
 
 The cases graded are not ``check()``'s: the random ones are drawn again from the
-instructor's secret (:mod:`~pipemare_lite.book.exercises.hidden`), which the handout and
-``check()`` do not have. An answer that loops past its timeout or crashes the worker costs
-that exercise only: the grader starts a new worker for the remaining ones, until the
-submission's time budget (``budget``) runs out. Any failure while grading one submission is
+instructor's secret and a salt fresh for every run and student
+(:mod:`~pipemare_lite.book.exercises.hidden`), which the handout and ``check()`` do not have.
+What a student's code prints is counted, never shown (it could hold cases); load warnings
+and reports are capped (:data:`MAX_WARNINGS`, :data:`MAX_REPORT_CHARS`). An answer that
+crashes its process costs that exercise only; one that loops past its timeout too: the
+grader starts a new worker for the remaining ones, until the submission's time budget
+(``budget``) runs out. Any failure while grading one submission is
 that submission's failure only. Each exercise is worth its ``points`` when every case
 passes, nothing otherwise; with ``partial_credit=True`` (the instructor's option, ``grade
 --partial-credit``) an answer that ran earns its points times the share of cases it passed.
@@ -53,7 +59,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipemare_lite.book.exercises import evaluate as ev
-from pipemare_lite.book.exercises import hidden, sandbox
+from pipemare_lite.book.exercises import hidden, sandbox, worker
 from pipemare_lite.book.exercises.exercise import Exercise
 from pipemare_lite.book.exercises.feedback import judge
 from pipemare_lite.book.exercises.plain import from_plain
@@ -66,13 +72,20 @@ SECONDS_PER_EXERCISE = 60
 STARTUP_SECONDS = 30
 #: Default memory cap of a worker, in MiB (address space: torch alone maps about 1 GiB).
 MEMORY_MB = 4096
-#: Most bytes one event line of a worker may have (a runaway answer is cut, not read).
-MAX_EVENT_BYTES = 32 * 2**20
+#: Most bytes one event line of a worker may have (a runaway answer is cut, not read): twice
+#: what the worker passes on of one exercise's message.
+MAX_EVENT_BYTES = 2 * worker.MAX_EVENT_BYTES
+#: Most load warnings one report shows, and characters each (the rest are counted).
+MAX_WARNINGS, MAX_WARNING_CHARS = 50, 500
+#: Printed output (bytes, per submission) past which the report says how much there was.
+OUTPUT_NOTE_BYTES = 2**20
+#: Longest message of one exercise in a report, and the longest report (characters).
+MAX_MESSAGE_CHARS, MAX_REPORT_CHARS = 4000, 256 * 2**10
 #: Default wall-clock seconds one submission may take in all (workers, restarts, loads).
 STUDENT_SECONDS = 300
 #: Largest notebook the grader reads, in bytes.
 MAX_NOTEBOOK_BYTES = 16 * 2**20
-_NOTEBOOK_RE = re.compile(r"^(\d\d)_\w+\.ipynb$")
+_NOTEBOOK_RE = re.compile(r"([0-9][0-9])_\w+\.ipynb\Z", re.ASCII)
 
 MISSING, TIMEOUT, CRASHED = "missing", "timed out", "crashed"
 
@@ -140,11 +153,20 @@ class SubmissionReport:
         lines += ["", "## Feedback", ""]
         for g in self.grades:
             lines += [f"### {g.label} (`{g.exercise_id}`): {g.status}", "", "```text"]
-            lines += [g.message, "```", ""]
+            lines += [_cut(g.message.replace("```", "` ` `"), MAX_MESSAGE_CHARS), "```", ""]
         if self.warnings:
             lines += ["## While loading your notebooks", ""]
-            lines += [f"- {w}" for w in self.warnings] + [""]
-        return "\n".join(lines)
+            lines += [f"- {_cut(w, MAX_WARNING_CHARS)}" for w in self.warnings[:MAX_WARNINGS + 2]]
+            lines += [""]
+        return _cut("\n".join(lines), MAX_REPORT_CHARS)
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and a note of how many were cut."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n...({len(text) - limit:,} more characters cut)"
 
 
 def submission_notebooks(folder: str | Path) -> dict[int, Path]:
@@ -222,12 +244,14 @@ def _judged(exercise: Exercise, event: dict, cases: list[dict] | None) -> Exerci
 
 
 class _Worker:
-    """One worker process (in a jail unless ``jailed`` is False) and the pipe it reports on."""
+    """One worker process (in a jail unless ``jailed`` is False), the pipe it reports on,
+    and the pipe its (and its exercises') standard output and error go to: counted, never
+    kept (student code prints what it likes there, hidden cases included)."""
 
-    def __init__(self, job: dict, python: str, log, jailed: bool, disk_mb: int):
+    def __init__(self, setup: bytes, python: str, jailed: bool, disk_mb: int, locked: list):
         read_fd, write_fd = os.pipe()
+        out_read, out_write = os.pipe()
         if jailed:
-            locked = [entry["path"] for entry in job.get("locked", {}).values()]
             command = sandbox.worker_command(write_fd, disk_mb, locked)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         else:
@@ -235,62 +259,71 @@ class _Worker:
             env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
         try:
             self.process = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=log, stderr=log,
+                command, stdin=subprocess.PIPE, stdout=out_write, stderr=out_write,
                 pass_fds=(write_fd,), env=env, start_new_session=True,
             )
         finally:
             os.close(write_fd)
-        self.fd, self.buffer = read_fd, b""
+            os.close(out_write)
+        self.fd, self.out_fd, self.buffer, self.output_bytes = read_fd, out_read, b"", 0
+        self.send(setup)
+
+    def send(self, data: bytes) -> bool:
+        """One frame to the worker's stdin; False when it is gone."""
         try:
-            # two layers: the locked engine text (plain strings) is imported before the job,
-            # whose cases may hold engine objects (schedules) that import those modules
-            locked = job.get("locked", {})
-            rest = pickle.dumps({k: v for k, v in job.items() if k != "locked"})
-            self.process.stdin.write(pickle.dumps({"locked": locked, "job": rest}))
-            self.process.stdin.close()
-        except BrokenPipeError:
-            pass
+            self.process.stdin.write(worker.frame(data))
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+        return True
 
     def next_event(self, deadline: float) -> dict | None:
         """The next event; ``{"event": "eof"}`` when the worker closed its end,
         ``{"event": "too big"}`` for a line over :data:`MAX_EVENT_BYTES`, None when
-        ``deadline`` passed first."""
+        ``deadline`` passed first. Output on the other pipe is counted and dropped."""
         while b"\n" not in self.buffer:
             if len(self.buffer) > MAX_EVENT_BYTES:
                 return {"event": "too big"}
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            ready, _, _ = select.select([self.fd], [], [], left)
+            watched = [self.fd] + ([self.out_fd] if self.out_fd is not None else [])
+            ready, _, _ = select.select(watched, [], [], left)
             if not ready:
                 return None
-            chunk = os.read(self.fd, 1 << 20)
-            if not chunk:
-                return {"event": "eof"}
-            self.buffer += chunk
+            if self.out_fd in ready:
+                dropped = os.read(self.out_fd, 1 << 20)
+                self.output_bytes += len(dropped)
+                if not dropped:
+                    os.close(self.out_fd)
+                    self.out_fd = None
+            if self.fd in ready:
+                chunk = os.read(self.fd, 1 << 20)
+                if not chunk:
+                    return {"event": "eof"}
+                self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return {"event": "garbled"}
         return event if isinstance(event, dict) else {"event": "garbled"}
 
     def stop(self) -> None:
         """Kill the worker and its whole session (what it started) if still there; close
-        the pipe. In a jail, bubblewrap's pid namespace takes the rest with it."""
+        the pipes. In a jail, bubblewrap's pid namespace takes the rest with it."""
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
         self.process.wait()
-        os.close(self.fd)
-
-
-def _log_tail(log) -> str:
-    log.flush()
-    log.seek(0)
-    text = log.read().decode("utf-8", "replace").strip()
-    return text[-600:]
+        for fd in (self.fd, self.out_fd):
+            if fd is not None:
+                os.close(fd)
 
 
 def read_submission(folder: Path) -> tuple[dict[int, tuple[str, bytes]], list[str]]:
@@ -342,6 +375,7 @@ def grade_submission(
     secret: bytes | None = None,
     hidden_cases: bool = True,
     partial_credit: bool = False,
+    salt: bytes | None = None,
 ) -> SubmissionReport:
     """Grade the notebooks in ``folder`` on ``exercises`` (default: all registered).
 
@@ -352,7 +386,10 @@ def grade_submission(
     secret, :func:`~pipemare_lite.book.exercises.hidden.instructor_secret`);
     ``hidden_cases=False`` grades on ``check()``'s own cases (a student's pre-grade);
     ``partial_credit=True`` gives an answer that ran its points times the share of cases
-    it passed (:func:`with_partial_credit`; default: all or nothing).
+    it passed (:func:`with_partial_credit`; default: all or nothing); ``salt`` goes into the
+    random cases' seeds with the secret (default: 16 fresh random bytes, so every call draws
+    new cases from the same distributions and a leaked case is worth nothing next time;
+    :func:`grade_class` gives each student its run's salt and their name).
 
     Raises:
         FileNotFoundError: ``folder`` is not a folder.
@@ -376,7 +413,9 @@ def grade_submission(
     chosen = _selected(exercises)
     if hidden_cases:
         secret = hidden.instructor_secret() if secret is None else secret
-        cases = {e.id: hidden.graded_cases(e, secret) for e in chosen if e.kind == "function"}
+        salt = os.urandom(16) if salt is None else salt
+        cases = {e.id: hidden.graded_cases(e, secret, salt) for e in chosen
+                 if e.kind == "function"}
     else:
         cases = {e.id: e.cases() for e in chosen if e.kind == "function"}
     grades: dict[str, ExerciseGrade] = {}
@@ -400,7 +439,7 @@ def grade_submission(
     ordered = [grades[e.id] for e in chosen]
     if partial_credit:
         ordered = [with_partial_credit(g) for g in ordered]
-    return SubmissionReport(student or given.name, given, ordered, warnings_seen)
+    return SubmissionReport(student or given.name, given, ordered, warnings_seen + run.notes())
 
 
 def _unsendable(cases: list[dict], exercise: Exercise) -> str | None:
@@ -431,47 +470,37 @@ class _Run:
     disk_mb: int
     deadline: float
     budget: float
-    forbidden: dict[str, set[str]] = field(default_factory=dict)
+    output_bytes: int = 0
+    warnings_dropped: int = 0
 
-    def __post_init__(self) -> None:
-        for (name, _data), exercises in self.pending.items():
-            self.forbidden[name] = {n for e in exercises for n in e.engine_answers}
-
-    def _job(self, cwd: str) -> dict:
-        """The worker's job: the pending notebooks and exercises, and per notebook every
-        engine function that answers any of its exercises (switched off, in the process that
-        runs the notebook, from before it loads to the end)."""
-        steps = len(self.pending) + sum(len(v) for v in self.pending.values())
-        answers = {n for names in self.forbidden.values() for n in names}
-        return {
+    def _setup(self, cwd: str) -> tuple[bytes, list[str]]:
+        """The worker's first frame (the notebooks and what every exercise's process shares:
+        no cases, no exercise ids) and the locked files' paths in the jail."""
+        answers = {n for exercises in self.pending.values() for e in exercises
+                   for n in e.engine_answers}
+        # the engine files that define those functions: empty in the jail, sent here
+        locked = sandbox.locked_sources(answers) if self.sandboxed else {}
+        job = {
             "cwd": cwd,
-            # the engine files that define those functions: empty in the jail, sent here
-            "locked": sandbox.locked_sources(answers) if self.sandboxed else {},
             "uid": sandbox.worker_uid(),  # the jail's own: see sandbox's docstring
             "memory_bytes": self.memory_mb * 2**20,
-            "cpu_seconds": int(min(self.timeout * steps, self.budget)) + 10,  # wall clock rules
-            "notebooks": [
-                {
-                    "path": name,
-                    "data": data,
-                    "forbidden": sorted(self.forbidden[name]),
-                    "tasks": [
-                        {
-                            "id": e.id,
-                            "name": e.function_name,
-                            "kind": e.kind,
-                            "cases": self.cases.get(e.id, []),
-                            "engine_answers": list(e.engine_answers),
-                            "harness": e.harness,
-                            "max_lines": e.max_lines,
-                            "needs_torch": e.needs_torch,
-                        }
-                        for e in exercises
-                    ],
-                }
-                for (name, data), exercises in self.pending.items()
-            ],
+            "cpu_seconds": int(self.timeout + STARTUP_SECONDS) + 10,  # per exercise process
+            "answers": sorted(answers),
+            "needs_torch": any(e.needs_torch for v in self.pending.values() for e in v),
+            "notebooks": [{"path": name, "data": data} for name, data in self.pending],
         }
+        setup = pickle.dumps({"locked": locked, "job": pickle.dumps(job)})
+        return setup, [entry["path"] for entry in locked.values()]
+
+    def _header(self, name: str, exercise: Exercise) -> bytes:
+        """What the process of ``exercise`` gets before its notebook loads: names and
+        options, and the engine answers of every exercise not graded yet (switched off)."""
+        off = {n for v in self.pending.values() for e in v for n in e.engine_answers}
+        return pickle.dumps({
+            "id": exercise.id, "notebook": name, "name": exercise.function_name,
+            "kind": exercise.kind, "engine_answers": list(exercise.engine_answers),
+            "off": sorted(off), "harness": exercise.harness, "max_lines": exercise.max_lines,
+        })
 
     def _finish(self, exercise: Exercise, grade: ExerciseGrade) -> None:
         self.grades[exercise.id] = grade
@@ -481,79 +510,131 @@ class _Run:
                 if not exercises:
                     del self.pending[key]
 
-    def one_worker(self) -> None:
-        """Run one worker (one jail) over what is pending; what it finished leaves
-        ``pending``. Inside, each notebook runs in its own process, forked by the worker
-        (see :mod:`~pipemare_lite.book.exercises.worker`).
+    def _warn(self, event: dict) -> None:
+        """The load warnings of one exercise's process: new ones kept up to
+        :data:`MAX_WARNINGS` per submission (each cut to :data:`MAX_WARNING_CHARS`), the rest
+        counted."""
+        texts = event.get("texts") if isinstance(event.get("texts"), list) else []
+        more = event.get("more", 0)
+        self.warnings_dropped += more if type(more) is int and 0 <= more < 2**40 else 0
+        for text in texts[:worker.MAX_WARNINGS]:
+            text = str(text)[:MAX_WARNING_CHARS]
+            if text in self.warnings_seen:
+                continue
+            if len(self.warnings_seen) >= MAX_WARNINGS:
+                self.warnings_dropped += 1
+            else:
+                self.warnings_seen.append(text)
 
-        If it times out, dies or sends a value too big, the exercise (or the notebook load)
-        in progress is graded as such and removed, so the next worker starts after it. When
-        the submission's budget is spent, everything left is graded as timed out.
+    def notes(self) -> list[str]:
+        """Lines for the report on what was capped (none when nothing was)."""
+        lines = []
+        if self.warnings_dropped:
+            lines.append(f"... and {self.warnings_dropped} more warnings, not shown (at most "
+                         f"{MAX_WARNINGS} are)")
+        if self.output_bytes > OUTPUT_NOTE_BYTES:
+            lines.append(f"your code printed {self.output_bytes:,} bytes while being graded "
+                         "(printed output is not kept; nothing of it is shown)")
+        return lines
+
+    def _time_out_everything(self) -> None:
+        for exercises in list(self.pending.values()):
+            for exercise in list(exercises):
+                self._finish(exercise, _grade_of(
+                    exercise, TIMEOUT,
+                    f"not run: the submission used up its {self.budget:g} s of grading time",
+                ))
+
+    def one_worker(self) -> None:
+        """Run one worker (one jail) over what is pending, one exercise at a time; what it
+        finished leaves ``pending``. The worker forks one process per exercise (see
+        :mod:`~pipemare_lite.book.exercises.worker`); the grader sends it one exercise, with
+        its cases, and takes one result for that exercise's id (or its crash), then the next.
+
+        If the worker times out, dies or sends a message too big, the exercise in progress is
+        graded as such (a notebook whose load fails so: all its exercises) and removed, so
+        the next worker starts after it. When the submission's budget is spent, everything
+        left is graded as timed out.
         """
         if time.monotonic() >= self.deadline:
-            for exercises in list(self.pending.values()):
-                for exercise in list(exercises):
-                    self._finish(exercise, _grade_of(
-                        exercise, TIMEOUT,
-                        f"not run: the submission used up its {self.budget:g} s of grading time",
-                    ))
+            self._time_out_everything()
             return
-        by_id = {e.id: (key, e) for key, exercises in self.pending.items() for e in exercises}
-        current: tuple[str, object] | None = None  # ("load", name) or ("start", exercise id)
-        outcome = "done"
-        with tempfile.TemporaryFile() as log, tempfile.TemporaryDirectory() as cwd:
-            worker = _Worker(self._job(cwd), self.python, log, self.sandboxed, self.disk_mb)
+        order = [(key, e) for key, exercises in self.pending.items() for e in exercises]
+        outcome, key, exercise, answering = "done", None, None, False
+        with tempfile.TemporaryDirectory() as cwd:
+            setup, locked = self._setup(cwd)
+            worker_ = _Worker(setup, self.python, self.sandboxed, self.disk_mb, locked)
             try:
-                while self.pending:
-                    in_answer = current is not None and current[0] == "start"
-                    allowed = self.timeout if in_answer else self.timeout + STARTUP_SECONDS
-                    event = worker.next_event(min(time.monotonic() + allowed, self.deadline))
-                    if event is None:
-                        outcome = "budget" if time.monotonic() >= self.deadline else "timeout"
+                for key, exercise in order:
+                    outcome = self._one_exercise(worker_, key, exercise)
+                    if outcome != "done":
+                        answering = outcome.startswith("answer ")
+                        outcome = outcome.removeprefix("answer ")
                         break
-                    kind = event.get("event")
-                    if kind in ("eof", "too big"):
-                        outcome = kind
-                        break
-                    if kind == "load":
-                        current = ("load", str(event.get("notebook")))
-                    elif kind == "warnings":
-                        self.warnings_seen.extend(str(t)[:500] for t in event.get("texts", [])[:50])
-                    elif kind == "start" and event.get("id") in by_id:
-                        current = ("start", event["id"])
-                    elif kind == "result" and event.get("id") in by_id:
-                        _key, exercise = by_id.pop(event["id"])
-                        judged = _judged(exercise, event, self.cases.get(exercise.id))
-                        self._finish(exercise, judged)
-                        current = None
             finally:
-                if outcome == "eof":
-                    try:  # it closed its pipe: let it finish exiting, to read its exit code
-                        worker.process.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        pass
-                worker.stop()
-            if not self.pending:
+                worker_.stop()
+                self.output_bytes += worker_.output_bytes
+            if outcome == "done" or not self.pending:
                 return
-            in_answer = current is not None and current[0] == "start"
-            limit = self.timeout if in_answer else self.timeout + STARTUP_SECONDS
+            limit = self.timeout if answering else self.timeout + STARTUP_SECONDS
             status, reason = {
                 "timeout": (TIMEOUT, f"took longer than {limit:g} s (an endless loop?)"),
                 "budget": (TIMEOUT, f"was stopped: the submission used up its {self.budget:g} s "
                            "of grading time"),
-                "too big": (CRASHED, f"returned more than {MAX_EVENT_BYTES >> 20} MiB of data "
+                "too big": (CRASHED, f"sent more than {MAX_EVENT_BYTES >> 20} MiB of data "
                             "(too big to grade)"),
             }.get(outcome, (CRASHED, f"stopped the grading process (exit code "
-                            f"{worker.process.returncode}): {_log_tail(log) or 'no output'}"))
-        if in_answer and current[1] in by_id:
-            _key, exercise = by_id[current[1]]
-            message = f"{exercise.function_name} {reason}"
-            self._finish(exercise, _grade_of(exercise, status, message))
-        else:  # loading a notebook (or starting the worker) failed: its exercises go
-            name = current[1] if current is not None else next(iter(self.pending))[0]
-            key = next((k for k in self.pending if k[0] == name), next(iter(self.pending)))
-            for exercise in list(self.pending[key]):
-                self._finish(exercise, _grade_of(exercise, status, f"loading {key[0]} {reason}"))
+                            f"{worker_.process.returncode})"))
+        if answering:
+            self._finish(exercise, _grade_of(exercise, status,
+                                             f"{exercise.function_name} {reason}"))
+        else:  # loading the notebook (or starting the worker) failed: its exercises go
+            for other in list(self.pending.get(key, [exercise])):
+                self._finish(other, _grade_of(other, status, f"loading {key[0]} {reason}"))
+
+    def _one_exercise(self, worker_: _Worker, key: tuple[str, bytes], exercise: Exercise) -> str:
+        """Grade ``exercise`` on ``worker_``: ``"done"``, or why the worker must go
+        (``"timeout"``, ``"budget"``, ``"eof"``; prefixed ``"answer "`` when the answer, not
+        the load, was running)."""
+        cases = self.cases.get(exercise.id, [])
+        if not (worker_.send(self._header(key[0], exercise)) and worker_.send(pickle.dumps(cases))):
+            return "eof"
+        answering = False
+        phase_end = time.monotonic() + self.timeout + STARTUP_SECONDS
+        while True:
+            event = worker_.next_event(min(phase_end, self.deadline))
+            prefix = "answer " if answering else ""
+            if event is None:
+                return prefix + ("budget" if time.monotonic() >= self.deadline else "timeout")
+            kind = event.get("event")
+            if kind in ("eof", "too big"):
+                return prefix + kind
+            if event.get("id") != exercise.id:
+                continue  # only the exercise being graded has a voice, and only now
+            if kind == "warnings":
+                self._warn(event)
+            elif kind == "start" and not answering:
+                answering, phase_end = True, time.monotonic() + self.timeout
+            elif kind == "result" and answering:
+                self._finish(exercise, _judged(exercise, event, cases))
+                return "done"
+            elif kind == "too big":
+                return self._too_big(exercise)
+            elif kind == "crashed":
+                code = event.get("code")
+                self._finish(exercise, _grade_of(
+                    exercise, CRASHED,
+                    f"{exercise.function_name} stopped its grading process (exit code "
+                    f"{code if type(code) is int else '?'})" if answering else
+                    f"loading {key[0]} stopped its grading process (exit code "
+                    f"{code if type(code) is int else '?'})"))
+                return "done"
+
+    def _too_big(self, exercise: Exercise) -> str:
+        self._finish(exercise, _grade_of(
+            exercise, CRASHED, f"{exercise.function_name} returned more than "
+            f"{MAX_EVENT_BYTES >> 20} MiB of data (too big to grade)"))
+        return "done"
 
 
 def class_submissions(folder: str | Path) -> list[Path]:
@@ -591,9 +672,12 @@ def grade_class(
         if not available:
             raise sandbox.SandboxUnavailable(why)
     reports = []
+    run_salt = options.pop("salt", None)
+    run_salt = os.urandom(16) if run_salt is None else run_salt
     for path in class_submissions(folder):
+        salt = run_salt + b"\0" + path.name.encode("utf-8", "surrogateescape")
         try:
-            reports.append(grade_submission(path, chosen, **options))
+            reports.append(grade_submission(path, chosen, salt=salt, **options))
         except sandbox.SandboxUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - one student's failure is theirs only
@@ -608,12 +692,13 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
 
 
 def csv_cell(value) -> str | int:
-    """A CSV cell a spreadsheet shows as text: a string starting like a formula gets a ``'``;
-    control characters become spaces."""
+    """A CSV cell a spreadsheet shows as text: a string starting like a formula, after any
+    leading whitespace, gets a ``'``; control characters become spaces."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return value
     text = re.sub(r"[\x00-\x1f\x7f]", " ", str(value))
-    return "'" + text if text.startswith(_FORMULA_START) else text
+    # spreadsheets skip leading blanks before a formula (" =1+1" is one)
+    return "'" + text if text.lstrip().startswith(_FORMULA_START) else text
 
 
 def report_names(reports: list[SubmissionReport]) -> list[str]:

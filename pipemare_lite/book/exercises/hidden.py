@@ -5,7 +5,8 @@ from ``random.Random(seed)`` with a seed written in the chapter module. A studen
 module, so a table of the answers to exactly those cases (computed once with the engine)
 passes ``check()``. The grader therefore grades other cases: :func:`graded_cases` runs the
 same ``cases()`` with every ``random.Random(seed)`` of the chapter module seeded instead from
-``sha256(secret, exercise id, seed)``. The fixed cases stay (they are the edge cases that
+``sha256(secret, exercise id, seed, sha256(salt))``, the salt fresh for every grading run and
+student. The fixed cases stay (they are the edge cases that
 matter), the random ones come from the same distribution but are new, and their number is
 the same, so an honest answer scores exactly as with ``check()``'s cases.
 
@@ -52,27 +53,28 @@ def instructor_secret() -> bytes:
 class _SecretRandom(types.ModuleType):
     """Stands for the ``random`` module in a chapter module while its cases are drawn."""
 
-    def __init__(self, secret: bytes, exercise_id: str):
+    def __init__(self, secret: bytes, exercise_id: str, salt: bytes = b""):
         super().__init__("random")
-        self.secret, self.exercise_id, self.draws = secret, exercise_id, 0
+        self.secret, self.exercise_id, self.salt, self.draws = secret, exercise_id, salt, 0
 
     def __getattr__(self, name):
         return getattr(random, name)
 
     def Random(self, seed=None):  # noqa: N802 - the name the chapter modules call
         self.draws += 1
-        digest = hashlib.sha256(
-            b"\0".join([self.secret, self.exercise_id.encode(), repr(seed).encode()])
-        ).digest()
+        parts = [self.secret, self.exercise_id.encode(), repr(seed).encode()]
+        if self.salt:  # (no salt: the digest of before salts existed, so old runs repeat)
+            parts.append(hashlib.sha256(self.salt).digest())
+        digest = hashlib.sha256(b"\0".join(parts)).digest()
         return random.Random(int.from_bytes(digest[:16], "big"))
 
 
-def _drawing(exercise: Exercise, secret: bytes) -> tuple[list[dict], int]:
+def _drawing(exercise: Exercise, secret: bytes, salt: bytes = b"") -> tuple[list[dict], int]:
     module = sys.modules.get(getattr(exercise.cases, "__module__", ""), None)
     namespace = getattr(module, "__dict__", None)
     if namespace is None or namespace.get("random") is not random:
         return exercise.cases(), 0
-    shim = _SecretRandom(secret, exercise.id)
+    shim = _SecretRandom(secret, exercise.id, salt)
     namespace["random"] = shim
     try:
         return exercise.cases(), shim.draws
@@ -80,12 +82,21 @@ def _drawing(exercise: Exercise, secret: bytes) -> tuple[list[dict], int]:
         namespace["random"] = random
 
 
-def graded_cases(exercise: Exercise, secret: bytes) -> list[dict]:
+def graded_cases(exercise: Exercise, secret: bytes, salt: bytes = b"") -> list[dict]:
     """The cases the grader runs ``exercise`` on: ``cases()`` with the random ones redrawn
-    from ``secret`` ([] for a constant exercise)."""
+    from ``secret`` and ``salt`` ([] for a constant exercise). The grader salts every run
+    and every student (:func:`~pipemare_lite.book.exercises.grading.grade_submission`): the
+    same distributions, other draws, so a case that leaked is worth nothing next time.
+
+    Raises:
+        TypeError: ``secret`` or ``salt`` is not bytes.
+    """
+    for name, value in (("secret", secret), ("salt", salt)):
+        if not isinstance(value, bytes):
+            raise TypeError(f"{name} must be bytes, got {type(value).__name__}")
     if exercise.kind != "function":
         return []
-    return _drawing(exercise, secret)[0]
+    return _drawing(exercise, secret, salt)[0]
 
 
 def drawn_at_random(exercise: Exercise) -> bool:

@@ -14,16 +14,18 @@ the virtual environment, the reports or a classmate's folder. Inside, it sees::
                                gets their text through its stdin, imports them and drops
                                the text before any student code runs (:func:`locked_sources`)
     /sandbox                   the only writable place: one tmpfs of ``disk_mb`` MiB holding
-                               /sandbox/work (the working directory, where the worker writes
-                               the student's notebooks, sent to it through its stdin) and
-                               /sandbox/tmp (``$TMPDIR``; /tmp points there)
+                               /sandbox/work (the working directory), /sandbox/tmp
+                               (``$TMPDIR``; /tmp points there) and /sandbox/notebooks (the
+                               worker's: each notebook, sent to it through its stdin, is
+                               copied there afresh, read-only, before each exercise loads it)
     /proc, /dev                its own (a new pid namespace; null, zero, random ...)
 
 and nothing else: not the repository (so not ``chapters/``, which holds the solutions), not
 the grader's home, not the other students, not the reports. No network (a new network
 namespace), a new pid, IPC and UTS namespace, a minimal environment, ``/`` read-only. The
-worker starts as root *inside* the jail (with only CAP_SETUID, CAP_SETGID and CAP_CHOWN), writes the
-notebooks, then drops for good, before any student code runs, to a uid and gid of its own
+worker starts as root *inside* the jail (with only CAP_SETUID, CAP_SETGID, CAP_CHOWN and
+CAP_KILL) and stays so, running no student code; each exercise runs in a process forked from
+it that drops for good, before any student code runs, to a uid and gid of its own
 (:func:`worker_uid`: no other process on the machine has it), and caps its memory, CPU time,
 file size and processes (:mod:`~pipemare_lite.book.exercises.worker`). A uid of its own
 matters for the process cap: the kernel counts RLIMIT_NPROC per uid over the whole machine,
@@ -59,6 +61,9 @@ import pipemare_lite
 PACKAGE_ROOT = "/opt/pipemare"
 #: The worker's working directory and temporary directory inside the jail.
 WORK_DIR, TMP_DIR = "/sandbox/work", "/sandbox/tmp"
+#: Where the worker copies a notebook before each exercise's load: the worker's own folder,
+#: read-only to the student's uid.
+SHELF_DIR = "/sandbox/notebooks"
 #: Default size of the jail's only writable file system, in MiB (the total disk cap).
 DISK_MB = 256
 #: The uid and gid student code runs as when the grader is not root (``nobody``, mapped in
@@ -239,7 +244,9 @@ def _bwrap_prefix(bwrap: str, disk_mb: int, locked: Iterable[str] = ()) -> list[
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try"]
     if as_root:  # the worker drops to its own uid itself, after writing the notebooks
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]
+        # (CAP_KILL: the worker, still root, ends what an exercise's process left behind)
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN",
+                 "--cap-add", "CAP_KILL"]
     else:
         args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     mounts = _system_mounts() + _python_mounts() + _package_mounts() + _locked_mounts(locked)

@@ -1,39 +1,43 @@
-"""The grading worker: a fresh interpreter that runs a student's answers, reports what they return.
+"""The grading worker: runs no student code itself; forks one process per exercise that does.
 
 Started by :mod:`pipemare_lite.book.exercises.grading` as
 ``python -m pipemare_lite.book.exercises.worker FD [--sandboxed]``, once per submission (and
-again after an answer that timed out or crashed it), inside a bubblewrap jail
+again after an answer that timed out), inside a bubblewrap jail
 (:mod:`~pipemare_lite.book.exercises.sandbox`) unless the instructor passed ``--no-sandbox``.
-It reads its job from stdin (pickled by the grader, before any student code runs): the
-notebooks' *contents* (the grader read them, refusing symbolic links), and for each
-exercise the name to read, the cases to call it on, the engine functions it must not call
-and, for an answer that a harness uses (:mod:`~pipemare_lite.book.exercises.harness`), the
-harness's name. Then it
+Its stdin carries length-prefixed frames from the grader (:func:`frame`): first the setup
+(the locked engine modules' text, the notebooks' *contents*, which the grader read refusing
+symbolic links, the limits and the jail's uid: no case and no exercise), then, one exercise
+at a time, a header (the exercise's id, the name to read, the engine functions to switch
+off) followed by that exercise's cases. The worker
 
-1. writes the notebooks into its working directory (the jail's private tmpfs), imports the
-   engine files that define a graded exercise's answer from the text in the job (those
-   files are empty in the jail: :func:`~pipemare_lite.book.exercises.sandbox.locked_sources`)
-   and forgets that text, so no answer can re-execute an engine function's source; in a
-   jail started by root, it then drops to the uid/gid the grader chose for this jail, for good;
-2. caps its own memory, CPU time, file sizes, open files and processes
-   (:func:`resource.setrlimit`);
-3. makes the registry, the references and the chapter modules unimportable (and
-   ``check`` a no-op that returns True), so the student's code can neither read nor patch
-   the exercise definitions: the grader judges with its own copies;
-4. runs each exercise in a process of its own (forked, so torch is imported once), in
-   which the engine functions that answer that exercise and the notebook's later ones are
-   replaced, for good, by ones that raise, *before* the notebook loads: a wrapper fails
-   however it reaches the engine (a thread, a profiler switched off, a table precomputed
-   while the notebook loads), and no copy of the original code is left in the process for
-   an answer to dig out (the rule-3 watcher knows the functions by fingerprint only);
-   between exercises, in the jail, every process the last one left is killed and the
-   temporary files are removed;
-5. loads the notebook with :func:`~pipemare_lite.book.exercises.loader.load_from_notebook`,
-   runs each answer on its cases (:mod:`~pipemare_lite.book.exercises.evaluate`) and writes
-   one JSON line per event to file descriptor FD: ``load``, ``warnings``, ``start``,
-   ``result`` (values as :mod:`~pipemare_lite.book.exercises.plain` JSON, never pickles).
+1. imports the engine files that define a graded exercise's answer from the setup's text
+   (those files are empty in the jail:
+   :func:`~pipemare_lite.book.exercises.sandbox.locked_sources`) and forgets the text, so no
+   answer can re-execute an engine function's source; imports what the notebooks need; makes
+   the registry, the references and the chapter modules unimportable (and ``check`` a no-op
+   that returns True); stays as it started (root in a jail started by root);
+2. for each exercise: copies its notebook afresh onto its shelf (a folder of its own,
+   read-only to the student's uid), forks the exercise's process, *then* reads the cases
+   (so that process never holds them, nor any other exercise's), and talks to it over two
+   pipes of its own: the process sends its load warnings and ``loaded``, gets its cases,
+   and sends one ``result``; the worker passes on the first result under the id *it* is
+   grading, only the keys of :data:`RESULT_KEYS`, and zeroes the cases' bytes; afterwards,
+   in the jail, every process the exercise left is killed and the temporary files removed;
+3. in the exercise's process (:func:`_exercise_process`), before any student code: every
+   file descriptor but its two pipes is closed (no report pipe, no job pipe), the uid is
+   dropped for good to the jail's own, memory, CPU time, file sizes, open files and
+   processes are capped (:func:`resource.setrlimit`), and the engine functions answering
+   this exercise and every exercise not graded yet are replaced, for good, by ones that
+   raise: a wrapper fails however it reaches the engine (a thread, a profiler switched off,
+   a table precomputed while the notebook loads), and no copy of the original code is left
+   for an answer to dig out (the rule-3 watcher knows the functions by fingerprint only).
+   It loads the notebook with :func:`~pipemare_lite.book.exercises.loader.load_from_notebook`
+   and runs the answer on its cases (:mod:`~pipemare_lite.book.exercises.evaluate`).
 
-The worker never decides whether an answer is right; the grader trusts it only for what
+The worker writes one JSON line per event to file descriptor FD: ``load``, ``warnings``,
+``start``, ``result`` (values as :mod:`~pipemare_lite.book.exercises.plain` JSON, never
+pickles), ``crashed`` (an exercise's process ended without a result: its exit code) and
+``too big``. It never decides whether an answer is right; the grader trusts it only for what
 the student's code returned, and decodes that with a fixed list of plain types. For
 instructors: docs/instructors.md. Torch-free (the student's code may import torch).
 """
@@ -45,8 +49,11 @@ import json
 import os
 import pickle
 import resource
+import signal
+import struct
 import sys
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 #: Submodules of pipemare_lite.book.exercises the worker itself needs; all others are blocked.
@@ -118,14 +125,6 @@ def _hide_definitions() -> None:
     package.check = _no_check  # the chapters' `from pipemare_lite.book.exercises import check`
 
 
-def _write_notebooks(notebooks: list[dict]) -> None:
-    """The notebooks the grader sent, as files in the working directory."""
-    for notebook in notebooks:
-        name = Path(notebook["path"]).name
-        Path(name).write_bytes(notebook.pop("data"))
-        notebook["path"] = name
-
-
 def _drop_privileges(uid: int) -> None:
     """In a jail started by root: everything writable to ``uid`` (this jail's own, from the
     grader: :func:`~pipemare_lite.book.exercises.sandbox.worker_uid`), then become it for
@@ -136,7 +135,7 @@ def _drop_privileges(uid: int) -> None:
 
     if isinstance(uid, bool) or not isinstance(uid, int) or not 0 < uid < 2**31:
         raise SystemExit(f"the grading worker got no usable uid to run as: {uid!r}")
-    for place in (WORK_DIR, TMP_DIR, *os.listdir(WORK_DIR)):
+    for place in (WORK_DIR, TMP_DIR):  # the notebooks' shelf stays root's, read-only
         os.chown(place, uid, uid)
     os.setgroups([])
     os.setresgid(uid, uid, uid)
@@ -238,95 +237,284 @@ def _encoded(evaluation) -> dict:
     return result
 
 
+#: Bytes of a frame's length prefix (grader -> worker, worker -> exercise process).
+_FRAME = struct.Struct(">Q")
+#: Largest frame the worker reads (the notebooks travel in the first one).
+MAX_FRAME_BYTES = 1 << 30
+#: Most bytes one message of an exercise's process may have (a runaway answer is cut).
+MAX_EVENT_BYTES = 32 * 2**20
+#: Most warnings (and characters each) an exercise's process sends of its notebook's load;
+#: the rest are counted, not sent.
+MAX_WARNINGS, MAX_WARNING_CHARS = 50, 500
+#: Keys of an exercise process's ``result`` message the worker passes on (nothing else).
+RESULT_KEYS = ("status", "detail", "outcomes", "value", "missing")
+
+
+def frame(data: bytes) -> bytes:
+    """``data`` with its length in front, as the worker reads it (:func:`_read_frame`)."""
+    return _FRAME.pack(len(data)) + data
+
+
+def _read_into(fd: int, buffer: bytearray) -> bool:
+    """Fill ``buffer`` from ``fd`` in place (no copy of it left elsewhere); False at EOF."""
+    view, got = memoryview(buffer), 0
+    while got < len(buffer):
+        count = os.readv(fd, [view[got:]])
+        if count == 0:
+            return False
+        got += count
+    return True
+
+
+def _read_frame(fd: int) -> bytearray | None:
+    """The next frame on ``fd`` as a bytearray (to be zeroed after use), None at EOF."""
+    head = bytearray(_FRAME.size)
+    if not _read_into(fd, head):
+        return None
+    (size,) = _FRAME.unpack(head)
+    if size > MAX_FRAME_BYTES:
+        raise SystemExit(f"the grading worker got a frame of {size} bytes")
+    body = bytearray(size)
+    return body if _read_into(fd, body) else None
+
+
+def _wipe(buffer: bytearray | None) -> None:
+    """Zero ``buffer`` in place: the next exercise's process, forked later, finds no trace."""
+    if buffer is not None:
+        buffer[:] = bytes(len(buffer))
+
+
 def main(argv: list[str]) -> int:
-    """Run the job on stdin and report on file descriptor ``argv[0]`` (see the docstring)."""
+    """Run the grader's jobs from stdin and report on file descriptor ``argv[0]`` (see the
+    module docstring). This process runs no student code: each exercise runs in a process
+    forked from it (:func:`_exercise_process`)."""
+    sandboxed = "--sandboxed" in argv[1:]
+    setup = _read_frame(0)
+    if setup is None:
+        return 0
     # from the grader, before any student code: the locked engine modules' text first (the
     # job's cases may be engine objects whose unpickling imports those modules)
-    layers = pickle.loads(sys.stdin.buffer.read())
+    layers = pickle.loads(setup)
+    _wipe(setup)
     _import_locked(layers["locked"])
     job = pickle.loads(layers.pop("job"))
     report = os.fdopen(int(argv[0]), "w", encoding="utf-8")
-    sandboxed = "--sandboxed" in argv[1:]
     if sandboxed:  # nothing importable from the working directory, where students write
         sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd(), ".")]
-    if not sandboxed:
-        os.chdir(job["cwd"])  # a private copy the grader made
-    _write_notebooks(job["notebooks"])
-    from pipemare_lite.book.exercises import evaluate
-    from pipemare_lite.book.exercises.loader import load_from_notebook
+    else:
+        os.chdir(job["cwd"])  # a private folder the grader made
+    notebooks = {Path(nb["path"]).name: bytes(nb["data"]) for nb in job.pop("notebooks")}
+    shelf = _make_shelf(sandboxed)
+    from pipemare_lite.book.exercises import evaluate  # noqa: F401 - imported once, here
 
-    for notebook in job["notebooks"]:  # the watcher of rule 3 needs the code objects first
-        for task in notebook["tasks"]:
-            task["codes"] = _CodePrints(evaluate.forbidden_codes(task["engine_answers"]))
-    _preload(job["notebooks"])
+    _preload(notebooks.values(), job.get("needs_torch", False), job.get("answers", ()))
     _warm_up_the_loader()
-    if sandboxed:  # after the imports: nothing imported later reads a locked file
-        _drop_privileges(job.get("uid"))
-    _limit(job["memory_bytes"], job["cpu_seconds"], sandboxed)
     _hide_definitions()
     _not_traceable()
-    report.flush()
-    for notebook in job["notebooks"]:
-        for k in range(len(notebook["tasks"])):
-            # one process per exercise: exercise k's and the later ones' engine answers off
-            # for good from before the notebook loads (see _run_exercise)
-            child = os.fork()
-            if child == 0:
-                code = 0
-                try:
-                    _run_exercise(notebook, k, report, evaluate, load_from_notebook)
-                    report.flush()
-                except BaseException:  # noqa: BLE001 - whatever the student's code did
-                    code = 70
-                os._exit(code)
-            _pid, status = os.waitpid(child, 0)
-            if sandboxed:
-                _clean_up_after(job["notebooks"])
-            code = os.waitstatus_to_exitcode(status)
-            if code != 0:  # the grader sees the crash (exit code) and starts again after it
-                os._exit(code if code > 0 else 128 - code)
+    while True:
+        header = _read_frame(0)
+        if header is None:
+            break
+        task = pickle.loads(header)  # names and options only: the cases come after the fork
+        _wipe(header)
+        _one_exercise(task, notebooks, shelf, job, report, sandboxed)
     report.close()
     return 0
 
 
-def _run_exercise(notebook: dict, k: int, report, evaluate, load_from_notebook) -> None:
-    """Load the notebook and run its exercise ``k`` (in a process of its own).
+def _make_shelf(sandboxed: bool) -> Path:
+    """The folder the notebooks are copied into before each load: made by this process
+    (root, in a jail started by root), so the student's uid can read it, not write it."""
+    from pipemare_lite.book.exercises.sandbox import SHELF_DIR
 
-    Before the notebook loads, the engine functions answering exercise ``k`` and every
-    exercise after it are switched off for good; those of exercises graded before it stay on
-    (a later answer may use an earlier exercise's engine function honestly: chapter 08's
-    ex08_2 uses ex08_1's ``rescheduling_factor``). The loader runs only the notebook's
-    imports and definitions, so loading once per exercise costs little."""
-    tasks = notebook["tasks"]
-    _switch_off({n for t in tasks[k:] for n in t["engine_answers"]})
-    _send(report, {"event": "load", "notebook": notebook["path"]})
+    shelf = Path(SHELF_DIR if sandboxed else "notebooks").resolve()
+    shelf.mkdir(mode=0o755, exist_ok=True)
+    return shelf
+
+
+def _shelve(shelf: Path, name: str, data: bytes) -> Path:
+    """A fresh, read-only copy of notebook ``name`` on the shelf (whatever was there before,
+    a previous exercise's process included, is replaced)."""
+    os.chmod(shelf, 0o755)
+    path = shelf / Path(name).name
+    if path.is_symlink() or path.exists():
+        if path.is_dir() and not path.is_symlink():
+            import shutil
+
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.chmod(shelf, 0o555)
+    return path
+
+
+def _one_exercise(task: dict, notebooks: dict, shelf: Path, job: dict, report,
+                  sandboxed: bool) -> None:
+    """Fork the process that runs exercise ``task``, hand it its cases once it has loaded
+    the notebook, and pass on to the grader what it says, for ``task``'s id only, once."""
+    _send(report, {"event": "load", "id": task["id"], "notebook": task["notebook"]})
+    path = _shelve(shelf, task["notebook"], notebooks.get(task["notebook"], b""))
+    result_r, result_w = os.pipe()
+    cases_r, cases_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        code = 0
+        try:
+            os.close(result_r)
+            os.close(cases_w)
+            _exercise_process(task, path, result_w, cases_r, job, sandboxed)
+        except BaseException:  # noqa: BLE001 - whatever the student's code did
+            code = 70
+        os._exit(code)
+    os.close(result_w)
+    os.close(cases_r)
+    cases = _read_frame(0)  # read after the fork: the exercise's process never had it
+    try:
+        _converse(task, child, result_r, cases_w, cases, report)
+    finally:
+        _wipe(cases)
+        for fd in (result_r, cases_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(child, 0)
+        except ChildProcessError:
+            pass
+        if sandboxed:
+            _clean_up_after()
+
+
+def _converse(task: dict, child: int, result_r: int, cases_w: int, cases, report) -> None:
+    """Read the exercise process's messages: its load warnings (before it has loaded),
+    ``loaded`` (then it gets its cases), one ``result`` (passed on, keys of
+    :data:`RESULT_KEYS` only, under ``task``'s id). Anything else is dropped; an end without
+    a result is reported as ``crashed`` with the exit code."""
+    exercise, loaded, warned, buffer = task["id"], False, False, b""
+    while True:
+        chunk = os.read(result_r, 1 << 20)
+        if not chunk:
+            break
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            try:
+                message = json.loads(line)
+            except (ValueError, RecursionError):  # garbled, or nested past any answer
+                continue
+            kind = message.get("event") if isinstance(message, dict) else None
+            if kind == "warnings" and not loaded and not warned:
+                warned = True
+                _send(report, _capped_warnings(exercise, task["notebook"], message))
+            elif kind == "loaded" and not loaded:
+                loaded = True
+                _send(report, {"event": "start", "id": exercise})
+                try:
+                    os.write(cases_w, _FRAME.pack(len(cases or b"")))
+                    view = memoryview(cases or b"")
+                    while view:
+                        view = view[os.write(cases_w, view):]
+                    os.close(cases_w)
+                except OSError:
+                    pass
+            elif kind == "result" and loaded:
+                kept = {k: message[k] for k in RESULT_KEYS if k in message}
+                _send(report, {"event": "result", "id": exercise, **kept})
+                return
+        if len(buffer) > MAX_EVENT_BYTES:
+            _send(report, {"event": "too big", "id": exercise})
+            return
+    _pid, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    _send(report, {"event": "crashed", "id": exercise, "code": code})
+
+
+def _capped_warnings(exercise: str, notebook: str, message: dict) -> dict:
+    """The load warnings an exercise's process sent, at most :data:`MAX_WARNINGS` of
+    :data:`MAX_WARNING_CHARS` characters, with the count and size of what was dropped."""
+    texts = message.get("texts") if isinstance(message.get("texts"), list) else []
+    kept = [str(t)[:MAX_WARNING_CHARS] for t in texts[:MAX_WARNINGS]]
+    more = message.get("more", 0)
+    more = more if type(more) is int and more >= 0 else 0
+    return {"event": "warnings", "id": exercise, "notebook": notebook, "texts": kept,
+            "more": more + max(0, len(texts) - MAX_WARNINGS)}
+
+
+def _only_these_files(keep: set[int]) -> None:
+    """Close every file descriptor but 1, 2 and ``keep``; stdin becomes /dev/null. The
+    worker's report pipe and the grader's job pipe are gone from this process for good."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for entry in os.listdir("/proc/self/fd"):
+        fd = int(entry)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _exercise_process(task: dict, path: Path, result_w: int, cases_r: int, job: dict,
+                      sandboxed: bool) -> None:
+    """One exercise, in a process of its own that holds only what the exercise needs.
+
+    Before any student code: every file but its own two pipes is closed (no report pipe, no
+    job pipe: its only voice is ``result_w``, read by the worker, which runs no student code
+    and passes on one result under the id it chose), the student's uid is taken for good
+    (in a jail started by root), the limits are set and the engine answers of every exercise
+    not graded yet are switched off (``task["off"]``: those of exercises graded before stay
+    on, a later answer may use them honestly: ex08_2 uses ex08_1's
+    ``rescheduling_factor``). The notebook loads (its imports and definitions only) from a
+    read-only copy; its warnings go out before the cases come in, through ``cases_r``."""
+    from pipemare_lite.book.exercises import evaluate
+    from pipemare_lite.book.exercises.loader import load_from_notebook
+
+    _only_these_files({result_w, cases_r})
+    # the watcher of rule 3 needs the code objects' fingerprints before they are switched off
+    codes = _CodePrints(evaluate.forbidden_codes(task["engine_answers"]))
+    if sandboxed:
+        _drop_privileges(job.get("uid"))
+    _limit(job["memory_bytes"], job["cpu_seconds"], sandboxed)
+    _switch_off(set(task["off"]) | set(task["engine_answers"]))
+    out = os.fdopen(result_w, "w", encoding="utf-8")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            names = [task["name"] for task in tasks]
-            namespace = load_from_notebook(Path(notebook["path"]), names)
+            namespace = load_from_notebook(path, [task["name"]])
         except Exception as exc:  # an unreadable notebook costs its exercises only
             namespace = {}
             caught.append(warnings.WarningMessage(
-                f"{Path(notebook['path']).name}: {type(exc).__name__}: {exc}",
-                UserWarning, "", 0))
-    texts = [str(w.message)[:500] for w in caught]
-    if texts and k == 0:  # the same warnings in every exercise's process: sent once
-        _send(report, {"event": "warnings", "notebook": notebook["path"], "texts": texts})
-    task = tasks[k]
-    _send(report, {"event": "start", "id": task["id"]})
+                f"{path.name}: {type(exc).__name__}: {exc}", UserWarning, "", 0))
+    texts = [str(w.message)[:MAX_WARNING_CHARS] for w in caught[:MAX_WARNINGS]]
+    if texts:
+        _send(out, {"event": "warnings", "texts": texts,
+                    "more": max(0, len(caught) - MAX_WARNINGS)})
+    del caught
+    _send(out, {"event": "loaded"})
+    cases = _read_frame(cases_r)
+    os.close(cases_r)
     if task["name"] not in namespace:
-        _send(report, {"event": "result", "id": task["id"], "missing": True})
+        _send(out, {"event": "result", "missing": True})
         return
     answer = namespace[task["name"]]
     if task["kind"] == "constant":
         evaluation = evaluate.read_constant(answer)
     else:
         evaluation = evaluate.run_function(
-            answer, task["cases"], task["engine_answers"], task.get("harness"),
-            codes=task["codes"], max_lines=task.get("max_lines"),
+            answer, pickle.loads(cases) if cases else [], task["engine_answers"],
+            task.get("harness"), codes=codes, max_lines=task.get("max_lines"),
         )
-    _send(report, {"event": "result", "id": task["id"], **_encoded(evaluation)})
+    _send(out, {"event": "result", **_encoded(evaluation)})
+    out.close()
 
 
 class _LockedSources(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -386,20 +574,25 @@ PRELOAD = frozenset({"numpy", "torch", "pipemare_lite", "math", "fractions", "it
                      "functools", "collections", "random", "dataclasses", "typing", "heapq"})
 
 
-def _preload(notebooks: list[dict]) -> None:
-    """Import, once and before any student code, what the notebooks' processes will need:
-    the modules of the engine functions switched off (resolved for the watcher already),
-    torch when an exercise needs it, and the modules of :data:`PRELOAD` that the notebooks'
-    ``import`` statements name (read with :mod:`ast`; nothing else is imported)."""
+def _preload(notebooks: Iterable[bytes], needs_torch: bool, answers: Iterable[str]) -> None:
+    """Import, once and before any student code, what the exercises' processes will need:
+    the modules of the engine answers they switch off (``answers``), torch when an exercise
+    needs it, and the modules of :data:`PRELOAD` that the notebooks' ``import`` statements
+    name (read with :mod:`ast`; nothing else is imported)."""
     import ast
     import importlib
 
-    wanted: set[str] = set()
-    if any(task.get("needs_torch") for nb in notebooks for task in nb["tasks"]):
-        wanted.add("torch")
-    for notebook in notebooks:
+    from pipemare_lite.book.exercises.originality import resolve
+
+    for name in answers:
         try:
-            cells = json.loads(Path(notebook["path"]).read_bytes()).get("cells", [])
+            resolve(name)
+        except Exception:  # noqa: BLE001 - the exercise's process leaves it alone too
+            pass
+    wanted: set[str] = {"torch"} if needs_torch else set()
+    for data in notebooks:
+        try:
+            cells = json.loads(data).get("cells", [])
         except Exception:  # noqa: BLE001 - the loader will say what is wrong
             continue
         for cell in cells if isinstance(cells, list) else []:
@@ -446,13 +639,12 @@ def _not_traceable() -> None:
         pass
 
 
-def _clean_up_after(notebooks: list[dict]) -> None:
-    """In the jail, after a notebook's process ended: kill every other process it left
-    (``kill(-1)`` reaches all of the jail's uid in this pid namespace but this one), and empty
-    the temporary and working directories but for the notebooks: the next notebook starts
-    from nothing the last one left."""
+def _clean_up_after() -> None:
+    """In the jail, after an exercise's process ended: kill every other process it left
+    (``kill(-1)`` reaches all of the jail's uid in this pid namespace but this one), and
+    empty the temporary and working directories: the next exercise starts from nothing the
+    last one left (its notebook comes fresh from the shelf)."""
     import shutil
-    import signal
 
     from pipemare_lite.book.exercises.sandbox import TMP_DIR, WORK_DIR
 
@@ -466,11 +658,8 @@ def _clean_up_after(notebooks: list[dict]) -> None:
                 break
         except ChildProcessError:
             break
-    keep = {Path(nb["path"]).name for nb in notebooks}
     for place in (Path(TMP_DIR), Path(WORK_DIR)):
         for entry in place.iterdir():
-            if place == Path(WORK_DIR) and entry.name in keep:
-                continue
             try:
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry, ignore_errors=True)
