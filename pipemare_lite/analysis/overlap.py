@@ -1,5 +1,5 @@
 """DualPipe's overlapped F&B as one operation: how DeepSeek's table counts the bubble
-(docs/schedules.md, section 3).
+(chapter 04; docs/schedules.md, section 3).
 
 DeepSeek-V3's table (and https://github.com/deepseek-ai/DualPipe's README) gives DualPipeV
 on P devices (PP = 2P stages) a bubble of ``(PP/2 - 1)(F&B + B - 3W)``: 2(P-1) at

@@ -34,7 +34,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.analysis": "01",
     "pipemare_lite.analysis.formulas": "01",
     "pipemare_lite.analysis.memory": "03",
-    "pipemare_lite.analysis.overlap": "-",  # docs/schedules.md (issue 48)
+    "pipemare_lite.analysis.overlap": "04",
     "pipemare_lite.analysis.side_by_side": "04",
     "pipemare_lite.analysis.simulate": "02",
     "pipemare_lite.analysis.stage_lr": "08",
