@@ -151,6 +151,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.figures.viz.stages": "07",
     "pipemare_lite.figures.viz.staleness": "05",
     "pipemare_lite.figures.viz.tradeoff": "10",
+    "pipemare_lite.figures.viz.phase_map": "10",
     "pipemare_lite.figures.widgets": "00",
     "pipemare_lite.figures.widgets._explorer": "00",
     "pipemare_lite.figures.widgets.granularity": "07",

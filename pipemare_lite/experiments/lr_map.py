@@ -1,5 +1,5 @@
 """The map: where asynchronous pipeline training works, across learning rates (issue 43;
-chapters 07-10). Designed, and this docstring written, before any of its runs.
+chapter 10). Designed, and this docstring written, before any of its runs.
 
 Why. ``paper-shape`` (:mod:`.paper_shape`) judges every asynchronous method at one learning
 rate per study: the largest grid lr within 0.01 of sync's best, which was the top of its

@@ -1,4 +1,4 @@
-"""The map's assessment, from its stored runs alone (issue 43; chapters 07-10).
+"""The map's assessment, from its stored runs alone (issue 43; chapter 10).
 
 Everything :mod:`pipemare_lite.experiments.lr_map`'s docstring fixed before the runs, computed
 from the JSON (plain Python and numpy, no torch), so a test or a chapter re-derives it:
@@ -71,10 +71,14 @@ def phase_cells(results: dict) -> list[dict]:
             sync = qualities(cells[SYNC, P, lr])
             diff = None if label == SYNC else difference_interval([(1, q), (-1, sync)],
                                                                   CONFIDENCE)
+            reach = None
+            if label != SYNC:  # non-inferiority at 5 %, one-sided: the 90 % interval
+                reach = _labelled(_reaches("", "", q, sync, MARGIN, CONFIDENCE), seeds,
+                                  cells[SYNC, P, lr])["verdict"]
             out.append({"study": name, "label": label, "P": P, "lr": lr, "n": len(q),
                         "mean": sum(q) / len(q), "interval": mean_interval(q, CONFIDENCE),
                         "diverged": sum(bool(s["diverged"]) for s in seeds),
-                        "minus_sync": diff})
+                        "minus_sync": diff, "reaches_sync": reach})
     return out
 
 
@@ -313,6 +317,24 @@ def preregistered(results: dict) -> dict:
     out["at_no_cost"] = (None if not b else all(x["verdict"] == "held" for x in b))
     out["removes_collapse"] = None if out["a"] is None else out["a"]["verdict"] == "held"
     return out
+
+
+def plain_answer(assessment: dict, study: str) -> list[str]:
+    """The map in words, one sentence per method and P: at which learning rates the method
+    reached 1F1B's quality within the margin (the one-sided non-inferiority test of every
+    phase cell), where it fell short, where seeds cannot tell and where every run diverged."""
+    words = {"held": "reached 1F1B within 0.01", "did not hold": "fell short",
+             "not separable": "cannot be told apart", UNINFORMATIVE: "diverged in every seed"}
+    by_method: dict[tuple, dict[str, list]] = {}
+    for c in assessment["phase"]:
+        if c["study"] == study and c["reaches_sync"] is not None:
+            groups = by_method.setdefault((c["label"], c["P"]), {})
+            groups.setdefault(c["reaches_sync"], []).append(f"{c['lr']:g}")
+    lines = []
+    for (label, P), groups in by_method.items():
+        parts = [f"{words[v]} at lr {', '.join(groups[v])}" for v in words if v in groups]
+        lines.append(f"{label}, P = {P}: " + "; ".join(parts) + ".")
+    return lines
 
 
 def assess(results: dict) -> dict:

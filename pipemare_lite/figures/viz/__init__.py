@@ -14,6 +14,7 @@ here imports torch, and nothing keeps state: call a function, get a figure.
 - :func:`t1_figure`: each stage's learning rate over a run, and its distance to the
   stability edge of its delay;
 - :func:`tradeoff_figure`: every method's busiest device against a budget;
+- :func:`phase_map_figure`: chapter 10's map, each method's quality against sync's by lr and P;
 - :func:`round_trip_figure`, :func:`activation_lifetimes_figure`: schematics of one
   microbatch's round trip (the version each F and B reads) and of how long activations live;
 - :func:`rank_trip_figure`: one microbatch's actions on the ranks that run them (chapter 04's
@@ -30,6 +31,7 @@ from pipemare_lite.figures.viz.curves import divergence_step, loss_curves
 from pipemare_lite.figures.viz.gantt_chart import gantt, gantt_pair, gantt_traces, idle_intervals
 from pipemare_lite.figures.viz.lr_schedules import t1_figure
 from pipemare_lite.figures.viz.memory import memory_bars
+from pipemare_lite.figures.viz.phase_map import phase_map_figure
 from pipemare_lite.figures.viz.rank_trip import rank_trip_figure
 from pipemare_lite.figures.viz.renderer import use_in_jupyter
 from pipemare_lite.figures.viz.round_trip import activation_lifetimes_figure, round_trip_figure
@@ -52,6 +54,7 @@ __all__ = [
     "delay_bars",
     "path_figure",
     "memory_bars",
+    "phase_map_figure",
     "stability_map",
     "roots_figure",
     "trajectory_figure",
