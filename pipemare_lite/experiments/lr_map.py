@@ -383,6 +383,12 @@ def run_study(mstudy: MapStudy, quick: bool, *, jobs: int, out: Path, log=sys.st
     partial = partial_path(out, quick, mstudy.name)
     partial.parent.mkdir(parents=True, exist_ok=True)
     done = read_partial(partial)
+    if partial.is_file():  # a run stopped mid-line leaves a torn tail: keep whole lines only
+        from pipemare_lite.files import atomic_write_text
+
+        atomic_write_text(partial, "".join(json.dumps({"key": k, "outcome": json_ready(o)},
+                                                      allow_nan=False) + "\n"
+                                           for k, o in done.items()))
     todo = [j for j in jobs_of(mstudy, quick) if j.key not in done]
     print(f"lr-map {mstudy.name}: {len(done)} runs already done, {len(todo)} to run "
           f"({jobs} processes)", file=log, flush=True)

@@ -1,0 +1,156 @@
+"""The map (issue 43): its stored runs, its assessment, its check, its resumable storage.
+
+- every stored file's assessment follows from its stored runs (recomputed here, equal);
+- the stored runs are exactly the design's (no cell missing, none extra), and measuring the
+  sharpness did not change the synchronous runs (their loss digests are equal);
+- one stored seed of the quick file re-runs to the same numbers where the kernel
+  fingerprint matches (else within the stored seeds' widened range): ``reproduce --check``;
+- the pieces: the loss onset, the uninformative label, the classifier's table and verdict,
+  the plain-words answer against the cells' verdicts, a study that resumes from its partial
+  file, and the CLI's refusal of an unknown study.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipemare_lite import cli
+from pipemare_lite.experiments import lr_map
+from pipemare_lite.experiments import lr_map_assess as assess_module
+from pipemare_lite.experiments.record import read_stored
+
+RESULTS = Path(__file__).resolve().parent.parent / "data" / "results"
+STORED = [stem for stem in ("lr_map", "lr_map_quick") if (RESULTS / f"{stem}.json").is_file()]
+
+
+def plain(value):
+    """As JSON stores it (tuples become lists)."""
+    return json.loads(json.dumps(value))
+
+
+@pytest.fixture(params=STORED)
+def stored(request):
+    results, meta = read_stored(RESULTS, request.param)
+    return results, meta
+
+
+def test_the_quick_map_is_stored():
+    # the test that re-runs part of the stored results needs it (reproduce lr-map --quick)
+    assert "lr_map_quick" in STORED
+
+
+def test_the_assessment_follows_from_the_stored_runs(stored):
+    results, _ = stored
+    assert plain(assess_module.assess(results)) == results["assessment"]
+
+
+def test_the_stored_runs_are_the_designs_runs(stored):
+    results, _ = stored
+    for name, study in results["studies"].items():
+        design = lr_map.map_study(name, results["quick"])
+        planned = sorted(j.key for j in lr_map.jobs_of(design, results["quick"]))
+        stored_keys = sorted(lr_map.Job(results["quick"], r["study"], r["label"], r["P"], r["lr"],
+                                        r["seed"], r["measure"]).key for r in study["runs"])
+        assert stored_keys == planned, name
+        assert study["design"] == plain(lr_map.asdict(design))
+
+
+def test_measuring_the_sharpness_did_not_change_the_sync_runs(stored):
+    results, _ = stored
+    study = results["studies"]["resnet_lr_map"]
+    plain_runs = {(r["P"], r["lr"], r["seed"]): r["outcome"] for r in study["runs"]
+                  if r["label"] == lr_map.SYNC and not r["measure"]}
+    measured = [r for r in study["runs"] if r["measure"]]
+    assert measured
+    for run in measured:
+        # sync numerics do not depend on P: the P = 8 run is the reference for every P
+        reference = plain_runs[study["design"]["granularities"][0], run["lr"], run["seed"]]
+        assert run["outcome"]["losses_digest"] == reference["losses_digest"]
+        assert len(run["outcome"]["sharpness"][0][1]) == run["P"]
+
+
+def test_a_stored_seed_comes_back(capsys):
+    code = cli.main(["reproduce", "lr-map", "--quick", "--check", "--out", str(RESULTS)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "PASS" in out and ("bitwise" in out or "range" in out)
+
+
+def test_loss_onset_is_the_first_window_above_twice_the_smallest_before():
+    assert lr_map.loss_onset([2.0, 1.0, 1.5, 2.5], 10) == 30
+    assert lr_map.loss_onset([2.0, 1.0, 0.5], 10) is None
+    assert lr_map.loss_onset([1.0, float("nan")], 7) == 7
+    assert lr_map.loss_onset([1.0, None], 7) == 7  # JSON stores a non-finite window as null
+
+
+def test_a_cell_where_every_compared_seed_diverged_is_uninformative():
+    dead = [{"diverged": True, "quality": 0.0}] * 3
+    claim = assess_module._better("5", "", "a", [0.0] * 3, "b", [0.0] * 3, 0.95)
+    assert assess_module._labelled(claim, dead, dead)["verdict"] == "uninformative"
+    alive = [{"diverged": False, "quality": 0.5}] * 3
+    assert assess_module._labelled(claim, dead, alive)["verdict"] == "did not hold"
+
+
+def test_the_classifier_table_and_its_verdict():
+    def row(predicted, measured):
+        return {"predicted": predicted, "measured": measured, "predicted_stage": 0,
+                "measured_stage": None}
+
+    always = [row(True, True)] * 2 + [row(True, False)] * 8
+    table = assess_module.confusion(always)
+    assert (table["tp"], table["fp"], table["fn"], table["tn"]) == (2, 8, 0, 0)
+    assert table["verdict"].startswith("fails")  # 0.2 against the majority answer's 0.8
+    good = [row(True, True)] * 9 + [row(False, False)] * 10 + [row(False, True)]
+    assert assess_module.confusion(good)["verdict"].startswith("holds")
+    assert assess_module.confusion([])["verdict"] == "uninformative"
+
+
+def test_the_plain_answer_says_what_each_cell_decided(stored):
+    results, _ = stored
+    assessment = results["assessment"]
+    lines = assess_module.plain_answer(assessment, "resnet_lr_map")
+    for cell in assessment["phase"]:
+        if cell["study"] != "resnet_lr_map" or cell["reaches_sync"] is None:
+            continue
+        line = next(x for x in lines if x.startswith(f"{cell['label']}, P = {cell['P']}:"))
+        word = {"held": "reached 1F1B within 0.01", "did not hold": "fell short",
+                "not separable": "cannot be told apart",
+                "uninformative": "diverged in every seed"}[cell["reaches_sync"]]
+        part = next(p for p in line.split(": ", 1)[1].rstrip(".").split("; ")
+                    if p.startswith(word))
+        assert f"{cell['lr']:g}" in part.removeprefix(word + " at lr ").split(", ")
+
+
+def test_a_study_resumes_from_its_finished_runs(tmp_path, monkeypatch):
+    trained = []
+
+    def fake_run(job):
+        trained.append(job.key)
+        return {"seed": job.seed, "quality": 0.5, "diverged": False, "cpu_seconds": 0.0,
+                "train_loss_windows": [1.0], "loss_onset": None}
+
+    monkeypatch.setattr(lr_map, "run_job", fake_run)
+    study = lr_map.map_study("transformer_long", True)
+    jobs = lr_map.jobs_of(study, True)
+    partial = lr_map.partial_path(tmp_path, True, study.name)
+    done = {"seed": 0, "quality": 0.25, "diverged": False, "cpu_seconds": 1.0,
+            "train_loss_windows": [1.0], "loss_onset": None}
+    partial.write_text(json.dumps({"key": jobs[0].key, "outcome": done}) + "\n{torn")
+    result = lr_map.run_study(study, True, jobs=1, out=tmp_path, log=None)
+    assert sorted(trained) == sorted(j.key for j in jobs[1:])  # the finished run is not redone
+    first = next(r for r in result["runs"] if lr_map.Job(True, r["study"], r["label"], r["P"],
+                                                        r["lr"], r["seed"], r["measure"]).key
+                 == jobs[0].key)
+    assert first["outcome"]["quality"] == 0.25
+    assert len(lr_map.read_partial(partial)) == len(jobs)
+
+
+def test_an_unknown_study_is_refused_with_the_allowed_ones(capsys):
+    assert cli.main(["reproduce", "lr-map", "--study", "resnet_lr", "--out", "/nowhere"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown lr-map study 'resnet_lr'" in err and "resnet_lr_map" in err
+    assert cli.main(["reproduce", "paper-shape", "--study", "x", "--out", "/nowhere"]) == 2
+    assert "has no studies" in capsys.readouterr().err
