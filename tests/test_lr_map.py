@@ -154,3 +154,56 @@ def test_an_unknown_study_is_refused_with_the_allowed_ones(capsys):
     assert "unknown lr-map study 'resnet_lr'" in err and "resnet_lr_map" in err
     assert cli.main(["reproduce", "paper-shape", "--study", "x", "--out", "/nowhere"]) == 2
     assert "has no studies" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- chapter 10's words
+
+
+@pytest.fixture
+def full_map():
+    results, _ = read_stored(RESULTS, "lr_map")
+    if results is None:
+        pytest.skip("no stored lr_map.json")
+    return results
+
+
+def _cells(results, study="resnet_lr_map"):
+    return {(c["label"], c["P"], c["lr"]): c for c in results["assessment"]["phase"]
+            if c["study"] == study}
+
+
+def test_chapter_10s_words_about_the_map_agree_with_the_stored_file(full_map):
+    """The sentences of chapter 10's 'What the map says' and its Transformer paragraph."""
+    text = (Path(__file__).resolve().parent.parent / "chapters"
+            / "10_the_trade_off_table.ipynb").read_text()
+    cells = _cells(full_map)
+    design = full_map["studies"]["resnet_lr_map"]["design"]
+    Ps, lrs = design["granularities"], design["lr_grid"]
+    assert "No method reached 1F1B's quality within 0.01 with the seeds' confidence" in text
+    assert all(c["reaches_sync"] != "held" for c in cells.values() if c["reaches_sync"])
+    best = max(lrs, key=lambda lr: cells[lr_map.SYNC, Ps[0], lr]["mean"])
+    assert "diverged in every seed at the learning rate where 1F1B was" in text
+    assert all(cells[lr_map.ASYNC, P, best]["diverged"] == cells[lr_map.ASYNC, P, best]["n"]
+               for P in Ps)
+    assert "Only the two PipeMare-W rows stay within 0.05 of 1F1B" in text
+    upto = [lr for lr in lrs if lr <= best]
+    within = {label for label in design["rows"] if label != lr_map.SYNC
+              and all(cells[label, P, lr]["minus_sync"]["estimate"] > -0.05
+                      for P in Ps for lr in upto)}
+    assert within == {lr_map.PMW, lr_map.PMW_M}
+    for label in (lr_map.T1, lr_map.T1T2):  # further behind as the stages get finer
+        assert all(cells[label, Ps[-1], lr]["mean"] < cells[label, Ps[0], lr]["mean"]
+                   for lr in upto)
+    assert "as a classifier of this map it **fails**" in text
+    table = full_map["assessment"]["confusion"]["resnet_lr_map"]
+    assert table["verdict"].startswith("fails") and table["fp"] > table["tn"]
+    tf = _cells(full_map, "transformer_long")
+    collapses = full_map["assessment"]["preregistered"]["a"]["collapses"]
+    assert collapses[lr_map.PMW] == 8 and collapses[lr_map.PMW_M] == 0
+    assert full_map["assessment"]["preregistered"]["a"]["verdict"] == "held"
+    assert tf[lr_map.PMW_M, 8, 0.03]["reaches_sync"] == "did not hold"
+    predicted = [p for p in full_map["assessment"]["predictions"]
+                 if p["study"] == "transformer_long"]
+    assert all(p["predicted"] for p in predicted if p["label"] == lr_map.PMW)
+    assert any(p["predicted"] and not p["measured"] for p in predicted
+               if p["label"] == lr_map.PMW_M)

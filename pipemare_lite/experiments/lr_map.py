@@ -520,8 +520,12 @@ def compare(results: dict, meta: dict, again: dict, *,
     stored = results["studies"][CHECK_STUDY].get("fingerprint") or meta["fingerprint"]
     if fingerprint is None:
         fingerprint = record.machine_fingerprint(design.THREADS)
+    def numbers(outcome: dict) -> dict:  # what training computed: not the CPU time it took
+        return {k: v for k, v in outcome.items() if k != "cpu_seconds"}
+
     return record.check_rerun(
-        row["seeds"], again, stored_fingerprint=stored, fingerprint=fingerprint,
+        [numbers(s) for s in row["seeds"]], numbers(again), stored_fingerprint=stored,
+        fingerprint=fingerprint,
         metrics=CHECK_METRICS, exact_keys=CHECK_EXACT, floors={"final_accuracy": 1 / 449},
         what=f"lr-map{' (quick)' if results['quick'] else ''} {CHECK_STUDY} {CHECK_LABEL!r} "
         f"P={row['P']} lr={row['lr']} seed {again['seed']}")
