@@ -26,9 +26,13 @@ EAGER = "docs.examples.eager_1f1b"
 
 @pytest.fixture
 def fresh_plugins(monkeypatch):
-    """As in a new process: eager-1f1b unregistered, no plugin imported, no environment."""
+    """As in a new process: eager-1f1b unregistered, no plugin imported, no environment;
+    afterwards as before (other modules of the same worker registered it at import)."""
+    tables = (BUILDERS, REGISTERED_WEIGHT_MODES, REGISTERED_BY)
+    before = [dict(t) for t in tables], sys.modules.get(EAGER)
+
     def forget():
-        for table in (BUILDERS, REGISTERED_WEIGHT_MODES, REGISTERED_BY):
+        for table in tables:
             table.pop("eager-1f1b", None)
         sys.modules.pop(EAGER, None)
     forget()
@@ -36,6 +40,11 @@ def fresh_plugins(monkeypatch):
     monkeypatch.delenv(plugins.ENV_VAR, raising=False)
     yield
     forget()
+    for table, saved in zip(tables, before[0]):
+        if "eager-1f1b" in saved:
+            table["eager-1f1b"] = saved["eager-1f1b"]
+    if before[1] is not None:
+        sys.modules[EAGER] = before[1]
 
 
 @pytest.mark.parametrize("command", list(SUBCOMMANDS))

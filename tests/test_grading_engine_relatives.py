@@ -127,7 +127,9 @@ def test_the_audit_finds_the_known_relatives(found):
     assert ("pipemare_lite.analysis.formulas.idle_fraction_gpipe", (), "x") in found["ex02_2"]
     assert ("pipemare_lite.analysis.formulas.bubble_ratio_gpipe", (), "x / (1 + x)") in \
         found["ex02_2"]
-    assert any(name.endswith("idle_fraction_naive") for name, _, _ in found["ex01_2"])
+    # ex01_2 asks for each rank's utilization with unequal stages since issue 45: no public
+    # function answers that in one call, so the audit finds none (it found 4 for the old 1 / P)
+    assert "ex01_2" not in found
 
 
 def test_every_engine_relative_is_switched_off(found):

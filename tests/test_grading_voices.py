@@ -24,7 +24,8 @@ pytestmark = requires_sandbox
 
 HONEST_01 = (
     "def naive_order(P):\n    return [[f'{s}F0', f'{s}B0'] for s in range(P)]\n",
-    "def naive_utilization(P):\n    return 1 / P\n",
+    "def naive_utilization(stage_costs):\n    total = sum(stage_costs)\n"
+    "    return [c / total for c in stage_costs]\n",
 )
 STUB_02 = "def idle_fraction(P, M):\n    raise NotImplementedError\n"
 

@@ -207,3 +207,9 @@ def test_chapter_10s_words_about_the_map_agree_with_the_stored_file(full_map):
     assert all(p["predicted"] for p in predicted if p["label"] == lr_map.PMW)
     assert any(p["predicted"] and not p["measured"] for p in predicted
                if p["label"] == lr_map.PMW_M)
+
+
+def test_the_assessment_knows_which_rows_warm_up():
+    # lr_map_assess is torch-free and imports no lr_map: its copy of the warm-up rows
+    warm = {label for label, _, switches in lr_map.ROWS if switches.get("warmup")}
+    assert set(assess_module.WARM_ROWS) == warm

@@ -143,7 +143,7 @@ def test_the_loop_exports_its_own_names_only():
     import pipemare_lite.training.loop as loop
 
     assert sorted(loop.__all__) == sorted(
-        ["fit", "TrainingRun", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS"])
+        ["fit", "TrainingRun", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS", "NoCheckpointWarning"])
     for name in loop.__all__:
         value = getattr(loop, name)
         assert getattr(value, "__module__", loop.__name__) == loop.__name__, name

@@ -184,11 +184,13 @@ def predictions(results: dict) -> list[dict]:
     return out
 
 
-def _warmup(study: dict, label: str) -> int:
-    from pipemare_lite.experiments.lr_map import row_definition  # torch-free
+#: the rows that run PipeMare-W's synchronous warm-up (lr_map.ROWS' "warmup" switch)
+WARM_ROWS = (PMW, PMW_M)
 
-    switches = row_definition(label)[1]
-    return round(0.2 * study["planned_steps"]) if switches.get("warmup") else 0
+
+def _warmup(study: dict, label: str, fraction: float = 0.2) -> int:
+    """W of a row: the design's warm-up fraction (paper-shape's 1/5) of the run, or 0."""
+    return round(fraction * study["planned_steps"]) if label in WARM_ROWS else 0
 
 
 def _hessian_predictions(name: str, study: dict) -> list[dict]:

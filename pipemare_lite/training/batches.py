@@ -1,4 +1,5 @@
-"""Data as torch has it: ``fit()`` on a ``DataLoader`` or any iterable of batches (issue 44).
+"""Data as torch has it: ``fit()`` on a ``DataLoader`` or any iterable of batches
+(introduced in chapter 07; issue 44).
 
 ``fit(model, data, ...)`` takes its training data in one of three forms:
 

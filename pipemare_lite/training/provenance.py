@@ -6,7 +6,8 @@ the code of every plugin that ran, and a digest of the schedule's rows.
   ``git_dirty`` when tracked files differ from it), or ``"not a checkout"``;
 - :func:`plugin_sources`: ``{module: "sha256:..."}`` of each plugin module's source file:
   the modules imported as plugins (:mod:`pipemare_lite.plugins`) and those that registered
-  the run's schedule, method or executor;
+  the run's schedule, method or executor (in a long-lived process, a notebook or a test
+  session, "imported as plugins" includes those an earlier run of the process loaded);
 - :func:`schedule_digest`: ``"sha256:..."`` over the schedule's name, sizes, weight mode,
   placement and every rank's actions in order (made as the rows are read, so a long lazy
   schedule is never held whole);

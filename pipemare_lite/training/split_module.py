@@ -1,4 +1,5 @@
-"""Split any ``nn.Module`` into pipeline stages with PyTorch's own splitter (issue 44).
+"""Split any ``nn.Module`` into pipeline stages with PyTorch's own splitter (introduced in
+chapter 01; issue 44).
 
 An ``nn.Sequential`` is cut between its children
 (:func:`pipemare_lite.training.partition.partition`); any other module is traced by
