@@ -27,7 +27,7 @@ import pytest
 from pipemare_lite.book.exercises import get_exercise, list_exercises
 from pipemare_lite.book.exercises.grading import grade_submission
 from tests.notebook_files import write_notebook
-from tests.sandbox_required import requires_sandbox
+from tests.sandbox_required import _sandbox_or_fail, requires_sandbox  # noqa: F401
 
 #: Torch-free engine modules whose public functions could answer an exercise.
 MODULES = (
