@@ -182,3 +182,36 @@ def test_answers_that_call_an_engine_relative_fail_in_the_jail(tmp_path, found):
     assert not scored, [(g.exercise_id, g.message[:300]) for g in report.grades if g.points]
     assert all(g.status in ("error", "failed") for g in report.grades), \
         [(g.exercise_id, g.status, g.message[:200]) for g in report.grades]
+
+
+#: The independent hostile pass's three engine routes the audit above does not reach (issue
+#: 46's closing note): each scored its points before these functions joined engine_answers.
+HOSTILE_01 = '''
+def naive_start_times(P, F, B):
+    from pipemare_lite.analysis.overlap import simulate_overlapped
+    from pipemare_lite.analysis.simulate import OpCosts
+    from pipemare_lite.schedules.builders.common import make_schedule
+    s = make_schedule("naive", P, 1, [[("F", r, 0), ("B", r, 0), ("U", r, 0)] for r in range(P)])
+    t = {str(a): v for a, v in simulate_overlapped(s, OpCosts(forward=F, backward=B)).times.items()}
+    return [[t["%dF0" % r][0], t["%dB0" % r][0]] for r in range(P)]
+'''
+HOSTILE_02 = ('''
+def gpipe_order(P, M):
+    from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b_order
+    return [["%d%s%d" % (s, k, m) for k, m in one_f_one_b_order(list(range(M)), M)]
+            for s in range(P)]
+''', '''
+def idle_fraction(P, M):
+    from pipemare_lite.figures.widgets.schedule import _no_flush
+    return _no_flush("pipedream", P, M, 1, 1.0, 2.0).idle
+''')
+
+
+@requires_sandbox
+def test_the_hostile_passs_engine_routes_score_nothing(tmp_path):
+    folder = tmp_path / "hostile"
+    write_notebook(folder / "01_naive.ipynb", HOSTILE_01)
+    write_notebook(folder / "02_gpipe.ipynb", *HOSTILE_02)
+    report = grade_submission(folder, ["ex01_3", "ex02_1", "ex02_2"])
+    points = {g.exercise_id: g.points for g in report.grades}
+    assert points == {"ex01_3": 0, "ex02_1": 0, "ex02_2": 0}, report.to_markdown()

@@ -120,6 +120,8 @@ EXERCISES = [
         ),
         engine_answers=(
             "pipemare_lite.schedules.builders.gpipe.gpipe",
+            # 1F1B's order with a warm-up of M is GPipe's (a hostile pass scored with it)
+            "pipemare_lite.schedules.builders.one_f_one_b.one_f_one_b_order",
         ),
     ),
     Exercise(
@@ -159,6 +161,8 @@ EXERCISES = [
             "pipemare_lite.analysis.formulas.utilization_gpipe",
             "pipemare_lite.analysis.formulas.makespan_gpipe",
             "pipemare_lite.analysis.formulas.bubble_ratio_gpipe",
+            # the schedule explorer's helper computes the same fraction inline (hostile pass)
+            "pipemare_lite.figures.widgets.schedule._no_flush",
             "pipemare_lite.analysis.formulas.idle_fraction_1f1b",
             "pipemare_lite.analysis.formulas.idle_fraction_interleaved",
         ),
