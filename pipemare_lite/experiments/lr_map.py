@@ -38,6 +38,28 @@ Adam-preconditioned sharpness (the top eigenvalue of ``D^(1/2) H_s D^(1/2)``, ``
 the switch W (the end of the warm-up: update 410 of 2,048) and 16 updates later, on the run
 itself (the sync run measures at the same updates).
 
+``resnet_long_lr_map`` (amendment of 2026-12-06, written before any of its runs): the map
+at paper-shape's long ResNet length, **20 epochs = 1,680 updates**, where the stored
+long study changed the run length and the lr at once. **P = 16** (that study's P), **lr in
+{0.01, 0.02, 0.05}** (its grid: sync's best 0.01, the issue's probe at 0.02, the stored
+study's 0.05), rows 1F1B, async, async + T1, async + T1 + T2, PipeMare-W and the
+momentum-aware PipeMare-W, seeds 0, 1, 2, evaluation every 42 updates. No sharpness runs
+(``sharpness = "none"``: a P = 16 sharpness run over 1,680 updates costs about 6 minutes
+per lr; the classifier is scored on ``resnet_lr_map``, whose sharpness runs exist).
+
+Seeds of the claim cells (amendment of 2026-12-06, before these runs): the issue asks for 8
+seeds in the cells that decide a claim. In ``resnet_lr_map`` those are the lrs at or below
+sync's best (0.005, 0.01, 0.02: where an asynchronous row trained in any seed of the first
+three); every row and P there runs seeds 0-7; 0.05 and 0.1 keep 3 (every asynchronous
+seed but PipeMare-W's diverged there). In ``transformer_long`` the lr axis cut for the
+budget is restored at 3 seeds: **lr in {0.003, 0.01, 0.03}** (one below sync's best of
+paper-shape's sweep, the best, the largest tolerated), 0.03 keeping its 8 seeds. Runs
+already stored are reused, not run again (the key of a run names its row, P, lr, seed and
+whether it measures; a study reuses a stored run only where its length, evaluation,
+sharpness plan and base are unchanged). The pre-registered test (a) stays at lr 0.03,
+where it was registered; at the other lrs its comparison is reported beside it, as
+exploration.
+
 Quality, divergence, intervals: as paper-shape (its docstring): a seed's quality is its
 final test accuracy, 0 when it diverged (non-finite loss, or the last window's mean training
 loss above 3x the first window's); 95 % Student-t intervals of row means; claims compare
@@ -104,6 +126,7 @@ from pathlib import Path
 
 from pipemare_lite.experiments import paper_shape_design as design
 from pipemare_lite.experiments import record
+from pipemare_lite.experiments.lr_map_assess import PREREGISTERED_LR
 
 SYNC, ASYNC, T1, T1T2, PMW = design.SYNC, design.ASYNC, design.T1, design.T1T2, design.PMW
 PMW_M = "PipeMare-W, momentum-aware T1"
@@ -140,7 +163,8 @@ class MapStudy:
     #: lr -> seeds, where a cell runs more (or other) seeds than ``seeds``
     seeds_at: tuple[tuple[float, tuple[int, ...]], ...] = ()
     eval_every: int = 42
-    sharpness: str = "hessian"  # "hessian": sync sharpness runs; "adam": at the switch
+    sharpness: str = "hessian"  # "hessian": sync sharpness runs; "adam": at the switch;
+    #                             "none": no sharpness measured
     sharpness_every: int = 42
 
     def study(self) -> design.Study:
@@ -160,15 +184,21 @@ ALL_ROWS = tuple(label for label, _, _ in ROWS)
 STUDIES = (
     MapStudy("resnet_lr_map", "resnet", epochs=5, granularities=(8, 16),
              lr_grid=(0.005, 0.01, 0.02, 0.05, 0.1), rows=ALL_ROWS, seeds=(0, 1, 2),
+             seeds_at=tuple((lr, tuple(range(8))) for lr in (0.005, 0.01, 0.02)),
              sharpness_every=84),
     MapStudy("transformer_long", "transformer", epochs=32, granularities=(8,),
-             lr_grid=(0.03,), rows=(SYNC, PMW, PMW_M), seeds=tuple(range(8)), eval_every=64,
-             sharpness="adam"),
+             lr_grid=(0.003, 0.01, 0.03), rows=(SYNC, PMW, PMW_M), seeds=(0, 1, 2),
+             seeds_at=((0.03, tuple(range(8))),), eval_every=64, sharpness="adam"),
+    MapStudy("resnet_long_lr_map", "resnet", epochs=20, granularities=(16,),
+             lr_grid=(0.01, 0.02, 0.05), rows=ALL_ROWS, seeds=(0, 1, 2), sharpness="none"),
 )
+PREREGISTERED_LR = PREREGISTERED_LR  # the lr test (a) was registered at
 QUICK_STUDIES = (
     replace(STUDIES[0], epochs=1, granularities=(8,), lr_grid=(0.01, 0.05), seeds=(0, 1),
             rows=(SYNC, ASYNC, T1, PMW, PMW_M), eval_every=14, sharpness_every=14),
-    replace(STUDIES[1], epochs=4, seeds=(0, 1), eval_every=16),
+    replace(STUDIES[1], epochs=4, lr_grid=(0.03,), seeds=(0, 1), seeds_at=(), eval_every=16),
+    replace(STUDIES[2], epochs=1, lr_grid=(0.02,), seeds=(0,), rows=(SYNC, T1, PMW),
+            eval_every=14),
 )
 
 
@@ -375,14 +405,33 @@ def read_partial(path: Path) -> dict[str, dict]:
     return done
 
 
-def run_study(mstudy: MapStudy, quick: bool, *, jobs: int, out: Path, log=sys.stderr) -> dict:
-    """Train a study's runs (resuming from its partial file) and assemble its results."""
+#: the design fields a stored run's numbers depend on beyond its key (row, P, lr, seed, measure)
+RUN_FIELDS = ("base", "epochs", "eval_every", "sharpness", "sharpness_every")
+
+
+def reusable_runs(stored: dict | None, mstudy: MapStudy) -> dict[str, dict]:
+    """The stored study's runs this design would run again identically, by key: all of them
+    where the fields in :data:`RUN_FIELDS` are unchanged (a study that gained seeds, lrs or
+    rows), none otherwise."""
+    if not stored:
+        return {}
+    design_now = asdict(mstudy)
+    if any(stored["design"].get(f) != design_now[f] for f in RUN_FIELDS):
+        return {}
+    return {Job(False, mstudy.name, r["label"], r["P"], r["lr"], r["seed"], r["measure"]).key:
+            r["outcome"] for r in stored["runs"]}
+
+
+def run_study(mstudy: MapStudy, quick: bool, *, jobs: int, out: Path, log=sys.stderr,
+              stored: dict | None = None) -> dict:
+    """Train a study's runs (reusing the ``stored`` study's runs this design keeps, resuming
+    from its partial file) and assemble its results."""
     from pipemare_lite.files import json_ready
 
     started = time.perf_counter()
     partial = partial_path(out, quick, mstudy.name)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    done = read_partial(partial)
+    done = {**reusable_runs(stored, mstudy), **read_partial(partial)}
     if partial.is_file():  # a run stopped mid-line leaves a torn tail: keep whole lines only
         from pipemare_lite.files import atomic_write_text
 
@@ -451,8 +500,9 @@ def run(quick: bool = False, *, jobs: int = 1, study: str | None = None, out="da
                            "onset_factor": ONSET_FACTOR, "collapse_window": COLLAPSE_WINDOW})
     results.setdefault("studies", {})
     for mstudy in chosen:
-        results["studies"][mstudy.name] = run_study(mstudy, quick, jobs=jobs, out=Path(out),
-                                                    log=log)
+        results["studies"][mstudy.name] = run_study(
+            mstudy, quick, jobs=jobs, out=Path(out), log=log,
+            stored=results["studies"].get(mstudy.name))
         results["studies"][mstudy.name]["fingerprint"] = record.machine_fingerprint(
             design.THREADS)
     results["cpu_seconds"] = round(sum(s["cpu_seconds"] for s in results["studies"].values()), 1)
