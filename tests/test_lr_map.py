@@ -153,6 +153,8 @@ def test_an_unknown_study_is_refused_with_the_allowed_ones(capsys):
     err = capsys.readouterr().err
     assert "unknown lr-map study 'resnet_lr'" in err and "resnet_lr_map" in err
     assert cli.main(["reproduce", "paper-shape", "--study", "x", "--out", "/nowhere"]) == 2
+    assert "unknown paper-shape study 'x'" in capsys.readouterr().err
+    assert cli.main(["reproduce", "beyond-pipemare", "--study", "x", "--out", "/nowhere"]) == 2
     assert "has no studies" in capsys.readouterr().err
 
 
@@ -213,3 +215,65 @@ def test_the_assessment_knows_which_rows_warm_up():
     # lr_map_assess is torch-free and imports no lr_map: its copy of the warm-up rows
     warm = {label for label, _, switches in lr_map.ROWS if switches.get("warmup")}
     assert set(assess_module.WARM_ROWS) == warm
+
+
+# --------------------------------------------------------------------------- the amendment
+
+
+def test_a_study_that_gained_seeds_reuses_its_stored_runs_and_one_that_changed_does_not():
+    study = lr_map.map_study("resnet_lr_map", False)
+    stored = {"design": plain(lr_map.asdict(lr_map.replace(study, seeds_at=()))),
+              "runs": [{"label": lr_map.SYNC, "P": 8, "lr": 0.01, "seed": 0, "measure": False,
+                        "outcome": {"quality": 0.5}}]}
+    reused = lr_map.reusable_runs(stored, study)
+    assert list(reused) == [lr_map.Job(False, study.name, lr_map.SYNC, 8, 0.01, 0).key]
+    longer = lr_map.replace(study, epochs=study.epochs + 1)
+    assert lr_map.reusable_runs(stored, longer) == {}  # its runs would compute other numbers
+    assert lr_map.reusable_runs(None, study) == {}
+
+
+def test_the_claim_cells_run_eight_seeds_and_the_others_three():
+    study = lr_map.map_study("resnet_lr_map", False)
+    assert [len(study.seeds_for(lr)) for lr in study.lr_grid] == [8, 8, 8, 3, 3]
+    tf = lr_map.map_study("transformer_long", False)
+    assert {lr: len(tf.seeds_for(lr)) for lr in tf.lr_grid} == {0.003: 3, 0.01: 3, 0.03: 8}
+
+
+def test_stage_excess_from_windows_equals_the_excess_of_the_updates():
+    from pipemare_lite.experiments import stage_evidence
+
+    norms = [[0.5, 1.0, 2.0, 4.0, 1.0, 3.0], [1.0, 1.0, 1.0, 2.0, 2.0, 2.0]]
+    sync = [[1.0, 1.0, 1.0, 1.0, 1.0, 1.0], [2.0, 1.0, 0.5, 0.5, 1.0, 1.0]]
+
+    def windows(xs):
+        return [stage_evidence.window_rms(s, 2) for s in xs]
+
+    seed, ref = {"update_norm_windows": windows(norms)}, {"update_norm_windows": windows(sync)}
+    every = assess_module.stage_excess(seed, ref, 2)
+    assert every == pytest.approx(stage_evidence.excess(norms, sync))
+    after = assess_module.stage_excess(seed, ref, 2, start=3)  # from the window holding 3
+    assert after == pytest.approx(stage_evidence.excess([n[2:] for n in norms],
+                                                        [n[2:] for n in sync]))
+    one = assess_module.stage_excess(seed, ref, 2, start=2, windows=1)
+    assert one == pytest.approx(stage_evidence.excess([n[2:4] for n in norms],
+                                                      [n[2:4] for n in sync]))
+
+
+def test_stalest_first_counts_the_seeds_where_the_stalest_quarter_leaves_sync_most():
+    def seed(number, norms):
+        return {"seed": number, "diverged": False, "quality": 0.9,
+                "update_norm_windows": [[x] for x in norms]}
+
+    sync = [seed(s, [1.0] * 4) for s in (0, 1)]
+    runs = [{"label": lr_map.SYNC, "P": 4, "lr": 0.1, "measure": False, "outcome": s}
+            for s in sync]
+    runs += [{"label": lr_map.ASYNC, "P": 4, "lr": 0.1, "measure": False,
+              "outcome": seed(0, [3.0, 1.0, 1.0, 2.0])},
+             {"label": lr_map.ASYNC, "P": 4, "lr": 0.1, "measure": False,
+              "outcome": seed(1, [1.0, 1.0, 1.0, 2.0])}]
+    results = {"studies": {"s": {"design": {"granularities": [4], "eval_every": 1,
+                                            "rows": [lr_map.SYNC, lr_map.ASYNC]},
+                                 "planned_steps": 1, "runs": runs}}}
+    (cell,) = assess_module.stalest_first(results)
+    assert cell["stale_quarter_larger"] == 1 and cell["seeds"] == 2
+    assert cell["verdict"] == "not separable" and cell["largest_excess_stage"] == [0, 3]

@@ -26,11 +26,14 @@ DESCRIPTIONS = {
     "420 updates), the claims at P = 16 over 1,680 updates with 8 seeds where a margin is "
     "judged, the Transformer (Adam) at P = 8 over 1,024 updates with and without lr warm-up, "
     "T1 horizon and warm-up length as factors, a predicted collapse, 95% intervals "
-    "(full: about 2 CPU-hours, 2 processes; --quick: about 6 CPU-minutes)",
+    "(full: about 2 CPU-hours, 2 processes; --quick: about 6 CPU-minutes); stored study by "
+    "study (--study NAME, resumable)",
     "lr-map": "the map (issue 43): every method at lr 0.005..0.1 and P = 8, 16 (ResNet, SGD, "
-    "420 updates, 3 seeds), the Transformer (Adam) at 2,048 updates with 8 seeds, chapter "
-    "06's bound scored as a classifier, the momentum-aware T1's pre-registered test; stored "
-    "study by study (--study NAME, resumable)",
+    "420 updates, 8 seeds at lr <= 0.02, else 3), the same rows at P = 16 over 1,680 updates "
+    "(lr 0.01..0.05, 3 seeds), the Transformer (Adam) at 2,048 updates and lr 0.003..0.03 "
+    "(8 seeds at 0.03, else 3), chapter 06's bound scored as a classifier, the stalest-first "
+    "claim in every cell, the momentum-aware T1's pre-registered test; stored study by study "
+    "(--study NAME, resumable)",
     "beyond-pipemare": "chapter 12: async, PipeMare, wpred, nesterov at P = 8 (SGD), async "
     "with N = 1..8 (accumulation), 1F1B/2BW/2BW+dc with AdamW and Muon; 3 seeds",
 }

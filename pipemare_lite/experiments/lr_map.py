@@ -195,7 +195,8 @@ STUDIES = (
 PREREGISTERED_LR = PREREGISTERED_LR  # the lr test (a) was registered at
 QUICK_STUDIES = (
     replace(STUDIES[0], epochs=1, granularities=(8,), lr_grid=(0.01, 0.05), seeds=(0, 1),
-            rows=(SYNC, ASYNC, T1, PMW, PMW_M), eval_every=14, sharpness_every=14),
+            seeds_at=(), rows=(SYNC, ASYNC, T1, PMW, PMW_M), eval_every=14,
+            sharpness_every=14),
     replace(STUDIES[1], epochs=4, lr_grid=(0.03,), seeds=(0, 1), seeds_at=(), eval_every=16),
     replace(STUDIES[2], epochs=1, lr_grid=(0.02,), seeds=(0,), rows=(SYNC, T1, PMW),
             eval_every=14),
@@ -493,7 +494,8 @@ def run(quick: bool = False, *, jobs: int = 1, study: str | None = None, out="da
         results = {}
     results.update(experiment="lr-map", quick=quick, torch_threads=design.THREADS,
                    command=command_for(quick),
-                   config={"seeds": sorted({s for st in chosen for s in st.seeds}),
+                   config={"seeds": sorted({s for st in studies_for(quick)
+                                            for lr in st.lr_grid for s in st.seeds_for(lr)}),
                            "base": {"gamma": BASE.gamma, "warmup_fraction":
                                     BASE.warmup_fraction, "loss_blowup": BASE.loss_blowup,
                                     "confidence": BASE.confidence, "material": BASE.material},

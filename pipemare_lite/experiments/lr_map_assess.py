@@ -228,12 +228,14 @@ def _adam_predictions(name: str, study: dict) -> list[dict]:
     total = study["planned_steps"]
     beta1 = 0.9  # torch's Adam default, which fit uses
     width = study["design"]["eval_every"]
+    cells = cell_seeds(study)
     cache: dict = {}
     out = []
     for run in study["runs"]:
         label, P, lr, seed = run["label"], run["P"], run["lr"], run["outcome"]
         if label == SYNC:
             continue
+        pairs = _paired_sync(cells, P, lr)
         warmup = _warmup(study, label)
         measured = seed.get("adam_sharpness") or []
         at_switch = next((v for step, v in measured if step == warmup), None)
@@ -247,10 +249,14 @@ def _adam_predictions(name: str, study: dict) -> list[dict]:
                 worst, stage = ratio, s
         onset = seed["loss_onset"]
         collapsed = onset is not None and warmup - width < onset <= warmup + 0.1 * total
+        sync = pairs.get(seed["seed"])
+        leaving = stage_excess(seed, sync, width, warmup, windows=1) if sync else []
+        finite = [(x, s) for s, x in enumerate(leaving) if x is not None]
         out.append({"study": name, "label": label, "P": P, "lr": lr, "seed": seed["seed"],
                     "predicted": stage is not None, "predicted_onset": warmup if stage is not
                     None else None, "predicted_stage": stage, "measured": collapsed,
-                    "measured_onset": onset, "measured_stage": None,
+                    "measured_onset": onset,
+                    "measured_stage": max(finite)[1] if collapsed and finite else None,
                     "sharpness_at_switch": at_switch, "sharpness_after_switch": after})
     return out
 
@@ -282,6 +288,64 @@ def confusion(rows: list[dict]) -> dict:
             "precision": precision, "recall": recall, "verdict": verdict,
             "stage_matches": sum(r["predicted_stage"] == r["measured_stage"] for r in stages),
             "stage_compared": len(stages)}
+
+
+# --------------------------------------------------------------------------- stages
+
+
+def stage_excess(seed: dict, sync: dict, width: int, start: int = 0,
+                 windows: int | None = None) -> list[float | None]:
+    """Per stage, ``rms u_s / rms u_s^sync`` over the update-norm windows (of ``width``
+    updates) from the one holding update ``start`` on (``windows`` of them, or all), where
+    both runs' windows are finite; None where no window is (chapter 07's excess, from the
+    stored windows: an RMS of equal windows is the RMS of their updates)."""
+    from pipemare_lite.experiments.stage_evidence import excess
+
+    first = start // width
+    last = None if windows is None else first + windows
+    mine = [w[first:last] for w in seed["update_norm_windows"]]
+    theirs = [w[first:last] for w in sync["update_norm_windows"]]
+    return excess(mine, theirs)
+
+
+def _paired_sync(cells: dict, P: int, lr: float) -> dict[int, dict]:
+    return {s["seed"]: s for s in cells.get((SYNC, P, lr), [])
+            if len(s["update_norm_windows"]) == P}
+
+
+def stalest_first(results: dict) -> list[dict]:
+    """Chapter 07's claim 10b on every asynchronous cell of the map whose sync run has the
+    same stages: in every seed, the stalest quarter of the stages has a larger mean excess
+    update norm (after the switch, for warm-up rows) than the freshest quarter. Also the
+    stage with the largest excess, per seed. Seeds with no finite window are left out;
+    "uninformative" where none is left."""
+    out = []
+    for name, study in results["studies"].items():
+        cells, width = cell_seeds(study), study["design"]["eval_every"]
+        for (label, P, lr), seeds in sorted(cells.items()):
+            pairs = _paired_sync(cells, P, lr)
+            if label == SYNC or not pairs:
+                continue
+            quarter = max(1, P // 4)
+            start = _warmup(study, label)
+            shown, stale_more, largest = [], 0, []
+            for seed in seeds:
+                ex = stage_excess(seed, pairs[seed["seed"]], width, start)
+                stale = [x for x in ex[:quarter] if x is not None]
+                fresh = [x for x in ex[P - quarter:] if x is not None]
+                if not stale or not fresh:
+                    continue
+                stale_more += sum(stale) / len(stale) > sum(fresh) / len(fresh)
+                finite = [(x, s) for s, x in enumerate(ex) if x is not None]
+                largest.append(max(finite)[1])
+                shown.append(seed["seed"])
+            n = len(shown)
+            verdict = (UNINFORMATIVE if n == 0 else "held" if stale_more == n
+                       else "did not hold" if stale_more == 0 else "not separable")
+            out.append({"study": name, "label": label, "P": P, "lr": lr, "seeds": n,
+                        "stale_quarter_larger": stale_more, "largest_excess_stage": largest,
+                        "verdict": verdict})
+    return out
 
 
 # --------------------------------------------------------------------------- the new method
@@ -368,7 +432,8 @@ def assess(results: dict) -> dict:
     by_study = {name: confusion([p for p in preds if p["study"] == name])
                 for name in results["studies"]}
     return {"phase": phase_cells(results), "verdicts": verdicts_by_lr(results),
-            "predictions": preds, "confusion": by_study, "preregistered": preregistered(results)}
+            "predictions": preds, "confusion": by_study, "preregistered": preregistered(results),
+            "stalest_first": stalest_first(results)}
 
 
 # --------------------------------------------------------------------------- tables
@@ -415,6 +480,21 @@ def markdown(results: dict) -> str:
     for name, c in a["confusion"].items():
         lines.append(f"| {name} | {c['n']} | {c['tp']} | {c['fp']} | {c['fn']} | {c['tn']} | "
                      f"{_fmt(c['accuracy'])} | {_fmt(c['majority'])} | {c['verdict']} |")
+    lines += ["", "The predicted failing stage against the measured one (ResNet: the first stage "
+              "with a non-finite update; Transformer: the stage whose update norm left sync's "
+              "most in the window holding the switch), in the seeds predicted and measured to "
+              "fail:", ""]
+    for name, c in a["confusion"].items():
+        lines.append(f"- {name}: the same stage in {c['stage_matches']} of "
+                     f"{c['stage_compared']}")
+    lines += ["", "## The stalest stages leave sync's path most (chapter 07's claim 10b, every "
+              "cell)", "", "| study | row | P | lr | seeds | stalest quarter larger | stage "
+              "with the largest excess, per seed | verdict |", "|---|---|---|---|---|---|---|---|"]
+    for x in a.get("stalest_first", []):
+        lines.append(f"| {x['study']} | {x['label']} | {x['P']} | {x['lr']} | {x['seeds']} | "
+                     f"{x['stale_quarter_larger']} | "
+                     f"{', '.join(map(str, x['largest_excess_stage'])) or '-'} | "
+                     f"{x['verdict']} |")
     pre = a["preregistered"]
     lines += ["", "## The momentum-aware T1's pre-registered test", ""]
     if pre["a"]:

@@ -184,6 +184,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 from pipemare_lite.experiments import record
 from pipemare_lite.experiments.paper_shape_claims import claims, predictions
@@ -206,31 +207,106 @@ from pipemare_lite.experiments.paper_shape_runner import CellRunner
 from pipemare_lite.experiments.paper_shape_table import markdown as table
 
 
-def run(quick: bool = False, *, jobs: int = 1, log=sys.stderr, progress: bool = True) -> dict:
+def studies_for(quick: bool) -> tuple:
+    """The studies of the quick or the full configuration (each runs and stores on its own
+    with ``reproduce paper-shape --study NAME``)."""
+    return config_for(quick).studies
+
+
+def map_study(name: str, quick: bool):
+    """The study called ``name`` (ValueError naming the allowed ones)."""
+    for study in studies_for(quick):
+        if study.name == name:
+            return study
+    allowed = ", ".join(s.name for s in studies_for(quick))
+    raise ValueError(f"unknown paper-shape study {name!r}; allowed: {allowed}")
+
+
+def partial_path(out, quick: bool, study: str) -> Path:
+    """Where a study's finished runs are kept while it runs (one JSON object a line)."""
+    return Path(out) / f"paper_shape{'_quick' if quick else ''}.{study}.partial.jsonl"
+
+
+def finished_partial_files(out, quick: bool, study: str | None) -> list[Path]:
+    """The partial files a finished run may delete (after the results are written)."""
+    if out is None:
+        return []
+    names = [study] if study else [s.name for s in studies_for(quick)]
+    return [partial_path(out, quick, n) for n in names]
+
+
+def run(quick: bool = False, *, jobs: int = 1, log=sys.stderr, progress: bool = True,
+        study: str | None = None, out=None, previous: dict | None = None) -> dict:
     """Run the experiment (module docstring): lr sweeps, rows, factor cells, claims.
 
     ``jobs``: processes that train at once (each with one torch thread); the numbers do not
-    depend on it, only the wall time does.
+    depend on it, only the wall time does. ``study``: run that study alone and merge it into
+    ``previous`` (the stored results), whose other studies are kept as they are; the
+    predictions and claims are then recomputed from the merged results. ``out``: where a
+    study keeps its finished runs while it runs (:func:`partial_path`), so a stopped run
+    resumes there (one study, or each study of a whole run).
     """
     config = config_for(quick)
+    chosen_studies = [map_study(study, quick)] if study else list(config.studies)
+    results = None
+    for one in chosen_studies:
+        part = _run_studies(config, quick, (one,), jobs=jobs, log=log, progress=progress,
+                            partial=None if out is None else partial_path(out, quick, one.name))
+        results = _merge(results if results is not None else previous, part, quick)
+    results["predictions"] = predictions(results)
+    results["claims"] = claims(results)
+    return results
+
+
+def _merge(previous: dict | None, part: dict, quick: bool) -> dict:
+    """``part`` (some studies' results) over ``previous``: its studies and their rows
+    replace the stored ones; everything else of ``previous`` is kept."""
+    if not previous or previous.get("quick") != quick:
+        return part
+    names = set(part["studies"])
+    merged = dict(previous)
+    merged["studies"] = {**previous["studies"], **part["studies"]}
+    order = [s.name for s in studies_for(quick)]
+    merged["studies"] = {n: merged["studies"][n] for n in order if n in merged["studies"]}
+    merged["rows"] = sorted([r for r in previous["rows"] if r["study"] not in names]
+                            + part["rows"], key=lambda r: order.index(r["study"]))
+    merged["runs"] = (sum(s.get("runs", 0) for n, s in previous["studies"].items()
+                          if n not in names) + part["runs"])
+    for key in ("command", "config", "torch_threads", "jobs"):
+        merged[key] = part[key]
+    for key in ("wall_seconds", "cpu_seconds"):
+        merged[key] = round(sum(s.get(key, 0) for s in merged["studies"].values()), 1)
+    return merged
+
+
+def _run_studies(config, quick: bool, chosen: tuple, *, jobs: int, log, progress: bool,
+                 partial: Path | None) -> dict:
+    """Sweep, choose the lr and run the rest of the ``chosen`` studies."""
     started, cpu = time.perf_counter(), time.process_time()
-    with CellRunner(config, quick, jobs=jobs, log=log, progress=progress) as runner:
+    names = tuple(s.name for s in chosen)
+    if partial is not None:
+        partial.parent.mkdir(parents=True, exist_ok=True)
+    with CellRunner(config, quick, jobs=jobs, log=log, progress=progress, studies=names,
+                    partial=partial) as runner:
+        if runner.resumed and log is not None:
+            print(f"paper-shape {', '.join(names)}: {runner.resumed} runs already done "
+                  f"({partial})", file=log, flush=True)
         sweeps = {s.name: [runner.plan(c, lr=lr) for c, lr in zip(cells(config, s, "lr"),
                                                                    s.lr_grid)]
-                  for s in config.studies}  # fmt: skip
+                  for s in chosen}  # fmt: skip
         runner.run_planned()
-        studies, chosen = {}, {}
-        for study in config.studies:
+        studies, chosen_lr = {}, {}
+        for study in chosen:
             rows = [runner.row(cell) for cell in sweeps[study.name]]
             sweep = [{"lr": r["lr"], "quality": r["summary"]["quality"],
                       "diverged_seeds": r["diverged_seeds"]} for r in rows]  # fmt: skip
-            chosen[study.name] = choose_lr(sweep, config.fine_margin)
+            chosen_lr[study.name] = choose_lr(sweep, config.fine_margin)
             studies[study.name] = {"lr_sweep": sweep, "sweep_rows": rows}
-        rest = {s.name: [runner.plan(c, lr=chosen[s.name]) for c in cells(config, s, "rest")]
-                for s in config.studies}  # fmt: skip
+        rest = {s.name: [runner.plan(c, lr=chosen_lr[s.name]) for c in cells(config, s, "rest")]
+                for s in chosen}  # fmt: skip
         runner.run_planned()
         all_rows = []
-        for study in config.studies:
+        for study in chosen:
             part = studies[study.name]
             rows = part.pop("sweep_rows") + [runner.row(cell) for cell in rest[study.name]]
             all_rows += rows
@@ -239,16 +315,19 @@ def run(quick: bool = False, *, jobs: int = 1, log=sys.stderr, progress: bool = 
                 dataset={"name": data.name, "train": len(data.x_train),
                          "test": len(data.x_test), "provenance": data.provenance},
                 planned_steps=planned_steps(study, data),
-                chosen_lr=chosen[study.name],
+                chosen_lr=chosen_lr[study.name],
                 lr_rule=f"largest lr of the grid where no seed of 1F1B diverged and its mean "
                 f"test accuracy over seeds is within {config.fine_margin} of the best lr's "
                 f"(swept at P = {study.sweep_P})",
-                sync_bitwise_same_at_every_P=runner.sync_same_at_every_p(study,
-                                                                          chosen[study.name]),
+                sync_bitwise_same_at_every_P=runner.sync_same_at_every_p(
+                    study, chosen_lr[study.name]),
                 cpu_seconds=round(sum(r["cpu_seconds"] for r in rows), 1),
             )  # fmt: skip
         runs, child_cpu = runner.runs, runner.child_cpu
-    results = {
+    if len(chosen) == 1:  # what this study cost, for the merged file's totals
+        studies[names[0]].update(runs=runs,
+                                 wall_seconds=round(time.perf_counter() - started, 1))
+    return {
         "experiment": "paper-shape",
         "quick": quick,
         "command": command_for(quick),
@@ -261,9 +340,6 @@ def run(quick: bool = False, *, jobs: int = 1, log=sys.stderr, progress: bool = 
         "wall_seconds": round(time.perf_counter() - started, 1),
         "cpu_seconds": round(time.process_time() - cpu + child_cpu, 1),  # workers' too
     }
-    results["predictions"] = predictions(results)
-    results["claims"] = claims(results)
-    return results
 
 
 # --------------------------------------------------------------------------- the check

@@ -20,8 +20,10 @@ its ETA weighs a run by its cost; a line per finished run.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipemare_lite.experiments import paper_shape_design as design
 from pipemare_lite.experiments import record, stage_evidence
@@ -69,6 +71,38 @@ def run_job(job: Job) -> tuple[dict, list, list, float]:
     return result, history.stage_update_norm, history.loss, time.process_time() - cpu
 
 
+def _key_text(key: tuple) -> str:
+    return json.dumps(key)
+
+
+def _key_from(value) -> tuple:
+    """A key read back from JSON (lists where the key had tuples)."""
+    study, P, lr, spec, seed, measure = value
+    return (study, P, lr, tuple(tuple(item) for item in spec), seed, measure)
+
+
+def read_partial(path: Path | None) -> dict[tuple, tuple]:
+    """Finished runs kept in a study's partial file: ``key -> (outcome, norms, losses, cpu)``
+    (plain JSON; a torn last line, left by a run stopped mid-write, is ignored)."""
+    done: dict[tuple, tuple] = {}
+    if path is None or not Path(path).is_file():
+        return done
+    for line in Path(path).read_text().splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        done[_key_from(item["key"])] = tuple(item["result"])
+    return done
+
+
+def append_partial(path: Path, key: tuple, result: tuple) -> None:
+    """Keep one finished run (JSON's float text round-trips every double exactly, so a
+    resumed run's losses compare bitwise)."""
+    with open(path, "a") as f:
+        f.write(json.dumps({"key": json.loads(_key_text(key)), "result": list(result)}) + "\n")
+
+
 @dataclass
 class _Cell:
     study: object
@@ -87,15 +121,19 @@ class CellRunner:
     """Plans cells, trains their runs (``jobs`` processes), assembles rows; a context manager
     that closes its worker processes and progress bar."""
 
-    def __init__(self, config, quick: bool, *, jobs: int = 1, log=None, progress: bool = True):
+    def __init__(self, config, quick: bool, *, jobs: int = 1, log=None, progress: bool = True,
+                 studies: tuple[str, ...] | None = None, partial: Path | None = None):
         if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
             raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
         self.config, self.quick, self.jobs, self.log = config, quick, jobs, log
         self.data = {}
         for study in config.studies:
-            if study.model not in self.data:
+            if study.model not in self.data and (studies is None or study.name in studies):
                 self.data[study.model] = design.load_data(study)
-        self.done: dict[tuple, tuple[dict, list, list, float]] = {}
+        # finished runs kept by an earlier, stopped run of the same study (resume)
+        self.partial = partial
+        self.done: dict[tuple, tuple[dict, list, list, float]] = read_partial(partial)
+        self.resumed = len(self.done)
         self.planned: dict[tuple, Job] = {}
         self.units: dict[tuple, float] = {}
         self.utilizations: dict[tuple, dict] = {}
@@ -171,6 +209,8 @@ class CellRunner:
 
     def _finished(self, job: Job, result: tuple, *, in_process: bool) -> None:
         self.done[job.key] = result
+        if self.partial is not None:
+            append_partial(self.partial, job.key, result)
         self.runs += 1
         outcome, cpu = result[0], result[3]
         if not in_process:
