@@ -277,3 +277,23 @@ def test_stalest_first_counts_the_seeds_where_the_stalest_quarter_leaves_sync_mo
     (cell,) = assess_module.stalest_first(results)
     assert cell["stale_quarter_larger"] == 1 and cell["seeds"] == 2
     assert cell["verdict"] == "not separable" and cell["largest_excess_stage"] == [0, 3]
+
+
+def test_the_transformer_by_run_length_pairs_each_length_with_its_own_sync(full_map):
+    from pipemare_lite.figures.viz import phase_map_figure
+
+    paper, _ = read_stored(RESULTS, "paper_shape")
+    cells = assess_module.transformer_by_length(full_map, paper)
+    lengths = {c["P"] for c in cells}
+    assert full_map["studies"]["transformer_long"]["planned_steps"] in lengths
+    for c in cells:  # the difference is the row's mean minus the same length's 1F1B mean
+        if c["P"] == full_map["studies"]["transformer_long"]["planned_steps"]:
+            sync = [s["quality"] for s in assess_module.cell_seeds(
+                full_map["studies"]["transformer_long"])[lr_map.SYNC, 8, c["lr"]]]
+        else:
+            sync = [s["quality"] for r in paper["rows"] if r["study"] == "transformer"
+                    and r["label"] == lr_map.SYNC and r["sweep"] == "grid" and r["lr"] == c["lr"]
+                    for s in r["seeds"]]
+        assert c["minus_sync"]["estimate"] == pytest.approx(c["mean"] - sum(sync) / len(sync))
+    figure = phase_map_figure({"phase": cells}, assess_module.LENGTH_STUDY, y_name="updates")
+    assert all(y.startswith("updates = ") for trace in figure.data for y in trace.y)

@@ -83,6 +83,41 @@ def phase_cells(results: dict) -> list[dict]:
     return out
 
 
+LENGTH_STUDY = "transformer by run length"
+
+
+def transformer_by_length(lr_map: dict, paper_shape: dict | None) -> list[dict]:
+    """The Transformer's map over learning rate and run length: the map's ``transformer_long``
+    cells (2,048 updates) beside paper-shape's ``transformer`` study (1,024 updates, its rows
+    at P = 8), as phase cells whose ``P`` holds the run length in updates (for
+    :func:`~pipemare_lite.figures.viz.phase_map_figure` with ``y_name="updates"``)."""
+    out = []
+    sources = []
+    if "transformer_long" in lr_map.get("studies", {}):
+        study = lr_map["studies"]["transformer_long"]
+        sources.append((study["planned_steps"], cell_seeds(study)))
+    if paper_shape and "transformer" in paper_shape.get("studies", {}):
+        cells: dict[tuple, list[dict]] = defaultdict(list)
+        for row in paper_shape["rows"]:
+            if row["study"] == "transformer" and row["P"] == 8 and row["seeds"] \
+                    and row["sweep"] == "grid":
+                cells[row["label"], 8, row["lr"]] += row["seeds"]
+        sources.append((paper_shape["studies"]["transformer"]["planned_steps"], dict(cells)))
+    for updates, cells in sources:
+        for (label, P, lr), seeds in sorted(cells.items()):
+            sync = cells.get((SYNC, P, lr))
+            if label == SYNC or not sync or label not in (PMW, PMW_M):
+                continue
+            q = qualities(seeds)
+            out.append({"study": LENGTH_STUDY, "label": label, "P": updates, "lr": lr,
+                        "n": len(q), "mean": sum(q) / len(q),
+                        "interval": mean_interval(q, CONFIDENCE),
+                        "diverged": sum(bool(s["diverged"]) for s in seeds),
+                        "minus_sync": difference_interval([(1, q), (-1, qualities(sync))],
+                                                          CONFIDENCE)})
+    return out
+
+
 # --------------------------------------------------------------------------- verdicts
 
 

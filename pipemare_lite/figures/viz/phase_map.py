@@ -14,10 +14,12 @@ from plotly.subplots import make_subplots
 
 
 def phase_map_figure(assessment: dict, study: str, *, rows: list[str] | None = None,
-                     title: str | None = None) -> go.Figure:
+                     title: str | None = None, y_name: str = "P") -> go.Figure:
     """The phase diagram of ``study`` from a stored ``assessment`` (``lr_map_assess.assess``).
 
     ``rows``: the methods to draw, in order (default: every non-sync row of the study).
+    ``y_name``: what the cells' ``P`` holds (``"updates"`` for the Transformer's run-length
+    axis, :func:`~pipemare_lite.experiments.lr_map_assess.transformer_by_length`).
     """
     cells = [c for c in assessment["phase"] if c["study"] == study]
     if not cells:
@@ -26,13 +28,13 @@ def phase_map_figure(assessment: dict, study: str, *, rows: list[str] | None = N
     lrs = sorted({c["lr"] for c in cells})
     Ps = sorted({c["P"] for c in cells})
     predicted: dict[tuple, list[bool]] = {}
-    for p in assessment["predictions"]:
+    for p in assessment.get("predictions", ()):
         if p["study"] == study:
             predicted.setdefault((p["label"], p["P"], p["lr"]), []).append(p["predicted"])
     fig = make_subplots(rows=1, cols=len(labels), subplot_titles=labels, shared_yaxes=True,
                         horizontal_spacing=0.03)
     x = [f"lr {lr:g}" for lr in lrs]
-    y = [f"P = {P}" for P in Ps]
+    y = [f"{y_name} = {P}" for P in Ps]
     for col, label in enumerate(labels, start=1):
         at = {(c["P"], c["lr"]): c for c in cells if c["label"] == label}
         flagged = {(P, lr) for (lab, P, lr), votes in predicted.items()
