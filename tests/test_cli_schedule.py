@@ -117,7 +117,7 @@ def test_torch_csv_is_one_minibatch_pytorch_loads(capsys):
         (["gpipe", "-P", "2", "-M", "2", "--costs", "1"], "--costs='1': allowed: F,B or F,B,W"),
         (["zb-h1", "-P", "2", "-M", "2", "--costs", "1,1,2"], "W=2.0 > B=1.0"),
         (["interleaved", "-P", "4", "-M", "6"], "must be a multiple of num_ranks=4"),
-        (["gpipe", "-P", "2", "-M", "2", "--warmup", "1"], "warmup_minibatches=1 only applies to"),
+        (["gpipe", "-P", "2", "-M", "2", "--warmup", "1"], "warmup=1 only applies to"),
         (["async", "-P", "2", "-M", "2", "-K", "3", "--torch-csv"], "has no flushed minibatch"),
         (["1f1b", "-P", "2", "-M", "2", "-K", "2", "--torch-csv"],
          "choose one (minibatch=, or --minibatch): integers 0..1"),
@@ -142,7 +142,7 @@ def test_subprocess_json_and_error_exit():
         capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
     out = json.loads(ok.stdout)
-    assert out["schedule"] == "async" and out["warmup_minibatches"] == 1
+    assert out["schedule"] == "async" and out["warmup"] == 1
     bad = subprocess.run(
         [sys.executable, "-m", "pipemare_lite", "schedule", "nope", "-P", "2", "-M", "2"],
         capture_output=True, text=True, timeout=120,

@@ -254,7 +254,7 @@ def _schedule_and_costs(args) -> tuple[Schedule, OpCosts, Callable[[int], Schedu
 
     def build(minibatches: int) -> Schedule:
         return build_schedule(name, stages, microbatches, chunks=chunks,
-                              num_minibatches=minibatches, warmup_minibatches=warmup)
+                              num_minibatches=minibatches, warmup=warmup)
 
     schedule = build(minibatches)
     return schedule, parse_costs(args.costs, args.comm, args.costs_per), build
@@ -401,7 +401,7 @@ def summary(schedule: Schedule, costs: OpCosts, measured: ScheduleMetrics,
         "chunks": schedule.chunks,
         "placement": list(schedule.placement),
         "minibatches": schedule.num_minibatches,
-        "warmup_minibatches": schedule.warmup_minibatches,
+        "warmup": schedule.warmup_minibatches,
         "weight_mode": schedule.weight_mode,
         "costs": {k: v for k, v in vars(costs).items() if k != "stage_multipliers"},
         "makespan": measured.makespan,
