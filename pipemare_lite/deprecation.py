@@ -34,10 +34,11 @@ REMOVED_IN = "0.3"
 _PACKAGE = str(Path(__file__).resolve().parent)
 
 
-def renamed_message(old: str, new: str, where: str) -> str:
-    """The wording of every old-spelling warning (see the module docstring)."""
+def renamed_message(old: str, new: str, where: str, note: str = "") -> str:
+    """The wording of every old-spelling warning (see the module docstring); ``note``: one
+    more sentence where the new name alone could mislead."""
     return (f"{where}: {old!r} is deprecated, use {new!r} (the same setting); {old!r} will "
-            f"be removed in the next release ({REMOVED_IN})")
+            f"be removed in the next release ({REMOVED_IN})" + (f". {note}" if note else ""))
 
 
 def _caller_level() -> int:
@@ -48,10 +49,10 @@ def _caller_level() -> int:
     return level
 
 
-def warn_renamed(old: str, new: str, where: str) -> None:
+def warn_renamed(old: str, new: str, where: str, note: str = "") -> None:
     """Warn (:data:`WARNING`) that ``old`` is now ``new`` in ``where``, pointing at the
     first line outside pipemare_lite that used it."""
-    warnings.warn(renamed_message(old, new, where), WARNING, stacklevel=_caller_level())
+    warnings.warn(renamed_message(old, new, where, note), WARNING, stacklevel=_caller_level())
 
 
 def renamed_keywords(kwargs: Mapping, renames: Mapping[str, str], where: str) -> dict:

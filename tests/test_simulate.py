@@ -178,7 +178,7 @@ def test_steady_state_utilization_bad_input():
 
 def test_the_old_metrics_name_warns_and_reads_the_window():
     m = metrics(simulate(build_schedule("1f1b", 4, 8)))
-    with pytest.warns(DeprecationWarning, match="full_pipeline_utilization"):
+    with pytest.warns(FutureWarning, match="use 'full_pipeline_utilization'.*long run"):
         assert m.steady_state_utilization == m.full_pipeline_utilization == 1.0
     assert "steady_state_utilization" not in m.as_dict()
 
