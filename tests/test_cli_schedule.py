@@ -129,7 +129,8 @@ def test_torch_csv_is_one_minibatch_pytorch_loads(capsys):
          "--minibatch=0: only applies with --torch-csv"),
     ],
 )  # fmt: skip
-def test_errors_name_the_value_and_exit_2(capsys, args, message):
+@pytest.mark.filterwarnings("ignore:.*'--update-every' is deprecated:FutureWarning")  # tested in
+def test_errors_name_the_value_and_exit_2(capsys, args, message):  # test_renamed_spellings
     assert main(["schedule", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pipemare-lite schedule: error: ") and message in err
