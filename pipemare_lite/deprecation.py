@@ -4,7 +4,7 @@ docs/glossary.md gives each concept one name; the spellings it replaced sit in t
 "deprecated" column and are still accepted until the next release. Every place that accepts
 one goes through this module, so each warning reads the same::
 
-    MethodOptions: 'lr_rescheduling' is deprecated, use 't1' (the same setting);
+    MethodOptions: 'lr_rescheduling' is deprecated, use 't1' (same meaning);
     'lr_rescheduling' will be removed in the next release (0.3)
 
 - :func:`warn_renamed`: the one warning (a :data:`WARNING`, i.e. :class:`FutureWarning`,
@@ -21,6 +21,7 @@ loaders, which accept their old keys the same way.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import warnings
 from collections.abc import Mapping
@@ -31,13 +32,13 @@ WARNING = FutureWarning
 #: The release that removes the old spellings.
 REMOVED_IN = "0.3"
 
-_PACKAGE = str(Path(__file__).resolve().parent)
+_PACKAGE = str(Path(__file__).resolve().parent) + os.sep  # pipemare_lite/, not a sibling
 
 
 def renamed_message(old: str, new: str, where: str, note: str = "") -> str:
     """The wording of every old-spelling warning (see the module docstring); ``note``: one
     more sentence where the new name alone could mislead."""
-    return (f"{where}: {old!r} is deprecated, use {new!r} (the same setting); {old!r} will "
+    return (f"{where}: {old!r} is deprecated, use {new!r} (same meaning); {old!r} will "
             f"be removed in the next release ({REMOVED_IN})" + (f". {note}" if note else ""))
 
 
@@ -63,7 +64,7 @@ def renamed_keywords(kwargs: Mapping, renames: Mapping[str, str], where: str) ->
         if old not in kwargs:
             continue
         if new in kwargs:
-            raise TypeError(f"{where} got both {old!r} and {new!r} (the same setting): give "
+            raise TypeError(f"{where} got both {old!r} and {new!r} (same meaning): give "
                             f"only {new!r} ({old!r} is its deprecated spelling)")
         warn_renamed(old, new, where)
         kwargs[new] = kwargs.pop(old)

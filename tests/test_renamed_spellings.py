@@ -60,7 +60,7 @@ def calls_no_warning(function):
 # ------------------------------------------------------------ one warning, one wording
 def test_the_message_names_both_spellings_and_the_release():
     assert renamed_message("a", "b", "f()") == (
-        f"f(): 'a' is deprecated, use 'b' (the same setting); 'a' will be removed in the next "
+        f"f(): 'a' is deprecated, use 'b' (same meaning); 'a' will be removed in the next "
         f"release ({REMOVED_IN})")
     assert WARNING is FutureWarning  # shown to end users by default
 
