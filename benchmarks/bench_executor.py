@@ -160,7 +160,7 @@ def main() -> None:
     model = mlp(features, 64, P, classes, seed=1)
     mbs = microbatches(N * K, samples, features, classes, seed=1)
     schedule = build_schedule("async", P, N, num_minibatches=K)
-    pipemare = MethodOptions(lr_rescheduling=True, discrepancy_correction=True)
+    pipemare = MethodOptions(t1=True, t2=True)
     for label, options in [("async", None), ("pipemare T1+T2", pipemare)]:
         seconds = best_of(3, lambda options=options: executor_epoch(
             schedule, partition(copy.deepcopy(model), P), mbs, 0.01, options))

@@ -86,7 +86,7 @@ def fields(schedule):
 @pytest.mark.parametrize("argv, name, sizes", [
     (["1f1b", "-P", "3", "-M", "4", "-K", "2"], "1f1b", (3, 4, dict(num_minibatches=2))),
     (["async", "-P", "3", "-M", "2", "-K", "5", "--warmup", "1"], "async",
-     (3, 2, dict(num_minibatches=5, warmup_minibatches=1))),
+     (3, 2, dict(num_minibatches=5, warmup=1))),
     (["interleaved", "-P", "2", "-M", "4", "-v", "2"], "interleaved", (2, 4, dict(chunks=2))),
     (["--plugin", EAGER, "eager-1f1b", "-P", "3", "-M", "4"], "eager-1f1b", (3, 4, {})),
 ])

@@ -36,7 +36,7 @@ def test_json_has_the_documented_keys(capsys):
 def test_json_delays_are_zero_for_sync_and_positive_for_async(capsys):
     sync = run_json(capsys, "gpipe", "--stages", "3", "--microbatches", "2", "--minibatches", "3")
     assert sync["forward_delay"] == [0, 0, 0] and sync["backward_delay"] == [0, 0, 0]
-    out = run_json(capsys, "async", "--stages", "3", "--update-every", "1", "--minibatches", "8")
+    out = run_json(capsys, "async", "--stages", "3", "--microbatches", "1", "--minibatches", "8")
     assert out["microbatches"] == 1 and len(out["forward_delay"]) == 3
     assert out["forward_delay"][0] > out["forward_delay"][2] > 0  # the first stage is stalest
     assert out["backward_delay"] == [0, 0, 0]
@@ -52,7 +52,7 @@ def test_steady_utilization_is_one_more_minibatch_not_the_full_window(capsys):
     out = run_json(capsys, "1f1b", "-P", "4", "-M", "8", "-K", "3")
     assert out["steady_state_utilization"] == pytest.approx(8 / 11)
     assert out["full_pipeline_utilization"] < 1.0
-    out = run_json(capsys, "async", "-P", "4", "--update-every", "2", "-K", "6")
+    out = run_json(capsys, "async", "-P", "4", "-M", "2", "-K", "6")
     assert out["steady_state_utilization"] == pytest.approx(1.0)
 
 
@@ -111,13 +111,13 @@ def test_torch_csv_is_one_minibatch_pytorch_loads(capsys):
         (["gpipe", "-P", "two", "-M", "2"], "--stages='two': allowed: an integer >= 1"),
         (["gpipe", "-P", "2000", "-M", "2"], "allowed: integers 1..1024"),
         (["gpipe", "-M", "2"], "--stages is required"),
-        (["gpipe", "-P", "2"], "--microbatches (or --update-every) is required"),
+        (["gpipe", "-P", "2"], "--microbatches is required"),
         (["gpipe", "-P", "2", "-M", "4", "--update-every", "2"], "gpipe updates once"),
         (["async", "-P", "2", "-M", "4", "--update-every", "2"], "disagree"),
         (["gpipe", "-P", "2", "-M", "2", "--costs", "1"], "--costs='1': allowed: F,B or F,B,W"),
         (["zb-h1", "-P", "2", "-M", "2", "--costs", "1,1,2"], "W=2.0 > B=1.0"),
         (["interleaved", "-P", "4", "-M", "6"], "must be a multiple of num_ranks=4"),
-        (["gpipe", "-P", "2", "-M", "2", "--warmup", "1"], "warmup_minibatches=1 only applies to"),
+        (["gpipe", "-P", "2", "-M", "2", "--warmup", "1"], "warmup=1 only applies to"),
         (["async", "-P", "2", "-M", "2", "-K", "3", "--torch-csv"], "has no flushed minibatch"),
         (["1f1b", "-P", "2", "-M", "2", "-K", "2", "--torch-csv"],
          "choose one (minibatch=, or --minibatch): integers 0..1"),
@@ -129,7 +129,8 @@ def test_torch_csv_is_one_minibatch_pytorch_loads(capsys):
          "--minibatch=0: only applies with --torch-csv"),
     ],
 )  # fmt: skip
-def test_errors_name_the_value_and_exit_2(capsys, args, message):
+@pytest.mark.filterwarnings("ignore:.*'--update-every' is deprecated:FutureWarning")  # tested in
+def test_errors_name_the_value_and_exit_2(capsys, args, message):  # test_renamed_spellings
     assert main(["schedule", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pipemare-lite schedule: error: ") and message in err
@@ -138,11 +139,11 @@ def test_errors_name_the_value_and_exit_2(capsys, args, message):
 def test_subprocess_json_and_error_exit():
     ok = subprocess.run(
         [sys.executable, "-m", "pipemare_lite", "schedule", "pipemare", "--stages", "2",
-         "--update-every", "2", "--minibatches", "2", "--warmup", "1", "--json"],
+         "--microbatches", "2", "--minibatches", "2", "--warmup", "1", "--json"],
         capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
     out = json.loads(ok.stdout)
-    assert out["schedule"] == "async" and out["warmup_minibatches"] == 1
+    assert out["schedule"] == "async" and out["warmup"] == 1
     bad = subprocess.run(
         [sys.executable, "-m", "pipemare_lite", "schedule", "nope", "-P", "2", "-M", "2"],
         capture_output=True, text=True, timeout=120,

@@ -39,7 +39,7 @@ from tests.test_dist_transport import CASES, InOrderNetwork
 
 
 def _schedule(name, P, M, v, K, W):
-    return build_schedule(name, P, M, chunks=v, num_minibatches=K, warmup_minibatches=W)
+    return build_schedule(name, P, M, chunks=v, num_minibatches=K, warmup=W)
 
 
 def run_rows_on_network(rows, plan) -> None:
@@ -220,7 +220,7 @@ def posted_runs(request):
     g = torch.Generator().manual_seed(5)
     jobs = []
     for method, chunks in DIST_METHODS:
-        options = method_options(method, warmup_minibatches=1 if method == "pipemare" else 0)
+        options = method_options(method, warmup=1 if method == "pipemare" else 0)
         M = 2 * P if chunks > 1 else 4
         schedule = build_method_schedule(method, P, M, num_minibatches=2, chunks=chunks,
                                          options=options)

@@ -76,7 +76,7 @@ def test_divergence_is_caught_on_a_custom_schedule(data):
 
 
 def test_a_registered_async_builder_trains_like_the_method(data, registered):
-    def rows(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup_minibatches):
+    def rows(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup):
         built = build_schedule("async", num_ranks, num_microbatches,
                                num_minibatches=num_minibatches)
         return built.rows()

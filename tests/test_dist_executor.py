@@ -49,7 +49,7 @@ OPTIMIZER = functools.partial(torch.optim.SGD, lr=0.2, momentum=0.5)
 
 
 def job_for(method: str, chunks: int, P: int) -> DistJob:
-    options = method_options(method, warmup_minibatches=1 if method == "pipemare" else 0)
+    options = method_options(method, warmup=1 if method == "pipemare" else 0)
     n = M if chunks == 1 else P * -(-M // P)  # interleaving needs a multiple of P
     schedule = build_method_schedule(method, P, n, num_minibatches=K, chunks=chunks,
                                      options=options)

@@ -113,14 +113,14 @@ CASES = [
 @pytest.mark.parametrize("name,P,M,v,K,W", CASES)
 def test_every_schedule_runs_under_in_order_network(name, P, M, v, K, W, ahead):
     schedule = build_schedule(
-        name, P, M, chunks=v, num_minibatches=K, warmup_minibatches=W
+        name, P, M, chunks=v, num_minibatches=K, warmup=W
     )
     run_model(schedule, ahead=ahead)
 
 
 @pytest.mark.parametrize("name,P,M,v,K,W", CASES)
 def test_plan_lists_each_crossing_tensor_once(name, P, M, v, K, W):
-    s = build_schedule(name, P, M, chunks=v, num_minibatches=K, warmup_minibatches=W)
+    s = build_schedule(name, P, M, chunks=v, num_minibatches=K, warmup=W)
     plan = plan_communication(s)
     S, T = s.num_virtual_stages, s.total_microbatches
     # independent count: an activation leaves every stage but the last, a gradient every

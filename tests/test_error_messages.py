@@ -27,7 +27,7 @@ from pipemare_lite.schedules.validation import ScheduleError
 from tests.timeouts import hard_time_limit
 
 
-def rows_1f1b(P, N, *, num_minibatches, chunks, warmup_minibatches):
+def rows_1f1b(P, N, *, num_minibatches, chunks, warmup):
     """A plain builder: gpipe's rows."""
     return build_schedule("gpipe", P, N, num_minibatches=num_minibatches).rows()
 
@@ -68,7 +68,7 @@ def test_unknown_schedule_is_looked_up_again_after_the_environments_plugins(monk
 
 
 def test_a_builders_error_quotes_the_runs_k_not_the_lazy_probes(registered):
-    def broken(P, N, *, num_minibatches, chunks, warmup_minibatches):
+    def broken(P, N, *, num_minibatches, chunks, warmup):
         return [[f"{r}F0"] for r in range(P)]  # no backward: refused
 
     registered("broken-rows", broken)

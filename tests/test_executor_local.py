@@ -99,10 +99,10 @@ CASES = {  # name: (schedule builder, options, warm-up minibatches)
     "pipedream": ("pipedream", MethodOptions(), 0),
     "2bw": ("2bw", MethodOptions(), 0),
     "async": ("async", MethodOptions(), 0),
-    "async+T2": ("async", MethodOptions(discrepancy_correction=True, gamma=0.6), 0),
+    "async+T2": ("async", MethodOptions(t2=True, gamma=0.6), 0),
     "async, B before F": ("async-backward-first", MethodOptions(), 0),
-    "pipemare-W": ("async", MethodOptions(lr_rescheduling=True, rescheduling_horizon=3,
-                                          discrepancy_correction=True,
+    "pipemare-W": ("async", MethodOptions(t1=True, t1_anneal_updates=3,
+                                          t2=True,
                                           gamma=(0.5, 0.7, 0.9)), 1),
 }
 
@@ -118,22 +118,22 @@ def test_methods_equal_hand_written_pipeline(case, shape):
     if builder == "async-backward-first":
         schedule = async_pipeline(P, N, K, warmup, backward_first=True)
     else:
-        schedule = build_schedule(builder, P, N, num_minibatches=K, warmup_minibatches=warmup)
+        schedule = build_schedule(builder, P, N, num_minibatches=K, warmup=warmup)
     initial = blocks(P, torch.float64)
     mbs = data(N * K, torch.float64, classes=False)
     lr_of = None
-    if options.lr_rescheduling:
+    if options.t1:
         delays = [0] * P
         for r in weight_versions(schedule).rows:
             delays[r.stage] = max(delays[r.stage], r.forward_delay)
         taus = [max(d, 1) for d in delays]
-        K1 = options.rescheduling_horizon
+        K1 = options.t1_anneal_updates
 
         def lr_of(s, k):  # T1 is off during the flushed warm-up; its clock starts at W
             if k < warmup:
                 return lr
             return lr * taus[s] ** -(1 - min((k - warmup) / K1, 1))
-    gammas = options.gamma if options.discrepancy_correction else None
+    gammas = options.gamma if options.t2 else None
     ref_losses, ref_weights = hand_pipeline(schedule, hand_layers(initial), mbs, lr=lr,
                                             momentum=0.9, gamma=gammas, lr_of=lr_of)
     stages = copy.deepcopy(initial)
@@ -153,8 +153,8 @@ def test_methods_equal_hand_written_pipeline(case, shape):
 def test_versions_in_trace_equal_staleness_analysis(name, chunks, warmup):
     P, N, K = 3, 6 if name == "dualpipev" else 3, 4  # DualPipeV needs N >= 2P
     schedule = build_schedule(name, P, N, chunks=chunks, num_minibatches=K,
-                              warmup_minibatches=warmup)
-    options = MethodOptions(discrepancy_correction=schedule.weight_mode == "async")
+                              warmup=warmup)
+    options = MethodOptions(t2=schedule.weight_mode == "async")
     result = executor_for(schedule, blocks(P * chunks), options=options).run(data(N * K))
     table = weight_versions(schedule)
     assert len(result.trace.entries) == sum(len(row) for row in schedule.ranks)
@@ -239,7 +239,7 @@ def test_bytes_held_equal_memory_model(name, t2, optimizer, chunks):
                else (lambda params: torch.optim.SGD(params, lr=0.05)))
     executor = LocalExecutor(schedule, stages, loss_fn=nn.functional.cross_entropy,
                              optimizer_factory=factory,
-                             method_options=MethodOptions(discrepancy_correction=t2))
+                             method_options=MethodOptions(t2=t2))
     result = executor.run(mbs)
     predicted = memory_by_kind(schedule, profile, t2=t2)
     for rank in range(P):
@@ -251,8 +251,8 @@ def test_bytes_held_equal_memory_model(name, t2, optimizer, chunks):
 
 # ---------------------------------------------------------------- checkpoint / resume
 RESUME_CASES = {
-    "pipemare+adam": ("async", MethodOptions(lr_rescheduling=True, rescheduling_horizon=4,
-                                             discrepancy_correction=True, gamma=0.7), "adam", 1),
+    "pipemare+adam": ("async", MethodOptions(t1=True, t1_anneal_updates=4,
+                                             t2=True, gamma=0.7), "adam", 1),
     "pipedream": ("pipedream", MethodOptions(), "momentum", 0),
     "2bw": ("2bw", MethodOptions(), "momentum", 0),
     "zb-h1": ("zb-h1", MethodOptions(), "adam", 0),
@@ -263,7 +263,7 @@ RESUME_CASES = {
 def test_stop_save_load_continue_is_bitwise(case):
     builder, options, optimizer, warmup = RESUME_CASES[case]
     P, N, K, stop = 3, 2, 5, 3
-    schedule = build_schedule(builder, P, N, num_minibatches=K, warmup_minibatches=warmup)
+    schedule = build_schedule(builder, P, N, num_minibatches=K, warmup=warmup)
     initial = blocks(P)
     mbs = data(N * K)
 
@@ -299,7 +299,7 @@ def test_stop_save_load_continue_is_bitwise(case):
 def test_streaming_one_minibatch_at_a_time_equals_one_run():
     P, N, K = 3, 2, 4
     schedule = build_schedule("async", P, N, num_minibatches=K)
-    options = MethodOptions(discrepancy_correction=True, lr_rescheduling=True)
+    options = MethodOptions(t2=True, t1=True)
     initial, mbs = blocks(P), data(N * K)
     whole_stages = copy.deepcopy(initial)
     whole = executor_for(schedule, whole_stages, options=options).run(mbs)
@@ -327,7 +327,7 @@ def test_too_few_microbatches_is_an_early_error():
 def test_t1_learning_rates_follow_the_formula_per_stage_and_update():
     P, N, K, horizon, lr = 4, 2, 6, 4, 0.05
     schedule = build_schedule("async", P, N, num_minibatches=K)
-    options = MethodOptions(lr_rescheduling=True, rescheduling_horizon=horizon)
+    options = MethodOptions(t1=True, t1_anneal_updates=horizon)
     result = executor_for(schedule, blocks(P), options=options, lr=lr).run(data(N * K))
     for s in range(P):
         measured = max(r.forward_delay for r in weight_versions(schedule).rows
@@ -343,8 +343,8 @@ def test_t1_is_off_during_warm_up_and_anneals_over_the_async_updates(warmup):
     # PipeMare-W: W flushed minibatches (no delay, so no T1), then T1 with its clock at 0
     # on the first asynchronous update; the default horizon is the async minibatches K - W
     P, N, K, lr = 3, 2, 7, 0.05
-    schedule = build_schedule("async", P, N, num_minibatches=K, warmup_minibatches=warmup)
-    options = MethodOptions(lr_rescheduling=True, warmup_minibatches=warmup)
+    schedule = build_schedule("async", P, N, num_minibatches=K, warmup=warmup)
+    options = MethodOptions(t1=True, warmup=warmup)
     result = executor_for(schedule, blocks(P), options=options, lr=lr).run(data(N * K))
     rows = weight_versions(schedule).rows
     asynchronous = K - warmup
@@ -366,7 +366,7 @@ def test_t1_composes_with_a_base_scheduler_in_the_executor():
         schedule, blocks(P), loss_fn=nn.functional.cross_entropy,
         optimizer_factory=lambda params: torch.optim.SGD(params, lr=lr),
         lr_scheduler_factory=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 2, 0.5),
-        method_options=MethodOptions(lr_rescheduling=True, rescheduling_horizon=horizon))
+        method_options=MethodOptions(t1=True, t1_anneal_updates=horizon))
     result = executor.run(data(N * K))
     for s, tau in enumerate(executor.forward_delays):
         expected = [lr * 0.5 ** (k // 2) * tau ** -(1 - min(k / horizon, 1)) for k in range(K)]
@@ -387,7 +387,7 @@ def test_every_parameter_groups_learning_rate_is_recorded():
     executor = LocalExecutor(
         schedule, blocks(P), loss_fn=nn.functional.cross_entropy,
         optimizer_factory=two_group_sgd(lr),
-        method_options=MethodOptions(lr_rescheduling=True, rescheduling_horizon=horizon))
+        method_options=MethodOptions(t1=True, t1_anneal_updates=horizon))
     result = executor.run(data(N * K))
     for s, tau in enumerate(executor.forward_delays):
         factors = [tau ** -(1 - min(k / horizon, 1)) for k in range(K)]
@@ -408,7 +408,7 @@ def test_wrong_number_of_stage_modules_is_an_early_error():
 def test_t2_on_a_stashing_schedule_is_rejected():
     schedule = build_schedule("pipedream", 2, 2)
     with pytest.raises(ValueError, match="T2 needs an async schedule"):
-        executor_for(schedule, blocks(2), options=MethodOptions(discrepancy_correction=True))
+        executor_for(schedule, blocks(2), options=MethodOptions(t2=True))
 
 
 def test_sync_mode_with_an_update_between_f_and_b_is_rejected():
@@ -522,7 +522,7 @@ def test_resume_with_dropout_and_batchnorm_buffers_is_bitwise():
                               nn.Dropout(0.25)) for _ in range(2)] + [nn.Linear(WIDTH, WIDTH)]
     P, N, K = 3, 2, 4
     schedule = build_schedule("async", P, N, num_minibatches=K)
-    options = MethodOptions(discrepancy_correction=True)
+    options = MethodOptions(t2=True)
     mbs = data(N * K)
     torch.manual_seed(11)
     straight_stages = make()

@@ -141,7 +141,7 @@ def test_v_schedules_need_no_chunks_and_keep_their_placement(small_data, tmp_pat
 def test_a_registered_v_builder_declares_its_chunks(small_data, tmp_path, registered):
     """A plugin's V (rows of ZB-V's order) registered with chunks=2: fit by name cuts the
     model into 2P pieces on the rows' V placement, bitwise like autograd."""
-    def v_rows(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup_minibatches):
+    def v_rows(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup):
         assert chunks == 2  # asked for the declared chunks, whatever the caller gave
         return build_schedule("zb-v", num_ranks, num_microbatches,
                               num_minibatches=num_minibatches).rows()

@@ -33,7 +33,7 @@ def builder(name, P, M, W=0):
     """``k -> build_schedule(name, ...)`` with k minibatches."""
     v = 2 if name == "interleaved" else 1
     return lambda k: build_schedule(name, P, M, chunks=v, num_minibatches=k,
-                                    warmup_minibatches=W)
+                                    warmup=W)
 
 
 def sizes(name):
@@ -69,7 +69,7 @@ def test_lazy_rows_equal_the_builders_schedule(name):
 def test_t1_delays_on_the_short_schedule_equal_the_whole_runs(method):
     schedule_name = dict((row[0], row[1]) for row in METHOD_TABLE)[method]
     for P, M, W in sizes(schedule_name):
-        options = method_options(method, warmup_minibatches=W)
+        options = method_options(method, warmup=W)
         v = 2 if schedule_name == "interleaved" else 1
 
         def build(k, P=P, M=M, options=options, v=v):
@@ -142,7 +142,7 @@ RUNS = {  # label: (method, P, N, chunks, warmup, K)
 
 
 def make_schedules(method, P, N, chunks, warmup, K):
-    options = method_options(method, warmup_minibatches=warmup)
+    options = method_options(method, warmup=warmup)
 
     def build(k):
         return build_method_schedule(method, P, N, chunks=chunks, num_minibatches=k,

@@ -118,7 +118,7 @@ def old_wiring(run: LocalExecutor) -> LocalExecutor:
 
 
 def test_t1_hook_equals_old_wiring_and_old_checkpoints_resume_bitwise():
-    options = method_options("pipemare", rescheduling_horizon=5)
+    options = method_options("pipemare", t1_anneal_updates=5)
     new = executor("pipemare", options, step_lr).run(data())
     old_run = old_wiring(executor("pipemare", options, step_lr))
     old = old_run.run(data())
@@ -174,9 +174,9 @@ def test_method_lr_factor_equals_a_per_stage_scheduler_bitwise(half_method):
 
 
 def test_method_factor_and_t1_multiply(half_method):
-    both = executor(half_method, method_options(half_method, lr_rescheduling=True))
+    both = executor(half_method, method_options(half_method, t1=True))
     result = both.run(data())
-    t1 = executor("async", method_options("async", lr_rescheduling=True)).run(data())
+    t1 = executor("async", method_options("async", t1=True)).run(data())
     ratios = [a / b for a, b in zip(result.learning_rates[0], t1.learning_rates[0])]
     assert ratios[:4] == pytest.approx([1.0, 0.5, 0.25, 1.0])
     assert result.learning_rates[1] == t1.learning_rates[1]

@@ -58,7 +58,7 @@ def _brute_force_2bw_copies(schedule):
 
 @pytest.mark.parametrize("P, N, K, W", [(2, 2, 4, 0), (3, 2, 5, 1), (4, 3, 4, 0), (4, 5, 3, 2)])
 def test_2bw_matches_brute_force_walk(P, N, K, W):
-    schedule = build_schedule("2bw", P, N, num_minibatches=K, warmup_minibatches=W)
+    schedule = build_schedule("2bw", P, N, num_minibatches=K, warmup=W)
     assert peak_stash_copies(schedule) == _brute_force_2bw_copies(schedule)
 
 
@@ -96,7 +96,7 @@ def test_activations_agree_with_simulator_peak_inflight():
     from pipemare_lite.analysis import simulate
 
     cases = [(n, {}) for n in ("naive", "gpipe", "1f1b", "zb-h1", "pipedream", "2bw", "async")]
-    cases += [("interleaved", {"chunks": 2}), ("async", {"warmup_minibatches": 1})]
+    cases += [("interleaved", {"chunks": 2}), ("async", {"warmup": 1})]
     for name, options in cases:
         schedule = build_schedule(name, 4, 8, num_minibatches=3, **options)
         inflight = simulate.metrics(simulate.simulate(schedule)).peak_inflight

@@ -49,10 +49,10 @@ def test_each_method_builds_a_schedule_with_its_weight_mode(name):
 
 def test_pipemare_switches_each_technique_on_its_own():
     defaults = get_method("pipemare").options
-    assert defaults.lr_rescheduling and defaults.discrepancy_correction
-    only_t2 = method_options("pipemare", lr_rescheduling=False)
-    assert not only_t2.lr_rescheduling and only_t2.discrepancy_correction
-    warm = method_options("pipemare", warmup_minibatches=2)
+    assert defaults.t1 and defaults.t2
+    only_t2 = method_options("pipemare", t1=False)
+    assert not only_t2.t1 and only_t2.t2
+    warm = method_options("pipemare", warmup=2)
     schedule = build_method_schedule("pipemare", 2, 2, num_minibatches=4, options=warm)
     assert schedule.warmup_minibatches == 2
     per_stage = method_options("pipemare", gamma=(0.1, 0.2))

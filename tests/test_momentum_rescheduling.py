@@ -84,7 +84,7 @@ def forward_delays_by_hand(schedule) -> list[int]:
 
 @pytest.mark.parametrize("momentum", [0.9, 0.0])
 def test_pipemare_m_equals_t2_with_the_factor_as_a_scheduler_bitwise(momentum):
-    options = method_options(NAME, warmup_minibatches=W, gamma=0.7)
+    options = method_options(NAME, warmup=W, gamma=0.7)
     schedule = build_method_schedule(NAME, P, N, num_minibatches=K, options=options)
 
     def sgd(params):
@@ -104,8 +104,8 @@ def test_pipemare_m_equals_t2_with_the_factor_as_a_scheduler_bitwise(momentum):
     def scheduler(optimizer, *, stage):
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: factor(stage, k))
 
-    reference_options = method_options("async", discrepancy_correction=True, gamma=0.7,
-                                       warmup_minibatches=W)
+    reference_options = method_options("async", t2=True, gamma=0.7,
+                                       warmup=W)
     reference_schedule = build_method_schedule("async", P, N, num_minibatches=K,
                                                options=reference_options)
     reference = LocalExecutor(reference_schedule, blocks(), loss_fn=nn.functional.cross_entropy,
@@ -121,4 +121,4 @@ def test_pipemare_m_equals_t2_with_the_factor_as_a_scheduler_bitwise(momentum):
 def test_pipemare_m_is_a_built_in_method_with_t2_and_the_async_schedule():
     spec = get_method(NAME)
     assert spec.weight_mode == "async" and spec.builder == "async"
-    assert not spec.options.lr_rescheduling  # the method brings its own factor, not T1's
+    assert not spec.options.t1  # the method brings its own factor, not T1's

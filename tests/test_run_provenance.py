@@ -21,12 +21,12 @@ PLUGIN = '''"""A test plugin: 1F1B's rows under its own name."""
 from pipemare_lite.schedules import build_schedule
 
 
-def rows(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup_minibatches):
+def rows(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup):
     return build_schedule("1f1b", num_ranks, num_microbatches,
                           num_minibatches=num_minibatches).rows()
 
 
-def other_rows(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup_minibatches):
+def other_rows(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup):
     return build_schedule("gpipe", num_ranks, num_microbatches,
                           num_minibatches=num_minibatches).rows()
 '''

@@ -153,7 +153,7 @@ def test_two_bw_order_equals_pipedream_and_requires_enough_microbatches():
 @pytest.mark.parametrize("name", ["pipedream", "2bw", "async"])
 def test_warmup_minibatches_are_flushed_one_f_one_b(name):
     P, M, K, W = 3, 4, 4, 2
-    schedule = build_schedule(name, P, M, num_minibatches=K, warmup_minibatches=W)
+    schedule = build_schedule(name, P, M, num_minibatches=K, warmup=W)
     flushed = one_f_one_b(P, M, num_minibatches=W)
     for row, reference in zip(schedule.ranks, flushed.ranks):
         assert row[: len(reference)] == reference
@@ -185,10 +185,10 @@ def test_pipemare_is_an_alias_of_async():
         ({"num_microbatches": 2.5}, r"num_microbatches=2\.5 is a float; give an integer in 1\."),
         ({"num_minibatches": 0}, r"num_minibatches=0 is out of range"),
         ({"chunks": 2}, r"chunks=2 only applies to 'interleaved'"),
-        ({"warmup_minibatches": 1}, r"warmup_minibatches=1 only applies to pipedream, 2bw, async"),
+        ({"warmup": 1}, r"warmup=1 only applies to pipedream, 2bw, async"),
         (
-            {"name": "async", "warmup_minibatches": 3},
-            r"warmup_minibatches=3 is out of range; allowed: integers 0\.\.2",
+            {"name": "async", "warmup": 3},
+            r"warmup=3 is out of range; allowed: integers 0\.\.2",
         ),
         (
             {"name": "interleaved", "chunks": 0},
@@ -220,5 +220,5 @@ def test_schedule_error_is_a_value_error():
     ],
 )
 def test_clamped_warmups_are_never_silent(name, P, M, K, W, clamped):
-    schedule = build_schedule(name, P, M, num_minibatches=K, warmup_minibatches=W)
+    schedule = build_schedule(name, P, M, num_minibatches=K, warmup=W)
     assert any("clamped" in note for note in schedule.notes) == clamped

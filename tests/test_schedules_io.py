@@ -15,7 +15,7 @@ def every_schedule():
         chunks = 2 if name == "interleaved" else 1
         warmup = 1 if name in ("pipedream", "2bw", "async") else 0
         yield build_schedule(
-            name, 3, 6, chunks=chunks, num_minibatches=2, warmup_minibatches=warmup
+            name, 3, 6, chunks=chunks, num_minibatches=2, warmup=warmup
         )
 
 
@@ -38,7 +38,7 @@ def test_csv_round_trip_is_exact(schedule):
         num_microbatches=schedule.num_microbatches,
         chunks=schedule.chunks,
         weight_mode=schedule.weight_mode,
-        warmup_minibatches=schedule.warmup_minibatches,
+        warmup=schedule.warmup_minibatches,
     )
     assert back.ranks == schedule.ranks and back.num_minibatches == schedule.num_minibatches
     assert back.placement == schedule.placement

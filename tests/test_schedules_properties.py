@@ -83,7 +83,7 @@ def build(name, P, M, v, K, W):
     if name == "interleaved" and v > 1:
         M = P * max(1, M // P)  # interleaving requires M to be a multiple of P
     try:
-        return build_schedule(name, P, M, chunks=v, num_minibatches=K, warmup_minibatches=W)
+        return build_schedule(name, P, M, chunks=v, num_minibatches=K, warmup=W)
     except ScheduleError as exc:
         assert (name == "2bw" and M < P - 1) or (name == "dualpipev" and M < 2 * P), (
             f"{name} refused P={P} M={M}: {exc}")

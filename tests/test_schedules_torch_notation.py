@@ -91,7 +91,7 @@ def test_each_minibatch_of_a_longer_run_is_the_same_step(name):
 
 
 def test_a_flushed_warm_up_minibatch_of_an_async_schedule_can_be_exported():
-    schedule = build_schedule("pipedream", 3, 3, num_minibatches=4, warmup_minibatches=1)
+    schedule = build_schedule("pipedream", 3, 3, num_minibatches=4, warmup=1)
     assert flushed_minibatches(schedule) == range(1)
     accepted = torch_accepts(schedule, minibatch=0)
     assert len(accepted["order"]) == 3

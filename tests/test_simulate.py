@@ -178,7 +178,7 @@ def test_steady_state_utilization_bad_input():
 
 def test_the_old_metrics_name_warns_and_reads_the_window():
     m = metrics(simulate(build_schedule("1f1b", 4, 8)))
-    with pytest.warns(DeprecationWarning, match="full_pipeline_utilization"):
+    with pytest.warns(FutureWarning, match="use 'full_pipeline_utilization'.*long run"):
         assert m.steady_state_utilization == m.full_pipeline_utilization == 1.0
     assert "steady_state_utilization" not in m.as_dict()
 
@@ -193,7 +193,7 @@ def test_simulate_and_measure_returns_both():
     [("naive", 3, 1, {}), ("gpipe", 4, 5, {"num_minibatches": 2}), ("1f1b", 4, 3, {}),
      ("interleaved", 2, 4, {"chunks": 2}), ("zb-h1", 4, 6, {}),
      ("pipedream", 3, 2, {"num_minibatches": 3}), ("2bw", 3, 3, {"num_minibatches": 3}),
-     ("async", 4, 2, {"num_minibatches": 4, "warmup_minibatches": 1})],
+     ("async", 4, 2, {"num_minibatches": 4, "warmup": 1})],
 )
 def test_the_plain_rule_gives_the_fast_simulators_times(name, P, M, extra):
     from pipemare_lite.analysis.simulate import simulate_step_by_step

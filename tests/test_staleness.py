@@ -145,7 +145,7 @@ def _minibatches_for(P, N):
 @pytest.mark.parametrize("warmup", [0, 2])
 def test_async_matches_lock_step_formula(P, N, warmup):
     schedule = build_schedule(
-        "async", P, N, num_minibatches=_minibatches_for(P, N) + warmup, warmup_minibatches=warmup
+        "async", P, N, num_minibatches=_minibatches_for(P, N) + warmup, warmup=warmup
     )
     rows = _steady_rows(schedule)
     assert rows, "the grid must leave a steady state to compare"
@@ -166,7 +166,7 @@ def test_async_matches_lock_step_formula(P, N, warmup):
 def test_async_whole_run_is_the_clamped_formula(P, N, warmup):
     """Outside the steady state the delay is capped by the updates made since the warm-up."""
     K = _minibatches_for(P, N) + warmup
-    schedule = build_schedule("async", P, N, num_minibatches=K, warmup_minibatches=warmup)
+    schedule = build_schedule("async", P, N, num_minibatches=K, warmup=warmup)
     for r in weight_versions(schedule).rows:
         if r.minibatch < warmup:
             assert r.forward_delay == 0 and r.discrepancy == 0
@@ -201,7 +201,7 @@ def test_pipedream_with_larger_minibatches_matches_exact_formula(P, N):
 def test_2bw_delay_is_one_after_the_first_minibatch(P, N, warmup):
     K = 5 + warmup
     table = weight_versions(
-        build_schedule("2bw", P, N, num_minibatches=K, warmup_minibatches=warmup)
+        build_schedule("2bw", P, N, num_minibatches=K, warmup=warmup)
     )
     for r in table.rows:
         assert r.version_at_forward == max(r.minibatch - 1, 0)
@@ -251,7 +251,7 @@ def test_any_builder_gives_sane_versions(name, P, M, K, W):
     if name == "2bw" and M < P - 1:
         M = P - 1 or 1  # the builder requires it (two versions only)
     warmup = min(W, K) if name in ("pipedream", "2bw", "async") else 0
-    schedule = build_schedule(name, P, M, num_minibatches=K, warmup_minibatches=warmup)
+    schedule = build_schedule(name, P, M, num_minibatches=K, warmup=warmup)
     table = weight_versions(schedule)
     assert len(table.rows) == P * M * K
     for r in table.rows:

@@ -29,8 +29,8 @@ def test_schedule_map_is_the_registrys():
     assert set(SCHEDULE_OF) == set(TRADEOFF_METHODS)
     for method, (builder, t2) in SCHEDULE_OF.items():
         spec = METHODS[method]
-        assert (spec.builder, spec.options.discrepancy_correction) == (builder, t2)
-        assert spec.options.warmup_minibatches == 0
+        assert (spec.builder, spec.options.t2) == (builder, t2)
+        assert spec.options.warmup == 0
 
 
 @pytest.mark.parametrize("N", [1, 2, 3, 4, 8])

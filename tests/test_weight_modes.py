@@ -84,7 +84,7 @@ def test_the_methods_run_their_schedules_mode():
     for name, schedule, t1, t2, _ in METHOD_TABLE:
         spec = METHODS[name]
         assert spec.builder == schedule and spec.weight_mode == weight_mode_of(schedule)
-        assert (spec.options.lr_rescheduling, spec.options.discrepancy_correction) == (t1, t2)
+        assert (spec.options.t1, spec.options.t2) == (t1, t2)
 
 
 def test_a_method_takes_its_schedules_mode_unless_told():

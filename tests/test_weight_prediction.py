@@ -204,4 +204,4 @@ def test_t2_does_not_compose_with_a_method_that_brings_its_own_hooks():
     with pytest.raises(ValueError, match="brings its own hooks"):
         LocalExecutor(schedule, blocks(2), loss_fn=nn.functional.cross_entropy,
                       optimizer_factory=sgd(0.0),
-                      method_options=method_options("wpred", discrepancy_correction=True))
+                      method_options=method_options("wpred", t2=True))

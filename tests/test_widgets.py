@@ -261,7 +261,7 @@ def test_staleness_explorer_sliders_offer_only_what_the_engine_allows():
     for minibatches in (1, 4, w.controls["minibatches"].max):
         w.controls["minibatches"].value = minibatches
         slider = w.controls["warmup"]
-        assert (slider.min, slider.max) == size_range("warmup_minibatches", minibatches)
+        assert (slider.min, slider.max) == size_range("warmup", minibatches)
         for warmup in range(slider.min, slider.max + 1):
             slider.value = warmup
             assert w.error is None, (minibatches, warmup, w.error)

@@ -20,7 +20,7 @@ from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b_order
 from pipemare_lite.schedules.registry import register_schedule
 
 
-def eager_1f1b_rows(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup_minibatches):
+def eager_1f1b_rows(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup):
     """One row of action strings per rank; the updates are added after each minibatch."""
     rows = []
     for stage in range(num_ranks):

@@ -15,11 +15,11 @@ one timeline: :func:`steady_state_utilization` simulates one more minibatch. Tor
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from pipemare_lite.analysis.timeline import TimedAction, Timeline
+from pipemare_lite.deprecation import warn_renamed
 from pipemare_lite.schedules.actions import Action, Schedule
 from pipemare_lite.schedules.builders.common import gc_paused, microbatches_of
 from pipemare_lite.schedules.validation import ScheduleError, validated_order
@@ -190,10 +190,9 @@ class ScheduleMetrics:
     def steady_state_utilization(self) -> float | None:
         """The old name of :attr:`full_pipeline_utilization`, kept for one release: the
         window's utilization, not a long run's (that is :func:`steady_state_utilization`)."""
-        warnings.warn("ScheduleMetrics.steady_state_utilization is now full_pipeline_utilization"
-                      " (removed in 0.3); a long run's utilization is "
-                      "pipemare_lite.analysis.simulate.steady_state_utilization(build, costs)",
-                      DeprecationWarning, stacklevel=2)
+        warn_renamed("steady_state_utilization", "full_pipeline_utilization",
+                     "ScheduleMetrics", note="A long run's utilization is pipemare_lite."
+                     "analysis.simulate.steady_state_utilization(build, costs)")
         return self.full_pipeline_utilization
 
     def as_dict(self) -> dict:

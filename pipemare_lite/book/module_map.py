@@ -100,6 +100,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.cli.commands.schedule": "-",
     "pipemare_lite.cli.commands.train": "-",
     "pipemare_lite.cli.gpu_check": "-",
+    "pipemare_lite.deprecation": "-",
     "pipemare_lite.engine": "02",
     "pipemare_lite.engine.build_worker": "08",
     "pipemare_lite.engine.distributed": "11",

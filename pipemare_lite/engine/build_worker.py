@@ -32,11 +32,11 @@ def check_method_options(schedule: Schedule, options: MethodOptions) -> None:
     """Raise early if ``options`` cannot run on ``schedule`` (T2, chapter 09, needs an async
     schedule; a method with its own hooks does not take T2's switch) or name a method this
     process does not know."""
-    if options.discrepancy_correction and not schedule.mode.has_discrepancy:
+    if options.t2 and not schedule.mode.has_discrepancy:
         raise ValueError(f"T2 needs an async schedule; {schedule.name!r} has weight_mode "
                          f"{schedule.weight_mode!r}")
     factory = hooks_factory(options)
-    if options.discrepancy_correction and factory is not t2_hooks:
+    if options.t2 and factory is not t2_hooks:
         raise ValueError(f"method {options.method!r} brings its own hooks; T2 (t2=True) is "
                          "PipeMare's hook and does not compose with them: build it into the "
                          "method's hooks instead")
@@ -78,12 +78,12 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
     ``lr_scheduler_factory(optimizer)`` (either factory is given ``stage=`` too when it takes
     a parameter of that name: :func:`~pipemare_lite.methods.hooks.call_stage_factory`), the
     method's hooks (:func:`build_hooks`: T2 with the stage's gamma when
-    ``options.discrepancy_correction`` is on, or a registered method's), and T1 on top of
+    ``options.t2`` is on, or a registered method's), and T1 on top of
     them when ``delays`` is given
     (:class:`~pipemare_lite.methods.lr_rescheduling.LRReschedulingHooks`, through the
     ``lr_factor`` hook: ``delays[stage]`` is the stage's tau, from
     :func:`build_stage_workers`; off during the schedule's ``warmup_minibatches`` W, then
-    annealed over ``options.rescheduling_horizon`` or the ``num_minibatches - W``
+    annealed over ``options.t1_anneal_updates`` or the ``num_minibatches - W``
     asynchronous updates). ``record``: what the worker records
     (:mod:`pipemare_lite.engine.recording`).
     """
@@ -98,7 +98,7 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
     if delays is not None:
         # T1 compensates a delay: it starts at the first asynchronous update (chapter 09)
         warmup = schedule.warmup_minibatches
-        horizon = options.rescheduling_horizon
+        horizon = options.t1_anneal_updates
         horizon = schedule.num_minibatches - warmup if horizon is None else horizon
         hooks = LRReschedulingHooks(hooks, delays[stage], horizon, start=warmup)
     return StageWorker(
@@ -106,7 +106,7 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
         is_last=stage == schedule.num_virtual_stages - 1,
         num_microbatches=schedule.num_microbatches, num_minibatches=schedule.num_minibatches,
         loss_fn=loss_fn, device=device, lr_scheduler=scheduler, hooks=hooks,
-        method=options.method or ("built-in (T2)" if options.discrepancy_correction
+        method=options.method or ("built-in (T2)" if options.t2
                                   else "built-in"),
         record=record,
     )
@@ -126,7 +126,7 @@ def build_stage_workers(schedule: Schedule, modules: Mapping[int, nn.Module], *,
     """
     options = options or MethodOptions()
     check_method_options(schedule, options)
-    delays = stage_forward_delays(short_schedule(schedule)) if options.lr_rescheduling else None
+    delays = stage_forward_delays(short_schedule(schedule)) if options.t1 else None
     return {s: build_stage_worker(schedule, s, module, loss_fn=loss_fn,
                                   optimizer_factory=optimizer_factory, options=options,
                                   delays=delays, device=device_of(s),

@@ -317,7 +317,7 @@ def utilization(method: str, P: int, N: int, steps: int, warmup: int) -> dict:
 
     schedule = build_method_schedule(
         method, P, N, num_minibatches=steps,
-        options=method_options(method, warmup_minibatches=warmup),
+        options=method_options(method, warmup=warmup),
     )  # fmt: skip
     _, result = simulate_and_measure(schedule, OpCosts(forward=1.0, backward=2.0))
     return {

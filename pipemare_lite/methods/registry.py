@@ -10,7 +10,7 @@ zb-h1           zb-h1               sync         (split backward: I then W)
 pipedream       pipedream           stash        (B uses the copy stashed at F)
 2bw             2bw                 2bw          (two versions, delay 1)
 async           async               async        none: B uses the current weights
-pipemare        async               async        T1 + T2 (+ warm-up when warmup_minibatches > 0)
+pipemare        async               async        T1 + T2 (+ warm-up when warmup > 0)
 ==============  ==================  ===========  ===============================================
 
 Each PipeMare technique is switchable on its own through :class:`MethodOptions`, so the
@@ -29,6 +29,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from pipemare_lite.deprecation import accepts_old_fields, renamed_keywords
 from pipemare_lite.schedules.names import weight_mode_of
 from pipemare_lite.schedules.weight_modes import get_weight_mode
 from pipemare_lite.spelling import did_you_mean
@@ -59,30 +60,43 @@ def load_built_in_methods() -> None:
         importlib.import_module(module)
 
 
+#: MethodOptions' old field names (accepted, with a warning, until the next release).
+RENAMED_OPTIONS = {"lr_rescheduling": "t1", "rescheduling_horizon": "t1_anneal_updates",
+                   "discrepancy_correction": "t2", "warmup_minibatches": "warmup"}
+
+
+@accepts_old_fields(RENAMED_OPTIONS)
 @dataclass(frozen=True)
 class MethodOptions:
     """Switches for PipeMare's techniques (all off means plain async for an async schedule).
 
+    The names are ``fit``'s and the command line's (``--t1``, ``--t1-anneal-updates``,
+    ``--t2``, ``--gamma``, ``--warmup``; docs/glossary.md).
+
     Attributes:
-        lr_rescheduling: T1 on/off (chapter 08).
-        rescheduling_horizon: K, updates over which T1 anneals, counted from the first
+        t1: T1, learning-rate rescheduling, on/off (chapter 08).
+        t1_anneal_updates: K, updates over which T1 anneals, counted from the first
             asynchronous update; None = the schedule's asynchronous minibatches
-            (``num_minibatches - warmup_minibatches``: anneal over the whole async run).
-        discrepancy_correction: T2 on/off (chapter 09); needs weight mode ``async``.
+            (``num_minibatches - warmup``: anneal over the whole async run).
+        t2: T2, discrepancy correction, on/off (chapter 09); needs weight mode ``async``.
         gamma: T2's EMA decay, one value or one per virtual stage.
-        warmup_minibatches: W, the first minibatches run flushed (synchronous); the
-            schedule builder lays them out, the executor just follows the schedule. T1 is
-            off during them (no delay to compensate) and starts its clock at update W.
+        warmup: W, the first minibatches run flushed (synchronous); the schedule builder
+            lays them out, the executor just follows the schedule. T1 is off during them
+            (no delay to compensate) and starts its clock at update W.
         method: the registered method whose hooks every stage builds (set by
             :func:`method_options`); None: the built-in hooks (T2 when switched on). A name,
             not the hooks themselves, so that options travel to other processes as text.
+
+    Deprecated spellings (one warning each, removed in the next release):
+    ``lr_rescheduling`` (``t1``), ``rescheduling_horizon`` (``t1_anneal_updates``),
+    ``discrepancy_correction`` (``t2``), ``warmup_minibatches`` (``warmup``).
     """
 
-    lr_rescheduling: bool = False
-    rescheduling_horizon: int | None = None
-    discrepancy_correction: bool = False
+    t1: bool = False
+    t1_anneal_updates: int | None = None
+    t2: bool = False
     gamma: float | Sequence[float] = 0.9
-    warmup_minibatches: int = 0
+    warmup: int = 0
     method: str | None = None
 
     def gamma_for(self, stage: int) -> float:
@@ -99,7 +113,7 @@ def t2_hooks(info):
     """The built-in methods' hooks: PipeMare's T2
     (:class:`~pipemare_lite.methods.discrepancy.DiscrepancyHooks`) when ``info.options``
     switches it on, else none."""
-    if not info.options.discrepancy_correction:
+    if not info.options.t2:
         return None
     from pipemare_lite.methods.discrepancy import DiscrepancyHooks  # torch only when used
 
@@ -184,7 +198,7 @@ def register_method(name: str, *, schedule: str, weight_mode: str | None = None,
 # the book's methods, from the one table (each runs its schedule's weight mode)
 for _name, _builder, _t1, _t2, _description in METHOD_TABLE:
     register_method(_name, schedule=_builder,
-                    options=MethodOptions(lr_rescheduling=_t1, discrepancy_correction=_t2),
+                    options=MethodOptions(t1=_t1, t2=_t2),
                     hooks=t2_hooks, description=_description)
 
 
@@ -220,10 +234,12 @@ def unknown_method_message(name) -> str:
 
 
 def method_options(name: str, **overrides) -> MethodOptions:
-    """The method's default options with some switched, e.g. ``lr_rescheduling=False``.
+    """The method's default options with some switched, e.g. ``t1=False``.
 
-    They carry the method's name, so that every stage builds that method's hooks.
+    They carry the method's name, so that every stage builds that method's hooks. The
+    deprecated spellings of :class:`MethodOptions` are accepted (with a warning).
     """
+    overrides = renamed_keywords(overrides, RENAMED_OPTIONS, "method_options()")
     return replace(get_method(name).options, **{"method": name, **overrides})
 
 
@@ -241,7 +257,7 @@ def build_method_schedule(name: str, num_ranks: int, num_microbatches: int, *,
     options = spec.options if options is None else options
     schedule = build_schedule(spec.builder, num_ranks, num_microbatches, chunks=chunks,
                               num_minibatches=num_minibatches,
-                              warmup_minibatches=options.warmup_minibatches)
+                              warmup=options.warmup)
     if schedule.weight_mode != spec.weight_mode:
         schedule = replace(schedule, weight_mode=spec.weight_mode)
     return schedule

@@ -29,6 +29,7 @@ import json
 from itertools import takewhile
 from pathlib import Path
 
+from pipemare_lite.deprecation import accepts_old_keywords
 from pipemare_lite.schedules.actions import (
     PLACEMENT_STYLES,
     Action,
@@ -55,9 +56,10 @@ def to_rows(schedule: Schedule) -> list[list[str]]:
     return schedule.rows()
 
 
+@accepts_old_keywords({"warmup_minibatches": "warmup"})
 def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
               weight_mode: str | None = None, num_minibatches: int | None = None,
-              warmup_minibatches: int = 0, notes: tuple[str, ...] = (),
+              warmup: int = 0, notes: tuple[str, ...] = (),
               placement=None) -> Schedule:
     """A validated :class:`Schedule` from one row of action strings per rank.
 
@@ -66,7 +68,8 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
     stage's last gradient of the minibatch (where a flushed schedule puts it).
     ``num_microbatches`` None: the gradients before stage 0's first update, or, without
     updates, every microbatch the rows name (one minibatch). ``num_minibatches`` None: the
-    updates per stage, or the microbatches divided by ``num_microbatches``. ``weight_mode``
+    updates per stage, or the microbatches divided by ``num_microbatches``. ``warmup``: W,
+    the first minibatches flushed (the schedule's ``warmup_minibatches``). ``weight_mode``
     None: the mode a builder's ``name`` implies, else derived (see the module's docstring).
     ``placement``: None (round robin), a style (``"loop"``, ``"v"``), ``"rows"`` (each
     stage on the rank whose row runs it) or one rank per virtual stage; with a placement,
@@ -116,7 +119,7 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
                             ranks=tuple(tuple(row) for row in ranks),
                             num_minibatches=num_minibatches, chunks=chunks,
                             weight_mode=weight_mode or "sync",
-                            warmup_minibatches=warmup_minibatches, notes=tuple(notes),
+                            warmup_minibatches=warmup, notes=tuple(notes),
                             placement=_placement_of(placement, ranks, chunks))
     except ValueError as exc:  # a placement (or weight mode) the Schedule refuses
         raise ScheduleError(str(exc)) from None
@@ -250,6 +253,8 @@ def from_json(text: str) -> Schedule:
     # the fields to_json writes, those the file has (from_rows' defaults for the others),
     # except num_ranks: the rows say it
     fields = {key: data[key] for key in JSON_FIELDS if key in data and key != "num_ranks"}
+    if "warmup_minibatches" in fields:  # the Schedule's field, from_rows' warmup
+        fields["warmup"] = fields.pop("warmup_minibatches")
     return from_rows(data["ranks"], notes=tuple(data.get("notes", ())),
                      placement=data.get("placement"), **fields)
 

@@ -7,9 +7,11 @@ the CLI (``--schedule NAME``) know it like the built-in ones (see docs/write-a-s
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import replace
 
+from pipemare_lite.deprecation import accepts_old_keywords, warn_renamed
 from pipemare_lite.schedules import names
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.builders.async_pipeline import async_pipeline
@@ -63,7 +65,7 @@ SCHEDULE_TABLE: tuple[tuple[str, Builder, WeightMode], ...] = tuple(
 #: Every schedule the book builds, in the order the chapters introduce them.
 SCHEDULE_NAMES = tuple(name for name, _, _ in SCHEDULE_TABLE)
 
-#: Schedules with no flush, which accept ``warmup_minibatches``.
+#: Schedules with no flush, which accept a ``warmup``.
 ASYNC_NAMES = tuple(name for name, _, mode in SCHEDULE_TABLE if not mode.flushes)
 
 #: name -> ``builder(P, N, K, v, W) -> Schedule``: one dispatch table (no if-chain), which
@@ -79,7 +81,7 @@ def schedule_names() -> tuple[str, ...]:
 
 
 def is_asynchronous(name: str) -> bool:
-    """True when schedule ``name`` does not flush (it accepts ``warmup_minibatches``)."""
+    """True when schedule ``name`` does not flush (it accepts a ``warmup``)."""
     mode = names.weight_mode_of(name)  # aliases included
     return mode is not None and not get_weight_mode(mode).flushes
 
@@ -92,7 +94,7 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
                       chunks: int | None = None, replace_existing: bool = False) -> None:
     """Make ``build_schedule(name, ...)``, ``fit(schedule=name)`` and ``--schedule name`` work.
 
-    ``builder(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup_minibatches)``
+    ``builder(num_ranks, num_microbatches, *, num_minibatches, chunks, warmup)``
     returns a :class:`Schedule` named ``name``, or one row of action strings per rank
     (``[["0F0", "0B0"], ...]``: read as :func:`~pipemare_lite.schedules.io.from_rows` does,
     updates added after each minibatch's last gradient when the rows have none).
@@ -104,7 +106,9 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
     default): the builder takes the ``chunks`` it is asked for. Registering a built-in
     name is refused; registering a name again is refused unless ``replace_existing=True``
     (as :func:`~pipemare_lite.methods.register_method` does). Other processes know the
-    schedule once they import its module (:mod:`pipemare_lite.plugins`).
+    schedule once they import its module (:mod:`pipemare_lite.plugins`). A builder that
+    still takes the deprecated ``warmup_minibatches`` instead of ``warmup`` is called with
+    it (one warning, here; accepted until the next release).
     """
     if not isinstance(name, str) or not name.strip() or name in names.known_names(builtin=True):
         raise ScheduleError(f"cannot register schedule {name!r}: give a new name (taken: "
@@ -122,6 +126,7 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
                                or not 1 <= chunks <= LIMITS["chunks"][1]):
         raise ScheduleError(f"register_schedule({name!r}): chunks={chunks!r}; allowed: None "
                             f"(the builder takes the chunks asked) or 1..{LIMITS['chunks'][1]}")
+    warmup_keyword = _warmup_keyword(builder, name)
     names.REGISTERED_WEIGHT_MODES[name] = weight_mode  # validate() accepts the name from now on
     if chunks is None:
         FIXED_CHUNKS.pop(name, None)  # a replaced builder may have declared some
@@ -131,7 +136,7 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
 
     def build(P: int, N: int, K: int, v: int, W: int) -> Schedule:
         v = FIXED_CHUNKS.get(name, v)  # check_sizes allowed 1 or the declared number
-        made = builder(P, N, num_minibatches=K, chunks=v, warmup_minibatches=W)
+        made = builder(P, N, num_minibatches=K, chunks=v, **{warmup_keyword: W})
         if not isinstance(made, Schedule):
             from pipemare_lite.schedules.io import from_rows
 
@@ -140,7 +145,7 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
                 # say their V; round-robin rows read as round robin)
                 return from_rows(made, name=name, num_microbatches=N, chunks=v,
                                  weight_mode=weight_mode, num_minibatches=K,
-                                 warmup_minibatches=W, placement="rows" if v > 1 else None)
+                                 warmup=W, placement="rows" if v > 1 else None)
             except ScheduleError as exc:
                 raise ScheduleError(f"schedule builder {name!r} (asked for P={P}, N={N}, "
                                     f"K={K}, v={v}, W={W}): {exc}") from None
@@ -157,6 +162,20 @@ def register_schedule(name: str, builder: Callable, *, weight_mode: str = "sync"
 
     BUILDERS[name] = build
     REGISTERED_BY[name] = getattr(builder, "__module__", None) or "an unknown module"
+
+
+def _warmup_keyword(builder: Callable, name: str) -> str:
+    """``"warmup"``, or the deprecated ``"warmup_minibatches"`` (with its warning) for a
+    builder written before the rename that takes only that one."""
+    try:
+        parameters = inspect.signature(builder).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): the new keyword
+        return "warmup"
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    if "warmup" in parameters or takes_any or "warmup_minibatches" not in parameters:
+        return "warmup"
+    warn_renamed("warmup_minibatches", "warmup", f"schedule builder {name!r}'s keyword")
+    return "warmup_minibatches"
 
 
 def default_chunks(name: str) -> int:
@@ -193,14 +212,15 @@ def unknown_schedule_message(name) -> str:
             f"({not_registered_here('schedule', 'register_schedule')})")
 
 
+@accepts_old_keywords({"warmup_minibatches": "warmup"})
 def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: int = 1,
-                   num_minibatches: int = 1, warmup_minibatches: int = 0) -> Schedule:
+                   num_minibatches: int = 1, warmup: int = 0) -> Schedule:
     """Build schedule ``name`` with P=``num_ranks`` ranks and N=``num_microbatches`` per minibatch.
 
     ``chunks`` (v) only applies to "interleaved" (with v=1 it is 1F1B) and to registered
     schedules; "zb-v" and "dualpipev" always have 2 per rank, on the V placement (chunks 1,
-    the default, or 2 accepted); ``warmup_minibatches`` only to the asynchronous schedules
-    (pipedream, 2bw, async, registered ones whose weight mode is not "sync");
+    the default, or 2 accepted); ``warmup`` (W, flushed minibatches) only to the asynchronous
+    schedules (pipedream, 2bw, async, registered ones whose weight mode is not "sync");
     ``num_minibatches`` (K) repeats flushed schedules K times and runs asynchronous ones for K
     updates per stage. "pipemare" builds the "async" schedule (its name stays "async").
     """
@@ -212,8 +232,7 @@ def build_schedule(name: str, num_ranks: int, num_microbatches: int, *, chunks: 
     if key not in BUILDERS:
         raise ScheduleError(unknown_schedule_message(name))
     # the builders of flushed schedules take neither chunks nor a warm-up: check them here
-    check_sizes(name, num_ranks, num_microbatches, num_minibatches, chunks, warmup_minibatches)
+    check_sizes(name, num_ranks, num_microbatches, num_minibatches, chunks, warmup)
     check_total_work(key, num_ranks, num_microbatches, num_minibatches, chunks)  # the product
     with gc_paused():  # the one pause of a build: ~0.3 s of a P=128, N=1024 one (benchmarks)
-        return BUILDERS[key](num_ranks, num_microbatches, num_minibatches, chunks,
-                             warmup_minibatches)
+        return BUILDERS[key](num_ranks, num_microbatches, num_minibatches, chunks, warmup)

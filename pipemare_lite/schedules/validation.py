@@ -87,7 +87,7 @@ def check_total_work(name: str, num_ranks: int, num_microbatches: int, num_minib
 def size_range(key: str, num_minibatches: int = 1) -> tuple[int, int]:
     """The integers ``low..high`` that :func:`check_sizes` allows for ``key``.
 
-    ``warmup_minibatches`` may be 0..``num_minibatches``; the other keys are in
+    ``warmup`` may be 0..``num_minibatches``; the other keys are in
     :data:`LIMITS`. Widgets take their slider ranges from here, so a slider cannot offer a
     value the engine refuses.
     """
@@ -95,7 +95,7 @@ def size_range(key: str, num_minibatches: int = 1) -> tuple[int, int]:
 
 
 def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
-                chunks: int = 1, warmup_minibatches: int = 0) -> None:
+                chunks: int = 1, warmup: int = 0) -> None:
     """Raise :class:`ScheduleError` naming any size outside :data:`LIMITS` or an unknown name."""
     mode = names.weight_mode_of(name)
     if name != "custom" and mode is None:
@@ -106,7 +106,7 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
             "once its plugin is loaded: --plugin MODULE or PIPEMARE_PLUGINS)")
     values = {"num_ranks": num_ranks, "num_microbatches": num_microbatches,
               "num_minibatches": num_minibatches, "chunks": chunks,
-              "warmup_minibatches": warmup_minibatches}
+              "warmup": warmup}
     for key, value in values.items():
         low, high = size_range(key, num_minibatches)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -124,12 +124,12 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, num_minibatche
                 f"{FIXED_CHUNKS[name]} (or 1, the default, which means the same)")
     elif chunks > 1 and name not in ("interleaved", "custom", *names.REGISTERED_WEIGHT_MODES):
         raise ScheduleError(f"{name}: chunks={chunks} only applies to 'interleaved'; allowed: 1")
-    w = warmup_minibatches
+    w = warmup
     if w and mode is not None and get_weight_mode(mode).flushes:
         modes = {**names.BUILTIN_WEIGHT_MODES, **names.REGISTERED_WEIGHT_MODES}
         unflushed = (n for n, m in modes.items() if not get_weight_mode(m).flushes)
         raise ScheduleError(
-            f"{name}: warmup_minibatches={w} only applies to {', '.join(unflushed)}; allowed: 0")
+            f"{name}: warmup={w} only applies to {', '.join(unflushed)}; allowed: 0")
 
 
 def validate(schedule: Schedule) -> Schedule:

@@ -325,8 +325,8 @@ def _run_config(settings: FitConfig, choice, data: Dataset) -> dict:
         config["loss_fn"] = _callable_name(config["loss_fn"])
     t1, t2, gamma, balance = (config[k] for k in ("t1", "t2", "gamma", "balance"))
     defaults = spec.options if spec is not None else MethodOptions()
-    config["t1"] = defaults.lr_rescheduling if t1 is None else bool(t1)
-    config["t2"] = defaults.discrepancy_correction if t2 is None else bool(t2)
+    config["t1"] = defaults.t1 if t1 is None else bool(t1)
+    config["t2"] = defaults.t2 if t2 is None else bool(t2)
     config["gamma"] = list(gamma) if isinstance(gamma, (list, tuple)) else gamma
     config["balance"] = balance if not isinstance(balance, tuple) else list(balance)
     if isinstance(balance, dict):  # {name: SplitPoint} of a traced split, as JSON can hold it
@@ -395,11 +395,11 @@ class TrainingRun:
         # bad schedule options fail here, before the (possibly long) schedule is built
         scheduler_factory = self._lr_schedule_factory(lr_schedule)
         options = (MethodOptions if method is None else partial(method_options, method))(
-            lr_rescheduling=config["t1"],
-            rescheduling_horizon=config["t1_anneal_updates"],
-            discrepancy_correction=config["t2"],
+            t1=config["t1"],
+            t1_anneal_updates=config["t1_anneal_updates"],
+            t2=config["t2"],
             gamma=gamma,
-            warmup_minibatches=config["warmup"],
+            warmup=config["warmup"],
         )
         chunks = config["chunks"]
         registered = (schedule.name if schedule is not None else  # for the plugins' hashes
@@ -409,7 +409,7 @@ class TrainingRun:
             schedule = lazy_schedule(
                 lambda k: build_method_schedule(method, num_stages, n, chunks=chunks,
                                                 num_minibatches=k, options=options),
-                self.total_steps, warmup_minibatches=options.warmup_minibatches)
+                self.total_steps, warmup_minibatches=options.warmup)  # lazy_schedule's keyword
         else:  # a registered or hand-written schedule (pipemare_lite.training.run_schedule)
             schedule = run_schedule.schedule_for_run(schedule, num_stages, n, self.total_steps,
                                                      chunks, config["warmup"])

@@ -100,7 +100,7 @@ def fill_sizes(choice: ScheduleChoice, config: dict) -> None:
     if config["warmup"]:
         raise ValueError(f"warmup={config['warmup']!r} cannot apply to a given schedule "
                          f"{s.name!r}: write the flushed minibatches into it "
-                         "(warmup_minibatches)")
+                         "(its warmup_minibatches)")
 
 
 def check_method(choice: ScheduleChoice, method_name: str | None, method_mode: str | None):
@@ -121,7 +121,7 @@ def schedule_for_run(choice: ScheduleChoice, num_ranks: int, num_microbatches: i
     if choice.name is not None:
         return lazy_schedule(
             lambda k: build_schedule(choice.name, num_ranks, num_microbatches, chunks=chunks,
-                                     num_minibatches=k, warmup_minibatches=warmup),
+                                     num_minibatches=k, warmup=warmup),
             steps, warmup_minibatches=warmup)
     given = choice.given
     if given.num_minibatches != 1 or steps == 1:  # the whole run, or refused

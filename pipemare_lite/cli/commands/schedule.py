@@ -4,7 +4,7 @@ Examples::
 
     python -m pipemare_lite schedule 1f1b --stages 4 --microbatches 8
     python -m pipemare_lite schedule interleaved --stages 4 --microbatches 8 --chunks 2
-    python -m pipemare_lite schedule async --stages 4 --update-every 2 --minibatches 6 --json
+    python -m pipemare_lite schedule async --stages 4 --microbatches 2 --minibatches 6 --json
     python -m pipemare_lite schedule zb-h1 --stages 4 --microbatches 8 --costs 1,2,1
     python -m pipemare_lite schedule interleaved -P 2 -M 4 --torch-csv > s.csv  # PyTorch's
     python -m pipemare_lite schedule --from my_schedule.csv      # a hand-written schedule
@@ -34,12 +34,11 @@ schedule. A schedule a plugin registers is built like the others once ``--plugin
 PyTorch's compute-only notation, the file ``_PipelineScheduleRuntime._load_csv`` reads
 (see :mod:`pipemare_lite.interop.torch_notation`).
 
-``--update-every N`` is PipeMare's N, microbatches per optimizer update: for the
-asynchronous schedules (async/pipemare, pipedream, 2bw) it is the same as
-``--microbatches N``; flushed schedules update once per minibatch, so for them it must equal
-``--microbatches``. ``--costs F,B[,W]`` gives the forward and the whole backward; with W,
-split backwards cost I = B - W and W (default: I = W = B/2); costs whose sum over the run
-would overflow a float are refused, naming the bound.
+``--microbatches N`` is N, microbatches per minibatch, i.e. per optimizer update (PipeMare's
+N) for every schedule. ``--update-every N``, its old spelling, still works with a warning
+until the next release (docs/glossary.md). ``--costs F,B[,W]`` gives the forward and the
+whole backward; with W, split backwards cost I = B - W and W (default: I = W = B/2); costs
+whose sum over the run would overflow a float are refused, naming the bound.
 
 Limits: a schedule is built only when it fits in memory, at a measured
 :data:`REPORT_BYTES_PER_ACTION` bytes an action (:data:`ROWS_BYTES_PER_ACTION` for ``--csv``
@@ -64,6 +63,7 @@ from pipemare_lite.analysis.simulate import (
 )
 from pipemare_lite.analysis.staleness import stage_delays, steady_state_minibatches
 from pipemare_lite.analysis.timeline import Timeline
+from pipemare_lite.deprecation import warn_renamed
 from pipemare_lite.interop.torch_notation import to_torch_csv
 from pipemare_lite.schedules import ALIASES, WEIGHT_MODES, Schedule, build_schedule
 from pipemare_lite.schedules.io import SCHEDULE_SUFFIXES, to_csv, to_json
@@ -102,7 +102,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="--from a CSV: which rank holds each virtual stage "
                              "(default: its placement row, else round robin)")
     parser.add_argument("--stages", "-P", metavar="P", help="pipeline stages (ranks)")
-    parser.add_argument("--microbatches", "-M", metavar="M", help="microbatches per minibatch")
+    parser.add_argument("--microbatches", "-M", metavar="N",
+                        help="N, microbatches per minibatch (one update per minibatch)")
     parser.add_argument("--chunks", "-v", metavar="V", help="model chunks per rank (interleaved)")
     parser.add_argument(
         "--minibatches", "-K", metavar="K", default="1", help="minibatches (updates)"
@@ -110,7 +111,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--update-every",
         metavar="N",
-        help="async schedules: microbatches per update (same as --microbatches)",
+        help="deprecated spelling of --microbatches (removed in the next release)",
     )
     parser.add_argument(
         "--warmup", metavar="W", default="0", help="async schedules: first W minibatches flushed"
@@ -231,6 +232,7 @@ def _schedule_and_costs(args) -> tuple[Schedule, OpCosts, Callable[[int], Schedu
         None if args.microbatches is None else _integer("--microbatches", args.microbatches, 1)
     )
     if args.update_every is not None:
+        warn_renamed("--update-every", "--microbatches", "pipemare-lite schedule")
         every = _integer("--update-every", args.update_every, 1)
         if not is_asynchronous(key) and microbatches is not None and every != microbatches:
             raise ValueError(
@@ -244,7 +246,7 @@ def _schedule_and_costs(args) -> tuple[Schedule, OpCosts, Callable[[int], Schedu
             )
         microbatches = every
     if microbatches is None:
-        raise ValueError("--microbatches (or --update-every) is required (an integer >= 1)")
+        raise ValueError("--microbatches is required (an integer >= 1)")
     default_chunks = "2" if key == "interleaved" else "1"
     chunks = _integer("--chunks", args.chunks or default_chunks, 1)
     warmup = _integer("--warmup", args.warmup, 0)
@@ -254,7 +256,7 @@ def _schedule_and_costs(args) -> tuple[Schedule, OpCosts, Callable[[int], Schedu
 
     def build(minibatches: int) -> Schedule:
         return build_schedule(name, stages, microbatches, chunks=chunks,
-                              num_minibatches=minibatches, warmup_minibatches=warmup)
+                              num_minibatches=minibatches, warmup=warmup)
 
     schedule = build(minibatches)
     return schedule, parse_costs(args.costs, args.comm, args.costs_per), build
@@ -401,7 +403,7 @@ def summary(schedule: Schedule, costs: OpCosts, measured: ScheduleMetrics,
         "chunks": schedule.chunks,
         "placement": list(schedule.placement),
         "minibatches": schedule.num_minibatches,
-        "warmup_minibatches": schedule.warmup_minibatches,
+        "warmup": schedule.warmup_minibatches,
         "weight_mode": schedule.weight_mode,
         "costs": {k: v for k, v in vars(costs).items() if k != "stage_multipliers"},
         "makespan": measured.makespan,

@@ -82,7 +82,7 @@ def build_explored_schedule(method: str, stages: int, microbatches: int, minibat
                              f"schedule, not {method!r}; choose 'async' or the engine's order")
         return async_pipeline(stages, microbatches, minibatches, warmup, backward_first=True)
     return build_schedule(method, stages, microbatches, num_minibatches=minibatches,
-                          warmup_minibatches=warmup)
+                          warmup=warmup)
 
 
 def _exact(schedule, stage: int, position: int, tick_order: str):
@@ -224,7 +224,7 @@ class StalenessExplorer(Explorer):
             "microbatches": _slider(microbatches, "num_microbatches", 12, "N per update"),
             "minibatches": _slider(minibatches, "num_minibatches", 16, "updates"),
             # its upper end follows the updates slider (the engine allows 0..updates)
-            "warmup": _slider(warmup, "warmup_minibatches", 16, "sync warm-up", minibatches),
+            "warmup": _slider(warmup, "warmup", 16, "sync warm-up", minibatches),
             "microbatch": widgets.IntSlider(value=microbatch, min=0,
                                             max=max(microbatches * minibatches - 1, 0),
                                             description="follow microbatch", style=style),
@@ -258,7 +258,7 @@ class StalenessExplorer(Explorer):
     def _redraw(self, method, quantity, tick_order, stages, microbatches, minibatches, warmup,
                 microbatch) -> None:
         warmup_slider = self.controls["warmup"]
-        warmup_slider.max = size_range("warmup_minibatches", minibatches)[1]  # clamps the value
+        warmup_slider.max = size_range("warmup", minibatches)[1]  # clamps the value
         warmup = warmup_slider.value
         schedule = build_explored_schedule(method, stages, microbatches, minibatches, warmup,
                                            tick_order)

@@ -141,7 +141,7 @@ def staleness_explorer_static(
     figures, titles, tables = [], [], []
     for P in values:
         built = build_schedule(method, P, microbatches, num_minibatches=minibatches,
-                               warmup_minibatches=warmup)
+                               warmup=warmup)
         table = weight_versions(built)
         steady = steady_state_minibatches(built)
         first = stage_delays(table, minibatches=steady if len(steady) else None)[0]

@@ -17,6 +17,7 @@ the F-to-update gap is one microbatch slot shorter (chapter 05 compares both).
 
 from __future__ import annotations
 
+from pipemare_lite.deprecation import accepts_old_keywords
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.builders.common import make_schedule
 from pipemare_lite.schedules.builders.one_f_one_b import clamp_notes
@@ -49,17 +50,18 @@ def async_order(stage: int, num_ranks: int, N: int, K: int, warmup: int = 0,
     return order
 
 
+@accepts_old_keywords({"warmup_minibatches": "warmup"})
 def async_pipeline(num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
-                   warmup_minibatches: int = 0, *, backward_first: bool = False) -> Schedule:
+                   warmup: int = 0, *, backward_first: bool = False) -> Schedule:
     """PipeMare's asynchronous pipeline (``weight_mode="async"``), one update per N microbatches.
 
-    ``num_microbatches`` is N, microbatches per update. The first ``warmup_minibatches``
+    ``num_microbatches`` is N, microbatches per update. The first ``warmup``
     minibatches run as flushed 1F1B (PipeMare-W); T1/T2 are executor options, not order.
     ``backward_first=True`` runs each tick's B (and U) before its F; the schedule's notes
     then say so (its name stays "async").
     """
-    P, N, K, W = num_ranks, num_microbatches, num_minibatches, warmup_minibatches
-    check_sizes("async", P, N, K, warmup_minibatches=W)
+    P, N, K, W = num_ranks, num_microbatches, num_minibatches, warmup
+    check_sizes("async", P, N, K, warmup=W)
     if not isinstance(backward_first, bool):
         raise ValueError(f"backward_first={backward_first!r}: allowed: True or False")
     orders = [flushed_warmup_order(s, P, N, W) + async_order(s, P, N, K, W, backward_first)
@@ -68,4 +70,4 @@ def async_pipeline(num_ranks: int, num_microbatches: int, num_minibatches: int =
     if backward_first:
         notes.append(TICK_ORDER_NOTE_BACKWARD_FIRST)
     return make_schedule("async", P, N, orders, num_minibatches=K, weight_mode="async",
-                         warmup_minibatches=W, notes=notes)
+                         warmup=W, notes=notes)

@@ -17,15 +17,15 @@ from pipemare_lite.schedules.validation import validate
 
 def make_schedule(name: str, num_ranks: int, num_microbatches: int,
                   orders: list[list[tuple[str, int, int]]], *, num_minibatches: int = 1,
-                  chunks: int = 1, weight_mode: str = "sync", warmup_minibatches: int = 0,
+                  chunks: int = 1, weight_mode: str = "sync", warmup: int = 0,
                   notes: tuple[str, ...] = (), placement: tuple[int, ...] | None = None
                   ) -> Schedule:
     """Build and validate a :class:`Schedule` from per-rank lists of ``(kind, stage, index)``
-    (``placement``: virtual stage -> rank; None: round robin)."""
+    (``placement``: virtual stage -> rank; None: round robin; ``warmup``: W flushed minibatches)."""
     schedule = Schedule(name=name, num_ranks=num_ranks, num_microbatches=num_microbatches,
                         ranks=tuple(tuple(actions_of(order)) for order in orders),
                         num_minibatches=num_minibatches, chunks=chunks,
-                        weight_mode=weight_mode, warmup_minibatches=warmup_minibatches,
+                        weight_mode=weight_mode, warmup_minibatches=warmup,
                         notes=tuple(notes), placement=placement)
     return validate(schedule)
 

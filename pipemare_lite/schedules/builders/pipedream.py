@@ -8,6 +8,7 @@ version max(k-1, 0).
 
 from __future__ import annotations
 
+from pipemare_lite.deprecation import accepts_old_keywords
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.builders.common import make_schedule, microbatches_of
 from pipemare_lite.schedules.builders.one_f_one_b import clamp_notes, one_f_one_b_order
@@ -39,19 +40,21 @@ def no_flush_order(stage: int, num_ranks: int, N: int, K: int, warmup: int = 0) 
     return order
 
 
+@accepts_old_keywords({"warmup_minibatches": "warmup"})
 def pipedream(num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
-              warmup_minibatches: int = 0) -> Schedule:
+              warmup: int = 0) -> Schedule:
     """PipeDream: no flush, weight stashing (``weight_mode="stash"``).
 
     With ``num_microbatches=1`` this is PipeDream with an update per microbatch; stage s
     (0-indexed) then runs each forward on weights P-1-s updates older than its update.
     """
     return _no_flush_schedule("pipedream", "stash", num_ranks, num_microbatches,
-                              num_minibatches, warmup_minibatches)
+                              num_minibatches, warmup)
 
 
+@accepts_old_keywords({"warmup_minibatches": "warmup"})
 def two_bw(num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
-           warmup_minibatches: int = 0) -> Schedule:
+           warmup: int = 0) -> Schedule:
     """PipeDream-2BW: the PipeDream order, two weight versions (``weight_mode="2bw"``).
 
     Every microbatch of minibatch k runs F and B on version max(k-1, 0), the version made by
@@ -62,8 +65,8 @@ def two_bw(num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
     warm-up, the first W minibatches are flushed and synchronous; which version the first
     asynchronous minibatch reads is the executor's choice (the order allows version W-1 or W).
     """
-    P, N, K, W = num_ranks, num_microbatches, num_minibatches, warmup_minibatches
-    check_sizes("2bw", P, N, K, warmup_minibatches=W)
+    P, N, K, W = num_ranks, num_microbatches, num_minibatches, warmup
+    check_sizes("2bw", P, N, K, warmup=W)
     if N < P - 1:
         raise ScheduleError(
             f"2bw: num_microbatches={N} is too small for num_ranks={P}: 2BW keeps only two "
@@ -74,11 +77,11 @@ def two_bw(num_ranks: int, num_microbatches: int, num_minibatches: int = 1,
 
 def _no_flush_schedule(name: str, weight_mode: str, P: int, N: int, K: int, W: int) -> Schedule:
     """The order both share: W flushed 1F1B minibatches, then 1F1B with no flush."""
-    check_sizes(name, P, N, K, warmup_minibatches=W)
+    check_sizes(name, P, N, K, warmup=W)
     orders = [flushed_warmup_order(s, P, N, W) + no_flush_order(s, P, N, K, W) for s in range(P)]
     # notes on clamped warm-ups: in the flushed minibatches, and over the whole async run
     notes = clamp_notes(P, N) if W else []
     if K > W:
         notes += clamp_notes(P, (K - W) * N, "asynchronous microbatches")
     return make_schedule(name, P, N, orders, num_minibatches=K, weight_mode=weight_mode,
-                         warmup_minibatches=W, notes=notes)
+                         warmup=W, notes=notes)
