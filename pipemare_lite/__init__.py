@@ -25,6 +25,8 @@ Analyse:   simulate, metrics, OpCosts (per-op times for the simulator)
 Methods:   register_method, get_method, method_options, MethodOptions, MethodHooks, StageInfo
 Run:       LocalExecutor (one process), DistributedExecutor (one process per rank),
            launch, run_distributed
+Compare:   sweep (methods x seeds x settings in parallel processes, resumable; means with
+           95 % intervals and each method against the first)
 
 The packages, bottom to top (each imports only those above it in this list;
 docs/module-map.md says which chapter introduces each module)::
@@ -85,6 +87,7 @@ _FRONT_DOOR = {
     "DistributedExecutor": "pipemare_lite.engine.distributed.executor",
     "launch": "pipemare_lite.engine.distributed.launch",
     "run_distributed": "pipemare_lite.engine.distributed.jobs",
+    "sweep": "pipemare_lite.experiments.sweep",
 }
 
 __all__ = ["__version__", *_FRONT_DOOR]

@@ -6,8 +6,9 @@ executing anything from them), re-derive the decisions recorded in them from the
 seeds (lr choice, summaries, verdicts, closed-form bytes and utilizations, measured delays),
 and re-run one seed of the quick check cell through the fingerprint-aware check
 (``pipemare_lite.experiments.record``): bitwise on the machine that wrote the file, within
-the widened seed range elsewhere. They also show that the check rejects a perturbed
-method, and that the same seed on the same machine gives the same numbers bitwise.
+the stored seeds' prediction interval for one new seed elsewhere. They also show that the
+check rejects a perturbed method, and that the same seed on the same machine gives the
+same numbers bitwise.
 """
 
 import json
@@ -467,16 +468,53 @@ def test_student_t_quantiles_match_the_printed_tables():
         record.student_t_quantile(0.9, 0)
 
 
+def _reference_prediction_interval(values, level, floor, lowest, highest):
+    """The prediction interval for one new seed, written out plainly: mean +- t s sqrt(1+1/n)
+    (t from the printed two-sided 99 % tables), the half-width at least ``floor``, then cut to
+    the quantity's range."""
+    n = len(values)
+    mean = sum(values) / n
+    s = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    t = {2: 9.925, 3: 5.841, 4: 4.604, 7: 3.499}[n - 1]  # t(df, 0.995), NIST/SEMATECH table
+    assert level == 0.99
+    half = max(floor, t * s * math.sqrt(1 + 1 / n))
+    return max(mean - half, lowest), min(mean + half, highest)
+
+
+def test_the_prediction_interval_against_a_plain_computation():
+    assert record.ALPHA == 0.01
+    for values, floor, bounds in [
+        ([0.81, 0.86, 0.84, 0.90, 0.88], 0.0, (0.0, 1.0)),
+        ([0.8062, 0.93, 0.91, 0.88, 0.9354, 0.85, 0.87, 0.9], 1 / 449, (0.0, 1.0)),
+        ([0.40, 0.78, 0.55], 0.0, (0.0, 1.0)),  # reaches beyond [0, 1]: cut
+        ([0.23, 0.58, 0.41, 0.3], 0.0, (0.0, math.inf)),  # a loss: cut at 0 only
+    ]:  # fmt: skip
+        pi = record.prediction_interval(values, floor=floor, lowest=bounds[0], highest=bounds[1])
+        low, high = _reference_prediction_interval(values, 0.99, floor, *bounds)
+        assert pi["low"] == pytest.approx(low, abs=2e-4 * (high - low))
+        assert pi["high"] == pytest.approx(high, abs=2e-4 * (high - low))
+        assert 0 <= pi["low"] <= pi["high"] <= 1 or bounds[1] == math.inf
+    cut = record.prediction_interval([0.40, 0.78, 0.55], lowest=0.0, highest=1.0)
+    assert cut["cut"] and (cut["low"], cut["high"]) == (0.0, 1.0)
+    # the floor: seeds that all agree give the point itself, widened to the floor
+    equal = record.prediction_interval([0.9332, 0.9332], floor=1 / 449, lowest=0, highest=1)
+    assert (equal["low"], equal["high"]) == pytest.approx((0.9332 - 1 / 449, 0.9332 + 1 / 449))
+    default = record.prediction_interval([2.0, 2.0, 2.0])
+    assert default["half_width"] == pytest.approx(record.RELATIVE_FLOOR * 2.0)
+    with pytest.raises(ValueError, match="at least 2"):
+        record.range_margin([0.5])
+    with pytest.raises(ValueError, match="finite"):
+        record.prediction_interval([0.5, float("nan")])
+
+
 def test_range_margin_is_the_prediction_interval_and_rarely_rejects_a_new_seed():
     values = [0.81, 0.86, 0.84, 0.90, 0.88]
     t = record.student_t_quantile(1 - record.ALPHA / 2, 4)
     expected = t * np.std(values, ddof=1) * math.sqrt(1 + 1 / 5)
     assert record.range_margin(values) == pytest.approx(expected, rel=1e-12)
     assert record.range_margin([0.5, 0.5, 0.5], floor=0.01) == 0.01
-    with pytest.raises(ValueError, match="at least 2"):
-        record.range_margin([0.5])
     # the derivation's claim: one more draw from the seeds' normal distribution falls
-    # outside [min - margin, max + margin] with probability below ALPHA
+    # outside mean +- margin with probability ALPHA, and outside all n seeds far more often
     rng = np.random.default_rng(0)
     n, trials = 8, 400_000
     seeds, new = rng.standard_normal((trials, n)), rng.standard_normal(trials)
@@ -484,9 +522,9 @@ def test_range_margin_is_the_prediction_interval_and_rarely_rejects_a_new_seed()
     margin = t * seeds.std(axis=1, ddof=1) * math.sqrt(1 + 1 / n)
     mean = seeds.mean(axis=1)
     outside_interval = np.mean(np.abs(new - mean) > margin)  # the exact prediction interval
-    assert outside_interval == pytest.approx(record.ALPHA, rel=0.2)
-    widened = np.mean((new < seeds.min(axis=1) - margin) | (new > seeds.max(axis=1) + margin))
-    assert widened <= outside_interval
+    assert outside_interval == pytest.approx(record.ALPHA, rel=0.1)
+    outside_all_seeds = np.mean((new < seeds.min(axis=1)) | (new > seeds.max(axis=1)))
+    assert outside_all_seeds == pytest.approx(2 / (n + 1), rel=0.02)
 
 
 def test_seed_summary_and_verdict():
@@ -543,27 +581,48 @@ def test_the_bitwise_check_is_decided_by_kernels_not_by_the_cpu_model():
         assert report.mode == "range", change
 
 
-def test_check_rerun_on_a_foreign_machine_uses_the_widened_range():
+def test_check_rerun_on_a_foreign_machine_uses_the_prediction_interval():
     stored_fp, foreign = {"cpu_vendor": "A"}, {"cpu_vendor": "B"}
 
     def check(rerun):
         return record.check_rerun(
             _seeds(), rerun, stored_fingerprint=stored_fp, fingerprint=foreign,
-            metrics=("acc", "loss"), exact_keys=("steps",),
+            metrics=("acc", "loss"), exact_keys=("steps",), ranges={"acc": (0.0, 1.0)},
         )  # fmt: skip
 
-    margin = record.range_margin([s["acc"] for s in _seeds()])
-    inside = check(dict(_seeds()[0], acc=0.86 + 0.9 * margin, curve=[0.0]))
+    accs = [s["acc"] for s in _seeds()]
+    low, high = _reference_prediction_interval(accs, 0.99, 0.0, 0.0, 1.0)
+    inside = check(dict(_seeds()[0], acc=high - 1e-4, curve=[0.0]))
     assert inside.mode == "range" and inside.passed, str(inside)
     assert "cpu_vendor: 'A' -> 'B'" in str(inside)
-    outside = check(dict(_seeds()[0], acc=0.80 - 1.1 * margin))
+    assert check(dict(_seeds()[0], acc=low + 1e-4)).passed
+    outside = check(dict(_seeds()[0], acc=low - 0.01))
     assert outside.failed == ["acc"], str(outside)
+    # the message names the quantity and by how much it missed
+    assert str(outside).splitlines()[0].endswith("; failed: acc")
+    assert (f"acc: {low - 0.01:.6g} now, OUTSIDE the 99 % prediction interval [{low:.3f}"
+            in str(outside))
+    assert "by 0.01 below" in str(outside)
+    above = check(dict(_seeds()[0], loss=1.0))
+    assert above.failed == ["loss"] and "above" in str(above), str(above)
     assert check(dict(_seeds()[0], steps=41)).failed == ["steps"]
     assert check(dict(_seeds()[0], loss=float("nan"))).failed == ["loss"]  # no seed diverged
     with pytest.raises(ValueError, match="stored seeds are"):
         check(dict(_seeds()[0], seed=9))
     with pytest.raises(ValueError, match="missing"):
         check({"seed": 0, "acc": 0.8})
+
+
+def test_a_check_interval_is_never_wider_than_the_quantitys_range():
+    # three seeds spread over half the range: the t-interval spans far beyond [0, 1]
+    seeds = [{"seed": s, "final_accuracy": a, "final_loss": 1 - a}
+             for s, a in enumerate([0.40, 0.78, 0.55])]
+    report = record.check_rerun(seeds, seeds[0], stored_fingerprint={"cpu_vendor": "A"},
+                                fingerprint={"cpu_vendor": "B"},
+                                metrics=("final_accuracy", "final_loss"))
+    assert report.passed, str(report)
+    assert "prediction interval [0, 1]" in report.lines[0] and "cut to [0, 1]" in report.lines[0]
+    assert "prediction interval [0, " in report.lines[1] and "cut to [0, inf]" in report.lines[1]
 
 
 def test_machine_fingerprint_names_cpu_kernels_and_threads():
@@ -602,7 +661,7 @@ def test_the_check_cell_has_enough_seeds_for_a_useful_margin(quick):
     row = paper_shape.check_row(results)
     assert len(row["seeds"]) >= 8
     accuracies = [s["final_accuracy"] for s in row["seeds"]]
-    assert record.range_margin(accuracies) < 0.5  # a margin of 36 s (3 seeds) rejects nothing
+    assert record.range_margin(accuracies) < 0.2  # 3 seeds' margin (5.8 s) would reject little
 
 
 def test_the_quick_check_row_passes_here_in_the_mode_the_fingerprint_decides(quick, again):
@@ -621,7 +680,8 @@ def test_the_quick_check_on_a_foreign_machine_compares_seed_ranges(quick, again)
     print(report)
     assert report.mode == "range"
     assert report.passed, str(report)
-    assert sum("inside [" in line for line in report.lines) == len(design.CHECK_METRICS)
+    assert sum("inside the 99 % prediction interval [" in line
+               for line in report.lines) == len(design.CHECK_METRICS)
 
 
 def test_the_quick_check_rejects_a_wrong_delay(quick):

@@ -6,8 +6,8 @@ beyond-pipemare``): well-formed, consistent with its rows, and reproducible.
 - bytes that no kernel changes are what the methods declare (prediction copies, T2's
   buffer, dc's two buffers, 2BW's stash) and the delays are the schedules';
 - one seed of the check row (``nesterov``) re-run through record.check_rerun passes
-  (bitwise on the machine that wrote the file, seed range elsewhere), and a perturbed
-  method (``wpred`` in its place) is rejected when compared bitwise.
+  (bitwise on the machine that wrote the file, the seeds' prediction interval elsewhere),
+  and a perturbed method (``wpred`` in its place) is rejected when compared bitwise.
 """
 
 import json

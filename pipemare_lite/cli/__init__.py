@@ -32,6 +32,7 @@ SUBCOMMANDS = {
     "schedule": "build a pipeline schedule, simulate it and print the timeline and metrics",
     "train": "train a model with a pipeline method on the local (or distributed) executor",
     "reproduce": "re-run a stored experiment and write data/results/",
+    "sweep": "run methods x seeds x settings (parallel, resumable): means with intervals",
     "assign": "write student copies (solutions stubbed) or executed solution copies",
     "grade": "grade a folder of student submissions into per-student reports and a class CSV",
     "book": "execute every chapter, then build the book site (HTML, offline)",

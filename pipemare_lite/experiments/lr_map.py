@@ -127,6 +127,7 @@ from pathlib import Path
 from pipemare_lite.experiments import paper_shape_design as design
 from pipemare_lite.experiments import record
 from pipemare_lite.experiments.lr_map_assess import PREREGISTERED_LR
+from pipemare_lite.experiments.sweep import read_partial, rewrite_partial, run_pending
 
 SYNC, ASYNC, T1, T1T2, PMW = design.SYNC, design.ASYNC, design.T1, design.T1T2, design.PMW
 PMW_M = "PipeMare-W, momentum-aware T1"
@@ -393,19 +394,6 @@ def partial_path(out: Path, quick: bool, study: str) -> Path:
     return Path(out) / f"lr_map{'_quick' if quick else ''}.{study}.partial.jsonl"
 
 
-def read_partial(path: Path) -> dict[str, dict]:
-    """Finished runs from a partial file (a torn last line is ignored); plain JSON only."""
-    done = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                item = json.loads(line)
-            except ValueError:
-                continue
-            done[item["key"]] = item["outcome"]
-    return done
-
-
 #: the design fields a stored run's numbers depend on beyond its key (row, P, lr, seed, measure)
 RUN_FIELDS = ("base", "epochs", "eval_every", "sharpness", "sharpness_every")
 
@@ -434,35 +422,19 @@ def run_study(mstudy: MapStudy, quick: bool, *, jobs: int, out: Path, log=sys.st
     partial.parent.mkdir(parents=True, exist_ok=True)
     done = {**reusable_runs(stored, mstudy), **read_partial(partial)}
     if partial.is_file():  # a run stopped mid-line leaves a torn tail: keep whole lines only
-        from pipemare_lite.files import atomic_write_text
-
-        atomic_write_text(partial, "".join(json.dumps({"key": k, "outcome": json_ready(o)},
-                                                      allow_nan=False) + "\n"
-                                           for k, o in done.items()))
+        rewrite_partial(partial, done)
     todo = [j for j in jobs_of(mstudy, quick) if j.key not in done]
     print(f"lr-map {mstudy.name}: {len(done)} runs already done, {len(todo)} to run "
           f"({jobs} processes)", file=log, flush=True)
 
-    def finished(job: Job, outcome: dict) -> None:
-        done[job.key] = outcome
-        with open(partial, "a") as f:
-            f.write(json.dumps({"key": job.key, "outcome": json_ready(outcome)},
-                               allow_nan=False) + "\n")
+    def report(job: Job, outcome: dict) -> None:
         state = "diverged" if outcome["diverged"] else f"quality {outcome['quality']:.3f}"
         print(f"  [{len(done)}] {job.key}: {state} ({outcome['cpu_seconds']} CPU-s)",
               file=log, flush=True)
 
-    if jobs == 1:
-        for job in todo:
-            finished(job, run_job(job))
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(run_job, job): job for job in todo}
-            for future in as_completed(futures):
-                finished(futures[future], future.result())
+    # the sweep tool's runner: each finished run appended to the partial file as it ends
+    run_pending(todo, run_job, key=lambda job: job.key, jobs=jobs, partial=partial, done=done,
+                report=report)
     study = mstudy.study()
     runs = [{**asdict(j), "outcome": done[j.key]} for j in jobs_of(mstudy, quick)]
     for run in runs:

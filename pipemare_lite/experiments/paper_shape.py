@@ -175,8 +175,9 @@ remove them (not re-run here before the design), the ResNet sync lr sweep at 420
 updates (0.001 far below: the grid starts at 0.003), and the cost of single runs.
 
 :func:`check` re-runs one seed of the check cell and compares it with the stored seeds,
-bitwise where the machine's kernel fingerprint equals the writer's and within the widened
-seed range elsewhere (:func:`pipemare_lite.experiments.record.check_rerun`).
+bitwise where the machine's kernel fingerprint equals the writer's and within the stored
+seeds' prediction interval for one new seed elsewhere
+(:func:`pipemare_lite.experiments.record.check_rerun`).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ THREADS = 1
 
 #: the row :func:`check` re-runs: sync at the finest P of ``resnet`` (a wrong delay moves it far)
 CHECK_ROW = SYNC
-#: compared within the widened seed range on a foreign machine ...
+#: compared within the stored seeds' prediction interval on a foreign machine ...
 CHECK_METRICS = ("final_accuracy", "final_loss")
 #: ... and exactly everywhere (no CPU changes step counts, bytes or measured delays)
 CHECK_EXACT = ("steps", "memory_bytes", "diverged", "forward_delay_max")

@@ -10,7 +10,9 @@ table. Results files are plain JSON: nothing ever executes code from them. Non-f
 numbers (a diverged run's loss) are stored as null; the seed's ``diverged`` flag says why.
 
 ``--check`` writes nothing: it re-runs the experiment's check row against the stored file
-and prints which mode it used (bitwise on the machine that wrote it, seed range elsewhere).
+and prints which mode it used (bitwise on the machine that wrote it, elsewhere each metric
+within the stored seeds' prediction interval for one new seed: a failure names the quantity
+and by how much it missed).
 Exit status: 0 the check passed, 1 it failed (the numbers differ), 2 bad input (the CLI's
 rule), :data:`STORED_UNUSABLE` (3) the stored files are missing, unreadable or lack what the
 check reads (named, before any training: the check is first dry-run on the stored seed).
