@@ -4,7 +4,7 @@
 - the stored runs are exactly the design's (no cell missing, none extra), and measuring the
   sharpness did not change the synchronous runs (their loss digests are equal);
 - one stored seed of the quick file re-runs to the same numbers where the kernel
-  fingerprint matches (else within the stored seeds' widened range): ``reproduce --check``;
+  fingerprint matches (else within the stored seeds' prediction interval): ``reproduce --check``;
 - the pieces: the loss onset, the uninformative label, the classifier's table and verdict,
   the plain-words answer against the cells' verdicts, a study that resumes from its partial
   file, and the CLI's refusal of an unknown study.

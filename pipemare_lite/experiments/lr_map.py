@@ -539,7 +539,7 @@ def rerun(results: dict, seed: int | None = None) -> dict:
 def compare(results: dict, meta: dict, again: dict, *,
             fingerprint: dict | None = None) -> record.CheckReport:
     """A re-run seed of the check cell against its stored seeds: bitwise where the kernel
-    fingerprint equals the study's writer's, else within the widened seed range."""
+    fingerprint equals the study's writer's, else within the stored seeds' prediction interval."""
     row = check_row(results)
     stored = results["studies"][CHECK_STUDY].get("fingerprint") or meta["fingerprint"]
     if fingerprint is None:
