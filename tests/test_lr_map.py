@@ -174,41 +174,93 @@ def _cells(results, study="resnet_lr_map"):
             if c["study"] == study}
 
 
-def test_chapter_10s_words_about_the_map_agree_with_the_stored_file(full_map):
-    """The sentences of chapter 10's 'What the map says' and its Transformer paragraph."""
-    text = (Path(__file__).resolve().parent.parent / "chapters"
-            / "10_the_trade_off_table.ipynb").read_text()
+def _chapter_10() -> str:
+    """Chapter 10's Markdown, cell by cell, as the reader sees it."""
+    notebook = json.loads((Path(__file__).resolve().parent.parent / "chapters"
+                           / "10_the_trade_off_table.ipynb").read_text())
+    return "\n\n".join("".join(c["source"]) for c in notebook["cells"]
+                        if c["cell_type"] == "markdown")
+
+
+def _eight_seed_lrs(design: dict) -> list[float]:
+    return sorted(lr for lr, seeds in design["seeds_at"] if len(seeds) == 8)
+
+
+def test_chapter_10s_words_about_the_resnet_map_agree_with_the_stored_file(full_map):
+    """The sentences of chapter 10's 'What the maps say' on the ResNet at 420 updates."""
+    text = _chapter_10()
     cells = _cells(full_map)
     design = full_map["studies"]["resnet_lr_map"]["design"]
     Ps, lrs = design["granularities"], design["lr_grid"]
-    assert "No method reached 1F1B's quality within 0.01 with the seeds' confidence" in text
-    assert all(c["reaches_sync"] != "held" for c in cells.values() if c["reaches_sync"])
+    eight = _eight_seed_lrs(design)
+    assert all(cells[lr_map.PMW, P, lr]["n"] == 8 for P in Ps for lr in eight)
+    assert "in any cell of\n  the ResNet's maps" in text
+    for name in ("resnet_lr_map", "resnet_long_lr_map"):
+        assert all(c["reaches_sync"] != "held" for c in _cells(full_map, name).values()
+                   if c["reaches_sync"])
+    assert "at every eight-seed learning rate but the smallest, at both\n  granularities" in text
+    for P in Ps:
+        assert cells[lr_map.PMW, P, eight[0]]["reaches_sync"] == "not separable"
+        assert all(cells[lr_map.PMW, P, lr]["reaches_sync"] == "did not hold"
+                   for lr in eight[1:])
+    assert "fell short of 1F1B in every cell where any of its seeds\n  trained" in text
+    for (label, P, lr), c in cells.items():
+        if label == lr_map.ASYNC and c["diverged"] < c["n"]:
+            assert c["reaches_sync"] == "did not hold", (P, lr)
     best = max(lrs, key=lambda lr: cells[lr_map.SYNC, Ps[0], lr]["mean"])
-    assert "diverged in every seed at the learning rate where 1F1B was" in text
-    assert all(cells[lr_map.ASYNC, P, best]["diverged"] == cells[lr_map.ASYNC, P, best]["n"]
-               for P in Ps)
-    assert "Only the two PipeMare-W rows stay within 0.05 of 1F1B" in text
-    upto = [lr for lr in lrs if lr <= best]
+    assert "at P = 16 most of its seeds diverged from the learning rate where 1F1B did\n  best upwards" in text
+    assert all(2 * cells[lr_map.ASYNC, 16, lr]["diverged"] > cells[lr_map.ASYNC, 16, lr]["n"]
+               for lr in lrs if lr >= best)
+    assert "Only the momentum-aware PipeMare-W stayed within 0.05 of 1F1B at every eight-seed" in text
     within = {label for label in design["rows"] if label != lr_map.SYNC
               and all(cells[label, P, lr]["minus_sync"]["estimate"] > -0.05
-                      for P in Ps for lr in upto)}
-    assert within == {lr_map.PMW, lr_map.PMW_M}
+                      for P in Ps for lr in eight)}
+    assert within == {lr_map.PMW_M}
+    assert "PipeMare-W itself dipped below that at P = 16 at the larger\n  two of them" in text
+    assert [lr for lr in eight if cells[lr_map.PMW, 16, lr]["minus_sync"]["estimate"] <= -0.05] \
+        == eight[1:] and len(eight) == 3
     for label in (lr_map.T1, lr_map.T1T2):  # further behind as the stages get finer
         assert all(cells[label, Ps[-1], lr]["mean"] < cells[label, Ps[0], lr]["mean"]
-                   for lr in upto)
+                   for lr in eight)
+    assert "PipeMare-W comes within a few hundredths\n  of 1F1B in this miniature, not within 0.01" in text
+    assert all(-0.08 < cells[lr_map.PMW, P, lr]["minus_sync"]["estimate"] < 0
+               for P in Ps for lr in eight)
+    assert all(cells[lr_map.PMW, P, lr]["reaches_sync"] == "not separable"
+               for P in Ps for lr in lrs if lr not in eight)
     assert "as a classifier of this map it **fails**" in text
     table = full_map["assessment"]["confusion"]["resnet_lr_map"]
     assert table["verdict"].startswith("fails") and table["fp"] > table["tn"]
+
+
+def test_chapter_10s_words_about_the_transformer_agree_with_the_stored_file(full_map):
+    text = _chapter_10()
     tf = _cells(full_map, "transformer_long")
-    collapses = full_map["assessment"]["preregistered"]["a"]["collapses"]
-    assert collapses[lr_map.PMW] == 8 and collapses[lr_map.PMW_M] == 0
-    assert full_map["assessment"]["preregistered"]["a"]["verdict"] == "held"
-    assert tf[lr_map.PMW_M, 8, 0.03]["reaches_sync"] == "did not hold"
-    predicted = [p for p in full_map["assessment"]["predictions"]
-                 if p["study"] == "transformer_long"]
-    assert all(p["predicted"] for p in predicted if p["label"] == lr_map.PMW)
+    a = full_map["assessment"]
+    registered = a["preregistered"]["a"]
+    lr = registered["lr"]
+    assert lr == assess_module.PREREGISTERED_LR
+    assert registered["collapses"][lr_map.PMW] == tf[lr_map.PMW, 8, lr]["n"] == 8
+    assert registered["collapses"][lr_map.PMW_M] == 0
+    assert registered["verdict"] == "held"
+    assert "both still stayed further than 0.01\nbelow 1F1B there" in text
+    assert tf[lr_map.PMW, 8, lr]["reaches_sync"] == tf[lr_map.PMW_M, 8, lr]["reaches_sync"] \
+        == "did not hold"
+    predicted = [p for p in a["predictions"] if p["study"] == "transformer_long"]
+    assert all(p["predicted"] for p in predicted if p["label"] == lr_map.PMW and p["lr"] == lr)
     assert any(p["predicted"] and not p["measured"] for p in predicted
                if p["label"] == lr_map.PMW_M)
+    smaller = sorted(x for x in full_map["studies"]["transformer_long"]["design"]["lr_grid"]
+                     if x < lr)
+    assert len(smaller) == 2 and all(tf[lr_map.PMW, 8, x]["n"] == 3 for x in smaller)
+    assert "the momentum-aware row reached 1F1B within 0.01 at both, PipeMare-W at the\nsmallest only" in text
+    assert all(tf[lr_map.PMW_M, 8, x]["reaches_sync"] == "held" for x in smaller)
+    assert tf[lr_map.PMW, 8, smaller[0]]["reaches_sync"] == "held"
+    assert tf[lr_map.PMW, 8, smaller[1]]["reaches_sync"] != "held"
+    assert "its loss still jumped at the switch there and recovered" in text
+    at_smallest = [p for p in predicted if p["label"] == lr_map.PMW and p["lr"] == smaller[0]]
+    assert at_smallest and all(p["measured"] for p in at_smallest)
+    assert tf[lr_map.PMW, 8, smaller[0]]["diverged"] == 0
+    assert "it reached\n  1F1B within 0.01 at the smallest learning rate only" in text
 
 
 def test_the_assessment_knows_which_rows_warm_up():
