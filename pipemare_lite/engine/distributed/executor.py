@@ -21,10 +21,23 @@ runs, with this module's point-to-point transport::
         U(s, k):  worker.update()
         trace.append(rank, action, start, end)    # start = after its inputs arrived
 
-Before the loop, a *shape probe* tells every rank the shape and dtype of every message (a
-receiver allocates its buffer before the data arrives): stage by stage, the owner runs its
-module on meta tensors (no compute, no randomness consumed) and broadcasts the shapes.
-Then a barrier gives every rank a common time origin for the trace.
+Before the first run, a *shape probe* tells every rank the shape and dtype of every message
+(a receiver allocates its buffer before the data arrives): stage by stage, the owner runs
+its module on meta tensors (no compute, no randomness consumed) and broadcasts the shapes.
+Then one barrier gives every rank a common time origin for the trace (the only barrier:
+later runs need none, the messages order themselves).
+
+What crosses ranks per step under ``fit(executor="dist")`` (``gather_into``)::
+
+    each step:       the p2p messages of the schedule, then the last stage's losses as two
+                     tensor broadcasts (their count, then indices and values): every rank
+                     takes the same decisions (divergence, blow-up) on the same numbers
+    at evaluation,   gather(): one pickled all-gather (two collectives) of what each rank
+    checkpoint, end  held back since the last gather (learning rates, update norms, delays,
+                     byte peaks, trace) and of its stages' weights, into every rank's model
+
+The weights stay on their ranks while training; the cost of a step does not grow with the
+run (``tests/test_dist_collectives.py`` counts the collectives).
 
 Devices: gloo on CPU; with NCCL rank r uses ``cuda:<local rank>``; every ``torch.cuda``
 call is guarded so the CPU path never touches CUDA. Randomness: each rank has its own
@@ -46,6 +59,7 @@ raise, die or hang. Measured against simulated utilization:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
@@ -96,13 +110,14 @@ class DistributedExecutor:
         record_posts: keep the order of actions and posted operations in
             :attr:`RankResult.posted` (chapter 11 compares it with
             :func:`pipemare_lite.schedules.comm_rows.comm_rows`).
-        gather_into: every rank's copy of the whole model (all stage modules): then
-            :meth:`run` is collective, as ``fit(..., executor="dist")`` needs it
-            (:func:`~pipemare_lite.training.executors.dist_executor`): it gathers every
-            rank's result and returns the same :class:`DistRunResult` on all ranks (so they
-            take the same decisions), and copies every stage's weights from its owner's
-            result into these modules (for evaluation). The weights travel in the gather:
-            fine for the book's models.
+        gather_into: every rank's copy of the whole model (all stage modules), as
+            ``fit(..., executor="dist")`` needs it
+            (:func:`~pipemare_lite.training.executors.dist_executor`): then :meth:`run` is
+            collective and returns, on every rank, a :class:`DistRunResult` holding only
+            the run's losses (broadcast as tensors from the last stage's rank, so all
+            ranks take the same decisions); the rest of each rank's records waits on its
+            rank until :meth:`gather`, which also copies every stage's weights from its
+            owner into these modules (for evaluation, checkpoints and the end).
         checkpoints: keep what :meth:`state_dict` needs (every sent tensor until the
             schedule says its receiver consumed it: :mod:`.checkpoint`); off by default.
 
@@ -169,6 +184,8 @@ class DistributedExecutor:
             self.transport.sent_log = {}
         self._feed: Sequence = ()  # the last run's microbatches (a checkpoint's targets)
         self._collectives = 0  # collectives met so far (each rank's count is the same)
+        self._origin: float | None = None  # the trace's common time origin (first run)
+        self._held: RankResult | None = None  # records kept here until gather()
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
         S = self.schedule.num_virtual_stages
@@ -272,16 +289,17 @@ class DistributedExecutor:
         self.close()
 
     # ------------------------------------------------------------------ collectives
-    # Between two runs the ranks meet in collectives (the barrier before a run, the gather
-    # after it, a checkpoint's gather). A blocking collective would wait for a rank that
-    # hangs outside the schedule (evaluating, say) until gloo's own timeout, and then fail
-    # on every rank alike, so the launcher would blame whichever rank exited first. Posted
-    # asynchronously and waited for as a message is, a collective ends within op_timeout
-    # (or at once on an abort), and the ranks that did not come are named as the cause:
+    # Between two runs the ranks meet in collectives (the losses' broadcasts after each run,
+    # the gather before an evaluation, a checkpoint's gather). A blocking collective would
+    # wait for a rank that hangs outside the schedule (evaluating, say) until gloo's own
+    # timeout, and then fail on every rank alike, so the launcher would blame whichever rank
+    # exited first. Posted asynchronously and waited for as a message is, a collective ends
+    # within op_timeout (or at once on an abort), and the ranks that did not come are named
+    # as the cause (a wait for a message names its sender the same way):
     #
-    #   rank 0 ──run k── gather ── barrier (wait "in collective 7 ...") ─── op_timeout ──X
+    #   rank 0 ──run k── gather ── evaluate ── run k+1 (wait for rank 1's gradient) ── X
     #   rank 1 ──run k── gather ── evaluate ... (hangs; its state: "between runs")
-    #                                       rank 0 reads the board: rank 1 is not in 7
+    #                                       after op_timeout: rank 1 named as the peer
     #                                       -> OpTimeoutError(peer=1): "rank 1 did not answer"
 
     def _collective(self, what: str, post: Callable) -> None:
@@ -379,14 +397,50 @@ class DistributedExecutor:
         """
         try:
             mine = self._run(microbatches, stop_after_updates)
-            return mine if self.gather_into is None else self._gather(mine)
+            if self.gather_into is None:
+                return mine
+            if self._held is None:
+                self._held = mine
+            else:
+                self._held.extend(mine)
+            return DistRunResult(loss_by_microbatch=self._share_losses(mine.loss_by_microbatch))
         except BaseException:
             self._failed = True
             raise
 
-    def _gather(self, mine: RankResult) -> DistRunResult:
-        """Every rank's result on every rank; every stage's weights (in its owner's result)
-        into ``gather_into``."""
+    def _share_losses(self, losses: dict[int, float]) -> dict[int, float]:
+        """The last stage's losses of this run on every rank: two broadcasts of tensors from
+        its rank, their count and then ``[microbatch indices, values]`` (float64: exact for
+        both), no pickle. The count is not known in advance on the other ranks (an
+        asynchronous schedule's last stage may run ahead of an update)."""
+        src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
+        device = self.device if self.backend == "nccl" else torch.device("cpu")
+        count = torch.tensor([len(losses)], dtype=torch.long, device=device)
+        self._collective("sharing the losses' count",
+                         lambda: dist.broadcast(count, src, async_op=True))
+        n = int(count.item())  # the step's one host read of a collective's result
+        if n == 0:
+            return {}
+        values = torch.tensor([list(losses), list(losses.values())], dtype=torch.float64,
+                              device=device) if self.rank == src else torch.empty(
+            (2, n), dtype=torch.float64, device=device)
+        self._collective("sharing the losses", lambda: dist.broadcast(values, src, async_op=True))
+        indices, found = values.cpu().tolist()
+        return dict(zip(map(int, indices), found))
+
+    def gather(self) -> DistRunResult:
+        """Every rank's records since the last gather, merged, on every rank, and every
+        stage's weights from its owner into ``gather_into`` (collective: ``fit()`` calls it
+        before an evaluation, a checkpoint and at the end). The losses are left out: each
+        :meth:`run` returned them already."""
+        if self.gather_into is None:
+            raise RuntimeError("gather() needs an executor made with gather_into=")
+        mine = self._held or RankResult(rank=self.rank, traced=False)
+        self._held = None
+        mine.loss_by_microbatch = {}
+        mine.state_dicts = {s: {k: v.detach().cpu().clone()
+                                for k, v in w.module.state_dict().items()}
+                            for s, w in self.workers.items()}
         gathered = self._all_gather_object(mine, "gathering the ranks' results")
         merged = merge_rank_results(self.schedule, gathered)
         for s, module in enumerate(self.gather_into):
@@ -414,9 +468,12 @@ class DistributedExecutor:
             return self.finished or (stop_after_updates is not None and all(
                 w.versions.version >= stop_after_updates for w in self.workers.values()))
 
-        self._collective("the barrier before the run", lambda: dist.barrier(async_op=True))
+        if self._origin is None:  # once: later runs keep this origin, and need no barrier
+            self._collective("the barrier before the first run",
+                             lambda: dist.barrier(async_op=True))
+            self._origin = time.perf_counter()  # common: everyone just left the barrier
         if recorder is not None:
-            recorder.start()  # common time origin: everyone just left the barrier
+            recorder.origin = self._origin
         while not done():
             position = self.position
             action = row[position]
@@ -442,8 +499,10 @@ class DistributedExecutor:
         if self.finished:
             self.transport.close()
         records = take_records(self.workers)  # this rank's stages' StepRecords
-        states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
-                  for s, w in self.workers.items()}
+        # the weights travel only where asked: every run without gather_into, at gather()
+        states = {} if self.gather_into is not None else {
+            s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
+            for s, w in self.workers.items()}
         return RankResult(
             **vars(records), rank=rank, traced=recorder is not None,
             entries=[] if recorder is None else recorder.timed_actions(),
