@@ -184,6 +184,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.methods.weight_prediction": "12",
     "pipemare_lite.plugins": "11",
     "pipemare_lite.spelling": "-",
+    "pipemare_lite.torch_compat": "-",
     "pipemare_lite.schedules": "01",
     "pipemare_lite.schedules.builders": "01",
     "pipemare_lite.schedules.builders.common": "02",
