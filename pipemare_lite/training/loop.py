@@ -414,7 +414,7 @@ class TrainingRun:
         else:  # a registered or hand-written schedule (pipemare_lite.training.run_schedule)
             schedule = run_schedule.schedule_for_run(schedule, num_stages, n, self.total_steps,
                                                      chunks, config["warmup"])
-        if config["executor"] != "local":  # the others plan the whole run's messages up front
+        if config["executor"] not in ("local", "dist"):  # registered ones get a Schedule
             schedule = materialized(schedule)
         self.feed = _training_feed(data, config, schedule.num_virtual_stages)
         self.stages = partition(model, num_stages * chunks, balance=balance,

@@ -60,7 +60,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import islice
 
 import torch
 import torch.distributed as dist
@@ -77,8 +78,10 @@ from pipemare_lite.engine.interpreter import Interpreter, take_records
 from pipemare_lite.engine.recorder import BytesMeter, Recorder
 from pipemare_lite.engine.recording import Recording, recording
 from pipemare_lite.methods.registry import MethodOptions
-from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, plan_communication
+from pipemare_lite.schedules.actions import Action, Schedule
+from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, RollingPlan, plan_communication
+from pipemare_lite.schedules.lazy import materialized
+from pipemare_lite.schedules.validation import validated_order
 
 
 class DistributedExecutor:
@@ -145,6 +148,10 @@ class DistributedExecutor:
         if world != schedule.num_ranks:
             raise ValueError(f"schedule {schedule.name!r} has {schedule.num_ranks} ranks but the "
                              f"process group has {world} processes; they must be equal")
+        if checkpoints:  # a checkpoint names the whole run's messages: a whole schedule
+            schedule = materialized(schedule)
+        elif isinstance(schedule, Schedule):  # a lazy one is valid by construction
+            validated_order(schedule)  # (cached) raises ScheduleError for an invalid one
         self.schedule = schedule
         self.rank = dist.get_rank() if rank is None else rank
         self.backend = dist.get_backend()
@@ -161,12 +168,17 @@ class DistributedExecutor:
         self.board = board or faults.StatusBoard(self.rank, world)
         self.record_gradients, self.track_bytes = record_gradients, track_bytes
         self.fault = fault if fault is not None and fault.rank == self.rank else None
-        self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # as the board notes
         self.gather_into = None if gather_into is None else list(gather_into)
         self.position = 0  # next action of this rank's row
+        self._row_length = len(schedule.ranks[self.rank])
+        self._row: Iterator[Action] | None = None  # the row from `position` (first run on)
+        self._upcoming: Action | None = None  # the action at `position`, once read
+        # a rolling plan (this rank's messages as it goes: flat memory), or the whole run's
+        # for checkpoints, whose state names every message in flight
+        plan = plan_communication(schedule) if checkpoints else RollingPlan(schedule, self.rank)
         # the shape probe gives the transport its messages' shapes, at the first run
         self.transport = P2PTransport(
-            plan_communication(schedule), self.rank,
+            plan, self.rank,
             waiter=faults.Waiter(self.board, op_timeout, polling=self.backend != "gloo"),
             backend=self.backend, device=self.device,
             # receives each rank posts per peer before it needs them
@@ -203,12 +215,12 @@ class DistributedExecutor:
     @property
     def finished(self) -> bool:
         """True once this rank has run all its actions."""
-        return self.position >= len(self._action_names)
+        return self.position >= self._row_length
 
     def _note(self, position: int, state: str = "compute") -> None:
         """Publish ``position`` in this rank's row, and ``state`` (the watchdog's note)."""
-        row = self._action_names
-        self.board.at(position, len(row), row[position] if 0 <= position < len(row) else "",
+        name = str(self._upcoming) if position == self.position and self._upcoming else ""
+        self.board.at(position, self._row_length, name,
                       state)
 
     def state_dict(self) -> dict:
@@ -453,7 +465,12 @@ class DistributedExecutor:
     def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
         if self.transport.shapes is None:
             self.probe_shapes(microbatches)
-        rank, row, interpreter = self.rank, self.schedule.ranks[self.rank], self.interpreter
+        rank, interpreter = self.rank, self.interpreter
+        if self._row is None:  # from the position a checkpoint may have set
+            self._row = (islice(self.schedule.ranks[rank], self.position, None)
+                         if isinstance(self.schedule, Schedule)
+                         else self.schedule.row(rank, self.position))
+            self._upcoming = next(self._row, None)
         posted = self.transport.posted  # every run's posts, when recorded
         self.transport.microbatches = self._feed = microbatches
         interpreter.applied_gradients = ({s: [] for s in self.stages}
@@ -475,13 +492,13 @@ class DistributedExecutor:
         if recorder is not None:
             recorder.origin = self._origin
         while not done():
-            position = self.position
-            action = row[position]
+            position, action = self.position, self._upcoming
             self._note(position)
             if self.fault is not None and self.fault.position == position:
                 self.fault.trigger(action)
             start, end = interpreter.step(action)
             self.position += 1
+            self._upcoming = next(self._row, None)
             if recorder is not None:
                 recorder.record(rank, action, start, end)
             elif meter is not None:  # without a trace, the meter alone is told
