@@ -164,7 +164,6 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.figures.widgets.trace": "11",
     "pipemare_lite.figures.widgets.tradeoff": "10",
     "pipemare_lite.files": "-",
-    "pipemare_lite._moved": "-",
     "pipemare_lite._lazy": "-",
     "pipemare_lite.interop": "11",
     "pipemare_lite.interop.torch_notation": "11",
