@@ -61,6 +61,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from itertools import islice
 
 import torch
@@ -84,45 +85,87 @@ from pipemare_lite.schedules.lazy import materialized
 from pipemare_lite.schedules.validation import validated_order
 
 
-class DistributedExecutor:
-    """Run this rank's row of ``schedule`` inside an initialized process group (chapter 11).
+@dataclass(frozen=True)
+class DistOptions:
+    """How one rank runs: the :class:`DistributedExecutor`'s options beyond the training
+    itself, grouped as ``fit()``'s are in a ``FitConfig`` (chapter 11). Give them as
+    ``options=DistOptions(...)``, as keywords, or both (the keywords replace the object's).
 
-    Args:
-        schedule: the whole schedule (every rank must pass the same one); world size must
-            equal ``schedule.num_ranks``.
-        stage_modules: all ``schedule.num_virtual_stages`` modules (each rank keeps its own)
-            or a mapping ``{stage: module}`` with at least this rank's stages.
-        loss_fn, optimizer_factory, method_options, lr_scheduler_factory: as for
-            :class:`~pipemare_lite.engine.LocalExecutor`.
+    Attributes:
         rank: default ``dist.get_rank()``.
-        device: where this rank computes (default CPU with gloo, ``cuda:<current>`` with NCCL).
-        board: a :class:`~pipemare_lite.engine.distributed.faults.StatusBoard` (the launcher's); a
-            local one (no side channel) otherwise.
+        device: where this rank computes (default CPU with gloo, ``cuda:<current>`` with
+            NCCL).
+        board: a :class:`~pipemare_lite.engine.distributed.faults.StatusBoard` (the
+            launcher's); a local one (no side channel) otherwise.
         op_timeout: seconds one wait on a message may take.
-        record_gradients: keep a copy of the gradients each update applies.
-        track_bytes: record each stage's peak bytes by kind (costs time per action), when
-            ``record`` asks for peak bytes.
         record: what to record, a level of :data:`pipemare_lite.engine.recording.RECORDINGS`
             (``"losses"``, ``"history"``, ``"full"``: the default, with the trace) or a
             :class:`~pipemare_lite.engine.recording.Recording`, as for the local executor;
             never changes the numbers. Without a trace the result's ``trace`` is None.
-        fault: a :class:`Fault` to inject (tests, chapter 11).
-        p2p_verbose: print every send and receive this rank posts and every receive it
-            completes (the communication's text trace, on the process's stdout); None: on
-            when the environment variable ``PIPEMARE_P2P_VERBOSE`` is ``1``.
+        record_gradients: keep a copy of the gradients each update applies.
+        track_bytes: record each stage's peak bytes by kind (costs time per action), when
+            ``record`` asks for peak bytes.
         record_posts: keep the order of actions and posted operations in
             :attr:`RankResult.posted` (chapter 11 compares it with
             :func:`pipemare_lite.schedules.comm_rows.comm_rows`).
+        p2p_verbose: print every send and receive this rank posts and every receive it
+            completes (the communication's text trace, on the process's stdout); None: on
+            when the environment variable ``PIPEMARE_P2P_VERBOSE`` is ``1``.
+        fault: a :class:`Fault` to inject (tests, chapter 11).
         gather_into: every rank's copy of the whole model (all stage modules), as
             ``fit(..., executor="dist")`` needs it
-            (:func:`~pipemare_lite.training.executors.dist_executor`): then :meth:`run` is
-            collective and returns, on every rank, a :class:`DistRunResult` holding only
-            the run's losses (broadcast as tensors from the last stage's rank, so all
-            ranks take the same decisions); the rest of each rank's records waits on its
-            rank until :meth:`gather`, which also copies every stage's weights from its
-            owner into these modules (for evaluation, checkpoints and the end).
-        checkpoints: keep what :meth:`state_dict` needs (every sent tensor until the
-            schedule says its receiver consumed it: :mod:`.checkpoint`); off by default.
+            (:func:`~pipemare_lite.training.executors.dist_executor`): then
+            :meth:`DistributedExecutor.run` is collective and returns, on every rank, a
+            :class:`DistRunResult` holding only the run's losses (broadcast as tensors from
+            the last stage's rank, so all ranks take the same decisions); the rest of each
+            rank's records waits on its rank until :meth:`DistributedExecutor.gather`, which
+            also copies every stage's weights from its owner into these modules (for
+            evaluation, checkpoints and the end).
+        checkpoints: keep what :meth:`DistributedExecutor.state_dict` needs (every sent
+            tensor until the schedule says its receiver consumed it: :mod:`.checkpoint`; the
+            whole run's schedule and message plan); off by default.
+    """
+
+    rank: int | None = None
+    device: torch.device | str | None = None
+    board: faults.StatusBoard | None = None
+    op_timeout: float = 120.0
+    record: str | Recording = "full"
+    record_gradients: bool = False
+    track_bytes: bool = False
+    record_posts: bool = False
+    p2p_verbose: bool | None = None
+    fault: Fault | None = None
+    gather_into: Sequence[nn.Module] | None = None
+    checkpoints: bool = False
+
+    @classmethod
+    def of(cls, options: DistOptions | None, keywords: dict) -> DistOptions:
+        """``options`` with ``keywords`` replaced (or new ones); an unknown keyword is
+        refused naming the known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(keywords) - known)
+        if unknown:
+            raise TypeError(f"DistributedExecutor got unknown options {', '.join(unknown)}; "
+                            f"allowed: {', '.join(sorted(known))}")
+        if options is not None and not isinstance(options, cls):
+            raise TypeError(f"options must be a DistOptions, got {options!r}")
+        return replace(options or cls(), **keywords)
+
+
+class DistributedExecutor:
+    """Run this rank's row of ``schedule`` inside an initialized process group (chapter 11).
+
+    Args:
+        schedule: the whole schedule (every rank must pass the same one, a
+            :class:`~pipemare_lite.schedules.actions.Schedule` or a lazy one); world size
+            must equal ``schedule.num_ranks``.
+        stage_modules: all ``schedule.num_virtual_stages`` modules (each rank keeps its own)
+            or a mapping ``{stage: module}`` with at least this rank's stages.
+        loss_fn, optimizer_factory, method_options, lr_scheduler_factory: as for
+            :class:`~pipemare_lite.engine.LocalExecutor`.
+        options, **keywords: how this rank runs, a :class:`DistOptions` and/or its fields
+            as keywords (``rank=``, ``device=``, ``record=``, ``gather_into=`` ...).
 
     Use it as a context manager (``with DistributedExecutor(...) as executor:``) or call
     :meth:`close`: the helper threads of its waits end with the job. It creates no process
@@ -133,14 +176,15 @@ class DistributedExecutor:
                  stage_modules: Sequence[nn.Module] | Mapping[int, nn.Module], *,
                  loss_fn: Callable, optimizer_factory: Callable,
                  method_options: MethodOptions | None = None,
-                 lr_scheduler_factory: Callable | None = None, rank: int | None = None,
-                 device: torch.device | str | None = None,
-                 board: faults.StatusBoard | None = None, op_timeout: float = 120.0,
-                 record_gradients: bool = False, track_bytes: bool = False,
-                 fault: Fault | None = None, p2p_verbose: bool | None = None,
-                 record_posts: bool = False,
-                 gather_into: Sequence[nn.Module] | None = None,
-                 checkpoints: bool = False, record: str | Recording = "full") -> None:
+                 lr_scheduler_factory: Callable | None = None,
+                 options: DistOptions | None = None, **keywords) -> None:
+        self.options = options = DistOptions.of(options, keywords)
+        rank, device, board, op_timeout = (options.rank, options.device, options.board,
+                                           options.op_timeout)
+        record_gradients, track_bytes = options.record_gradients, options.track_bytes
+        fault, p2p_verbose, record_posts = options.fault, options.p2p_verbose, options.record_posts
+        gather_into, checkpoints, record = (options.gather_into, options.checkpoints,
+                                            options.record)
         if not dist.is_initialized():
             raise RuntimeError("DistributedExecutor needs an initialized process group "
                                "(use pipemare_lite.engine.distributed.launch.launch or torchrun)")
@@ -268,18 +312,16 @@ class DistributedExecutor:
         for s, worker in self.workers.items():
             worker.load_state_dict(state["stages"][s])
         progress = self._progress or PeerProgress(self.schedule)
-        self.transport.order.posted.update(progress.restore(state["positions"]))
+        self.transport.mark_posted(progress.restore(state["positions"]))
         for table in ("activations", "gradients"):
             for local, tensor in state[table].items():
                 message = self.transport.plan.messages[message_key(table, local)]
                 if message.dst == self.rank:
                     tensor = tensor.to(self.transport.device if message.src != self.rank
                                        else self.workers[message.stage].device)
-                    into = self.transport._local if message.src == self.rank else (
-                        self.transport.preloaded)
-                    into[message.key] = tensor
-                if message.src == self.rank and self.transport.sent_log is not None:
-                    self.transport.sent_log[message.key] = tensor
+                    self.transport.preload(message, tensor)
+                if message.src == self.rank:
+                    self.transport.log_sent(message, tensor)
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:

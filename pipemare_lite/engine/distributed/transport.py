@@ -122,6 +122,22 @@ class P2PTransport:
         self.sent_log: dict | None = None
         self.preloaded: dict = {}  # key -> tensor in transit at a loaded checkpoint
 
+    # ------------------------------------------------------------ a checkpoint's state
+    def mark_posted(self, keys) -> None:
+        """Never post these messages again (sent before a checkpoint's cut, on both ends)."""
+        self.order.posted.update(keys)
+
+    def preload(self, message: Message, tensor) -> None:
+        """Hand over a message that was in transit at a checkpoint: :meth:`recv` returns it
+        without posting anything."""
+        into = self._local if message.src == self.rank else self.preloaded
+        into[message.key] = tensor
+
+    def log_sent(self, message: Message, tensor) -> None:
+        """Keep a sent tensor for the next checkpoint (when :attr:`sent_log` is on)."""
+        if self.sent_log is not None:
+            self.sent_log[message.key] = tensor
+
     def meta(self, message: Message) -> tuple:
         """``(shape, dtype)`` of ``message``'s tensor, from :attr:`shapes`."""
         key = self.input_meta or tensor_meta(self.microbatches[message.microbatch][0])
