@@ -370,7 +370,10 @@ class DistributedExecutor:
         waiter = self.transport.waiter
         try:
             waiter.wait(work, here)
-        except faults.OpTimeoutError as exc:
+        except BaseException as exc:
+            self._failed = True  # close() must not wait for threads stuck on a dead peer
+            if not isinstance(exc, faults.OpTimeoutError):
+                raise
             store, world = self.board.store, dist.get_world_size()
             absent = ([] if store is None else
                       faults.absent_ranks(store, world, here, exclude={self.rank}))
