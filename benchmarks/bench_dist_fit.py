@@ -4,13 +4,13 @@
 The same MLP (two Linear+ReLU layers per stage, width ``WIDTH``), the same 1F1B schedule
 (N = 4 microbatches of 32 samples), SGD, CPU, one thread per process, ``STEPS`` steps:
 
-- local: ``fit(executor="local", record="losses")`` in this process;
+- local: ``fit(executor="local", record="losses")`` on rank 0 while the others wait;
 - dist: ``fit(executor="dist", record="losses")``, one process per rank (gloo on
   127.0.0.1, a free port: :func:`~pipemare_lite.engine.distributed.launch.launch`);
 - torch: ``torch.distributed.pipelining``'s ``Schedule1F1B`` with one ``PipelineStage`` per
   rank and an SGD step per training step, in the same processes right before ours.
 
-Each is run ``--rounds`` times (torch and dist alternating in the same processes) and the
+Each is run ``--rounds`` times (the three alternating in the same processes) and the
 medians are printed. Steps per second: ``steps / history.wall_seconds`` for fit (set-up
 excluded, the final gather included), ``steps / seconds`` between two barriers for
 torch's. Every process is
@@ -94,14 +94,21 @@ def torch_steps_per_second(info, P: int, steps: int) -> float:
     return (steps - 1) / (time.perf_counter() - start)
 
 
-def both_runtimes(info, P: int, steps: int, rounds: int) -> dict:
-    """Process body: ``rounds`` times torch's runtime then ``fit(executor="dist")``,
-    alternating so both see the same machine load; steps per second of each round."""
-    rates: dict = {"torch": [], "dist": []}
+def three_runtimes(info, P: int, steps: int, rounds: int) -> dict:
+    """Process body: ``rounds`` times torch's runtime, ``fit(executor="dist")`` and (rank 0
+    alone, the others waiting in a barrier) ``fit(executor="local")``, alternating so that
+    all three see the same machine load; steps per second of each round."""
+    import torch.distributed as dist
+
+    rates: dict = {"torch": [], "dist": [], "local": []}
     for _ in range(rounds):
         rates["torch"].append(torch_steps_per_second(info, P, steps))
         history = fit(model(P), data(steps), executor="dist", **settings(P, steps))
         rates["dist"].append(steps / history.wall_seconds)
+        if info.rank == 0:
+            local = fit(model(P), data(steps), executor="local", **settings(P, steps))
+            rates["local"].append(steps / local.wall_seconds)
+        dist.barrier()
     return rates
 
 
@@ -116,11 +123,8 @@ def main() -> None:
     print(f"{'P':>2} {'local st/s':>10} {'dist st/s':>10} {'torch st/s':>10} "
           f"{'dist/local':>10} {'dist/torch':>10}")
     for P in (2, 4):
-        local_rate = median(
-            args.steps / fit(model(P), data(args.steps), executor="local",
-                             **settings(P, args.steps)).wall_seconds
-            for _ in range(args.rounds))
-        ranks = launch(both_runtimes, P, args=(P, args.steps, args.rounds), timeout=300)
+        ranks = launch(three_runtimes, P, args=(P, args.steps, args.rounds), timeout=300)
+        local_rate = median(ranks[0]["local"])
         dist_rate = median(ranks[0]["dist"])  # every rank's fit() times the same steps
         torch_rate = median(min(r["torch"][k] for r in ranks) for k in range(args.rounds))
         print(f"{P:>2} {local_rate:>10.1f} {dist_rate:>10.1f} {torch_rate:>10.1f} "
