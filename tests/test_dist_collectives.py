@@ -2,8 +2,9 @@
 fixed number of collectives however long the run, and no weights travel per step.
 
 Every torch.distributed collective is patched with a counter on two gloo ranks (loopback,
-one job, bounded time). Per step the ranks exchange the last stage's losses: two
-broadcasts of tensors (their count, then indices and values), nothing else; the weights
+one job, bounded time). Per step the ranks exchange the last stage's losses: one
+broadcast of a tensor of their values (which microbatches they belong to, every rank reads
+from the schedule), nothing else; the weights
 and the other records are gathered only at evaluation, checkpoints and the end
 (``DistributedExecutor.gather``: one all-gather of sizes and one of bytes), and the only
 barrier is the one before the first run (the trace's common time origin)."""
@@ -33,20 +34,20 @@ def counted():
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_a_step_costs_two_broadcasts_and_no_gather(counted, method):
+def test_a_step_costs_one_broadcast_and_no_gather(counted, method):
     for rank in counted:
         short, _ = rank[(method, SHORT)]
         long, _ = rank[(method, LONG)]
         extra = {name: long.get(name, 0) - short.get(name, 0) for name in {*short, *long}}
         per_step = {name: calls / (LONG - SHORT) for name, calls in extra.items() if calls}
-        assert per_step == {"broadcast": 2.0}, (short, long)  # the losses: count, values
+        assert per_step == {"broadcast": 1.0}, (short, long)  # the losses' values
         # per run: the shape probe's broadcast (P - 1 = 1 stage), one barrier, and two
         # gathers (the evaluation and the end), each two all_gathers (sizes, bytes)
         assert long["barrier"] == 1
         assert long["all_gather"] == 4
         assert long["broadcast_object_list"] == 1
         assert not long.get("all_gather_object") and not long.get("gather_object")
-        assert long["broadcast"] == 2 * LONG + 2  # + broadcast_object_list's two (size, data)
+        assert long["broadcast"] == LONG + 2  # + broadcast_object_list's two (size, data)
 
 
 @pytest.mark.parametrize("method", METHODS)

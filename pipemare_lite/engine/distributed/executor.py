@@ -29,9 +29,10 @@ later runs need none, the messages order themselves).
 
 What crosses ranks per step under ``fit(executor="dist")`` (``gather_into``)::
 
-    each step:       the p2p messages of the schedule, then the last stage's losses as two
-                     tensor broadcasts (their count, then indices and values): every rank
-                     takes the same decisions (divergence, blow-up) on the same numbers
+    each step:       the p2p messages of the schedule, then the last stage's losses as one
+                     tensor broadcast of their values (whose microbatches they are, every
+                     rank reads from the schedule: LossesAhead): every rank takes the same
+                     decisions (divergence, blow-up) on the same numbers
     at evaluation,   gather(): one pickled all-gather (two collectives) of what each rank
     checkpoint, end  held back since the last gather (learning rates, update norms, delays,
                      byte peaks, trace) and of its stages' weights, into every rank's model
@@ -83,6 +84,38 @@ from pipemare_lite.schedules.actions import Action, Schedule
 from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, RollingPlan, plan_communication
 from pipemare_lite.schedules.lazy import materialized
 from pipemare_lite.schedules.validation import validated_order
+
+
+class LossesAhead:
+    """Which microbatches' losses each run of the last stage's rank computes, read from the
+    schedule alone (so every rank knows how many values the losses' broadcast carries):
+    that rank's row walked from ``start`` as the executor walks it, up to where each of its
+    stages has made ``stop_after_updates`` updates. Holds one row iterator (lazy rows stay
+    lazy)."""
+
+    def __init__(self, schedule, rank: int, start: int = 0) -> None:
+        row = schedule.ranks[rank]
+        whole = isinstance(schedule, Schedule)
+        self.last = schedule.num_virtual_stages - 1
+        self.updates = dict.fromkeys(schedule.stages_of(rank), 0)
+        for action in islice(row if whole else schedule.row(rank), start):  # a resume's
+            if action.kind == "U":
+                self.updates[action.stage] += 1
+        self._row = islice(row, start, None) if whole else schedule.row(rank, start)
+        self._next = next(self._row, None)
+
+    def run(self, stop_after_updates: int | None) -> list[int]:
+        """The microbatches whose loss the next run computes, in order."""
+        found = []
+        while self._next is not None and (stop_after_updates is None or
+                                          min(self.updates.values()) < stop_after_updates):
+            action = self._next
+            if action.kind == "U":
+                self.updates[action.stage] += 1
+            elif action.kind == "F" and action.stage == self.last:
+                found.append(action.index)
+            self._next = next(self._row, None)
+        return found
 
 
 @dataclass(frozen=True)
@@ -242,6 +275,7 @@ class DistributedExecutor:
         self._collectives = 0  # collectives met so far (each rank's count is the same)
         self._origin: float | None = None  # the trace's common time origin (first run)
         self._held: RankResult | None = None  # records kept here until gather()
+        self._losses_ahead: LossesAhead | None = None  # (gather_into) made at the first run
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
         S = self.schedule.num_virtual_stages
@@ -453,6 +487,10 @@ class DistributedExecutor:
         merged result.
         """
         try:
+            if self.gather_into is not None and self._losses_ahead is None:
+                src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
+                start = self._progress.positions[src] if self._progress is not None else 0
+                self._losses_ahead = LossesAhead(self.schedule, src, start)
             mine = self._run(microbatches, stop_after_updates)
             if self.gather_into is None:
                 return mine
@@ -460,30 +498,30 @@ class DistributedExecutor:
                 self._held = mine
             else:
                 self._held.extend(mine)
-            return DistRunResult(loss_by_microbatch=self._share_losses(mine.loss_by_microbatch))
+            return DistRunResult(loss_by_microbatch=self._share_losses(
+                mine.loss_by_microbatch, self._losses_ahead.run(stop_after_updates)))
         except BaseException:
             self._failed = True
             raise
 
-    def _share_losses(self, losses: dict[int, float]) -> dict[int, float]:
-        """The last stage's losses of this run on every rank: two broadcasts of tensors from
-        its rank, their count and then ``[microbatch indices, values]`` (float64: exact for
-        both), no pickle. The count is not known in advance on the other ranks (an
-        asynchronous schedule's last stage may run ahead of an update)."""
+    def _share_losses(self, losses: dict[int, float], expected: list[int]
+                      ) -> dict[int, float]:
+        """The last stage's losses of this run on every rank: one broadcast of a tensor from
+        its rank (float64, exact), no pickle. Which microbatches' losses the run computed,
+        every rank knows from the schedule (``expected``, :class:`LossesAhead`), so only the
+        values travel."""
         src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
-        device = self.device if self.backend == "nccl" else torch.device("cpu")
-        count = torch.tensor([len(losses)], dtype=torch.long, device=device)
-        self._collective("sharing the losses' count",
-                         lambda: dist.broadcast(count, src, async_op=True))
-        n = int(count.item())  # the step's one host read of a collective's result
-        if n == 0:
+        if self.rank == src and list(losses) != expected:
+            raise RuntimeError(f"rank {src}: this run computed the losses of microbatches "
+                               f"{list(losses)}, the schedule says {expected}")
+        if not expected:
             return {}
-        values = torch.tensor([list(losses), list(losses.values())], dtype=torch.float64,
-                              device=device) if self.rank == src else torch.empty(
-            (2, n), dtype=torch.float64, device=device)
+        device = self.device if self.backend == "nccl" else torch.device("cpu")
+        values = (torch.tensor([losses[m] for m in expected], dtype=torch.float64,
+                               device=device) if self.rank == src else
+                  torch.empty(len(expected), dtype=torch.float64, device=device))
         self._collective("sharing the losses", lambda: dist.broadcast(values, src, async_op=True))
-        indices, found = values.cpu().tolist()
-        return dict(zip(map(int, indices), found))
+        return dict(zip(expected, values.cpu().tolist()))  # the step's one host read
 
     def gather(self) -> DistRunResult:
         """Every rank's records since the last gather, merged, on every rank, and every
