@@ -49,7 +49,6 @@ The engine needs torch, numpy and tqdm only; ``pip install -e ".[book]"`` adds t
 plotly, widgets, the site). Nothing here imports torch at package import time.
 """
 
-from pipemare_lite import _moved
 from pipemare_lite._lazy import lazy_exports as _lazy_exports
 
 __version__ = "0.1.0"
@@ -92,5 +91,4 @@ _FRONT_DOOR = {
 
 __all__ = ["__version__", *_FRONT_DOOR]
 
-_moved.register()
 __getattr__, __dir__ = _lazy_exports(__name__, _FRONT_DOOR)

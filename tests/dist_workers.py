@@ -149,3 +149,54 @@ def fit_at_every_recording_level(info, methods) -> dict:
             weights = [t.detach().clone() for t in model.state_dict().values()]
             found[(method, level)] = (history.to_dict(), weights)
     return found
+
+
+#: torch.distributed's collectives (each counted where torch defines it, so a collective
+#: that calls another, e.g. broadcast_object_list's broadcasts, counts both)
+COLLECTIVES = ("barrier", "broadcast", "all_reduce", "reduce", "all_gather",
+               "all_gather_into_tensor", "gather", "scatter", "reduce_scatter", "all_to_all",
+               "all_gather_object", "gather_object", "broadcast_object_list",
+               "scatter_object_list")
+
+
+def count_collectives_in_fit(info, lengths, methods) -> dict:
+    """``fit(executor="dist")`` of each method for each number of steps in ``lengths``
+    (one epoch, evaluated at its end), with every torch.distributed collective counted;
+    ``{(method, steps): ({collective: calls}, history dict)}``."""
+    from unittest import mock
+
+    from torch.distributed import distributed_c10d
+
+    from pipemare_lite.training import loop
+    from pipemare_lite.training.datasets import Dataset, digits
+    from pipemare_lite.training.models import mlp
+
+    counts: dict[str, int] = {}
+
+    def counting(name, real):
+        def call(*args, **kwargs):
+            counts[name] = counts.get(name, 0) + 1
+            return real(*args, **kwargs)
+        return call
+
+    d = digits(seed=0)
+    found = {}
+    for method in methods:
+        for steps in lengths:
+            data = Dataset("digits-small", d.x_train[:16 * steps], d.y_train[:16 * steps],
+                           d.x_test[:32], d.y_test[:32], 10, d.input_shape, d.provenance)
+            counts.clear()
+            with contextlib.ExitStack() as patches:
+                for name in COLLECTIVES:
+                    real = getattr(distributed_c10d, name, None)
+                    if real is None:
+                        continue
+                    wrapper = counting(name, real)
+                    patches.enter_context(mock.patch.object(distributed_c10d, name, wrapper))
+                    patches.enter_context(mock.patch.object(dist, name, wrapper))
+                history = loop.fit(mlp(64, 16, 4, 10, seed=3), data, method=method,
+                                   num_stages=info.world_size, num_microbatches=2,
+                                   batch_size=16, epochs=1, lr=0.05, executor="dist",
+                                   progress=False)
+            found[(method, steps)] = (dict(counts), history.to_dict())
+    return found

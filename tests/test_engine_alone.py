@@ -29,15 +29,13 @@ BOOK_MODULES = ("plotly", "ipywidgets", "anywidget", "jupyterlab", "notebook", "
 #: run in a fresh interpreter: import every engine module, print the book modules loaded
 IMPORT_EVERYTHING = textwrap.dedent(f"""
     import importlib, json, pkgutil, sys
-    from pipemare_lite._moved import MovedModule
     for package in {ENGINE_PACKAGES!r}:
         root = importlib.import_module("pipemare_lite." + package)
         for info in pkgutil.walk_packages(root.__path__, root.__name__ + "."):
             if not info.name.endswith("__main__"):
                 importlib.import_module(info.name)
-    loaded = sorted(name for name, module in sys.modules.items()
-                    if name.split(".")[0] in {BOOK_MODULES!r} or name.startswith({BOOK_MODULES!r})
-                    if not isinstance(module, MovedModule))  # old paths: aliases, not loaded
+    loaded = sorted(name for name in sys.modules
+                    if name.split(".")[0] in {BOOK_MODULES!r} or name.startswith({BOOK_MODULES!r}))
     print(json.dumps(loaded))
 """)
 

@@ -42,8 +42,8 @@ def test_train_refuses_a_bad_op_timeout(capsys):
 
 
 def test_a_rank_hanging_between_runs_is_named_within_the_op_timeout(tmp_path):
-    # rank 1 hangs in fit()'s evaluation, outside the schedule: rank 0 waits in the barrier
-    # before the next run (a collective, not a message). Before: rank 0 failed after
+    # rank 1 hangs in fit()'s evaluation, outside the schedule: rank 0 waits in the gather
+    # before its own evaluation (a collective, not a message). Before: rank 0 failed after
     # op_timeout + 30 s (gloo's own timeout) and was named as the cause.
     from tests.dist_workers import fit_with_a_rank_hanging_in_evaluation
 
@@ -56,7 +56,7 @@ def test_a_rank_hanging_between_runs_is_named_within_the_op_timeout(tmp_path):
     assert error.failed_ranks[0] == 1, str(error)
     assert str(error).startswith("distributed run failed: rank 1 did not answer within the "
                                  "per-operation timeout"), str(error)
-    assert "the barrier before the run: rank 1 did not come" in str(error), str(error)
+    assert "gathering the ranks' results: rank 1 did not come" in str(error), str(error)
     assert all(code is not None for code in error.exit_codes.values())  # every rank ended
     # op_timeout (2 s) + reading the heartbeats (0.3 s) + the launcher's grace (2 s) and
     # its stopping the ranks, with room for a loaded machine; not op_timeout + 30 s
@@ -98,7 +98,7 @@ def test_under_torchrun_a_rank_hanging_between_runs_is_named_within_the_op_timeo
                 agent.wait(timeout=10)
     text = err.read_text()
     assert agent.returncode != 0, text[-3000:]
-    assert "in the barrier before the run: rank 1 did not come" in text, text[-3000:]
+    assert "gathering the ranks' results: rank 1 did not come" in text, text[-3000:]
     # op_timeout 2 s, the heartbeat read (0.3 s), the agent stopping rank 1, with room for
     # a loaded machine; not op_timeout + 30 s
     assert took < 20, (took, text[-3000:])

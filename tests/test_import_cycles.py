@@ -35,7 +35,7 @@ def package_modules() -> dict[str, Path]:
 #: The packages, bottom first; each may import those before it (and itself).
 LAYERS = (
     ("pipemare_lite.files", "pipemare_lite.plugins", "pipemare_lite._lazy",
-     "pipemare_lite._moved", "pipemare_lite.spelling", "pipemare_lite.deprecation"),
+     "pipemare_lite.spelling", "pipemare_lite.deprecation", "pipemare_lite.torch_compat"),
     ("pipemare_lite.schedules",),
     ("pipemare_lite.analysis",),
     ("pipemare_lite.methods",),

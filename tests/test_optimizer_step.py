@@ -1,4 +1,4 @@
-"""The engine's optimizer step (pipemare_lite.engine.stage._optimizer_step) skips torch's
+"""The engine's optimizer step (pipemare_lite.torch_compat.optimizer_step) skips torch's
 profiling wrapper only when nothing would see it: the same numbers bitwise, and every hook,
 lr scheduler and profiler still sees a step (issue #35)."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from pipemare_lite.engine.stage import _optimizer_step
+from pipemare_lite.torch_compat import optimizer_step as _optimizer_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

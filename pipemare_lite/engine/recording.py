@@ -126,6 +126,18 @@ class StepRecords:
                                         for item in getattr(part, name).items()))
                       for name in STEP_RECORD_FIELDS})
 
+    def extend(self, later: StepRecords) -> None:
+        """Append ``later``'s records (the same stages' next run) to these: per-update lists
+        extended, per-microbatch entries added (the distributed executor holds a rank's
+        records this way between the gathers of ``fit()``)."""
+        for name in STEP_RECORD_FIELDS:
+            mine, new = getattr(self, name), getattr(later, name)
+            if name in _PER_UPDATE:
+                for stage, values in new.items():
+                    mine.setdefault(stage, []).extend(values)
+            else:
+                mine.update(new)
+
     @property
     def losses(self) -> list[float]:
         """The losses in microbatch order."""
@@ -141,3 +153,5 @@ class StepRecords:
 
 #: The fields of :class:`StepRecords`, in order.
 STEP_RECORD_FIELDS = tuple(f.name for f in fields(StepRecords))
+#: The fields holding ``stage -> [update]`` lists (extended, not replaced, run after run).
+_PER_UPDATE = ("group_learning_rates", "update_norms", "forward_delays")

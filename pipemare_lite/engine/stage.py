@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from pipemare_lite import torch_compat as compat
 from pipemare_lite.analysis.memory import KINDS
 from pipemare_lite.engine import replay
 from pipemare_lite.engine.recording import Recording, StepRecords, recording
@@ -367,7 +368,7 @@ class StageWorker:
         """B(m): gradients of weights (accumulated) and of the input (returned; None on stage 0)."""
         record = self._take(microbatch, "B")
         self._choose_backward_weights(record)
-        _backward(record.root, self._grad_output(microbatch, grad_y))
+        compat.backward(record.root, self._grad_output(microbatch, grad_y))
         grad_x = record.input.grad if self.stage > 0 else None
         self._finish(record)
         return grad_x
@@ -417,7 +418,7 @@ class StageWorker:
         if self.recording.update_norms:
             norm = self._norm = self._norm or _UpdateNorm(self.params)
             norm.before()
-        _optimizer_step(self.optimizer)
+        compat.optimizer_step(self.optimizer)
         if factors is not None:
             for group, lr in zip(groups, base_lrs):
                 group["lr"] = lr
@@ -468,62 +469,6 @@ class StageWorker:
         """Restore :meth:`state_dict`'s output and rebuild the pending microbatches' graphs
         (:func:`.replay.load_stage_state`)."""
         replay.load_stage_state(self, state)
-
-
-try:  # the engine call that torch.autograd.backward ends with
-    from torch.autograd.graph import _engine_run_backward
-except ImportError:  # a torch without it: the public function
-    _engine_run_backward = None
-
-
-def _backward(root: torch.Tensor, grad: torch.Tensor | None) -> None:
-    """``torch.autograd.backward(root, grad)``: the same engine call, without the public
-    function's handling of its arguments (tuples, ``__torch_function__``, shape checks of
-    symbolic sizes), which costs more than a small stage's backward itself. A scalar root
-    without ``grad`` starts from ones, as torch's does."""
-    if _engine_run_backward is None:
-        torch.autograd.backward(root, grad)
-        return
-    if grad is None:
-        grad = torch.ones_like(root, memory_format=torch.preserve_format)
-    _engine_run_backward((root,), (grad,), False, False, (),
-                         allow_unreachable=True, accumulate_grad=True)
-
-
-def _optimizer_step(optimizer: torch.optim.Optimizer) -> None:
-    """``optimizer.step()``: the same arithmetic, without torch's profiling wrapper when
-    nothing would see it.
-
-    torch wraps every ``Optimizer.step`` in a ``record_function`` block (for its profiler)
-    and loops over the step hooks: ~15 us a call on a CPU, which a pipeline pays once per
-    stage per update (a plain loop once per update). With no profiler on, no step hook
-    registered (globally or on this optimizer), and ``step`` torch's own wrapper (or an lr
-    scheduler's counter around it, whose flag is set as it would set it), the wrapped
-    function is called directly; anything else gets the public call.
-    """
-    step = type(optimizer).step
-    raw = getattr(step, "__wrapped__", None)
-    own = vars(optimizer).get("step")  # an lr scheduler's counter, or someone's wrapper
-    if (raw is None or not getattr(step, "hooked", False) or _profiling()
-            or (own is not None and not getattr(own, "_wrapped_by_lr_sched", False))
-            or optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks
-            or _optim._global_optimizer_pre_hooks or _optim._global_optimizer_post_hooks):
-        optimizer.step()
-        return
-    if own is not None:
-        optimizer._opt_called = True  # what the scheduler's counter records
-    raw(optimizer)
-    optimizer._optimizer_step_code()  # the profilers' hook point, as torch's wrapper calls it
-
-
-try:  # where torch keeps the global step hooks, and whether its profiler is on
-    import torch.optim.optimizer as _optim
-    from torch._C._autograd import _profiler_enabled as _profiling
-
-    _optim._global_optimizer_pre_hooks, _optim._global_optimizer_post_hooks  # noqa: B018
-except (ImportError, AttributeError):  # another torch: always the public call
-    def _profiling() -> bool:
-        return True
 
 
 def _zero_grads(optimizer: torch.optim.Optimizer) -> None:

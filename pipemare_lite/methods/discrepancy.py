@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
+from pipemare_lite import torch_compat as compat
 from pipemare_lite.methods.hooks import MethodHooks
 
 
@@ -46,14 +47,15 @@ class DiscrepancyCorrection:
         """``delta <- gamma * delta + (1 - gamma) * (w_new - w_old)``, out of place.
 
         Per tensor ``g * d + (1 - g) * (w - o)``, computed for all of the stage's tensors at
-        once by multi-tensor (``torch._foreach_*``) kernels: the same operations in the same
-        order, so the same bits, without one Python call per tensor and operation.
+        once by multi-tensor kernels (``torch._foreach_*``, through
+        :mod:`pipemare_lite.torch_compat`): the same operations in the same order, so
+        the same bits, without one Python call per tensor and operation.
         """
         g = self.gamma
-        change = torch._foreach_sub(self.live, list(old))  # w_new - w_old
-        torch._foreach_mul_(change, 1.0 - g)                # (1 - g) * (w_new - w_old)
-        delta = torch._foreach_mul(self.delta, g)           # g * delta
-        torch._foreach_add_(delta, change)                  # g * delta + (1 - g) * (...)
+        change = compat.foreach_sub(self.live, list(old))  # w_new - w_old
+        compat.foreach_mul_(change, 1.0 - g)                # (1 - g) * (w_new - w_old)
+        delta = compat.foreach_mul(self.delta, g)           # g * delta
+        compat.foreach_add_(delta, change)                  # g * delta + (1 - g) * (...)
         self.delta = delta
 
     def backward_weights(self, distance: int) -> list[torch.Tensor]:
@@ -61,7 +63,7 @@ class DiscrepancyCorrection:
         weights themselves when ``distance == 0``."""
         if distance == 0:
             return list(self.live)
-        return torch._foreach_sub(self.live, torch._foreach_mul(self.delta, distance))
+        return compat.foreach_sub(self.live, compat.foreach_mul(self.delta, distance))
 
     def buffer_bytes(self) -> int:
         """Bytes of the ``delta`` buffer (one weight-sized copy)."""

@@ -8,11 +8,13 @@ that sends the tensors, and the argument for why this order cannot deadlock, are
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import takewhile
 
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.validation import execution_order
+from pipemare_lite.schedules.validation import KIND_CODE, dependency_codes, execution_order
 
 #: Receives each rank posts per peer before it needs them (see :meth:`PostingOrder.receives_ahead`).
 RECEIVES_AHEAD = 2
@@ -73,6 +75,17 @@ class CommPlan:
     consumes: dict
     pair_order: dict
 
+    def message(self, key: tuple) -> Message:
+        """The message with ``key`` (``(kind, stage, microbatch)``)."""
+        return self.messages[key]
+
+    def planned(self, rank: int, peer: int, count: int) -> list[Message]:
+        """The pair's messages in seq order (all of them: this plan is whole)."""
+        return self.pair_order[(rank, peer)]
+
+    def forget(self, key: tuple) -> None:
+        """Nothing: a whole plan keeps every message (see :class:`RollingPlan`)."""
+
 
 def _message_keys(schedule: Schedule, a, split: bool) -> tuple[list, list]:
     """Keys of the messages action ``a`` produces and of those it needs (none for W, U):
@@ -117,6 +130,97 @@ def plan_communication(schedule: Schedule) -> CommPlan:
     return CommPlan(schedule, messages, produces, consumes, pair_order)
 
 
+def stream_order(schedule) -> Iterator[tuple[int, object]]:
+    """:func:`~pipemare_lite.schedules.validation.execution_order` made as it is read:
+    ``(rank, action)`` in the same order, from rows read one action at a time (a lazy
+    schedule's rows are never materialized). The same greedy walk as
+    :func:`~pipemare_lite.schedules.validation.code_order` (each rank runs as far as its
+    dependencies allow, then parks on the action it waits for), paused at every action: a
+    pause changes nothing, so the order is the same. Holds one byte per action of the run
+    (which are done) and the parked ranks. The schedule must be valid (a lazy one is)."""
+    S, T, K = schedule.num_virtual_stages, schedule.total_microbatches, schedule.num_minibatches
+    n = S * T
+    rows = [iter(schedule.ranks[r]) if isinstance(schedule, Schedule) else schedule.row(r)
+            for r in range(schedule.num_ranks)]
+    heads = [next(row, None) for row in rows]
+    done = bytearray(4 * n + S * K)
+    waiter: dict[int, int] = {}  # code -> the rank parked on it
+    ready = deque(range(schedule.num_ranks))
+    while ready:
+        rank = ready.popleft()
+        action = heads[rank]
+        while action is not None:
+            code = (4 * n + action.stage * K + action.index if action.kind == "U" else
+                    KIND_CODE[action.kind] * n + action.stage * T + action.index)
+            missing = next((c for c in dependency_codes(code, n, T) if not done[c]), None)
+            if missing is not None:  # park this rank until that action is done
+                waiter[missing] = rank
+                break
+            done[code] = 1
+            yield rank, action
+            action = heads[rank] = next(rows[rank], None)
+            if code in waiter:
+                ready.append(waiter.pop(code))
+
+
+class RollingPlan:
+    """One rank's part of :func:`plan_communication`, made as the rank needs it (chapter 11).
+
+    The same messages with the same ``seq`` (read from :func:`stream_order`), but only
+    those this rank sends or receives, planned a little ahead of the rank and forgotten
+    once used: its memory stays flat however long the run (``fit(executor="dist")`` on a
+    lazy schedule, :mod:`pipemare_lite.schedules.lazy`). :class:`PostingOrder` reads it like
+    a :class:`CommPlan`.
+    """
+
+    def __init__(self, schedule, rank: int) -> None:
+        self.schedule, self.rank = schedule, rank
+        self.split = schedule.split_backward
+        self._order = stream_order(schedule)
+        self._seq = 0
+        self.messages: dict = {}  # key -> Message, this rank's, planned and not yet used
+        peers = {schedule.rank_of(s + d) for s in schedule.stages_of(rank) for d in (-1, 1)
+                 if 0 <= s + d < schedule.num_virtual_stages} - {rank}
+        self.pair_order = {(rank, peer): [] for peer in sorted(peers)}
+        self.exhausted = False
+
+    def _advance(self) -> bool:
+        """Plan the messages of the next action of the execution order (False at the end)."""
+        item = next(self._order, None)
+        if item is None:
+            self.exhausted = True
+            return False
+        src, action = item
+        for kind, stage, mb in _message_keys(self.schedule, action, self.split)[0]:
+            dst = self.schedule.rank_of(stage + 1 if kind == ACTIVATION else stage - 1)
+            message = Message(kind, stage, mb, src, dst, seq=self._seq)
+            self._seq += 1
+            if self.rank in (src, dst):
+                self.messages[message.key] = message
+                if src != dst:
+                    self.pair_order[(self.rank, dst if src == self.rank else src)].append(
+                        message)
+        return True
+
+    def message(self, key: tuple) -> Message:
+        """The message with ``key``, planning ahead until it is there."""
+        while key not in self.messages:
+            if not self._advance():
+                raise KeyError(f"rank {self.rank}: no message {key} in the schedule")
+        return self.messages[key]
+
+    def planned(self, rank: int, peer: int, count: int) -> list[Message]:
+        """The pair's planned messages, at least ``count`` of them unless the run ends first."""
+        order = self.pair_order[(rank, peer)]
+        while len(order) < count and self._advance():
+            pass
+        return order
+
+    def forget(self, key: tuple) -> None:
+        """Drop a message this rank has used (sent, or received and taken)."""
+        self.messages.pop(key, None)
+
+
 class PostingOrder:
     """The posting rule (rule 2 of :mod:`pipemare_lite.engine.distributed.transport`) for one rank.
 
@@ -125,10 +229,29 @@ class PostingOrder:
     (:mod:`~pipemare_lite.schedules.comm_rows`) and the tests' in-order network model.
     """
 
-    def __init__(self, plan: CommPlan, rank: int) -> None:
+    def __init__(self, plan: CommPlan | RollingPlan, rank: int) -> None:
         self.plan, self.rank = plan, rank
         self.cursor = {peer: 0 for (r, peer) in plan.pair_order if r == rank}
         self.posted: set = set()
+        self.trims = isinstance(plan, RollingPlan)  # forget what is behind the cursors
+        self._used: set = set()  # (rolling) keys whose own turn came, still in the order
+        self._pending: set = set()  # (rolling) trimmed keys posted ahead, not yet used
+
+    def _trim(self, peer: int) -> None:
+        """Drop a rolling plan's pair entries behind the cursor (all posted), in batches of
+        64; a receive posted ahead and not yet used stays in :attr:`posted` until its use."""
+        start = self.cursor[peer]
+        if not self.trims or start < 64:
+            return
+        order = self.plan.pair_order[(self.rank, peer)]
+        for op in order[:start]:
+            if op.key in self._used:
+                self._used.discard(op.key)
+                self.posted.discard(op.key)
+            else:
+                self._pending.add(op.key)
+        del order[:start]
+        self.cursor[peer] = 0
 
     def to_post_for(self, message: Message) -> list[Message]:
         """Operations to post now (in order) so that ``message``'s own operation is posted.
@@ -140,6 +263,11 @@ class PostingOrder:
         not follow this rank's action order.
         """
         if message.key in self.posted:
+            if message.key in self._pending:  # trimmed already: forget it now
+                self._pending.discard(message.key)
+                self.posted.discard(message.key)
+            elif self.trims:
+                self._used.add(message.key)
             return []
         peer = message.dst if message.src == self.rank else message.src
         order = self.plan.pair_order[(self.rank, peer)]
@@ -151,6 +279,9 @@ class PostingOrder:
                         if earlier.key not in self.posted]
                 self.cursor[peer] = i + 1
                 self.posted.update(earlier.key for earlier in todo)
+                if self.trims:
+                    self._used.add(message.key)
+                    self._trim(peer)
                 return todo
             if op.src == self.rank and op.key not in self.posted:
                 raise RuntimeError(
@@ -167,7 +298,7 @@ class PostingOrder:
         """
         todo = []
         for peer, start in self.cursor.items():
-            order = self.plan.pair_order[(self.rank, peer)]
+            order = self.plan.planned(self.rank, peer, start + limit)
             if not self.posted.isdisjoint(op.key for op in order[start:start + limit]):
                 ahead, i = [], start  # pass over what a checkpoint's resume marked posted
                 while i < len(order) and len(ahead) < limit:

@@ -54,7 +54,7 @@ def dist_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, los
     # imported here: torch.distributed loads only when a run asks for this executor
     import torch.distributed as dist
 
-    from pipemare_lite.engine.distributed.executor import DistributedExecutor
+    from pipemare_lite.engine.distributed.executor import DistOptions, DistributedExecutor
     from pipemare_lite.engine.distributed.launch import init_from_env
     from pipemare_lite.engine.distributed.rank import current
 
@@ -76,9 +76,10 @@ def dist_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, los
     return DistributedExecutor(
         schedule, own, loss_fn=loss_fn, optimizer_factory=optimizer_factory,
         method_options=method_options, lr_scheduler_factory=lr_scheduler_factory,
-        rank=info.rank, device=info.device, board=info.board, op_timeout=info.op_timeout,
-        track_bytes=True, gather_into=stage_modules, checkpoints=checkpoints,
-        record="full" if record is None else record,
+        options=DistOptions(rank=info.rank, device=info.device, board=info.board,
+                            op_timeout=info.op_timeout, track_bytes=True,
+                            gather_into=stage_modules, checkpoints=checkpoints,
+                            record="full" if record is None else record),
     )
 
 

@@ -137,6 +137,37 @@ class History:
             "evals": self.evals,
         }
 
+    def __repr__(self) -> str:
+        """One screen, however long the run: the settings, the loss's first and last
+        values, the last evaluation, the delays, the memory, the time (the lists in full:
+        the fields, :meth:`summary`, :meth:`to_dict`)."""
+        c = self.config
+        lines = [f"History(method={c.get('method')!r}, stages={c.get('num_stages')}, "
+                 f"microbatches={c.get('num_microbatches')}, executor={c.get('executor')!r}, "
+                 f"steps={self.steps})"]
+        if self.loss:
+            low = min(range(len(self.loss)), key=lambda k: _sortable(self.loss[k]))
+            lines.append(f"  loss: {self.loss[0]:.4g} at step 1 -> {self.loss[-1]:.4g} at step "
+                         f"{self.steps} (lowest {self.loss[low]:.4g} at step {low + 1})")
+        if self.evals:
+            last = self.evals[-1]
+            extra = ", ".join(f"{k} {_short(v)}" for k, v in last.items()
+                              if k not in ("epoch", "step"))
+            lines.append(f"  evaluations: {len(self.evals)}, the last after step "
+                         f"{last['step']}: {extra}")
+        if self.diverged:
+            lines.append(f"  diverged: {_clip(str(self.divergence), 200)}")
+        if self.forward_delay:
+            lines.append(f"  forward delay per stage (updates): {_few(self.forward_delay)}")
+        if self.stage_lr and self.stage_lr[0]:
+            lines.append(f"  lr per stage at the last update: "
+                         f"{_few([rates[-1] for rates in self.stage_lr if rates])}")
+        if self.memory_bytes:
+            lines.append("  peak bytes: " + ", ".join(f"{k} {v:,}" for k, v in
+                                                       self.memory_bytes.items()))
+        lines.append(f"  wall time: {self.wall_seconds:.3g} s")
+        return "\n".join(_clip(line, 100) for line in lines)
+
     def to_dict(self) -> dict:
         """All fields as plain values (for checkpoints and JSON)."""
         return asdict(self)
@@ -317,6 +348,27 @@ class HistoryRecorder:
         self.rank_peaks = state.get("rank_peaks", [
             dict(p) for p in self.peaks] if self.num_ranks == len(self.peaks) else [
             {} for _ in range(self.num_ranks)])
+
+
+def _sortable(value: float) -> float:
+    """``value``, with NaN sorted last (the lowest loss of a run that diverged)."""
+    return math.inf if value != value else value
+
+
+def _short(value) -> str:
+    """A number in 4 significant digits, anything else as it prints."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _few(values: list, keep: int = 8) -> str:
+    """At most ``keep`` values, the rest counted: ``[1, 2, ... (+6 more)]``."""
+    shown = ", ".join(_short(v) for v in values[:keep])
+    return f"[{shown}{f', ... (+{len(values) - keep} more)' if len(values) > keep else ''}]"
+
+
+def _clip(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters (an ellipsis marks the cut)."""
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _raise(peaks: dict[str, int], values: dict) -> None:

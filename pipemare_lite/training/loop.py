@@ -207,6 +207,7 @@ def fit(model: nn.Module, data, config: FitConfig | None = None, /, *, eval_data
                     config.on_step(run.step, run.history)
                 if config.checkpoint_every and run.ends_period(config.checkpoint_every):
                     run.save_to(checkpoint_path)
+            run.collect()  # the end: every rank's records and weights (executor 'dist')
     finally:
         close = getattr(run.engine, "close", None)  # executors holding threads (dist)
         if close is not None:
@@ -413,7 +414,7 @@ class TrainingRun:
         else:  # a registered or hand-written schedule (pipemare_lite.training.run_schedule)
             schedule = run_schedule.schedule_for_run(schedule, num_stages, n, self.total_steps,
                                                      chunks, config["warmup"])
-        if config["executor"] != "local":  # the others plan the whole run's messages up front
+        if config["executor"] not in ("local", "dist"):  # registered ones get a Schedule
             schedule = materialized(schedule)
         self.feed = _training_feed(data, config, schedule.num_virtual_stages)
         self.stages = partition(model, num_stages * chunks, balance=balance,
@@ -477,6 +478,7 @@ class TrainingRun:
         losses = result.loss_by_microbatch
         bad = [m for m, v in losses.items() if not math.isfinite(v)]
         if bad:  # weights are scanned only when the loss says something broke
+            self.collect()  # every rank sees the same losses, so all of them gather here
             self.history.diverged = True
             self.history.divergence_step = bad[0] // self.config["num_microbatches"] + 1
             self.history.divergence = divergence_report(
@@ -496,9 +498,19 @@ class TrainingRun:
         """
         return self.step % steps == 0 or self.step == self.total_steps
 
+    def collect(self) -> None:
+        """Fold in what the executor holds back between steps, if it does: executor
+        ``"dist"`` returns only the losses per step and keeps the other records and the
+        weights on their ranks until this call gathers them (a collective: every rank calls
+        it at the same steps: evaluation, checkpoint, divergence, the end)."""
+        gather = getattr(self.engine, "gather", None)
+        if gather is not None:
+            self.recorder.record(gather())
+
     def evaluate(self) -> None:
         """Append the test loss and accuracy after this step to the history (nothing when
         there is no evaluation data: :func:`~pipemare_lite.training.batches.run_evaluation`)."""
+        self.collect()  # the weights of every stage, on every rank
         measured = run_evaluation(self.stages, self.data, self.eval_data, self.loss_fn)
         if measured is None:
             return
@@ -520,6 +532,7 @@ class TrainingRun:
 
     def save_to(self, path) -> None:
         """Write the full state atomically (:mod:`pipemare_lite.training.checkpoint`)."""
+        self.collect()
         self.finish()
         executor_state = self.engine.state_dict()  # collective with executor 'dist'
         if os.environ.get("RANK", "0") != "0":  # every rank has it; rank 0 writes the file

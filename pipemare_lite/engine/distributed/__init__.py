@@ -11,7 +11,7 @@ torchrun), :mod:`.faults` (a failure ends the job with a report),
 :mod:`.main_guard` (the ``if __name__ == "__main__"`` check).
 """
 
-from pipemare_lite.engine.distributed.executor import DistributedExecutor
+from pipemare_lite.engine.distributed.executor import DistOptions, DistributedExecutor
 from pipemare_lite.engine.distributed.fault_injection import FAULT_KINDS, Fault
 from pipemare_lite.engine.distributed.jobs import (
     DistJob,
@@ -24,7 +24,7 @@ from pipemare_lite.engine.distributed.results import DistRunResult, RankResult, 
 from pipemare_lite.engine.distributed.shape_probe import probe_output_meta
 
 __all__ = [
-    "DistributedExecutor", "Fault", "FAULT_KINDS", "DistJob", "dist_worker", "run_distributed",
-    "run_distributed_jobs", "LaunchError", "DistRunResult", "RankResult",
+    "DistributedExecutor", "DistOptions", "Fault", "FAULT_KINDS", "DistJob", "dist_worker",
+    "run_distributed", "run_distributed_jobs", "LaunchError", "DistRunResult", "RankResult",
     "merge_rank_results", "probe_output_meta",
 ]

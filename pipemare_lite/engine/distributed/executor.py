@@ -21,10 +21,24 @@ runs, with this module's point-to-point transport::
         U(s, k):  worker.update()
         trace.append(rank, action, start, end)    # start = after its inputs arrived
 
-Before the loop, a *shape probe* tells every rank the shape and dtype of every message (a
-receiver allocates its buffer before the data arrives): stage by stage, the owner runs its
-module on meta tensors (no compute, no randomness consumed) and broadcasts the shapes.
-Then a barrier gives every rank a common time origin for the trace.
+Before the first run, a *shape probe* tells every rank the shape and dtype of every message
+(a receiver allocates its buffer before the data arrives): stage by stage, the owner runs
+its module on meta tensors (no compute, no randomness consumed) and broadcasts the shapes.
+Then one barrier gives every rank a common time origin for the trace (the only barrier:
+later runs need none, the messages order themselves).
+
+What crosses ranks per step under ``fit(executor="dist")`` (``gather_into``)::
+
+    each step:       the p2p messages of the schedule, then the last stage's losses as one
+                     tensor broadcast of their values (whose microbatches they are, every
+                     rank reads from the schedule: LossesAhead): every rank takes the same
+                     decisions (divergence, blow-up) on the same numbers
+    at evaluation,   gather(): one pickled all-gather (two collectives) of what each rank
+    checkpoint, end  held back since the last gather (learning rates, update norms, delays,
+                     byte peaks, trace) and of its stages' weights, into every rank's model
+
+The weights stay on their ranks while training; the cost of a step does not grow with the
+run (``tests/test_dist_collectives.py`` counts the collectives).
 
 Devices: gloo on CPU; with NCCL rank r uses ``cuda:<local rank>``; every ``torch.cuda``
 call is guarded so the CPU path never touches CUDA. Randomness: each rank has its own
@@ -46,7 +60,10 @@ raise, die or hang. Measured against simulated utilization:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from itertools import islice
 
 import torch
 import torch.distributed as dist
@@ -63,48 +80,125 @@ from pipemare_lite.engine.interpreter import Interpreter, take_records
 from pipemare_lite.engine.recorder import BytesMeter, Recorder
 from pipemare_lite.engine.recording import Recording, recording
 from pipemare_lite.methods.registry import MethodOptions
-from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, plan_communication
+from pipemare_lite.schedules.actions import Action, Schedule
+from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, RollingPlan, plan_communication
+from pipemare_lite.schedules.lazy import materialized
+from pipemare_lite.schedules.validation import validated_order
+
+
+class LossesAhead:
+    """Which microbatches' losses each run of the last stage's rank computes, read from the
+    schedule alone (so every rank knows how many values the losses' broadcast carries):
+    that rank's row walked from ``start`` as the executor walks it, up to where each of its
+    stages has made ``stop_after_updates`` updates. Holds one row iterator (lazy rows stay
+    lazy)."""
+
+    def __init__(self, schedule, rank: int, start: int = 0) -> None:
+        row = schedule.ranks[rank]
+        whole = isinstance(schedule, Schedule)
+        self.last = schedule.num_virtual_stages - 1
+        self.updates = dict.fromkeys(schedule.stages_of(rank), 0)
+        for action in islice(row if whole else schedule.row(rank), start):  # a resume's
+            if action.kind == "U":
+                self.updates[action.stage] += 1
+        self._row = islice(row, start, None) if whole else schedule.row(rank, start)
+        self._next = next(self._row, None)
+
+    def run(self, stop_after_updates: int | None) -> list[int]:
+        """The microbatches whose loss the next run computes, in order."""
+        found = []
+        while self._next is not None and (stop_after_updates is None or
+                                          min(self.updates.values()) < stop_after_updates):
+            action = self._next
+            if action.kind == "U":
+                self.updates[action.stage] += 1
+            elif action.kind == "F" and action.stage == self.last:
+                found.append(action.index)
+            self._next = next(self._row, None)
+        return found
+
+
+@dataclass(frozen=True)
+class DistOptions:
+    """How one rank runs: the :class:`DistributedExecutor`'s options beyond the training
+    itself, grouped as ``fit()``'s are in a ``FitConfig`` (chapter 11). Give them as
+    ``options=DistOptions(...)``, as keywords, or both (the keywords replace the object's).
+
+    Attributes:
+        rank: default ``dist.get_rank()``.
+        device: where this rank computes (default CPU with gloo, ``cuda:<current>`` with
+            NCCL).
+        board: a :class:`~pipemare_lite.engine.distributed.faults.StatusBoard` (the
+            launcher's); a local one (no side channel) otherwise.
+        op_timeout: seconds one wait on a message may take.
+        record: what to record, a level of :data:`pipemare_lite.engine.recording.RECORDINGS`
+            (``"losses"``, ``"history"``, ``"full"``: the default, with the trace) or a
+            :class:`~pipemare_lite.engine.recording.Recording`, as for the local executor;
+            never changes the numbers. Without a trace the result's ``trace`` is None.
+        record_gradients: keep a copy of the gradients each update applies.
+        track_bytes: record each stage's peak bytes by kind (costs time per action), when
+            ``record`` asks for peak bytes.
+        record_posts: keep the order of actions and posted operations in
+            :attr:`RankResult.posted` (chapter 11 compares it with
+            :func:`pipemare_lite.schedules.comm_rows.comm_rows`).
+        p2p_verbose: print every send and receive this rank posts and every receive it
+            completes (the communication's text trace, on the process's stdout); None: on
+            when the environment variable ``PIPEMARE_P2P_VERBOSE`` is ``1``.
+        fault: a :class:`Fault` to inject (tests, chapter 11).
+        gather_into: every rank's copy of the whole model (all stage modules), as
+            ``fit(..., executor="dist")`` needs it
+            (:func:`~pipemare_lite.training.executors.dist_executor`): then
+            :meth:`DistributedExecutor.run` is collective and returns, on every rank, a
+            :class:`DistRunResult` holding only the run's losses (broadcast as tensors from
+            the last stage's rank, so all ranks take the same decisions); the rest of each
+            rank's records waits on its rank until :meth:`DistributedExecutor.gather`, which
+            also copies every stage's weights from its owner into these modules (for
+            evaluation, checkpoints and the end).
+        checkpoints: keep what :meth:`DistributedExecutor.state_dict` needs (every sent
+            tensor until the schedule says its receiver consumed it: :mod:`.checkpoint`; the
+            whole run's schedule and message plan); off by default.
+    """
+
+    rank: int | None = None
+    device: torch.device | str | None = None
+    board: faults.StatusBoard | None = None
+    op_timeout: float = 120.0
+    record: str | Recording = "full"
+    record_gradients: bool = False
+    track_bytes: bool = False
+    record_posts: bool = False
+    p2p_verbose: bool | None = None
+    fault: Fault | None = None
+    gather_into: Sequence[nn.Module] | None = None
+    checkpoints: bool = False
+
+    @classmethod
+    def of(cls, options: DistOptions | None, keywords: dict) -> DistOptions:
+        """``options`` with ``keywords`` replaced (or new ones); an unknown keyword is
+        refused naming the known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(keywords) - known)
+        if unknown:
+            raise TypeError(f"DistributedExecutor got unknown options {', '.join(unknown)}; "
+                            f"allowed: {', '.join(sorted(known))}")
+        if options is not None and not isinstance(options, cls):
+            raise TypeError(f"options must be a DistOptions, got {options!r}")
+        return replace(options or cls(), **keywords)
 
 
 class DistributedExecutor:
     """Run this rank's row of ``schedule`` inside an initialized process group (chapter 11).
 
     Args:
-        schedule: the whole schedule (every rank must pass the same one); world size must
-            equal ``schedule.num_ranks``.
+        schedule: the whole schedule (every rank must pass the same one, a
+            :class:`~pipemare_lite.schedules.actions.Schedule` or a lazy one); world size
+            must equal ``schedule.num_ranks``.
         stage_modules: all ``schedule.num_virtual_stages`` modules (each rank keeps its own)
             or a mapping ``{stage: module}`` with at least this rank's stages.
         loss_fn, optimizer_factory, method_options, lr_scheduler_factory: as for
             :class:`~pipemare_lite.engine.LocalExecutor`.
-        rank: default ``dist.get_rank()``.
-        device: where this rank computes (default CPU with gloo, ``cuda:<current>`` with NCCL).
-        board: a :class:`~pipemare_lite.engine.distributed.faults.StatusBoard` (the launcher's); a
-            local one (no side channel) otherwise.
-        op_timeout: seconds one wait on a message may take.
-        record_gradients: keep a copy of the gradients each update applies.
-        track_bytes: record each stage's peak bytes by kind (costs time per action), when
-            ``record`` asks for peak bytes.
-        record: what to record, a level of :data:`pipemare_lite.engine.recording.RECORDINGS`
-            (``"losses"``, ``"history"``, ``"full"``: the default, with the trace) or a
-            :class:`~pipemare_lite.engine.recording.Recording`, as for the local executor;
-            never changes the numbers. Without a trace the result's ``trace`` is None.
-        fault: a :class:`Fault` to inject (tests, chapter 11).
-        p2p_verbose: print every send and receive this rank posts and every receive it
-            completes (the communication's text trace, on the process's stdout); None: on
-            when the environment variable ``PIPEMARE_P2P_VERBOSE`` is ``1``.
-        record_posts: keep the order of actions and posted operations in
-            :attr:`RankResult.posted` (chapter 11 compares it with
-            :func:`pipemare_lite.schedules.comm_rows.comm_rows`).
-        gather_into: every rank's copy of the whole model (all stage modules): then
-            :meth:`run` is collective, as ``fit(..., executor="dist")`` needs it
-            (:func:`~pipemare_lite.training.executors.dist_executor`): it gathers every
-            rank's result and returns the same :class:`DistRunResult` on all ranks (so they
-            take the same decisions), and copies every stage's weights from its owner's
-            result into these modules (for evaluation). The weights travel in the gather:
-            fine for the book's models.
-        checkpoints: keep what :meth:`state_dict` needs (every sent tensor until the
-            schedule says its receiver consumed it: :mod:`.checkpoint`); off by default.
+        options, **keywords: how this rank runs, a :class:`DistOptions` and/or its fields
+            as keywords (``rank=``, ``device=``, ``record=``, ``gather_into=`` ...).
 
     Use it as a context manager (``with DistributedExecutor(...) as executor:``) or call
     :meth:`close`: the helper threads of its waits end with the job. It creates no process
@@ -115,14 +209,15 @@ class DistributedExecutor:
                  stage_modules: Sequence[nn.Module] | Mapping[int, nn.Module], *,
                  loss_fn: Callable, optimizer_factory: Callable,
                  method_options: MethodOptions | None = None,
-                 lr_scheduler_factory: Callable | None = None, rank: int | None = None,
-                 device: torch.device | str | None = None,
-                 board: faults.StatusBoard | None = None, op_timeout: float = 120.0,
-                 record_gradients: bool = False, track_bytes: bool = False,
-                 fault: Fault | None = None, p2p_verbose: bool | None = None,
-                 record_posts: bool = False,
-                 gather_into: Sequence[nn.Module] | None = None,
-                 checkpoints: bool = False, record: str | Recording = "full") -> None:
+                 lr_scheduler_factory: Callable | None = None,
+                 options: DistOptions | None = None, **keywords) -> None:
+        self.options = options = DistOptions.of(options, keywords)
+        rank, device, board, op_timeout = (options.rank, options.device, options.board,
+                                           options.op_timeout)
+        record_gradients, track_bytes = options.record_gradients, options.track_bytes
+        fault, p2p_verbose, record_posts = options.fault, options.p2p_verbose, options.record_posts
+        gather_into, checkpoints, record = (options.gather_into, options.checkpoints,
+                                            options.record)
         if not dist.is_initialized():
             raise RuntimeError("DistributedExecutor needs an initialized process group "
                                "(use pipemare_lite.engine.distributed.launch.launch or torchrun)")
@@ -130,6 +225,10 @@ class DistributedExecutor:
         if world != schedule.num_ranks:
             raise ValueError(f"schedule {schedule.name!r} has {schedule.num_ranks} ranks but the "
                              f"process group has {world} processes; they must be equal")
+        if checkpoints:  # a checkpoint names the whole run's messages: a whole schedule
+            schedule = materialized(schedule)
+        elif isinstance(schedule, Schedule):  # a lazy one is valid by construction
+            validated_order(schedule)  # (cached) raises ScheduleError for an invalid one
         self.schedule = schedule
         self.rank = dist.get_rank() if rank is None else rank
         self.backend = dist.get_backend()
@@ -146,12 +245,17 @@ class DistributedExecutor:
         self.board = board or faults.StatusBoard(self.rank, world)
         self.record_gradients, self.track_bytes = record_gradients, track_bytes
         self.fault = fault if fault is not None and fault.rank == self.rank else None
-        self._action_names = [str(a) for a in schedule.ranks[self.rank]]  # as the board notes
         self.gather_into = None if gather_into is None else list(gather_into)
         self.position = 0  # next action of this rank's row
+        self._row_length = len(schedule.ranks[self.rank])
+        self._row: Iterator[Action] | None = None  # the row from `position` (first run on)
+        self._upcoming: Action | None = None  # the action at `position`, once read
+        # a rolling plan (this rank's messages as it goes: flat memory), or the whole run's
+        # for checkpoints, whose state names every message in flight
+        plan = plan_communication(schedule) if checkpoints else RollingPlan(schedule, self.rank)
         # the shape probe gives the transport its messages' shapes, at the first run
         self.transport = P2PTransport(
-            plan_communication(schedule), self.rank,
+            plan, self.rank,
             waiter=faults.Waiter(self.board, op_timeout, polling=self.backend != "gloo"),
             backend=self.backend, device=self.device,
             # receives each rank posts per peer before it needs them
@@ -169,6 +273,9 @@ class DistributedExecutor:
             self.transport.sent_log = {}
         self._feed: Sequence = ()  # the last run's microbatches (a checkpoint's targets)
         self._collectives = 0  # collectives met so far (each rank's count is the same)
+        self._origin: float | None = None  # the trace's common time origin (first run)
+        self._held: RankResult | None = None  # records kept here until gather()
+        self._losses_ahead: LossesAhead | None = None  # (gather_into) made at the first run
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
         S = self.schedule.num_virtual_stages
@@ -186,12 +293,12 @@ class DistributedExecutor:
     @property
     def finished(self) -> bool:
         """True once this rank has run all its actions."""
-        return self.position >= len(self._action_names)
+        return self.position >= self._row_length
 
     def _note(self, position: int, state: str = "compute") -> None:
         """Publish ``position`` in this rank's row, and ``state`` (the watchdog's note)."""
-        row = self._action_names
-        self.board.at(position, len(row), row[position] if 0 <= position < len(row) else "",
+        name = str(self._upcoming) if position == self.position and self._upcoming else ""
+        self.board.at(position, self._row_length, name,
                       state)
 
     def state_dict(self) -> dict:
@@ -239,18 +346,16 @@ class DistributedExecutor:
         for s, worker in self.workers.items():
             worker.load_state_dict(state["stages"][s])
         progress = self._progress or PeerProgress(self.schedule)
-        self.transport.order.posted.update(progress.restore(state["positions"]))
+        self.transport.mark_posted(progress.restore(state["positions"]))
         for table in ("activations", "gradients"):
             for local, tensor in state[table].items():
                 message = self.transport.plan.messages[message_key(table, local)]
                 if message.dst == self.rank:
                     tensor = tensor.to(self.transport.device if message.src != self.rank
                                        else self.workers[message.stage].device)
-                    into = self.transport._local if message.src == self.rank else (
-                        self.transport.preloaded)
-                    into[message.key] = tensor
-                if message.src == self.rank and self.transport.sent_log is not None:
-                    self.transport.sent_log[message.key] = tensor
+                    self.transport.preload(message, tensor)
+                if message.src == self.rank:
+                    self.transport.log_sent(message, tensor)
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -272,16 +377,17 @@ class DistributedExecutor:
         self.close()
 
     # ------------------------------------------------------------------ collectives
-    # Between two runs the ranks meet in collectives (the barrier before a run, the gather
-    # after it, a checkpoint's gather). A blocking collective would wait for a rank that
-    # hangs outside the schedule (evaluating, say) until gloo's own timeout, and then fail
-    # on every rank alike, so the launcher would blame whichever rank exited first. Posted
-    # asynchronously and waited for as a message is, a collective ends within op_timeout
-    # (or at once on an abort), and the ranks that did not come are named as the cause:
+    # Between two runs the ranks meet in collectives (the losses' broadcasts after each run,
+    # the gather before an evaluation, a checkpoint's gather). A blocking collective would
+    # wait for a rank that hangs outside the schedule (evaluating, say) until gloo's own
+    # timeout, and then fail on every rank alike, so the launcher would blame whichever rank
+    # exited first. Posted asynchronously and waited for as a message is, a collective ends
+    # within op_timeout (or at once on an abort), and the ranks that did not come are named
+    # as the cause (a wait for a message names its sender the same way):
     #
-    #   rank 0 ──run k── gather ── barrier (wait "in collective 7 ...") ─── op_timeout ──X
+    #   rank 0 ──run k── gather ── evaluate ── run k+1 (wait for rank 1's gradient) ── X
     #   rank 1 ──run k── gather ── evaluate ... (hangs; its state: "between runs")
-    #                                       rank 0 reads the board: rank 1 is not in 7
+    #                                       after op_timeout: rank 1 named as the peer
     #                                       -> OpTimeoutError(peer=1): "rank 1 did not answer"
 
     def _collective(self, what: str, post: Callable) -> None:
@@ -298,7 +404,10 @@ class DistributedExecutor:
         waiter = self.transport.waiter
         try:
             waiter.wait(work, here)
-        except faults.OpTimeoutError as exc:
+        except BaseException as exc:
+            self._failed = True  # close() must not wait for threads stuck on a dead peer
+            if not isinstance(exc, faults.OpTimeoutError):
+                raise
             store, world = self.board.store, dist.get_world_size()
             absent = ([] if store is None else
                       faults.absent_ranks(store, world, here, exclude={self.rank}))
@@ -378,15 +487,55 @@ class DistributedExecutor:
         merged result.
         """
         try:
+            if self.gather_into is not None and self._losses_ahead is None:
+                src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
+                start = self._progress.positions[src] if self._progress is not None else 0
+                self._losses_ahead = LossesAhead(self.schedule, src, start)
             mine = self._run(microbatches, stop_after_updates)
-            return mine if self.gather_into is None else self._gather(mine)
+            if self.gather_into is None:
+                return mine
+            if self._held is None:
+                self._held = mine
+            else:
+                self._held.extend(mine)
+            return DistRunResult(loss_by_microbatch=self._share_losses(
+                mine.loss_by_microbatch, self._losses_ahead.run(stop_after_updates)))
         except BaseException:
             self._failed = True
             raise
 
-    def _gather(self, mine: RankResult) -> DistRunResult:
-        """Every rank's result on every rank; every stage's weights (in its owner's result)
-        into ``gather_into``."""
+    def _share_losses(self, losses: dict[int, float], expected: list[int]
+                      ) -> dict[int, float]:
+        """The last stage's losses of this run on every rank: one broadcast of a tensor from
+        its rank (float64, exact), no pickle. Which microbatches' losses the run computed,
+        every rank knows from the schedule (``expected``, :class:`LossesAhead`), so only the
+        values travel."""
+        src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
+        if self.rank == src and list(losses) != expected:
+            raise RuntimeError(f"rank {src}: this run computed the losses of microbatches "
+                               f"{list(losses)}, the schedule says {expected}")
+        if not expected:
+            return {}
+        device = self.device if self.backend == "nccl" else torch.device("cpu")
+        values = (torch.tensor([losses[m] for m in expected], dtype=torch.float64,
+                               device=device) if self.rank == src else
+                  torch.empty(len(expected), dtype=torch.float64, device=device))
+        self._collective("sharing the losses", lambda: dist.broadcast(values, src, async_op=True))
+        return dict(zip(expected, values.cpu().tolist()))  # the step's one host read
+
+    def gather(self) -> DistRunResult:
+        """Every rank's records since the last gather, merged, on every rank, and every
+        stage's weights from its owner into ``gather_into`` (collective: ``fit()`` calls it
+        before an evaluation, a checkpoint and at the end). The losses are left out: each
+        :meth:`run` returned them already."""
+        if self.gather_into is None:
+            raise RuntimeError("gather() needs an executor made with gather_into=")
+        mine = self._held or RankResult(rank=self.rank, traced=False)
+        self._held = None
+        mine.loss_by_microbatch = {}
+        mine.state_dicts = {s: {k: v.detach().cpu().clone()
+                                for k, v in w.module.state_dict().items()}
+                            for s, w in self.workers.items()}
         gathered = self._all_gather_object(mine, "gathering the ranks' results")
         merged = merge_rank_results(self.schedule, gathered)
         for s, module in enumerate(self.gather_into):
@@ -399,7 +548,12 @@ class DistributedExecutor:
     def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
         if self.transport.shapes is None:
             self.probe_shapes(microbatches)
-        rank, row, interpreter = self.rank, self.schedule.ranks[self.rank], self.interpreter
+        rank, interpreter = self.rank, self.interpreter
+        if self._row is None:  # from the position a checkpoint may have set
+            self._row = (islice(self.schedule.ranks[rank], self.position, None)
+                         if isinstance(self.schedule, Schedule)
+                         else self.schedule.row(rank, self.position))
+            self._upcoming = next(self._row, None)
         posted = self.transport.posted  # every run's posts, when recorded
         self.transport.microbatches = self._feed = microbatches
         interpreter.applied_gradients = ({s: [] for s in self.stages}
@@ -414,17 +568,20 @@ class DistributedExecutor:
             return self.finished or (stop_after_updates is not None and all(
                 w.versions.version >= stop_after_updates for w in self.workers.values()))
 
-        self._collective("the barrier before the run", lambda: dist.barrier(async_op=True))
+        if self._origin is None:  # once: later runs keep this origin, and need no barrier
+            self._collective("the barrier before the first run",
+                             lambda: dist.barrier(async_op=True))
+            self._origin = time.perf_counter()  # common: everyone just left the barrier
         if recorder is not None:
-            recorder.start()  # common time origin: everyone just left the barrier
+            recorder.origin = self._origin
         while not done():
-            position = self.position
-            action = row[position]
+            position, action = self.position, self._upcoming
             self._note(position)
             if self.fault is not None and self.fault.position == position:
                 self.fault.trigger(action)
             start, end = interpreter.step(action)
             self.position += 1
+            self._upcoming = next(self._row, None)
             if recorder is not None:
                 recorder.record(rank, action, start, end)
             elif meter is not None:  # without a trace, the meter alone is told
@@ -442,8 +599,10 @@ class DistributedExecutor:
         if self.finished:
             self.transport.close()
         records = take_records(self.workers)  # this rank's stages' StepRecords
-        states = {s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
-                  for s, w in self.workers.items()}
+        # the weights travel only where asked: every run without gather_into, at gather()
+        states = {} if self.gather_into is not None else {
+            s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
+            for s, w in self.workers.items()}
         return RankResult(
             **vars(records), rank=rank, traced=recorder is not None,
             entries=[] if recorder is None else recorder.timed_actions(),

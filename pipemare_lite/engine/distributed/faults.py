@@ -17,8 +17,9 @@ every failure end the job quickly and say what happened:
 - the same thread polls ``abort``; every wait on a message (:class:`Waiter`) checks the
   flag and its own per-operation deadline, so the other ranks raise :class:`PeerFailedError`
   or :class:`OpTimeoutError` instead of hanging;
-- the collectives between two runs (the barrier before a run, the gathers after it) are
-  waited for the same way (``DistributedExecutor._collective``): a rank that hangs outside
+- the collectives between two runs (the losses shared after a run, the gather before an
+  evaluation, a checkpoint or the end) are waited for the same way
+  (``DistributedExecutor._collective``): a rank that hangs outside
   the schedule (evaluating, between steps) is named by the ranks that wait for it within
   ``op_timeout`` + 0.3 s (:func:`absent_ranks`: its heartbeat stopped, or its position
   is elsewhere), and it is the cause the launcher reports;

@@ -44,6 +44,29 @@ class RankResult(StepRecords):
     posted: list = field(default_factory=list)
     traced: bool = True
 
+    def extend(self, later: RankResult) -> None:
+        """Add the same rank's next run: records and trace entries appended, byte peaks
+        raised, the latest wait total kept (what the executor holds between the gathers of
+        ``fit(executor="dist")``)."""
+        StepRecords.extend(self, later)
+        self.entries += later.entries
+        self.versions.update(later.versions)
+        self.state_dicts.update(later.state_dicts)
+        for stage, applied in later.gradients.items():
+            self.gradients.setdefault(stage, []).extend(applied)
+        for stage, peaks in later.peak_bytes.items():
+            _raise(self.peak_bytes.setdefault(stage, {}), peaks)
+        _raise(self.peak_bytes_by_rank, later.peak_bytes_by_rank)
+        self.wait_seconds = later.wait_seconds
+        self.posted += later.posted
+        self.traced = self.traced and later.traced
+
+
+def _raise(peaks: dict, values: dict) -> None:
+    """Raise each kind's peak in ``peaks`` to ``values``' where that is higher."""
+    for kind, value in values.items():
+        peaks[kind] = max(peaks.get(kind, 0), value)
+
 
 @dataclass
 class DistRunResult(RunResult):

@@ -45,7 +45,14 @@ import torch
 import torch.distributed as dist
 
 from pipemare_lite.engine import placement
-from pipemare_lite.schedules.comm_plan import ACTIVATION, GRADIENT, CommPlan, Message, PostingOrder
+from pipemare_lite.schedules.comm_plan import (
+    ACTIVATION,
+    GRADIENT,
+    CommPlan,
+    Message,
+    PostingOrder,
+    RollingPlan,
+)
 from pipemare_lite.schedules.comm_rows import comm_op
 
 
@@ -63,7 +70,9 @@ class P2PTransport:
     the data are read from this rank's copy of the feed, ``microbatches``.
 
     Args:
-        plan: from :func:`pipemare_lite.schedules.comm_plan.plan_communication`.
+        plan: a :class:`~pipemare_lite.schedules.comm_plan.RollingPlan` (this rank's
+            messages, planned as it goes: flat memory) or a whole plan from
+            :func:`pipemare_lite.schedules.comm_plan.plan_communication`.
         rank: this rank.
         waiter: a :class:`pipemare_lite.engine.distributed.faults.Waiter` (waits that see the abort
             flag and a per-operation timeout, gloo and NCCL).
@@ -90,7 +99,7 @@ class P2PTransport:
     must have, or None (a lazy feed's, whose probe saw only microbatch 0).
     """
 
-    def __init__(self, plan: CommPlan, rank: int, *, waiter, backend: str = "gloo",
+    def __init__(self, plan: CommPlan | RollingPlan, rank: int, *, waiter, backend: str = "gloo",
                  device="cpu", receives_ahead: int = 0, verbose: bool = False,
                  posted: list | None = None) -> None:
         self.plan = plan
@@ -112,6 +121,22 @@ class P2PTransport:
         #: kept; the executor's ``checkpoints=True`` sets a dict and prunes it)
         self.sent_log: dict | None = None
         self.preloaded: dict = {}  # key -> tensor in transit at a loaded checkpoint
+
+    # ------------------------------------------------------------ a checkpoint's state
+    def mark_posted(self, keys) -> None:
+        """Never post these messages again (sent before a checkpoint's cut, on both ends)."""
+        self.order.posted.update(keys)
+
+    def preload(self, message: Message, tensor) -> None:
+        """Hand over a message that was in transit at a checkpoint: :meth:`recv` returns it
+        without posting anything."""
+        into = self._local if message.src == self.rank else self.preloaded
+        into[message.key] = tensor
+
+    def log_sent(self, message: Message, tensor) -> None:
+        """Keep a sent tensor for the next checkpoint (when :attr:`sent_log` is on)."""
+        if self.sent_log is not None:
+            self.sent_log[message.key] = tensor
 
     def meta(self, message: Message) -> tuple:
         """``(shape, dtype)`` of ``message``'s tensor, from :attr:`shapes`."""
@@ -143,7 +168,7 @@ class P2PTransport:
         if self.sent_log is not None:
             self.sent_log[message.key] = tensor
         if message.src == message.dst:
-            self._local[message.key] = tensor
+            self._local[message.key] = tensor  # its receiver forgets it
             return
         shape, dtype = self.meta(message)
         if tuple(tensor.shape) != tuple(shape) or tensor.dtype != dtype:
@@ -155,6 +180,7 @@ class P2PTransport:
             tensor = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.device,
                                  pin_memory=self.pinned).copy_(tensor)
         self._post_through(message, tensor)
+        self.plan.forget(message.key)
 
     # Receive-ahead, on one pair's posting order (rank 1's side of pair 0-1):
     #
@@ -177,10 +203,12 @@ class P2PTransport:
     def recv(self, message: Message):
         """Return the tensor of ``message``, waiting for it if needed."""
         if message.src == message.dst:
+            self.plan.forget(message.key)
             return self._local.pop(message.key)
         if message.key in self.preloaded:  # in transit at a checkpoint: never posted again
             return self.preloaded.pop(message.key)
         self._post_through(message)
+        self.plan.forget(message.key)
         work, buffer = self._recv_work.pop(message.key)
         self.waiter.wait(work, str(message), peer=message.src)
         if self.verbose:
@@ -214,11 +242,11 @@ class P2PTransport:
 
     def activation(self, s: int, m: int):
         """Receive the input of F(s, m) from stage s - 1."""
-        return self.recv(self.plan.messages[(ACTIVATION, s - 1, m)])
+        return self.recv(self.plan.message((ACTIVATION, s - 1, m)))
 
     def gradient(self, s: int, m: int):
         """Receive the gradient of stage s's output from stage s + 1."""
-        return self.recv(self.plan.messages[(GRADIENT, s + 1, m)])
+        return self.recv(self.plan.message((GRADIENT, s + 1, m)))
 
     def deliver(self, action, message) -> None:
         """Post the send of the action's output (after noting the action, when recorded)."""
@@ -226,7 +254,7 @@ class P2PTransport:
             self.posted.append(str(action))
         if message is not None:
             kind, s, m, tensor = message
-            message = self.plan.messages[(kind, s, m)]
+            message = self.plan.message((kind, s, m))
             if tensor is None:  # a gradient: the stage's output does not depend on its input
                 shape, dtype = self.meta(message)
                 tensor = torch.zeros(shape, dtype=dtype, device=self.device)

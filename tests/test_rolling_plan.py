@@ -1,0 +1,83 @@
+"""The rolling message plan (issue 44): one rank's messages planned as it goes, from a lazy
+schedule, are the whole plan's (same seq) and are posted in the same order; what it holds
+stays bounded however long the run. Torch-free bookkeeping, checked against
+plan_communication and comm_row on every built-in schedule."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipemare_lite.schedules.comm_plan import (
+    PostingOrder,
+    RollingPlan,
+    _message_keys,
+    plan_communication,
+    stream_order,
+)
+from pipemare_lite.schedules.comm_rows import comm_op, comm_row
+from pipemare_lite.schedules.lazy import LazySchedule, lazy_schedule
+from pipemare_lite.schedules.registry import build_schedule
+from pipemare_lite.schedules.validation import execution_order
+
+CASES = [("gpipe", 3, 2), ("1f1b", 4, 4), ("interleaved", 2, 4), ("zb-h1", 3, 3),
+         ("zb-v", 2, 4), ("dualpipev", 2, 4), ("pipedream", 3, 2), ("2bw", 2, 2),
+         ("async", 4, 4)]
+
+
+def _lazy(name, P, N, K=24):
+    schedule = lazy_schedule(lambda k: build_schedule(name, P, N, num_minibatches=k), K)
+    assert isinstance(schedule, LazySchedule), name
+    return schedule
+
+
+def _rolling_row(schedule, rank, receives_ahead=2):
+    """comm_row's lowering, with the transport's calls on a RollingPlan: each action's
+    received messages, the action, its sent messages (looked up, used, forgotten)."""
+    plan = RollingPlan(schedule, rank)
+    order = PostingOrder(plan, rank)
+    row, held = [], 0
+
+    def post(message, received):
+        if message.src != message.dst:
+            row.extend(comm_op(op, rank) for op in order.to_post_for(message))
+            row.extend(comm_op(op, rank) for op in order.receives_ahead(receives_ahead))
+        if received or message.src != message.dst:  # as the transport forgets them
+            plan.forget(message.key)
+
+    for action in schedule.row(rank):
+        sends, needs = _message_keys(schedule, action, schedule.split_backward)
+        for key in needs:
+            post(plan.message(key), True)
+        row.append(action)
+        for key in sends:
+            post(plan.message(key), False)
+        held = max(held, len(plan.messages) + sum(map(len, plan.pair_order.values()))
+                   + len(order.posted))
+    return row, held
+
+
+@pytest.mark.parametrize(("name", "P", "N"), CASES)
+def test_the_stream_is_the_execution_order(name, P, N):
+    lazy = _lazy(name, P, N)
+    whole = lazy.materialize()
+    expected = [(r, whole.ranks[r][p]) for r, p in execution_order(whole)]
+    assert list(stream_order(lazy)) == expected
+    assert list(stream_order(whole)) == expected
+
+
+@pytest.mark.parametrize(("name", "P", "N"), CASES)
+def test_each_rank_posts_what_the_whole_plan_posts(name, P, N):
+    lazy = _lazy(name, P, N)
+    whole = plan_communication(lazy.materialize())
+    for rank in range(P):
+        rolling, _ = _rolling_row(lazy, rank)
+        assert [str(x) for x in rolling] == [str(x) for x in comm_row(whole, rank)]
+        seqs = {op.message.key: op.message.seq for op in rolling if hasattr(op, "message")}
+        assert all(whole.messages[key].seq == seq for key, seq in seqs.items())
+
+
+@pytest.mark.parametrize(("name", "P", "N"), [("1f1b", 4, 4), ("async", 3, 2)])
+def test_what_a_rank_holds_does_not_grow_with_the_run(name, P, N):
+    short = max(_rolling_row(_lazy(name, P, N, K=40), r)[1] for r in range(P))
+    long = max(_rolling_row(_lazy(name, P, N, K=400), r)[1] for r in range(P))
+    assert long == short
