@@ -59,7 +59,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipemare_lite.book.exercises import evaluate as ev
-from pipemare_lite.book.exercises import hidden, sandbox, worker
+from pipemare_lite.book.exercises import hidden, memory_cgroup, sandbox, worker
 from pipemare_lite.book.exercises.exercise import Exercise
 from pipemare_lite.book.exercises.feedback import judge
 from pipemare_lite.book.exercises.plain import from_plain
@@ -248,11 +248,15 @@ class _Worker:
     and the pipe its (and its exercises') standard output and error go to: counted, never
     kept (student code prints what it likes there, hidden cases included)."""
 
-    def __init__(self, setup: bytes, python: str, jailed: bool, disk_mb: int, locked: list):
+    def __init__(self, setup: bytes, python: str, jailed: bool, disk_mb: int, locked: list,
+                 cgroup: memory_cgroup.JailCgroup | None = None):
         read_fd, write_fd = os.pipe()
         out_read, out_write = os.pipe()
+        self.cgroup = cgroup
         if jailed:
             command = sandbox.worker_command(write_fd, disk_mb, locked)
+            if cgroup is not None:  # entered before bubblewrap starts: all of the jail is in it
+                command = cgroup.command(command)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         else:
             command = [python, "-m", "pipemare_lite.book.exercises.worker", str(write_fd)]
@@ -266,6 +270,7 @@ class _Worker:
             os.close(write_fd)
             os.close(out_write)
         self.fd, self.out_fd, self.buffer, self.output_bytes = read_fd, out_read, b"", 0
+        self.ready = False  # the worker said "ready" (it sends nothing else before)
         self.send(setup)
 
     def send(self, data: bytes) -> bool:
@@ -307,7 +312,15 @@ class _Worker:
             event = json.loads(line)
         except (ValueError, RecursionError):
             return {"event": "garbled"}
-        return event if isinstance(event, dict) else {"event": "garbled"}
+        if not isinstance(event, dict):
+            return {"event": "garbled"}
+        if event.get("event") == "ready" and not self.ready:
+            # the worker's first line, before any student code: the jail's memory cap
+            # becomes what it holds now plus --memory-mb (this first time only)
+            self.ready = True
+            if self.cgroup is not None:
+                self.cgroup.tighten()
+        return event
 
     def stop(self) -> None:
         """Kill the worker and its whole session (what it started) if still there; close
@@ -321,9 +334,15 @@ class _Worker:
         except OSError:
             pass
         self.process.wait()
+        if self.cgroup is not None:  # whatever is left in the jail's cgroup goes too
+            self.cgroup.close()
         for fd in (self.fd, self.out_fd):
             if fd is not None:
                 os.close(fd)
+
+    def out_of_memory_kills(self) -> int:
+        """Processes of this jail the kernel killed at its memory cap so far."""
+        return self.cgroup.out_of_memory_kills() if self.cgroup is not None else 0
 
 
 def read_submission(folder: Path) -> tuple[dict[int, tuple[str, bytes]], list[str]]:
@@ -473,7 +492,7 @@ class _Run:
     output_bytes: int = 0
     warnings_dropped: int = 0
 
-    def _setup(self, cwd: str) -> tuple[bytes, list[str]]:
+    def _setup(self, cwd: str, cgroup: bool = False) -> tuple[bytes, list[str]]:
         """The worker's first frame (the notebooks and what every exercise's process shares:
         no cases, no exercise ids) and the locked files' paths in the jail."""
         answers = {n for exercises in self.pending.values() for e in exercises
@@ -484,6 +503,8 @@ class _Run:
             "cwd": cwd,
             "uid": sandbox.worker_uid(),  # the jail's own: see sandbox's docstring
             "memory_bytes": self.memory_mb * 2**20,
+            # with a cgroup the jail's total is capped; without, fewer processes
+            "memory_cgroup": cgroup,
             "cpu_seconds": int(self.timeout + STARTUP_SECONDS) + 10,  # per exercise process
             "answers": sorted(answers),
             "needs_torch": any(e.needs_torch for v in self.pending.values() for e in v),
@@ -562,8 +583,15 @@ class _Run:
         order = [(key, e) for key, exercises in self.pending.items() for e in exercises]
         outcome, key, exercise, answering = "done", None, None, False
         with tempfile.TemporaryDirectory() as cwd:
-            setup, locked = self._setup(cwd)
-            worker_ = _Worker(setup, self.python, self.sandboxed, self.disk_mb, locked)
+            cgroup = memory_cgroup.create(self.memory_mb * 2**20) if self.sandboxed else None
+            setup, locked = self._setup(cwd, cgroup is not None)
+            try:
+                worker_ = _Worker(setup, self.python, self.sandboxed, self.disk_mb, locked,
+                                  cgroup)
+            except BaseException:
+                if cgroup is not None:
+                    cgroup.close()
+                raise
             try:
                 for key, exercise in order:
                     outcome = self._one_exercise(worker_, key, exercise)
@@ -597,6 +625,16 @@ class _Run:
         (``"timeout"``, ``"budget"``, ``"eof"``; prefixed ``"answer "`` when the answer, not
         the load, was running)."""
         cases = self.cases.get(exercise.id, [])
+        if not worker_.ready:  # no exercise before the worker has loaded (and the jail's
+            # memory cap is set: :meth:`_Worker.next_event`)
+            phase_end = min(time.monotonic() + STARTUP_SECONDS, self.deadline)
+            while not worker_.ready:
+                event = worker_.next_event(phase_end)
+                if event is None:
+                    return "budget" if time.monotonic() >= self.deadline else "timeout"
+                if event.get("event") in ("eof", "too big"):
+                    return event["event"]
+        killed_before = worker_.out_of_memory_kills()
         if not (worker_.send(self._header(key[0], exercise)) and worker_.send(pickle.dumps(cases))):
             return "eof"
         answering = False
@@ -622,12 +660,13 @@ class _Run:
                 return self._too_big(exercise)
             elif kind == "crashed":
                 code = event.get("code")
-                self._finish(exercise, _grade_of(
-                    exercise, CRASHED,
-                    f"{exercise.function_name} stopped its grading process (exit code "
-                    f"{code if type(code) is int else '?'})" if answering else
-                    f"loading {key[0]} stopped its grading process (exit code "
-                    f"{code if type(code) is int else '?'})"))
+                what = f"{exercise.function_name}" if answering else f"loading {key[0]}"
+                message = (f"{what} stopped its grading process (exit code "
+                           f"{code if type(code) is int else '?'})")
+                if worker_.out_of_memory_kills() > killed_before:
+                    message += (f": the kernel killed it at the memory cap ({self.memory_mb} "
+                                "MiB for all of its processes together)")
+                self._finish(exercise, _grade_of(exercise, CRASHED, message))
                 return "done"
 
     def _too_big(self, exercise: Exercise) -> str:
