@@ -626,8 +626,9 @@ def test_report_names_never_collide_and_csv_cells_are_not_formulas(tmp_path):
     written = write_reports(reports, tmp_path / "reports")
     paths = [written[r.student] for r in reports]
     assert len(set(paths)) == 3 and all(p.exists() for p in paths)
-    assert {p.read_text().splitlines()[0] for p in paths} == {
-        "# Grade report: a b", "# Grade report: a_b", "# Grade report: =2+3"}
+    assert {p.read_text().splitlines()[0] for p in paths} == {  # escaped: issue 46
+        "# Grade report: a b", "# Grade report: a\\_b", "# Grade report: \\=2\\+3"}
+    assert sorted(p.name for p in paths) == ["%3D2%2B3.md", "a%20b.md", "a_b.md"]
     rows = list(csv.reader(written["grades.csv"].open()))
     assert [r[0] for r in rows[1:]] == ["'=2+3", "a b", "a_b"]
 

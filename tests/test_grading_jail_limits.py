@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -207,3 +209,40 @@ def test_student_code_and_its_worker_hold_no_root_capabilities(tmp_path):
         assert uid == 65534
     assert capabilities == 0  # effective, permitted and ambient
     assert no_new_privileges == 1
+
+
+#: The grader in a process of its own: grades an honest notebook, then one whose answer
+#: returns a 27 MB result line, and prints its own peak resident memory after each.
+GRADER_PEAKS = """
+import resource, sys
+from pathlib import Path
+from pipemare_lite.book.exercises.grading import grade_submission
+for name in ("honest", "huge"):
+    (grade,) = grade_submission(Path(sys.argv[1]) / name, ["ex01_2"], timeout=300,
+                                budget=900).grades
+    print(name, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, grade.points,
+          repr(grade.message), flush=True)
+"""
+
+
+def test_a_27_mb_result_line_costs_the_grader_no_memory(tmp_path):
+    """Before: an answer whose results made a 27 MB JSON line (190,000 empty dicts per
+    case, under the 200,000 items an answer may have: 18 bytes each as JSON, a few hundred
+    once decoded) passed the worker's 32 MiB cap; the grader read it and decoded it whole,
+    and its peak memory went from 82 MiB to 557 MiB (re-run at 048a9a6, after 141 s; 1.25
+    GB in the hostile pass). Now results are read as they stream in and refused past 1 MiB,
+    never decoded: 0 points, "output too large", and the grader's peak does not move."""
+    write_notebook(tmp_path / "honest" / "01_naive.ipynb",
+                   "def naive_utilization(stage_costs):\n"
+                   "    return [c / sum(stage_costs) for c in stage_costs]\n")
+    write_notebook(tmp_path / "huge" / "01_naive.ipynb",
+                   "def naive_utilization(stage_costs):\n    return [{}] * 190_000\n")
+    done = subprocess.run([sys.executable, "-c", GRADER_PEAKS, str(tmp_path)],
+                          capture_output=True, text=True, timeout=1800, check=True)
+    lines = {line.split()[0]: line.split(maxsplit=3)[1:] for line in done.stdout.splitlines()}
+    honest_kib, huge_kib = int(lines["honest"][0]), int(lines["huge"][0])
+    print(f"grader peak: {honest_kib >> 10} MiB after the honest one, "
+          f"{huge_kib >> 10} MiB after the 27 MB one")
+    assert lines["honest"][1] == "1" and lines["huge"][1] == "0", done.stdout
+    assert "too large" in lines["huge"][2], lines["huge"][2]
+    assert huge_kib - honest_kib < 64 * 1024, (honest_kib, huge_kib)

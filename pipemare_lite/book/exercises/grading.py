@@ -42,6 +42,7 @@ instructors: docs/instructors.md). Torch-free.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -50,10 +51,12 @@ import re
 import select
 import signal
 import stat
+import string
 import subprocess
 import sys
 import tempfile
 import time
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -75,6 +78,9 @@ MEMORY_MB = 4096
 #: Most bytes one event line of a worker may have (a runaway answer is cut, not read): twice
 #: what the worker passes on of one exercise's message.
 MAX_EVENT_BYTES = 2 * worker.MAX_EVENT_BYTES
+#: What the report says of an answer whose results were refused by size (never decoded).
+TOO_LARGE = (f"returned more than {worker.MAX_EVENT_BYTES >> 20} MiB of results: output too "
+             "large to grade, 0 points (the grader reads at most that much of one answer)")
 #: Most load warnings one report shows, and characters each (the rest are counted).
 MAX_WARNINGS, MAX_WARNING_CHARS = 50, 500
 #: Printed output (bytes, per submission) past which the report says how much there was.
@@ -138,7 +144,7 @@ class SubmissionReport:
     def to_markdown(self) -> str:
         """The per-student report: a table of exercises, then each one's feedback."""
         lines = [
-            f"# Grade report: {self.student}",
+            f"# Grade report: {markdown_text(self.student)}",
             "",
             f"**{self.points} / {self.max_points} points**",
             "",
@@ -152,13 +158,46 @@ class SubmissionReport:
             )
         lines += ["", "## Feedback", ""]
         for g in self.grades:
-            lines += [f"### {g.label} (`{g.exercise_id}`): {g.status}", "", "```text"]
-            lines += [_cut(g.message.replace("```", "` ` `"), MAX_MESSAGE_CHARS), "```", ""]
+            lines += [f"### {g.label} (`{g.exercise_id}`): {g.status}", ""]
+            lines += [markdown_code_block(_cut(g.message, MAX_MESSAGE_CHARS)), ""]
         if self.warnings:
             lines += ["## While loading your notebooks", ""]
-            lines += [f"- {_cut(w, MAX_WARNING_CHARS)}" for w in self.warnings[:MAX_WARNINGS + 2]]
+            lines += [f"- {markdown_text(_cut(w, MAX_WARNING_CHARS))}"
+                      for w in self.warnings[:MAX_WARNINGS + 2]]
             lines += [""]
         return _cut("\n".join(lines), MAX_REPORT_CHARS)
+
+
+def markdown_text(text) -> str:
+    """``text`` as Markdown that shows exactly its characters, on one line: every ASCII
+    punctuation character backslash-escaped (CommonMark allows it for all of them, so no
+    heading, list, link, image, emphasis, table cell or HTML can start), and every control,
+    format or line/paragraph-separator character (newlines, tabs, ``\\x0b``, bidi
+    overrides) written as its ``\\uXXXX`` code. For every student-controlled string in a
+    report (a folder name, a load warning with an exception's text)."""
+    out = []
+    for character in str(text):
+        if character in _ASCII_PUNCTUATION:
+            out.append("\\" + character)
+        elif unicodedata.category(character) in _INVISIBLE:
+            out.append(f"\\u{ord(character):04x}")
+        else:
+            out.append(character)
+    return "".join(out)
+
+
+_ASCII_PUNCTUATION = frozenset(string.punctuation)
+#: Unicode categories shown as codes: controls, formats, separators of lines and paragraphs,
+#: surrogates, private use and unassigned.
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def markdown_code_block(text: str) -> str:
+    """``text`` in a fenced code block that nothing in it can close: the fence is one
+    backtick longer than the longest run of backticks in ``text`` (at least three)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
 
 
 def _cut(text: str, limit: int) -> str:
@@ -609,8 +648,7 @@ class _Run:
                 "timeout": (TIMEOUT, f"took longer than {limit:g} s (an endless loop?)"),
                 "budget": (TIMEOUT, f"was stopped: the submission used up its {self.budget:g} s "
                            "of grading time"),
-                "too big": (CRASHED, f"sent more than {MAX_EVENT_BYTES >> 20} MiB of data "
-                            "(too big to grade)"),
+                "too big": (CRASHED, TOO_LARGE),
             }.get(outcome, (CRASHED, f"stopped the grading process (exit code "
                             f"{worker_.process.returncode})"))
         if answering:
@@ -627,7 +665,7 @@ class _Run:
         cases = self.cases.get(exercise.id, [])
         if not worker_.ready:  # no exercise before the worker has loaded (and the jail's
             # memory cap is set: :meth:`_Worker.next_event`)
-            phase_end = min(time.monotonic() + STARTUP_SECONDS, self.deadline)
+            phase_end = min(time.monotonic() + self.timeout + STARTUP_SECONDS, self.deadline)
             while not worker_.ready:
                 event = worker_.next_event(phase_end)
                 if event is None:
@@ -671,8 +709,7 @@ class _Run:
 
     def _too_big(self, exercise: Exercise) -> str:
         self._finish(exercise, _grade_of(
-            exercise, CRASHED, f"{exercise.function_name} returned more than "
-            f"{MAX_EVENT_BYTES >> 20} MiB of data (too big to grade)"))
+            exercise, CRASHED, f"{exercise.function_name} {TOO_LARGE}"))
         return "done"
 
 
@@ -740,21 +777,51 @@ def csv_cell(value) -> str | int:
     return "'" + text if text.lstrip().startswith(_FORMULA_START) else text
 
 
-def report_names(reports: list[SubmissionReport]) -> list[str]:
-    """One file name per report (``<student>.md`` without the suffix), all different: unsafe
-    characters become ``_``, and a name already taken (``a b`` and ``a_b``) gets ``-2``,
-    ``-3`` ... (case-insensitively, for file systems that ignore case)."""
-    taken: set[str] = {"grades", "grades_detail"}
-    names = []
-    for report in reports:
-        base = re.sub(r"[^\w.-]", "_", report.student).lstrip(".")[:100] or "student"
-        name, n = base, 1
-        while name.lower() in taken:
-            n += 1
-            name = f"{base}-{n}"
-        taken.add(name.lower())
-        names.append(name)
+def report_name(student: str) -> str:
+    """The report's file name for ``student`` (without ``.md``): one name, one file, never
+    another student's. ASCII letters, digits, ``_`` and ``-`` stay; every other byte of the
+    name (UTF-8; ``.``, ``%`` and spaces included) is written ``%XX`` (so ``a b`` ->
+    ``a%20b``, ``a_b`` -> ``a_b``, ``a%20b`` -> ``a%2520b``), which makes the mapping
+    one-to-one and leaves nothing a file system or a shell reads specially. A name whose
+    escaped form is longer than 200 characters is cut there and ends with ``~`` and the
+    first 16 hex digits of its SHA-256 (``~`` appears nowhere else)."""
+    raw = student.encode("utf-8", "surrogateescape")
+    name = "".join(chr(b) if _NAME_SAFE.fullmatch(chr(b)) else f"%{b:02X}" for b in raw)
+    if len(name) > 200:
+        name = name[:200] + "~" + hashlib.sha256(raw).hexdigest()[:16]
+    return name
+
+
+_NAME_SAFE = re.compile(r"[A-Za-z0-9_-]", re.ASCII)
+
+
+def report_names(reports: list[SubmissionReport], ignore_case: bool = False) -> list[str]:
+    """:func:`report_name` of each report, in order; ``ignore_case``: the reports go to a
+    file system that ignores case (macOS's, by default).
+
+    Raises:
+        ValueError: one student appears twice, or (``ignore_case``) two students' names give
+            names that differ only in case (one report of the two would be lost).
+    """
+    names = [report_name(r.student) for r in reports]
+    seen: dict[str, str] = {}
+    for report, name in zip(reports, names):
+        key = name.lower() if ignore_case else name
+        other = seen.setdefault(key, report.student)
+        if other != report.student or names.count(name) > 1:
+            raise ValueError(
+                f"students {other!r} and {report.student!r} would get the same report file "
+                f"({name}.md{', case ignored' if ignore_case else ''}): rename one of the two "
+                "folders")
     return names
+
+
+def _ignores_case(folder: Path) -> bool:
+    """True when the file system of ``folder`` takes ``A`` and ``a`` for the same name."""
+    probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".case-probe-A")
+    with probe:
+        name = Path(probe.name).name
+        return (folder / name.replace("-A", "-a", 1)).exists()
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -783,14 +850,15 @@ def write_reports(reports: list[SubmissionReport], out_dir: str | Path) -> dict[
 
     Called once every worker has ended; each file is written to a temporary name and renamed
     (atomic). Cells that a spreadsheet would read as a formula are escaped
-    (:func:`csv_cell`); report names are unique (:func:`report_names`). Returns the paths
+    (:func:`csv_cell`); each student's report name is their name escaped, one-to-one
+    (:func:`report_name`: ``a b`` -> ``a%20b.md``, ``a_b`` -> ``a_b.md``). Returns the paths
     written, by name (``"grades.csv"``, ``"grades_detail.csv"`` and one per student).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ids = [g.exercise_id for g in reports[0].grades] if reports else []
     written: dict[str, Path] = {}
-    names = report_names(reports)
+    names = report_names(reports, ignore_case=_ignores_case(out_dir))
     for report, name in zip(reports, names):
         path = out_dir / f"{name}.md"
         _write_atomically(path, report.to_markdown() + "\n")

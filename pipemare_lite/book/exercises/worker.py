@@ -251,8 +251,11 @@ def _encoded(evaluation) -> dict:
 _FRAME = struct.Struct(">Q")
 #: Largest frame the worker reads (the notebooks travel in the first one).
 MAX_FRAME_BYTES = 1 << 30
-#: Most bytes one message of an exercise's process may have (a runaway answer is cut).
-MAX_EVENT_BYTES = 32 * 2**20
+#: Most bytes one message of an exercise's process may have: read as it streams in and
+#: refused past this ("too big"), never decoded. Every reference answer's results on the
+#: graded cases take under 6 KB of JSON; a 27 MB result line (the hostile pass's), read and
+#: decoded whole, took the grader to 1.25 GB.
+MAX_EVENT_BYTES = 2**20
 #: Most warnings (and characters each) an exercise's process sends of its notebook's load;
 #: the rest are counted, not sent.
 MAX_WARNINGS, MAX_WARNING_CHARS = 50, 500
