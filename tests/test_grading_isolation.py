@@ -290,7 +290,7 @@ def test_cli_grades_a_folder_of_two_submissions(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "alice: 2/2 points" in printed and "bob: 0/2 points" in printed
     header = (out / "grades.csv").read_text().splitlines()[0]
-    assert header == "student,ex01_1,ex01_2,total,max_points"
+    assert header == "student,ex01_1,ex01_2,total,max_points,note"
     assert main(["grade", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
     assert "no submission folder" in capsys.readouterr().err
 

@@ -129,6 +129,9 @@ class SubmissionReport:
     folder: Path
     grades: list[ExerciseGrade]
     warnings: list[str] = field(default_factory=list)
+    #: One line for the class CSV when the submission could not be graded as such (a folder
+    #: with no chapter notebook); empty otherwise.
+    note: str = ""
 
     @property
     def points(self) -> int | float:
@@ -384,21 +387,41 @@ class _Worker:
         return self.cgroup.out_of_memory_kills() if self.cgroup is not None else 0
 
 
+def duplicate_chapters(folder: Path) -> dict[int, list[str]]:
+    """Chapter -> the names of its notebooks in ``folder``, for each chapter with more than
+    one (``01_naive.ipynb`` and ``01_copy.ipynb``): the grader refuses to pick one."""
+    names: dict[int, list[str]] = {}
+    for path in sorted(folder.iterdir()):
+        match = _NOTEBOOK_RE.match(path.name)
+        if match:
+            names.setdefault(int(match.group(1)), []).append(path.name)
+    return {chapter: found for chapter, found in names.items() if len(found) > 1}
+
+
+def _both(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def read_submission(folder: Path) -> tuple[dict[int, tuple[str, bytes]], list[str]]:
     """Chapter -> ``(file name, contents)`` of the notebooks in ``folder``, and warnings.
 
     Refused (with a warning, never followed): a folder that is a symbolic link, a notebook
     that is a symbolic link, a hard link or not a regular file, one over
-    :data:`MAX_NOTEBOOK_BYTES`. The contents are read here, by the grader, so the worker
-    never sees a path outside its jail.
+    :data:`MAX_NOTEBOOK_BYTES`, and every notebook of a chapter that has two or more
+    (:func:`duplicate_chapters`: which one the student meant is theirs to say). The
+    contents are read here, by the grader, so the worker never sees a path outside its jail.
     """
     found: dict[int, tuple[str, bytes]] = {}
     refused: list[str] = []
     if folder.is_symlink():
         return {}, [f"{folder.name} is a symbolic link (to another folder): refused, not graded"]
+    twice = duplicate_chapters(folder)
+    for chapter, names in twice.items():
+        refused.append(f"{_both(names)} are both chapter {chapter:02d}'s notebook: neither is "
+                       "graded (hand in one)")
     for path in sorted(folder.iterdir()):
         match = _NOTEBOOK_RE.match(path.name)
-        if not match or int(match.group(1)) in found:
+        if not match or int(match.group(1)) in found or int(match.group(1)) in twice:
             continue
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -468,6 +491,12 @@ def grade_submission(
     if not given.is_dir():
         raise FileNotFoundError(f"no submission folder at {given}")
     notebooks, warnings_seen = read_submission(given)
+    twice = {} if given.is_symlink() else duplicate_chapters(given)
+    note = ""
+    if not given.is_symlink() and not submission_notebooks(given):
+        note = "no chapter notebook (NN_name.ipynb) in the folder"
+        others = sorted(p.name for p in given.iterdir())[:5]
+        warnings_seen.append(f"{note}; it holds: {', '.join(others) or 'nothing'}")
     chosen = _selected(exercises)
     if hidden_cases:
         secret = hidden.instructor_secret() if secret is None else secret
@@ -483,6 +512,12 @@ def grade_submission(
         unsendable = _unsendable(cases.get(exercise.id, []), exercise)
         if unsendable:
             grades[exercise.id] = _grade_of(exercise, CRASHED, unsendable)
+        elif exercise.chapter in twice:
+            grades[exercise.id] = _grade_of(
+                exercise, MISSING,
+                f"{_both(twice[exercise.chapter])} are both chapter {exercise.chapter:02d}'s "
+                "notebook: neither is graded (hand in one)",
+            )
         elif notebook is None:
             grades[exercise.id] = _grade_of(
                 exercise, MISSING,
@@ -497,7 +532,8 @@ def grade_submission(
     ordered = [grades[e.id] for e in chosen]
     if partial_credit:
         ordered = [with_partial_credit(g) for g in ordered]
-    return SubmissionReport(student or given.name, given, ordered, warnings_seen + run.notes())
+    return SubmissionReport(student or given.name, given, ordered, warnings_seen + run.notes(),
+                            note)
 
 
 def _unsendable(cases: list[dict], exercise: Exercise) -> str | None:
@@ -714,8 +750,11 @@ class _Run:
 
 
 def class_submissions(folder: str | Path) -> list[Path]:
-    """The submissions in ``folder``: its sub-folders with chapter notebooks, or ``folder``
-    itself when it holds notebooks.
+    """The submissions in ``folder``: ``folder`` itself when it holds chapter notebooks,
+    else every sub-folder (one per student), those without a chapter notebook included: they
+    are graded too, all missing, with a note in the CSV (a student whose notebook is misnamed
+    is not dropped from the class in silence). Hidden folders (``.git``,
+    ``.ipynb_checkpoints``) and ``__MACOSX`` are not students.
 
     Raises:
         FileNotFoundError: ``folder`` is not a folder.
@@ -724,8 +763,9 @@ def class_submissions(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if submission_notebooks(folder):
         return [folder]
-    found = [p for p in sorted(folder.iterdir()) if p.is_dir() and submission_notebooks(p)]
-    if not found:
+    found = [p for p in sorted(folder.iterdir())
+             if p.is_dir() and not p.name.startswith(".") and p.name != "__MACOSX"]
+    if not any(submission_notebooks(p) for p in found):
         raise ValueError(
             f"no submissions in {folder}: expected chapter notebooks (NN_name.ipynb) in it "
             "or in one sub-folder per student"
@@ -845,7 +885,8 @@ def _csv_text(rows: list[list]) -> str:
 
 
 def write_reports(reports: list[SubmissionReport], out_dir: str | Path) -> dict[str, Path]:
-    """Write ``grades.csv`` (one row per student: points per exercise, total, maximum),
+    """Write ``grades.csv`` (one row per student: points per exercise, total, maximum and a
+    note, empty unless the folder held no chapter notebook),
     ``grades_detail.csv`` (one row per student and exercise) and ``<student>.md``.
 
     Called once every worker has ended; each file is written to a temporary name and renamed
@@ -863,12 +904,11 @@ def write_reports(reports: list[SubmissionReport], out_dir: str | Path) -> dict[
         path = out_dir / f"{name}.md"
         _write_atomically(path, report.to_markdown() + "\n")
         written[report.student] = path
-    rows = [["student", *ids, "total", "max_points"]]
+    rows = [["student", *ids, "total", "max_points", "note"]]
     for report in reports:
         points = {g.exercise_id: g.points for g in report.grades}
-        rows.append(
-            [report.student, *(points.get(i, 0) for i in ids), report.points, report.max_points]
-        )
+        rows.append([report.student, *(points.get(i, 0) for i in ids), report.points,
+                     report.max_points, report.note])
     detail = [["student", "exercise", "status", "points", "max_points", "cases_passed",
                "cases_total"]]
     for report in reports:

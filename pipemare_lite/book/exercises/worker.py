@@ -628,7 +628,7 @@ def _preload(notebooks: Iterable[bytes], needs_torch: bool, answers: Iterable[st
             source = cell.get("source", "")
             source = "".join(source) if isinstance(source, list) else str(source)
             try:
-                lines = source.splitlines()
+                lines = source.split("\n")  # as the loader does (not str.splitlines)
                 tree = ast.parse("\n".join(
                     line for line in lines if not line.lstrip().startswith(("%", "!"))))
             except (SyntaxError, ValueError):
