@@ -270,8 +270,10 @@ def test_class_csv_and_reports_have_points_per_exercise(tmp_path):
     written = write_reports(reports, tmp_path / "reports")
     rows = list(csv.DictReader(written["grades.csv"].open()))
     assert rows == [
-        {"student": "alice", "ex01_1": "1", "ex01_2": "1", "total": "2", "max_points": "2"},
-        {"student": "bob", "ex01_1": "0", "ex01_2": "0", "total": "0", "max_points": "2"},
+        {"student": "alice", "ex01_1": "1", "ex01_2": "1", "total": "2", "max_points": "2",
+         "note": ""},
+        {"student": "bob", "ex01_1": "0", "ex01_2": "0", "total": "0", "max_points": "2",
+         "note": ""},
     ]
     detail = list(csv.DictReader(written["grades_detail.csv"].open()))
     assert {(r["student"], r["exercise"], r["status"]) for r in detail} == {

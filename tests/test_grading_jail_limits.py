@@ -246,3 +246,40 @@ def test_a_27_mb_result_line_costs_the_grader_no_memory(tmp_path):
     assert lines["honest"][1] == "1" and lines["huge"][1] == "0", done.stdout
     assert "too large" in lines["huge"][2], lines["huge"][2]
     assert huge_kib - honest_kib < 64 * 1024, (honest_kib, huge_kib)
+
+
+#: An answer that forks sleeping children until the kernel refuses, and says how many.
+COUNT_FORKS = '''
+import os, time
+def naive_utilization(stage_costs):
+    started = 0
+    for _ in range(40):
+        try:
+            if os.fork() == 0:
+                time.sleep(5)
+                os._exit(0)
+            started += 1
+        except OSError:
+            break
+    raise RuntimeError(f"FORKED {started}")
+'''
+
+
+def test_without_a_memory_cgroup_the_process_cap_is_tighter(tmp_path, monkeypatch):
+    """Where no memory cgroup can be made (forced here), each process keeps its own
+    ``--memory-mb`` of address space, so the jail's total is bounded by the process cap
+    instead: the answer may start at most ``FALLBACK_PROCESSES`` processes (with a cgroup:
+    64), so the jail holds at most ``FALLBACK_PROCESSES + 1`` times ``--memory-mb``."""
+    from pipemare_lite.book.exercises.worker import FALLBACK_PROCESSES, PROCESSES
+
+    folder = write_notebook(tmp_path / "forks" / "01_naive.ipynb", COUNT_FORKS).parent
+    counts = {}
+    for mode in ("cgroup", "fallback"):
+        if mode == "fallback":
+            monkeypatch.setattr(memory_cgroup, "create", lambda memory_bytes: None)
+        elif not memory_cgroup.available()[0]:
+            continue
+        (grade,) = grade_submission(folder, ["ex01_2"], timeout=300, budget=900).grades
+        counts[mode] = int(re.search(r"FORKED (\d+)", grade.message)[1])
+    assert counts["fallback"] <= FALLBACK_PROCESSES, counts
+    assert counts.get("cgroup", PROCESSES - 1) > FALLBACK_PROCESSES, counts
