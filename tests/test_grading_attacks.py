@@ -626,8 +626,9 @@ def test_report_names_never_collide_and_csv_cells_are_not_formulas(tmp_path):
     written = write_reports(reports, tmp_path / "reports")
     paths = [written[r.student] for r in reports]
     assert len(set(paths)) == 3 and all(p.exists() for p in paths)
-    assert {p.read_text().splitlines()[0] for p in paths} == {
-        "# Grade report: a b", "# Grade report: a_b", "# Grade report: =2+3"}
+    assert {p.read_text().splitlines()[0] for p in paths} == {  # escaped: issue 46
+        "# Grade report: a b", "# Grade report: a\\_b", "# Grade report: \\=2\\+3"}
+    assert sorted(p.name for p in paths) == ["%3D2%2B3.md", "a%20b.md", "a_b.md"]
     rows = list(csv.reader(written["grades.csv"].open()))
     assert [r[0] for r in rows[1:]] == ["'=2+3", "a b", "a_b"]
 
@@ -680,10 +681,14 @@ def test_a_fork_bomb_fails_alone_while_a_classmate_is_graded(tmp_path):
 
     thread = threading.Thread(target=grade_the_bomb)
     thread.start()
+    # without a memory cgroup on this machine the jail's process cap is tighter
+    from pipemare_lite.book.exercises import memory_cgroup, worker
+
+    held = 20 if memory_cgroup.available()[0] else worker.FALLBACK_PROCESSES - 2
     deadline = time.monotonic() + 20
-    while len(_processes_with(token)) < 20 and time.monotonic() < deadline:
+    while len(_processes_with(token)) < held and time.monotonic() < deadline:
         time.sleep(0.2)  # until the bomb holds its processes
-    assert len(_processes_with(token)) >= 20, "the bomb never went off"
+    assert len(_processes_with(token)) >= held, "the bomb never went off"
     honest = grade_submission(_honest(tmp_path / "honest"), ["ex01_1", "ex01_2"])
     thread.join(60)
     assert not thread.is_alive()

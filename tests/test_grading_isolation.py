@@ -270,8 +270,10 @@ def test_class_csv_and_reports_have_points_per_exercise(tmp_path):
     written = write_reports(reports, tmp_path / "reports")
     rows = list(csv.DictReader(written["grades.csv"].open()))
     assert rows == [
-        {"student": "alice", "ex01_1": "1", "ex01_2": "1", "total": "2", "max_points": "2"},
-        {"student": "bob", "ex01_1": "0", "ex01_2": "0", "total": "0", "max_points": "2"},
+        {"student": "alice", "ex01_1": "1", "ex01_2": "1", "total": "2", "max_points": "2",
+         "note": ""},
+        {"student": "bob", "ex01_1": "0", "ex01_2": "0", "total": "0", "max_points": "2",
+         "note": ""},
     ]
     detail = list(csv.DictReader(written["grades_detail.csv"].open()))
     assert {(r["student"], r["exercise"], r["status"]) for r in detail} == {
@@ -290,7 +292,7 @@ def test_cli_grades_a_folder_of_two_submissions(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "alice: 2/2 points" in printed and "bob: 0/2 points" in printed
     header = (out / "grades.csv").read_text().splitlines()[0]
-    assert header == "student,ex01_1,ex01_2,total,max_points"
+    assert header == "student,ex01_1,ex01_2,total,max_points,note"
     assert main(["grade", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
     assert "no submission folder" in capsys.readouterr().err
 

@@ -74,6 +74,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.book.exercises.hashing": "00",
     "pipemare_lite.book.exercises.hidden": "-",
     "pipemare_lite.book.exercises.loader": "00",
+    "pipemare_lite.book.exercises.memory_cgroup": "-",
     "pipemare_lite.book.exercises.originality": "00",
     "pipemare_lite.book.exercises.plain": "-",
     "pipemare_lite.book.exercises.pytest_grading": "-",

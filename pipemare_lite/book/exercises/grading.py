@@ -42,6 +42,7 @@ instructors: docs/instructors.md). Torch-free.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -50,16 +51,18 @@ import re
 import select
 import signal
 import stat
+import string
 import subprocess
 import sys
 import tempfile
 import time
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipemare_lite.book.exercises import evaluate as ev
-from pipemare_lite.book.exercises import hidden, sandbox, worker
+from pipemare_lite.book.exercises import hidden, memory_cgroup, sandbox, worker
 from pipemare_lite.book.exercises.exercise import Exercise
 from pipemare_lite.book.exercises.feedback import judge
 from pipemare_lite.book.exercises.plain import from_plain
@@ -75,6 +78,9 @@ MEMORY_MB = 4096
 #: Most bytes one event line of a worker may have (a runaway answer is cut, not read): twice
 #: what the worker passes on of one exercise's message.
 MAX_EVENT_BYTES = 2 * worker.MAX_EVENT_BYTES
+#: What the report says of an answer whose results were refused by size (never decoded).
+TOO_LARGE = (f"returned more than {worker.MAX_EVENT_BYTES >> 20} MiB of results: output too "
+             "large to grade, 0 points (the grader reads at most that much of one answer)")
 #: Most load warnings one report shows, and characters each (the rest are counted).
 MAX_WARNINGS, MAX_WARNING_CHARS = 50, 500
 #: Printed output (bytes, per submission) past which the report says how much there was.
@@ -123,6 +129,9 @@ class SubmissionReport:
     folder: Path
     grades: list[ExerciseGrade]
     warnings: list[str] = field(default_factory=list)
+    #: One line for the class CSV when the submission could not be graded as such (a folder
+    #: with no chapter notebook); empty otherwise.
+    note: str = ""
 
     @property
     def points(self) -> int | float:
@@ -138,7 +147,7 @@ class SubmissionReport:
     def to_markdown(self) -> str:
         """The per-student report: a table of exercises, then each one's feedback."""
         lines = [
-            f"# Grade report: {self.student}",
+            f"# Grade report: {markdown_text(self.student)}",
             "",
             f"**{self.points} / {self.max_points} points**",
             "",
@@ -152,13 +161,46 @@ class SubmissionReport:
             )
         lines += ["", "## Feedback", ""]
         for g in self.grades:
-            lines += [f"### {g.label} (`{g.exercise_id}`): {g.status}", "", "```text"]
-            lines += [_cut(g.message.replace("```", "` ` `"), MAX_MESSAGE_CHARS), "```", ""]
+            lines += [f"### {g.label} (`{g.exercise_id}`): {g.status}", ""]
+            lines += [markdown_code_block(_cut(g.message, MAX_MESSAGE_CHARS)), ""]
         if self.warnings:
             lines += ["## While loading your notebooks", ""]
-            lines += [f"- {_cut(w, MAX_WARNING_CHARS)}" for w in self.warnings[:MAX_WARNINGS + 2]]
+            lines += [f"- {markdown_text(_cut(w, MAX_WARNING_CHARS))}"
+                      for w in self.warnings[:MAX_WARNINGS + 2]]
             lines += [""]
         return _cut("\n".join(lines), MAX_REPORT_CHARS)
+
+
+def markdown_text(text) -> str:
+    """``text`` as Markdown that shows exactly its characters, on one line: every ASCII
+    punctuation character backslash-escaped (CommonMark allows it for all of them, so no
+    heading, list, link, image, emphasis, table cell or HTML can start), and every control,
+    format or line/paragraph-separator character (newlines, tabs, ``\\x0b``, bidi
+    overrides) written as its ``\\uXXXX`` code. For every student-controlled string in a
+    report (a folder name, a load warning with an exception's text)."""
+    out = []
+    for character in str(text):
+        if character in _ASCII_PUNCTUATION:
+            out.append("\\" + character)
+        elif unicodedata.category(character) in _INVISIBLE:
+            out.append(f"\\u{ord(character):04x}")
+        else:
+            out.append(character)
+    return "".join(out)
+
+
+_ASCII_PUNCTUATION = frozenset(string.punctuation)
+#: Unicode categories shown as codes: controls, formats, separators of lines and paragraphs,
+#: surrogates, private use and unassigned.
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def markdown_code_block(text: str) -> str:
+    """``text`` in a fenced code block that nothing in it can close: the fence is one
+    backtick longer than the longest run of backticks in ``text`` (at least three)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
 
 
 def _cut(text: str, limit: int) -> str:
@@ -248,11 +290,15 @@ class _Worker:
     and the pipe its (and its exercises') standard output and error go to: counted, never
     kept (student code prints what it likes there, hidden cases included)."""
 
-    def __init__(self, setup: bytes, python: str, jailed: bool, disk_mb: int, locked: list):
+    def __init__(self, setup: bytes, python: str, jailed: bool, disk_mb: int, locked: list,
+                 cgroup: memory_cgroup.JailCgroup | None = None):
         read_fd, write_fd = os.pipe()
         out_read, out_write = os.pipe()
+        self.cgroup = cgroup
         if jailed:
             command = sandbox.worker_command(write_fd, disk_mb, locked)
+            if cgroup is not None:  # entered before bubblewrap starts: all of the jail is in it
+                command = cgroup.command(command)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         else:
             command = [python, "-m", "pipemare_lite.book.exercises.worker", str(write_fd)]
@@ -266,6 +312,7 @@ class _Worker:
             os.close(write_fd)
             os.close(out_write)
         self.fd, self.out_fd, self.buffer, self.output_bytes = read_fd, out_read, b"", 0
+        self.ready = False  # the worker said "ready" (it sends nothing else before)
         self.send(setup)
 
     def send(self, data: bytes) -> bool:
@@ -307,7 +354,15 @@ class _Worker:
             event = json.loads(line)
         except (ValueError, RecursionError):
             return {"event": "garbled"}
-        return event if isinstance(event, dict) else {"event": "garbled"}
+        if not isinstance(event, dict):
+            return {"event": "garbled"}
+        if event.get("event") == "ready" and not self.ready:
+            # the worker's first line, before any student code: the jail's memory cap
+            # becomes what it holds now plus --memory-mb (this first time only)
+            self.ready = True
+            if self.cgroup is not None:
+                self.cgroup.tighten()
+        return event
 
     def stop(self) -> None:
         """Kill the worker and its whole session (what it started) if still there; close
@@ -321,9 +376,30 @@ class _Worker:
         except OSError:
             pass
         self.process.wait()
+        if self.cgroup is not None:  # whatever is left in the jail's cgroup goes too
+            self.cgroup.close()
         for fd in (self.fd, self.out_fd):
             if fd is not None:
                 os.close(fd)
+
+    def out_of_memory_kills(self) -> int:
+        """Processes of this jail the kernel killed at its memory cap so far."""
+        return self.cgroup.out_of_memory_kills() if self.cgroup is not None else 0
+
+
+def duplicate_chapters(folder: Path) -> dict[int, list[str]]:
+    """Chapter -> the names of its notebooks in ``folder``, for each chapter with more than
+    one (``01_naive.ipynb`` and ``01_copy.ipynb``): the grader refuses to pick one."""
+    names: dict[int, list[str]] = {}
+    for path in sorted(folder.iterdir()):
+        match = _NOTEBOOK_RE.match(path.name)
+        if match:
+            names.setdefault(int(match.group(1)), []).append(path.name)
+    return {chapter: found for chapter, found in names.items() if len(found) > 1}
+
+
+def _both(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def read_submission(folder: Path) -> tuple[dict[int, tuple[str, bytes]], list[str]]:
@@ -331,16 +407,21 @@ def read_submission(folder: Path) -> tuple[dict[int, tuple[str, bytes]], list[st
 
     Refused (with a warning, never followed): a folder that is a symbolic link, a notebook
     that is a symbolic link, a hard link or not a regular file, one over
-    :data:`MAX_NOTEBOOK_BYTES`. The contents are read here, by the grader, so the worker
-    never sees a path outside its jail.
+    :data:`MAX_NOTEBOOK_BYTES`, and every notebook of a chapter that has two or more
+    (:func:`duplicate_chapters`: which one the student meant is theirs to say). The
+    contents are read here, by the grader, so the worker never sees a path outside its jail.
     """
     found: dict[int, tuple[str, bytes]] = {}
     refused: list[str] = []
     if folder.is_symlink():
         return {}, [f"{folder.name} is a symbolic link (to another folder): refused, not graded"]
+    twice = duplicate_chapters(folder)
+    for chapter, names in twice.items():
+        refused.append(f"{_both(names)} are both chapter {chapter:02d}'s notebook: neither is "
+                       "graded (hand in one)")
     for path in sorted(folder.iterdir()):
         match = _NOTEBOOK_RE.match(path.name)
-        if not match or int(match.group(1)) in found:
+        if not match or int(match.group(1)) in found or int(match.group(1)) in twice:
             continue
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -410,6 +491,12 @@ def grade_submission(
     if not given.is_dir():
         raise FileNotFoundError(f"no submission folder at {given}")
     notebooks, warnings_seen = read_submission(given)
+    twice = {} if given.is_symlink() else duplicate_chapters(given)
+    note = ""
+    if not given.is_symlink() and not submission_notebooks(given):
+        note = "no chapter notebook (NN_name.ipynb) in the folder"
+        others = sorted(p.name for p in given.iterdir())[:5]
+        warnings_seen.append(f"{note}; it holds: {', '.join(others) or 'nothing'}")
     chosen = _selected(exercises)
     if hidden_cases:
         secret = hidden.instructor_secret() if secret is None else secret
@@ -425,6 +512,12 @@ def grade_submission(
         unsendable = _unsendable(cases.get(exercise.id, []), exercise)
         if unsendable:
             grades[exercise.id] = _grade_of(exercise, CRASHED, unsendable)
+        elif exercise.chapter in twice:
+            grades[exercise.id] = _grade_of(
+                exercise, MISSING,
+                f"{_both(twice[exercise.chapter])} are both chapter {exercise.chapter:02d}'s "
+                "notebook: neither is graded (hand in one)",
+            )
         elif notebook is None:
             grades[exercise.id] = _grade_of(
                 exercise, MISSING,
@@ -439,7 +532,8 @@ def grade_submission(
     ordered = [grades[e.id] for e in chosen]
     if partial_credit:
         ordered = [with_partial_credit(g) for g in ordered]
-    return SubmissionReport(student or given.name, given, ordered, warnings_seen + run.notes())
+    return SubmissionReport(student or given.name, given, ordered, warnings_seen + run.notes(),
+                            note)
 
 
 def _unsendable(cases: list[dict], exercise: Exercise) -> str | None:
@@ -473,7 +567,7 @@ class _Run:
     output_bytes: int = 0
     warnings_dropped: int = 0
 
-    def _setup(self, cwd: str) -> tuple[bytes, list[str]]:
+    def _setup(self, cwd: str, cgroup: bool = False) -> tuple[bytes, list[str]]:
         """The worker's first frame (the notebooks and what every exercise's process shares:
         no cases, no exercise ids) and the locked files' paths in the jail."""
         answers = {n for exercises in self.pending.values() for e in exercises
@@ -484,6 +578,8 @@ class _Run:
             "cwd": cwd,
             "uid": sandbox.worker_uid(),  # the jail's own: see sandbox's docstring
             "memory_bytes": self.memory_mb * 2**20,
+            # with a cgroup the jail's total is capped; without, fewer processes
+            "memory_cgroup": cgroup,
             "cpu_seconds": int(self.timeout + STARTUP_SECONDS) + 10,  # per exercise process
             "answers": sorted(answers),
             "needs_torch": any(e.needs_torch for v in self.pending.values() for e in v),
@@ -562,8 +658,15 @@ class _Run:
         order = [(key, e) for key, exercises in self.pending.items() for e in exercises]
         outcome, key, exercise, answering = "done", None, None, False
         with tempfile.TemporaryDirectory() as cwd:
-            setup, locked = self._setup(cwd)
-            worker_ = _Worker(setup, self.python, self.sandboxed, self.disk_mb, locked)
+            cgroup = memory_cgroup.create(self.memory_mb * 2**20) if self.sandboxed else None
+            setup, locked = self._setup(cwd, cgroup is not None)
+            try:
+                worker_ = _Worker(setup, self.python, self.sandboxed, self.disk_mb, locked,
+                                  cgroup)
+            except BaseException:
+                if cgroup is not None:
+                    cgroup.close()
+                raise
             try:
                 for key, exercise in order:
                     outcome = self._one_exercise(worker_, key, exercise)
@@ -581,8 +684,7 @@ class _Run:
                 "timeout": (TIMEOUT, f"took longer than {limit:g} s (an endless loop?)"),
                 "budget": (TIMEOUT, f"was stopped: the submission used up its {self.budget:g} s "
                            "of grading time"),
-                "too big": (CRASHED, f"sent more than {MAX_EVENT_BYTES >> 20} MiB of data "
-                            "(too big to grade)"),
+                "too big": (CRASHED, TOO_LARGE),
             }.get(outcome, (CRASHED, f"stopped the grading process (exit code "
                             f"{worker_.process.returncode})"))
         if answering:
@@ -597,6 +699,16 @@ class _Run:
         (``"timeout"``, ``"budget"``, ``"eof"``; prefixed ``"answer "`` when the answer, not
         the load, was running)."""
         cases = self.cases.get(exercise.id, [])
+        if not worker_.ready:  # no exercise before the worker has loaded (and the jail's
+            # memory cap is set: :meth:`_Worker.next_event`)
+            phase_end = min(time.monotonic() + self.timeout + STARTUP_SECONDS, self.deadline)
+            while not worker_.ready:
+                event = worker_.next_event(phase_end)
+                if event is None:
+                    return "budget" if time.monotonic() >= self.deadline else "timeout"
+                if event.get("event") in ("eof", "too big"):
+                    return event["event"]
+        killed_before = worker_.out_of_memory_kills()
         if not (worker_.send(self._header(key[0], exercise)) and worker_.send(pickle.dumps(cases))):
             return "eof"
         answering = False
@@ -622,24 +734,27 @@ class _Run:
                 return self._too_big(exercise)
             elif kind == "crashed":
                 code = event.get("code")
-                self._finish(exercise, _grade_of(
-                    exercise, CRASHED,
-                    f"{exercise.function_name} stopped its grading process (exit code "
-                    f"{code if type(code) is int else '?'})" if answering else
-                    f"loading {key[0]} stopped its grading process (exit code "
-                    f"{code if type(code) is int else '?'})"))
+                what = f"{exercise.function_name}" if answering else f"loading {key[0]}"
+                message = (f"{what} stopped its grading process (exit code "
+                           f"{code if type(code) is int else '?'})")
+                if worker_.out_of_memory_kills() > killed_before:
+                    message += (f": the kernel killed it at the memory cap ({self.memory_mb} "
+                                "MiB for all of its processes together)")
+                self._finish(exercise, _grade_of(exercise, CRASHED, message))
                 return "done"
 
     def _too_big(self, exercise: Exercise) -> str:
         self._finish(exercise, _grade_of(
-            exercise, CRASHED, f"{exercise.function_name} returned more than "
-            f"{MAX_EVENT_BYTES >> 20} MiB of data (too big to grade)"))
+            exercise, CRASHED, f"{exercise.function_name} {TOO_LARGE}"))
         return "done"
 
 
 def class_submissions(folder: str | Path) -> list[Path]:
-    """The submissions in ``folder``: its sub-folders with chapter notebooks, or ``folder``
-    itself when it holds notebooks.
+    """The submissions in ``folder``: ``folder`` itself when it holds chapter notebooks,
+    else every sub-folder (one per student), those without a chapter notebook included: they
+    are graded too, all missing, with a note in the CSV (a student whose notebook is misnamed
+    is not dropped from the class in silence). Hidden folders (``.git``,
+    ``.ipynb_checkpoints``) and ``__MACOSX`` are not students.
 
     Raises:
         FileNotFoundError: ``folder`` is not a folder.
@@ -648,8 +763,9 @@ def class_submissions(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if submission_notebooks(folder):
         return [folder]
-    found = [p for p in sorted(folder.iterdir()) if p.is_dir() and submission_notebooks(p)]
-    if not found:
+    found = [p for p in sorted(folder.iterdir())
+             if p.is_dir() and not p.name.startswith(".") and p.name != "__MACOSX"]
+    if not any(submission_notebooks(p) for p in found):
         raise ValueError(
             f"no submissions in {folder}: expected chapter notebooks (NN_name.ipynb) in it "
             "or in one sub-folder per student"
@@ -701,21 +817,51 @@ def csv_cell(value) -> str | int:
     return "'" + text if text.lstrip().startswith(_FORMULA_START) else text
 
 
-def report_names(reports: list[SubmissionReport]) -> list[str]:
-    """One file name per report (``<student>.md`` without the suffix), all different: unsafe
-    characters become ``_``, and a name already taken (``a b`` and ``a_b``) gets ``-2``,
-    ``-3`` ... (case-insensitively, for file systems that ignore case)."""
-    taken: set[str] = {"grades", "grades_detail"}
-    names = []
-    for report in reports:
-        base = re.sub(r"[^\w.-]", "_", report.student).lstrip(".")[:100] or "student"
-        name, n = base, 1
-        while name.lower() in taken:
-            n += 1
-            name = f"{base}-{n}"
-        taken.add(name.lower())
-        names.append(name)
+def report_name(student: str) -> str:
+    """The report's file name for ``student`` (without ``.md``): one name, one file, never
+    another student's. ASCII letters, digits, ``_`` and ``-`` stay; every other byte of the
+    name (UTF-8; ``.``, ``%`` and spaces included) is written ``%XX`` (so ``a b`` ->
+    ``a%20b``, ``a_b`` -> ``a_b``, ``a%20b`` -> ``a%2520b``), which makes the mapping
+    one-to-one and leaves nothing a file system or a shell reads specially. A name whose
+    escaped form is longer than 200 characters is cut there and ends with ``~`` and the
+    first 16 hex digits of its SHA-256 (``~`` appears nowhere else)."""
+    raw = student.encode("utf-8", "surrogateescape")
+    name = "".join(chr(b) if _NAME_SAFE.fullmatch(chr(b)) else f"%{b:02X}" for b in raw)
+    if len(name) > 200:
+        name = name[:200] + "~" + hashlib.sha256(raw).hexdigest()[:16]
+    return name
+
+
+_NAME_SAFE = re.compile(r"[A-Za-z0-9_-]", re.ASCII)
+
+
+def report_names(reports: list[SubmissionReport], ignore_case: bool = False) -> list[str]:
+    """:func:`report_name` of each report, in order; ``ignore_case``: the reports go to a
+    file system that ignores case (macOS's, by default).
+
+    Raises:
+        ValueError: one student appears twice, or (``ignore_case``) two students' names give
+            names that differ only in case (one report of the two would be lost).
+    """
+    names = [report_name(r.student) for r in reports]
+    seen: dict[str, str] = {}
+    for report, name in zip(reports, names):
+        key = name.lower() if ignore_case else name
+        other = seen.setdefault(key, report.student)
+        if other != report.student or names.count(name) > 1:
+            raise ValueError(
+                f"students {other!r} and {report.student!r} would get the same report file "
+                f"({name}.md{', case ignored' if ignore_case else ''}): rename one of the two "
+                "folders")
     return names
+
+
+def _ignores_case(folder: Path) -> bool:
+    """True when the file system of ``folder`` takes ``A`` and ``a`` for the same name."""
+    probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".case-probe-A")
+    with probe:
+        name = Path(probe.name).name
+        return (folder / name.replace("-A", "-a", 1)).exists()
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -739,29 +885,30 @@ def _csv_text(rows: list[list]) -> str:
 
 
 def write_reports(reports: list[SubmissionReport], out_dir: str | Path) -> dict[str, Path]:
-    """Write ``grades.csv`` (one row per student: points per exercise, total, maximum),
+    """Write ``grades.csv`` (one row per student: points per exercise, total, maximum and a
+    note, empty unless the folder held no chapter notebook),
     ``grades_detail.csv`` (one row per student and exercise) and ``<student>.md``.
 
     Called once every worker has ended; each file is written to a temporary name and renamed
     (atomic). Cells that a spreadsheet would read as a formula are escaped
-    (:func:`csv_cell`); report names are unique (:func:`report_names`). Returns the paths
+    (:func:`csv_cell`); each student's report name is their name escaped, one-to-one
+    (:func:`report_name`: ``a b`` -> ``a%20b.md``, ``a_b`` -> ``a_b.md``). Returns the paths
     written, by name (``"grades.csv"``, ``"grades_detail.csv"`` and one per student).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ids = [g.exercise_id for g in reports[0].grades] if reports else []
     written: dict[str, Path] = {}
-    names = report_names(reports)
+    names = report_names(reports, ignore_case=_ignores_case(out_dir))
     for report, name in zip(reports, names):
         path = out_dir / f"{name}.md"
         _write_atomically(path, report.to_markdown() + "\n")
         written[report.student] = path
-    rows = [["student", *ids, "total", "max_points"]]
+    rows = [["student", *ids, "total", "max_points", "note"]]
     for report in reports:
         points = {g.exercise_id: g.points for g in report.grades}
-        rows.append(
-            [report.student, *(points.get(i, 0) for i in ids), report.points, report.max_points]
-        )
+        rows.append([report.student, *(points.get(i, 0) for i in ids), report.points,
+                     report.max_points, report.note])
     detail = [["student", "exercise", "status", "points", "max_points", "cases_passed",
                "cases_total"]]
     for report in reports:

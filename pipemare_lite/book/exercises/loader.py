@@ -39,7 +39,10 @@ def _python_source(cell_source: str) -> str:
     if cell_source.lstrip().startswith("%%"):
         return ""  # a cell magic: the whole cell is not Python
     lines = []
-    for line in cell_source.splitlines():
+    # "\n" only: str.splitlines also splits on \x0b, \x0c, \x1c-\x1e, \x85, \u2028 and
+    # \u2029, which Python's own parser leaves inside a line (a string literal holding one
+    # was cut in two, and what followed taken for a magic)
+    for line in cell_source.split("\n"):
         stripped = line.lstrip()
         is_magic = stripped.startswith(("%", "!"))
         lines.append(line[: len(line) - len(stripped)] + "pass" if is_magic else line)

@@ -89,7 +89,8 @@ def to_plain(value, _depth: int = 0, _budget: _Budget | None = None):
         if int(value).bit_length() > MAX_INT_BITS:
             return {"__huge_int__": 1 if value > 0 else -1, "bits": int(value).bit_length()}
         return int(value)
-    if isinstance(value, float):
+    if isinstance(value, float):  # numpy's float64 too: its repr is "np.float64(nan)"
+        value = float(value)
         return value if math.isfinite(value) else {"__float__": repr(value)}
     if isinstance(value, Fraction):
         return {"__fraction__": [value.numerator, value.denominator]}

@@ -24,7 +24,9 @@ and nothing else: not the repository (so not ``chapters/``, which holds the solu
 the grader's home, not the other students, not the reports. No network (a new network
 namespace), a new pid, IPC and UTS namespace, a minimal environment, ``/`` read-only. The
 worker starts as root *inside* the jail (with only CAP_SETUID, CAP_SETGID, CAP_CHOWN and
-CAP_KILL) and stays so, running no student code; each exercise runs in a process forked from
+CAP_KILL, :data:`WORKER_CAPABILITIES`: bubblewrap started by root keeps all capabilities
+unless told to drop them, so it is told, ``--cap-drop ALL``) and stays so, running no
+student code; each exercise runs in a process forked from
 it that drops for good, before any student code runs, to a uid and gid of its own
 (:func:`worker_uid`: no other process on the machine has it), and caps its memory, CPU time,
 file size and processes (:mod:`~pipemare_lite.book.exercises.worker`). A uid of its own
@@ -35,9 +37,12 @@ When the grader is not root, bubblewrap maps the grader's uid to 65534 in a new 
 namespace instead (same mounts); the kernel (5.14 and later) counts the process cap per
 user namespace and uid, so there too it counts this jail's processes only.
 
-The whole process tree dies with the worker: bubblewrap's init is pid 1 of the namespace,
-and when the worker exits (or the grader kills bubblewrap, ``--die-with-parent``), the
-kernel kills everything left in it, a double-forked daemon included.
+Rlimits are per process; the jail's memory as a whole is capped by a cgroup of its own
+where the machine allows one (:mod:`~pipemare_lite.book.exercises.memory_cgroup`: the
+grader starts this command inside it). The whole process tree dies with the worker:
+bubblewrap's init is pid 1 of the namespace, and when the worker exits (or the grader
+kills bubblewrap, ``--die-with-parent``), the kernel kills everything left in it, a
+double-forked daemon included.
 
 Bubblewrap is Debian's ``bubblewrap`` package (``apt-get install bubblewrap``; ``.ci/run``
 installs it). Without it :func:`sandbox_available` says why, and grading refuses untrusted
@@ -69,6 +74,9 @@ DISK_MB = 256
 #: The uid and gid student code runs as when the grader is not root (``nobody``, mapped in
 #: a user namespace of its own).
 SANDBOX_UID = 65534
+#: The only capabilities the worker holds in a jail started by root (bubblewrap drops the
+#: rest); an exercise's process, once it has taken the jail's uid, holds none.
+WORKER_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL")
 #: Where the uids of jails started by root begin (:func:`worker_uid`): far above any user's.
 JAIL_UID_BASE = 1_000_000_000
 _jails_started = itertools.count()
@@ -244,9 +252,12 @@ def _bwrap_prefix(bwrap: str, disk_mb: int, locked: Iterable[str] = ()) -> list[
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try"]
     if as_root:  # the worker drops to its own uid itself, after writing the notebooks
-        # (CAP_KILL: the worker, still root, ends what an exercise's process left behind)
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN",
-                 "--cap-add", "CAP_KILL"]
+        # (CAP_KILL: the worker, still root, ends what an exercise's process left behind).
+        # Started by root, bubblewrap keeps every capability unless told to drop them:
+        # --cap-add alone only adds to all of them
+        args += ["--cap-drop", "ALL"]
+        for capability in WORKER_CAPABILITIES:
+            args += ["--cap-add", capability]
     else:
         args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     mounts = _system_mounts() + _python_mounts() + _package_mounts() + _locked_mounts(locked)

@@ -26,7 +26,9 @@ off) followed by that exercise's cases. The worker
 3. in the exercise's process (:func:`_exercise_process`), before any student code: every
    file descriptor but its two pipes is closed (no report pipe, no job pipe), the uid is
    dropped for good to the jail's own, memory, CPU time, file sizes, open files and
-   processes are capped (:func:`resource.setrlimit`), and the engine functions answering
+   processes are capped (:func:`resource.setrlimit`; the jail's memory as a whole by its
+   cgroup where there is one, else by a tighter process cap: :data:`FALLBACK_PROCESSES`),
+   it is made the first the OOM killer ends, and the engine functions answering
    this exercise and every exercise not graded yet are replaced, for good, by ones that
    raise: a wrapper fails however it reaches the engine (a thread, a profiler switched off,
    a table precomputed while the notebook loads), and no copy of the original code is left
@@ -34,7 +36,9 @@ off) followed by that exercise's cases. The worker
    It loads the notebook with :func:`~pipemare_lite.book.exercises.loader.load_from_notebook`
    and runs the answer on its cases (:mod:`~pipemare_lite.book.exercises.evaluate`).
 
-The worker writes one JSON line per event to file descriptor FD: ``load``, ``warnings``,
+The worker writes one JSON line per event to file descriptor FD: ``ready`` (once, before any
+student code: the grader then sets the jail's memory cap and sends the first exercise),
+``load``, ``warnings``,
 ``start``, ``result`` (values as :mod:`~pipemare_lite.book.exercises.plain` JSON, never
 pickles), ``crashed`` (an exercise's process ended without a result: its exit code) and
 ``too big``. It never decides whether an answer is right; the grader trusts it only for what
@@ -82,8 +86,13 @@ def _no_check(*_args, **_kwargs) -> bool:
     return True
 
 
-#: Most processes (threads count) the student's code may have, beyond the worker's own.
+#: Most processes (threads count) the student's code may have, beyond the worker's own,
+#: where the jail has a memory cgroup (:mod:`~pipemare_lite.book.exercises.memory_cgroup`:
+#: its processes together are capped at ``--memory-mb``).
 PROCESSES = 64
+#: The same without a memory cgroup: each process has its own ``--memory-mb`` of address
+#: space, so the jail's total stays below ``FALLBACK_PROCESSES + 1`` times it.
+FALLBACK_PROCESSES = 8
 #: Most open files.
 OPEN_FILES = 256
 
@@ -99,7 +108,8 @@ def _processes_of_this_uid() -> int:
     return count
 
 
-def _limit(memory_bytes: int, cpu_seconds: int, sandboxed: bool = False) -> None:
+def _limit(memory_bytes: int, cpu_seconds: int, sandboxed: bool = False,
+           processes: int = PROCESSES) -> None:
     limits = [
         (resource.RLIMIT_AS, memory_bytes),
         (resource.RLIMIT_CPU, cpu_seconds),
@@ -108,7 +118,7 @@ def _limit(memory_bytes: int, cpu_seconds: int, sandboxed: bool = False) -> None
         (resource.RLIMIT_NOFILE, OPEN_FILES),
     ]
     if sandboxed:  # counted per real uid, this jail's own (or 65534 in its own user namespace)
-        limits.append((resource.RLIMIT_NPROC, _processes_of_this_uid() + PROCESSES))
+        limits.append((resource.RLIMIT_NPROC, _processes_of_this_uid() + processes))
     for limit, value in limits:
         if value:
             _soft, hard = resource.getrlimit(limit)
@@ -241,8 +251,11 @@ def _encoded(evaluation) -> dict:
 _FRAME = struct.Struct(">Q")
 #: Largest frame the worker reads (the notebooks travel in the first one).
 MAX_FRAME_BYTES = 1 << 30
-#: Most bytes one message of an exercise's process may have (a runaway answer is cut).
-MAX_EVENT_BYTES = 32 * 2**20
+#: Most bytes one message of an exercise's process may have: read as it streams in and
+#: refused past this ("too big"), never decoded. Every reference answer's results on the
+#: graded cases take under 6 KB of JSON; a 27 MB result line (the hostile pass's), read and
+#: decoded whole, took the grader to 1.25 GB.
+MAX_EVENT_BYTES = 2**20
 #: Most warnings (and characters each) an exercise's process sends of its notebook's load;
 #: the rest are counted, not sent.
 MAX_WARNINGS, MAX_WARNING_CHARS = 50, 500
@@ -311,6 +324,7 @@ def main(argv: list[str]) -> int:
     _warm_up_the_loader()
     _hide_definitions()
     _not_traceable()
+    _send(report, {"event": "ready"})  # no student code yet: the grader sets the memory cap
     while True:
         header = _read_frame(0)
         if header is None:
@@ -463,6 +477,17 @@ def _only_these_files(keep: set[int]) -> None:
                 pass
 
 
+def _first_to_go() -> None:
+    """This process and all it starts are the first the kernel's OOM killer ends when the
+    jail reaches its memory cap (raising one's own score needs no privilege), never the
+    worker."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")
+    except OSError:
+        pass
+
+
 def _exercise_process(task: dict, path: Path, result_w: int, cases_r: int, job: dict,
                       sandboxed: bool) -> None:
     """One exercise, in a process of its own that holds only what the exercise needs.
@@ -479,11 +504,13 @@ def _exercise_process(task: dict, path: Path, result_w: int, cases_r: int, job: 
     from pipemare_lite.book.exercises.loader import load_from_notebook
 
     _only_these_files({result_w, cases_r})
+    _first_to_go()
     # the watcher of rule 3 needs the code objects' fingerprints before they are switched off
     codes = _CodePrints(evaluate.forbidden_codes(task["engine_answers"]))
     if sandboxed:
         _drop_privileges(job.get("uid"))
-    _limit(job["memory_bytes"], job["cpu_seconds"], sandboxed)
+    _limit(job["memory_bytes"], job["cpu_seconds"], sandboxed,
+           PROCESSES if job.get("memory_cgroup") else FALLBACK_PROCESSES)
     _switch_off(set(task["off"]) | set(task["engine_answers"]))
     out = os.fdopen(result_w, "w", encoding="utf-8")
     with warnings.catch_warnings(record=True) as caught:
@@ -601,7 +628,7 @@ def _preload(notebooks: Iterable[bytes], needs_torch: bool, answers: Iterable[st
             source = cell.get("source", "")
             source = "".join(source) if isinstance(source, list) else str(source)
             try:
-                lines = source.splitlines()
+                lines = source.split("\n")  # as the loader does (not str.splitlines)
                 tree = ast.parse("\n".join(
                     line for line in lines if not line.lstrip().startswith(("%", "!"))))
             except (SyntaxError, ValueError):
