@@ -126,6 +126,22 @@ def test_ex02_3_floats_that_round_twice_fail_and_the_text_says_which():
     assert "how floats round 0.1" not in statement and "round twice" in statement
 
 
+def solved_by_division(P, target):
+    """The reader's second pass: M > (P-1)/t - (P-1), in floats (it passed 10 of 10 cases)."""
+    return math.floor((P - 1) / target - (P - 1)) + 1
+
+
+def test_ex02_3_the_inequality_solved_by_division_fails_where_floats_round():
+    # the text says solving for M in floats fails: a case now shows it for this form too
+    assert 7 / 0.07 < 100 and Fraction(7, 93 + 7) == Fraction("0.07")
+    assert {"P": 8, "target": 0.07} in EXERCISES["ex02_3"].cases()
+    result = run_checks("ex02_3", solved_by_division)
+    assert result.status == "failed" and "99.99999999999999" in result.message, result.message
+    message = run_checks("ex02_3", one_minus_utilization).message
+    assert "rounds twice" in message, message  # named too, not only rejected
+    assert run_checks("ex02_3", plain_float_loop).passed
+
+
 # --- ex01_2, ex06_3, ex11_2: a step the text has not taken ------------------------------------
 
 
