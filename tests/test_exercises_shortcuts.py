@@ -200,3 +200,22 @@ def test_ex03_1_backward_first_steady_state_is_named_as_such():
     message = run_checks("ex03_1", backward_first).message
     assert "steady state runs the backward before" in message, message
     assert run_checks("ex03_1", one_f_one_b_order).passed
+
+
+# --- ex11_1: the update's spelling (second pass) ----------------------------------------------
+
+
+def test_ex11_1_statement_spells_the_update_and_a_bare_u0_is_named():
+    from tests.test_exercises_chapters import gpipe_comm_rows
+
+    notebook = nbformat.read("chapters/11_real_processes.ipynb", as_version=4)
+    statement = next(c.source for c in notebook.cells
+                     if "Write `gpipe_comm_rows" in c.source)
+    assert "`0U0` on rank 0" in statement and "then `U0`" not in statement
+
+    def bare_update(P, N):  # the statement's old "then `U0`", taken literally
+        return [row[:-1] + ["U0"] for row in gpipe_comm_rows(P, N)]
+
+    result = run_checks("ex11_1", bare_update)
+    assert result.status == "failed" and "stage first" in result.message, result.message
+    assert run_checks("ex11_1", gpipe_comm_rows).passed
