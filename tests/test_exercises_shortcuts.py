@@ -219,3 +219,43 @@ def test_ex11_1_statement_spells_the_update_and_a_bare_u0_is_named():
     result = run_checks("ex11_1", bare_update)
     assert result.status == "failed" and "stage first" in result.message, result.message
     assert run_checks("ex11_1", gpipe_comm_rows).passed
+
+
+# --- ex08_2: reaching the bound counts (second pass) ------------------------------------------
+
+
+def test_ex08_2_strictly_past_the_bound_is_named():
+    from pipemare_lite.analysis.stage_lr import rescheduling_factor
+    from pipemare_lite.analysis.theory import stability_bound
+    from tests.test_exercises_chapters import first_update_outside
+
+    def strictly_past(lr, lam, tau, horizon):  # ">" where the statement says reaching counts
+        return next((k for k in range(horizon + 1)
+                     if lr * rescheduling_factor(k, tau, horizon) * lam > stability_bound(tau)),
+                    None)
+
+    result = run_checks("ex08_2", strictly_past)
+    assert result.status == "failed" and "reaching it counts" in result.message, result.message
+    assert run_checks("ex08_2", first_update_outside).passed
+
+
+# --- ex10_1, ex04_2: feedback that points at the mistake (second pass) ------------------------
+
+
+def test_ex10_1_2bw_without_the_last_stages_copy_is_named():
+    from tests.test_exercises_chapters import weight_memory_by_kind
+
+    def two_bw_not_last(method, param_bytes, num_microbatches, optimizer):
+        answer = weight_memory_by_kind(method, param_bytes, num_microbatches, optimizer)
+        if method == "2bw":  # the reader's reasoning: the last stage's backward follows at once
+            answer["stash"] -= param_bytes[-1]
+        return answer
+
+    result = run_checks("ex10_1", two_bw_not_last)
+    assert result.status == "failed" and "last included" in result.message, result.message
+    assert run_checks("ex10_1", weight_memory_by_kind).passed
+
+
+def test_ex04_2_an_answer_without_v_is_told_so():
+    message = run_checks("ex04_2", lambda P, M, v: (P - 1) / (M + P - 1)).message
+    assert "does not depend on v" in message and "v changes nothing" not in message
