@@ -259,3 +259,19 @@ def test_ex10_1_2bw_without_the_last_stages_copy_is_named():
 def test_ex04_2_an_answer_without_v_is_told_so():
     message = run_checks("ex04_2", lambda P, M, v: (P - 1) / (M + P - 1)).message
     assert "does not depend on v" in message and "v changes nothing" not in message
+
+
+def test_ex03_1_newest_backward_first_is_named():
+    def newest_first(P, M):  # a second-pass reader's wrong steady state: last in, first out
+        rows = []
+        for r in range(P):
+            warmup = min(P - 1 - r, M)
+            row, in_flight = [f"{r}F{m}" for m in range(warmup)], list(range(warmup))
+            for m in range(warmup, M):
+                in_flight.append(m)
+                row += [f"{r}F{m}", f"{r}B{in_flight.pop()}"]
+            rows.append(row + [f"{r}B{m}" for m in in_flight])
+        return rows
+
+    result = run_checks("ex03_1", newest_first)
+    assert result.status == "failed" and "newest microbatch" in result.message, result.message
