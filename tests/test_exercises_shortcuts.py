@@ -275,3 +275,18 @@ def test_ex03_1_newest_backward_first_is_named():
 
     result = run_checks("ex03_1", newest_first)
     assert result.status == "failed" and "newest microbatch" in result.message, result.message
+
+
+# --- ex05_1: feedback that says which saved tensor was missed (second pass) -------------------
+
+
+def test_ex05_1_hooks_that_miss_views_are_told_so():
+    def parameters_only(params, weights):  # a second-pass reader's wrong answer
+        index = {id(p): i for i, p in enumerate(params)}
+        return ((lambda t: ("p", index[id(t)]) if id(t) in index else t),
+                (lambda x: weights[x[1]] if isinstance(x, tuple) else x))
+
+    result = run_checks("ex05_1", parameters_only)
+    assert result.status == "failed" and "not a view of one" in result.message, result.message
+    result = run_checks("ex05_1", lambda params, weights: ((lambda t: t), (lambda t: t)))
+    assert result.status == "failed" and "nothing reads" in result.message, result.message
