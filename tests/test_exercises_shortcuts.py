@@ -126,6 +126,22 @@ def test_ex02_3_floats_that_round_twice_fail_and_the_text_says_which():
     assert "how floats round 0.1" not in statement and "round twice" in statement
 
 
+def solved_by_division(P, target):
+    """The reader's second pass: M > (P-1)/t - (P-1), in floats (it passed 10 of 10 cases)."""
+    return math.floor((P - 1) / target - (P - 1)) + 1
+
+
+def test_ex02_3_the_inequality_solved_by_division_fails_where_floats_round():
+    # the text says solving for M in floats fails: a case now shows it for this form too
+    assert 7 / 0.07 < 100 and Fraction(7, 93 + 7) == Fraction("0.07")
+    assert {"P": 8, "target": 0.07} in EXERCISES["ex02_3"].cases()
+    result = run_checks("ex02_3", solved_by_division)
+    assert result.status == "failed" and "99.99999999999999" in result.message, result.message
+    message = run_checks("ex02_3", one_minus_utilization).message
+    assert "rounds twice" in message, message  # named too, not only rejected
+    assert run_checks("ex02_3", plain_float_loop).passed
+
+
 # --- ex01_2, ex06_3, ex11_2: a step the text has not taken ------------------------------------
 
 
@@ -184,3 +200,93 @@ def test_ex03_1_backward_first_steady_state_is_named_as_such():
     message = run_checks("ex03_1", backward_first).message
     assert "steady state runs the backward before" in message, message
     assert run_checks("ex03_1", one_f_one_b_order).passed
+
+
+# --- ex11_1: the update's spelling (second pass) ----------------------------------------------
+
+
+def test_ex11_1_statement_spells_the_update_and_a_bare_u0_is_named():
+    from tests.test_exercises_chapters import gpipe_comm_rows
+
+    notebook = nbformat.read("chapters/11_real_processes.ipynb", as_version=4)
+    statement = next(c.source for c in notebook.cells
+                     if "Write `gpipe_comm_rows" in c.source)
+    assert "`0U0` on rank 0" in statement and "then `U0`" not in statement
+
+    def bare_update(P, N):  # the statement's old "then `U0`", taken literally
+        return [row[:-1] + ["U0"] for row in gpipe_comm_rows(P, N)]
+
+    result = run_checks("ex11_1", bare_update)
+    assert result.status == "failed" and "stage first" in result.message, result.message
+    assert run_checks("ex11_1", gpipe_comm_rows).passed
+
+
+# --- ex08_2: reaching the bound counts (second pass) ------------------------------------------
+
+
+def test_ex08_2_strictly_past_the_bound_is_named():
+    from pipemare_lite.analysis.stage_lr import rescheduling_factor
+    from pipemare_lite.analysis.theory import stability_bound
+    from tests.test_exercises_chapters import first_update_outside
+
+    def strictly_past(lr, lam, tau, horizon):  # ">" where the statement says reaching counts
+        return next((k for k in range(horizon + 1)
+                     if lr * rescheduling_factor(k, tau, horizon) * lam > stability_bound(tau)),
+                    None)
+
+    result = run_checks("ex08_2", strictly_past)
+    assert result.status == "failed" and "reaching it counts" in result.message, result.message
+    assert run_checks("ex08_2", first_update_outside).passed
+
+
+# --- ex10_1, ex04_2: feedback that points at the mistake (second pass) ------------------------
+
+
+def test_ex10_1_2bw_without_the_last_stages_copy_is_named():
+    from tests.test_exercises_chapters import weight_memory_by_kind
+
+    def two_bw_not_last(method, param_bytes, num_microbatches, optimizer):
+        answer = weight_memory_by_kind(method, param_bytes, num_microbatches, optimizer)
+        if method == "2bw":  # the reader's reasoning: the last stage's backward follows at once
+            answer["stash"] -= param_bytes[-1]
+        return answer
+
+    result = run_checks("ex10_1", two_bw_not_last)
+    assert result.status == "failed" and "last included" in result.message, result.message
+    assert run_checks("ex10_1", weight_memory_by_kind).passed
+
+
+def test_ex04_2_an_answer_without_v_is_told_so():
+    message = run_checks("ex04_2", lambda P, M, v: (P - 1) / (M + P - 1)).message
+    assert "does not depend on v" in message and "v changes nothing" not in message
+
+
+def test_ex03_1_newest_backward_first_is_named():
+    def newest_first(P, M):  # a second-pass reader's wrong steady state: last in, first out
+        rows = []
+        for r in range(P):
+            warmup = min(P - 1 - r, M)
+            row, in_flight = [f"{r}F{m}" for m in range(warmup)], list(range(warmup))
+            for m in range(warmup, M):
+                in_flight.append(m)
+                row += [f"{r}F{m}", f"{r}B{in_flight.pop()}"]
+            rows.append(row + [f"{r}B{m}" for m in in_flight])
+        return rows
+
+    result = run_checks("ex03_1", newest_first)
+    assert result.status == "failed" and "newest microbatch" in result.message, result.message
+
+
+# --- ex05_1: feedback that says which saved tensor was missed (second pass) -------------------
+
+
+def test_ex05_1_hooks_that_miss_views_are_told_so():
+    def parameters_only(params, weights):  # a second-pass reader's wrong answer
+        index = {id(p): i for i, p in enumerate(params)}
+        return ((lambda t: ("p", index[id(t)]) if id(t) in index else t),
+                (lambda x: weights[x[1]] if isinstance(x, tuple) else x))
+
+    result = run_checks("ex05_1", parameters_only)
+    assert result.status == "failed" and "not a view of one" in result.message, result.message
+    result = run_checks("ex05_1", lambda params, weights: ((lambda t: t), (lambda t: t)))
+    assert result.status == "failed" and "nothing reads" in result.message, result.message

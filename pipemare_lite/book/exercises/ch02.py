@@ -14,7 +14,9 @@
   whenever the fraction equals the decimal (and at these sizes they never meet otherwise).
   What floats get wrong is arithmetic that rounds twice: the closed form
   ``M > (P-1)(1-t)/t`` or one minus the utilization land on the wrong side of the first case
-  (P = 8, 10 %: 63 instead of 64), and the check names that mistake.
+  (P = 8, 10 %: 63 instead of 64), and the check names that mistake. So does
+  ``M > (P-1)/t - (P-1)``, right at 10 % but one short at (8, 7 %), a case of its own since
+  a reader's answer of that form passed every other one.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ def _stage_and_microbatch_counts(seed: int) -> list[dict]:
 
 def _threshold_cases(seed: int) -> list[dict]:
     # (8, 0.1), (4, 0.2), (3, 0.5): some M gives exactly the target (7/70, 3/15, 2/4), so
-    # "below" must be strict and exact; P = 1 never idles
-    fixed = [(8, 0.1), (4, 0.2), (3, 0.5), (16, 0.25), (1, 0.5), (6, 0.05)]
+    # "below" must be strict and exact; P = 1 never idles; (8, 0.07): 7 / 0.07 rounds to
+    # just under 100, so the inequality solved as M > (P-1)/t - (P-1) lands one short
+    # (a reader's answer that passed every other case, issue 45's second pass)
+    fixed = [(8, 0.1), (4, 0.2), (3, 0.5), (16, 0.25), (1, 0.5), (6, 0.05), (8, 0.07)]
     rng = random.Random(seed)
     drawn = [(rng.randint(2, 12), rng.choice([0.05, 0.1, 0.15, 0.2, 0.3, 0.4])) for _ in range(4)]
     return [{"P": P, "target": target} for P, target in fixed + drawn]
@@ -74,6 +78,21 @@ def _solved_in_floats(P: int, target: float) -> int:
     import math
 
     return max(1, math.floor((P - 1) * (1 - target) / target) + 1)
+
+
+def _solved_by_division(P: int, target: float) -> int:
+    """A known mistake: M > (P-1)/t - (P-1) solved in floats (7 / 0.07 is just under 100)."""
+    import math
+
+    return max(1, math.floor((P - 1) / target - (P - 1)) + 1)
+
+
+def _one_minus_utilization(P: int, target: float) -> int:
+    """A known mistake: 1 - M/(M+P-1) < target in floats (the subtraction rounds again)."""
+    M = 1
+    while not 1 - M / (M + P - 1) < target:
+        M += 1
+    return M
 
 
 def _bubble_ratio_below(P: int, target: float) -> int:
@@ -201,6 +220,19 @@ EXERCISES = [
                 "that rounds twice (the solved inequality, or 1 minus the utilization; the "
                 "float 1 - 0.9 is not 0.1) landed just past it; compare exactly",
                 _solved_in_floats,
+            ),
+            Mistake(
+                "your M is one too small on a case exactly on the boundary: the inequality "
+                "solved for M in floats, (P-1)/target - (P-1), rounds the division before the "
+                "floor (7 / 0.07 is 99.99999999999999 in floats); compare the idle fraction "
+                "itself with the target, or compare exactly",
+                _solved_by_division,
+            ),
+            Mistake(
+                "your M is one too small on a case exactly on the boundary: a float formula "
+                "that rounds twice (the solved inequality, or 1 minus the utilization; the "
+                "float 1 - 0.9 is not 0.1) landed just past it; compare exactly",
+                _one_minus_utilization,
             ),
             Mistake(
                 "this solves (P-1)/M < target, the bubble ratio (idle / busy); the exercise "

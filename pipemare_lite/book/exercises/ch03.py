@@ -36,6 +36,19 @@ def _one_f_one_b_rows(P: int, M: int, warmup_of) -> list[list[str]]:
     return rows
 
 
+def _newest_first_rows(P: int, M: int) -> list[list[str]]:
+    """Known mistake: the steady state runs the backward of the newest microbatch in flight."""
+    rows = []
+    for r in range(P):
+        warmup = min(P - 1 - r, M)
+        row, in_flight = [f"{r}F{m}" for m in range(warmup)], list(range(warmup))
+        for m in range(warmup, M):
+            in_flight.append(m)
+            row += [f"{r}F{m}", f"{r}B{in_flight.pop()}"]
+        rows.append(row + [f"{r}B{m}" for m in in_flight])  # the cool-down, oldest first
+    return rows
+
+
 def _gpipe_rows(P: int, M: int) -> list[list[str]]:
     return [[f"{r}F{m}" for m in range(M)] + [f"{r}B{m}" for m in range(M)] for r in range(P)]
 
@@ -71,6 +84,9 @@ EXERCISES = [
                     "warm-up is one forward short, or the steady state runs the backward before "
                     "the next forward (each pair is the forward first, then the oldest backward)",
                     lambda P, M: _one_f_one_b_rows(P, M, lambda P_, M_, r: P_ - 2 - r)),
+            Mistake("your steady state runs the backward of the newest microbatch in flight; "
+                    "1F1B's runs the oldest (the one whose forward ran first)",
+                    _newest_first_rows),
         ),
         engine_answers=(
             "pipemare_lite.schedules.builders.one_f_one_b.one_f_one_b",

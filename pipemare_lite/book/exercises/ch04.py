@@ -168,7 +168,7 @@ EXERCISES = [
         ).idle_fraction,
         compare=compare_float,
         mistakes=(
-            Mistake("this is plain 1F1B's idle fraction: v changes nothing in it",
+            Mistake("your answer does not depend on v: this is plain 1F1B's idle fraction",
                     lambda P, M, v: (P - 1) / (M + P - 1)),
             Mistake("this is the bubble ratio (idle / busy), not the idle fraction",
                     lambda P, M, v: (P - 1) / (v * M)),

@@ -117,6 +117,24 @@ def _long_run_minibatches(P: int, N: int) -> int:
     return math.ceil(2 * P / N) + 2
 
 
+def _parameters_but_not_views(params, weights):
+    """Known mistake: pack recognizes a parameter itself, not a view of one (weight.t())."""
+    index = {id(p): i for i, p in enumerate(params)}
+
+    def pack(t):
+        return ("param", index[id(t)]) if id(t) in index else t
+
+    def unpack(packed):
+        return weights[packed[1]] if isinstance(packed, tuple) else packed
+
+    return pack, unpack
+
+
+def _saved_unchanged(params, weights):
+    """Known mistake: hooks that hand back what the forward saved (the live parameters)."""
+    return (lambda t: t), (lambda t: t)
+
+
 EXERCISES = [
     Exercise(
         id="ex05_1",
@@ -160,6 +178,14 @@ EXERCISES = [
         ),
         harness="pipemare_lite.book.exercises.harness.gradients_with_hooks",
         case_text=_hook_case_text,
+        mistakes=(
+            Mistake("your pack recognizes a parameter but not a view of one: Linear saves its "
+                    "weight transposed (a view whose ._base is the parameter), so there the "
+                    "backward still reads the live weight", _parameters_but_not_views),
+            Mistake("your hooks hand the backward what the forward saved, the live "
+                    "parameters: right only when weights are the live ones; nothing reads "
+                    "weights[i]", _saved_unchanged),
+        ),
     ),
     Exercise(
         id="ex05_2",

@@ -53,10 +53,13 @@ def _linear(update, tau, horizon):
     return 1.0 / tau + (1.0 - 1.0 / tau) * done
 
 
-def _first_with(bound_of, factor_of):
+def _first_with(bound_of, factor_of, reaching_counts: bool = True):
     def answer(lr, lam, tau, horizon):
+        def outside(step):
+            return step >= bound_of(tau) if reaching_counts else step > bound_of(tau)
+
         return next((k for k in range(horizon + 1)
-                     if lr * lam * factor_of(k, tau, horizon) >= bound_of(tau)), None)
+                     if outside(lr * lam * factor_of(k, tau, horizon))), None)
 
     return answer
 
@@ -68,6 +71,7 @@ def _factor(update, tau, horizon):
 _approximate_bound = _first_with(lambda tau: math.pi / (2 * tau + 1), _factor)
 _without_t1 = _first_with(_bound, lambda update, tau, horizon: 1.0)
 _undelayed_bound = _first_with(lambda tau: _bound(0), _factor)
+_strictly_past = _first_with(_bound, _factor, reaching_counts=False)  # a second-pass reader's
 
 
 def _factor_cases() -> list[dict]:
@@ -162,6 +166,8 @@ EXERCISES = [
             Mistake("this ignores T1: the step is lr times T1's factor, not lr", _without_t1),
             Mistake("this uses the bound of a stage without delay; the stage's own delay tau "
                     "sets its bound", _undelayed_bound),
+            Mistake("this waits for the step to pass the bound; reaching it counts (a step "
+                    "exactly on the bound is not stable), so compare with >=", _strictly_past),
         ),
         engine_answers=_UNSTABLE_ANSWERS,
     ),

@@ -60,6 +60,17 @@ def _stash_per_microbatch(method, param_bytes, N):
     return _stash_per_update(method, param_bytes, N)
 
 
+def _stash_2bw_not_last(method, param_bytes, N):
+    """Known mistake: 2BW's copy left off the last stage (its backward follows its forward)."""
+    if method == "2bw":
+        return sum(param_bytes[:-1])
+    return _stash_per_update(method, param_bytes, N)
+
+
+def _2bw_not_last(method, param_bytes, N, optimizer):
+    return _by_kind(method, param_bytes, N, optimizer, _stash_2bw_not_last)
+
+
 def _no_t2(method, param_bytes, N, optimizer):
     return _by_kind(method, param_bytes, N, optimizer, _stash_per_update, t2=False)
 
@@ -200,6 +211,8 @@ EXERCISES = [
                     _no_t2),
             Mistake("this treats every stage as the average stage: the stash depends on WHERE "
                     "the weights sit", _equal_stages),
+            Mistake("this leaves 2BW's previous version off the last stage: 2BW keeps its two "
+                    "versions on every stage, the last included (chapter 05)", _2bw_not_last),
         ),
         engine_answers=_WEIGHT_ANSWERS,
     ),

@@ -27,7 +27,7 @@ _ROWS_ANSWERS = (_ROWS + "comm_rows", _ROWS + "comm_row", _ROWS + "comm_row_stri
 _UTILIZATION_ANSWERS = ("pipemare_lite.analysis.simulate.metrics",)
 
 
-def _gpipe_rows_with(recv_after: bool = False, edges: bool = True):
+def _gpipe_rows_with(recv_after: bool = False, edges: bool = True, bare_update: bool = False):
     """GPipe's comm rows, optionally with a known mistake."""
     def rows(P, N):
         out = []
@@ -44,7 +44,7 @@ def _gpipe_rows_with(recv_after: bool = False, edges: bool = True):
                         [recv, action] if needs else [action])
                     if sends:
                         row.append(f"{r}SEND_{phase}{m}")
-            out.append(row + [f"{r}U0"])
+            out.append(row + ["U0" if bare_update else f"{r}U0"])
         return out
 
     return rows
@@ -52,6 +52,7 @@ def _gpipe_rows_with(recv_after: bool = False, edges: bool = True):
 
 _receive_after = _gpipe_rows_with(recv_after=True)
 _no_edges = _gpipe_rows_with(edges=False)
+_bare_update = _gpipe_rows_with(bare_update=True)  # a second-pass reader's first answer
 
 
 def _busy(entries) -> float:
@@ -135,6 +136,8 @@ EXERCISES = [
                     "would run on an empty buffer", _receive_after),
             Mistake("the first rank receives no activation and the last no gradient; nothing "
                     "leaves the ends of the pipeline", _no_edges),
+            Mistake("the update is an action of a stage like the others: it is written with "
+                    "its stage first, as in chapter 05's rows ('0U0' on rank 0)", _bare_update),
         ),
         engine_answers=_ROWS_ANSWERS,
     ),

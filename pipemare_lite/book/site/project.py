@@ -164,6 +164,7 @@ copyright = "pipemare-lite contributors"
 extensions = ["myst_nb"]
 exclude_patterns = ["_static", "_extra", "**/.ipynb_checkpoints"]
 nb_execution_mode = "off"  # the book build has run every notebook
+nb_merge_streams = True  # a cell's prints are one block, however the kernel flushed them
 myst_enable_extensions = ["dollarmath"]
 myst_heading_anchors = 3
 myst_update_mathjax = False
