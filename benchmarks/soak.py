@@ -9,10 +9,11 @@ stages, an MLP on the digits, checkpoints every ``--checkpoint-every`` steps) st
 - ``local-ref`` and ``dist-ref``: the same command, never interrupted.
 
 All four ask for the same length (``--epochs``, more than an hour can train). At
-``--minutes`` the references are stopped; each soak run then trains on until its checkpoint
-reaches the step of its reference's last checkpoint, and the two checkpoints are compared
-bitwise (the executor's state: every weight and optimizer tensor and what is in flight; the
-history's per-step losses; the random states, reported apart), and the streamed per-step losses too
+``--minutes`` all four are stopped (SIGKILL); each reference's checkpoints were copied as
+they were written, and the soak run's last checkpoint is compared bitwise with the
+reference's of the same step (the executor's state: every weight and optimizer tensor and
+what is in flight; the history's per-step losses; the random states, reported apart), and
+the streamed per-step losses too
 (``--jsonl``: a resumed run re-trains the steps after its last checkpoint; the last line
 of each step is compared). The RSS of each run's process tree (a distributed run: the
 launcher, its fork server and both ranks) is sampled every ``--sample-every`` seconds; the
@@ -70,7 +71,9 @@ class Run:
     def command(self, resume: bool) -> list[str]:
         """The command line of this run (``--resume`` after a kill)."""
         return [sys.executable, "-m", "pipemare_lite", *TRAIN, "--epochs",
-                str(self.args.epochs), "--executor", self.executor, "--checkpoint",
+                str(self.args.epochs), "--executor", self.executor,
+                *(["--op-timeout", str(self.args.op_timeout)] if self.executor == "dist" else []),
+                "--checkpoint",
                 str(self.checkpoint), "--checkpoint-every", str(self.args.checkpoint_every),
                 "--jsonl", str(self.jsonl)] + (["--resume"] if resume else [])
 
@@ -116,10 +119,25 @@ class Run:
         survivors = [p.pid for p in members if alive(p)]
         self.kills.append({"t_min": round((time.time() - t0) / 60, 2),
                            "last_streamed_step": last_step(self.jsonl),
-                           "checkpoint_step": checkpoint_step(self.checkpoint),
                            "processes_killed": len(members), "survivors": survivors})
         self.phase += 1
         log(f"{self.name}: SIGKILL at {self.kills[-1]}")
+
+    def keep_checkpoint(self, folder: Path, keep: int) -> None:
+        """Copy the checkpoint when it changed (the last ``keep`` copies kept): a reference
+        runs ahead, and its state at the soak run's last step is compared at the end. No
+        torch here: the watcher stays light under a loaded machine."""
+        try:
+            mtime = self.checkpoint.stat().st_mtime_ns
+        except OSError:
+            return
+        if mtime == getattr(self, "_kept", None):
+            return
+        self._kept = mtime
+        folder.mkdir(exist_ok=True)
+        shutil.copyfile(self.checkpoint, folder / f"{mtime}.pt")
+        for old in sorted(folder.glob("*.pt"), key=lambda f: int(f.stem))[:-keep]:
+            old.unlink()
 
     def phases(self) -> list[dict]:
         """Min and max RSS (MB) of each phase."""
@@ -210,33 +228,24 @@ def compare(ref_file: Path, soak_file: Path) -> dict:
 
 
 def finish_pair(ref: Run, soak: Run, t0: float, folder: Path) -> dict:
-    """Stop the reference, let the soak run reach its last checkpoint's step, compare."""
-    if ref.proc.poll() is None:
-        ref.kill(t0)
-    target = checkpoint_step(ref.checkpoint)
-    log(f"{ref.name} stopped; its last checkpoint is at step {target}")
-    snapshot, seen = folder / f"{soak.name}-at-{target}.pt", None
-    while True:
-        mtime = soak.checkpoint.stat().st_mtime_ns if soak.checkpoint.exists() else None
-        if mtime != seen:
-            seen = mtime
-            step = checkpoint_step(soak.checkpoint)
-            if step is not None and step >= target:
-                shutil.copyfile(soak.checkpoint, snapshot)
-                break
-        if soak.proc.poll() is not None:  # it finished (or failed): its file is final
-            step = checkpoint_step(soak.checkpoint)
-            shutil.copyfile(soak.checkpoint, snapshot)
-            break
-        time.sleep(0.05)
-    if soak.proc.poll() is None:
-        soak.sample(t0)
-        soak.kill(t0)
-    result = compare(ref.checkpoint, snapshot)
+    """Stop both runs; compare the soak run's last checkpoint with the reference's at the
+    same step (one of the reference's kept copies)."""
+    for run in (soak, ref):
+        if run.proc.poll() is None:
+            run.kill(t0)
+    ref.keep_checkpoint(folder / f"{ref.name}-kept", 10**6)
+    target = checkpoint_step(soak.checkpoint)
+    match = None
+    for kept in sorted((folder / f"{ref.name}-kept").glob("*.pt"), key=lambda f: int(f.stem)):
+        if checkpoint_step(kept) == target:
+            match = kept
+    if match is None:
+        return {"step": [None, target], "error": "no kept reference checkpoint at that step"}
+    result = compare(match, soak.checkpoint)
     ref_losses, soak_losses = streamed_losses(ref.jsonl), streamed_losses(soak.jsonl)
-    steps = range(1, target + 1)
     result["streamed_losses_equal"] = all(
-        ref_losses.get(k) is not None and ref_losses.get(k) == soak_losses.get(k) for k in steps)
+        ref_losses.get(k) is not None and ref_losses.get(k) == soak_losses.get(k)
+        for k in range(1, target + 1))
     log(f"{soak.name} vs {ref.name} at step {target}: {result}")
     return result
 
@@ -252,6 +261,12 @@ def main(argv=None) -> int:
                         help="the length every run asks for (default: 10,000, 50,000 steps)")
     parser.add_argument("--checkpoint-every", type=int, default=50)
     parser.add_argument("--sample-every", type=float, default=60.0, help="seconds")
+    parser.add_argument("--op-timeout", type=float, default=1800.0,
+                        help="the distributed runs' --op-timeout: on a loaded machine a "
+                        "starved rank is not a hung one (default: 1800 s; the engine's 120 s "
+                        "stopped both distributed runs of a first attempt)")
+    parser.add_argument("--keep", type=int, default=40,
+                        help="copies of each reference's checkpoint kept (default: 40)")
     parser.add_argument("--folder", default="/tmp/pipemare-soak")
     parser.add_argument("--out", default=None, help="summary JSON")
     args = parser.parse_args(argv)
@@ -266,7 +281,7 @@ def main(argv=None) -> int:
     for run in runs.values():
         run.start(t0)
     next_sample, kills_done = t0, 0
-    failures = []
+    failures, failed = [], set()
     while time.time() - t0 < args.minutes * 60:
         now = time.time()
         if now >= next_sample:
@@ -276,20 +291,27 @@ def main(argv=None) -> int:
             log("rss MB: " + ", ".join(f"{r.name} {r.samples[-1]['rss_mb']}" for r in
                                       runs.values() if r.samples))
         if kills_done < len(kill_at) and now - t0 >= kill_at[kills_done]:
-            for name in ("local-soak", "dist-soak"):
-                runs[name].kill(t0)
-                runs[name].start(t0, resume=True)
+            for mode in ("local", "dist"):
+                if mode not in failed:
+                    runs[f"{mode}-soak"].kill(t0)
+                    runs[f"{mode}-soak"].start(t0, resume=True)
             kills_done += 1
-        for run in runs.values():
-            if run.proc.poll() is not None and run.proc.returncode != 0:
-                failures.append(f"{run.name} exited {run.proc.returncode}")
-        if failures:
-            log(f"stopping: {failures}")
+        for mode in ("local", "dist"):
+            if mode in failed:
+                continue
+            runs[f"{mode}-ref"].keep_checkpoint(folder / f"{mode}-ref-kept", args.keep)
+            for run in (runs[f"{mode}-ref"], runs[f"{mode}-soak"]):
+                if run.proc.poll() is not None and run.proc.returncode != 0:
+                    failures.append(f"{run.name} exited {run.proc.returncode} at "
+                                    f"{(time.time() - t0) / 60:.1f} min")
+                    failed.add(mode)
+                    log(f"{mode} pair stopped: {failures[-1]}")
+        if len(failed) == 2:
             break
         time.sleep(1.0)
     results = {}
-    if not failures:
-        for mode in ("local", "dist"):
+    for mode in ("local", "dist"):
+        if mode not in failed:
             results[mode] = finish_pair(runs[f"{mode}-ref"], runs[f"{mode}-soak"], t0, folder)
     for run in runs.values():  # nothing left behind
         if run.proc.poll() is None:
@@ -314,9 +336,9 @@ def main(argv=None) -> int:
         Path(args.out).write_text(text + "\n")
     log("summary: " + json.dumps({k: summary[k] for k in ("wall_minutes", "failures",
                                                         "comparisons")}))
-    ok = not failures and all(
-        r["step"][0] == r["step"][1] and r["training_state_equal"] and r["losses_equal"]
-        and r["streamed_losses_equal"] for r in results.values())
+    ok = not failures and len(results) == 2 and all(
+        "error" not in r and r["step"][0] == r["step"][1] and r["training_state_equal"]
+        and r["losses_equal"] and r["streamed_losses_equal"] for r in results.values())
     return 0 if ok else 1
 
 
