@@ -149,3 +149,8 @@ def fit_at_every_recording_level(info, methods) -> dict:
             weights = [t.detach().clone() for t in model.state_dict().values()]
             found[(method, level)] = (history.to_dict(), weights)
     return found
+
+
+def rendezvous_port(info) -> tuple[str, str]:
+    """The address and port this rank's process group met on (``MASTER_ADDR``/``PORT``)."""
+    return os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]

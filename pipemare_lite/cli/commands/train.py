@@ -196,7 +196,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--op-timeout", type=float, default=120.0, metavar="SECONDS",
                         help="--executor dist: seconds any single wait on a message or on "
                         "the ranks' meeting between two steps may take before the run stops; "
-                        "a rank that hangs is then named within this + 0.3 s")
+                        "a rank that hangs is then named within this + 0.3 s; a rank whose "
+                        "process is stopped (SIGSTOP, SIGTSTP) sooner, within half of this "
+                        "(at most 10 s) + 0.25 s (started here, not by torchrun). The "
+                        "rendezvous port is one the OS picks free (MASTER_PORT is not read). "
+                        "On a machine so loaded that a rank gets no CPU for this long, raise "
+                        "it: such a rank looks hung")
     parser.add_argument(
         "--devices", default=None, metavar="LIST",
         help="local executor: the stages' devices, one for all (cuda:0) or one per stage "
