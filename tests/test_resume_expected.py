@@ -227,3 +227,17 @@ def test_cli_extends_a_finished_run_under_dist_and_refuses_in_one_line(tmp_path,
         "cannot continue as a run of 5 steps (epochs=1): it is past that run's end; ask "
         "for at least 2 epochs\n")
     assert refused.stdout == ""
+
+
+def test_an_extended_run_extends_again(small_data, tmp_path):
+    """Its checkpoint records the longer run (settings and schedule digest): 2 -> 3 -> 4
+    epochs equals 4 from the start (the digest was the shorter run's before)."""
+    settings = dict(LENGTH, method="1f1b")
+    ck = tmp_path / "run.pt"
+    _checkpointed(small_data, ck, 2, None, **settings)
+    fit(mlp(64, 16, 4, 10, seed=5), small_data, epochs=3, checkpoint_path=ck,
+        checkpoint_every=5, resume=True, **settings)
+    again = fit(mlp(64, 16, 4, 10, seed=5), small_data, epochs=4, checkpoint_path=ck,
+                resume=True, **settings)
+    assert again.loss == fit(mlp(64, 16, 4, 10, seed=5), small_data, epochs=4,
+                             **settings).loss

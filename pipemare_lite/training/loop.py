@@ -573,7 +573,7 @@ class TrainingRun:
             )
         now = self.history.provenance
         saved = (state.get("history") or {}).get("provenance") or {}  # none: written before
-        old_epochs = state["config"].get("epochs")
+        old_epochs, judged_by = state["config"].get("epochs"), now
         if old_epochs != config["epochs"] and saved.get("schedule") is not None:
             # the code that ran is judged by the schedule of its own length; whether this
             # one continues it is _continue_with_length's question
@@ -581,8 +581,8 @@ class TrainingRun:
 
             if isinstance(old_epochs, int) and old_epochs >= 1:
                 old_steps = old_epochs * self.steps_per_epoch
-                now = dict(now, schedule=schedule_digest(self._schedule_of(old_steps)))
-        changed = changed_code(saved, now)
+                judged_by = dict(now, schedule=schedule_digest(self._schedule_of(old_steps)))
+        changed = changed_code(saved, judged_by)
         if changed:  # (a refusal of the file: one line under the distributed executor too)
             raise CheckpointError(f"{path} was written by other code: {'; '.join(changed)}. "
                                   "Resume with the plugins and schedule it ran, or start a "
