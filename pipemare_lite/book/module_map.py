@@ -214,6 +214,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.training.__main__": "-",
     "pipemare_lite.training.batches": "07",
     "pipemare_lite.training.checkpoint": "11",
+    "pipemare_lite.training.run_length": "11",
     "pipemare_lite.training.curvature": "07",
     "pipemare_lite.training.data_cache": "07",
     "pipemare_lite.training.data_feed": "07",

@@ -98,7 +98,9 @@ class FitConfig:
         checkpoint_path, checkpoint_every: save the full state every that many steps.
         resume: continue from ``checkpoint_path`` when it exists (a warning says so when it
             does not: the run starts from step 0); without ``checkpoint_every`` the run
-            reads the checkpoint and saves none.
+            reads the checkpoint and saves none. ``epochs`` may differ from the
+            checkpoint's where nothing depends on the length
+            (:mod:`pipemare_lite.training.run_length`; refused, saying why, elsewhere).
         executor: ``"local"``, ``"dist"`` or a name registered in
             :data:`~pipemare_lite.training.executors.EXECUTORS`.
         schedule: run this schedule instead of the method's

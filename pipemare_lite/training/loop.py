@@ -52,7 +52,11 @@ Checkpoints (:mod:`pipemare_lite.training.checkpoint`): with ``checkpoint_path``
 ``checkpoint_every=k`` the full state (executor state including in-flight microbatches,
 optimizer and scheduler states, random states, history so far) is written atomically every
 k steps; ``resume=True`` continues from it and gives the same trajectory bitwise as a run
-that never stopped.
+that never stopped. Every setting must be the checkpoint's but ``epochs``: the length may
+change (a finished run extended) where nothing depends on it, and then equals bitwise a run
+asked for the new length from the start; where something does (a cosine lr schedule, T1's
+default horizon, the drain at the end of a schedule that does not flush) the resume is
+refused saying which (:mod:`pipemare_lite.training.run_length`).
 
 Executors. ``executor="local"`` runs all stages in this process
 (:class:`pipemare_lite.engine.LocalExecutor`), ``"dist"`` this rank's stages with one process
@@ -119,6 +123,7 @@ from pipemare_lite.training.optimizers import (
 )
 from pipemare_lite.training.partition import partition
 from pipemare_lite.training.provenance import changed_code
+from pipemare_lite.training.run_length import first_difference, horizon_refusal
 
 __all__ = ["fit", "TrainingRun", "CHECKPOINT_FORMAT", "RECORDED_SETTINGS", "NoCheckpointWarning"]
 
@@ -405,6 +410,7 @@ class TrainingRun:
         chunks = config["chunks"]
         registered = (schedule.name if schedule is not None else  # for the plugins' hashes
                       None if method is None else get_method(method).builder)
+<<<<<<< HEAD
         # the whole run is one schedule, made lazily (pipemare_lite.schedules.lazy)
         if schedule is None:
             schedule = lazy_schedule(
@@ -415,6 +421,24 @@ class TrainingRun:
             schedule = run_schedule.schedule_for_run(schedule, num_stages, n, self.total_steps,
                                                      chunks, config["warmup"])
         if config["executor"] not in ("local", "dist"):  # registered ones get a Schedule
+=======
+        chosen = schedule
+
+        def run_of(total_steps: int):
+            """The whole run as one schedule of ``total_steps`` minibatches (lazy)."""
+            if chosen is None:
+                return lazy_schedule(
+                    lambda k: build_method_schedule(method, num_stages, n, chunks=chunks,
+                                                    num_minibatches=k, options=options),
+                    total_steps, warmup_minibatches=options.warmup_minibatches)
+            # a registered or hand-written schedule (pipemare_lite.training.run_schedule)
+            return run_schedule.schedule_for_run(chosen, num_stages, n, total_steps, chunks,
+                                                 config["warmup"])
+
+        self._schedule_of = run_of  # a resume that changes the length compares two of them
+        schedule = run_of(self.total_steps)
+        if config["executor"] != "local":  # the others plan the whole run's messages up front
+>>>>>>> stress47
             schedule = materialized(schedule)
         self.feed = _training_feed(data, config, schedule.num_virtual_stages)
         self.stages = partition(model, num_stages * chunks, balance=balance,
@@ -566,7 +590,8 @@ class TrainingRun:
             )
         config, saved = self.config, {**_SETTINGS_ADDED_LATER, **state["config"]}
         saved["threads"] = config["threads"]  # recorded, not compared (RECORDED_SETTINGS)
-        differ = sorted(k for k in config if saved.get(k) != config[k])
+        # the length may change where nothing depended on it (training/run_length.py)
+        differ = sorted(k for k in config if k != "epochs" and saved.get(k) != config[k])
         if differ:
             raise CheckpointError(
                 f"{path} was written by a run with other settings: "
@@ -574,14 +599,31 @@ class TrainingRun:
             )
         now = self.history.provenance
         saved = (state.get("history") or {}).get("provenance") or {}  # none: written before
-        changed = changed_code(saved, now)
-        if changed:
-            raise ValueError(f"{path} was written by other code: {'; '.join(changed)}. Resume "
-                             "with the plugins and schedule it ran, or start a new run")
+        old_epochs, judged_by = state["config"].get("epochs"), now
+        if old_epochs != config["epochs"] and saved.get("schedule") is not None:
+            # the code that ran is judged by the schedule of its own length; whether this
+            # one continues it is _continue_with_length's question
+            from pipemare_lite.training.provenance import schedule_digest
+
+            if isinstance(old_epochs, int) and old_epochs >= 1:
+                old_steps = old_epochs * self.steps_per_epoch
+                judged_by = dict(now, schedule=schedule_digest(self._schedule_of(old_steps)))
+        changed = changed_code(saved, judged_by)
+        if changed:  # (a refusal of the file: one line under the distributed executor too)
+            raise CheckpointError(f"{path} was written by other code: {'; '.join(changed)}. "
+                                  "Resume with the plugins and schedule it ran, or start a "
+                                  "new run")
         if "model_layout" in state:  # checkpoints before it: load_state_dict's check only
             check_model_layout(path, state["model_layout"], model_layout(self.stages))
         try:
-            self.engine.load_state_dict(decode_state(state["executor"]))
+            executor_state = decode_state(state["executor"])
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise CheckpointError(f"checkpoint {path} holds an executor state this version "
+                                  f"cannot read ({type(exc).__name__}: {exc})") from exc
+        if old_epochs != config["epochs"]:
+            self._continue_with_length(path, state, executor_state)
+        try:
+            self.engine.load_state_dict(executor_state)
             self.recorder.load(state)
             self.history.config = self.config  # equal to the saved one, threads as now
             self.history.provenance = dict(now, **(
@@ -594,6 +636,41 @@ class TrainingRun:
                 f"checkpoint {path} does not fit this run ({type(exc).__name__}: "
                 f"{str(exc).strip()[:300]}); it holds another model or another structure"
             ) from exc
+
+    def _continue_with_length(self, path, state: dict, executor_state: dict) -> None:
+        """Let a checkpoint of another length continue as this run where the rule of
+        :mod:`pipemare_lite.training.run_length` allows (the executor's state then names
+        this run's schedule); else raise :class:`CheckpointError` saying why."""
+        from pipemare_lite.schedules.lazy import schedule_key
+
+        old_epochs, new_epochs = state["config"].get("epochs"), self.config["epochs"]
+        if not isinstance(old_epochs, int) or isinstance(old_epochs, bool) or old_epochs < 1:
+            raise CheckpointError(f"checkpoint {path} records epochs={old_epochs!r}, not a "
+                                  "positive integer: it was not written by fit()")
+        old_steps, new_steps = old_epochs * self.steps_per_epoch, self.total_steps
+        where = (f"checkpoint {path} (step {state['step']} of a {old_steps}-step run, "
+                 f"epochs={old_epochs}) cannot continue as a run of {new_steps} steps "
+                 f"(epochs={new_epochs})")
+        if state["step"] > new_steps:
+            raise CheckpointError(f"{where}: it is past that run's end; ask for at least "
+                                  f"{-(-state['step'] // self.steps_per_epoch)} epochs")
+        refusal = horizon_refusal(self.config, old_steps, new_steps)
+        if refusal is not None:
+            raise CheckpointError(f"{where}: {refusal}")
+        schedule = getattr(self.engine, "schedule", None)
+        if schedule is None or "positions" not in executor_state:
+            raise CheckpointError(f"{where}: executor {self.config['executor']!r} does not "
+                                  "say where each rank stands in its schedule")
+        differs = first_difference(self._schedule_of(old_steps), schedule,
+                                   executor_state["positions"])
+        if differs is not None:
+            rank, index, ran, other = differs
+            raise CheckpointError(
+                f"{where}: its schedule does not continue there (rank {rank}'s action "
+                f"{index} was {ran}, a {new_steps}-step run's is {other}): a schedule that "
+                "does not flush drains its pipeline at the run's end; extend from a "
+                "checkpoint saved before the drain (--checkpoint-every), or start a new run")
+        executor_state["schedule"] = schedule_key(schedule)  # the same actions, run on
 
 
 def _training_feed(data, config: dict, num_virtual_stages: int):

@@ -115,7 +115,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--microbatches", type=int, default=None,
                         help="microbatches per update N (default: 4), or a --schedule file's own")
     parser.add_argument("--batch-size", type=int, default=32, help="samples per minibatch")
-    parser.add_argument("--epochs", type=int, default=1, help="passes over the training set")
+    parser.add_argument("--epochs", type=int, default=1,
+                        help="passes over the training set; with --resume it may differ from "
+                        "the checkpoint's (see --resume)")
     parser.add_argument("--lr", type=float, default=0.05, help="base learning rate")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
                         help="per-stage optimizer (muon: Muon on 2-D weights, AdamW on the rest)")
@@ -125,7 +127,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--weight-decay", type=float, default=0.0, help="weight decay")
     parser.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="constant",
                         help="base lr schedule, stepped once per update of each stage; "
-                        "cosine anneals to 0 over the run's epochs x steps-per-epoch updates")
+                        "cosine anneals to 0 over the run's epochs x steps-per-epoch updates "
+                        "(its horizon: so a cosine run's --epochs cannot change on --resume)")
     parser.add_argument("--lr-warmup", type=int, default=0,
                         help="updates of linear lr warm-up before the schedule "
                         "(not --warmup, which runs minibatches flushed)")
@@ -172,7 +175,17 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     )
     parser.add_argument("--checkpoint", default=None, help="checkpoint file")
     parser.add_argument("--checkpoint-every", type=int, default=None, help="steps between saves")
-    parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="continue from --checkpoint (every other setting as it was). --epochs may "
+        "differ, extending a finished run or cutting one short, where nothing depends on "
+        "the length: the result is then bitwise equal to a run asked for the new --epochs "
+        "from the start. Refused, saying why: --lr-schedule cosine (its horizon is the "
+        "length); T1 without --t1-anneal-updates (it anneals over the whole run); a "
+        "finished run of a method that does not flush (its pipeline drained at the end; "
+        "a checkpoint saved before the end can continue); a checkpoint past the new end. "
+        "constant and step schedules (--lr-step-size, by default one epoch) and "
+        "--lr-warmup continue (pipemare_lite.training.run_length)")
     parser.add_argument(
         "--executor",
         choices=sorted(EXECUTORS),
@@ -183,7 +196,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--op-timeout", type=float, default=120.0, metavar="SECONDS",
                         help="--executor dist: seconds any single wait on a message or on "
                         "the ranks' meeting between two steps may take before the run stops; "
-                        "a rank that hangs is then named within this + 0.3 s")
+                        "a rank that hangs is then named within this + 0.3 s; a rank whose "
+                        "process is stopped (SIGSTOP, SIGTSTP) sooner, within half of this "
+                        "(at most 10 s) + 0.25 s (started here, not by torchrun). The "
+                        "rendezvous port is one the OS picks free (MASTER_PORT is not read). "
+                        "On a machine so loaded that a rank gets no CPU for this long, raise "
+                        "it: such a rank looks hung")
     parser.add_argument(
         "--devices", default=None, metavar="LIST",
         help="local executor: the stages' devices, one for all (cuda:0) or one per stage "

@@ -19,14 +19,19 @@ What :func:`launch` guarantees:
 
 - loopback only by default (``master_addr="127.0.0.1"``); the rendezvous port is chosen by
   the operating system at run time (the launcher hosts a ``TCPStore`` on port 0), so
-  concurrent launches never collide;
+  concurrent launches never collide, and a port another program holds (even one named in
+  ``MASTER_PORT``, which is not read) is never tried;
 - gloo on CPU, NCCL when CUDA has a device per rank (``backend=None``); rank r uses
   ``cuda:r`` with NCCL;
 - the launcher hosts the side-channel store (:mod:`pipemare_lite.engine.distributed.faults`), so it
   can still read where every rank was after one of them died;
 - it always cleans up: on an error, a dead child or the timeout it sets the ``abort`` key,
   gives the ranks a few seconds to stop and report, then terminates and finally kills every
-  child that is still alive. No orphans: a child also exits when the launcher disappears.
+  child that is still alive. No orphans: a child also exits when the launcher disappears;
+- a hang, not only a death: a child stopped by a signal (SIGSTOP, SIGTSTP) for half the op
+  timeout (at most :data:`STOPPED_LIMIT` s) stops the run with that rank named as the
+  cause and its last position (:func:`_supervise`); a rank that hangs while running is
+  named by its peers within the op timeout + 0.3 s (:mod:`.faults`).
 
 From a shell, the same training runs under ``torchrun`` (one process per rank; the
 ``--executor dist`` option of ``pipemare_lite.training.loop`` calls :func:`init_from_env`)::
@@ -61,11 +66,14 @@ and when a peer disappears it prints which rank it lost before it exits
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
+import math
 import multiprocessing as mp
 import os
 import pickle
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -282,7 +290,8 @@ def launch(worker_fn: Callable, world_size: int, *, args: tuple = (), kwargs: di
             procs.append(ctx.Process(target=_child_main, args=(rank, *common),
                                      name=f"pipemare-rank{rank}", daemon=True))
             procs[-1].start()
-        reason = _supervise(procs, side, timeout, grace)
+        reason = _supervise(procs, side, timeout, grace,
+                            stopped_after=min(op_timeout / 2, STOPPED_LIMIT))
         return _collect(procs, side, result_dir, reason)
     finally:
         _stop_all(procs)
@@ -342,9 +351,45 @@ def _listen(address: str) -> socket.socket:
     return listener
 
 
-def _supervise(procs, store, timeout: float, grace: float) -> str | None:
+def _process_state(pid: int) -> str | None:
+    """The one-letter state of process ``pid`` (``T``: stopped by a signal) from
+    ``/proc/<pid>/stat``; None where it cannot be read (gone, or no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
+
+
+def _stopped_rank(procs, since: dict, now: float, after: float) -> int | None:
+    """The first rank whose process has been stopped by a signal (SIGSTOP, SIGTSTP: state
+    ``T``, not a debugger's ``t``) for ``after`` seconds; ``since`` (rank -> when first seen
+    stopped) is updated in place."""
+    for rank, p in enumerate(procs):
+        if p.pid is None or p.exitcode is not None or _process_state(p.pid) != "T":
+            since.pop(rank, None)
+            continue
+        if now - since.setdefault(rank, now) >= after:
+            return rank
+    return None
+
+
+#: Seconds between two looks at the children's process states (the stopped-rank watchdog).
+STATE_POLL = 0.25
+#: A rank stopped by a signal for half the op timeout, or this many seconds if less, stops
+#: the run with it named (its peers would otherwise wait the whole op timeout).
+STOPPED_LIMIT = 10.0
+
+
+def _supervise(procs, store, timeout: float, grace: float,
+               stopped_after: float = math.inf) -> str | None:
     """Wait for every child; on a failure or the timeout, abort and give the ranks ``grace``
     seconds to stop. Returns the abort reason (None when no child failed).
+
+    A watchdog on progress, not only on death: a child stopped by a signal (SIGSTOP,
+    SIGTSTP; state ``T`` in ``/proc``) for ``stopped_after`` seconds (launch: half the op
+    timeout, at most :data:`STOPPED_LIMIT`) is named as the cause, with its last position;
+    once every other child has exited, the stopped ones are not waited for.
 
     When a child dies, its neighbours fail a moment later (their connection to it closed),
     and the launcher may see their exits first. So after a failed exit it waits
@@ -354,9 +399,18 @@ def _supervise(procs, store, timeout: float, grace: float) -> str | None:
     """
     deadline = time.monotonic() + timeout
     first_failure = abort_deadline = reason = None
+    stopped_since, next_look = {}, 0.0
     while True:
         exit_codes = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode is not None}
         now, everyone_exited = time.monotonic(), len(exit_codes) == len(procs)
+        if reason is None and now >= next_look:
+            next_look = now + STATE_POLL
+            stopped = _stopped_rank(procs, stopped_since, now, stopped_after)
+            if stopped is not None:
+                reason = faults.claim_abort(store, (
+                    f"rank {stopped} is stopped (process {procs[stopped].pid} in state T: "
+                    f"SIGSTOP or SIGTSTP) for {now - stopped_since[stopped]:.1f} s "
+                    f"({faults._where_is(store, stopped)})"))
         if first_failure is None and any(exit_codes.values()):  # a non-zero exit code
             first_failure = now
         if reason is None and first_failure is not None and (
@@ -372,6 +426,9 @@ def _supervise(procs, store, timeout: float, grace: float) -> str | None:
             abort_deadline = now + grace
         if everyone_exited or (abort_deadline is not None and now > abort_deadline):
             return reason
+        if stopped_since and reason is not None and all(
+                p.exitcode is not None or r in stopped_since for r, p in enumerate(procs)):
+            return reason  # the rest exited; a stopped rank reports nothing
         time.sleep(0.02)
 
 
@@ -416,6 +473,8 @@ def _stop_all(procs) -> None:
     alive = [p for p in procs if p.is_alive()]
     for p in alive:
         p.terminate()
+        with contextlib.suppress(OSError):  # a stopped child acts on SIGTERM once continued
+            os.kill(p.pid, signal.SIGCONT)
     end = time.monotonic() + 2.0
     for p in alive:
         p.join(timeout=max(0.0, end - time.monotonic()))
