@@ -151,7 +151,6 @@ def fit_at_every_recording_level(info, methods) -> dict:
     return found
 
 
-<<<<<<< HEAD
 #: torch.distributed's collectives (each counted where torch defines it, so a collective
 #: that calls another, e.g. broadcast_object_list's broadcasts, counts both)
 COLLECTIVES = ("barrier", "broadcast", "all_reduce", "reduce", "all_gather",
@@ -201,8 +200,8 @@ def count_collectives_in_fit(info, lengths, methods) -> dict:
                                    progress=False)
             found[(method, steps)] = (dict(counts), history.to_dict())
     return found
-=======
+
+
 def rendezvous_port(info) -> tuple[str, str]:
     """The address and port this rank's process group met on (``MASTER_ADDR``/``PORT``)."""
     return os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
->>>>>>> stress47

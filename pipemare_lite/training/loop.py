@@ -410,35 +410,22 @@ class TrainingRun:
         chunks = config["chunks"]
         registered = (schedule.name if schedule is not None else  # for the plugins' hashes
                       None if method is None else get_method(method).builder)
-<<<<<<< HEAD
-        # the whole run is one schedule, made lazily (pipemare_lite.schedules.lazy)
-        if schedule is None:
-            schedule = lazy_schedule(
-                lambda k: build_method_schedule(method, num_stages, n, chunks=chunks,
-                                                num_minibatches=k, options=options),
-                self.total_steps, warmup_minibatches=options.warmup)  # lazy_schedule's keyword
-        else:  # a registered or hand-written schedule (pipemare_lite.training.run_schedule)
-            schedule = run_schedule.schedule_for_run(schedule, num_stages, n, self.total_steps,
-                                                     chunks, config["warmup"])
-        if config["executor"] not in ("local", "dist"):  # registered ones get a Schedule
-=======
         chosen = schedule
 
         def run_of(total_steps: int):
             """The whole run as one schedule of ``total_steps`` minibatches (lazy)."""
-            if chosen is None:
+            if chosen is None:  # pipemare_lite.schedules.lazy
                 return lazy_schedule(
                     lambda k: build_method_schedule(method, num_stages, n, chunks=chunks,
                                                     num_minibatches=k, options=options),
-                    total_steps, warmup_minibatches=options.warmup_minibatches)
+                    total_steps, warmup_minibatches=options.warmup)  # lazy_schedule's keyword
             # a registered or hand-written schedule (pipemare_lite.training.run_schedule)
             return run_schedule.schedule_for_run(chosen, num_stages, n, total_steps, chunks,
                                                  config["warmup"])
 
         self._schedule_of = run_of  # a resume that changes the length compares two of them
         schedule = run_of(self.total_steps)
-        if config["executor"] != "local":  # the others plan the whole run's messages up front
->>>>>>> stress47
+        if config["executor"] not in ("local", "dist"):  # registered ones get a Schedule
             schedule = materialized(schedule)
         self.feed = _training_feed(data, config, schedule.num_virtual_stages)
         self.stages = partition(model, num_stages * chunks, balance=balance,
