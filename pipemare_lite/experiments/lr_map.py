@@ -420,7 +420,8 @@ def run_study(mstudy: MapStudy, quick: bool, *, jobs: int, out: Path, log=sys.st
     started = time.perf_counter()
     partial = partial_path(out, quick, mstudy.name)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    done = {**reusable_runs(stored, mstudy), **read_partial(partial)}
+    reused = reusable_runs(stored, mstudy)
+    done = {**reused, **read_partial(partial)}
     if partial.is_file():  # a run stopped mid-line leaves a torn tail: keep whole lines only
         rewrite_partial(partial, done)
     todo = [j for j in jobs_of(mstudy, quick) if j.key not in done]
@@ -448,7 +449,10 @@ def run_study(mstudy: MapStudy, quick: bool, *, jobs: int, out: Path, log=sys.st
         "optimizer": study.optimizer,
         "runs": runs,
         "command": command_for(quick, mstudy.name),
-        "wall_seconds": round(time.perf_counter() - started, 1),
+        # the wall time of every invocation that trained this study's runs (a reused study
+        # adds this one's to the stored study's)
+        "wall_seconds": round(time.perf_counter() - started
+                              + (stored.get("wall_seconds", 0.0) if reused else 0.0), 1),
         "cpu_seconds": round(sum(r["outcome"]["cpu_seconds"] for r in runs), 1),
     }
 

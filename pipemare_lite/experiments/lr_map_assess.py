@@ -465,7 +465,7 @@ def assess(results: dict) -> dict:
     """Everything the design reports, from the stored runs."""
     preds = predictions(results)
     by_study = {name: confusion([p for p in preds if p["study"] == name])
-                for name in results["studies"]}
+                for name in results["studies"] if any(p["study"] == name for p in preds)}
     return {"phase": phase_cells(results), "verdicts": verdicts_by_lr(results),
             "predictions": preds, "confusion": by_study, "preregistered": preregistered(results),
             "stalest_first": stalest_first(results)}
