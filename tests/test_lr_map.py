@@ -178,8 +178,9 @@ def _chapter_10() -> str:
     """Chapter 10's Markdown, cell by cell, as the reader sees it."""
     notebook = json.loads((Path(__file__).resolve().parent.parent / "chapters"
                            / "10_the_trade_off_table.ipynb").read_text())
-    return "\n\n".join("".join(c["source"]) for c in notebook["cells"]
+    text = "\n\n".join("".join(c["source"]) for c in notebook["cells"]
                         if c["cell_type"] == "markdown")
+    return " ".join(text.split())  # a sentence is found whatever its line breaks
 
 
 def _eight_seed_lrs(design: dict) -> list[float]:
@@ -194,33 +195,37 @@ def test_chapter_10s_words_about_the_resnet_map_agree_with_the_stored_file(full_
     Ps, lrs = design["granularities"], design["lr_grid"]
     eight = _eight_seed_lrs(design)
     assert all(cells[lr_map.PMW, P, lr]["n"] == 8 for P in Ps for lr in eight)
-    assert "At the short length no method reached 1F1B's quality within 0.01 with the seeds'\n  confidence, in any cell." in text
+    assert ("At the short length no method reached 1F1B's quality within 0.01 with the seeds' "
+            "confidence, in any cell.") in text
     assert all(c["reaches_sync"] != "held" for c in cells.values() if c["reaches_sync"])
-    assert "at every eight-seed learning rate but the smallest, at both\n  granularities" in text
+    assert "at every eight-seed learning rate but the smallest, at both granularities" in text
     for P in Ps:
         assert cells[lr_map.PMW, P, eight[0]]["reaches_sync"] == "not separable"
         assert all(cells[lr_map.PMW, P, lr]["reaches_sync"] == "did not hold"
                    for lr in eight[1:])
-    assert "fell short of 1F1B in every cell where any of its seeds\n  trained" in text
+    assert "fell short of 1F1B in every cell where any of its seeds trained" in text
     for (label, P, lr), c in cells.items():
         if label == lr_map.ASYNC and c["diverged"] < c["n"]:
             assert c["reaches_sync"] == "did not hold", (P, lr)
     best = max(lrs, key=lambda lr: cells[lr_map.SYNC, Ps[0], lr]["mean"])
-    assert "at P = 16 most of its seeds diverged from the learning rate where 1F1B did\n  best upwards" in text
+    assert ("at P = 16 most of its seeds diverged from the learning rate where 1F1B did best "
+            "upwards") in text
     assert all(2 * cells[lr_map.ASYNC, 16, lr]["diverged"] > cells[lr_map.ASYNC, 16, lr]["n"]
                for lr in lrs if lr >= best)
-    assert "Only the momentum-aware PipeMare-W stayed within 0.05 of 1F1B at every eight-seed" in text
+    assert ("Only the momentum-aware PipeMare-W stayed within 0.05 of 1F1B "
+            "at every eight-seed") in text
     within = {label for label in design["rows"] if label != lr_map.SYNC
               and all(cells[label, P, lr]["minus_sync"]["estimate"] > -0.05
                       for P in Ps for lr in eight)}
     assert within == {lr_map.PMW_M}
-    assert "PipeMare-W itself dipped below that at P = 16 at the larger\n  two of them" in text
+    assert "PipeMare-W itself dipped below that at P = 16 at the larger two of them" in text
     assert [lr for lr in eight if cells[lr_map.PMW, 16, lr]["minus_sync"]["estimate"] <= -0.05] \
         == eight[1:] and len(eight) == 3
     for label in (lr_map.T1, lr_map.T1T2):  # further behind as the stages get finer
         assert all(cells[label, Ps[-1], lr]["mean"] < cells[label, Ps[0], lr]["mean"]
                    for lr in eight)
-    assert "PipeMare-W comes within a few\n  hundredths of 1F1B in this miniature, not within 0.01" in text
+    assert ("PipeMare-W comes within a few hundredths of 1F1B in this miniature, "
+            "not within 0.01") in text
     assert all(-0.08 < cells[lr_map.PMW, P, lr]["minus_sync"]["estimate"] < 0
                for P in Ps for lr in eight)
     assert all(cells[lr_map.PMW, P, lr]["reaches_sync"] == "not separable"
@@ -237,16 +242,19 @@ def test_chapter_10s_words_about_the_long_resnet_map_agree_with_the_stored_file(
     lrs, (P,) = sorted(design["lr_grid"]), design["granularities"]
     assert full_map["studies"]["resnet_long_lr_map"]["planned_steps"] == \
         4 * full_map["studies"]["resnet_lr_map"]["planned_steps"]
-    assert "PipeMare-W came within 0.01 of 1F1B on average at every learning rate of that map, shown with\n  the seeds' confidence at one of them" in text
+    assert ("PipeMare-W came within 0.01 of 1F1B on average at every learning rate of that map, "
+            "shown with the seeds' confidence at one of them") in text
     assert all(long[lr_map.PMW, P, lr]["minus_sync"]["estimate"] > -0.01 for lr in lrs)
     assert [long[lr_map.PMW, P, lr]["reaches_sync"] for lr in lrs].count("held") == 1
-    assert "T1 alone trained at the two\n  smaller learning rates and diverged in most seeds at the largest" in text
+    assert ("T1 alone trained at the two smaller learning rates and diverged in most seeds at the "
+            "largest") in text
     assert all(long[lr_map.T1, P, lr]["diverged"] == 0 for lr in lrs[:2])
     assert 2 * long[lr_map.T1, P, lrs[2]]["diverged"] > long[lr_map.T1, P, lrs[2]]["n"]
     assert "plain asynchronous training diverged in every seed at every learning rate" in text
     assert all(long[lr_map.ASYNC, P, lr]["diverged"] == long[lr_map.ASYNC, P, lr]["n"]
                for lr in lrs)
-    assert "over the long run it comes within a\n  hundredth at every learning rate tried, the stored study's included" in text
+    assert ("over the long run it comes within a hundredth at every learning rate tried, the "
+            "stored study's included") in text
     paper, _ = read_stored(RESULTS, "paper_shape")
     assert paper["studies"]["resnet_long"]["chosen_lr"] in lrs
 
@@ -258,17 +266,17 @@ def test_chapter_10s_words_about_the_stalest_stages_agree_with_the_stored_file(f
              for c in full_map["assessment"]["phase"]}
     warm = [c for c in cells if c["label"] in assess_module.WARM_ROWS]
     assert {c["study"] for c in warm} == set(full_map["studies"])  # both networks
-    assert "In no cell of a row with the\nsynchronous warm-up did it hold, at either network" in text
+    assert "In no cell of a row with the synchronous warm-up did it hold, at either network" in text
     assert all(c["verdict"] != "held" for c in warm)
     assert "was the last, the least stale, in all but a few seeds" in text
     seeds = [(s, c["P"]) for c in warm for s in c["largest_excess_stage"]]
     last = sum(s == P - 1 for s, P in seeds)
     assert last >= 0.9 * len(seeds) and last < len(seeds)
-    assert "It held only in cells\nwhere some seeds diverged, rows without the warm-up" in text
+    assert "It held only in cells where some seeds diverged, rows without the warm-up" in text
     held = [c for c in cells if c["verdict"] == "held"]
     assert held and all(phase[c["study"], c["label"], c["P"], c["lr"]]["diverged"] > 0
                         and c["label"] not in assess_module.WARM_ROWS for c in held)
-    assert "named the stage that failed\nfirst in none of the seeds it predicted right" in text
+    assert "named the stage that failed first in none of the seeds it predicted right" in text
     tables = full_map["assessment"]["confusion"].values()
     assert all(t["stage_matches"] == 0 and t["stage_compared"] > 0 for t in tables)
 
@@ -283,7 +291,7 @@ def test_chapter_10s_words_about_the_transformer_agree_with_the_stored_file(full
     assert registered["collapses"][lr_map.PMW] == tf[lr_map.PMW, 8, lr]["n"] == 8
     assert registered["collapses"][lr_map.PMW_M] == 0
     assert registered["verdict"] == "held"
-    assert "both still stayed further than 0.01\nbelow 1F1B there" in text
+    assert "both still stayed further than 0.01 below 1F1B there" in text
     assert tf[lr_map.PMW, 8, lr]["reaches_sync"] == tf[lr_map.PMW_M, 8, lr]["reaches_sync"] \
         == "did not hold"
     predicted = [p for p in a["predictions"] if p["study"] == "transformer_long"]
@@ -293,7 +301,8 @@ def test_chapter_10s_words_about_the_transformer_agree_with_the_stored_file(full
     smaller = sorted(x for x in full_map["studies"]["transformer_long"]["design"]["lr_grid"]
                      if x < lr)
     assert len(smaller) == 2 and all(tf[lr_map.PMW, 8, x]["n"] == 3 for x in smaller)
-    assert "the momentum-aware row reached 1F1B within 0.01 at both, PipeMare-W at the\nsmallest only" in text
+    assert ("the momentum-aware row reached 1F1B within 0.01 at both, PipeMare-W at the smallest "
+            "only") in text
     assert all(tf[lr_map.PMW_M, 8, x]["reaches_sync"] == "held" for x in smaller)
     assert tf[lr_map.PMW, 8, smaller[0]]["reaches_sync"] == "held"
     assert tf[lr_map.PMW, 8, smaller[1]]["reaches_sync"] != "held"
@@ -301,7 +310,7 @@ def test_chapter_10s_words_about_the_transformer_agree_with_the_stored_file(full
     at_smallest = [p for p in predicted if p["label"] == lr_map.PMW and p["lr"] == smaller[0]]
     assert at_smallest and all(p["measured"] for p in at_smallest)
     assert tf[lr_map.PMW, 8, smaller[0]]["diverged"] == 0
-    assert "it reached\n  1F1B within 0.01 at the smallest learning rate only" in text
+    assert "it reached 1F1B within 0.01 at the smallest learning rate only" in text
 
 
 def test_the_assessment_knows_which_rows_warm_up():
