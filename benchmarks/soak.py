@@ -111,7 +111,10 @@ class Run:
         """SIGKILL the whole process group; check that nothing of it survives."""
         pgid = self.proc.pid
         members = self.tree()
-        os.killpg(pgid, signal.SIGKILL)
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:  # the run finished before its kill: too few --epochs
+            log(f"{self.name}: already ended before the kill; raise --epochs for this machine")
         self.proc.wait()
         deadline = time.time() + 10
         while time.time() < deadline and any(alive(p) for p in members):
