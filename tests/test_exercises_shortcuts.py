@@ -262,6 +262,8 @@ def test_ex04_2_an_answer_without_v_is_told_so():
 
 
 def test_ex03_1_newest_backward_first_is_named():
+    # written out here, not imported from ch03's `_newest_first_rows`: the checker refuses an
+    # answer that calls the engine, so the wrong answer must be the student's own code
     def newest_first(P, M):  # a second-pass reader's wrong steady state: last in, first out
         rows = []
         for r in range(P):

@@ -126,7 +126,6 @@ from pathlib import Path
 
 from pipemare_lite.experiments import paper_shape_design as design
 from pipemare_lite.experiments import record
-from pipemare_lite.experiments.lr_map_assess import PREREGISTERED_LR
 from pipemare_lite.experiments.sweep import read_partial, rewrite_partial, run_pending
 
 SYNC, ASYNC, T1, T1T2, PMW = design.SYNC, design.ASYNC, design.T1, design.T1T2, design.PMW
@@ -193,7 +192,6 @@ STUDIES = (
     MapStudy("resnet_long_lr_map", "resnet", epochs=20, granularities=(16,),
              lr_grid=(0.01, 0.02, 0.05), rows=ALL_ROWS, seeds=(0, 1, 2), sharpness="none"),
 )
-PREREGISTERED_LR = PREREGISTERED_LR  # the lr test (a) was registered at
 QUICK_STUDIES = (
     replace(STUDIES[0], epochs=1, granularities=(8,), lr_grid=(0.01, 0.05), seeds=(0, 1),
             seeds_at=(), rows=(SYNC, ASYNC, T1, PMW, PMW_M), eval_every=14,
