@@ -82,7 +82,10 @@ def test_a_sigstopped_rank_is_named_within_the_stated_time(tmp_path):
     assert first.startswith(
         f"pipemare-lite train: distributed run failed: rank 1 is stopped (process "
         f"{stopped.pid} in state T: SIGSTOP or SIGTSTP) for {limit:.0f}."), err
-    assert "(last seen: rank 1: action " in first
+    # the launcher's last-seen position of rank 1 may predate its first reported action: the
+    # ranks report progress without a per-step barrier now (seen once in a full run)
+    assert ("(last seen: rank 1: action " in first
+            or "(last seen: rank 1: before its first action" in first), first
     assert "failed rank(s): 1 (the cause), 0 (stopped by rank 1's failure)" in err, err
     # named after `limit` s (+ a look every 0.25 s); the peers stop within the abort's
     # grace: a loaded 2-core machine is given 20 s more
