@@ -191,8 +191,9 @@ class InProcessTransport:
         return True
 
 
-def take_records(workers: Mapping[int, StageWorker]) -> StepRecords:
+def take_records(workers: Mapping[int, StageWorker], read_losses: bool = True) -> StepRecords:
     """Take (and forget) what each worker did since the last call, merged into one
     :class:`~pipemare_lite.engine.recording.StepRecords` in stage order (both executors, at
-    the end of every run: a flat cost per step, see :meth:`StageWorker.take_records`)."""
-    return StepRecords.merged(worker.take_records() for worker in workers.values())
+    the end of every run: a flat cost per step, see :meth:`StageWorker.take_records`;
+    ``read_losses=False`` leaves the losses unread, on their device)."""
+    return StepRecords.merged(worker.take_records(read_losses) for worker in workers.values())

@@ -48,6 +48,11 @@ What is recorded: ``LocalExecutor(..., record="full")`` (the default) records al
 above; ``"history"`` only what a training history keeps (update norms, peak bytes) and
 ``"losses"`` nothing more than losses, learning rates and forward delays, each cheaper
 (:mod:`pipemare_lite.engine.recording`). The numbers trained are the same at every level.
+
+Reading the losses. A run reads its losses to the host once, at its end (one ``tolist``:
+one sync on a GPU, whatever N). ``run(..., read_losses=False)`` reads none: they wait on
+their device until :meth:`LocalExecutor.read_losses` reads every waiting run's at once
+(:mod:`pipemare_lite.engine.unread_losses`; ``fit(loss_reads_every=K)``).
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from pipemare_lite.engine.interpreter import InProcessTransport, Interpreter, ta
 from pipemare_lite.engine.recorder import BytesMeter, Recorder
 from pipemare_lite.engine.recording import Recording, StepRecords, recording
 from pipemare_lite.engine.stage import StageWorker
+from pipemare_lite.engine.unread_losses import RunLosses, UnreadLosses
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import UPDATE, Schedule
 from pipemare_lite.schedules.lazy import LazySchedule, schedule_key
@@ -147,6 +153,8 @@ class LocalExecutor:
         # the random state of a checkpoint this executor continues ({"cpu", "cuda"}), or
         # None: draw from the process's stream (see the module docstring)
         self._rng: dict | None = None
+        # runs made with read_losses=False, their losses still on the device
+        self.unread = UnreadLosses(dict(enumerate(self.workers)), stages - 1)
 
     @property
     def positions(self) -> list[int]:
@@ -159,16 +167,19 @@ class LocalExecutor:
         return all(cursor.action is None for cursor in self._cursors)
 
     # ------------------------------------------------------------------ running
-    def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None) -> RunResult:
+    def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None,
+            read_losses: bool = True) -> RunResult:
         """Execute the schedule (from where it stands) and return the losses and the trace.
 
         ``stop_after_updates=k`` stops as soon as every stage has made ``k`` updates;
         call ``run`` again (or save ``state_dict()``) to continue. Streaming a long run
         minibatch by minibatch is ``for k in range(1, K + 1): run(mbs, stop_after_updates=k)``;
         each call returns what it ran, and the pieces add up to one uninterrupted run.
+        ``read_losses=False``: the result's ``loss_by_microbatch`` is empty and the losses
+        stay on their device (no host read) until :meth:`read_losses`.
         """
         if self._rng is None:
-            return self._run(microbatches, stop_after_updates)
+            return self._run(microbatches, stop_after_updates, read_losses)
         cuda = "cuda" in self._rng
         devices = list(range(torch.cuda.device_count())) if cuda else []
         with torch.random.fork_rng(devices=devices):  # the caller's stream stays untouched
@@ -176,7 +187,7 @@ class LocalExecutor:
             if cuda:
                 torch.cuda.set_rng_state_all(self._rng["cuda"])
             try:
-                return self._run(microbatches, stop_after_updates)
+                return self._run(microbatches, stop_after_updates, read_losses)
             finally:
                 self._rng = self._current_rng(cuda)
 
@@ -187,7 +198,8 @@ class LocalExecutor:
             rng["cuda"] = torch.cuda.get_rng_state_all()
         return rng
 
-    def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RunResult:
+    def _run(self, microbatches: Sequence, stop_after_updates: int | None,
+             read_losses: bool) -> RunResult:
         if len(microbatches) < self.schedule.total_microbatches:
             raise ValueError(f"schedule {self.schedule.name!r} runs "
                              f"{self.schedule.total_microbatches} microbatches "
@@ -232,10 +244,28 @@ class LocalExecutor:
                                    f"its next action ({', '.join(stuck)}); a dependency is "
                                    "missing or ordered after its consumer")
         transport.microbatches = ()  # the feed is the caller's: not kept between runs
-        return self._result(recorder, meter)
+        return self._result(recorder, meter, read_losses)
 
-    def _result(self, recorder: Recorder | None, meter: BytesMeter | None) -> RunResult:
-        taken = take_records(dict(enumerate(self.workers)))  # every stage's, in stage order
+    def read_losses(self) -> list[RunLosses]:
+        """The losses of every run made with ``read_losses=False`` since the last call, one
+        :class:`~pipemare_lite.engine.unread_losses.RunLosses` per run in run order, read
+        to the host with one ``tolist`` (none when no loss waits)."""
+        values = self.unread.values()
+        return self.unread.take([] if values is None else values.tolist())
+
+    def stage_health(self, run: RunLosses) -> tuple[list[int], dict[int, int]]:
+        """The stages holding a non-finite weight when ``run`` ended, and each stage's
+        update count then (one host read; for a divergence found late)."""
+        stages = len(self.workers)
+        return UnreadLosses.read_health(
+            UnreadLosses.health(run, stages, torch.device("cpu")), stages)
+
+    def _result(self, recorder: Recorder | None, meter: BytesMeter | None,
+                read_losses: bool = True) -> RunResult:
+        # every stage's, in stage order
+        taken = take_records(dict(enumerate(self.workers)), read_losses)
+        if not read_losses:
+            self.unread.add_run()
         trace = None if recorder is None else Timeline(
             self.schedule, tuple(recorder.timed_actions()), unit="s", source="measured",
             extra={"versions": recorder.versions, "distances": dict(taken.distances)})
@@ -247,6 +277,9 @@ class LocalExecutor:
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         """Everything needed to continue bitwise (see the module docstring)."""
+        if len(self.unread):
+            raise RuntimeError(f"{len(self.unread)} run(s) made with read_losses=False wait "
+                               "to be read: call read_losses() before state_dict()")
         if self._rng is not None:  # continuing a checkpoint's stream
             rng = copy.deepcopy(self._rng)
         else:  # no CUDA call on CPU runs

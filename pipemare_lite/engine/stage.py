@@ -174,6 +174,9 @@ class StageWorker:
         # the update norm's buffers, made at the first update that records it (see
         # _UpdateNorm)
         self._norm: _UpdateNorm | None = None
+        # the losses of runs that asked not to read them (take_records(read_losses=False)),
+        # kept as tensors until take_unread_losses (pipemare_lite.engine.unread_losses)
+        self._unread_losses: list[tuple[int, torch.Tensor]] = []
         # What happened since the executor last took it (see take_records): for results
         # and traces, not needed to continue training.
         self._start_records()
@@ -186,19 +189,29 @@ class StageWorker:
         # device-to-host sync per microbatch (issue 44)
         self._loss_tensors: list[tuple[int, torch.Tensor]] = []
 
-    def take_records(self) -> StepRecords:
+    def take_records(self, read_losses: bool = True) -> StepRecords:
         """What this stage did since the last call
         (:class:`~pipemare_lite.engine.recording.StepRecords`); then forget it.
 
         The executors call it at the end of every ``run()``: each run reports only its own
         actions, and reading them costs what the run did, not what the whole training did
-        (the cost of a step stays flat however long the run).
+        (the cost of a step stays flat however long the run). ``read_losses=False``: the
+        last stage's losses are not read (no sync) but kept for
+        :meth:`take_unread_losses`; the records' ``loss_by_microbatch`` stays empty.
         """
         taken = self._records
-        if self._loss_tensors:  # one read of every loss of the run (one sync on a GPU)
+        if not read_losses:
+            self._unread_losses.extend(self._loss_tensors)
+        elif self._loss_tensors:  # one read of every loss of the run (one sync on a GPU)
             values = torch.stack([t.reshape(()) for _, t in self._loss_tensors]).tolist()
             taken.loss_by_microbatch.update(zip((m for m, _ in self._loss_tensors), values))
         self._start_records()
+        return taken
+
+    def take_unread_losses(self) -> list[tuple[int, torch.Tensor]]:
+        """``[(microbatch, loss tensor)]`` kept by ``take_records(read_losses=False)`` since
+        the last call, in the order computed; then forget them."""
+        taken, self._unread_losses = self._unread_losses, []
         return taken
 
     # ------------------------------------------------------------------ forward

@@ -115,6 +115,23 @@ class FitConfig:
             included; ``"losses"`` the cheapest run (no update norms, no bytes: the history's
             ``stage_update_norm`` and ``memory_bytes`` stay empty); ``"full"`` the trace too
             (which fit does not keep). The trained numbers are the same at every level.
+        loss_reads_every: how often the training losses are read from their device to the
+            host. 1 (default): after every step, one read a step (one device sync on a
+            GPU), divergence found at once. K > 1: the losses stay tensors on the last
+            stage's device and are read with ONE read per K steps (executor ``"dist"``: one
+            broadcast per K steps instead of one per step); ``"end"``: read only when the
+            run needs them complete, at an evaluation that measures something, a
+            checkpoint and the end. Evaluations, checkpoints and the end always read first.
+            The losses and the history are the same bitwise as with 1; divergence (a
+            non-finite loss, ``blow_up``) is checked at each read over every step read, in
+            step order, so it finds the same first bad step with the same report (the
+            stages with non-finite weights then, the lrs and update norms cut to that
+            step). But the run has by then trained up to K - 1 steps beyond it: the weights
+            after a divergence, the evaluation made then, the measured delays and byte
+            peaks cover those steps too, and are not the per-step run's. ``on_step`` and
+            the progress bar see the losses as of the last read. At ``record="losses"``
+            nothing else is read per step, so a run then reads the host only at its reads;
+            executors ``"local"`` and ``"dist"`` only.
     """
 
     epochs: int
@@ -152,6 +169,7 @@ class FitConfig:
     schedule: object = None
     record: str = "history"
     blow_up: object = None
+    loss_reads_every: int | str = 1
 
     def __post_init__(self) -> None:
         _check_torch_options(self.settings())
@@ -274,6 +292,23 @@ def _check_settings(config: FitConfig) -> None:
         raise ValueError(f"checkpoint_every must be a positive integer, got {every}")
     if config.resume and path is None:
         raise ValueError("resume=True needs a checkpoint_path")
+    _check_loss_reads(config.loss_reads_every, config.executor)
+
+
+#: ``loss_reads_every``'s value for "read only at evaluations, checkpoints and the end".
+LOSS_READS_AT_END = "end"
+
+
+def _check_loss_reads(every, executor: str) -> None:
+    """``loss_reads_every``: a positive integer (steps) or ``"end"``; other than 1 only
+    where the executor can keep losses unread (local, dist)."""
+    if every != LOSS_READS_AT_END and not _positive_int(every):
+        raise ValueError(f"loss_reads_every must be a positive integer (steps between reads "
+                         f"of the losses; 1: every step) or {LOSS_READS_AT_END!r} (read only "
+                         f"at evaluations, checkpoints and the end), got {every!r}")
+    if every != 1 and executor not in ("local", "dist"):
+        raise ValueError(f"loss_reads_every={every!r} needs executor 'local' or 'dist' "
+                         f"(executor {executor!r} reads the losses of every step)")
 
 
 def _check_gamma(gamma) -> None:

@@ -278,14 +278,8 @@ class HistoryRecorder:
         """Fold one ``run()`` result in: losses of complete steps, lrs, update norms, byte
         peaks, delays (its :class:`~pipemare_lite.engine.recording.StepRecords`, whose
         per-stage fields are in stage order, and its byte peaks)."""
-        n, history = self.num_microbatches, self.history
-        self.pending_losses.update(result.loss_by_microbatch)
-        while True:
-            k = len(history.loss)
-            wanted = range(k * n, (k + 1) * n)
-            if not all(m in self.pending_losses for m in wanted):
-                break
-            history.loss.append(sum(self.pending_losses.pop(m) for m in wanted) / n)
+        history = self.history
+        self.add_losses(result.loss_by_microbatch)
         by_update = list(result.group_learning_rates.values())  # [stage][update][group]
         if not history.stage_lr:
             history.stage_lr = [[] for _ in by_update]
@@ -312,6 +306,18 @@ class HistoryRecorder:
             _raise(rank_peak, new)
         for s, stage_delays in result.forward_delays.items():
             self.delays.add(s, stage_delays)
+
+    def add_losses(self, loss_by_microbatch: dict[int, float]) -> None:
+        """Fold in losses (``microbatch -> loss``): every step whose microbatches have all
+        reported gets its mean appended to the history's ``loss``, in step order."""
+        n, history = self.num_microbatches, self.history
+        self.pending_losses.update(loss_by_microbatch)
+        while True:
+            k = len(history.loss)
+            wanted = range(k * n, (k + 1) * n)
+            if not all(m in self.pending_losses for m in wanted):
+                break
+            history.loss.append(sum(self.pending_losses.pop(m) for m in wanted) / n)
 
     def finish(self) -> History:
         """Write the measured delays and byte peaks into the history; return it."""

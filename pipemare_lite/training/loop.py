@@ -48,6 +48,14 @@ attribute holds the history up to there). ``blow_up=BlowUpRule(...)`` also count
 blow-up (:mod:`pipemare_lite.training.blow_up`: the loss above a factor of its running
 minimum for a window of steps), with a report naming the rule, the step and the numbers.
 
+Reading the losses. By default the losses are read to the host after every step (one
+device sync a step on a GPU) and divergence is checked at once. ``loss_reads_every=K``
+keeps them on their device and reads K steps' with one read (``"end"``: only at
+evaluations, checkpoints and the end); each read replays the per-step checks over its
+steps in order (:meth:`TrainingRun.read_losses`), so it finds the same first bad step
+with the same report, the history cut there, while the weights have trained up to K - 1
+steps further (:class:`~pipemare_lite.training.config.FitConfig`).
+
 Checkpoints (:mod:`pipemare_lite.training.checkpoint`): with ``checkpoint_path`` and
 ``checkpoint_every=k`` the full state (executor state including in-flight microbatches,
 optimizer and scheduler states, random states, history so far) is written atomically every
@@ -190,27 +198,32 @@ def fit(model: nn.Module, data, config: FitConfig | None = None, /, *, eval_data
         devices=config.devices, optimizer=config.optimizer, lr_schedule=config.lr_schedule,
         loss_fn=config.loss_fn, schedule=schedule, checkpoints=checkpoint_path is not None,
         record=_run_recording(config.record, checkpoint_path), eval_data=eval_data,
+        loss_reads_every=config.loss_reads_every,
     )
     if resume and Path(checkpoint_path).exists():
         run.resume_from(checkpoint_path)
     elif resume:  # said, not silent: a mistyped path would otherwise start over unnoticed
         warnings.warn(f"resume=True: no checkpoint at {checkpoint_path}; training from step 0",
                       NoCheckpointWarning, stacklevel=2)
-    blow_up = config.blow_up.watch() if config.blow_up is not None else None
+    # the finite rule (training/blow_up.py), checked where the losses are read
+    run.blow_up = config.blow_up.watch() if config.blow_up is not None else None
     try:
         with _progress_bar(config.progress, run) as show_progress:
             run.start_clock()
             while run.step < run.total_steps and not run.history.diverged:
-                run.train_one_step()
-                if blow_up is not None:  # the finite rule (training/blow_up.py)
-                    blow_up.check(run.history)
+                run.train_one_step()  # (loss_reads_every=1: read and checked here)
+                evaluating = run.ends_period(config.eval_every or run.steps_per_epoch)
+                saving = bool(config.checkpoint_every) and run.ends_period(
+                    config.checkpoint_every)
+                if (run.losses_due() or saving or run.step == run.total_steps
+                        or (evaluating and run.evaluates)):  # their records complete
+                    run.read_losses()
                 show_progress(run.history)
-                if (run.ends_period(config.eval_every or run.steps_per_epoch)
-                        or run.history.diverged):
+                if evaluating or run.history.diverged:
                     run.evaluate()
                 if config.on_step is not None:
                     config.on_step(run.step, run.history)
-                if config.checkpoint_every and run.ends_period(config.checkpoint_every):
+                if saving:
                     run.save_to(checkpoint_path)
             run.collect()  # the end: every rank's records and weights (executor 'dist')
     finally:
@@ -383,7 +396,7 @@ class TrainingRun:
     def __init__(
         self, model: nn.Module, data, config: dict, *, gamma, balance, devices,
         optimizer="sgd", lr_schedule=None, loss_fn=None, schedule=None, checkpoints=False,
-        record="history", eval_data=None,
+        record="history", eval_data=None, loss_reads_every=1,
     ) -> None:
         from pipemare_lite.methods import (
             MethodOptions,
@@ -395,6 +408,11 @@ class TrainingRun:
 
         self.config, self.data = config, data
         self.eval_data, self.loss_fn = eval_data, loss_fn
+        #: steps between reads of the losses (FitConfig.loss_reads_every; "end": none)
+        self.loss_reads_every = loss_reads_every
+        self._unread_steps = 0  # steps run since the last read of their losses
+        #: the finite blow-up rule's watch (None: non-finite losses only), set by fit()
+        self.blow_up = None
         method, num_stages, n = config["method"], config["num_stages"], config["num_microbatches"]
         self.steps_per_epoch = _num_samples(data, config["batch_size"]) // config["batch_size"]
         self.total_steps = config["epochs"] * self.steps_per_epoch
@@ -482,25 +500,76 @@ class TrainingRun:
         return self.recorder.history
 
     def train_one_step(self) -> None:
-        """Run the pipeline until every stage made one more update; record; spot divergence."""
+        """Run the pipeline until every stage made one more update; record; spot divergence
+        (with ``loss_reads_every`` other than 1 the losses wait: :meth:`read_losses`)."""
+        if self.loss_reads_every != 1:
+            result = self.engine.run(self.feed, stop_after_updates=self.step + 1,
+                                     read_losses=False)
+            self.step += 1
+            self.recorder.record(result)  # everything but the losses
+            self._unread_steps += 1
+            return
         result = self.engine.run(self.feed, stop_after_updates=self.step + 1)
         self.step += 1
         self.recorder.record(result)
         losses = result.loss_by_microbatch
-        bad = [m for m, v in losses.items() if not math.isfinite(v)]
-        if bad:  # weights are scanned only when the loss says something broke
+        bad = _first_non_finite(losses)
+        if bad is not None:  # weights are scanned only when the loss says something broke
             self.collect()  # every rank sees the same losses, so all of them gather here
-            self.history.diverged = True
-            self.history.divergence_step = bad[0] // self.config["num_microbatches"] + 1
-            self.history.divergence = divergence_report(
-                bad[0],
-                losses[bad[0]],
-                self.config["num_microbatches"],
-                self.steps_per_epoch,
-                self.step,
-                _non_finite_stages(self.stages),
-                len(self.stages),
-            )
+            self._diverged_at(self.step, bad, losses[bad], _non_finite_stages(self.stages))
+        elif self.blow_up is not None:
+            self.blow_up.check(self.history)
+
+    def _diverged_at(self, step: int, microbatch: int, loss: float,
+                     non_finite_stages: list[int]) -> None:
+        """Mark the history diverged: ``microbatch``'s ``loss`` is non-finite, found after
+        step ``step``, when ``non_finite_stages`` held non-finite weights."""
+        self.history.diverged = True
+        self.history.divergence_step = microbatch // self.config["num_microbatches"] + 1
+        self.history.divergence = divergence_report(
+            microbatch,
+            loss,
+            self.config["num_microbatches"],
+            self.steps_per_epoch,
+            step,
+            non_finite_stages,
+            len(self.stages),
+        )
+
+    def losses_due(self) -> bool:
+        """Whether ``loss_reads_every`` steps have run since the last read of the losses."""
+        every = self.loss_reads_every
+        return isinstance(every, int) and every > 1 and self._unread_steps >= every
+
+    @property
+    def evaluates(self) -> bool:
+        """Whether an evaluation measures something (evaluation data, or a ``Dataset``'s
+        test split: :func:`~pipemare_lite.training.batches.run_evaluation`)."""
+        return self.eval_data is not None or isinstance(self.data, Dataset)
+
+    def read_losses(self) -> None:
+        """Read the losses of the steps run since the last read (one host read: the
+        executor's ``read_losses``) and check them as :meth:`train_one_step` checks one
+        step's, step by step in order: the same first non-finite loss or blow-up, the same
+        report, the history's losses stopping where the per-step run's stop. A late finding
+        also cuts the per-update records (lrs, update norms) at that step's updates; the
+        weights, delays and byte peaks have moved on. Nothing to do when none waits."""
+        if not self._unread_steps:
+            return
+        first = self.step - self._unread_steps + 1
+        self._unread_steps = 0
+        for step, run in enumerate(self.engine.read_losses(), start=first):
+            self.recorder.add_losses(run.losses)
+            bad = _first_non_finite(run.losses)
+            if bad is None and (self.blow_up is None or not self.blow_up.check(self.history)):
+                continue
+            # every rank read the same losses, so all of them come here (collectives)
+            non_finite, updates = self.engine.stage_health(run)  # as that step ended
+            self.collect()
+            if bad is not None:
+                self._diverged_at(step, bad, run.losses[bad], non_finite)
+            _cut_updates(self.history, updates)
+            return
 
     def ends_period(self, steps: int) -> bool:
         """Whether the last step closes a period of ``steps`` steps or ends the run.
@@ -703,6 +772,23 @@ def _progress_enabled(progress: bool | None) -> bool:
     if os.environ.get("PYTEST_CURRENT_TEST") or os.environ.get("PIPEMARE_PROGRESS") == "0":
         return False
     return "ipykernel" in sys.modules or sys.stderr.isatty()
+
+
+def _first_non_finite(losses: dict[int, float]) -> int | None:
+    """The first microbatch (in the order reported) whose loss is not finite, or None."""
+    return next((m for m, v in losses.items() if not math.isfinite(v)), None)
+
+
+def _cut_updates(history: History, updates: dict[int, int]) -> None:
+    """Keep each stage's first ``updates[stage]`` per-update records (lrs of every group,
+    update norms): what a run stopped after that many updates recorded."""
+    for s, count in updates.items():
+        for per_stage in (history.stage_lr, history.stage_update_norm):
+            if s < len(per_stage):
+                del per_stage[s][count:]
+        if s < len(history.stage_lr_by_group):
+            for rates in history.stage_lr_by_group[s]:
+                del rates[count:]
 
 
 def _non_finite_stages(stages: Sequence[nn.Module]) -> list[int]:

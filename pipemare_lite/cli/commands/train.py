@@ -227,6 +227,13 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                         help="what the engine records: history (the history's update norms "
                         "and peak bytes) or losses (cheapest: neither); never changes what "
                         "is trained")
+    parser.add_argument("--loss-reads-every", type=_loss_reads, default=1, metavar="K|end",
+                        help="read the training losses from their device every K steps (one "
+                        "host read, one device sync, per K steps) or only at evaluations, "
+                        "checkpoints and the end ('end'); divergence is then found at the "
+                        "read, at the same step with the same report, but the run may have "
+                        "trained up to K-1 steps beyond it; --jsonl lines carry loss null "
+                        "for steps not read yet (default: 1, every step)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", default=None, metavar="FILE",
                         help="write the whole history (per-step loss, per-stage lr of every "
@@ -235,6 +242,23 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                         help="stream one JSON line per step (flushed) for live plots; "
                         "appended to with --resume")
     return parser
+
+
+def _loss_reads(text: str):
+    """``--loss-reads-every``'s value: a positive integer or ``end``."""
+    from pipemare_lite.training.config import LOSS_READS_AT_END
+
+    if text == LOSS_READS_AT_END:
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: allowed: a positive integer (steps between reads) or "
+            f"{LOSS_READS_AT_END!r}")
+    return value
 
 
 def step_record(step: int, history) -> dict:
@@ -599,6 +623,7 @@ def run_from_args(args: argparse.Namespace, prog: str = "pipemare-lite train") -
                 schedule=schedule,
                 devices=stage_devices(getattr(args, "devices", None), pieces, args.executor),
                 record=getattr(args, "record", "history"),
+                loss_reads_every=getattr(args, "loss_reads_every", 1),
                 balance=model_balance(args.model, pieces),
             )
     except DivergenceError as error:

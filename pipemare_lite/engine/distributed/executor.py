@@ -33,6 +33,8 @@ What crosses ranks per step under ``fit(executor="dist")`` (``gather_into``)::
                      tensor broadcast of their values (whose microbatches they are, every
                      rank reads from the schedule: LossesAhead): every rank takes the same
                      decisions (divergence, blow-up) on the same numbers
+    (loss_reads_every=K: no broadcast per step; one broadcast of K steps' losses per
+    read, see read_losses)
     at evaluation,   gather(): one pickled all-gather (two collectives) of what each rank
     checkpoint, end  held back since the last gather (learning rates, update norms, delays,
                      byte peaks, trace) and of its stages' weights, into every rank's model
@@ -79,6 +81,7 @@ from pipemare_lite.engine.distributed.transport import P2PTransport, tensor_meta
 from pipemare_lite.engine.interpreter import Interpreter, take_records
 from pipemare_lite.engine.recorder import BytesMeter, Recorder
 from pipemare_lite.engine.recording import Recording, recording
+from pipemare_lite.engine.unread_losses import RunLosses, UnreadLosses
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import Action, Schedule
 from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, RollingPlan, plan_communication
@@ -276,6 +279,8 @@ class DistributedExecutor:
         self._origin: float | None = None  # the trace's common time origin (first run)
         self._held: RankResult | None = None  # records kept here until gather()
         self._losses_ahead: LossesAhead | None = None  # (gather_into) made at the first run
+        # runs made with read_losses=False: their losses wait on the last stage's rank
+        self._unread = UnreadLosses(self.workers, schedule.num_virtual_stages - 1)
 
     def _own_modules(self, stage_modules) -> dict[int, nn.Module]:
         S = self.schedule.num_virtual_stages
@@ -476,33 +481,67 @@ class DistributedExecutor:
 
     # ------------------------------------------------------------------ running
 
-    def run(self, microbatches: Sequence, *,
-            stop_after_updates: int | None = None) -> RankResult | DistRunResult:
+    def run(self, microbatches: Sequence, *, stop_after_updates: int | None = None,
+            read_losses: bool = True) -> RankResult | DistRunResult:
         """Run this rank's actions from where it stands; returns what this call did.
 
         ``stop_after_updates=k`` stops once each of this rank's stages has made k updates
         (other ranks stop at their own k-th update; messages already sent wait in the
         transport for the next call). Collect the ranks' results with
         :func:`merge_rank_results`, or pass ``gather_into`` to have every rank return the
-        merged result.
+        merged result. ``read_losses=False`` (with ``gather_into``): no broadcast and no
+        host read; the losses wait on the last stage's rank until :meth:`read_losses`.
         """
+        if not read_losses and self.gather_into is None:
+            raise ValueError("read_losses=False needs an executor made with gather_into= "
+                             "(every rank then reads the losses at read_losses())")
         try:
             if self.gather_into is not None and self._losses_ahead is None:
                 src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
                 start = self._progress.positions[src] if self._progress is not None else 0
                 self._losses_ahead = LossesAhead(self.schedule, src, start)
-            mine = self._run(microbatches, stop_after_updates)
+            mine = self._run(microbatches, stop_after_updates, read_losses)
             if self.gather_into is None:
                 return mine
             if self._held is None:
                 self._held = mine
             else:
                 self._held.extend(mine)
+            expected = self._losses_ahead.run(stop_after_updates)
+            if not read_losses:
+                self._unread.add_run(expected)
+                return DistRunResult(loss_by_microbatch={})
             return DistRunResult(loss_by_microbatch=self._share_losses(
-                mine.loss_by_microbatch, self._losses_ahead.run(stop_after_updates)))
+                mine.loss_by_microbatch, expected))
         except BaseException:
             self._failed = True
             raise
+
+    def read_losses(self) -> list[RunLosses]:
+        """The losses of every run made with ``read_losses=False`` since the last call, on
+        every rank (collective): one broadcast of one float64 tensor from the last stage's
+        rank, one host read; a :class:`~pipemare_lite.engine.unread_losses.RunLosses` per
+        run, in run order."""
+        unread, count = self._unread, self._unread.count()
+        if not count:
+            return unread.take([])
+        src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
+        device = self.device if self.backend == "nccl" else torch.device("cpu")
+        values = (unread.values().to(device, torch.float64) if self.rank == src else
+                  torch.empty(count, dtype=torch.float64, device=device))
+        self._collective("sharing the losses", lambda: dist.broadcast(values, src, async_op=True))
+        return unread.take(values.cpu().tolist())  # the one host read
+
+    def stage_health(self, run: RunLosses) -> tuple[list[int], dict[int, int]]:
+        """The stages holding a non-finite weight when ``run`` ended, and each stage's
+        update count then, on every rank (collective: one all-reduce; for a divergence
+        found late)."""
+        stages = self.schedule.num_virtual_stages
+        device = self.device if self.backend == "nccl" else torch.device("cpu")
+        vector = UnreadLosses.health(run, stages, device)  # this rank's stages, zeros else
+        self._collective("sharing the stages' health",
+                         lambda: dist.all_reduce(vector, async_op=True))
+        return UnreadLosses.read_health(vector, stages)
 
     def _share_losses(self, losses: dict[int, float], expected: list[int]
                       ) -> dict[int, float]:
@@ -545,7 +584,8 @@ class DistributedExecutor:
                 module.load_state_dict(merged.state_dicts[s])
         return merged
 
-    def _run(self, microbatches: Sequence, stop_after_updates: int | None) -> RankResult:
+    def _run(self, microbatches: Sequence, stop_after_updates: int | None,
+             read_losses: bool = True) -> RankResult:
         if self.transport.shapes is None:
             self.probe_shapes(microbatches)
         rank, interpreter = self.rank, self.interpreter
@@ -598,7 +638,7 @@ class DistributedExecutor:
         self._note(self.position, "draining sends" if self.finished else "between runs")
         if self.finished:
             self.transport.close()
-        records = take_records(self.workers)  # this rank's stages' StepRecords
+        records = take_records(self.workers, read_losses)  # this rank's stages' StepRecords
         # the weights travel only where asked: every run without gather_into, at gather()
         states = {} if self.gather_into is not None else {
             s: {k: v.detach().cpu().clone() for k, v in w.module.state_dict().items()}
