@@ -127,6 +127,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.engine.replay": "05",
     "pipemare_lite.engine.stage": "03",
     "pipemare_lite.engine.trace": "05",
+    "pipemare_lite.engine.unread_losses": "03",
     "pipemare_lite.experiments": "10",
     "pipemare_lite.experiments.beyond_pipemare": "12",
     "pipemare_lite.experiments.paper_arithmetic": "10",

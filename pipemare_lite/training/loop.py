@@ -180,6 +180,13 @@ def fit(model: nn.Module, data, config: FitConfig | None = None, /, *, eval_data
     keywords (``fit(model, data, method="1f1b", num_stages=4, num_microbatches=8,
     epochs=3, batch_size=64, lr=0.05)``), or both (the keywords replace the config's):
     see :class:`FitConfig` for each one.
+
+    The losses are read from their device after every step by default (one host read, one
+    device sync on a GPU, per step). ``loss_reads_every=K`` reads them once per K steps
+    (``"end"``: only at evaluations, checkpoints and the end), bitwise the same history;
+    divergence is then found at the read, at the same step with the same report, but the
+    run may have trained up to K - 1 steps beyond it (its weights after the divergence are
+    not the per-step run's).
     """
     config = FitConfig.of(config, settings)  # every setting checked here, before any work
     _warn_about_threads()
