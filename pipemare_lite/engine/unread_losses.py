@@ -137,6 +137,7 @@ class UnreadLosses:
 
 def _all_finite(module: torch.nn.Module) -> torch.Tensor:
     """A 0-d bool tensor: every parameter of ``module`` finite (the same test as fit's scan
-    of the weights at a divergence, kept on the device)."""
+    of the weights at a divergence, kept on the device: two small kernels a parameter and
+    two more, no sync)."""
     flags = [torch.isfinite(p.detach()).all() for p in module.parameters()]
     return torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool)

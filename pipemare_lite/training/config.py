@@ -131,7 +131,10 @@ class FitConfig:
             peaks cover those steps too, and are not the per-step run's. ``on_step`` and
             the progress bar see the losses as of the last read. At ``record="losses"``
             nothing else is read per step, so a run then reads the host only at its reads;
-            executors ``"local"`` and ``"dist"`` only.
+            executors ``"local"`` and ``"dist"`` only. Costs: the steps between two reads
+            keep their losses (N values a step) and, per stage, a finite-weights flag on
+            the device (two small kernels per parameter a step, no sync), so ``"end"``
+            without evaluations keeps every step's until the end.
     """
 
     epochs: int
