@@ -171,13 +171,22 @@ class RollingPlan:
     once used: its memory stays flat however long the run (``fit(executor="dist")`` on a
     lazy schedule, :mod:`pipemare_lite.schedules.lazy`). :class:`PostingOrder` reads it like
     a :class:`CommPlan`.
+
+    ``start``: every rank's position at a checkpoint's cut, to resume there. The messages
+    produced before it were sent before the cut (and are consumed, or in transit and handed
+    over from the checkpoint): they keep their ``seq`` but are not planned, on both ends of
+    each pair alike, so both ranks post the rest in the same order (the argument of
+    :mod:`pipemare_lite.engine.distributed.transport` holds for what is left). Reaching the
+    cut reads the execution order from the start: time in the run's length, memory flat.
     """
 
-    def __init__(self, schedule, rank: int) -> None:
+    def __init__(self, schedule, rank: int, start: list[int] | None = None) -> None:
         self.schedule, self.rank = schedule, rank
         self.split = schedule.split_backward
         self._order = stream_order(schedule)
         self._seq = 0
+        self._start = start or [0] * schedule.num_ranks
+        self._read = [0] * schedule.num_ranks  # actions of each rank read from the order
         self.messages: dict = {}  # key -> Message, this rank's, planned and not yet used
         peers = {schedule.rank_of(s + d) for s in schedule.stages_of(rank) for d in (-1, 1)
                  if 0 <= s + d < schedule.num_virtual_stages} - {rank}
@@ -191,11 +200,13 @@ class RollingPlan:
             self.exhausted = True
             return False
         src, action = item
+        before_cut = self._read[src] < self._start[src]
+        self._read[src] += 1
         for kind, stage, mb in _message_keys(self.schedule, action, self.split)[0]:
             dst = self.schedule.rank_of(stage + 1 if kind == ACTIVATION else stage - 1)
             message = Message(kind, stage, mb, src, dst, seq=self._seq)
             self._seq += 1
-            if self.rank in (src, dst):
+            if self.rank in (src, dst) and not before_cut:
                 self.messages[message.key] = message
                 if src != dst:
                     self.pair_order[(self.rank, dst if src == self.rank else src)].append(
@@ -256,11 +267,9 @@ class PostingOrder:
     def to_post_for(self, message: Message) -> list[Message]:
         """Operations to post now (in order) so that ``message``'s own operation is posted.
 
-        Empty when ``message`` is already posted (a receive posted early). Operations in
-        :attr:`posted` ahead of the cursor are passed over (a checkpoint's resume marks what
-        was sent before it, on both ends of each pair). Raises RuntimeError if a *send*
-        would have to be posted out of its own action's turn: that would mean the plan does
-        not follow this rank's action order.
+        Empty when ``message`` is already posted (a receive posted early). Raises
+        RuntimeError if a *send* would have to be posted out of its own action's turn: that
+        would mean the plan does not follow this rank's action order.
         """
         if message.key in self.posted:
             if message.key in self._pending:  # trimmed already: forget it now
@@ -275,15 +284,14 @@ class PostingOrder:
         for i in range(start, len(order)):
             op = order[i]
             if op is message:
-                todo = [earlier for earlier in order[start:i + 1]
-                        if earlier.key not in self.posted]
+                todo = order[start:i + 1]  # nothing ahead of the cursor is posted yet
                 self.cursor[peer] = i + 1
                 self.posted.update(earlier.key for earlier in todo)
                 if self.trims:
                     self._used.add(message.key)
                     self._trim(peer)
                 return todo
-            if op.src == self.rank and op.key not in self.posted:
+            if op.src == self.rank:
                 raise RuntimeError(
                     f"rank {self.rank}: posting {message} needs the earlier send {op} first, "
                     "but that send has not been produced yet (plan does not match the schedule)")
@@ -299,17 +307,6 @@ class PostingOrder:
         todo = []
         for peer, start in self.cursor.items():
             order = self.plan.planned(self.rank, peer, start + limit)
-            if not self.posted.isdisjoint(op.key for op in order[start:start + limit]):
-                ahead, i = [], start  # pass over what a checkpoint's resume marked posted
-                while i < len(order) and len(ahead) < limit:
-                    if order[i].key not in self.posted:
-                        if order[i].dst != self.rank:
-                            break
-                        ahead.append(order[i])
-                    i += 1
-                self.cursor[peer] = i
-                todo += ahead
-                continue
             ahead = list(takewhile(lambda op: op.dst == self.rank, order[start:start + limit]))
             self.cursor[peer] = start + len(ahead)
             todo += ahead
