@@ -81,3 +81,38 @@ def test_what_a_rank_holds_does_not_grow_with_the_run(name, P, N):
     short = max(_rolling_row(_lazy(name, P, N, K=40), r)[1] for r in range(P))
     long = max(_rolling_row(_lazy(name, P, N, K=400), r)[1] for r in range(P))
     assert long == short
+
+
+def _cut(schedule, updates):
+    """Every rank's position once each of its stages has made ``updates`` updates (where a
+    run with stop_after_updates stops, so where a checkpoint is taken)."""
+    positions = []
+    for rank, row in enumerate(schedule.ranks):
+        done = dict.fromkeys(schedule.stages_of(rank), 0)
+        position = 0
+        while min(done.values()) < updates:
+            if row[position].kind == "U":
+                done[row[position].stage] += 1
+            position += 1
+        positions.append(position)
+    return positions
+
+
+@pytest.mark.parametrize(("name", "P", "N"), CASES)
+def test_a_plan_started_at_a_cut_plans_what_was_not_sent_before_it(name, P, N):
+    """A resume's plan: each pair's messages in the whole plan's order and seq, less those
+    produced before the cut (sent before the checkpoint), the same on both ends."""
+    lazy = _lazy(name, P, N)
+    whole_schedule = lazy.materialize()
+    whole = plan_communication(whole_schedule)
+    cut = _cut(whole_schedule, 7)
+    before = {m.key for (rank, position), made in whole.produces.items() for m in made
+              if position < cut[rank]}
+    assert before
+    for rank in range(P):
+        plan = RollingPlan(lazy, rank, start=cut)
+        for r, peer in plan.pair_order:
+            planned = plan.planned(r, peer, 10**9)
+            expected = [m for m in whole.pair_order[(r, peer)] if m.key not in before]
+            assert [(m.key, m.seq) for m in planned] == [(m.key, m.seq) for m in expected]
+        assert not set(plan.messages) & before
