@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import takewhile
 
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.validation import KIND_CODE, dependency_codes, execution_order
+from pipemare_lite.schedules.validation import execution_order
 
 #: Receives each rank posts per peer before it needs them (see :meth:`PostingOrder.receives_ahead`).
 RECEIVES_AHEAD = 2
@@ -130,37 +130,44 @@ def plan_communication(schedule: Schedule) -> CommPlan:
     return CommPlan(schedule, messages, produces, consumes, pair_order)
 
 
-def stream_order(schedule) -> Iterator[tuple[int, object]]:
+def stream_order(schedule, start: list[int] | None = None,
+                 in_transit=()) -> Iterator[tuple[int, object]]:
     """:func:`~pipemare_lite.schedules.validation.execution_order` made as it is read:
     ``(rank, action)`` in the same order, from rows read one action at a time (a lazy
     schedule's rows are never materialized). The same greedy walk as
     :func:`~pipemare_lite.schedules.validation.code_order` (each rank runs as far as its
-    dependencies allow, then parks on the action it waits for), paused at every action: a
-    pause changes nothing, so the order is the same. Holds one byte per action of the run
-    (which are done) and the parked ranks. The schedule must be valid (a lazy one is)."""
-    S, T, K = schedule.num_virtual_stages, schedule.total_microbatches, schedule.num_minibatches
-    n = S * T
-    rows = [iter(schedule.ranks[r]) if isinstance(schedule, Schedule) else schedule.row(r)
+    dependencies allow, then parks on what it waits for), paused at every action: a pause
+    changes nothing, so the order is the same. An action waits only for the messages it
+    needs: its other dependencies sit before it in its own row (the schedule must be valid;
+    a lazy one is). Holds the messages produced and not yet consumed, and the parked ranks.
+
+    ``start``, ``in_transit``: the rest of the run from every rank's position at a
+    checkpoint's cut, where the messages with keys ``in_transit`` were produced and not yet
+    consumed (a valid order of what is left, though not the whole run's order cut there).
+    """
+    split = schedule.split_backward
+    rows = [iter(schedule.ranks[r]) if start is None else schedule.row(r, start[r])
             for r in range(schedule.num_ranks)]
     heads = [next(row, None) for row in rows]
-    done = bytearray(4 * n + S * K)
-    waiter: dict[int, int] = {}  # code -> the rank parked on it
+    available = set(in_transit)  # messages produced and not yet consumed
+    waiter: dict[tuple, int] = {}  # message key -> the rank parked on it
     ready = deque(range(schedule.num_ranks))
     while ready:
         rank = ready.popleft()
         action = heads[rank]
         while action is not None:
-            code = (4 * n + action.stage * K + action.index if action.kind == "U" else
-                    KIND_CODE[action.kind] * n + action.stage * T + action.index)
-            missing = next((c for c in dependency_codes(code, n, T) if not done[c]), None)
-            if missing is not None:  # park this rank until that action is done
+            sends, needs = _message_keys(schedule, action, split)
+            missing = next((key for key in needs if key not in available), None)
+            if missing is not None:  # park this rank until that message is produced
                 waiter[missing] = rank
                 break
-            done[code] = 1
+            available.difference_update(needs)
+            available.update(sends)
             yield rank, action
             action = heads[rank] = next(rows[rank], None)
-            if code in waiter:
-                ready.append(waiter.pop(code))
+            for key in sends:
+                if key in waiter:
+                    ready.append(waiter.pop(key))
 
 
 class RollingPlan:
@@ -172,21 +179,20 @@ class RollingPlan:
     lazy schedule, :mod:`pipemare_lite.schedules.lazy`). :class:`PostingOrder` reads it like
     a :class:`CommPlan`.
 
-    ``start``: every rank's position at a checkpoint's cut, to resume there. The messages
-    produced before it were sent before the cut (and are consumed, or in transit and handed
-    over from the checkpoint): they keep their ``seq`` but are not planned, on both ends of
-    each pair alike, so both ranks post the rest in the same order (the argument of
-    :mod:`pipemare_lite.engine.distributed.transport` holds for what is left). Reaching the
-    cut reads the execution order from the start: time in the run's length, memory flat.
+    ``start``, ``in_transit``: resume at a checkpoint's cut (every rank's position there,
+    and the keys of the messages produced before it and not yet consumed): the messages of
+    what is left, numbered from 0 in :func:`stream_order`'s order from the cut. What was
+    sent before the cut is not planned; every rank of the resumed job plans the same, so
+    both ends of each pair post the rest in the same order (the argument of
+    :mod:`pipemare_lite.engine.distributed.transport` holds for what is left).
     """
 
-    def __init__(self, schedule, rank: int, start: list[int] | None = None) -> None:
+    def __init__(self, schedule, rank: int, start: list[int] | None = None,
+                 in_transit=()) -> None:
         self.schedule, self.rank = schedule, rank
         self.split = schedule.split_backward
-        self._order = stream_order(schedule)
+        self._order = stream_order(schedule, start, in_transit)
         self._seq = 0
-        self._start = start or [0] * schedule.num_ranks
-        self._read = [0] * schedule.num_ranks  # actions of each rank read from the order
         self.messages: dict = {}  # key -> Message, this rank's, planned and not yet used
         peers = {schedule.rank_of(s + d) for s in schedule.stages_of(rank) for d in (-1, 1)
                  if 0 <= s + d < schedule.num_virtual_stages} - {rank}
@@ -200,13 +206,11 @@ class RollingPlan:
             self.exhausted = True
             return False
         src, action = item
-        before_cut = self._read[src] < self._start[src]
-        self._read[src] += 1
         for kind, stage, mb in _message_keys(self.schedule, action, self.split)[0]:
             dst = self.schedule.rank_of(stage + 1 if kind == ACTIVATION else stage - 1)
             message = Message(kind, stage, mb, src, dst, seq=self._seq)
             self._seq += 1
-            if self.rank in (src, dst) and not before_cut:
+            if self.rank in (src, dst):
                 self.messages[message.key] = message
                 if src != dst:
                     self.pair_order[(self.rank, dst if src == self.rank else src)].append(

@@ -33,24 +33,26 @@ saving process's, for a local resume.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import islice
 
 from pipemare_lite.schedules.comm_plan import ACTIVATION, GRADIENT, _message_keys
 from pipemare_lite.schedules.lazy import schedule_key
 
 
 class RowWalk:
-    """One rank's row read on from a position, counting its stages' updates, as the executor
-    runs it: :meth:`run` stops where each of the rank's stages has made
-    ``stop_after_updates`` updates (the executor's own stop test). Holds one row iterator
-    (a lazy row stays lazy); a walk to ``start`` reads the row from its beginning."""
+    """One rank's row read on from a position, as the executor runs it: :meth:`run` stops
+    where each of the rank's stages has made ``stop_after_updates`` updates (the executor's
+    own stop test on its stages' weight versions). Holds one row iterator (a lazy row stays
+    lazy, and is entered at ``start`` without reading what is before it).
 
-    def __init__(self, schedule, rank: int, start: int = 0) -> None:
-        self.updates = dict.fromkeys(schedule.stages_of(rank), 0)
-        self.position = 0
-        self._row = iter(schedule.ranks[rank])
-        for _ in islice(self.run(None), start):  # counting the updates before start
-            pass
+    ``versions``: each of the rank's stages' update count at ``start`` (its weight version,
+    as a checkpoint holds it); None: 0 (a run from the start)."""
+
+    def __init__(self, schedule, rank: int, start: int = 0,
+                 versions: dict[int, int] | None = None) -> None:
+        stages = schedule.stages_of(rank)
+        self.updates = {s: 0 if versions is None else versions[s] for s in stages}
+        self.position = start
+        self._row = schedule.row(rank, start)
 
     def run(self, stop_after_updates: int | None) -> Iterator:
         """Yield the actions a run with ``stop_after_updates`` takes from here (None: to the
@@ -71,15 +73,16 @@ class PeerProgress:
     from the schedule alone (no communication), one :class:`RowWalk` per rank. What it holds
     is what is in flight, however long the run.
 
-    ``start``: resume at a checkpoint's cut, ``(positions, in-transit message keys, in-flight
-    targets)`` as the checkpoint holds them."""
+    ``start``: resume at a checkpoint's cut, ``(positions, versions, in-transit message keys,
+    in-flight targets)`` as the checkpoint holds them (``versions``: every stage's)."""
 
     def __init__(self, schedule, start: tuple | None = None) -> None:
         self.schedule = schedule
         self.split = schedule.split_backward
         self.last = schedule.num_virtual_stages - 1
-        positions, unconsumed, targets = start or ([0] * schedule.num_ranks, (), ())
-        self.walks = [RowWalk(schedule, rank, p) for rank, p in enumerate(positions)]
+        positions, versions, unconsumed, targets = start or (
+            [0] * schedule.num_ranks, None, (), ())
+        self.walks = [RowWalk(schedule, rank, p, versions) for rank, p in enumerate(positions)]
         self.unconsumed: set = set(unconsumed)  # message keys produced, not yet consumed
         self.targets: set[int] = set(targets)  # microbatches whose target is in flight
 

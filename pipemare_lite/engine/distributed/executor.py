@@ -95,13 +95,14 @@ from pipemare_lite.schedules.validation import validated_order
 class LossesAhead:
     """Which microbatches' losses each run of the last stage's rank computes, read from the
     schedule alone (so every rank knows how many values the losses' broadcast carries):
-    that rank's row walked from ``start`` as the executor walks it (a
-    :class:`~.checkpoint.RowWalk`), up to where each of its stages has made
-    ``stop_after_updates`` updates."""
+    that rank's row walked from ``start`` (where its stages have the weight ``versions``) as
+    the executor walks it (a :class:`~.checkpoint.RowWalk`), up to where each of its stages
+    has made ``stop_after_updates`` updates."""
 
-    def __init__(self, schedule, rank: int, start: int = 0) -> None:
+    def __init__(self, schedule, rank: int, start: int = 0,
+                 versions: dict[int, int] | None = None) -> None:
         self.last = schedule.num_virtual_stages - 1
-        self.walk = RowWalk(schedule, rank, start)
+        self.walk = RowWalk(schedule, rank, start, versions)
 
     def run(self, stop_after_updates: int | None) -> list[int]:
         """The microbatches whose loss the next run computes, in order."""
@@ -236,7 +237,8 @@ class DistributedExecutor:
         self.fault = fault if fault is not None and fault.rank == self.rank else None
         self.gather_into = None if gather_into is None else list(gather_into)
         self.position = 0  # next action of this rank's row
-        self._start = [0] * world  # every rank's position before the first run
+        self._start = [0] * world, None  # every rank's position and every stage's version
+        # before the first run (a checkpoint's; None: 0)
         self._row_length = len(schedule.ranks[self.rank])
         self._row: Iterator[Action] | None = None  # the row from `position` (first run on)
         self._upcoming: Action | None = None  # the action at `position`, once read
@@ -327,7 +329,8 @@ class DistributedExecutor:
         if self.position or self.transport.shapes is not None:
             raise RuntimeError("load_state_dict needs an executor that has not run yet")
         positions = list(state["positions"])
-        self.position, self._start = positions[self.rank], positions
+        versions = {s: stage["versions"]["version"] for s, stage in enumerate(state["stages"])}
+        self.position, self._start = positions[self.rank], (positions, versions)
         for s, worker in self.workers.items():
             worker.load_state_dict(state["stages"][s])
         in_transit = {message_key(table, local): tensor
@@ -335,7 +338,7 @@ class DistributedExecutor:
                       for local, tensor in state[table].items()}
         self.transport.resume(positions, in_transit)
         if self._progress is not None:
-            self._progress = PeerProgress(self.schedule, (positions, in_transit,
+            self._progress = PeerProgress(self.schedule, (positions, versions, in_transit,
                                                           state["targets"]))
 
     # ------------------------------------------------------------------ lifetime
@@ -470,7 +473,8 @@ class DistributedExecutor:
         try:
             if self.gather_into is not None and self._losses_ahead is None:
                 src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
-                self._losses_ahead = LossesAhead(self.schedule, src, self._start[src])
+                positions, versions = self._start
+                self._losses_ahead = LossesAhead(self.schedule, src, positions[src], versions)
             mine = self._run(microbatches, stop_after_updates)
             if self.gather_into is None:
                 return mine

@@ -135,7 +135,8 @@ class P2PTransport:
             raise RuntimeError(f"rank {self.rank}: resume() needs a transport that has "
                                "posted nothing yet")
         schedule = self.plan.schedule
-        self.plan = RollingPlan(schedule, self.rank, start=list(positions))
+        self.plan = RollingPlan(schedule, self.rank, start=list(positions),
+                                in_transit=set(in_transit))
         self.order = PostingOrder(self.plan, self.rank)
         for key, tensor in in_transit.items():
             kind, stage, _ = key
