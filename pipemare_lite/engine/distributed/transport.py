@@ -30,7 +30,8 @@ the pair posted, those are receives (post them: non-blocking) or sends from earl
 of this rank (already posted, because ``seq`` follows every rank's own action order). A
 rank waits only for a message some action will produce; sends never block; so the run
 follows the schedule's dependency graph, which validation proved acyclic. With gloo,
-which matches by tag, each message also carries its ``seq`` as tag.
+which matches by tag, each message also carries its ``seq`` as tag. A job resumed from a
+checkpoint numbers what is left from the cut (every rank alike: the argument holds for it).
 
 Shapes: the receiver must allocate the buffer before the data arrives, so every message's
 shape and dtype come from a shape probe at start (:mod:`pipemare_lite.engine.distributed.executor`).
