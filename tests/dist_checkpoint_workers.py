@@ -70,9 +70,9 @@ def lazy_setup(num_minibatches: int):
 
 def lazy_run(info, num_minibatches: int, stop: int | None = None,
              state: bytes | None = None) -> dict:
-    """:func:`dist_run` on :func:`lazy_setup`'s run; also what the executor holds: its
-    schedule's and row's and plan's types, and the messages and targets its progress
-    tracks."""
+    """:func:`dist_run` on :func:`lazy_setup`'s run; also what the executor holds: whether
+    it kept the schedule it was given, whether its row is a tuple, its plan's type, and the
+    messages and targets its progress tracks."""
     import io
 
     schedule, options, stages, mbs = lazy_setup(num_minibatches)
@@ -85,8 +85,8 @@ def lazy_run(info, num_minibatches: int, stop: int | None = None,
             executor.load_state_dict(state)
         result = executor.run(mbs, stop_after_updates=stop)
         out = {"losses": result.loss_by_microbatch, "weights": result.state_dicts,
-               "schedule": type(executor.schedule).__name__,
-               "row": type(executor.schedule.ranks[info.rank]).__name__,
+               "same_schedule": executor.schedule is schedule,
+               "row_is_tuple": isinstance(executor.schedule.ranks[info.rank], (tuple, list)),
                "plan": type(executor.transport.plan).__name__,
                "in_flight": len(executor._progress.unconsumed) + len(executor._progress.targets)}
         if stop is not None:
