@@ -12,8 +12,9 @@ started; the script prints both runs' peaks per rank and their ratio (the goal: 
 what a checkpoint needs: :mod:`pipemare_lite.engine.distributed.checkpoint`). Also printed:
 the first checkpoint's bytes (saved after the same step in both runs: what the planned
 length adds to it) and the last one's (it holds the history so far, which grows with the
-steps run), and the time a resume at the long run's end spends reading the execution order
-to its cut (the rolling plan's start and the rows' walks, one rank's share).
+steps run), and the time a resume at a run's end takes to enter the schedule at its cut (a
+rolling plan started there, every rank's row walk): it reads nothing before the cut, so the
+time does not grow with the run.
 
 Run: ``nice -n 10 .venv/bin/python benchmarks/bench_dist_memory.py [--checkpoints]
 [--epochs 4]``
@@ -74,9 +75,9 @@ def train(info, method: str, epochs: int, folder: str | None = None) -> dict:
 
 
 def resume_walk_seconds(method: str, epochs: int) -> float:
-    """Seconds a resume at the end of an ``epochs`` run spends reading the schedule to its
-    cut: the execution order (rank 0's RollingPlan started there, planned through) and every
-    rank's row (the PeerProgress of a checkpointing executor)."""
+    """Seconds a resume at the end of an ``epochs`` run takes to enter the schedule at its
+    cut: rank 0's RollingPlan started there (planned through) and every rank's RowWalk (the
+    PeerProgress of a checkpointing executor)."""
     from pipemare_lite.engine.distributed.checkpoint import RowWalk
     from pipemare_lite.methods import method_options
     from pipemare_lite.methods.registry import build_method_schedule
@@ -124,7 +125,7 @@ def main() -> None:
                       f", last {a['last_bytes']}/{b['last_bytes']} "
                       f"(long/short {b['last_bytes'] / a['last_bytes']:.3f})")
                 walks = [resume_walk_seconds(method, e) for e in (short_epochs, 10 * short_epochs)]
-                print(f"{method:>9} resume at the end, reading the schedule to the cut: "
+                print(f"{method:>9} a resume at the end enters the schedule at its cut in "
                       f"{walks[0]:.2f} s / {walks[1]:.2f} s")
 
 
