@@ -50,3 +50,45 @@ def dist_run(info, method: str, stop: int | None = None, state: bytes | None = N
             out["state"] = executor.state_dict()
             executor.run(mbs)  # and it goes on: the checkpoint disturbed nothing
     return out
+
+
+def lazy_setup(num_minibatches: int):
+    """:func:`setup` for pipemare on a lazy schedule of ``num_minibatches`` minibatches
+    (as ``fit()`` makes its run's schedule)."""
+    from pipemare_lite.schedules.lazy import lazy_schedule
+
+    options = method_options("pipemare")
+    schedule = lazy_schedule(lambda k: build_method_schedule(
+        "pipemare", 2, N, num_minibatches=k, options=options), num_minibatches,
+        warmup_minibatches=options.warmup)
+    _, _, stages, _ = setup("pipemare")
+    g = torch.Generator().manual_seed(1)
+    mbs = [(torch.randn(4, WIDTH, generator=g), torch.randint(0, 3, (4,), generator=g))
+           for _ in range(schedule.total_microbatches)]
+    return schedule, options, stages, mbs
+
+
+def lazy_run(info, num_minibatches: int, stop: int | None = None,
+             state: bytes | None = None) -> dict:
+    """:func:`dist_run` on :func:`lazy_setup`'s run; also what the executor holds: whether
+    it kept the schedule it was given, whether its row is a tuple, its plan's type, and the
+    messages and targets its progress tracks."""
+    import io
+
+    schedule, options, stages, mbs = lazy_setup(num_minibatches)
+    if state is not None:
+        state = torch.load(io.BytesIO(state), weights_only=False)
+    with DistributedExecutor(schedule, stages, loss_fn=nn.functional.cross_entropy,
+                             optimizer_factory=sgd, method_options=options,
+                             checkpoints=True) as executor:
+        if state is not None:
+            executor.load_state_dict(state)
+        result = executor.run(mbs, stop_after_updates=stop)
+        out = {"losses": result.loss_by_microbatch, "weights": result.state_dicts,
+               "same_schedule": executor.schedule is schedule,
+               "row_is_tuple": isinstance(executor.schedule.ranks[info.rank], (tuple, list)),
+               "plan": type(executor.transport.plan).__name__,
+               "in_flight": len(executor._progress.unconsumed) + len(executor._progress.targets)}
+        if stop is not None:
+            out["state"] = executor.state_dict()
+    return out

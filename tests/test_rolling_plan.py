@@ -81,3 +81,47 @@ def test_what_a_rank_holds_does_not_grow_with_the_run(name, P, N):
     short = max(_rolling_row(_lazy(name, P, N, K=40), r)[1] for r in range(P))
     long = max(_rolling_row(_lazy(name, P, N, K=400), r)[1] for r in range(P))
     assert long == short
+
+
+def _cut(schedule, fraction):
+    """Every rank's position after the first ``fraction`` of an execution of the schedule:
+    a cut the run can stand at (every action before it has its dependencies before it)."""
+    order = execution_order(schedule)
+    positions = [0] * schedule.num_ranks
+    for rank, _ in order[:int(fraction * len(order))]:
+        positions[rank] += 1
+    return positions
+
+
+@pytest.mark.parametrize(("name", "P", "N"), CASES)
+def test_a_plan_started_at_a_cut_plans_what_is_left_alike_on_both_ends(name, P, N):
+    """A resume's plan: from every rank's position at a cut and the messages in transit
+    there, the stream is a valid execution of every action left (each rank's in row order,
+    each after the messages it needs), and each pair's two ends plan the same messages in
+    the same order: those produced after the cut, none sent before it."""
+    lazy = _lazy(name, P, N)
+    whole_schedule = lazy.materialize()
+    whole = plan_communication(whole_schedule)
+    cut = _cut(whole_schedule, 0.43)  # inside a minibatch: messages in transit
+    before = {m.key for (rank, position), made in whole.produces.items() for m in made
+              if position < cut[rank]}
+    used = {m.key for (rank, position), needed in whole.consumes.items() for m in needed
+            if position < cut[rank]}
+    in_transit = before - used
+    assert in_transit
+    available, read = set(in_transit), [[] for _ in range(P)]
+    for rank, action in stream_order(lazy, cut, in_transit):
+        sends, needs = _message_keys(lazy, action, lazy.split_backward)
+        assert available >= set(needs), (rank, action)
+        available = (available - set(needs)) | set(sends)
+        read[rank].append(action)
+    assert read == [list(row[p:]) for row, p in zip(whole_schedule.ranks, cut)]
+    planned = {}
+    for rank in range(P):
+        plan = RollingPlan(lazy, rank, start=cut, in_transit=in_transit)
+        for r, peer in plan.pair_order:
+            planned[(r, peer)] = [(m.key, m.seq) for m in plan.planned(r, peer, 10**9)]
+    for (r, peer), order in planned.items():
+        assert order == planned[(peer, r)]
+        keys = {key for key, _ in order}
+        assert keys == {m.key for m in whole.pair_order[(r, peer)]} - before

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import takewhile
 
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.validation import KIND_CODE, dependency_codes, execution_order
+from pipemare_lite.schedules.validation import execution_order
 
 #: Receives each rank posts per peer before it needs them (see :meth:`PostingOrder.receives_ahead`).
 RECEIVES_AHEAD = 2
@@ -130,37 +130,44 @@ def plan_communication(schedule: Schedule) -> CommPlan:
     return CommPlan(schedule, messages, produces, consumes, pair_order)
 
 
-def stream_order(schedule) -> Iterator[tuple[int, object]]:
+def stream_order(schedule, start: list[int] | None = None,
+                 in_transit=()) -> Iterator[tuple[int, object]]:
     """:func:`~pipemare_lite.schedules.validation.execution_order` made as it is read:
     ``(rank, action)`` in the same order, from rows read one action at a time (a lazy
     schedule's rows are never materialized). The same greedy walk as
     :func:`~pipemare_lite.schedules.validation.code_order` (each rank runs as far as its
-    dependencies allow, then parks on the action it waits for), paused at every action: a
-    pause changes nothing, so the order is the same. Holds one byte per action of the run
-    (which are done) and the parked ranks. The schedule must be valid (a lazy one is)."""
-    S, T, K = schedule.num_virtual_stages, schedule.total_microbatches, schedule.num_minibatches
-    n = S * T
-    rows = [iter(schedule.ranks[r]) if isinstance(schedule, Schedule) else schedule.row(r)
+    dependencies allow, then parks on what it waits for), paused at every action: a pause
+    changes nothing, so the order is the same. An action waits only for the messages it
+    needs: its other dependencies sit before it in its own row (the schedule must be valid;
+    a lazy one is). Holds the messages produced and not yet consumed, and the parked ranks.
+
+    ``start``, ``in_transit``: the rest of the run from every rank's position at a
+    checkpoint's cut, where the messages with keys ``in_transit`` were produced and not yet
+    consumed (a valid order of what is left, though not the whole run's order cut there).
+    """
+    split = schedule.split_backward
+    rows = [iter(schedule.ranks[r]) if start is None else schedule.row(r, start[r])
             for r in range(schedule.num_ranks)]
     heads = [next(row, None) for row in rows]
-    done = bytearray(4 * n + S * K)
-    waiter: dict[int, int] = {}  # code -> the rank parked on it
+    available = set(in_transit)  # messages produced and not yet consumed
+    waiter: dict[tuple, int] = {}  # message key -> the rank parked on it
     ready = deque(range(schedule.num_ranks))
     while ready:
         rank = ready.popleft()
         action = heads[rank]
         while action is not None:
-            code = (4 * n + action.stage * K + action.index if action.kind == "U" else
-                    KIND_CODE[action.kind] * n + action.stage * T + action.index)
-            missing = next((c for c in dependency_codes(code, n, T) if not done[c]), None)
-            if missing is not None:  # park this rank until that action is done
+            sends, needs = _message_keys(schedule, action, split)
+            missing = next((key for key in needs if key not in available), None)
+            if missing is not None:  # park this rank until that message is produced
                 waiter[missing] = rank
                 break
-            done[code] = 1
+            available.difference_update(needs)
+            available.update(sends)
             yield rank, action
             action = heads[rank] = next(rows[rank], None)
-            if code in waiter:
-                ready.append(waiter.pop(code))
+            for key in sends:
+                if key in waiter:
+                    ready.append(waiter.pop(key))
 
 
 class RollingPlan:
@@ -171,12 +178,20 @@ class RollingPlan:
     once used: its memory stays flat however long the run (``fit(executor="dist")`` on a
     lazy schedule, :mod:`pipemare_lite.schedules.lazy`). :class:`PostingOrder` reads it like
     a :class:`CommPlan`.
+
+    ``start``, ``in_transit``: resume at a checkpoint's cut (every rank's position there,
+    and the keys of the messages produced before it and not yet consumed): the messages of
+    what is left, numbered from 0 in :func:`stream_order`'s order from the cut. What was
+    sent before the cut is not planned; every rank of the resumed job plans the same, so
+    both ends of each pair post the rest in the same order (the argument of
+    :mod:`pipemare_lite.engine.distributed.transport` holds for what is left).
     """
 
-    def __init__(self, schedule, rank: int) -> None:
+    def __init__(self, schedule, rank: int, start: list[int] | None = None,
+                 in_transit=()) -> None:
         self.schedule, self.rank = schedule, rank
         self.split = schedule.split_backward
-        self._order = stream_order(schedule)
+        self._order = stream_order(schedule, start, in_transit)
         self._seq = 0
         self.messages: dict = {}  # key -> Message, this rank's, planned and not yet used
         peers = {schedule.rank_of(s + d) for s in schedule.stages_of(rank) for d in (-1, 1)
@@ -256,11 +271,9 @@ class PostingOrder:
     def to_post_for(self, message: Message) -> list[Message]:
         """Operations to post now (in order) so that ``message``'s own operation is posted.
 
-        Empty when ``message`` is already posted (a receive posted early). Operations in
-        :attr:`posted` ahead of the cursor are passed over (a checkpoint's resume marks what
-        was sent before it, on both ends of each pair). Raises RuntimeError if a *send*
-        would have to be posted out of its own action's turn: that would mean the plan does
-        not follow this rank's action order.
+        Empty when ``message`` is already posted (a receive posted early). Raises
+        RuntimeError if a *send* would have to be posted out of its own action's turn: that
+        would mean the plan does not follow this rank's action order.
         """
         if message.key in self.posted:
             if message.key in self._pending:  # trimmed already: forget it now
@@ -275,15 +288,14 @@ class PostingOrder:
         for i in range(start, len(order)):
             op = order[i]
             if op is message:
-                todo = [earlier for earlier in order[start:i + 1]
-                        if earlier.key not in self.posted]
+                todo = order[start:i + 1]  # nothing ahead of the cursor is posted yet
                 self.cursor[peer] = i + 1
                 self.posted.update(earlier.key for earlier in todo)
                 if self.trims:
                     self._used.add(message.key)
                     self._trim(peer)
                 return todo
-            if op.src == self.rank and op.key not in self.posted:
+            if op.src == self.rank:
                 raise RuntimeError(
                     f"rank {self.rank}: posting {message} needs the earlier send {op} first, "
                     "but that send has not been produced yet (plan does not match the schedule)")
@@ -299,17 +311,6 @@ class PostingOrder:
         todo = []
         for peer, start in self.cursor.items():
             order = self.plan.planned(self.rank, peer, start + limit)
-            if not self.posted.isdisjoint(op.key for op in order[start:start + limit]):
-                ahead, i = [], start  # pass over what a checkpoint's resume marked posted
-                while i < len(order) and len(ahead) < limit:
-                    if order[i].key not in self.posted:
-                        if order[i].dst != self.rank:
-                            break
-                        ahead.append(order[i])
-                    i += 1
-                self.cursor[peer] = i
-                todo += ahead
-                continue
             ahead = list(takewhile(lambda op: op.dst == self.rank, order[start:start + limit]))
             self.cursor[peer] = start + len(ahead)
             todo += ahead

@@ -10,65 +10,92 @@ inside ``torch.distributed`` sends that may not have arrived. So::
 
     sender:    keeps every tensor it sends (SentLog) until it knows the receiver consumed it;
                it knows without asking: at run(stop_after_updates=k) every rank stops at a
-               position the schedule fixes (PeerProgress walks every row to it)
+               position the schedule fixes (PeerProgress walks every row to it,
+               holding only what is in flight)
     state_dict (collective): each rank's position, stage states and the unconsumed tensors
                it sent, gathered on every rank into the local format
     load_state_dict: each rank takes its stages and position; a message in transit to it is
                handed over from the checkpoint (never received); every message produced
-               before the cut is marked posted on both ends of its pair, so both ranks post
-               the remaining ones in the same order (the deadlock-freedom argument of
-               :mod:`.transport` holds for what is left)
+               before the cut is left out of the message plan on both ends of its pair
+               (a RollingPlan started at the cut), so both ranks post the remaining ones in
+               the same order (the deadlock-freedom argument of :mod:`.transport` holds for
+               what is left)
 
-So a checkpoint written by either executor resumes in either, bitwise (fp32, CPU, one
-thread per process): ``tests/test_dist_checkpoint.py``. Randomness is not carried across
+Nothing here holds the whole run: the schedule stays lazy, the plan rolls, and a checkpoint
+holds what is in flight (its size and a rank's memory do not grow with the run's planned
+length; ``benchmarks/bench_dist_memory.py --checkpoints`` measures both). So a checkpoint
+written by either executor resumes in either, bitwise (fp32, CPU, one thread per process):
+``tests/test_dist_checkpoint.py``. Randomness is not carried across
 processes (each rank has its own generator; the book's models draw none): ``rng`` is the
 saving process's, for a local resume.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from pipemare_lite.schedules.comm_plan import ACTIVATION, GRADIENT, _message_keys
+from pipemare_lite.schedules.lazy import schedule_key
 
 
-def stop_position(schedule, rank: int, start: int, stop_after_updates: int | None) -> int:
-    """Where ``rank`` stands after a run from ``start``: the first position at which each of
-    its stages has made ``stop_after_updates`` updates (the executor's own stop test), or the
-    end of its row."""
-    row = schedule.ranks[rank]
-    if stop_after_updates is None:
-        return len(row)
-    stages = schedule.stages_of(rank)
-    updates = dict.fromkeys(stages, 0)
-    for action in row[:start]:
-        if action.kind == "U":
-            updates[action.stage] += 1
-    position = start
-    while position < len(row) and min(updates.values()) < stop_after_updates:
-        if row[position].kind == "U":
-            updates[row[position].stage] += 1
-        position += 1
-    return position
+class RowWalk:
+    """One rank's row read on from a position, as the executor runs it: :meth:`run` stops
+    where each of the rank's stages has made ``stop_after_updates`` updates (the executor's
+    own stop test on its stages' weight versions). Holds one row iterator (a lazy row stays
+    lazy, and is entered at ``start`` without reading what is before it).
+
+    ``versions``: each of the rank's stages' update count at ``start`` (its weight version,
+    as a checkpoint holds it); None: 0 (a run from the start)."""
+
+    def __init__(self, schedule, rank: int, start: int = 0,
+                 versions: dict[int, int] | None = None) -> None:
+        stages = schedule.stages_of(rank)
+        self.updates = {s: 0 if versions is None else versions[s] for s in stages}
+        self.position = start
+        self._row = schedule.row(rank, start)
+
+    def run(self, stop_after_updates: int | None) -> Iterator:
+        """Yield the actions a run with ``stop_after_updates`` takes from here (None: to the
+        row's end)."""
+        while stop_after_updates is None or min(self.updates.values()) < stop_after_updates:
+            action = next(self._row, None)
+            if action is None:
+                return
+            self.position += 1
+            if action.kind == "U":
+                self.updates[action.stage] += 1
+            yield action
 
 
 class PeerProgress:
     """Every rank's position, the messages sent and not yet consumed, and the microbatches
     whose target is between stage 0's forward and the last stage's: tracked on each rank
-    from the schedule alone (no communication)."""
+    from the schedule alone (no communication), one :class:`RowWalk` per rank. What it holds
+    is what is in flight, however long the run.
 
-    def __init__(self, schedule) -> None:
+    ``start``: resume at a checkpoint's cut, ``(positions, versions, in-transit message keys,
+    in-flight targets)`` as the checkpoint holds them (``versions``: every stage's)."""
+
+    def __init__(self, schedule, start: tuple | None = None) -> None:
         self.schedule = schedule
         self.split = schedule.split_backward
         self.last = schedule.num_virtual_stages - 1
-        self.positions = [0] * schedule.num_ranks
-        self.unconsumed: set = set()  # message keys produced, not yet consumed
-        self.targets: set[int] = set()  # microbatches whose target is in flight
+        positions, versions, unconsumed, targets = start or (
+            [0] * schedule.num_ranks, None, (), ())
+        self.walks = [RowWalk(schedule, rank, p, versions) for rank, p in enumerate(positions)]
+        self.unconsumed: set = set(unconsumed)  # message keys produced, not yet consumed
+        self.targets: set[int] = set(targets)  # microbatches whose target is in flight
 
-    def _scan(self, spans) -> tuple[set, set, set, set]:
-        """Messages produced and consumed, microbatches started (stage 0's F) and ended (the
-        last stage's F) by the actions of ``spans``: ``(rank, start, end)`` slices."""
+    @property
+    def positions(self) -> list[int]:
+        """Every rank's position."""
+        return [walk.position for walk in self.walks]
+
+    def advance(self, stop_after_updates: int | None) -> None:
+        """Move every rank to where a run with ``stop_after_updates`` leaves it."""
         produced, consumed, started, ended = set(), set(), set(), set()
-        for rank, start, end in spans:
-            for action in self.schedule.ranks[rank][start:end]:
+        for walk in self.walks:
+            for action in walk.run(stop_after_updates):
                 sends, needs = _message_keys(self.schedule, action, self.split)
                 produced.update(sends)
                 consumed.update(needs)
@@ -76,27 +103,20 @@ class PeerProgress:
                     started.add(action.index)
                 if action.kind == "F" and action.stage == self.last:
                     ended.add(action.index)
-        return produced, consumed, started, ended
-
-    def advance(self, stop_after_updates: int | None) -> None:
-        """Move every rank to where a run with ``stop_after_updates`` leaves it."""
-        ends = [max(start, stop_position(self.schedule, rank, start, stop_after_updates))
-                for rank, start in enumerate(self.positions)]
-        produced, consumed, started, ended = self._scan(
-            (rank, start, end) for rank, (start, end) in enumerate(zip(self.positions, ends)))
-        self.positions = ends
         self.unconsumed = (self.unconsumed | produced) - consumed
         self.targets = (self.targets | started) - ended
 
-    def restore(self, positions: list[int]) -> set:
-        """Set the positions of a checkpoint; return the keys of every message produced
-        before them (the ones neither end may post again)."""
-        produced, consumed, started, ended = self._scan(
-            (rank, 0, end) for rank, end in enumerate(positions))
-        self.positions = list(positions)
-        self.unconsumed = produced - consumed
-        self.targets = started - ended
-        return produced
+
+def same_schedule(key: tuple, schedule) -> bool:
+    """Whether a checkpoint's record of its schedule (:func:`schedule_key`) names
+    ``schedule``; also the whole rows ``(name, rows)`` that a distributed checkpoint of a
+    lazy schedule recorded before this executor kept lazy schedules lazy (compared row by
+    row as they are made: never materialized)."""
+    if key == schedule_key(schedule):
+        return True
+    return (len(key) == 2 and key[0] == schedule.name and len(key[1]) == schedule.num_ranks
+            and all(len(saved) == len(row) and all(map(str.__eq__, map(str, row), saved))
+                    for saved, row in zip(key[1], schedule.ranks)))
 
 
 def local_key(key: tuple) -> tuple[str, tuple[int, int]]:

@@ -73,7 +73,13 @@ from torch import nn
 
 from pipemare_lite.engine.build_worker import build_stage_workers
 from pipemare_lite.engine.distributed import faults
-from pipemare_lite.engine.distributed.checkpoint import PeerProgress, local_key, message_key
+from pipemare_lite.engine.distributed.checkpoint import (
+    PeerProgress,
+    RowWalk,
+    local_key,
+    message_key,
+    same_schedule,
+)
 from pipemare_lite.engine.distributed.fault_injection import Fault
 from pipemare_lite.engine.distributed.results import DistRunResult, RankResult, merge_rank_results
 from pipemare_lite.engine.distributed.shape_probe import probe_output_meta
@@ -84,41 +90,27 @@ from pipemare_lite.engine.recording import Recording, recording
 from pipemare_lite.engine.unread_losses import RunLosses, UnreadLosses
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import Action, Schedule
-from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, RollingPlan, plan_communication
-from pipemare_lite.schedules.lazy import materialized
+from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, RollingPlan
+from pipemare_lite.schedules.lazy import schedule_key
 from pipemare_lite.schedules.validation import validated_order
 
 
 class LossesAhead:
     """Which microbatches' losses each run of the last stage's rank computes, read from the
     schedule alone (so every rank knows how many values the losses' broadcast carries):
-    that rank's row walked from ``start`` as the executor walks it, up to where each of its
-    stages has made ``stop_after_updates`` updates. Holds one row iterator (lazy rows stay
-    lazy)."""
+    that rank's row walked from ``start`` (where its stages have the weight ``versions``) as
+    the executor walks it (a :class:`~.checkpoint.RowWalk`), up to where each of its stages
+    has made ``stop_after_updates`` updates."""
 
-    def __init__(self, schedule, rank: int, start: int = 0) -> None:
-        row = schedule.ranks[rank]
-        whole = isinstance(schedule, Schedule)
+    def __init__(self, schedule, rank: int, start: int = 0,
+                 versions: dict[int, int] | None = None) -> None:
         self.last = schedule.num_virtual_stages - 1
-        self.updates = dict.fromkeys(schedule.stages_of(rank), 0)
-        for action in islice(row if whole else schedule.row(rank), start):  # a resume's
-            if action.kind == "U":
-                self.updates[action.stage] += 1
-        self._row = islice(row, start, None) if whole else schedule.row(rank, start)
-        self._next = next(self._row, None)
+        self.walk = RowWalk(schedule, rank, start, versions)
 
     def run(self, stop_after_updates: int | None) -> list[int]:
         """The microbatches whose loss the next run computes, in order."""
-        found = []
-        while self._next is not None and (stop_after_updates is None or
-                                          min(self.updates.values()) < stop_after_updates):
-            action = self._next
-            if action.kind == "U":
-                self.updates[action.stage] += 1
-            elif action.kind == "F" and action.stage == self.last:
-                found.append(action.index)
-            self._next = next(self._row, None)
-        return found
+        return [a.index for a in self.walk.run(stop_after_updates)
+                if a.kind == "F" and a.stage == self.last]
 
 
 @dataclass(frozen=True)
@@ -158,8 +150,8 @@ class DistOptions:
             also copies every stage's weights from its owner into these modules (for
             evaluation, checkpoints and the end).
         checkpoints: keep what :meth:`DistributedExecutor.state_dict` needs (every sent
-            tensor until the schedule says its receiver consumed it: :mod:`.checkpoint`; the
-            whole run's schedule and message plan); off by default.
+            tensor until the schedule says its receiver consumed it: :mod:`.checkpoint`;
+            what is in flight, however long the run); off by default.
     """
 
     rank: int | None = None
@@ -228,9 +220,7 @@ class DistributedExecutor:
         if world != schedule.num_ranks:
             raise ValueError(f"schedule {schedule.name!r} has {schedule.num_ranks} ranks but the "
                              f"process group has {world} processes; they must be equal")
-        if checkpoints:  # a checkpoint names the whole run's messages: a whole schedule
-            schedule = materialized(schedule)
-        elif isinstance(schedule, Schedule):  # a lazy one is valid by construction
+        if isinstance(schedule, Schedule):  # a lazy one is valid by construction
             validated_order(schedule)  # (cached) raises ScheduleError for an invalid one
         self.schedule = schedule
         self.rank = dist.get_rank() if rank is None else rank
@@ -250,15 +240,15 @@ class DistributedExecutor:
         self.fault = fault if fault is not None and fault.rank == self.rank else None
         self.gather_into = None if gather_into is None else list(gather_into)
         self.position = 0  # next action of this rank's row
+        self._start = [0] * world, None  # every rank's position and every stage's version
+        # before the first run (a checkpoint's; None: 0)
         self._row_length = len(schedule.ranks[self.rank])
         self._row: Iterator[Action] | None = None  # the row from `position` (first run on)
         self._upcoming: Action | None = None  # the action at `position`, once read
-        # a rolling plan (this rank's messages as it goes: flat memory), or the whole run's
-        # for checkpoints, whose state names every message in flight
-        plan = plan_communication(schedule) if checkpoints else RollingPlan(schedule, self.rank)
-        # the shape probe gives the transport its messages' shapes, at the first run
+        # a rolling plan: this rank's messages as it goes (flat memory); the shape probe gives
+        # the transport its messages' shapes, at the first run
         self.transport = P2PTransport(
-            plan, self.rank,
+            RollingPlan(schedule, self.rank), self.rank,
             waiter=faults.Waiter(self.board, op_timeout, polling=self.backend != "gloo"),
             backend=self.backend, device=self.device,
             # receives each rank posts per peer before it needs them
@@ -310,8 +300,6 @@ class DistributedExecutor:
         """The whole run's checkpoint, in :class:`~pipemare_lite.engine.LocalExecutor`'s
         format, on every rank (collective: every rank calls it between the same two runs;
         :mod:`.checkpoint`). Needs ``checkpoints=True``."""
-        from pipemare_lite.schedules.lazy import schedule_key
-
         if self._progress is None:
             raise NotImplementedError("this DistributedExecutor keeps no checkpoint state: "
                                       "create it with checkpoints=True")
@@ -339,28 +327,24 @@ class DistributedExecutor:
     def load_state_dict(self, state: dict) -> None:
         """Continue from a checkpoint of either executor (before the first run): this
         rank's position and stages; the messages in transit to it are handed over, and
-        what was sent before the cut is not posted again (:mod:`.checkpoint`)."""
-        from pipemare_lite.schedules.lazy import schedule_key
-
-        if state["schedule"] != schedule_key(self.schedule):
+        what was sent before the cut is not planned again (:mod:`.checkpoint`)."""
+        if not same_schedule(state["schedule"], self.schedule):
             raise ValueError(f"state was saved for schedule {state['schedule'][0]!r} with other "
                              f"actions; this executor runs {self.schedule.name!r}")
         if self.position or self.transport.shapes is not None:
             raise RuntimeError("load_state_dict needs an executor that has not run yet")
-        self.position = state["positions"][self.rank]
+        positions = list(state["positions"])
+        versions = {s: stage["versions"]["version"] for s, stage in enumerate(state["stages"])}
+        self.position, self._start = positions[self.rank], (positions, versions)
         for s, worker in self.workers.items():
             worker.load_state_dict(state["stages"][s])
-        progress = self._progress or PeerProgress(self.schedule)
-        self.transport.mark_posted(progress.restore(state["positions"]))
-        for table in ("activations", "gradients"):
-            for local, tensor in state[table].items():
-                message = self.transport.plan.messages[message_key(table, local)]
-                if message.dst == self.rank:
-                    tensor = tensor.to(self.transport.device if message.src != self.rank
-                                       else self.workers[message.stage].device)
-                    self.transport.preload(message, tensor)
-                if message.src == self.rank:
-                    self.transport.log_sent(message, tensor)
+        in_transit = {message_key(table, local): tensor
+                      for table in ("activations", "gradients")
+                      for local, tensor in state[table].items()}
+        self.transport.resume(positions, in_transit)
+        if self._progress is not None:
+            self._progress = PeerProgress(self.schedule, (positions, versions, in_transit,
+                                                          state["targets"]))
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -498,8 +482,8 @@ class DistributedExecutor:
         try:
             if self.gather_into is not None and self._losses_ahead is None:
                 src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
-                start = self._progress.positions[src] if self._progress is not None else 0
-                self._losses_ahead = LossesAhead(self.schedule, src, start)
+                positions, versions = self._start
+                self._losses_ahead = LossesAhead(self.schedule, src, positions[src], versions)
             mine = self._run(microbatches, stop_after_updates, read_losses)
             if self.gather_into is None:
                 return mine

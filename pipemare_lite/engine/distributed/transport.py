@@ -30,7 +30,8 @@ the pair posted, those are receives (post them: non-blocking) or sends from earl
 of this rank (already posted, because ``seq`` follows every rank's own action order). A
 rank waits only for a message some action will produce; sends never block; so the run
 follows the schedule's dependency graph, which validation proved acyclic. With gloo,
-which matches by tag, each message also carries its ``seq`` as tag.
+which matches by tag, each message also carries its ``seq`` as tag. A job resumed from a
+checkpoint numbers what is left from the cut (every rank alike: the argument holds for it).
 
 Shapes: the receiver must allocate the buffer before the data arrives, so every message's
 shape and dtype come from a shape probe at start (:mod:`pipemare_lite.engine.distributed.executor`).
@@ -105,6 +106,7 @@ class P2PTransport:
         self.plan = plan
         self.rank = rank
         self.shapes: dict | None = None  # from the shape probe
+        self.compute_device = torch.device(device)
         self.device = torch.device(placement.message_device(backend, device))
         self.pinned = placement.pin_messages(backend, device)
         self.order = PostingOrder(plan, rank)
@@ -120,23 +122,32 @@ class P2PTransport:
         #: key -> tensor of every message sent, while a checkpoint may need it (None: not
         #: kept; the executor's ``checkpoints=True`` sets a dict and prunes it)
         self.sent_log: dict | None = None
-        self.preloaded: dict = {}  # key -> tensor in transit at a loaded checkpoint
+        self.preloaded: dict = {}  # key -> tensor to this rank, in transit at a checkpoint
 
     # ------------------------------------------------------------ a checkpoint's state
-    def mark_posted(self, keys) -> None:
-        """Never post these messages again (sent before a checkpoint's cut, on both ends)."""
-        self.order.posted.update(keys)
-
-    def preload(self, message: Message, tensor) -> None:
-        """Hand over a message that was in transit at a checkpoint: :meth:`recv` returns it
-        without posting anything."""
-        into = self._local if message.src == self.rank else self.preloaded
-        into[message.key] = tensor
-
-    def log_sent(self, message: Message, tensor) -> None:
-        """Keep a sent tensor for the next checkpoint (when :attr:`sent_log` is on)."""
-        if self.sent_log is not None:
-            self.sent_log[message.key] = tensor
+    def resume(self, positions: list[int], in_transit: dict) -> None:
+        """Continue from a checkpoint's cut, before anything is posted: plan only the
+        messages produced after every rank's ``positions`` (a
+        :class:`~pipemare_lite.schedules.comm_plan.RollingPlan` from there), and take over
+        ``in_transit`` (``key -> tensor``: produced before the cut, not yet consumed). Those
+        to this rank are handed over (never received: :meth:`activation` and
+        :meth:`gradient` return them); those from it are kept for the next checkpoint."""
+        if self.order.posted or self._recv_work:
+            raise RuntimeError(f"rank {self.rank}: resume() needs a transport that has "
+                               "posted nothing yet")
+        schedule = self.plan.schedule
+        self.plan = RollingPlan(schedule, self.rank, start=list(positions),
+                                in_transit=set(in_transit))
+        self.order = PostingOrder(self.plan, self.rank)
+        for key, tensor in in_transit.items():
+            kind, stage, _ = key
+            src = schedule.rank_of(stage)
+            dst = schedule.rank_of(stage + 1 if kind == ACTIVATION else stage - 1)
+            if dst == self.rank:  # a same-rank message stays on the compute device
+                self.preloaded[key] = tensor = tensor.to(
+                    self.device if src != dst else self.compute_device)
+            if src == self.rank and self.sent_log is not None:
+                self.sent_log[key] = tensor
 
     def meta(self, message: Message) -> tuple:
         """``(shape, dtype)`` of ``message``'s tensor, from :attr:`shapes`."""
@@ -206,8 +217,6 @@ class P2PTransport:
         if message.src == message.dst:
             self.plan.forget(message.key)
             return self._local.pop(message.key)
-        if message.key in self.preloaded:  # in transit at a checkpoint: never posted again
-            return self.preloaded.pop(message.key)
         self._post_through(message)
         self.plan.forget(message.key)
         pending, buffer = self._recv_work.pop(message.key)
@@ -243,11 +252,18 @@ class P2PTransport:
 
     def activation(self, s: int, m: int):
         """Receive the input of F(s, m) from stage s - 1."""
-        return self.recv(self.plan.message((ACTIVATION, s - 1, m)))
+        return self._take((ACTIVATION, s - 1, m))
 
     def gradient(self, s: int, m: int):
         """Receive the gradient of stage s's output from stage s + 1."""
-        return self.recv(self.plan.message((GRADIENT, s + 1, m)))
+        return self._take((GRADIENT, s + 1, m))
+
+    def _take(self, key: tuple):
+        """The tensor of message ``key``: handed over from a checkpoint (sent before its cut,
+        so not in the plan), or received."""
+        if key in self.preloaded:
+            return self.preloaded.pop(key)
+        return self.recv(self.plan.message(key))
 
     def deliver(self, action, message) -> None:
         """Post the send of the action's output (after noting the action, when recorded)."""
