@@ -322,8 +322,9 @@ def main(argv=None) -> int:
     local, dist = streamed_losses(runs["local-ref"].jsonl), streamed_losses(runs["dist-ref"].jsonl)
     common = sorted(set(local) & set(dist))
     summary = {
-        "command": "nice -n 19 python benchmarks/soak.py " + " ".join(
+        "command": "python benchmarks/soak.py " + " ".join(  # its own niceness: "nice"
             argv if argv is not None else sys.argv[1:]),
+        "nice": os.nice(0),
         "train_command": " ".join(runs["local-soak"].command(False)[3:]),
         "wall_minutes": round((time.time() - t0) / 60, 2),
         "failures": failures,
