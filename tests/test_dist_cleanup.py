@@ -2,7 +2,7 @@
 
 Twenty tiny jobs run one after another in ONE launch (as tests and sweeps do); after the
 last, each rank holds exactly the threads it held after the first. Without processes: a
-gloo-style :class:`~pipemare_lite.engine.distributed.faults.Waiter` stops its helper threads on
+gloo-style :class:`~pipemare_lite.engine.distributed.faults.Waiter` stops its two helper threads on
 ``close()``, which may be called twice, and the executor is a context manager.
 """
 

@@ -637,9 +637,7 @@ class Waiter:
     in slices of 50 ms, checking the abort flag and the deadline in between. Sends go to a
     second thread, so their buffers are freed as they complete (two threads: a send only
     completes after its peer posted the matching receive, which may depend on a receive of
-    ours). The transport's receives are handed to a thread per peer when they are posted
-    (:meth:`expect`), so a receive that arrived during compute costs no hand-over when it is
-    needed. With NCCL (``polling=True``) the main thread polls ``is_completed()``, sleeping
+    ours). With NCCL (``polling=True``) the main thread polls ``is_completed()``, sleeping
     from 20 us up to 1 ms, so short waits stay short and long ones cost little CPU.
 
     The helper threads belong to one run: :meth:`close` stops them (the transport's and the
@@ -715,26 +713,9 @@ class Waiter:
         """Block until ``work`` is done; raise on abort, timeout or a communication error.
 
         ``peer``: the rank at the other end (noted as lost when the link to it breaks)."""
-        self.wait_for(self._pending(work, "pml-recv-waiter"), what, peer)
-
-    def expect(self, work, peer: int) -> _Pending:
-        """Start waiting for a posted receive from ``peer`` now, in the background (gloo: on
-        that peer's own helper thread, in posting order); :meth:`wait_for` it when needed.
-
-        The receive's completion is then usually known before the rank needs the data, and
-        no thread hand-over sits on the critical path. Safe because the receives of one
-        pair are posted in ``seq`` order and the peer posts the matching sends in the same
-        order (rule 2 of :mod:`~pipemare_lite.engine.distributed.transport`): when a later
-        receive of the pair has data, every earlier one has been sent too, so a helper
-        blocked on an earlier receive never holds up a later one for long. One thread per
-        peer: a receive from another peer may depend on what this rank does next."""
-        return self._pending(work, f"pml-recv-{peer}-waiter")
-
-    def wait_for(self, pending: _Pending, what: str, peer: int | None = None) -> None:
-        """Block until ``pending`` (from :meth:`expect`) is done; raise as :meth:`wait`."""
         start = time.perf_counter()
         try:
-            self._await(pending, what, peer)
+            self._await(self._pending(work, "pml-recv-waiter"), what, peer)
         finally:
             self.wait_seconds += time.perf_counter() - start
 

@@ -117,7 +117,7 @@ class P2PTransport:
         self.posted = posted
         self.input_meta: tuple | None = None
         self.microbatches: Sequence = ()  # the current run's feed
-        self._recv_work: dict = {}  # key -> (its wait, from Waiter.expect; buffer)
+        self._recv_work: dict = {}  # key -> (work, buffer)
         self._local: dict = {}  # same-rank hand-over
         #: key -> tensor of every message sent, while a checkpoint may need it (None: not
         #: kept; the executor's ``checkpoints=True`` sets a dict and prunes it)
@@ -171,8 +171,7 @@ class P2PTransport:
             shape, dtype = self.meta(op)
             buffer = torch.empty(shape, dtype=dtype, device=self.device,
                                  pin_memory=self.pinned)
-            work = dist.irecv(buffer, src=op.src, tag=tag)
-            self._recv_work[op.key] = (self.waiter.expect(work, op.src), buffer)
+            self._recv_work[op.key] = (dist.irecv(buffer, src=op.src, tag=tag), buffer)
 
     def send(self, message: Message, tensor) -> None:
         """Post the send of ``tensor`` (non-blocking) after any earlier ops on the pair."""
@@ -219,8 +218,8 @@ class P2PTransport:
             return self._local.pop(message.key)
         self._post_through(message)
         self.plan.forget(message.key)
-        pending, buffer = self._recv_work.pop(message.key)
-        self.waiter.wait_for(pending, str(message), peer=message.src)
+        work, buffer = self._recv_work.pop(message.key)
+        self.waiter.wait(work, str(message), peer=message.src)
         if self.verbose:
             print(f"[rank {self.rank}] received {message}", flush=True)
         return buffer
