@@ -57,7 +57,7 @@ def momentum_rescheduling_hooks(info: StageInfo) -> LRReschedulingHooks:
     """The stage's hooks: T2 (gamma from the options) inside T1's anneal with
     :func:`effective_delay` as the delay."""
     from pipemare_lite.methods.discrepancy import DiscrepancyHooks
-    from pipemare_lite.schedules.lazy import short_schedule
+    from pipemare_lite.schedules.repeat import short_schedule
 
     schedule = info.schedule
     tau = stage_forward_delays(short_schedule(schedule))[info.stage]

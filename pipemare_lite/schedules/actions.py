@@ -139,7 +139,9 @@ class Schedule:
             V-shaped (2).
         weight_mode: one of :data:`WEIGHT_MODES` (the name; :attr:`mode` is the rule).
         warmup_minibatches: the first W minibatches run synchronously (flushed).
-        ranks: ``ranks[r]`` is rank r's ordered tuple of actions.
+        ranks: ``ranks[r]`` is rank r's ordered actions: a tuple, or for a repeated or long
+            run a :class:`~pipemare_lite.schedules.rows.PeriodicRow` (a sequence that equals
+            the tuple of the same actions and holds one window of them).
         notes: human-readable remarks from the builder (e.g. a clamp it applied).
         placement: ``placement[s]`` is the rank holding virtual stage ``s``; ``None`` (the
             default) means round robin, ``s % P``, which is what is stored then. A map that
@@ -190,7 +192,8 @@ class Schedule:
     @property
     def split_backward(self) -> bool:
         """True when backwards are written as I + W (zero-bubble style)."""
-        return any(a.kind == INPUT_GRAD for row in self.ranks for a in row)
+        return any(a.kind == INPUT_GRAD for row in self.ranks
+                   for a in (row if isinstance(row, (tuple, list)) else row.short))
 
     @property
     def round_robin(self) -> bool:
@@ -221,8 +224,9 @@ class Schedule:
 
     def row(self, rank: int, start: int = 0) -> Iterator[Action]:
         """Rank ``rank``'s actions from position ``start`` on (the executors read rows this
-        way, so a :class:`~pipemare_lite.schedules.lazy.LazySchedule` can make them as it goes)."""
-        return iter(self.ranks[rank][start:])
+        way, so a periodic row makes them as it goes)."""
+        row = self.ranks[rank]
+        return iter(row[start:]) if isinstance(row, (tuple, list)) else row.iter_from(start)
 
     def actions(self):
         """Yield ``(rank, position, action)`` for every action, rank by rank."""

@@ -132,16 +132,15 @@ def plan_communication(schedule: Schedule) -> CommPlan:
 
 def stream_order(schedule) -> Iterator[tuple[int, object]]:
     """:func:`~pipemare_lite.schedules.validation.execution_order` made as it is read:
-    ``(rank, action)`` in the same order, from rows read one action at a time (a lazy
-    schedule's rows are never materialized). The same greedy walk as
+    ``(rank, action)`` in the same order, from rows read one action at a time (a long run's
+    periodic rows are never materialized). The same greedy walk as
     :func:`~pipemare_lite.schedules.validation.code_order` (each rank runs as far as its
     dependencies allow, then parks on the action it waits for), paused at every action: a
     pause changes nothing, so the order is the same. Holds one byte per action of the run
-    (which are done) and the parked ranks. The schedule must be valid (a lazy one is)."""
+    (which are done) and the parked ranks. The schedule must be valid."""
     S, T, K = schedule.num_virtual_stages, schedule.total_microbatches, schedule.num_minibatches
     n = S * T
-    rows = [iter(schedule.ranks[r]) if isinstance(schedule, Schedule) else schedule.row(r)
-            for r in range(schedule.num_ranks)]
+    rows = [schedule.row(r) for r in range(schedule.num_ranks)]
     heads = [next(row, None) for row in rows]
     done = bytearray(4 * n + S * K)
     waiter: dict[int, int] = {}  # code -> the rank parked on it
@@ -169,7 +168,7 @@ class RollingPlan:
     The same messages with the same ``seq`` (read from :func:`stream_order`), but only
     those this rank sends or receives, planned a little ahead of the rank and forgotten
     once used: its memory stays flat however long the run (``fit(executor="dist")`` on a
-    lazy schedule, :mod:`pipemare_lite.schedules.lazy`). :class:`PostingOrder` reads it like
+    long run, :mod:`pipemare_lite.schedules.repeat`). :class:`PostingOrder` reads it like
     a :class:`CommPlan`.
     """
 

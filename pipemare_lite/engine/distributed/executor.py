@@ -82,26 +82,24 @@ from pipemare_lite.engine.recording import Recording, recording
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import Action, Schedule
 from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, RollingPlan, plan_communication
-from pipemare_lite.schedules.lazy import materialized
-from pipemare_lite.schedules.validation import validated_order
+from pipemare_lite.schedules.repeat import materialized
+from pipemare_lite.schedules.validation import validate
 
 
 class LossesAhead:
     """Which microbatches' losses each run of the last stage's rank computes, read from the
     schedule alone (so every rank knows how many values the losses' broadcast carries):
     that rank's row walked from ``start`` as the executor walks it, up to where each of its
-    stages has made ``stop_after_updates`` updates. Holds one row iterator (lazy rows stay
-    lazy)."""
+    stages has made ``stop_after_updates`` updates. Holds one row iterator (periodic rows
+    stay small)."""
 
     def __init__(self, schedule, rank: int, start: int = 0) -> None:
-        row = schedule.ranks[rank]
-        whole = isinstance(schedule, Schedule)
         self.last = schedule.num_virtual_stages - 1
         self.updates = dict.fromkeys(schedule.stages_of(rank), 0)
-        for action in islice(row if whole else schedule.row(rank), start):  # a resume's
+        for action in islice(schedule.row(rank), start):  # a resume's
             if action.kind == "U":
                 self.updates[action.stage] += 1
-        self._row = islice(row, start, None) if whole else schedule.row(rank, start)
+        self._row = schedule.row(rank, start)
         self._next = next(self._row, None)
 
     def run(self, stop_after_updates: int | None) -> list[int]:
@@ -191,7 +189,7 @@ class DistributedExecutor:
 
     Args:
         schedule: the whole schedule (every rank must pass the same one, a
-            :class:`~pipemare_lite.schedules.actions.Schedule` or a lazy one); world size
+            :class:`~pipemare_lite.schedules.actions.Schedule`, long runs included); world size
             must equal ``schedule.num_ranks``.
         stage_modules: all ``schedule.num_virtual_stages`` modules (each rank keeps its own)
             or a mapping ``{stage: module}`` with at least this rank's stages.
@@ -227,8 +225,8 @@ class DistributedExecutor:
                              f"process group has {world} processes; they must be equal")
         if checkpoints:  # a checkpoint names the whole run's messages: a whole schedule
             schedule = materialized(schedule)
-        elif isinstance(schedule, Schedule):  # a lazy one is valid by construction
-            validated_order(schedule)  # (cached) raises ScheduleError for an invalid one
+        else:  # (cached) raises ScheduleError for an invalid one; a long periodic one is
+            validate(schedule)  # checked by its short forms, never walked whole
         self.schedule = schedule
         self.rank = dist.get_rank() if rank is None else rank
         self.backend = dist.get_backend()
@@ -305,7 +303,7 @@ class DistributedExecutor:
         """The whole run's checkpoint, in :class:`~pipemare_lite.engine.LocalExecutor`'s
         format, on every rank (collective: every rank calls it between the same two runs;
         :mod:`.checkpoint`). Needs ``checkpoints=True``."""
-        from pipemare_lite.schedules.lazy import schedule_key
+        from pipemare_lite.schedules.repeat import schedule_key
 
         if self._progress is None:
             raise NotImplementedError("this DistributedExecutor keeps no checkpoint state: "
@@ -335,7 +333,7 @@ class DistributedExecutor:
         """Continue from a checkpoint of either executor (before the first run): this
         rank's position and stages; the messages in transit to it are handed over, and
         what was sent before the cut is not posted again (:mod:`.checkpoint`)."""
-        from pipemare_lite.schedules.lazy import schedule_key
+        from pipemare_lite.schedules.repeat import schedule_key
 
         if state["schedule"] != schedule_key(self.schedule):
             raise ValueError(f"state was saved for schedule {state['schedule'][0]!r} with other "
@@ -550,9 +548,7 @@ class DistributedExecutor:
             self.probe_shapes(microbatches)
         rank, interpreter = self.rank, self.interpreter
         if self._row is None:  # from the position a checkpoint may have set
-            self._row = (islice(self.schedule.ranks[rank], self.position, None)
-                         if isinstance(self.schedule, Schedule)
-                         else self.schedule.row(rank, self.position))
+            self._row = self.schedule.row(rank, self.position)
             self._upcoming = next(self._row, None)
         posted = self.transport.posted  # every run's posts, when recorded
         self.transport.microbatches = self._feed = microbatches
