@@ -82,7 +82,7 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
     them when ``delays`` is given
     (:class:`~pipemare_lite.methods.lr_rescheduling.LRReschedulingHooks`, through the
     ``lr_factor`` hook: ``delays[stage]`` is the stage's tau, from
-    :func:`build_stage_workers`; off during the schedule's ``warmup_minibatches`` W, then
+    :func:`build_stage_workers`; off during the schedule's ``warmup`` W, then
     annealed over ``options.t1_anneal_updates`` or the ``num_minibatches - W``
     asynchronous updates). ``record``: what the worker records
     (:mod:`pipemare_lite.engine.recording`).
@@ -97,7 +97,7 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
     hooks = build_hooks(schedule, stage, module, optimizer, options)
     if delays is not None:
         # T1 compensates a delay: it starts at the first asynchronous update (chapter 09)
-        warmup = schedule.warmup_minibatches
+        warmup = schedule.warmup
         horizon = options.t1_anneal_updates
         horizon = schedule.num_minibatches - warmup if horizon is None else horizon
         hooks = LRReschedulingHooks(hooks, delays[stage], horizon, start=warmup)

@@ -61,7 +61,7 @@ def momentum_rescheduling_hooks(info: StageInfo) -> LRReschedulingHooks:
 
     schedule = info.schedule
     tau = stage_forward_delays(short_schedule(schedule))[info.stage]
-    warmup = schedule.warmup_minibatches
+    warmup = schedule.warmup
     horizon = info.options.t1_anneal_updates
     horizon = schedule.num_minibatches - warmup if horizon is None else horizon
     inner = DiscrepancyHooks(info.params, info.options.gamma_for(info.stage))

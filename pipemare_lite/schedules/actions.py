@@ -37,6 +37,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from pipemare_lite.deprecation import accepts_old_fields
+
 # which weights a forward and a backward read, per weight mode: see weight_modes.py
 from pipemare_lite.schedules.weight_modes import WEIGHT_MODES, WeightMode, get_weight_mode
 
@@ -126,6 +128,7 @@ class Action:
         return cls(int(stage), kind, int(index))
 
 
+@accepts_old_fields({"warmup_minibatches": "warmup"})
 @dataclass(frozen=True)
 class Schedule:
     """An ordered list of actions per rank, plus what is needed to interpret it.
@@ -138,7 +141,8 @@ class Schedule:
         chunks: v, model chunks (virtual stages) per rank; 1 unless interleaved (v) or
             V-shaped (2).
         weight_mode: one of :data:`WEIGHT_MODES` (the name; :attr:`mode` is the rule).
-        warmup_minibatches: the first W minibatches run synchronously (flushed).
+        warmup: W, the first W minibatches run synchronously (flushed). (Its old spelling,
+            ``warmup_minibatches``, still works until 0.3, with a FutureWarning.)
         ranks: ``ranks[r]`` is rank r's ordered actions: a tuple, or for a repeated or long
             run a :class:`~pipemare_lite.schedules.rows.PeriodicRow` (a sequence that equals
             the tuple of the same actions and holds one window of them).
@@ -155,7 +159,7 @@ class Schedule:
     num_minibatches: int = 1
     chunks: int = 1
     weight_mode: str = "sync"
-    warmup_minibatches: int = 0
+    warmup: int = 0
     notes: tuple[str, ...] = field(default=())
     placement: tuple[int, ...] | None = None
 
@@ -205,7 +209,7 @@ class Schedule:
         builder's notes, e.g. a clamp it applied."""
         sizes = (f"P={self.num_ranks}, N={self.num_microbatches}, K={self.num_minibatches}"
                  + (f", v={self.chunks}" if self.chunks > 1 else "")
-                 + (f", W={self.warmup_minibatches}" if self.warmup_minibatches else ""))
+                 + (f", W={self.warmup}" if self.warmup else ""))
         notes = "".join(f"; note: {note}" for note in self.notes)
         return (f"<Schedule {self.name!r} {sizes}, weight mode {self.weight_mode!r}, "
                 f"{sum(len(row) for row in self.ranks)} actions{notes}>")

@@ -67,10 +67,8 @@ def repeat_schedule(pattern: Schedule, num_minibatches: int) -> Schedule:
         )
     check_sizes(pattern.name, pattern.num_ranks, pattern.num_microbatches, num_minibatches,
                 pattern.chunks)
-    if pattern.warmup_minibatches:  # a pattern, not a run: no warm-up (each copy flushes)
-        pattern = Schedule(pattern.name, pattern.num_ranks, pattern.num_microbatches,
-                           pattern.ranks, chunks=pattern.chunks, weight_mode=pattern.weight_mode,
-                           notes=pattern.notes, placement=pattern.placement)
+    if pattern.warmup:  # a pattern, not a run: no warm-up (each copy flushes)
+        pattern = replace(pattern, warmup=0)
     return repeated(validate(pattern), num_minibatches, repeat_notes(pattern, num_minibatches))
 
 

@@ -143,7 +143,7 @@ def validate(schedule: Schedule) -> Schedule:
     """
     s = schedule
     check_sizes(s.name, s.num_ranks, s.num_microbatches, s.num_minibatches, s.chunks,
-                s.warmup_minibatches)
+                s.warmup)
     expected_mode = names.weight_mode_of(s.name)
     if expected_mode and s.weight_mode != expected_mode:
         raise ScheduleError(f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
@@ -214,7 +214,7 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
     seen = bytearray(4 * n + S * K)
     gradient = "W" if s.split_backward else "B"  # the action that completes a gradient
     updates, grads = [0] * S, [0] * S  # per stage: updates done, gradients of the minibatch
-    flushed = K if s.mode.flushes else s.warmup_minibatches  # minibatches that must flush
+    flushed = K if s.mode.flushes else s.warmup  # minibatches that must flush
     two_bw = not s.mode.forward_reads_current  # 2BW: minibatch k reads version k-1
     problem = duplicate = None  # the first of each, raised in the order validate() checks
     rows = []

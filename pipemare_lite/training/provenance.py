@@ -120,7 +120,7 @@ def schedule_digest(schedule) -> str:
     digest = hashlib.sha256()
     head = (schedule.name, schedule.num_ranks, schedule.num_microbatches,
             schedule.num_minibatches, schedule.chunks, schedule.weight_mode,
-            schedule.warmup_minibatches, tuple(schedule.placement))
+            schedule.warmup, tuple(schedule.placement))
     digest.update(repr(head).encode())
     for rank in range(schedule.num_ranks):
         digest.update(b"\n")

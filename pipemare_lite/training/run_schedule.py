@@ -104,7 +104,7 @@ def fill_sizes(choice: ScheduleChoice, config: dict) -> None:
     if config["warmup"]:
         raise ValueError(f"warmup={config['warmup']!r} cannot apply to a given schedule "
                          f"{s.name!r}: write the flushed minibatches into it "
-                         "(its warmup_minibatches)")
+                         "(the Schedule's warmup)")
 
 
 def check_method(choice: ScheduleChoice, method_name: str | None, method_mode: str | None):

@@ -28,7 +28,7 @@ def make_schedule(name: str, num_ranks: int, num_microbatches: int,
     schedule = Schedule(name=name, num_ranks=num_ranks, num_microbatches=num_microbatches,
                         ranks=tuple(tuple(actions_of(order)) for order in orders),
                         num_minibatches=num_minibatches, chunks=chunks,
-                        weight_mode=weight_mode, warmup_minibatches=warmup,
+                        weight_mode=weight_mode, warmup=warmup,
                         notes=tuple(notes), placement=placement)
     return validate(schedule)
 
