@@ -82,12 +82,12 @@ def resume_walk_seconds(method: str, epochs: int) -> float:
     from pipemare_lite.methods import method_options
     from pipemare_lite.methods.registry import build_method_schedule
     from pipemare_lite.schedules.comm_plan import RollingPlan
-    from pipemare_lite.schedules.lazy import lazy_schedule
+    from pipemare_lite.schedules.repeat import long_schedule
 
     options = method_options(method)
-    schedule = lazy_schedule(lambda k: build_method_schedule(
+    schedule = long_schedule(lambda k: build_method_schedule(
         method, 2, 4, num_minibatches=k, options=options), epochs * STEPS_PER_EPOCH,
-        warmup_minibatches=options.warmup)
+        warmup=options.warmup)
     cut = [len(row) for row in schedule.ranks]
     began = time.perf_counter()
     RollingPlan(schedule, 0, start=cut).planned(0, 1, 1)

@@ -53,14 +53,14 @@ def dist_run(info, method: str, stop: int | None = None, state: bytes | None = N
 
 
 def lazy_setup(num_minibatches: int):
-    """:func:`setup` for pipemare on a lazy schedule of ``num_minibatches`` minibatches
+    """:func:`setup` for pipemare on a long (periodic) schedule of ``num_minibatches`` minibatches
     (as ``fit()`` makes its run's schedule)."""
-    from pipemare_lite.schedules.lazy import lazy_schedule
+    from pipemare_lite.schedules.repeat import long_schedule
 
     options = method_options("pipemare")
-    schedule = lazy_schedule(lambda k: build_method_schedule(
+    schedule = long_schedule(lambda k: build_method_schedule(
         "pipemare", 2, N, num_minibatches=k, options=options), num_minibatches,
-        warmup_minibatches=options.warmup)
+        warmup=options.warmup)
     _, _, stages, _ = setup("pipemare")
     g = torch.Generator().manual_seed(1)
     mbs = [(torch.randn(4, WIDTH, generator=g), torch.randint(0, 3, (4,), generator=g))

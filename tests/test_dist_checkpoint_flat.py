@@ -25,7 +25,7 @@ from torch import nn
 
 from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.engine.distributed.launch import launch
-from pipemare_lite.schedules.lazy import materialized, schedule_key
+from pipemare_lite.schedules.repeat import materialized, schedule_key
 from tests.dist_checkpoint_workers import lazy_run, lazy_setup, sgd
 from tests.test_dist_checkpoint import as_bytes, merged, same_weights
 from tests.timeouts import hard_time_limit

@@ -20,9 +20,9 @@ import pytest
 from pipemare_lite.methods import METHODS
 from pipemare_lite.plugins import ENV_VAR, PluginError, load_plugins
 from pipemare_lite.schedules import build_schedule
-from pipemare_lite.schedules.lazy import lazy_schedule
 from pipemare_lite.schedules.names import REGISTERED_WEIGHT_MODES
 from pipemare_lite.schedules.registry import BUILDERS, register_schedule
+from pipemare_lite.schedules.repeat import long_schedule
 from pipemare_lite.schedules.validation import ScheduleError
 from tests.timeouts import hard_time_limit
 
@@ -73,7 +73,7 @@ def test_a_builders_error_quotes_the_runs_k_not_the_lazy_probes(registered):
 
     registered("broken-rows", broken)
     with pytest.raises(ScheduleError) as error:
-        lazy_schedule(lambda k: build_schedule("broken-rows", 2, 2, num_minibatches=k), 50)
+        long_schedule(lambda k: build_schedule("broken-rows", 2, 2, num_minibatches=k), 50)
     assert "K=50" in str(error.value) and "K=4," not in str(error.value)
 
 

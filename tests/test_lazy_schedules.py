@@ -1,16 +1,23 @@
-"""Lazy schedules (pipemare_lite.schedules.lazy) are the builders' schedules, made as they go.
+"""Long schedules are ordinary Schedules with periodic rows (pipemare_lite.schedules.repeat, .rows).
 
-The reference is the builder's own materialized K-minibatch schedule: a lazy schedule's
-rows equal it action for action for every schedule and method at many sizes; T1's delays
-measured on the short schedule equal those of the whole run; a run on the lazy schedule
-equals the run on the materialized one bitwise (losses, weights, versions, learning rates,
-trace order), through checkpoints too and against the distributed executor; building one
-for 5000 minibatches allocates a small fraction of the materialized one.
+References, written plainly here: a flushing builder's K-minibatch schedule is its
+one-minibatch schedule laid out K times (microbatch j of minibatch k is k*N + j, update k),
+and gpipe and 1F1B are also written from their definitions; an asynchronous one is its
+builder's own materialized K-minibatch schedule. Every builder's rows equal them action for
+action at many sizes, as do long runs (``long_schedule``) and repeated patterns; a periodic
+row indexes, slices, iterates from any position, hashes and pickles like the tuple of its
+actions; a long schedule is validated by its short forms, never walked whole; T1's delays
+measured on the short form equal those of the whole run; a run on a long schedule equals the
+run on the materialized one bitwise (losses, weights, versions, learning rates, trace order),
+through checkpoints too and against the distributed executor; building one for 5000
+minibatches allocates a small fraction of the materialized one; the checkpoint key is the one
+checkpoints have always recorded.
 """
 
 from __future__ import annotations
 
 import functools
+import pickle
 import tracemalloc
 
 import pytest
@@ -21,11 +28,22 @@ from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.methods import build_method_schedule, method_options
 from pipemare_lite.methods.lr_rescheduling import stage_forward_delays
 from pipemare_lite.methods.registry import METHOD_TABLE
-from pipemare_lite.schedules import SCHEDULE_NAMES, ScheduleError, build_schedule
+from pipemare_lite.schedules import SCHEDULE_NAMES, Action, ScheduleError, build_schedule
+from pipemare_lite.schedules import rows as rows_module
+from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.io import from_rows
-from pipemare_lite.schedules.lazy import LazySchedule, lazy_schedule, schedule_key
 from pipemare_lite.schedules.registry import is_asynchronous
-from pipemare_lite.schedules.repeat import repeat_notes, repeat_schedule
+from pipemare_lite.schedules.repeat import (
+    is_long_run,
+    long_schedule,
+    materialized,
+    repeat_notes,
+    repeat_schedule,
+    schedule_key,
+    short_schedule,
+)
+from pipemare_lite.schedules.rows import PeriodicRow
+from pipemare_lite.schedules.validation import validate
 from pipemare_lite.training.models import mlp
 
 
@@ -47,22 +65,127 @@ def sizes(name):
                 yield P, M, W
 
 
+def laid_out(one, K):
+    """Rows of the one-minibatch schedule ``one`` run K times, written plainly."""
+    N = one.num_microbatches
+    return tuple(tuple(Action(a.stage, a.kind, a.index + (k if a.kind == "U" else k * N))
+                       for k in range(K) for a in row) for row in one.ranks)
+
+
+def _gpipe_row(s, N, K):
+    """Stage s of GPipe from its definition: per minibatch all F, all B, then U."""
+    row = []
+    for k in range(K):
+        row += [Action(s, "F", k * N + m) for m in range(N)]
+        row += [Action(s, "B", k * N + m) for m in range(N)]
+        row.append(Action(s, "U", k))
+    return tuple(row)
+
+
+def one_f_one_b_reference(P, N, K):
+    """1F1B from its definition: stage s runs min(P-1-s, N) forwards, then one forward and
+    one backward while forwards remain, then the backwards left, then the update."""
+    ranks = []
+    for s in range(P):
+        row = []
+        for k in range(K):
+            first = k * N
+            warm = min(P - 1 - s, N)
+            forwards, backwards = list(range(first, first + N)), list(range(first, first + N))
+            row += [Action(s, "F", m) for m in forwards[:warm]]
+            for m in forwards[warm:]:
+                row += [Action(s, "F", m), Action(s, "B", backwards.pop(0))]
+            row += [Action(s, "B", m) for m in backwards]
+            row.append(Action(s, "U", k))
+        ranks.append(tuple(row))
+    return tuple(ranks)
+
+
+def reference(name, P, M, W, K):
+    """The K-minibatch rows of schedule ``name``, without the builder's repetition."""
+    if is_asynchronous(name):
+        return tuple(tuple(row) for row in builder(name, P, M, W)(K).ranks)
+    one = builder(name, P, M)(1)
+    assert all(isinstance(row, tuple) for row in one.ranks)  # one minibatch: plain tuples
+    return laid_out(one, K)
+
+
 @pytest.mark.parametrize("name", SCHEDULE_NAMES)
-def test_lazy_rows_equal_the_builders_schedule(name):
+def test_every_builder_equals_its_plain_reference(name):
+    for P, M, W in sizes(name):
+        for K in (1, 2, 5):
+            if W >= K and W:
+                continue
+            made = builder(name, P, M, W)(K)
+            assert made.ranks == reference(name, P, M, W, K), (name, P, M, W, K)
+            assert made.num_minibatches == K
+            if not is_asynchronous(name) and K > 1:  # flushing: one minibatch, repeated
+                assert all(isinstance(row, PeriodicRow) and row.repeats == K
+                           for row in made.ranks)
+
+
+def test_gpipe_and_1f1b_equal_their_definitions():
+    for P in (1, 2, 3, 5):
+        for N in (1, 2, 4, 7):
+            for K in (1, 3, 4):
+                assert build_schedule("gpipe", P, N, num_minibatches=K).ranks == \
+                    tuple(_gpipe_row(s, N, K) for s in range(P))
+                assert build_schedule("1f1b", P, N, num_minibatches=K).ranks == \
+                    one_f_one_b_reference(P, N, K)
+
+
+@pytest.mark.parametrize("name", SCHEDULE_NAMES)
+def test_long_rows_equal_the_reference(name):
     for P, M, W in sizes(name):
         build = builder(name, P, M, W)
-        for K in (W + 12, W + 45):  # the shorter may be too short (then it is materialized)
-            lazy = lazy_schedule(build, K, warmup_minibatches=W)
-            assert isinstance(lazy, LazySchedule) or K < W + 45, (name, P, M, W, K)
-            full = build(K)
-            whole = lazy.materialize() if isinstance(lazy, LazySchedule) else lazy
-            assert whole.ranks == full.ranks, (name, P, M, W, K)
-            assert (whole.notes, whole.weight_mode, whole.num_minibatches) == (
-                full.notes, full.weight_mode, full.num_minibatches)
-            assert [len(row) for row in lazy.ranks] == [len(row) for row in full.ranks]
+        for K in (W + 12, W + 45):  # the shorter may be too short (then it is built whole)
+            long = long_schedule(build, K, warmup=W)
+            assert isinstance(long, Schedule) and (is_long_run(long) or K < W + 45), (
+                name, P, M, W, K)
+            full = reference(name, P, M, W, K)
+            assert long.ranks == full, (name, P, M, W, K)
+            built = build(K)
+            assert (long.notes, long.weight_mode, long.num_minibatches) == (
+                built.notes, built.weight_mode, built.num_minibatches)
+            assert [len(row) for row in long.ranks] == [len(row) for row in full]
             for rank in range(P):  # resuming mid-row starts at the right action
-                for start in (0, 5, len(full.ranks[rank]) // 2, len(full.ranks[rank]) - 1):
-                    assert tuple(lazy.row(rank, start)) == full.ranks[rank][start:]
+                for start in (0, 5, len(full[rank]) // 2, len(full[rank]) - 1):
+                    assert tuple(long.row(rank, start)) == full[rank][start:]
+
+
+def test_a_periodic_row_is_a_sequence_like_the_tuple_of_its_actions():
+    row = long_schedule(builder("async", 3, 2, 1), 30, warmup=1).ranks[1]
+    assert isinstance(row, PeriodicRow) and row.head and row.tail and row.repeats > 3
+    whole = tuple(row)
+    assert len(row) == len(whole)
+    assert [row[i] for i in range(len(row))] == list(whole)
+    assert [row[-i] for i in range(1, len(row) + 1)] == [whole[-i] for i in range(1, len(row) + 1)]
+    for start, stop, step in ((0, 7, 1), (5, 40, 1), (3, 60, 4), (50, 10, 1), (-9, None, 1)):
+        assert row[start:stop:step] == whole[start:stop:step]
+    assert [tuple(row.iter_from(k)) for k in range(len(row) + 2)] == [
+        whole[k:] for k in range(len(row) + 2)]
+    assert row == whole and whole == row and hash(row) == hash(whole)
+    assert row != whole[:-1] and row != list(whole)  # as a tuple: a list is not equal
+    assert pickle.loads(pickle.dumps(row)) == row
+    with pytest.raises(IndexError):
+        row[len(row)]
+    with pytest.raises(ValueError, match="repeats=0"):
+        PeriodicRow((), whole[:3], 0, (), 2)
+
+
+def test_a_long_schedule_is_validated_by_its_short_forms_never_walked_whole(monkeypatch):
+    calls = []
+    shift = rows_module.shift
+    monkeypatch.setattr(rows_module, "shift", lambda a, j, N: calls.append(1) or shift(a, j, N))
+    big = build_schedule("gpipe", 4, 8, num_minibatches=100_000)  # 6.8 million actions
+    assert validate(big) is big and len(calls) < 2000, len(calls)
+    long = long_schedule(builder("async", 4, 2, 1), 100_000, warmup=1)
+    assert is_long_run(long) and len(calls) < 20_000, len(calls)
+    # an invalid short form is refused: here a window that never updates
+    bad = Schedule("custom", 1, 1, (PeriodicRow((), (Action(0, "F", 0), Action(0, "B", 0)),
+                                                50, (), 1),), num_minibatches=50)
+    with pytest.raises(ScheduleError, match="missing 0U0"):
+        validate(bad)
 
 
 @pytest.mark.parametrize("method", [row[0] for row in METHOD_TABLE])
@@ -76,43 +199,48 @@ def test_t1_delays_on_the_short_schedule_equal_the_whole_runs(method):
             return build_method_schedule(method, P, M, chunks=v, num_minibatches=k,
                                          options=options)
         for K in (W + 45, W + 80):
-            lazy = lazy_schedule(build, K, warmup_minibatches=W)
-            assert isinstance(lazy, LazySchedule), (method, P, M, W, K)
-            assert stage_forward_delays(lazy.short) == stage_forward_delays(build(K)), (
+            long = long_schedule(build, K, warmup=W)
+            assert is_long_run(long), (method, P, M, W, K)
+            short = short_schedule(long)
+            assert short.num_minibatches < K and short.ranks == build(short.num_minibatches).ranks
+            assert stage_forward_delays(short) == stage_forward_delays(materialized(build(K))), (
                 method, P, M, W, K)
 
 
-def test_a_repeated_pattern_is_lazy_and_equal():
+def test_a_repeated_pattern_is_periodic_and_equal():
     pattern = from_rows([["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", "1F1", "1B1"]],
                         name="custom", num_microbatches=2)
-    lazy = lazy_schedule(lambda k: repeat_schedule(pattern, k), 50, notes=repeat_notes(pattern, 50))
-    assert isinstance(lazy, LazySchedule)
-    full = repeat_schedule(pattern, 50)
-    assert lazy.materialize().ranks == full.ranks and lazy.notes == full.notes
+    plain = laid_out(pattern, 50)
+    repeated = repeat_schedule(pattern, 50)
+    assert all(isinstance(row, PeriodicRow) and not row.head and not row.tail
+               for row in repeated.ranks)
+    assert repeated.ranks == plain and repeated.notes == repeat_notes(pattern, 50)
+    long = long_schedule(lambda k: repeat_schedule(pattern, k), 50, notes=repeat_notes(pattern, 50))
+    assert is_long_run(long) and long.ranks == plain and long.notes == repeated.notes
 
 
 def test_short_runs_and_bad_sizes_go_to_the_builder():
-    assert not isinstance(lazy_schedule(builder("async", 4, 2), 5), LazySchedule)
+    assert not is_long_run(long_schedule(builder("async", 4, 2), 5))
     for K, P in ((100001, 4), (0, 4), (2.5, 4), (50, 0)):  # the builder's own errors
         with pytest.raises(ScheduleError) as expected:
             builder("async", P, 2)(K)
         with pytest.raises(ScheduleError) as got:
-            lazy_schedule(builder("async", P, 2), K)
+            long_schedule(builder("async", P, 2), K)
         assert str(got.value) == str(expected.value)
     with pytest.raises(ScheduleError, match="too small"):  # a size error, K left aside
-        lazy_schedule(builder("2bw", 4, 2), 50)
+        long_schedule(builder("2bw", 4, 2), 50)
 
 
-def test_a_non_periodic_builder_is_materialized():
+def test_a_non_periodic_builder_is_built_whole():
     def build(k):  # a gpipe whose last minibatch differs more the longer it is: no window
         rows = [[f"{s}F{m}" for m in range(2 * k)] + [f"{s}B{m}" for m in range(2 * k)]
                 for s in range(2)]
         return from_rows(rows, name="custom", num_microbatches=2 * k)
-    made = lazy_schedule(build, 40)
-    assert not isinstance(made, LazySchedule) and made.num_microbatches == 80
+    made = long_schedule(build, 40)
+    assert not is_long_run(made) and made.num_microbatches == 80
 
 
-def test_building_5000_minibatches_lazily_allocates_far_less():
+def test_building_thousands_of_minibatches_allocates_far_less():
     def peak(make):
         tracemalloc.start()
         made = make()
@@ -120,11 +248,33 @@ def test_building_5000_minibatches_lazily_allocates_far_less():
         tracemalloc.stop()
         return made, top
 
-    lazy, lazy_peak = peak(lambda: lazy_schedule(builder("async", 2, 4), 5000))
+    long, long_peak = peak(lambda: long_schedule(builder("async", 2, 4), 5000))
     full, full_peak = peak(lambda: builder("async", 2, 4)(5000))
-    assert isinstance(lazy, LazySchedule) and sum(map(len, lazy.ranks)) == sum(
+    assert is_long_run(long) and sum(map(len, long.ranks)) == sum(
         map(len, full.ranks)) == 90_000
-    assert lazy_peak * 50 < full_peak, (lazy_peak, full_peak)
+    assert long_peak * 50 < full_peak, (long_peak, full_peak)
+    flushed, flushed_peak = peak(lambda: builder("1f1b", 2, 4)(2000))  # the builder itself
+    plain, plain_peak = peak(lambda: laid_out(builder("1f1b", 2, 4)(1), 2000))
+    assert flushed.ranks == plain and flushed_peak * 50 < plain_peak, (flushed_peak, plain_peak)
+
+
+def test_the_checkpoint_key_is_the_one_checkpoints_always_recorded():
+    build = builder("async", 3, 2)
+    long = long_schedule(build, 40)
+    # a long run: its name, length, the rows of build(K0) (the probe's K0: 4, 8, 16 ...) and
+    # where each rank's steady window ends in them, as the LazySchedule of earlier versions
+    # recorded it
+    K0 = 40 - long.ranks[0].repeats + 1
+    assert K0 in (4, 8, 16)
+    K0_rows = build(K0).rows()
+    assert schedule_key(long) == ("async", 40, K0_rows,
+                                  [len(row.head) + len(row.window) for row in long.ranks])
+    for rank, row in enumerate(long.ranks):  # the window ends after an update in build(K0)
+        end = len(row.head) + len(row.window)
+        assert K0_rows[rank][end - 1][1] == "U" and K0_rows[rank][end][1] != "U"
+    # any other schedule, a flushing builder's periodic one included: name and rows
+    gpipe = build_schedule("gpipe", 2, 2, num_minibatches=9)
+    assert schedule_key(gpipe) == ("gpipe", gpipe.rows()) == ("gpipe", materialized(gpipe).rows())
 
 
 # ---------------------------------------------------------------------- runs, bitwise
@@ -147,9 +297,9 @@ def make_schedules(method, P, N, chunks, warmup, K):
     def build(k):
         return build_method_schedule(method, P, N, chunks=chunks, num_minibatches=k,
                                      options=options)
-    lazy = lazy_schedule(build, K, warmup_minibatches=warmup)
-    assert isinstance(lazy, LazySchedule)
-    return lazy, build(K), options
+    long = long_schedule(build, K, warmup=warmup)
+    assert is_long_run(long)
+    return long, materialized(build(K)), options
 
 
 def executor_for(schedule, options):
@@ -202,7 +352,7 @@ def same(a, b):
 
 
 @pytest.mark.parametrize("label", RUNS)
-def test_a_lazy_run_equals_the_materialized_run_bitwise(label, one_thread):
+def test_a_long_run_equals_the_materialized_run_bitwise(label, one_thread):
     lazy, full, options = make_schedules(*RUNS[label])
     K, data = full.num_minibatches, feed(full.total_microbatches)
     reference = summary(*step_by_step(executor_for(full, options), data, K))
@@ -214,7 +364,7 @@ def test_a_lazy_run_equals_the_materialized_run_bitwise(label, one_thread):
                                options=options)), reference)
 
 
-def test_a_checkpoint_names_the_lazy_schedule(one_thread):
+def test_a_checkpoint_names_the_long_schedule(one_thread):
     lazy, full, options = make_schedules(*RUNS["async"])
     data = feed(full.total_microbatches)
     executor = executor_for(lazy, options)
@@ -228,7 +378,7 @@ def test_a_checkpoint_names_the_lazy_schedule(one_thread):
 
 @pytest.mark.dist
 @pytest.mark.slow
-def test_the_distributed_executor_equals_a_lazy_local_run(one_thread):
+def test_the_distributed_executor_equals_a_long_local_run(one_thread):
     from pipemare_lite.engine.distributed.jobs import DistJob, run_distributed_jobs
     from pipemare_lite.training.partition import PartitionedModel
 

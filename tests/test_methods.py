@@ -54,7 +54,7 @@ def test_pipemare_switches_each_technique_on_its_own():
     assert not only_t2.t1 and only_t2.t2
     warm = method_options("pipemare", warmup=2)
     schedule = build_method_schedule("pipemare", 2, 2, num_minibatches=4, options=warm)
-    assert schedule.warmup_minibatches == 2
+    assert schedule.warmup == 2
     per_stage = method_options("pipemare", gamma=(0.1, 0.2))
     assert per_stage.gamma_for(1) == 0.2
     with pytest.raises(ValueError, match="no entry for stage 2"):

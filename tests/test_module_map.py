@@ -27,7 +27,6 @@ NOT_NAMED_YET = {
         "item 5)",
     "pipemare_lite.training.blow_up":
         "chapter 07 reaches it only through fit's blow_up setting (issue 47 item 4)",
-    "pipemare_lite.schedules.repeat": "chapter 07 reaches it only through fit's run_schedule",
     "pipemare_lite.interop.torch_pipelining":
         "chapter 11 does not show PyTorch's runtime beside ours",
     "pipemare_lite.interop.torch_runtime": "chapter 11 does not show PyTorch's runtime beside ours",

@@ -29,7 +29,14 @@ from pipemare_lite.deprecation import REMOVED_IN, WARNING, renamed_message
 from pipemare_lite.engine import LocalExecutor
 from pipemare_lite.methods import MethodOptions, method_options
 from pipemare_lite.methods.registry import RENAMED_OPTIONS
-from pipemare_lite.schedules import async_pipeline, build_schedule, pipedream, two_bw
+from pipemare_lite.schedules import (
+    Schedule,
+    ScheduleError,
+    async_pipeline,
+    build_schedule,
+    pipedream,
+    two_bw,
+)
 from pipemare_lite.schedules.io import from_json, from_rows, to_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +102,7 @@ def test_both_spellings_at_once_are_refused_naming_both():
 def test_schedule_builders_take_warmup_and_its_old_spelling(build):
     new = calls_no_warning(lambda: build(warmup=1))
     old = calls_warning_once(lambda: build(warmup_minibatches=1), "warmup_minibatches", "warmup")
-    assert old == new and new.warmup_minibatches == 1
+    assert old == new and new.warmup == 1
 
 
 def test_a_registered_builder_with_the_old_keyword_still_builds():
@@ -111,7 +118,7 @@ def test_a_registered_builder_with_the_old_keyword_still_builds():
         built = calls_no_warning(lambda: build_schedule("async-old-keyword", 2, 2,
                                                         num_minibatches=4, warmup=1))
         assert built.rows() == async_pipeline(2, 2, 4, warmup=1).rows()
-        assert built.warmup_minibatches == 1
+        assert built.warmup == 1
     finally:  # registered for this test only
         for table in (registry.BUILDERS, registry.REGISTERED_BY, names.REGISTERED_WEIGHT_MODES,
                       registry.FIXED_CHUNKS):
@@ -195,11 +202,34 @@ def test_update_every_is_the_old_spelling_of_microbatches(capsys):
 
 
 # ------------------------------------------------------------ stored files still load
-def test_a_schedule_file_keeps_its_key_and_an_old_one_loads():
+def test_the_schedule_records_warmup_and_its_old_field_name_still_works():
+    new = calls_no_warning(lambda: Schedule("custom", 1, 1, ((),), warmup=0))
+    assert [f.name for f in dataclasses.fields(Schedule)].count("warmup") == 1
+    assert "warmup_minibatches" not in inspect.signature(Schedule).parameters
+    old = calls_warning_once(lambda: Schedule("custom", 1, 1, ((),), warmup_minibatches=0),
+                             "warmup_minibatches", "warmup")
+    assert old == new
+    built = build_schedule("async", 3, 2, num_minibatches=5, warmup=2)
+    assert calls_warning_once(lambda: built.warmup_minibatches, "warmup_minibatches",
+                              "warmup") == built.warmup == 2
+    with pytest.raises(TypeError, match="both 'warmup_minibatches' and 'warmup'"):
+        dataclasses.replace(built, warmup_minibatches=1)  # replace passes every field
+
+
+def test_a_schedule_file_is_written_with_warmup_and_an_old_one_loads():
     schedule = build_schedule("pipedream", 3, 2, num_minibatches=4, warmup=1)
     stored = json.loads(to_json(schedule))
-    assert stored["warmup_minibatches"] == 1  # the Schedule's field, as files always had it
+    assert stored["warmup"] == 1 and "warmup_minibatches" not in stored  # one spelling
     assert calls_no_warning(lambda: from_json(json.dumps(stored))) == schedule
+    # a file written before the rename (its key, in its place) loads as the same schedule
+    old = {("warmup_minibatches" if key == "warmup" else key): value
+           for key, value in stored.items()}
+    assert list(old)[list(stored).index("warmup")] == "warmup_minibatches"
+    assert calls_no_warning(lambda: from_json(json.dumps(old))) == schedule
+    with pytest.raises(ScheduleError, match="both 'warmup_minibatches' and 'warmup'"):
+        from_json(json.dumps({**stored, "warmup_minibatches": 1}))
+    with pytest.raises(ScheduleError, match="field 'warmup_minibatches' is -1"):
+        from_json(json.dumps({**old, "warmup_minibatches": -1}))
 
 
 def test_stored_results_under_the_old_key_still_render():
@@ -221,10 +251,10 @@ def test_checkpoints_record_settings_under_the_new_names_only():
 # ------------------------------------------------------------ no old spelling in the code
 OLD_T = {"lr_rescheduling", "discrepancy_correction", "rescheduling_horizon"}
 OLD_W = "warmup_minibatches"
-#: Calls that still take the Schedule's own field name (docs/glossary.md says why):
-#: ``Schedule(warmup_minibatches=...)`` and ``lazy_schedule(...)``.
-FIELD_CALLS = {"Schedule", "lazy_schedule"}
-#: The compatibility helper, and the lazy schedule, which mirrors the Schedule's fields.
+#: Calls that still take the old name: ``lazy_schedule(...)``, kept with its old signature
+#: in pipemare_lite/schedules/lazy.py until 0.3.
+FIELD_CALLS = {"lazy_schedule"}
+#: The compatibility helper, and schedules/lazy.py (the old home of the long-run helpers).
 ALLOWED_FILES = {"pipemare_lite/deprecation.py", "pipemare_lite/schedules/lazy.py"}
 
 
@@ -247,7 +277,7 @@ def old_spellings(tree: ast.AST) -> list[str]:
             owner = _name_of(node.value)
             if node.attr in OLD_T and owner != "methods":  # not the module methods.lr_rescheduling
                 found.append(f"line {node.lineno}: .{node.attr}")
-            elif node.attr == OLD_W and "options" in owner:
+            elif node.attr == OLD_W:  # options.warmup_minibatches, schedule.warmup_minibatches
                 found.append(f"line {node.lineno}: {owner}.{node.attr}")
         elif isinstance(node, ast.Constant) and node.value == "--update-every":
             found.append(f"line {node.lineno}: '--update-every'")
@@ -263,7 +293,8 @@ def test_the_scan_finds_each_kind_of_old_use():
     assert sorted(old_spellings(ast.parse(code))) == [
         "line 1: lr_rescheduling=", "line 2: warmup_minibatches=",
         "line 3: parameter warmup_minibatches", "line 4: .discrepancy_correction",
-        "line 5: options.warmup_minibatches"]
+        "line 5: options.warmup_minibatches", "line 6: warmup_minibatches=",
+        "line 7: schedule.warmup_minibatches"]
 
 
 def test_no_code_in_the_package_uses_an_old_spelling():

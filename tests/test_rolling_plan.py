@@ -1,6 +1,6 @@
-"""The rolling message plan (issue 44): one rank's messages planned as it goes, from a lazy
-schedule, are the whole plan's (same seq) and are posted in the same order; what it holds
-stays bounded however long the run. Torch-free bookkeeping, checked against
+"""The rolling message plan (issue 44): one rank's messages planned as it goes, from a long
+schedule (periodic rows), are the whole plan's (same seq) and are posted in the same order;
+what it holds stays bounded however long the run. Torch-free bookkeeping, checked against
 plan_communication and comm_row on every built-in schedule."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pipemare_lite.schedules.comm_plan import (
     stream_order,
 )
 from pipemare_lite.schedules.comm_rows import comm_op, comm_row
-from pipemare_lite.schedules.lazy import LazySchedule, lazy_schedule
 from pipemare_lite.schedules.registry import build_schedule
+from pipemare_lite.schedules.repeat import is_long_run, long_schedule, materialized
 from pipemare_lite.schedules.validation import execution_order
 
 CASES = [("gpipe", 3, 2), ("1f1b", 4, 4), ("interleaved", 2, 4), ("zb-h1", 3, 3),
@@ -25,8 +25,8 @@ CASES = [("gpipe", 3, 2), ("1f1b", 4, 4), ("interleaved", 2, 4), ("zb-h1", 3, 3)
 
 
 def _lazy(name, P, N, K=24):
-    schedule = lazy_schedule(lambda k: build_schedule(name, P, N, num_minibatches=k), K)
-    assert isinstance(schedule, LazySchedule), name
+    schedule = long_schedule(lambda k: build_schedule(name, P, N, num_minibatches=k), K)
+    assert is_long_run(schedule), name
     return schedule
 
 
@@ -59,7 +59,7 @@ def _rolling_row(schedule, rank, receives_ahead=2):
 @pytest.mark.parametrize(("name", "P", "N"), CASES)
 def test_the_stream_is_the_execution_order(name, P, N):
     lazy = _lazy(name, P, N)
-    whole = lazy.materialize()
+    whole = materialized(lazy)
     expected = [(r, whole.ranks[r][p]) for r, p in execution_order(whole)]
     assert list(stream_order(lazy)) == expected
     assert list(stream_order(whole)) == expected
@@ -68,7 +68,7 @@ def test_the_stream_is_the_execution_order(name, P, N):
 @pytest.mark.parametrize(("name", "P", "N"), CASES)
 def test_each_rank_posts_what_the_whole_plan_posts(name, P, N):
     lazy = _lazy(name, P, N)
-    whole = plan_communication(lazy.materialize())
+    whole = plan_communication(materialized(lazy))
     for rank in range(P):
         rolling, _ = _rolling_row(lazy, rank)
         assert [str(x) for x in rolling] == [str(x) for x in comm_row(whole, rank)]

@@ -157,7 +157,7 @@ def test_warmup_minibatches_are_flushed_one_f_one_b(name):
     flushed = one_f_one_b(P, M, num_minibatches=W)
     for row, reference in zip(schedule.ranks, flushed.ranks):
         assert row[: len(reference)] == reference
-    assert schedule.warmup_minibatches == W
+    assert schedule.warmup == W
 
 
 @pytest.mark.parametrize("name", SCHEDULE_NAMES)

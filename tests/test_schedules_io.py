@@ -38,7 +38,7 @@ def test_csv_round_trip_is_exact(schedule):
         num_microbatches=schedule.num_microbatches,
         chunks=schedule.chunks,
         weight_mode=schedule.weight_mode,
-        warmup=schedule.warmup_minibatches,
+        warmup=schedule.warmup,
     )
     assert back.ranks == schedule.ranks and back.num_minibatches == schedule.num_minibatches
     assert back.placement == schedule.placement

@@ -120,7 +120,7 @@ def test_updates_apply_exactly_their_minibatch_and_sync_flushes(point):
     M = schedule.num_microbatches
     grad = "W" if schedule.split_backward else "B"
     flushed = (
-        schedule.num_minibatches if schedule.weight_mode == "sync" else schedule.warmup_minibatches
+        schedule.num_minibatches if schedule.weight_mode == "sync" else schedule.warmup
     )
     for row in schedule.ranks:
         where = {(a.stage, a.kind, a.index): i for i, a in enumerate(row)}

@@ -347,7 +347,7 @@ def steady_state_minibatches(schedule: Schedule) -> range:
     for pipedream and 2bw too), and we drop the last minibatch, where the pipeline drains.
     """
     fill = math.ceil((2 * schedule.num_virtual_stages - 1) / schedule.num_microbatches)
-    first = schedule.warmup_minibatches + fill
+    first = schedule.warmup + fill
     return range(first, max(first, schedule.num_minibatches - 1))
 
 

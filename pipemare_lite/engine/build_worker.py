@@ -25,7 +25,7 @@ from pipemare_lite.methods.hooks import (
 from pipemare_lite.methods.lr_rescheduling import LRReschedulingHooks, stage_forward_delays
 from pipemare_lite.methods.registry import MethodOptions, get_method, t2_hooks
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.lazy import short_schedule
+from pipemare_lite.schedules.repeat import short_schedule
 
 
 def check_method_options(schedule: Schedule, options: MethodOptions) -> None:
@@ -82,7 +82,7 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
     them when ``delays`` is given
     (:class:`~pipemare_lite.methods.lr_rescheduling.LRReschedulingHooks`, through the
     ``lr_factor`` hook: ``delays[stage]`` is the stage's tau, from
-    :func:`build_stage_workers`; off during the schedule's ``warmup_minibatches`` W, then
+    :func:`build_stage_workers`; off during the schedule's ``warmup`` W, then
     annealed over ``options.t1_anneal_updates`` or the ``num_minibatches - W``
     asynchronous updates). ``record``: what the worker records
     (:mod:`pipemare_lite.engine.recording`).
@@ -97,7 +97,7 @@ def build_stage_worker(schedule: Schedule, stage: int, module: nn.Module, *, los
     hooks = build_hooks(schedule, stage, module, optimizer, options)
     if delays is not None:
         # T1 compensates a delay: it starts at the first asynchronous update (chapter 09)
-        warmup = schedule.warmup_minibatches
+        warmup = schedule.warmup
         horizon = options.t1_anneal_updates
         horizon = schedule.num_minibatches - warmup if horizon is None else horizon
         hooks = LRReschedulingHooks(hooks, delays[stage], horizon, start=warmup)
@@ -121,8 +121,8 @@ def build_stage_workers(schedule: Schedule, modules: Mapping[int, nn.Module], *,
                         ) -> tuple[dict[int, StageWorker], list[int] | None]:
     """``({stage: worker}, T1's delays)`` for ``modules`` (``{stage: module}``), as both
     executors build them: ``options`` checked (:func:`check_method_options`), T1's delays
-    (chapter 08, None when T1 is off) measured once on the whole run (a lazy schedule's short
-    one: the same tau), then :func:`build_stage_worker` for each stage on ``device_of(stage)``.
+    (chapter 08, None when T1 is off) measured once on the whole run (a long run's short
+    form: the same tau), then :func:`build_stage_worker` for each stage on ``device_of(stage)``.
     """
     options = options or MethodOptions()
     check_method_options(schedule, options)

@@ -73,7 +73,7 @@ from pipemare_lite.engine.stage import StageWorker
 from pipemare_lite.engine.unread_losses import RunLosses, UnreadLosses
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import UPDATE, Schedule
-from pipemare_lite.schedules.lazy import LazySchedule, schedule_key
+from pipemare_lite.schedules.repeat import schedule_key
 
 
 @dataclass
@@ -122,7 +122,7 @@ class LocalExecutor:
             :class:`~pipemare_lite.engine.recording.Recording`; never changes the numbers.
     """
 
-    def __init__(self, schedule: Schedule | LazySchedule, stage_modules: Sequence[nn.Module], *,
+    def __init__(self, schedule: Schedule, stage_modules: Sequence[nn.Module], *,
                  loss_fn: Callable, optimizer_factory: Callable,
                  method_options: MethodOptions | None = None,
                  devices: Sequence[torch.device | str] | None = None,
@@ -313,8 +313,8 @@ class LocalExecutor:
 
 class _Cursor:
     """Where one rank stands in its row: the next ``action`` (None at the end) and its
-    ``position``. The row is read one action at a time, so a lazy schedule
-    (:mod:`pipemare_lite.schedules.lazy`) is never materialized."""
+    ``position``. The row is read one action at a time, so a long run's periodic rows
+    (:mod:`pipemare_lite.schedules.rows`) are never materialized."""
 
     def __init__(self, schedule, rank: int, position: int) -> None:
         self.actions = schedule.row(rank, position)

@@ -58,10 +58,10 @@ _OVERLAP_RE = re.compile(r"^\((.*)\)" + OVERLAP + "$")
 
 def flushed_minibatches(schedule: Schedule) -> range:
     """The minibatches that run flushed (no update of another minibatch inside them): all of
-    a ``sync`` schedule, the first ``warmup_minibatches`` of an asynchronous one."""
+    a ``sync`` schedule, the first ``warmup`` of an asynchronous one."""
     if schedule.mode.flushes:
         return range(schedule.num_minibatches)
-    return range(schedule.warmup_minibatches)
+    return range(schedule.warmup)
 
 
 def to_torch_rows(schedule: Schedule, minibatch: int | None = None) -> list[list[str]]:
@@ -91,12 +91,12 @@ def _chosen_minibatch(s: Schedule, minibatch: int | None) -> int:
     flushed = flushed_minibatches(s)
     if not flushed:
         raise ScheduleError(
-            f"schedule {s.name!r} (weight_mode={s.weight_mode!r}, warmup_minibatches="
-            f"{s.warmup_minibatches}) has no flushed minibatch: its minibatches overlap and "
+            f"schedule {s.name!r} (weight_mode={s.weight_mode!r}, warmup="
+            f"{s.warmup}) has no flushed minibatch: its minibatches overlap and "
             "its updates fall between a microbatch's forward and backward, which PyTorch's "
             "runtime (one synchronous step, no update action) cannot express; allowed: a "
             "weight_mode='sync' schedule (naive, gpipe, 1f1b, interleaved, zb-h1) or a "
-            "warm-up minibatch of an asynchronous one (warmup_minibatches >= 1)"
+            "warm-up minibatch of an asynchronous one (warmup >= 1)"
         )
     if minibatch is None:
         if s.num_minibatches == 1:

@@ -57,11 +57,11 @@ def momentum_rescheduling_hooks(info: StageInfo) -> LRReschedulingHooks:
     """The stage's hooks: T2 (gamma from the options) inside T1's anneal with
     :func:`effective_delay` as the delay."""
     from pipemare_lite.methods.discrepancy import DiscrepancyHooks
-    from pipemare_lite.schedules.lazy import short_schedule
+    from pipemare_lite.schedules.repeat import short_schedule
 
     schedule = info.schedule
     tau = stage_forward_delays(short_schedule(schedule))[info.stage]
-    warmup = schedule.warmup_minibatches
+    warmup = schedule.warmup
     horizon = info.options.t1_anneal_updates
     horizon = schedule.num_minibatches - warmup if horizon is None else horizon
     inner = DiscrepancyHooks(info.params, info.options.gamma_for(info.stage))

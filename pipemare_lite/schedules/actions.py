@@ -37,6 +37,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from pipemare_lite.deprecation import accepts_old_fields
+
 # which weights a forward and a backward read, per weight mode: see weight_modes.py
 from pipemare_lite.schedules.weight_modes import WEIGHT_MODES, WeightMode, get_weight_mode
 
@@ -126,6 +128,7 @@ class Action:
         return cls(int(stage), kind, int(index))
 
 
+@accepts_old_fields({"warmup_minibatches": "warmup"})
 @dataclass(frozen=True)
 class Schedule:
     """An ordered list of actions per rank, plus what is needed to interpret it.
@@ -138,8 +141,11 @@ class Schedule:
         chunks: v, model chunks (virtual stages) per rank; 1 unless interleaved (v) or
             V-shaped (2).
         weight_mode: one of :data:`WEIGHT_MODES` (the name; :attr:`mode` is the rule).
-        warmup_minibatches: the first W minibatches run synchronously (flushed).
-        ranks: ``ranks[r]`` is rank r's ordered tuple of actions.
+        warmup: W, the first W minibatches run synchronously (flushed). (Its old spelling,
+            ``warmup_minibatches``, still works until 0.3, with a FutureWarning.)
+        ranks: ``ranks[r]`` is rank r's ordered actions: a tuple, or for a repeated or long
+            run a :class:`~pipemare_lite.schedules.rows.PeriodicRow` (a sequence that equals
+            the tuple of the same actions and holds one window of them).
         notes: human-readable remarks from the builder (e.g. a clamp it applied).
         placement: ``placement[s]`` is the rank holding virtual stage ``s``; ``None`` (the
             default) means round robin, ``s % P``, which is what is stored then. A map that
@@ -153,7 +159,7 @@ class Schedule:
     num_minibatches: int = 1
     chunks: int = 1
     weight_mode: str = "sync"
-    warmup_minibatches: int = 0
+    warmup: int = 0
     notes: tuple[str, ...] = field(default=())
     placement: tuple[int, ...] | None = None
 
@@ -190,7 +196,8 @@ class Schedule:
     @property
     def split_backward(self) -> bool:
         """True when backwards are written as I + W (zero-bubble style)."""
-        return any(a.kind == INPUT_GRAD for row in self.ranks for a in row)
+        return any(a.kind == INPUT_GRAD for row in self.ranks
+                   for a in (row if isinstance(row, (tuple, list)) else row.short))
 
     @property
     def round_robin(self) -> bool:
@@ -202,7 +209,7 @@ class Schedule:
         builder's notes, e.g. a clamp it applied."""
         sizes = (f"P={self.num_ranks}, N={self.num_microbatches}, K={self.num_minibatches}"
                  + (f", v={self.chunks}" if self.chunks > 1 else "")
-                 + (f", W={self.warmup_minibatches}" if self.warmup_minibatches else ""))
+                 + (f", W={self.warmup}" if self.warmup else ""))
         notes = "".join(f"; note: {note}" for note in self.notes)
         return (f"<Schedule {self.name!r} {sizes}, weight mode {self.weight_mode!r}, "
                 f"{sum(len(row) for row in self.ranks)} actions{notes}>")
@@ -221,8 +228,9 @@ class Schedule:
 
     def row(self, rank: int, start: int = 0) -> Iterator[Action]:
         """Rank ``rank``'s actions from position ``start`` on (the executors read rows this
-        way, so a :class:`~pipemare_lite.schedules.lazy.LazySchedule` can make them as it goes)."""
-        return iter(self.ranks[rank][start:])
+        way, so a periodic row makes them as it goes)."""
+        row = self.ranks[rank]
+        return iter(row[start:]) if isinstance(row, (tuple, list)) else row.iter_from(start)
 
     def actions(self):
         """Yield ``(rank, position, action)`` for every action, rank by rank."""

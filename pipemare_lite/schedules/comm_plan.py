@@ -133,21 +133,21 @@ def plan_communication(schedule: Schedule) -> CommPlan:
 def stream_order(schedule, start: list[int] | None = None,
                  in_transit=()) -> Iterator[tuple[int, object]]:
     """:func:`~pipemare_lite.schedules.validation.execution_order` made as it is read:
-    ``(rank, action)`` in the same order, from rows read one action at a time (a lazy
-    schedule's rows are never materialized). The same greedy walk as
+    ``(rank, action)`` in the same order, from rows read one action at a time (a long run's
+    periodic rows are never materialized). The same greedy walk as
     :func:`~pipemare_lite.schedules.validation.code_order` (each rank runs as far as its
     dependencies allow, then parks on what it waits for), paused at every action: a pause
     changes nothing, so the order is the same. An action waits only for the messages it
     needs: its other dependencies sit before it in its own row (the schedule must be valid;
-    a lazy one is). Holds the messages produced and not yet consumed, and the parked ranks.
+    a long run's periodic one is). Holds the messages produced and not yet consumed, and
+    the parked ranks.
 
     ``start``, ``in_transit``: the rest of the run from every rank's position at a
     checkpoint's cut, where the messages with keys ``in_transit`` were produced and not yet
     consumed (a valid order of what is left, though not the whole run's order cut there).
     """
     split = schedule.split_backward
-    rows = [iter(schedule.ranks[r]) if start is None else schedule.row(r, start[r])
-            for r in range(schedule.num_ranks)]
+    rows = [schedule.row(r, 0 if start is None else start[r]) for r in range(schedule.num_ranks)]
     heads = [next(row, None) for row in rows]
     available = set(in_transit)  # messages produced and not yet consumed
     waiter: dict[tuple, int] = {}  # message key -> the rank parked on it
@@ -176,7 +176,7 @@ class RollingPlan:
     The same messages with the same ``seq`` (read from :func:`stream_order`), but only
     those this rank sends or receives, planned a little ahead of the rank and forgotten
     once used: its memory stays flat however long the run (``fit(executor="dist")`` on a
-    lazy schedule, :mod:`pipemare_lite.schedules.lazy`). :class:`PostingOrder` reads it like
+    long run, :mod:`pipemare_lite.schedules.repeat`). :class:`PostingOrder` reads it like
     a :class:`CommPlan`.
 
     ``start``, ``in_transit``: resume at a checkpoint's cut (every rank's position there,

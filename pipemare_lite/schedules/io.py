@@ -69,7 +69,7 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
     ``num_microbatches`` None: the gradients before stage 0's first update, or, without
     updates, every microbatch the rows name (one minibatch). ``num_minibatches`` None: the
     updates per stage, or the microbatches divided by ``num_microbatches``. ``warmup``: W,
-    the first minibatches flushed (the schedule's ``warmup_minibatches``). ``weight_mode``
+    the first minibatches flushed (the schedule's ``warmup``). ``weight_mode``
     None: the mode a builder's ``name`` implies, else derived (see the module's docstring).
     ``placement``: None (round robin), a style (``"loop"``, ``"v"``), ``"rows"`` (each
     stage on the rank whose row runs it) or one rank per virtual stage; with a placement,
@@ -119,7 +119,7 @@ def from_rows(rows, *, name: str, num_microbatches: int | None, chunks: int = 1,
                             ranks=tuple(tuple(row) for row in ranks),
                             num_minibatches=num_minibatches, chunks=chunks,
                             weight_mode=weight_mode or "sync",
-                            warmup_minibatches=warmup, notes=tuple(notes),
+                            warmup=warmup, notes=tuple(notes),
                             placement=_placement_of(placement, ranks, chunks))
     except ValueError as exc:  # a placement (or weight mode) the Schedule refuses
         raise ScheduleError(str(exc)) from None
@@ -214,7 +214,9 @@ def _add_updates(ranks, num_microbatches: int):
 
 #: The :class:`Schedule` fields a JSON schedule stores beside its rows, in file order.
 JSON_FIELDS = ("name", "num_ranks", "num_microbatches", "num_minibatches", "chunks",
-               "weight_mode", "warmup_minibatches")
+               "weight_mode", "warmup")
+#: Keys files written before a rename hold: old key -> field (read, never written).
+OLD_JSON_KEYS = {"num_stages": "num_ranks", "warmup_minibatches": "warmup"}
 
 
 def to_json(schedule: Schedule) -> str:
@@ -239,13 +241,17 @@ def from_json(text: str) -> Schedule:
         raise ScheduleError(f"not a schedule: expected a JSON object with format {JSON_FORMAT!r}")
     if data.get("version") != JSON_VERSION:
         raise ScheduleError(f"schedule version {data.get('version')!r}; allowed: {JSON_VERSION}")
-    if "num_ranks" not in data and "num_stages" in data:  # files written before the rename
-        data["num_ranks"] = data.pop("num_stages")
+    renamed = {new: old for old, new in OLD_JSON_KEYS.items() if old in data}  # older files
+    for new, old in renamed.items():
+        if new in data:
+            raise ScheduleError(f"schedule JSON has both {old!r} and {new!r} (the same field; "
+                                f"{old!r} is its old key): keep only {new!r}")
     missing = [key for key in ("name", "num_ranks", "num_microbatches", "ranks")
-               if key not in data]
+               if key not in data and key not in renamed]
     if missing:
         raise ScheduleError(f"schedule JSON lacks {', '.join(missing)}")
-    _check_json_types(data)
+    _check_json_types(data)  # an old key is checked as its field, named as the file has it
+    data.update({new: data.pop(old) for new, old in renamed.items()})
     if len(data["ranks"]) != data["num_ranks"]:
         raise ScheduleError(
             f"schedule JSON has {len(data['ranks'])} rank rows for num_ranks={data['num_ranks']}"
@@ -253,8 +259,6 @@ def from_json(text: str) -> Schedule:
     # the fields to_json writes, those the file has (from_rows' defaults for the others),
     # except num_ranks: the rows say it
     fields = {key: data[key] for key in JSON_FIELDS if key in data and key != "num_ranks"}
-    if "warmup_minibatches" in fields:  # the Schedule's field, from_rows' warmup
-        fields["warmup"] = fields.pop("warmup_minibatches")
     return from_rows(data["ranks"], notes=tuple(data.get("notes", ())),
                      placement=data.get("placement"), **fields)
 
@@ -269,7 +273,7 @@ _JSON_TYPES = {
                         "an integer >= 1 (or null: inferred)"),
     "chunks": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     "weight_mode": (lambda v: v is None or isinstance(v, str), "a string (or null: derived)"),
-    "warmup_minibatches": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "warmup": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
     "placement": (lambda v: v is None or isinstance(v, str) or (
         isinstance(v, list) and all(_is_int(r) for r in v)),
                   "a list of ranks, one per virtual stage (or 'v', 'loop', 'rows')"),
@@ -278,6 +282,9 @@ _JSON_TYPES = {
     "ranks": (lambda v: isinstance(v, list) and all(isinstance(r, list) for r in v),
               "a list of rows, one list of action strings per rank"),
 }
+
+
+_JSON_TYPES.update({old: _JSON_TYPES[new] for old, new in OLD_JSON_KEYS.items()})
 
 
 def _is_int(value) -> bool:

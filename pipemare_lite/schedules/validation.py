@@ -24,6 +24,7 @@ from collections import deque
 
 from pipemare_lite.schedules import names
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.schedules.rows import copies_of, with_copies
 from pipemare_lite.schedules.weight_modes import get_weight_mode
 from pipemare_lite.spelling import did_you_mean
 
@@ -48,8 +49,8 @@ class ScheduleError(ValueError):
 
 #: The most actions a schedule built in full may hold. Each sizes alone may be in range
 #: while their product is not (P=1024, N=65536, K=100000 is 1.3e13 actions): the product is
-#: checked before anything is allocated. A long *training* run is made lazily
-#: (:mod:`pipemare_lite.schedules.lazy`) and never holds this many.
+#: checked before anything is allocated. A long *training* run is held as periodic rows
+#: (:mod:`pipemare_lite.schedules.repeat`) and never holds this many.
 MAX_ACTIONS = 10_000_000
 #: Bytes one action costs at the peak of a build (tracemalloc: 1f1b, P=32, N=256, K=20:
 #: 260 at the peak, 170 kept); the estimate in :func:`check_total_work`'s message.
@@ -142,7 +143,7 @@ def validate(schedule: Schedule) -> Schedule:
     """
     s = schedule
     check_sizes(s.name, s.num_ranks, s.num_microbatches, s.num_minibatches, s.chunks,
-                s.warmup_minibatches)
+                s.warmup)
     expected_mode = names.weight_mode_of(s.name)
     if expected_mode and s.weight_mode != expected_mode:
         raise ScheduleError(f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
@@ -153,6 +154,12 @@ def validate(schedule: Schedule) -> Schedule:
                             f"ranks (chunks={s.chunks}); allowed: {fixed * s.num_ranks} = "
                             f"{fixed}P (chunks={fixed})")
     if id(s) in _VALIDATED:  # already checked (the builder validated it): nothing can change
+        return s
+    if copies_of(s) > 3:  # a long periodic schedule: valid when its short forms are (repeat.py)
+        for copies in (1, 2, 3):
+            validate(with_copies(s, copies))
+        _VALIDATED[id(s)] = None  # its codes and order are made if something asks for them
+        weakref.finalize(s, _VALIDATED.pop, id(s), None)
         return s
     codes, seen, update_problem = _walk(s)
     _check_complete(s, seen)
@@ -165,9 +172,10 @@ def validate(schedule: Schedule) -> Schedule:
 
 
 # Validated schedules (by id, dropped when the schedule is garbage-collected) with their codes
-# and execution order, so that the simulator does not redo the work the builder just did.
-# A Schedule is frozen (its ranks are tuples of frozen actions), so a check stays true.
-_VALIDATED: dict[int, tuple[list[list[int]], list[int]]] = {}
+# and execution order (None for a long periodic one until asked), so that the simulator does
+# not redo the work the builder just did. A Schedule is frozen (its rows are tuples or
+# periodic rows of frozen actions), so a check stays true.
+_VALIDATED: dict[int, tuple[list[list[int]], list[int]] | None] = {}
 
 
 def is_validated(s: Schedule) -> bool:
@@ -183,6 +191,9 @@ def validated_order(s: Schedule) -> tuple[list[list[int]], list[int]]:
     """
     if id(s) not in _VALIDATED:
         validate(s)
+    if _VALIDATED[id(s)] is None:  # valid by its short forms: encode the whole run now
+        codes = _walk(s)[0]
+        _VALIDATED[id(s)] = (codes, code_order(s, codes))
     return _VALIDATED[id(s)]
 
 
@@ -203,7 +214,7 @@ def _walk(s: Schedule) -> tuple[list[list[int]], bytearray, str | None]:
     seen = bytearray(4 * n + S * K)
     gradient = "W" if s.split_backward else "B"  # the action that completes a gradient
     updates, grads = [0] * S, [0] * S  # per stage: updates done, gradients of the minibatch
-    flushed = K if s.mode.flushes else s.warmup_minibatches  # minibatches that must flush
+    flushed = K if s.mode.flushes else s.warmup  # minibatches that must flush
     two_bw = not s.mode.forward_reads_current  # 2BW: minibatch k reads version k-1
     problem = duplicate = None  # the first of each, raised in the order validate() checks
     rows = []

@@ -91,7 +91,7 @@ import torch
 from torch import nn
 
 from pipemare_lite.files import check_writable
-from pipemare_lite.schedules.lazy import lazy_schedule, materialized
+from pipemare_lite.schedules.repeat import long_schedule, materialized
 from pipemare_lite.training import run_schedule
 from pipemare_lite.training.batches import (
     BatchMicrobatches,
@@ -438,12 +438,12 @@ class TrainingRun:
         chosen = schedule
 
         def run_of(total_steps: int):
-            """The whole run as one schedule of ``total_steps`` minibatches (lazy)."""
-            if chosen is None:  # pipemare_lite.schedules.lazy
-                return lazy_schedule(
+            """The whole run as one schedule of ``total_steps`` minibatches (periodic rows)."""
+            if chosen is None:  # pipemare_lite.schedules.repeat
+                return long_schedule(
                     lambda k: build_method_schedule(method, num_stages, n, chunks=chunks,
                                                     num_minibatches=k, options=options),
-                    total_steps, warmup_minibatches=options.warmup)  # lazy_schedule's keyword
+                    total_steps, warmup=options.warmup)
             # a registered or hand-written schedule (pipemare_lite.training.run_schedule)
             return run_schedule.schedule_for_run(chosen, num_stages, n, total_steps, chunks,
                                                  config["warmup"])
@@ -704,7 +704,7 @@ class TrainingRun:
         """Let a checkpoint of another length continue as this run where the rule of
         :mod:`pipemare_lite.training.run_length` allows (the executor's state then names
         this run's schedule); else raise :class:`CheckpointError` saying why."""
-        from pipemare_lite.schedules.lazy import schedule_key
+        from pipemare_lite.schedules.repeat import schedule_key
 
         old_epochs, new_epochs = state["config"].get("epochs"), self.config["epochs"]
         if not isinstance(old_epochs, int) or isinstance(old_epochs, bool) or old_epochs < 1:

@@ -9,8 +9,8 @@ the code of every plugin that ran, and a digest of the schedule's rows.
   the run's schedule, method or executor (in a long-lived process, a notebook or a test
   session, "imported as plugins" includes those an earlier run of the process loaded);
 - :func:`schedule_digest`: ``"sha256:..."`` over the schedule's name, sizes, weight mode,
-  placement and every rank's actions in order (made as the rows are read, so a long lazy
-  schedule is never held whole);
+  placement and every rank's actions in order (made as the rows are read, so a long run's
+  periodic rows are never held whole);
 - :func:`run_provenance`: the three together, as fit's history keeps them
   (``history.provenance``), and :func:`changed_code`, what a resume refuses.
 
@@ -115,12 +115,12 @@ def plugin_sources(modules) -> dict[str, str]:
 
 def schedule_digest(schedule) -> str:
     """``"sha256:<hex>"`` of the schedule's name, sizes, weight mode, placement and every
-    rank's actions in order (a :class:`~pipemare_lite.schedules.lazy.LazySchedule` is read
-    row by row, never held whole). Equal rows give equal digests, however they were made."""
+    rank's actions in order (a long run's periodic rows are read action by action, never
+    held whole). Equal rows give equal digests, however they were made."""
     digest = hashlib.sha256()
     head = (schedule.name, schedule.num_ranks, schedule.num_microbatches,
             schedule.num_minibatches, schedule.chunks, schedule.weight_mode,
-            schedule.warmup_minibatches, tuple(schedule.placement))
+            schedule.warmup, tuple(schedule.placement))
     digest.update(repr(head).encode())
     for rank in range(schedule.num_ranks):
         digest.update(b"\n")

@@ -27,10 +27,14 @@ from dataclasses import dataclass
 
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.io import SCHEDULE_SUFFIXES, load_schedule, to_csv
-from pipemare_lite.schedules.lazy import LazySchedule, lazy_schedule
 from pipemare_lite.schedules.names import ALIASES
 from pipemare_lite.schedules.registry import BUILDERS, build_schedule, schedule_names
-from pipemare_lite.schedules.repeat import repeat_notes, repeat_schedule, schedule_for_steps
+from pipemare_lite.schedules.repeat import (
+    long_schedule,
+    repeat_notes,
+    repeat_schedule,
+    schedule_for_steps,
+)
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ def fill_sizes(choice: ScheduleChoice, config: dict) -> None:
     if config["warmup"]:
         raise ValueError(f"warmup={config['warmup']!r} cannot apply to a given schedule "
                          f"{s.name!r}: write the flushed minibatches into it "
-                         "(its warmup_minibatches)")
+                         "(the Schedule's warmup)")
 
 
 def check_method(choice: ScheduleChoice, method_name: str | None, method_mode: str | None):
@@ -115,16 +119,16 @@ def check_method(choice: ScheduleChoice, method_name: str | None, method_mode: s
 
 
 def schedule_for_run(choice: ScheduleChoice, num_ranks: int, num_microbatches: int,
-                     steps: int, chunks: int, warmup: int) -> Schedule | LazySchedule:
-    """The schedule of the whole run: ``steps`` minibatches, made lazily when it is long
-    (:mod:`pipemare_lite.schedules.lazy`)."""
+                     steps: int, chunks: int, warmup: int) -> Schedule:
+    """The schedule of the whole run: ``steps`` minibatches, held as periodic rows when it
+    is long (:func:`~pipemare_lite.schedules.repeat.long_schedule`)."""
     if choice.name is not None:
-        return lazy_schedule(
+        return long_schedule(
             lambda k: build_schedule(choice.name, num_ranks, num_microbatches, chunks=chunks,
                                      num_minibatches=k, warmup=warmup),
-            steps, warmup_minibatches=warmup)
+            steps, warmup=warmup)
     given = choice.given
     if given.num_minibatches != 1 or steps == 1:  # the whole run, or refused
         return schedule_for_steps(given, steps)
-    return lazy_schedule(lambda k: repeat_schedule(given, k), steps,
+    return long_schedule(lambda k: repeat_schedule(given, k), steps,
                          notes=repeat_notes(given, steps))

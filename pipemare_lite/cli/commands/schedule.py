@@ -403,7 +403,7 @@ def summary(schedule: Schedule, costs: OpCosts, measured: ScheduleMetrics,
         "chunks": schedule.chunks,
         "placement": list(schedule.placement),
         "minibatches": schedule.num_minibatches,
-        "warmup": schedule.warmup_minibatches,
+        "warmup": schedule.warmup,
         "weight_mode": schedule.weight_mode,
         "costs": {k: v for k, v in vars(costs).items() if k != "stage_multipliers"},
         "makespan": measured.makespan,
@@ -449,7 +449,7 @@ def render_text(schedule: Schedule, timeline: Timeline, measured: ScheduleMetric
         f"{s.name}: P={s.num_ranks} stages, M={s.num_microbatches} microbatches"
         + (f", v={s.chunks} chunks" if s.chunks > 1 else "")
         + f", K={s.num_minibatches} minibatches"
-        + (f", W={s.warmup_minibatches} warm-up" if s.warmup_minibatches else "")
+        + (f", W={s.warmup} warm-up" if s.warmup else "")
         + f", weight mode {s.weight_mode}"
     )
     lines = [head, *(f"note: {note}" for note in s.notes)]

@@ -21,13 +21,13 @@ inside ``torch.distributed`` sends that may not have arrived. So::
                the same order (the deadlock-freedom argument of :mod:`.transport` holds for
                what is left)
 
-Nothing here holds the whole run: the schedule stays lazy, the plan rolls, and a checkpoint
-holds what is in flight (its size and a rank's memory do not grow with the run's planned
-length; ``benchmarks/bench_dist_memory.py --checkpoints`` measures both). So a checkpoint
-written by either executor resumes in either, bitwise (fp32, CPU, one thread per process):
-``tests/test_dist_checkpoint.py``. Randomness is not carried across
-processes (each rank has its own generator; the book's models draw none): ``rng`` is the
-saving process's, for a local resume.
+Nothing here holds the whole run: a long run's periodic rows are made as they are read,
+the plan rolls, and a checkpoint holds what is in flight (its size and a rank's memory do
+not grow with the run's planned length; ``benchmarks/bench_dist_memory.py --checkpoints``
+measures both). So a checkpoint written by either executor resumes in either, bitwise
+(fp32, CPU, one thread per process): ``tests/test_dist_checkpoint.py``. Randomness is not
+carried across processes (each rank has its own generator; the book's models draw none):
+``rng`` is the saving process's, for a local resume.
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pipemare_lite.schedules.comm_plan import ACTIVATION, GRADIENT, _message_keys
-from pipemare_lite.schedules.lazy import schedule_key
+from pipemare_lite.schedules.repeat import schedule_key
 
 
 class RowWalk:
     """One rank's row read on from a position, as the executor runs it: :meth:`run` stops
     where each of the rank's stages has made ``stop_after_updates`` updates (the executor's
-    own stop test on its stages' weight versions). Holds one row iterator (a lazy row stays
-    lazy, and is entered at ``start`` without reading what is before it).
+    own stop test on its stages' weight versions). Holds one row iterator (a periodic row stays
+    unmade, and is entered at ``start`` without reading what is before it).
 
     ``versions``: each of the rank's stages' update count at ``start`` (its weight version,
     as a checkpoint holds it); None: 0 (a run from the start)."""
@@ -110,7 +110,7 @@ class PeerProgress:
 def same_schedule(key: tuple, schedule) -> bool:
     """Whether a checkpoint's record of its schedule (:func:`schedule_key`) names
     ``schedule``; also the whole rows ``(name, rows)`` that a distributed checkpoint of a
-    lazy schedule recorded before this executor kept lazy schedules lazy (compared row by
+    long periodic schedule recorded before this executor kept them unmade (compared row by
     row as they are made: never materialized)."""
     if key == schedule_key(schedule):
         return True

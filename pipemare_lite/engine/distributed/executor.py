@@ -65,7 +65,6 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from itertools import islice
 
 import torch
 import torch.distributed as dist
@@ -91,8 +90,8 @@ from pipemare_lite.engine.unread_losses import RunLosses, UnreadLosses
 from pipemare_lite.methods.registry import MethodOptions
 from pipemare_lite.schedules.actions import Action, Schedule
 from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, RollingPlan
-from pipemare_lite.schedules.lazy import schedule_key
-from pipemare_lite.schedules.validation import validated_order
+from pipemare_lite.schedules.repeat import schedule_key
+from pipemare_lite.schedules.validation import validate
 
 
 class LossesAhead:
@@ -186,7 +185,7 @@ class DistributedExecutor:
 
     Args:
         schedule: the whole schedule (every rank must pass the same one, a
-            :class:`~pipemare_lite.schedules.actions.Schedule` or a lazy one); world size
+            :class:`~pipemare_lite.schedules.actions.Schedule`, long runs included); world size
             must equal ``schedule.num_ranks``.
         stage_modules: all ``schedule.num_virtual_stages`` modules (each rank keeps its own)
             or a mapping ``{stage: module}`` with at least this rank's stages.
@@ -220,8 +219,8 @@ class DistributedExecutor:
         if world != schedule.num_ranks:
             raise ValueError(f"schedule {schedule.name!r} has {schedule.num_ranks} ranks but the "
                              f"process group has {world} processes; they must be equal")
-        if isinstance(schedule, Schedule):  # a lazy one is valid by construction
-            validated_order(schedule)  # (cached) raises ScheduleError for an invalid one
+        # (cached) raises ScheduleError for an invalid one; a long periodic one is checked by
+        validate(schedule)  # its short forms, never walked whole
         self.schedule = schedule
         self.rank = dist.get_rank() if rank is None else rank
         self.backend = dist.get_backend()
@@ -574,9 +573,7 @@ class DistributedExecutor:
             self.probe_shapes(microbatches)
         rank, interpreter = self.rank, self.interpreter
         if self._row is None:  # from the position a checkpoint may have set
-            self._row = (islice(self.schedule.ranks[rank], self.position, None)
-                         if isinstance(self.schedule, Schedule)
-                         else self.schedule.row(rank, self.position))
+            self._row = self.schedule.row(rank, self.position)
             self._upcoming = next(self._row, None)
         posted = self.transport.posted  # every run's posts, when recorded
         self.transport.microbatches = self._feed = microbatches

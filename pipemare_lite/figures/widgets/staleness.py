@@ -280,7 +280,7 @@ class StalenessExplorer(Explorer):
             ran = self.measured.schedule
             note = (f"<p><i>The executed run is shown for {html.escape(ran.name)}, "
                     f"P={ran.num_ranks}, N={ran.num_microbatches}, "
-                    f"{ran.num_minibatches} updates, warm-up {ran.warmup_minibatches}"
+                    f"{ran.num_minibatches} updates, warm-up {ran.warmup}"
                     f"{', B before F' if TICK_ORDER_NOTE_BACKWARD_FIRST in ran.notes else ''}; "
                     "these controls describe another schedule.</i></p>")
         self.summary.value = delay_table_html(schedule, table, tick_order, measured) + note

@@ -2,7 +2,9 @@
 
 Builders describe a rank's order as plain ``(kind, stage, index)`` triples, which read like
 the schedule itself; :func:`make_schedule` turns them into :class:`Action` objects, checks the
-sizes and validates the result. Torch-free.
+sizes and validates the result. A flushing builder describes ONE minibatch (microbatches
+0..N-1, no update) and :func:`flushed_schedule` adds each stage's update and repeats it K
+times (:func:`~pipemare_lite.schedules.repeat.repeated`). Torch-free.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from pipemare_lite.schedules.actions import KINDS, Action, Schedule, placement_named
+from pipemare_lite.schedules.repeat import repeated
 from pipemare_lite.schedules.validation import validate
 
 
@@ -25,9 +28,25 @@ def make_schedule(name: str, num_ranks: int, num_microbatches: int,
     schedule = Schedule(name=name, num_ranks=num_ranks, num_microbatches=num_microbatches,
                         ranks=tuple(tuple(actions_of(order)) for order in orders),
                         num_minibatches=num_minibatches, chunks=chunks,
-                        weight_mode=weight_mode, warmup_minibatches=warmup,
+                        weight_mode=weight_mode, warmup=warmup,
                         notes=tuple(notes), placement=placement)
     return validate(schedule)
+
+
+def flushed_schedule(name: str, num_ranks: int, num_microbatches: int,
+                     minibatch: list[list[tuple[str, int, int]]], num_minibatches: int = 1, *,
+                     chunks: int = 1, notes: tuple[str, ...] = (),
+                     placement: tuple[int, ...] | None = None) -> Schedule:
+    """The flushing schedule whose rank ``r`` runs ``minibatch[r]`` (one minibatch's
+    ``(kind, stage, microbatch)`` triples), then updates each of its stages in model order,
+    ``num_minibatches`` times; validated."""
+    pattern = Schedule(name, num_ranks, num_microbatches, tuple(() for _ in minibatch),
+                       chunks=chunks, placement=placement)  # says who holds what
+    orders = [order + [("U", stage, 0) for stage in pattern.stages_of(rank)]
+              for rank, order in enumerate(minibatch)]
+    one = make_schedule(name, num_ranks, num_microbatches, orders, chunks=chunks, notes=notes,
+                        placement=pattern.placement)
+    return repeated(one, num_minibatches)
 
 
 def on_placement(schedule: Schedule, placement) -> Schedule:

@@ -37,7 +37,7 @@ this order with DeepSeek's rule and gets their count exactly (docs/schedules.md,
 from __future__ import annotations
 
 from pipemare_lite.schedules.actions import Schedule, v_placement
-from pipemare_lite.schedules.builders.common import make_schedule, microbatches_of
+from pipemare_lite.schedules.builders.common import flushed_schedule
 from pipemare_lite.schedules.validation import ScheduleError, check_sizes
 
 
@@ -117,15 +117,7 @@ def dualpipe_v(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) 
     if M < 2 * P:
         raise ScheduleError(f"dualpipev: num_microbatches={M} with num_ranks={P}; allowed: "
                             f"num_microbatches >= 2P = {2 * P} (one per virtual stage)")
-    orders = []
-    for rank in range(P):
-        stage = (rank, 2 * P - 1 - rank)
-        order = []
-        for k in range(num_minibatches):
-            mbs = microbatches_of(k, M)
-            order += [(kind, stage[chunk], mbs[m])
-                      for kind, chunk, m in dualpipe_v_order(rank, P, M)]
-            order += [("U", stage[0], k), ("U", stage[1], k)]
-        orders.append(order)
-    return make_schedule("dualpipev", P, M, orders, num_minibatches=num_minibatches, chunks=2,
-                         placement=v_placement(P))
+    minibatch = [[(kind, (rank, 2 * P - 1 - rank)[chunk], m)  # chunk 0, chunk 1 of the rank
+                  for kind, chunk, m in dualpipe_v_order(rank, P, M)] for rank in range(P)]
+    return flushed_schedule("dualpipev", P, M, minibatch, num_minibatches, chunks=2,
+                            placement=v_placement(P))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.builders.common import make_schedule, microbatches_of
+from pipemare_lite.schedules.builders.common import flushed_schedule
 from pipemare_lite.schedules.validation import check_sizes
 
 
@@ -15,14 +15,6 @@ def gpipe(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Sc
     and every stage holds the activations of all M microbatches at the peak.
     """
     check_sizes("gpipe", num_ranks, num_microbatches, num_minibatches)
-    orders = []
-    for stage in range(num_ranks):
-        order = []
-        for k in range(num_minibatches):
-            mbs = microbatches_of(k, num_microbatches)
-            order += [("F", stage, m) for m in mbs]
-            order += [("B", stage, m) for m in mbs]
-            order.append(("U", stage, k))
-        orders.append(order)
-    return make_schedule("gpipe", num_ranks, num_microbatches, orders,
-                         num_minibatches=num_minibatches)
+    minibatch = [[(kind, stage, m) for kind in "FB" for m in range(num_microbatches)]
+                 for stage in range(num_ranks)]
+    return flushed_schedule("gpipe", num_ranks, num_microbatches, minibatch, num_minibatches)

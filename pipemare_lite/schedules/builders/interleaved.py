@@ -12,7 +12,7 @@ every rank v times. Each piece is 1/v of a rank's work, so the fill and drain sh
 from __future__ import annotations
 
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.builders.common import make_schedule
+from pipemare_lite.schedules.builders.common import flushed_schedule
 from pipemare_lite.schedules.builders.one_f_one_b import one_f_one_b_order
 from pipemare_lite.schedules.validation import ScheduleError, check_sizes
 
@@ -46,15 +46,10 @@ def interleaved(num_ranks: int, num_microbatches: int, chunks: int = 2,
             f"interleaved: num_microbatches={M} must be a multiple of num_ranks={P} "
             f"when chunks={v} > 1 (allowed: {multiples}, ...)"
         )
-    orders = []
+    steps = v * M  # forward steps of a rank per minibatch (one per chunk and microbatch)
+    minibatch = []
     for rank in range(P):
-        steps = v * M  # forward steps of this rank per minibatch (one per chunk and microbatch)
         warmup = P - 1 - rank if v == 1 else min(2 * (P - 1 - rank) + (v - 1) * P, steps)
-        order = []
-        for k in range(num_minibatches):
-            for kind, step in one_f_one_b_order(list(range(steps)), warmup):
-                stage, offset = _virtual_step(step, rank, P, v, backward=kind == "B")
-                order.append((kind, stage, k * M + offset))
-            order += [("U", rank + c * P, k) for c in range(v)]
-        orders.append(order)
-    return make_schedule("interleaved", P, M, orders, num_minibatches=num_minibatches, chunks=v)
+        minibatch.append([(kind, *_virtual_step(step, rank, P, v, backward=kind == "B"))
+                          for kind, step in one_f_one_b_order(list(range(steps)), warmup)])
+    return flushed_schedule("interleaved", P, M, minibatch, num_minibatches, chunks=v)

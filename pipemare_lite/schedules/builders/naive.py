@@ -7,7 +7,7 @@ next one starts, so at every moment exactly one device works.
 from __future__ import annotations
 
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.builders.common import make_schedule, microbatches_of
+from pipemare_lite.schedules.builders.common import flushed_schedule
 from pipemare_lite.schedules.validation import check_sizes
 
 
@@ -18,13 +18,7 @@ def naive(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Sc
     comes after its B(m), only one microbatch is ever in the pipeline.
     """
     check_sizes("naive", num_ranks, num_microbatches, num_minibatches)
-    orders = []
-    for stage in range(num_ranks):
-        order = []
-        for k in range(num_minibatches):
-            for m in microbatches_of(k, num_microbatches):
-                order += [("F", stage, m), ("B", stage, m)]
-            order.append(("U", stage, k))  # flush: update once the minibatch is done
-        orders.append(order)
-    return make_schedule("naive", num_ranks, num_microbatches, orders,
-                         num_minibatches=num_minibatches)
+    minibatch = [[(kind, stage, m) for m in range(num_microbatches) for kind in "FB"]
+                 for stage in range(num_ranks)]
+    # flush: each stage updates once its minibatch is done, then the next one starts
+    return flushed_schedule("naive", num_ranks, num_microbatches, minibatch, num_minibatches)

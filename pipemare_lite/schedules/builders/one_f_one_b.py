@@ -6,7 +6,7 @@ Introduced in chapter 03: the same bubble as GPipe with far fewer activations in
 from __future__ import annotations
 
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.builders.common import make_schedule, microbatches_of
+from pipemare_lite.schedules.builders.common import flushed_schedule
 from pipemare_lite.schedules.validation import check_sizes
 
 
@@ -42,14 +42,8 @@ def one_f_one_b(num_ranks: int, num_microbatches: int, num_minibatches: int = 1)
     """
     check_sizes("1f1b", num_ranks, num_microbatches, num_minibatches)
     notes = clamp_notes(num_ranks, num_microbatches)
-    orders = []
-    for stage in range(num_ranks):
-        warmup = num_ranks - 1 - stage  # P-1-s forwards before the first B
-        order = []
-        for k in range(num_minibatches):
-            mbs = microbatches_of(k, num_microbatches)
-            order += [(kind, stage, m) for kind, m in one_f_one_b_order(mbs, warmup)]
-            order.append(("U", stage, k))
-        orders.append(order)
-    return make_schedule("1f1b", num_ranks, num_microbatches, orders,
-                         num_minibatches=num_minibatches, notes=notes)
+    mbs = list(range(num_microbatches))
+    minibatch = [[(kind, stage, m) for kind, m in one_f_one_b_order(mbs, num_ranks - 1 - stage)]
+                 for stage in range(num_ranks)]  # P-1-s forwards before the first B
+    return flushed_schedule("1f1b", num_ranks, num_microbatches, minibatch, num_minibatches,
+                            notes=notes)

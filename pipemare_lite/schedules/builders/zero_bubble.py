@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 
 from pipemare_lite.schedules.actions import Schedule
-from pipemare_lite.schedules.builders.common import make_schedule, microbatches_of
+from pipemare_lite.schedules.builders.common import flushed_schedule
 from pipemare_lite.schedules.builders.one_f_one_b import clamp_notes
 from pipemare_lite.schedules.validation import check_sizes
 
@@ -56,16 +56,11 @@ def zb_h1(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Sc
     """ZB-H1 with a flush (one update after the last W) per minibatch."""
     check_sizes("zb-h1", num_ranks, num_microbatches, num_minibatches)
     notes = clamp_notes(num_ranks, num_microbatches)
-    orders = []
-    for stage in range(num_ranks):
-        order = []
-        for k in range(num_minibatches):
-            mbs = microbatches_of(k, num_microbatches)
-            order += [(kind, stage, m) for kind, m in zb_h1_order(stage, num_ranks, mbs)]
-            order.append(("U", stage, k))
-        orders.append(order)
-    return make_schedule("zb-h1", num_ranks, num_microbatches, orders,
-                         num_minibatches=num_minibatches, notes=notes)
+    mbs = list(range(num_microbatches))
+    minibatch = [[(kind, stage, m) for kind, m in zb_h1_order(stage, num_ranks, mbs)]
+                 for stage in range(num_ranks)]
+    return flushed_schedule("zb-h1", num_ranks, num_microbatches, minibatch, num_minibatches,
+                            notes=notes)
 
 
 def zb_h2_orders(num_ranks: int, num_microbatches: int) -> list[list[tuple[str, int]]]:
@@ -120,14 +115,6 @@ def zb_h2(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Sc
     :func:`zb_h2_orders`. Qi, Wan, Huang, Lin (2023), "Zero Bubble Pipeline Parallelism"
     (arXiv:2401.10241), section 3.2, figure 3."""
     check_sizes("zb-h2", num_ranks, num_microbatches, num_minibatches)
-    one = zb_h2_orders(num_ranks, num_microbatches)
-    orders = []
-    for stage in range(num_ranks):
-        order = []
-        for k in range(num_minibatches):
-            mbs = microbatches_of(k, num_microbatches)
-            order += [(kind, stage, mbs[m]) for kind, m in one[stage]]
-            order.append(("U", stage, k))
-        orders.append(order)
-    return make_schedule("zb-h2", num_ranks, num_microbatches, orders,
-                         num_minibatches=num_minibatches)
+    minibatch = [[(kind, stage, m) for kind, m in order]
+                 for stage, order in enumerate(zb_h2_orders(num_ranks, num_microbatches))]
+    return flushed_schedule("zb-h2", num_ranks, num_microbatches, minibatch, num_minibatches)

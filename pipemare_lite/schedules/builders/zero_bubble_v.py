@@ -18,7 +18,7 @@ message. Backwards are split (I, then W later) and the W's fill the bubbles::
 from __future__ import annotations
 
 from pipemare_lite.schedules.actions import Schedule, v_placement
-from pipemare_lite.schedules.builders.common import make_schedule, microbatches_of
+from pipemare_lite.schedules.builders.common import flushed_schedule
 from pipemare_lite.schedules.validation import check_sizes
 
 
@@ -78,14 +78,7 @@ def zb_v(num_ranks: int, num_microbatches: int, num_minibatches: int = 1) -> Sch
     """
     P, M = num_ranks, num_microbatches
     check_sizes("zb-v", P, M, num_minibatches, chunks=2)
-    orders = []
-    for rank in range(P):
-        stage = (rank, 2 * P - 1 - rank)  # chunk 0 and chunk 1 of this rank
-        order = []
-        for k in range(num_minibatches):
-            mbs = microbatches_of(k, M)
-            order += [(kind, stage[chunk], mbs[m]) for kind, chunk, m in zb_v_order(rank, P, M)]
-            order += [("U", stage[0], k), ("U", stage[1], k)]
-        orders.append(order)
-    return make_schedule("zb-v", P, M, orders, num_minibatches=num_minibatches, chunks=2,
-                         placement=v_placement(P))
+    minibatch = [[(kind, (rank, 2 * P - 1 - rank)[chunk], m)  # chunk 0, chunk 1 of the rank
+                  for kind, chunk, m in zb_v_order(rank, P, M)] for rank in range(P)]
+    return flushed_schedule("zb-v", P, M, minibatch, num_minibatches, chunks=2,
+                            placement=v_placement(P))
