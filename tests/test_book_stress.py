@@ -87,6 +87,36 @@ def test_a_kernel_filling_memory_fails_its_chapter_by_name_without_ansi_codes(tm
     assert "MemoryError" in error and "\x1b[" not in error
 
 
+def test_a_build_limits_each_chapter_kernel_to_half_the_machine_by_default(tmp_path,
+                                                                          monkeypatch):
+    """Also seen: chapter kernels had no memory limit (a memory-filling cell was stopped
+    only by the tester's own ``ulimit``). ``pipemare-lite book`` with no option: the kernel
+    itself reads its address-space limit, half of this machine's memory (the build is
+    stopped after the chapter ran: no Sphinx needed)."""
+    from pipemare_lite import cli
+    from pipemare_lite.book import build as book
+
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    _chapter(chapters, "01_limits", "import resource\n"
+             "print(resource.getrlimit(resource.RLIMIT_AS)[0])")
+    ran, real = {}, book.execute_chapter
+
+    class Enough(Exception):
+        pass
+
+    def run(path, timeout, **limits):
+        ran["nb"], _, ran["error"] = real(path, timeout, **limits)
+        raise Enough
+
+    monkeypatch.setattr(book, "execute_chapter", run)
+    with hard_time_limit(90), pytest.raises(Enough):
+        cli.main(["book", "--out", str(tmp_path / "out"), "--chapters-dir", str(chapters)])
+    assert ran["error"] == ""
+    half = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    assert _texts(ran["nb"].cells[1]) == [f"{half}\n"]
+
+
 def test_an_error_text_has_no_ansi_codes(tmp_path):
     path = _chapter(tmp_path, "03_broken", "raise ValueError('planted')")
     with hard_time_limit(90):
