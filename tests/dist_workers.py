@@ -205,3 +205,35 @@ def count_collectives_in_fit(info, lengths, methods) -> dict:
 def rendezvous_port(info) -> tuple[str, str]:
     """The address and port this rank's process group met on (``MASTER_ADDR``/``PORT``)."""
     return os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+
+
+def fit_with_a_rank_killed_in_a_collective(info, killed: int = 1, at_call: int = 3) -> dict:
+    """``fit(executor="dist")`` on every rank; rank ``killed`` dies by SIGKILL inside its
+    ``at_call``-th ``dist.broadcast`` (the losses shared after a step: a collective between
+    two runs), half a second after entering it, so its watchdog has published that it is
+    there (issue 47: the killed rank's last position read "action 3547/15120 ... in
+    collective 1181")."""
+    import signal
+
+    from pipemare_lite.training import loop
+    from pipemare_lite.training.datasets import Dataset, digits
+    from pipemare_lite.training.models import mlp
+
+    if info.rank == killed:
+        real, calls = dist.broadcast, []
+
+        def broadcast(*args, **kwargs):
+            calls.append(None)
+            if len(calls) == at_call:
+                time.sleep(0.5)  # the watchdog publishes the position every 0.1 s
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(*args, **kwargs)
+
+        dist.broadcast = broadcast
+    d = digits(seed=0)
+    data = Dataset("digits-small", d.x_train[:64], d.y_train[:64], d.x_test[:16],
+                   d.y_test[:16], 10, d.input_shape, d.provenance)
+    history = loop.fit(mlp(64, 8, 2, 10), data, method="1f1b", num_stages=info.world_size,
+                       num_microbatches=2, batch_size=16, epochs=3, lr=0.1, executor="dist",
+                       progress=False)
+    return history.to_dict()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -141,11 +142,20 @@ def test_cli_huge_lr_under_raise_stops_with_the_rule_and_rc_3(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("pipemare-lite train: diverged at step ") and "Traceback" not in err
     assert "by the blow-up rule: loss above 1000x its running minimum for 5 steps" in err
-    assert main([*argv, "--on-divergence", "raise", "--blow-up-factor", "1e30",
-                 "--blow-up-window", "2", "--json"]) in (0, 3)  # settable (may still fire)
-    capsys.readouterr()
-    assert main([*argv, "--no-blow-up", "--json"]) == 0  # off: the old, non-finite-only rule
-    assert '"diverged": false' in capsys.readouterr().out
+    stream = tmp_path / "off.jsonl"
+    assert main([*argv, "--no-blow-up", "--json", "--jsonl", str(stream)]) == 0  # off: the
+    assert '"diverged": false' in capsys.readouterr().out  # old, non-finite-only rule
+    losses = [json.loads(line)["loss"] for line in stream.read_text().splitlines()]
+    # settable: each setting stops where the rule, applied to the run without it, says
+    for factor, window in ((1000, 5), (10, 1), (1e30, 2)):
+        expected = BlowUpRule(factor, window).first(losses)
+        assert main([*argv, "--blow-up-factor", str(factor), "--blow-up-window", str(window),
+                     "--json"]) == 0
+        done = json.loads(capsys.readouterr().out)
+        assert done["divergence_step"] == (expected and expected.step), (factor, window)
+        assert done["steps"] == (expected.step if expected else len(losses))
+    assert BlowUpRule(10, 1).first(losses).step < BlowUpRule(1000, 5).first(losses).step
+    assert BlowUpRule(1e30, 2).first(losses) is None  # the settings make a difference
     assert main([*argv, "--blow-up-factor", "1"]) == 2
     assert "--blow-up-factor 1.0: allowed: a finite number > 1" in capsys.readouterr().err
     assert main([*argv, "--blow-up-window", "0"]) == 2

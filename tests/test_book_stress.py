@@ -87,6 +87,36 @@ def test_a_kernel_filling_memory_fails_its_chapter_by_name_without_ansi_codes(tm
     assert "MemoryError" in error and "\x1b[" not in error
 
 
+def test_a_build_limits_each_chapter_kernel_to_half_the_machine_by_default(tmp_path,
+                                                                          monkeypatch):
+    """Also seen: chapter kernels had no memory limit (a memory-filling cell was stopped
+    only by the tester's own ``ulimit``). ``pipemare-lite book`` with no option: the kernel
+    itself reads its address-space limit, half of this machine's memory (the build is
+    stopped after the chapter ran: no Sphinx needed)."""
+    from pipemare_lite import cli
+    from pipemare_lite.book import build as book
+
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    _chapter(chapters, "01_limits", "import resource\n"
+             "print(resource.getrlimit(resource.RLIMIT_AS)[0])")
+    ran, real = {}, book.execute_chapter
+
+    class Enough(Exception):
+        pass
+
+    def run(path, timeout, **limits):
+        ran["nb"], _, ran["error"] = real(path, timeout, **limits)
+        raise Enough
+
+    monkeypatch.setattr(book, "execute_chapter", run)
+    with hard_time_limit(90), pytest.raises(Enough):
+        cli.main(["book", "--out", str(tmp_path / "out"), "--chapters-dir", str(chapters)])
+    assert ran["error"] == ""
+    half = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    assert _texts(ran["nb"].cells[1]) == [f"{half}\n"]
+
+
 def test_an_error_text_has_no_ansi_codes(tmp_path):
     path = _chapter(tmp_path, "03_broken", "raise ValueError('planted')")
     with hard_time_limit(90):
@@ -171,6 +201,48 @@ def _gone(pids: list[int], within: float) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def _peak_rss_kib(process: subprocess.Popen) -> int:
+    """Poll ``process``'s VmHWM (its peak resident memory) until it ends; KiB."""
+    peak = 0
+    while process.poll() is None:
+        try:
+            for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    return peak
+
+
+@pytest.mark.slow  # a whole build with Sphinx on a 20 MiB page: about a minute
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc for VmHWM")
+def test_a_cell_printing_1_gib_builds_a_site_with_the_default_caps(tmp_path):
+    """F1 as reported, through the whole build with its default caps: a cell printing 1 GiB
+    took the builder from 0.3 to 3.45 GB and ended in a raw MemoryError, no site, no chapter
+    named. Now the page keeps the first 20 MiB and says what was cut; the builder's peak
+    stays under 1 GiB (231 MB measured), and Sphinx renders the 20 MiB line (myst-nb's own
+    stream merge did not finish it in ten minutes: book/site/streams.py)."""
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    _chapter(chapters, "01_loud", "for _ in range(64):\n    print('x' * 2**24, end='')",
+             "print('after the loud cell')")
+    out = tmp_path / "book"
+    with hard_time_limit(400):
+        build = _build(out, chapters)
+        peak = _peak_rss_kib(build)
+        output, _ = build.communicate(timeout=60)
+    assert build.returncode == 0, output
+    note = ("01_loud.ipynb: cell 2's output cut: 1004.0 MiB left out after the 20.0 MiB kept "
+            "(the book keeps at most 20.0 MiB per cell (--max-cell-output), 100.0 MiB per "
+            "chapter (--max-chapter-output))")
+    assert f"[book] {note}" in output and "Traceback" not in output
+    page = (out / "chapters" / "01_loud.html").read_text()
+    assert note in page and "after the loud cell" in page
+    assert "x" * 2**20 in page
+    assert 0 < peak < 2**20, f"the builder's peak: {peak} KiB"
 
 
 @pytest.mark.slow  # four builds with Sphinx: about a minute

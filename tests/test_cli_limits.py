@@ -56,6 +56,33 @@ def test_a_schedule_beyond_the_memory_budget_is_refused_with_the_numbers(monkeyp
     assert f"({rows:,} bytes an action, measured)" in capsys.readouterr().err
 
 
+_THE_REPORTED_COMMAND = textwrap.dedent("""
+    import resource, sys, time
+    resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))
+    from pipemare_lite.cli import main
+    began = time.monotonic()
+    code = main(["schedule", "1f1b", "-P", "1024", "-M", "4800", "--json"])
+    print(f"took {time.monotonic() - began:.3f}", flush=True)
+    sys.exit(code)
+""")
+
+
+def test_the_reported_command_under_a_4_gib_ulimit_is_refused_before_building():
+    """F3 as reported: ``schedule 1f1b -P 1024 -M 4800 --json`` (9.83 M actions, inside the
+    old 10 M limit) ran 108 s to a raw MemoryError at a 3.97 GB peak, rc 1. Under a 4 GiB
+    address-space limit it is now refused before any action is built: one line, rc 2."""
+    done = subprocess.run([sys.executable, "-c", _THE_REPORTED_COMMAND], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(
+        "pipemare-lite schedule: error: 1f1b with P=1024, M=4800, K=1, v=1 is 9,831,424 "
+        "actions: about "), done.stderr
+    assert "what ulimit -v (4.00 GiB) leaves" in done.stderr
+    took = float(done.stdout.split("took ")[1])
+    assert took < 10, took  # refused from the count alone (0.5 s measured), not after 108 s
+
+
 _AT_THE_LIMIT = textwrap.dedent("""
     import contextlib, os, resource, sys
     from pipemare_lite.cli import main

@@ -77,7 +77,10 @@ def assert_positions_listed(error: LaunchError) -> None:
         row = SCHEDULE.ranks[rank]
         if 0 <= pos.index < len(row):
             assert pos.action == str(row[pos.index])
-            assert f"action {pos.index}/{len(row)} ({pos.action})" in text
+            if pos.between:  # between two runs: pos.index actions done, pos.action next
+                assert f"{pos.index}/{len(row)} actions done (next {pos.action})" in text
+            else:
+                assert f"action {pos.index}/{len(row)} ({pos.action})" in text
 
 
 def test_a_rank_that_raises_stops_everyone():
@@ -129,6 +132,29 @@ def test_a_rank_that_never_sends_makes_its_neighbours_time_out():
     assert error.positions[FAULT_RANK].index == FAULT_POSITION  # the hung rank's place
     assert_positions_listed(error)
     assert_all_ended(error)
+
+
+@pytest.mark.slow
+def test_a_rank_killed_in_a_collective_is_placed_between_two_actions():
+    """Issue 47, "also seen": a rank killed while the ranks shared a step's losses was last
+    seen at "action 3547/15120 ... in collective 1181", an action and a collective at once
+    (the action named was the next one, not begun). Now: how many actions it had done, the
+    next one, and the collective. Rank 1 of a P=2 fit() kills itself half a second into
+    its third losses' broadcast (collective 4: the barrier before the first run is 1)."""
+    from tests.dist_workers import fit_with_a_rank_killed_in_a_collective
+
+    with pytest.raises(LaunchError) as info:
+        launch(fit_with_a_rank_killed_in_a_collective, 2, timeout=90, op_timeout=30)
+    error, text = info.value, str(info.value)
+    assert text.startswith("distributed run failed: rank 1 was killed by signal 9"), text
+    row = build_schedule("1f1b", 2, 2, num_minibatches=12).ranks[1]  # fit's 3 epochs x 4 steps
+    done = 3 * len(row) // 12  # three of the twelve steps' actions (1F1B: alike per step)
+    assert error.positions[1].between and error.positions[1].index == done
+    assert (f"rank 1: {done}/{len(row)} actions done (next {row[done]}), in collective 4: "
+            "sharing the losses") in text, text
+    assert "in collective" not in error.positions[1].where()
+    assert not any(f"action {done}/{len(row)}" in line for line in text.splitlines()), text
+    assert "waiting for collective 4: sharing the losses" in text  # rank 0, its peer
 
 
 def test_the_failed_ranks_line_tells_the_cause_from_its_echoes():

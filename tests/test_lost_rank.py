@@ -153,3 +153,23 @@ def test_a_stopping_worker_prints_one_line_naming_the_lost_rank(how, code, cause
         before = done.stderr.split(lines[0])[0]
         assert "rank 0: stopped by torchrun (SIGTERM) (rank 0: action 4/10" in before
         assert "where each rank was:\n  rank 0: action 4/10" in before, done.stderr
+
+
+def test_a_rank_between_two_actions_is_not_placed_inside_the_next():
+    """Issue 47: "action 3547/15120 (1F5) in collective 1181" named an action the rank had
+    not begun; between two actions a position says how many are done and which is next."""
+    inside = faults.Position(1, 3547, 15120, "1F5", "compute")
+    between = faults.Position(1, 3547, 15120, "1F5", "in collective 1181: sharing the losses",
+                              between=True)
+    assert inside.describe() == "rank 1: action 3547/15120 (1F5) compute"
+    assert between.describe() == ("rank 1: 3547/15120 actions done (next 1F5), in "
+                                  "collective 1181: sharing the losses")
+    assert faults.Position.from_json(between.to_json()) == between
+    finished = faults.Position(0, 20, 20, "", "draining sends", between=True)
+    assert finished.describe(rank=False) == "20/20 actions done, draining sends"
+    board = faults.StatusBoard(0, 2)
+    board.at(3547, 15120, "0F5", "between runs", between=True)
+    topo = Topology.from_env(torchrun_env(0, 2, 1))
+    line = report(board, topo, FakeStore({0: 1, 1: 1}), "SIGTERM", window=0.01)
+    assert line.startswith("pipemare_lite: rank 0 (node 0) stops (SIGTERM) at 3547/15120 "
+                           "actions done (next 0F5): "), line

@@ -89,6 +89,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.book.solutions": "00",
     "pipemare_lite.book.site": "-",
     "pipemare_lite.book.site.pages": "-",
+    "pipemare_lite.book.site.streams": "-",
     "pipemare_lite.book.site.project": "-",
     "pipemare_lite.book.site.sources": "-",
     "pipemare_lite.cli": "-",

@@ -1,7 +1,9 @@
 """Turn an executed chapter into the notebook the book site renders (what Sphinx reads).
 
-The site shows a chapter as it ran, with five changes made here, on a copy:
+The site shows a chapter as it ran, with six changes made here, on a copy:
 
+- each cell's prints merged into one block per stream (:mod:`.streams`: myst-nb's own
+  merge takes time growing with the square of a line's length);
 - every plotly figure becomes its HTML form (:func:`pipemare_lite.figures.viz.figure_html.
   figure_html`), drawn by the one plotly.js every page loads; a figure's own HTML fallback
   (which may embed plotly.js) is dropped;
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import nbformat
 
+from pipemare_lite.book.site.streams import merge_cell_streams
 from pipemare_lite.book.solutions import fold_for_site
 from pipemare_lite.figures.viz.figure_html import PLOTLY_MIMETYPE, figure_html
 
@@ -191,6 +194,7 @@ def site_notebook(nb, chapter: Path, root: Path, seconds: float | None, failed: 
     links to ``.py`` files are resolved against.
     """
     nb = nbformat.reads(nbformat.writes(nb), as_version=4)  # a deep copy
+    merge_cell_streams(nb)  # here, in linear time; not myst-nb's (.site.streams)
     offline_outputs(nb, chapter.stem[:2], chapter)
     fold_for_site(nb)  # each solution folded under its check (pipemare_lite.book.solutions)
     linked = rewrite_source_links(nb, chapter.parent, root)

@@ -289,11 +289,11 @@ class DistributedExecutor:
         """True once this rank has run all its actions."""
         return self.position >= self._row_length
 
-    def _note(self, position: int, state: str = "compute") -> None:
-        """Publish ``position`` in this rank's row, and ``state`` (the watchdog's note)."""
+    def _note(self, position: int, state: str = "compute", *, between: bool = False) -> None:
+        """Publish ``position`` in this rank's row, and ``state`` (the watchdog's note);
+        ``between``: ``position`` actions are done and the rank is outside any action."""
         name = str(self._upcoming) if position == self.position and self._upcoming else ""
-        self.board.at(position, self._row_length, name,
-                      state)
+        self.board.at(position, self._row_length, name, state, between=between)
 
     def state_dict(self) -> dict:
         """The whole run's checkpoint, in :class:`~pipemare_lite.engine.LocalExecutor`'s
@@ -384,9 +384,9 @@ class DistributedExecutor:
         come (:func:`faults.absent_ranks`: heartbeat stopped, or published elsewhere) are
         named in the :class:`~faults.OpTimeoutError`, the first as its ``peer``."""
         self._collectives += 1  # every rank runs the same collectives in the same order
-        here = f"in collective {self._collectives}: {what}"
+        here = f"collective {self._collectives}: {what}"
         before = self.board.position.state  # noted again once every rank came
-        self._note(self.position, here)
+        self._note(self.position, f"in {here}", between=True)
         with faults.communication(what):
             work = post()
         waiter = self.transport.waiter
@@ -616,7 +616,8 @@ class DistributedExecutor:
             log = self.transport.sent_log
             for key in [k for k in log if k not in self._progress.unconsumed]:
                 del log[key]
-        self._note(self.position, "draining sends" if self.finished else "between runs")
+        self._note(self.position, "draining sends" if self.finished else "between runs",
+                   between=True)
         if self.finished:
             self.transport.close()
         records = take_records(self.workers, read_losses)  # this rank's stages' StepRecords

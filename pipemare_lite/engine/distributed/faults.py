@@ -113,6 +113,10 @@ class Position:
             ``failed: <error>``.
         beat: how many times the rank's watchdog published its position (the heartbeat:
             it stops when the rank is gone; 0 in what the main thread writes itself).
+        between: True when the rank is between two actions (between runs, in a collective
+            such as the losses' broadcast): ``index`` actions are done and ``action`` is
+            the next one, not begun (issue 47: "action 3547/15120 (1F5) in collective
+            1181" read as if the rank were inside 1F5).
     """
 
     rank: int
@@ -121,14 +125,26 @@ class Position:
     action: str = ""
     state: str = "setup"
     beat: int = 0
+    between: bool = False
+
+    def where(self) -> str:
+        """Where the rank is in its row, without its state: ``action 5/20 (1F2)`` inside an
+        action, ``5/20 actions done (next 1F2)`` between two, ``before its first action``."""
+        if self.index < 0:
+            return "before its first action"
+        if self.between:
+            upcoming = f" (next {self.action})" if self.action else ""
+            return f"{self.index}/{self.total} actions done{upcoming}"
+        return f"action {self.index}/{self.total} ({self.action})"
 
     def describe(self, *, rank: bool = True) -> str:
-        """One line for an error message: ``rank 1: action 5/20 (1F2) failed: ...``
+        """One line for an error message: ``rank 1: action 5/20 (1F2) failed: ...``, or
+        ``rank 1: 5/20 actions done (next 1F2), in collective 3: ...`` between two actions
         (without ``rank 1: `` when ``rank`` is False)."""
         head = f"rank {self.rank}: " if rank else ""
         if self.index < 0:
             return f"{head}before its first action ({self.state})"
-        return f"{head}action {self.index}/{self.total} ({self.action}) {self.state}"
+        return f"{head}{self.where()}{',' if self.between else ''} {self.state}"
 
     def to_json(self) -> str:
         """Serialize for the store."""
@@ -450,9 +466,11 @@ class StatusBoard:
         self._thread: threading.Thread | None = None
 
     # -- main thread ------------------------------------------------------------------
-    def at(self, index: int, total: int, action: str, state: str = "compute") -> None:
-        """Note the current action (cheap: no I/O; the watchdog thread publishes it)."""
-        self.position = Position(self.rank, index, total, action, state)
+    def at(self, index: int, total: int, action: str, state: str = "compute", *,
+           between: bool = False) -> None:
+        """Note the current action, or with ``between`` the next one while the rank is
+        between two (cheap: no I/O; the watchdog thread publishes it)."""
+        self.position = Position(self.rank, index, total, action, state, between=between)
 
     def note(self, state: str) -> None:
         """Change only the state of the current position (``wait act 1F3 from rank 0``)."""

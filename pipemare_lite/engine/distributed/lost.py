@@ -115,7 +115,7 @@ def report(board: faults.StatusBoard, topology: Topology, store, cause: str,
     """The one-line report: who stops, why, and which rank(s) it lost (with evidence)."""
     lost = diagnose(board, topology, store, window)
     p = board.position
-    where = f"action {p.index}/{p.total} ({p.action})" if p.index >= 0 else "its start"
+    where = p.where() if p.index >= 0 else "its start"
     head = f"pipemare_lite: {topology.label(topology.rank)} stops ({cause}) at {where}"
     parts = [f"lost {topology.label(r)}: {why}" for r, why in sorted(lost.items())]
     reason = board.abort_reason
