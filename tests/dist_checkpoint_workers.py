@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
@@ -29,20 +31,26 @@ def sgd(params):
     return torch.optim.SGD(params, lr=0.1, momentum=0.9)
 
 
-def dist_run(info, method: str, stop: int | None = None, state: bytes | None = None) -> dict:
-    """Run on the distributed executor: from ``state`` (a checkpoint as ``torch.save``
-    bytes, as fit() writes it) if given, to ``stop`` updates if given (then return the
-    checkpoint too)."""
+@contextmanager
+def _checkpointing_executor(schedule, options, stages, state: bytes | None):
+    """A checkpointing DistributedExecutor, loaded from ``state`` (``torch.save`` bytes) if
+    given."""
     import io
 
-    schedule, options, stages, mbs = setup(method)
-    if state is not None:
-        state = torch.load(io.BytesIO(state), weights_only=False)
     with DistributedExecutor(schedule, stages, loss_fn=nn.functional.cross_entropy,
                              optimizer_factory=sgd, method_options=options,
                              checkpoints=True) as executor:
         if state is not None:
-            executor.load_state_dict(state)
+            executor.load_state_dict(torch.load(io.BytesIO(state), weights_only=False))
+        yield executor
+
+
+def dist_run(info, method: str, stop: int | None = None, state: bytes | None = None) -> dict:
+    """Run on the distributed executor: from ``state`` (a checkpoint as ``torch.save``
+    bytes, as fit() writes it) if given, to ``stop`` updates if given (then return the
+    checkpoint too)."""
+    schedule, options, stages, mbs = setup(method)
+    with _checkpointing_executor(schedule, options, stages, state) as executor:
         result = executor.run(mbs, stop_after_updates=stop)
         out = {"losses": result.loss_by_microbatch, "weights": result.state_dicts,
                "lrs": result.learning_rates}
@@ -73,16 +81,8 @@ def lazy_run(info, num_minibatches: int, stop: int | None = None,
     """:func:`dist_run` on :func:`lazy_setup`'s run; also what the executor holds: whether
     it kept the schedule it was given, whether its row is a tuple, its plan's type, and the
     messages and targets its progress tracks."""
-    import io
-
     schedule, options, stages, mbs = lazy_setup(num_minibatches)
-    if state is not None:
-        state = torch.load(io.BytesIO(state), weights_only=False)
-    with DistributedExecutor(schedule, stages, loss_fn=nn.functional.cross_entropy,
-                             optimizer_factory=sgd, method_options=options,
-                             checkpoints=True) as executor:
-        if state is not None:
-            executor.load_state_dict(state)
+    with _checkpointing_executor(schedule, options, stages, state) as executor:
         result = executor.run(mbs, stop_after_updates=stop)
         out = {"losses": result.loss_by_microbatch, "weights": result.state_dicts,
                "same_schedule": executor.schedule is schedule,

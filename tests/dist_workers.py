@@ -108,8 +108,6 @@ def fit_with_a_rank_hanging_in_evaluation(info, hung: int = 1, note=None) -> dic
     from pathlib import Path
 
     from pipemare_lite.training import loop
-    from pipemare_lite.training.datasets import Dataset, digits
-    from pipemare_lite.training.models import mlp
 
     if info.rank == hung:
         def evaluate(self):
@@ -118,6 +116,15 @@ def fit_with_a_rank_hanging_in_evaluation(info, hung: int = 1, note=None) -> dic
             time.sleep(300)  # ended by the watchdog's backstop or the launcher
 
         loop.TrainingRun.evaluate = evaluate
+    return _small_dist_fit(info)
+
+
+def _small_dist_fit(info) -> dict:
+    """1F1B on 64 digits, 3 epochs, one stage per rank, executor dist: the history."""
+    from pipemare_lite.training import loop
+    from pipemare_lite.training.datasets import Dataset, digits
+    from pipemare_lite.training.models import mlp
+
     d = digits(seed=0)
     data = Dataset("digits-small", d.x_train[:64], d.y_train[:64], d.x_test[:16],
                    d.y_test[:16], 10, d.input_shape, d.provenance)
@@ -215,9 +222,6 @@ def fit_with_a_rank_killed_in_a_collective(info, killed: int = 1, at_call: int =
     collective 1181")."""
     import signal
 
-    from pipemare_lite.training import loop
-    from pipemare_lite.training.datasets import Dataset, digits
-    from pipemare_lite.training.models import mlp
 
     if info.rank == killed:
         real, calls = dist.broadcast, []
@@ -230,10 +234,4 @@ def fit_with_a_rank_killed_in_a_collective(info, killed: int = 1, at_call: int =
             return real(*args, **kwargs)
 
         dist.broadcast = broadcast
-    d = digits(seed=0)
-    data = Dataset("digits-small", d.x_train[:64], d.y_train[:64], d.x_test[:16],
-                   d.y_test[:16], 10, d.input_shape, d.provenance)
-    history = loop.fit(mlp(64, 8, 2, 10), data, method="1f1b", num_stages=info.world_size,
-                       num_microbatches=2, batch_size=16, epochs=3, lr=0.1, executor="dist",
-                       progress=False)
-    return history.to_dict()
+    return _small_dist_fit(info)
