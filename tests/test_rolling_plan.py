@@ -100,7 +100,7 @@ def test_a_plan_started_at_a_cut_plans_what_is_left_alike_on_both_ends(name, P, 
     each after the messages it needs), and each pair's two ends plan the same messages in
     the same order: those produced after the cut, none sent before it."""
     lazy = _lazy(name, P, N)
-    whole_schedule = lazy.materialize()
+    whole_schedule = materialized(lazy)
     whole = plan_communication(whole_schedule)
     cut = _cut(whole_schedule, 0.43)  # inside a minibatch: messages in transit
     before = {m.key for (rank, position), made in whole.produces.items() for m in made

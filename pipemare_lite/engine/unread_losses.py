@@ -1,4 +1,5 @@
-"""Losses kept on their device across runs, read to the host in one go (issue 44).
+"""Losses kept on their device across runs, read to the host in one go (issue 44; introduced
+with the executors in chapter 03).
 
 By default each ``run()`` of an executor reads its losses to the host at its end: one
 ``tolist()`` a run, so one device-to-host sync a training step on a GPU. A run called with

@@ -43,7 +43,13 @@ from dataclasses import replace
 
 from pipemare_lite.schedules.actions import UPDATE, Schedule
 from pipemare_lite.schedules.rows import PeriodicRow, shifted, with_copies
-from pipemare_lite.schedules.validation import LIMITS, ScheduleError, check_sizes, validate
+from pipemare_lite.schedules.validation import (
+    LIMITS,
+    ScheduleError,
+    check_sizes,
+    is_validated,
+    validate,
+)
 
 
 def repeated(pattern: Schedule, num_minibatches: int, notes: tuple[str, ...] | None = None
@@ -117,8 +123,12 @@ def long_schedule(build: Callable[[int], Schedule], num_minibatches: int, *, war
         if None not in parts:
             N, n = short.num_microbatches, K - K0
             rows = tuple(PeriodicRow(head, window, n + 1, tail, N) for head, window, tail in parts)
-            return validate(replace(short, num_minibatches=K, ranks=rows,
-                                    notes=short.notes if notes is None else tuple(notes)))
+            long = replace(short, num_minibatches=K, ranks=rows,
+                           notes=short.notes if notes is None else tuple(notes))
+            # checked by its short forms when ``build`` gives validated schedules; a method's
+            # order run in another weight mode (a plugin's replace()) is not re-validated,
+            # as build(K) itself would not be
+            return validate(long) if is_validated(short) else long
         steady_after *= 2
     return build(K)
 
