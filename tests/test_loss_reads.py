@@ -377,7 +377,7 @@ def _without_wall(history: dict) -> dict:
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("every", [3, "end"])
+@pytest.mark.parametrize("every", [1, 3, "end"])
 def test_two_ranks_read_k_steps_once_and_agree_with_the_per_step_run(two_ranks, every):
     local, _, _ = _fit_counting({}, every=1)
     for rank in two_ranks:
@@ -386,7 +386,8 @@ def test_two_ranks_read_k_steps_once_and_agree_with_the_per_step_run(two_ranks, 
         assert _without_wall(late) == _without_wall(plain)
         assert late["loss"] == local.loss  # and the local executor's, bitwise
         # steps 2..11 (step 1 probes shapes, step 12 gathers at the end): a tolist per
-        # read (one broadcast of K steps' losses), no other host read
+        # read (one broadcast of K steps' losses), no other host read; with K = 1 (the
+        # default) the last stage's rank too reads once a step, not before the broadcast
         k = STEPS if every == "end" else every
         steps = _increments(seen)[1:STEPS - 1]
         assert steps == [{"tolist": 1} if s % k == 0 else {} for s in range(2, STEPS)]

@@ -483,7 +483,9 @@ class DistributedExecutor:
                 src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
                 positions, versions = self._start
                 self._losses_ahead = LossesAhead(self.schedule, src, positions[src], versions)
-            mine = self._run(microbatches, stop_after_updates, read_losses)
+            # with gather_into the losses stay tensors here: shared below (one broadcast,
+            # one host read on each rank) or left for read_losses()
+            mine = self._run(microbatches, stop_after_updates, self.gather_into is None)
             if self.gather_into is None:
                 return mine
             if self._held is None:
@@ -494,8 +496,7 @@ class DistributedExecutor:
             if not read_losses:
                 self._unread.add_run(expected)
                 return DistRunResult(loss_by_microbatch={})
-            return DistRunResult(loss_by_microbatch=self._share_losses(
-                mine.loss_by_microbatch, expected))
+            return DistRunResult(loss_by_microbatch=self._share_losses(expected))
         except BaseException:
             self._failed = True
             raise
@@ -526,21 +527,23 @@ class DistributedExecutor:
                          lambda: dist.all_reduce(vector, async_op=True))
         return UnreadLosses.read_health(vector, stages)
 
-    def _share_losses(self, losses: dict[int, float], expected: list[int]
-                      ) -> dict[int, float]:
+    def _share_losses(self, expected: list[int]) -> dict[int, float]:
         """The last stage's losses of this run on every rank: one broadcast of a tensor from
-        its rank (float64, exact), no pickle. Which microbatches' losses the run computed,
-        every rank knows from the schedule (``expected``, :class:`LossesAhead`), so only the
-        values travel."""
-        src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
-        if self.rank == src and list(losses) != expected:
+        its rank (float64, exact), no pickle, and one host read on each rank (the last
+        stage's loss tensors are not read before). Which microbatches' losses the run
+        computed, every rank knows from the schedule (``expected``, :class:`LossesAhead`),
+        so only the values travel."""
+        last = self.schedule.num_virtual_stages - 1
+        src = self.schedule.rank_of(last)
+        taken = self.workers[last].take_unread_losses() if self.rank == src else []
+        if self.rank == src and [m for m, _ in taken] != expected:
             raise RuntimeError(f"rank {src}: this run computed the losses of microbatches "
-                               f"{list(losses)}, the schedule says {expected}")
+                               f"{[m for m, _ in taken]}, the schedule says {expected}")
         if not expected:
             return {}
         device = self.device if self.backend == "nccl" else torch.device("cpu")
-        values = (torch.tensor([losses[m] for m in expected], dtype=torch.float64,
-                               device=device) if self.rank == src else
+        values = (torch.stack([t.reshape(()) for _, t in taken]).to(device, torch.float64)
+                  if self.rank == src else
                   torch.empty(len(expected), dtype=torch.float64, device=device))
         self._collective("sharing the losses", lambda: dist.broadcast(values, src, async_op=True))
         return dict(zip(expected, values.cpu().tolist()))  # the step's one host read
