@@ -230,21 +230,20 @@ def compare(ref_file: Path, soak_file: Path) -> dict:
     }
 
 
-def finish_pair(ref: Run, soak: Run, t0: float, folder: Path) -> dict:
-    """Stop both runs; compare the soak run's last checkpoint with the reference's at the
-    same step (one of the reference's kept copies)."""
-    for run in (soak, ref):
-        if run.proc.poll() is None:
-            run.kill(t0)
-    ref.keep_checkpoint(folder / f"{ref.name}-kept", 10**6)
-    target = checkpoint_step(soak.checkpoint)
-    match = None
-    for kept in sorted((folder / f"{ref.name}-kept").glob("*.pt"), key=lambda f: int(f.stem)):
-        if checkpoint_step(kept) == target:
-            match = kept
-    if match is None:
-        return {"step": [None, target], "error": "no kept reference checkpoint at that step"}
-    result = compare(match, soak.checkpoint)
+def finish_pair(ref: Run, soak: Run, folder: Path) -> dict:
+    """Compare the two (stopped) runs at the latest step of which both kept a checkpoint
+    copy (the copies are taken as the files change, so one run may have a step the other's
+    copier missed), and their streamed losses up to it."""
+    kept = {}
+    for run in (ref, soak):
+        run.keep_checkpoint(folder / f"{run.name}-kept", 10**6)
+        kept[run.name] = {checkpoint_step(f): f for f in (folder / f"{run.name}-kept").glob("*.pt")}
+    common = (set(kept[ref.name]) & set(kept[soak.name])) - {None}
+    if not common:
+        return {"step": [None, None], "error": "no step with a kept checkpoint of both runs"}
+    target = max(common)
+    match = kept[ref.name][target]
+    result = compare(match, kept[soak.name][target])
     ref_losses, soak_losses = streamed_losses(ref.jsonl), streamed_losses(soak.jsonl)
     result["streamed_losses_equal"] = all(
         ref_losses.get(k) is not None and ref_losses.get(k) == soak_losses.get(k)
@@ -302,7 +301,8 @@ def main(argv=None) -> int:
         for mode in ("local", "dist"):
             if mode in failed:
                 continue
-            runs[f"{mode}-ref"].keep_checkpoint(folder / f"{mode}-ref-kept", args.keep)
+            for name in (f"{mode}-ref", f"{mode}-soak"):  # compared at a step both kept
+                runs[name].keep_checkpoint(folder / f"{name}-kept", args.keep)
             for run in (runs[f"{mode}-ref"], runs[f"{mode}-soak"]):
                 if run.proc.poll() is not None and run.proc.returncode != 0:
                     failures.append(f"{run.name} exited {run.proc.returncode} at "
@@ -312,13 +312,13 @@ def main(argv=None) -> int:
         if len(failed) == 2:
             break
         time.sleep(1.0)
+    for run in runs.values():  # all stop first: a comparison takes a while
+        if run.proc.poll() is None:
+            run.kill(t0)
     results = {}
     for mode in ("local", "dist"):
         if mode not in failed:
-            results[mode] = finish_pair(runs[f"{mode}-ref"], runs[f"{mode}-soak"], t0, folder)
-    for run in runs.values():  # nothing left behind
-        if run.proc.poll() is None:
-            run.kill(t0)
+            results[mode] = finish_pair(runs[f"{mode}-ref"], runs[f"{mode}-soak"], folder)
     local, dist = streamed_losses(runs["local-ref"].jsonl), streamed_losses(runs["dist-ref"].jsonl)
     common = sorted(set(local) & set(dist))
     summary = {
