@@ -509,12 +509,7 @@ class DistributedExecutor:
         unread, count = self._unread, self._unread.count()
         if not count:
             return unread.take([])
-        src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
-        device = self.device if self.backend == "nccl" else torch.device("cpu")
-        values = (unread.values().to(device, torch.float64) if self.rank == src else
-                  torch.empty(count, dtype=torch.float64, device=device))
-        self._collective("sharing the losses", lambda: dist.broadcast(values, src, async_op=True))
-        return unread.take(values.cpu().tolist())  # the one host read
+        return unread.take(self._broadcast_losses(unread.values, count))
 
     def stage_health(self, run: RunLosses) -> tuple[list[int], dict[int, int]]:
         """The stages holding a non-finite weight when ``run`` ended, and each stage's
@@ -541,12 +536,19 @@ class DistributedExecutor:
                                f"{[m for m, _ in taken]}, the schedule says {expected}")
         if not expected:
             return {}
+        values = self._broadcast_losses(
+            lambda: torch.stack([t.reshape(()) for _, t in taken]), len(expected))
+        return dict(zip(expected, values))
+
+    def _broadcast_losses(self, values_on_src: Callable, count: int) -> list[float]:
+        """``count`` losses from the last stage's rank (``values_on_src()`` there, a 1-D
+        tensor) on every rank: one broadcast as float64 (exact), then the one host read."""
+        src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
         device = self.device if self.backend == "nccl" else torch.device("cpu")
-        values = (torch.stack([t.reshape(()) for _, t in taken]).to(device, torch.float64)
-                  if self.rank == src else
-                  torch.empty(len(expected), dtype=torch.float64, device=device))
+        values = (values_on_src().to(device, torch.float64) if self.rank == src else
+                  torch.empty(count, dtype=torch.float64, device=device))
         self._collective("sharing the losses", lambda: dist.broadcast(values, src, async_op=True))
-        return dict(zip(expected, values.cpu().tolist()))  # the step's one host read
+        return values.cpu().tolist()
 
     def gather(self) -> DistRunResult:
         """Every rank's records since the last gather, merged, on every rank, and every
