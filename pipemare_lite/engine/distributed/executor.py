@@ -383,12 +383,21 @@ class DistributedExecutor:
         an abort ends the wait, and after ``op_timeout`` seconds the rank(s) that did not
         come (:func:`faults.absent_ranks`: heartbeat stopped, or published elsewhere) are
         named in the :class:`~faults.OpTimeoutError`, the first as its ``peer``."""
+        self._await_collective(self._post_collective(what, post))
+
+    def _post_collective(self, what: str, post: Callable) -> tuple:
+        """Post a collective now and wait for it later (:meth:`_await_collective`): every
+        rank posts its collectives in the same order, whenever it waits for them."""
         self._collectives += 1  # every rank runs the same collectives in the same order
         here = f"collective {self._collectives}: {what}"
+        with faults.communication(what):
+            return here, what, post()
+
+    def _await_collective(self, posted: tuple) -> None:
+        """Wait for a collective posted by :meth:`_post_collective` (see :meth:`_collective`)."""
+        here, what, work = posted
         before = self.board.position.state  # noted again once every rank came
         self._note(self.position, f"in {here}", between=True)
-        with faults.communication(what):
-            work = post()
         waiter = self.transport.waiter
         try:
             waiter.wait(work, here)
@@ -479,24 +488,28 @@ class DistributedExecutor:
             raise ValueError("read_losses=False needs an executor made with gather_into= "
                              "(every rank then reads the losses at read_losses())")
         try:
-            if self.gather_into is not None and self._losses_ahead is None:
+            if self.gather_into is None:
+                return self._run(microbatches, stop_after_updates)
+            if self._losses_ahead is None:
                 src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
                 positions, versions = self._start
                 self._losses_ahead = LossesAhead(self.schedule, src, positions[src], versions)
             # with gather_into the losses stay tensors here: shared below (one broadcast,
             # one host read on each rank) or left for read_losses()
-            mine = self._run(microbatches, stop_after_updates, self.gather_into is None)
-            if self.gather_into is None:
-                return mine
+            expected = self._losses_ahead.run(stop_after_updates)
+            early = None
+            if read_losses and expected:
+                self._prepare(microbatches)  # its collectives come before the broadcast's
+                early = self._receive_losses_early(len(expected))
+            mine = self._run(microbatches, stop_after_updates, read_losses=False)
             if self._held is None:
                 self._held = mine
             else:
                 self._held.extend(mine)
-            expected = self._losses_ahead.run(stop_after_updates)
             if not read_losses:
                 self._unread.add_run(expected)
                 return DistRunResult(loss_by_microbatch={})
-            return DistRunResult(loss_by_microbatch=self._share_losses(expected))
+            return DistRunResult(loss_by_microbatch=self._share_losses(expected, early))
         except BaseException:
             self._failed = True
             raise
@@ -522,12 +535,22 @@ class DistributedExecutor:
                          lambda: dist.all_reduce(vector, async_op=True))
         return UnreadLosses.read_health(vector, stages)
 
-    def _share_losses(self, expected: list[int]) -> dict[int, float]:
+    def _receive_losses_early(self, count: int) -> tuple | None:
+        """On a rank other than the last stage's, post this run's losses' broadcast before
+        the run (None on the last stage's rank, which posts it once it has them): the values
+        can then arrive while this rank still computes. The first stage's rank ends a
+        flushing step last, so a broadcast posted only then would hold up the next step."""
+        if self.rank == self.schedule.rank_of(self.schedule.num_virtual_stages - 1):
+            return None
+        return self._post_losses(count)
+
+    def _share_losses(self, expected: list[int], early: tuple | None) -> dict[int, float]:
         """The last stage's losses of this run on every rank: one broadcast of a tensor from
         its rank (float64, exact), no pickle, and one host read on each rank (the last
         stage's loss tensors are not read before). Which microbatches' losses the run
         computed, every rank knows from the schedule (``expected``, :class:`LossesAhead`),
-        so only the values travel."""
+        so only the values travel; ``early``: the broadcast this rank posted before the run
+        (:meth:`_receive_losses_early`)."""
         last = self.schedule.num_virtual_stages - 1
         src = self.schedule.rank_of(last)
         taken = self.workers[last].take_unread_losses() if self.rank == src else []
@@ -536,18 +559,29 @@ class DistributedExecutor:
                                f"{[m for m, _ in taken]}, the schedule says {expected}")
         if not expected:
             return {}
-        values = self._broadcast_losses(
-            lambda: torch.stack([t.reshape(()) for _, t in taken]), len(expected))
-        return dict(zip(expected, values))
+        if early is None:
+            early = self._post_losses(
+                len(expected), lambda: torch.stack([t.reshape(()) for _, t in taken]))
+        values, posted = early
+        self._await_collective(posted)
+        return dict(zip(expected, values.cpu().tolist()))
 
-    def _broadcast_losses(self, values_on_src: Callable, count: int) -> list[float]:
-        """``count`` losses from the last stage's rank (``values_on_src()`` there, a 1-D
-        tensor) on every rank: one broadcast as float64 (exact), then the one host read."""
+    def _post_losses(self, count: int, values_on_src: Callable | None = None) -> tuple:
+        """Post the broadcast of ``count`` losses from the last stage's rank
+        (``values_on_src()`` there, a 1-D tensor) as float64 (exact); returns the tensor
+        the values arrive in and the posted collective."""
         src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
         device = self.device if self.backend == "nccl" else torch.device("cpu")
         values = (values_on_src().to(device, torch.float64) if self.rank == src else
                   torch.empty(count, dtype=torch.float64, device=device))
-        self._collective("sharing the losses", lambda: dist.broadcast(values, src, async_op=True))
+        return values, self._post_collective(
+            "sharing the losses", lambda: dist.broadcast(values, src, async_op=True))
+
+    def _broadcast_losses(self, values_on_src: Callable, count: int) -> list[float]:
+        """``count`` losses from the last stage's rank on every rank (:meth:`_post_losses`),
+        waited for, then the one host read."""
+        values, posted = self._post_losses(count, values_on_src)
+        self._await_collective(posted)
         return values.cpu().tolist()
 
     def gather(self) -> DistRunResult:
@@ -572,10 +606,20 @@ class DistributedExecutor:
                 module.load_state_dict(merged.state_dicts[s])
         return merged
 
-    def _run(self, microbatches: Sequence, stop_after_updates: int | None,
-             read_losses: bool = True) -> RankResult:
+    def _prepare(self, microbatches: Sequence) -> None:
+        """Before the first run (collectives, so before any other of that run): the shape
+        probe, then the barrier that gives every rank the trace's common time origin (later
+        runs need none: the messages order themselves)."""
         if self.transport.shapes is None:
             self.probe_shapes(microbatches)
+        if self._origin is None:
+            self._collective("the barrier before the first run",
+                             lambda: dist.barrier(async_op=True))
+            self._origin = time.perf_counter()  # common: everyone just left the barrier
+
+    def _run(self, microbatches: Sequence, stop_after_updates: int | None,
+             read_losses: bool = True) -> RankResult:
+        self._prepare(microbatches)
         rank, interpreter = self.rank, self.interpreter
         if self._row is None:  # from the position a checkpoint may have set
             self._row = self.schedule.row(rank, self.position)
@@ -594,10 +638,6 @@ class DistributedExecutor:
             return self.finished or (stop_after_updates is not None and all(
                 w.versions.version >= stop_after_updates for w in self.workers.values()))
 
-        if self._origin is None:  # once: later runs keep this origin, and need no barrier
-            self._collective("the barrier before the first run",
-                             lambda: dist.barrier(async_op=True))
-            self._origin = time.perf_counter()  # common: everyone just left the barrier
         if recorder is not None:
             recorder.origin = self._origin
         while not done():
