@@ -385,18 +385,21 @@ class DistributedExecutor:
         named in the :class:`~faults.OpTimeoutError`, the first as its ``peer``."""
         self._await_collective(self._post_collective(what, post))
 
-    def _post_collective(self, what: str, post: Callable) -> tuple:
+    def _post_collective(self, what: str, post: Callable, *, early: bool = False) -> tuple:
         """Post a collective now and wait for it later (:meth:`_await_collective`): every
-        rank posts its collectives in the same order, whenever it waits for them."""
+        rank posts its collectives in the same order, whenever it waits for them.
+        ``early``: posted before a run, so the board notes it only at the wait."""
         self._collectives += 1  # every rank runs the same collectives in the same order
         here = f"collective {self._collectives}: {what}"
+        before = self.board.position.state
+        if not early:
+            self._note(self.position, f"in {here}", between=True)
         with faults.communication(what):
-            return here, what, post()
+            return here, what, post(), before
 
     def _await_collective(self, posted: tuple) -> None:
         """Wait for a collective posted by :meth:`_post_collective` (see :meth:`_collective`)."""
-        here, what, work = posted
-        before = self.board.position.state  # noted again once every rank came
+        here, what, work, before = posted  # before: noted again once every rank came
         self._note(self.position, f"in {here}", between=True)
         waiter = self.transport.waiter
         try:
@@ -542,7 +545,7 @@ class DistributedExecutor:
         flushing step last, so a broadcast posted only then would hold up the next step."""
         if self.rank == self.schedule.rank_of(self.schedule.num_virtual_stages - 1):
             return None
-        return self._post_losses(count)
+        return self._post_losses(count, early=True)
 
     def _share_losses(self, expected: list[int], early: tuple | None) -> dict[int, float]:
         """The last stage's losses of this run on every rank: one broadcast of a tensor from
@@ -566,7 +569,8 @@ class DistributedExecutor:
         self._await_collective(posted)
         return dict(zip(expected, values.cpu().tolist()))
 
-    def _post_losses(self, count: int, values_on_src: Callable | None = None) -> tuple:
+    def _post_losses(self, count: int, values_on_src: Callable | None = None, *,
+                     early: bool = False) -> tuple:
         """Post the broadcast of ``count`` losses from the last stage's rank
         (``values_on_src()`` there, a 1-D tensor) as float64 (exact); returns the tensor
         the values arrive in and the posted collective."""
@@ -575,7 +579,8 @@ class DistributedExecutor:
         values = (values_on_src().to(device, torch.float64) if self.rank == src else
                   torch.empty(count, dtype=torch.float64, device=device))
         return values, self._post_collective(
-            "sharing the losses", lambda: dist.broadcast(values, src, async_op=True))
+            "sharing the losses", lambda: dist.broadcast(values, src, async_op=True),
+            early=early)
 
     def _broadcast_losses(self, values_on_src: Callable, count: int) -> list[float]:
         """``count`` losses from the last stage's rank on every rank (:meth:`_post_losses`),

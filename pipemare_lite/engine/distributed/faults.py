@@ -722,20 +722,40 @@ class Waiter:
         try:
             pending.finish()
         except Exception as exc:  # the library's own error (the Work's wait raised it)
-            first = (str(exc).strip().splitlines() or [""])[0][:200]  # gloo's messages run long
-            if peer is not None:
-                board.note_lost(peer, f"the link to it broke while waiting for {what} ({first})")
-            raise PeerConnectionError(f"waiting for {what}: {type(exc).__name__}: {exc}") from exc
+            self._broken(exc, what, peer)
 
-    def wait(self, work, what: str, peer: int | None = None) -> None:
+    def _broken(self, exc: Exception, what, peer: int | None):
+        """Raise :class:`PeerConnectionError` from the library's error ``exc`` (a Work's
+        wait raised it); with a peer, the board notes the broken link as evidence that this
+        peer was lost (:meth:`StatusBoard.note_lost`)."""
+        first = (str(exc).strip().splitlines() or [""])[0][:200]  # gloo's messages run long
+        if peer is not None:
+            self.board.note_lost(peer, f"the link to it broke while waiting for {what} ({first})")
+        raise PeerConnectionError(f"waiting for {what}: {type(exc).__name__}: {exc}") from exc
+
+    def wait(self, work, what, peer: int | None = None) -> None:
         """Block until ``work`` is done; raise on abort, timeout or a communication error.
 
-        ``peer``: the rank at the other end (noted as lost when the link to it breaks)."""
+        ``what``: what is waited for (a string, or an object such as a message, formatted
+        only when the wait is noted or fails); ``peer``: the rank at the other end (noted
+        as lost when the link to it breaks)."""
         start = time.perf_counter()
         try:
             self._await(self._pending(work, "pml-recv-waiter"), what, peer)
         finally:
             self.wait_seconds += time.perf_counter() - start
+
+    def finish_matched(self, work, what, peer: int | None = None) -> None:
+        """Wait on this thread for a send whose receive the peer has already posted (it has
+        since sent us a later message of the pair: see
+        :meth:`~pipemare_lite.engine.distributed.transport.P2PTransport.recv`). Such a wait
+        lasts only as long as the transfer, so it needs no helper thread, no abort check
+        and no deadline; a broken link still raises :class:`PeerConnectionError`. ``what``
+        is formatted only for an error."""
+        try:
+            work.wait()
+        except Exception as exc:
+            self._broken(exc, f"{what} to be received", peer)
 
     def reap(self, work, keep_alive, what: str, peer: int | None = None) -> None:
         """Let a send complete in the background; ``keep_alive`` (its tensor) lives until then."""

@@ -40,6 +40,7 @@ Messages between stages on the same rank (P = 1) are handed over in memory.
 
 from __future__ import annotations
 
+from collections import defaultdict, deque
 from collections.abc import Sequence
 
 import torch
@@ -118,6 +119,8 @@ class P2PTransport:
         self.input_meta: tuple | None = None
         self.microbatches: Sequence = ()  # the current run's feed
         self._recv_work: dict = {}  # key -> (work, buffer)
+        # peer -> our sends to it not yet waited for, in seq order: (message, work, tensor)
+        self._sends_out: defaultdict[int, deque] = defaultdict(deque)
         self._local: dict = {}  # same-rank hand-over
         #: key -> tensor of every message sent, while a checkpoint may need it (None: not
         #: kept; the executor's ``checkpoints=True`` sets a dict and prunes it)
@@ -165,8 +168,15 @@ class P2PTransport:
             verb = "post send" if op.src == self.rank else "post recv"
             print(f"[rank {self.rank}] {verb} {op}", flush=True)
         if op.src == self.rank:
-            self.waiter.reap(dist.isend(tensor, dst=op.dst, tag=tag), tensor, str(op),
-                             peer=op.dst)
+            work = dist.isend(tensor, dst=op.dst, tag=tag)
+            if self.waiter.polling:  # NCCL: is_completed() tells, the waiter polls it
+                self.waiter.reap(work, tensor, str(op), peer=op.dst)
+                return
+            sends = self._sends_out[op.dst]
+            sends.append((op, work, tensor))
+            if len(sends) > self.MAX_SENDS_OUT:  # a pair we rarely hear back from
+                old, work, tensor = sends.popleft()
+                self.waiter.reap(work, tensor, str(old), peer=op.dst)
         else:
             shape, dtype = self.meta(op)
             buffer = torch.empty(shape, dtype=dtype, device=self.device,
@@ -211,23 +221,43 @@ class P2PTransport:
         for op in self.order.receives_ahead(self.receives_ahead):  # none when 0
             self._post(op)
 
+    # Sends are waited for on the main thread, once they are surely matched (gloo):
+    #
+    #     rank 0:  send 0F3 (seq 3)  ...  recv 1B1 (seq 7) completes
+    #     rank 1 posted recv 0F3 before send 1B1 (rule 2: a pair's ops in seq order), so
+    #     0F3's transfer needs nothing more from rank 1: wait for it now, on this thread
+    #
+    # (a send's Work must be waited for before its tensor is freed, and gloo's
+    # is_completed() says False until then). No helper thread and no abort check: such a
+    # wait only lasts the transfer. What is left at the end goes to the waiter (close()).
+    MAX_SENDS_OUT = 64  # beyond this many per peer, the oldest go to the waiter's thread
+
     def recv(self, message: Message):
-        """Return the tensor of ``message``, waiting for it if needed."""
+        """Return the tensor of ``message``, waiting for it if needed (and then for our
+        earlier sends to its sender, which it proves matched)."""
         if message.src == message.dst:
             self.plan.forget(message.key)
             return self._local.pop(message.key)
         self._post_through(message)
         self.plan.forget(message.key)
         work, buffer = self._recv_work.pop(message.key)
-        self.waiter.wait(work, str(message), peer=message.src)
+        self.waiter.wait(work, message, peer=message.src)
         if self.verbose:
             print(f"[rank {self.rank}] received {message}", flush=True)
+        sends = self._sends_out.get(message.src)
+        while sends and sends[0][0].seq < message.seq:
+            sent, work, _tensor = sends.popleft()
+            self.waiter.finish_matched(work, sent, peer=message.src)
         return buffer
 
     def close(self) -> None:
         """Wait until every send has completed, then stop the waiter's helper threads (call
         at the end of the run; safe to call twice). If a send fails, the threads are left to
         whoever closes the waiter (the executor's ``close``, without joining them)."""
+        for peer, sends in self._sends_out.items():  # not matched by a later receive
+            while sends:
+                sent, work, tensor = sends.popleft()
+                self.waiter.reap(work, tensor, str(sent), peer=peer)
         self.waiter.drain()
         self.waiter.close()
         if self._recv_work:
