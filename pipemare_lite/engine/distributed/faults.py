@@ -624,14 +624,19 @@ class _Pending:
 
     def __init__(self, work, jobs=None) -> None:
         self.work, self.error = work, None
-        self.event = None if jobs is None else threading.Event()
+        # held until the helper has waited (a bare lock: cheaper than an Event per message)
+        self.lock = None if jobs is None else threading.Lock()
         if jobs is not None:
+            self.lock.acquire()
             jobs.put(self)
 
     def done(self, pause: float) -> bool:
         """True when complete; else wait up to ``pause`` seconds and return False."""
-        if self.event is not None:
-            return self.event.wait(pause)
+        if self.lock is not None:
+            if not self.lock.acquire(pause > 0, pause if pause > 0 else -1):
+                return False
+            self.lock.release()  # stays done for later calls
+            return True
         if self.work.is_completed():
             return True
         if pause:
@@ -640,7 +645,7 @@ class _Pending:
 
     def finish(self) -> None:
         """Raise the communication error of a completed Work, if any."""
-        if self.event is None:
+        if self.lock is None:
             self.work.wait()
         elif self.error is not None:
             raise self.error
@@ -693,7 +698,7 @@ class Waiter:
                         job.work.wait()
                     except BaseException as exc:  # handed to the main thread
                         job.error = exc
-                    job.event.set()
+                    job.lock.release()
 
             thread = threading.Thread(target=serve, name=name, daemon=True)
             thread.start()
@@ -733,6 +738,15 @@ class Waiter:
             self.board.note_lost(peer, f"the link to it broke while waiting for {what} ({first})")
         raise PeerConnectionError(f"waiting for {what}: {type(exc).__name__}: {exc}") from exc
 
+    def watch(self, work, peer: int) -> _Pending:
+        """Start waiting for a receive from ``peer`` as soon as it is posted (gloo: on a
+        helper thread of that peer's), so that a message that arrives before it is needed
+        costs the main thread no hand-over; :meth:`wait` then finds it done. One thread per
+        peer waits for that peer's receives in posting order, which cannot hold up a later
+        one: a pair's messages are posted in ``seq`` order on both ranks, so by the time a
+        later one from the peer has arrived, the earlier ones were sent."""
+        return self._pending(work, f"pml-recv-waiter-{peer}")
+
     def wait(self, work, what, peer: int | None = None) -> None:
         """Block until ``work`` is done; raise on abort, timeout or a communication error.
 
@@ -740,8 +754,9 @@ class Waiter:
         only when the wait is noted or fails); ``peer``: the rank at the other end (noted
         as lost when the link to it breaks)."""
         start = time.perf_counter()
+        pending = work if isinstance(work, _Pending) else self._pending(work, "pml-recv-waiter")
         try:
-            self._await(self._pending(work, "pml-recv-waiter"), what, peer)
+            self._await(pending, what, peer)
         finally:
             self.wait_seconds += time.perf_counter() - start
 
