@@ -10,12 +10,16 @@ The same MLP (two Linear+ReLU layers per stage, width ``WIDTH``), the same 1F1B 
 - torch: ``torch.distributed.pipelining``'s ``Schedule1F1B`` with one ``PipelineStage`` per
   rank and an SGD step per training step, in the same processes right before ours.
 
-Each is run ``--rounds`` times (the three alternating in the same processes) and the
+Each is run ``--rounds`` times, the three alternating in the same processes (torch's
+first in even rounds, last in odd ones, so neither always follows the other), and the
 medians are printed. Steps per second: ``steps / history.wall_seconds`` for fit (set-up
-excluded, the final gather included), ``steps / seconds`` between two barriers for
-torch's. Every process is
-ended by ``launch()`` (it joins them). No assertions: a shared CPU is noisy, read the
-numbers. The goal of issue 44: dist / torch >= 1 / 1.1 (dist within 1.1x of torch's time).
+excluded; its first step, with the shape probe and the one barrier, and the final gather
+included), ``steps / seconds`` between two barriers for torch's (its first step, where it
+infers shapes and builds its buffers, included alike). The ratios are also taken round by
+round (each pair ran back to back, so a machine that slows down between rounds moves
+both): their median and range are printed too. Every process is ended by ``launch()``
+(it joins them). No assertions: a shared CPU is noisy, read the numbers. The goal of issue
+44: dist / torch >= 1 / 1.1 (dist within 1.1x of torch's time).
 
 Run: ``nice -n 10 .venv/bin/python benchmarks/bench_dist_fit.py [--steps 60]``
 """
@@ -85,13 +89,12 @@ def torch_steps_per_second(info, P: int, steps: int) -> float:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    step(0)  # warm-up (torch builds its buffers at the first step)
     dist.barrier()
     start = time.perf_counter()
-    for k in range(1, steps):
+    for k in range(steps):  # the first builds torch's buffers (fit's first probes shapes)
         step(k)
     dist.barrier()
-    return (steps - 1) / (time.perf_counter() - start)
+    return steps / (time.perf_counter() - start)
 
 
 def three_runtimes(info, P: int, steps: int, rounds: int) -> dict:
@@ -101,10 +104,13 @@ def three_runtimes(info, P: int, steps: int, rounds: int) -> dict:
     import torch.distributed as dist
 
     rates: dict = {"torch": [], "dist": [], "local": []}
-    for _ in range(rounds):
-        rates["torch"].append(torch_steps_per_second(info, P, steps))
+    for k in range(rounds):
+        if k % 2 == 0:
+            rates["torch"].append(torch_steps_per_second(info, P, steps))
         history = fit(model(P), data(steps), executor="dist", **settings(P, steps))
         rates["dist"].append(steps / history.wall_seconds)
+        if k % 2 == 1:
+            rates["torch"].append(torch_steps_per_second(info, P, steps))
         if info.rank == 0:
             local = fit(model(P), data(steps), executor="local", **settings(P, steps))
             rates["local"].append(steps / local.wall_seconds)
@@ -115,20 +121,23 @@ def three_runtimes(info, P: int, steps: int, rounds: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--rounds", type=int, default=3, help="medians of this many runs")
+    parser.add_argument("--rounds", type=int, default=5, help="medians of this many runs")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"1F1B, N={N} x {MICRO} samples, width {WIDTH}, {args.steps} steps, "
           "record='losses', gloo on 127.0.0.1, 1 thread per process")
     print(f"{'P':>2} {'local st/s':>10} {'dist st/s':>10} {'torch st/s':>10} "
-          f"{'dist/local':>10} {'dist/torch':>10}")
+          f"{'dist/local':>10} {'dist/torch':>10}   dist/torch round by round: median (range)")
     for P in (2, 4):
         ranks = launch(three_runtimes, P, args=(P, args.steps, args.rounds), timeout=300)
         local_rate = median(ranks[0]["local"])
         dist_rate = median(ranks[0]["dist"])  # every rank's fit() times the same steps
-        torch_rate = median(min(r["torch"][k] for r in ranks) for k in range(args.rounds))
+        torch_rates = [min(r["torch"][k] for r in ranks) for k in range(args.rounds)]
+        torch_rate = median(torch_rates)
+        paired = [d / t for d, t in zip(ranks[0]["dist"], torch_rates)]
         print(f"{P:>2} {local_rate:>10.1f} {dist_rate:>10.1f} {torch_rate:>10.1f} "
-              f"{dist_rate / local_rate:>10.2f} {dist_rate / torch_rate:>10.2f}")
+              f"{dist_rate / local_rate:>10.2f} {dist_rate / torch_rate:>10.2f}   "
+              f"{median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f})")
 
 
 if __name__ == "__main__":

@@ -87,17 +87,18 @@ class CommPlan:
         """Nothing: a whole plan keeps every message (see :class:`RollingPlan`)."""
 
 
-def _message_keys(schedule: Schedule, a, split: bool) -> tuple[list, list]:
+def _message_keys(schedule: Schedule, a, split: bool) -> tuple[tuple, tuple]:
     """Keys of the messages action ``a`` produces and of those it needs (none for W, U):
     F sends its activation to the next stage, B (I when split) the input's gradient back."""
-    last = schedule.num_virtual_stages - 1
-    if a.kind == "F":
-        return ([(ACTIVATION, a.stage, a.index)] if a.stage < last else [],
-                [(ACTIVATION, a.stage - 1, a.index)] if a.stage > 0 else [])
-    if a.kind == ("I" if split else "B"):
-        return ([(GRADIENT, a.stage, a.index)] if a.stage > 0 else [],
-                [(GRADIENT, a.stage + 1, a.index)] if a.stage < last else [])
-    return [], []
+    kind, stage = a.kind, a.stage
+    if kind == "F":
+        return (((ACTIVATION, stage, a.index),) if stage < schedule.num_virtual_stages - 1
+                else (), ((ACTIVATION, stage - 1, a.index),) if stage > 0 else ())
+    if kind == ("I" if split else "B"):
+        return (((GRADIENT, stage, a.index),) if stage > 0 else (),
+                ((GRADIENT, stage + 1, a.index),) if stage < schedule.num_virtual_stages - 1
+                else ())
+    return (), ()
 
 
 def plan_communication(schedule: Schedule) -> CommPlan:
@@ -146,6 +147,13 @@ def stream_order(schedule, start: list[int] | None = None,
     checkpoint's cut, where the messages with keys ``in_transit`` were produced and not yet
     consumed (a valid order of what is left, though not the whole run's order cut there).
     """
+    for rank, action, _sends in _walk(schedule, start, in_transit):
+        yield rank, action
+
+
+def _walk(schedule, start: list[int] | None, in_transit) -> Iterator[tuple[int, object, tuple]]:
+    """:func:`stream_order` with the keys of the messages each action sends (the rolling
+    plan numbers them, without working them out again)."""
     split = schedule.split_backward
     rows = [schedule.row(r, 0 if start is None else start[r]) for r in range(schedule.num_ranks)]
     heads = [next(row, None) for row in rows]
@@ -163,7 +171,7 @@ def stream_order(schedule, start: list[int] | None = None,
                 break
             available.difference_update(needs)
             available.update(sends)
-            yield rank, action
+            yield rank, action, sends
             action = heads[rank] = next(rows[rank], None)
             for key in sends:
                 if key in waiter:
@@ -191,7 +199,7 @@ class RollingPlan:
                  in_transit=()) -> None:
         self.schedule, self.rank = schedule, rank
         self.split = schedule.split_backward
-        self._order = stream_order(schedule, start, in_transit)
+        self._order = _walk(schedule, start, in_transit)
         self._seq = 0
         self.messages: dict = {}  # key -> Message, this rank's, planned and not yet used
         peers = {schedule.rank_of(s + d) for s in schedule.stages_of(rank) for d in (-1, 1)
@@ -205,8 +213,8 @@ class RollingPlan:
         if item is None:
             self.exhausted = True
             return False
-        src, action = item
-        for kind, stage, mb in _message_keys(self.schedule, action, self.split)[0]:
+        src, _action, sends = item
+        for kind, stage, mb in sends:
             dst = self.schedule.rank_of(stage + 1 if kind == ACTIVATION else stage - 1)
             message = Message(kind, stage, mb, src, dst, seq=self._seq)
             self._seq += 1
