@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import takewhile
 
 from pipemare_lite.schedules.actions import Schedule
 from pipemare_lite.schedules.validation import execution_order
@@ -316,11 +315,14 @@ class PostingOrder:
         pair: posting them keeps both ranks' per-pair order (rule 2), and the data of a
         message can then arrive while this rank still computes.
         """
-        todo = []
+        todo, rank = [], self.rank
         for peer, start in self.cursor.items():
-            order = self.plan.planned(self.rank, peer, start + limit)
-            ahead = list(takewhile(lambda op: op.dst == self.rank, order[start:start + limit]))
-            self.cursor[peer] = start + len(ahead)
-            todo += ahead
+            order = self.plan.planned(rank, peer, start + limit)
+            end, stop = start, min(len(order), start + limit)
+            while end < stop and order[end].dst == rank:  # receives, up to our next send
+                end += 1
+            if end > start:
+                self.cursor[peer] = end
+                todo += order[start:end]
         self.posted.update(op.key for op in todo)
         return todo

@@ -53,7 +53,7 @@ class PeriodicRow(Sequence):
     few minibatches long (:meth:`copies` makes any number of copies).
     """
 
-    __slots__ = ("head", "window", "repeats", "tail", "num_microbatches", "_length")
+    __slots__ = ("head", "window", "repeats", "tail", "num_microbatches", "_length", "_recent")
 
     def __init__(self, head: Sequence[Action], window: Sequence[Action], repeats: int,
                  tail: Sequence[Action], num_microbatches: int) -> None:
@@ -64,6 +64,20 @@ class PeriodicRow(Sequence):
         self.head, self.window, self.tail = tuple(head), tuple(window), tuple(tail)
         self.repeats, self.num_microbatches = repeats, num_microbatches
         self._length = len(self.head) + repeats * len(self.window) + len(self.tail)
+        self._recent: dict[int, tuple[Action, ...]] = {}  # see _copy
+
+    def _copy(self, j: int) -> tuple[Action, ...]:
+        """Window copy ``j`` (moved j minibatches on), made once for the few readers that
+        walk the row side by side (a distributed rank reads its row, plans its messages
+        from every row, and counts the last stage's losses from that rank's row); only the
+        last few copies are kept, so memory stays flat."""
+        recent = self._recent
+        actions = recent.get(j)
+        if actions is None:
+            if len(recent) >= 4:
+                del recent[min(recent)]
+            actions = recent[j] = tuple(shifted(self.window, j, self.num_microbatches))
+        return actions
 
     def __len__(self) -> int:
         return self._length
@@ -94,7 +108,7 @@ class PeriodicRow(Sequence):
         yield from islice(self.head, start, None)
         first, offset = divmod(max(start - head, 0), width)
         for j in range(first, self.repeats):
-            yield from shifted(islice(self.window, offset, None), j, N)
+            yield from (self._copy(j)[offset:] if offset else self._copy(j))
             offset = 0
         body_end = head + self.repeats * width
         yield from shifted(islice(self.tail, max(start - body_end, 0), None),

@@ -88,7 +88,7 @@ from pipemare_lite.engine.recorder import BytesMeter, Recorder
 from pipemare_lite.engine.recording import Recording, recording
 from pipemare_lite.engine.unread_losses import RunLosses, UnreadLosses
 from pipemare_lite.methods.registry import MethodOptions
-from pipemare_lite.schedules.actions import Action, Schedule
+from pipemare_lite.schedules.actions import UPDATE, Action, Schedule
 from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, RollingPlan
 from pipemare_lite.schedules.repeat import schedule_key
 from pipemare_lite.schedules.validation import validate
@@ -648,7 +648,8 @@ class DistributedExecutor:
 
         if recorder is not None:
             recorder.origin = self._origin
-        while not done():
+        stop = done()
+        while not stop:
             position, action = self.position, self._upcoming
             self._note(position)
             if self.fault is not None and self.fault.position == position:
@@ -660,6 +661,8 @@ class DistributedExecutor:
                 recorder.record(rank, action, start, end)
             elif meter is not None:  # without a trace, the meter alone is told
                 meter.after_action(rank, action)
+            # the row ends, or an update moves the update counts (nothing else does)
+            stop = self._upcoming is None or (action.kind == UPDATE and done())
         self.transport.microbatches = ()
         if self._progress is not None:  # where every rank stopped; forget what was consumed
             self._progress.advance(stop_after_updates)
