@@ -186,6 +186,15 @@ def count_collectives_in_fit(info, lengths, methods) -> dict:
             return real(*args, **kwargs)
         return call
 
+    def counting_losses(name, real):
+        from pipemare_lite.engine.distributed.transport import P2PTransport
+
+        def call(*args, tag=0, **kwargs):
+            if tag > P2PTransport.LOSSES_TAG - (1 << 24):
+                counts[f"losses {name}"] = counts.get(f"losses {name}", 0) + 1
+            return real(*args, tag=tag, **kwargs)
+        return call
+
     d = digits(seed=0)
     found = {}
     for method in methods:
@@ -201,6 +210,9 @@ def count_collectives_in_fit(info, lengths, methods) -> dict:
                     wrapper = counting(name, real)
                     patches.enter_context(mock.patch.object(distributed_c10d, name, wrapper))
                     patches.enter_context(mock.patch.object(dist, name, wrapper))
+                for name in ("isend", "irecv"):  # the runs' losses, tagged from the top down
+                    patches.enter_context(mock.patch.object(
+                        dist, name, counting_losses(name, getattr(dist, name))))
                 history = loop.fit(mlp(64, 16, 4, 10, seed=3), data, method=method,
                                    num_stages=info.world_size, num_microbatches=2,
                                    batch_size=16, epochs=1, lr=0.05, executor="dist",
@@ -214,24 +226,28 @@ def rendezvous_port(info) -> tuple[str, str]:
     return os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
 
 
-def fit_with_a_rank_killed_in_a_collective(info, killed: int = 1, at_call: int = 3) -> dict:
-    """``fit(executor="dist")`` on every rank; rank ``killed`` dies by SIGKILL inside its
-    ``at_call``-th ``dist.broadcast`` (the losses shared after a step: a collective between
-    two runs), half a second after entering it, so its watchdog has published that it is
-    there (issue 47: the killed rank's last position read "action 3547/15120 ... in
-    collective 1181")."""
+def fit_with_a_rank_killed_between_actions(info, inside: str, at_call: int,
+                                           killed: int = 1) -> dict:
+    """``fit(executor="dist")`` on every rank; rank ``killed`` dies by SIGKILL between two
+    actions, inside its ``at_call``-th send of a run's losses (``inside="losses"``) or
+    ``dist.all_gather`` (``"all_gather"``: the gather before an evaluation, a collective),
+    half a second after entering it, so its watchdog has published that it is there (issue
+    47: the killed rank's last position read "action 3547/15120 ... in collective 1181")."""
     import signal
 
+    from pipemare_lite.engine.distributed.transport import P2PTransport
 
     if info.rank == killed:
-        real, calls = dist.broadcast, []
+        name = "isend" if inside == "losses" else inside
+        real, calls = getattr(dist, name), []
 
-        def broadcast(*args, **kwargs):
-            calls.append(None)
-            if len(calls) == at_call:
-                time.sleep(0.5)  # the watchdog publishes the position every 0.1 s
-                os.kill(os.getpid(), signal.SIGKILL)
+        def call(*args, **kwargs):
+            if inside != "losses" or kwargs.get("tag", 0) > P2PTransport.LOSSES_TAG - (1 << 24):
+                calls.append(None)
+                if len(calls) == at_call:
+                    time.sleep(0.5)  # the watchdog publishes the position every 0.1 s
+                    os.kill(os.getpid(), signal.SIGKILL)
             return real(*args, **kwargs)
 
-        dist.broadcast = broadcast
+        setattr(dist, name, call)
     return _small_dist_fit(info)

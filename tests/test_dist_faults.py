@@ -135,26 +135,33 @@ def test_a_rank_that_never_sends_makes_its_neighbours_time_out():
 
 
 @pytest.mark.slow
-def test_a_rank_killed_in_a_collective_is_placed_between_two_actions():
+@pytest.mark.parametrize("inside, at_call, steps_done, where, peer_waited_for", [
+    ("losses", 3, 3, "sharing the losses of run 3", "the losses of run 3 from rank 1"),
+    ("all_gather", 1, 4, "collective 2: gathering the ranks' results",
+     "collective 2: gathering the ranks' results"),
+])
+def test_a_rank_killed_between_two_actions_is_placed_there(inside, at_call, steps_done, where,
+                                                           peer_waited_for):
     """Issue 47, "also seen": a rank killed while the ranks shared a step's losses was last
     seen at "action 3547/15120 ... in collective 1181", an action and a collective at once
     (the action named was the next one, not begun). Now: how many actions it had done, the
-    next one, and the collective. Rank 1 of a P=2 fit() kills itself half a second into
-    its third losses' broadcast (collective 4: the barrier before the first run is 1)."""
-    from tests.dist_workers import fit_with_a_rank_killed_in_a_collective
+    next one, and what it was in. Rank 1 of a P=2 fit() kills itself half a second into
+    sending the losses of its third step, or into the first collective of the gather before
+    the first evaluation (collective 2: the barrier before the first run is 1)."""
+    from tests.dist_workers import fit_with_a_rank_killed_between_actions
 
     with pytest.raises(LaunchError) as info:
-        launch(fit_with_a_rank_killed_in_a_collective, 2, timeout=90, op_timeout=30)
+        launch(fit_with_a_rank_killed_between_actions, 2, args=(inside, at_call), timeout=90,
+               op_timeout=30)
     error, text = info.value, str(info.value)
     assert text.startswith("distributed run failed: rank 1 was killed by signal 9"), text
     row = build_schedule("1f1b", 2, 2, num_minibatches=12).ranks[1]  # fit's 3 epochs x 4 steps
-    done = 3 * len(row) // 12  # three of the twelve steps' actions (1F1B: alike per step)
+    done = steps_done * len(row) // 12  # these steps' actions (1F1B: alike per step)
     assert error.positions[1].between and error.positions[1].index == done
-    assert (f"rank 1: {done}/{len(row)} actions done (next {row[done]}), in collective 4: "
-            "sharing the losses") in text, text
+    assert f"rank 1: {done}/{len(row)} actions done (next {row[done]}), in {where}" in text, text
     assert "in collective" not in error.positions[1].where()
     assert not any(f"action {done}/{len(row)}" in line for line in text.splitlines()), text
-    assert "waiting for collective 4: sharing the losses" in text  # rank 0, its peer
+    assert f"waiting for {peer_waited_for}" in text, text  # rank 0, its peer
 
 
 def test_the_failed_ranks_line_tells_the_cause_from_its_echoes():

@@ -268,6 +268,7 @@ class DistributedExecutor:
         self._origin: float | None = None  # the trace's common time origin (first run)
         self._held: RankResult | None = None  # records kept here until gather()
         self._losses_ahead: LossesAhead | None = None  # (gather_into) made at the first run
+        self._shared_runs = 0  # runs whose losses were shared as they ended (gather_into)
         # runs made with read_losses=False: their losses wait on the last stage's rank
         self._unread = UnreadLosses(self.workers, schedule.num_virtual_stages - 1)
 
@@ -500,11 +501,12 @@ class DistributedExecutor:
                 src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
                 positions, versions = self._start
                 self._losses_ahead = LossesAhead(self.schedule, src, positions[src], versions)
-            # with gather_into the losses stay tensors here: shared below (one broadcast,
-            # one host read on each rank) or left for read_losses()
+            # with gather_into the losses stay tensors here: shared below (one message or
+            # broadcast, one host read on each rank) or left for read_losses()
             expected = self._losses_ahead.run(stop_after_updates)
             early = None
             if read_losses and expected:
+                self._shared_runs += 1  # every rank counts the same runs
                 self._prepare(microbatches)  # its collectives come before the broadcast's
                 early = self._receive_losses_early(len(expected))
             mine = self._run(microbatches, stop_after_updates, read_losses=False)
@@ -542,20 +544,26 @@ class DistributedExecutor:
         return UnreadLosses.read_health(vector, stages)
 
     def _receive_losses_early(self, count: int) -> tuple | None:
-        """On a rank other than the last stage's, post this run's losses' broadcast before
-        the run (None on the last stage's rank, which posts it once it has them): the values
-        can then arrive while this rank still computes. The first stage's rank ends a
-        flushing step last, so a broadcast posted only then would hold up the next step."""
-        if self.rank == self.schedule.rank_of(self.schedule.num_virtual_stages - 1):
+        """On a rank other than the last stage's, post the receive of this run's losses
+        before the run (gloo: a message, :meth:`~.transport.P2PTransport.send_losses`;
+        NCCL: the broadcast); None on the last stage's rank, which sends them once it has
+        them. The values then arrive while this rank still computes: the first stage's
+        rank ends a flushing step last, and a receive posted only then would hold up the
+        next step."""
+        src = self.schedule.rank_of(self.schedule.num_virtual_stages - 1)
+        if self.rank == src:
             return None
+        if self.backend == "gloo":
+            return self.transport.post_losses_receive(src, count, self._shared_runs)
         return self._post_losses(count, early=True)
 
     def _share_losses(self, expected: list[int], early: tuple | None) -> dict[int, float]:
-        """The last stage's losses of this run on every rank: one broadcast of a tensor from
-        its rank (float64, exact), no pickle, and one host read on each rank (the last
-        stage's loss tensors are not read before). Which microbatches' losses the run
-        computed, every rank knows from the schedule (``expected``, :class:`LossesAhead`),
-        so only the values travel; ``early``: the broadcast this rank posted before the run
+        """The last stage's losses of this run on every rank: one tensor from its rank
+        (float64, exact; a message to each rank with gloo, a broadcast with NCCL), no
+        pickle, and one host read on each rank (the last stage's loss tensors are not read
+        before). Which microbatches' losses the run computed, every rank knows from the
+        schedule (``expected``, :class:`LossesAhead`), so only the values travel;
+        ``early``: the receive this rank posted before the run
         (:meth:`_receive_losses_early`)."""
         last = self.schedule.num_virtual_stages - 1
         src = self.schedule.rank_of(last)
@@ -565,6 +573,16 @@ class DistributedExecutor:
                                f"{[m for m, _ in taken]}, the schedule says {expected}")
         if not expected:
             return {}
+        if self.backend == "gloo":
+            run, before = self._shared_runs, self.board.position.state
+            self._note(self.position, f"in sharing the losses of run {run}", between=True)
+            if self.rank == src:
+                values = torch.stack([t.reshape(()) for _, t in taken]).to("cpu", torch.float64)
+                self.transport.send_losses(values, run)
+            else:
+                values = self.transport.take_losses(early, src, run)
+            self.board.note(before)
+            return dict(zip(expected, values.tolist()))
         if early is None:
             early = self._post_losses(
                 len(expected), lambda: torch.stack([t.reshape(()) for _, t in taken]))

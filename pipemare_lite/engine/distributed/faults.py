@@ -63,6 +63,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 #: Prefix of every key this module writes.
 KEY_PREFIX = "pml/"
@@ -772,6 +773,27 @@ class Waiter:
             work.wait()
         except Exception as exc:
             self._broken(exc, f"{what} to be received", peer)
+
+    def wait_here(self, work, what, peer: int | None = None) -> None:
+        """Wait on this thread, with the library's own timed wait, for a message that comes
+        soon or not at all (a run's losses, whose receive is posted before the run: see
+        :meth:`~pipemare_lite.engine.distributed.transport.P2PTransport.send_losses`). No
+        hand-over to a helper thread, which costs more than such a wait. After ``timeout``
+        seconds: :class:`OpTimeoutError` naming ``peer`` (gloo's timed wait then closes
+        the link, the run fails anyway). No abort check while it waits: a peer that stops
+        closes its links, which ends the wait; an abort found then is reported as such."""
+        self.board.note(f"wait {what}")
+        start = time.perf_counter()
+        try:
+            work.wait(timedelta(seconds=self.timeout))
+        except Exception as exc:
+            self.board.check()  # aborted meanwhile: that is the story to tell
+            if "Timed out" in str(exc):
+                raise OpTimeoutError(f"waited more than {self.timeout:g} s for {what} "
+                                     f"({self.board.position.describe()})", peer=peer) from exc
+            self._broken(exc, what, peer)
+        finally:
+            self.wait_seconds += time.perf_counter() - start
 
     def reap(self, work, keep_alive, what: str, peer: int | None = None) -> None:
         """Let a send complete in the background; ``keep_alive`` (its tensor) lives until then."""

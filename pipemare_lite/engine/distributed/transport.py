@@ -271,6 +271,41 @@ class P2PTransport:
             left = ", ".join(str(k) for k in self._recv_work)
             raise RuntimeError(f"rank {self.rank}: receives posted but never used: {left}")
 
+    # ------------------------------------------------------------ a run's losses (gloo)
+    # fit(executor="dist") shares each run's losses (a float64 tensor) from the last
+    # stage's rank with every other rank, outside the schedule's plan: each receiver posts
+    # its receive before the run, so the values arrive while it computes, and waits for
+    # them on its own thread (a message that is there costs no hand-over). Their gloo tags
+    # count down from the top of gloo's 31-bit range; a schedule message's tag is its seq,
+    # counted up from 0, so the two meet only past 2**31 - 2**24 messages. With NCCL the
+    # executor broadcasts them instead (a pair's p2p stream keeps its posting order, which
+    # a message posted before a run and sent after it would break).
+    LOSSES_TAG = 2**31 - 1
+
+    def post_losses_receive(self, src: int, count: int, run: int) -> tuple:
+        """Post the receive of run ``run``'s ``count`` losses from ``src`` (before the run)."""
+        values = torch.empty(count, dtype=torch.float64)
+        return values, dist.irecv(values, src=src, tag=self._losses_tag(run))
+
+    def send_losses(self, values: torch.Tensor, run: int) -> None:
+        """Send run ``run``'s losses (float64, CPU) to every other rank and wait until each
+        has them: each posted its receive when it began the run, so these sends are matched
+        (:meth:`~.faults.Waiter.wait_here`)."""
+        tag = self._losses_tag(run)
+        works = [(r, dist.isend(values, dst=r, tag=tag))
+                 for r in range(dist.get_world_size()) if r != self.rank]
+        for r, work in works:
+            self.waiter.wait_here(work, f"the losses of run {run} to reach rank {r}", peer=r)
+
+    def take_losses(self, posted: tuple, src: int, run: int) -> torch.Tensor:
+        """The losses whose receive :meth:`post_losses_receive` posted."""
+        values, work = posted
+        self.waiter.wait_here(work, f"the losses of run {run} from rank {src}", peer=src)
+        return values
+
+    def _losses_tag(self, run: int) -> int:
+        return self.LOSSES_TAG - run % (1 << 24)
+
     # ------------------------------------------------------------ the Interpreter's side
     def first_input(self, m: int):
         """Stage 0's input of microbatch m (checked against :attr:`input_meta`)."""
