@@ -354,12 +354,9 @@ class DistributedExecutor:
         stopped early (``stop_after_updates``) or failed. It joins them for at most 5 s,
         or not at all after a failed run (a thread waiting on a dead peer's message must
         not delay the error report; see
-        :meth:`pipemare_lite.engine.distributed.faults.Waiter.close`) or while receives
-        posted for actions never run keep their helper threads waiting (daemons: they end
-        with the process).
+        :meth:`pipemare_lite.engine.distributed.faults.Waiter.close`).
         """
-        stuck = self._failed or self.transport.receives_outstanding
-        self.transport.waiter.close(wait=0.0 if stuck else 5.0)
+        self.transport.waiter.close(wait=0.0 if self._failed else 5.0)
 
     def __enter__(self) -> DistributedExecutor:
         return self

@@ -740,15 +740,6 @@ class Waiter:
             self.board.note_lost(peer, f"the link to it broke while waiting for {what} ({first})")
         raise PeerConnectionError(f"waiting for {what}: {type(exc).__name__}: {exc}") from exc
 
-    def watch(self, work, peer: int) -> _Pending:
-        """Start waiting for a receive from ``peer`` as soon as it is posted (gloo: on a
-        helper thread of that peer's), so that a message that arrives before it is needed
-        costs the main thread no hand-over; :meth:`wait` then finds it done. One thread per
-        peer waits for that peer's receives in posting order, which cannot hold up a later
-        one: a pair's messages are posted in ``seq`` order on both ranks, so by the time a
-        later one from the peer has arrived, the earlier ones were sent."""
-        return self._pending(work, f"pml-recv-waiter-{peer}")
-
     def wait(self, work, what, peer: int | None = None) -> None:
         """Block until ``work`` is done; raise on abort, timeout or a communication error.
 
@@ -756,9 +747,8 @@ class Waiter:
         only when the wait is noted or fails); ``peer``: the rank at the other end (noted
         as lost when the link to it breaks)."""
         start = time.perf_counter()
-        pending = work if isinstance(work, _Pending) else self._pending(work, "pml-recv-waiter")
         try:
-            self._await(pending, what, peer)
+            self._await(self._pending(work, "pml-recv-waiter"), what, peer)
         finally:
             self.wait_seconds += time.perf_counter() - start
 

@@ -181,8 +181,7 @@ class P2PTransport:
             shape, dtype = self.meta(op)
             buffer = torch.empty(shape, dtype=dtype, device=self.device,
                                  pin_memory=self.pinned)
-            work = dist.irecv(buffer, src=op.src, tag=tag)
-            self._recv_work[op.key] = (self.waiter.watch(work, op.src), buffer)
+            self._recv_work[op.key] = (dist.irecv(buffer, src=op.src, tag=tag), buffer)
 
     def send(self, message: Message, tensor) -> None:
         """Post the send of ``tensor`` (non-blocking) after any earlier ops on the pair."""
@@ -250,12 +249,6 @@ class P2PTransport:
             sent, work, _tensor = sends.popleft()
             self.waiter.finish_matched(work, sent, peer=message.src)
         return buffer
-
-    @property
-    def receives_outstanding(self) -> bool:
-        """Whether receives were posted that no action has taken yet (a run stopped
-        early): their helper threads still wait (:meth:`~.faults.Waiter.watch`)."""
-        return bool(self._recv_work)
 
     def close(self) -> None:
         """Wait until every send has completed, then stop the waiter's helper threads (call
