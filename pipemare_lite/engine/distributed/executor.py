@@ -30,11 +30,12 @@ later runs need none, the messages order themselves).
 What crosses ranks per step under ``fit(executor="dist")`` (``gather_into``)::
 
     each step:       the p2p messages of the schedule, then the last stage's losses as one
-                     tensor broadcast of their values (whose microbatches they are, every
-                     rank reads from the schedule: LossesAhead): every rank takes the same
-                     decisions (divergence, blow-up) on the same numbers
-    (loss_reads_every=K: no broadcast per step; one broadcast of K steps' losses per
-    read, see read_losses)
+                     tensor of their values (whose microbatches they are, every rank reads
+                     from the schedule: LossesAhead), a message to each rank with gloo
+                     (its receive posted before the step), a broadcast with NCCL: every
+                     rank takes the same decisions (divergence, blow-up) on the same numbers
+    (loss_reads_every=K: nothing per step; one broadcast of K steps' losses per read, see
+    read_losses)
     at evaluation,   gather(): one pickled all-gather (two collectives) of what each rank
     checkpoint, end  held back since the last gather (learning rates, update norms, delays,
                      byte peaks, trace) and of its stages' weights, into every rank's model
@@ -96,7 +97,7 @@ from pipemare_lite.schedules.validation import validate
 
 class LossesAhead:
     """Which microbatches' losses each run of the last stage's rank computes, read from the
-    schedule alone (so every rank knows how many values the losses' broadcast carries):
+    schedule alone (so every rank knows how many values the losses' message carries):
     that rank's row walked from ``start`` (where its stages have the weight ``versions``) as
     the executor walks it (a :class:`~.checkpoint.RowWalk`), up to where each of its stages
     has made ``stop_after_updates`` updates."""
@@ -143,7 +144,7 @@ class DistOptions:
             ``fit(..., executor="dist")`` needs it
             (:func:`~pipemare_lite.training.executors.dist_executor`): then
             :meth:`DistributedExecutor.run` is collective and returns, on every rank, a
-            :class:`DistRunResult` holding only the run's losses (broadcast as tensors from
+            :class:`DistRunResult` holding only the run's losses (sent as tensors from
             the last stage's rank, so all ranks take the same decisions); the rest of each
             rank's records waits on its rank until :meth:`DistributedExecutor.gather`, which
             also copies every stage's weights from its owner into these modules (for
@@ -366,8 +367,8 @@ class DistributedExecutor:
         self.close()
 
     # ------------------------------------------------------------------ collectives
-    # Between two runs the ranks meet in collectives (the losses' broadcasts after each run,
-    # the gather before an evaluation, a checkpoint's gather). A blocking collective would
+    # Between two runs the ranks meet in collectives (with NCCL the losses' broadcasts, the
+    # gather before an evaluation, a checkpoint's gather). A blocking collective would
     # wait for a rank that hangs outside the schedule (evaluating, say) until gloo's own
     # timeout, and then fail on every rank alike, so the launcher would blame whichever rank
     # exited first. Posted asynchronously and waited for as a message is, a collective ends
@@ -485,8 +486,8 @@ class DistributedExecutor:
         (other ranks stop at their own k-th update; messages already sent wait in the
         transport for the next call). Collect the ranks' results with
         :func:`merge_rank_results`, or pass ``gather_into`` to have every rank return the
-        merged result. ``read_losses=False`` (with ``gather_into``): no broadcast and no
-        host read; the losses wait on the last stage's rank until :meth:`read_losses`.
+        merged result. ``read_losses=False`` (with ``gather_into``): the losses do not travel and
+        no host read; the losses wait on the last stage's rank until :meth:`read_losses`.
         """
         if not read_losses and self.gather_into is None:
             raise ValueError("read_losses=False needs an executor made with gather_into= "

@@ -115,7 +115,7 @@ class Position:
         beat: how many times the rank's watchdog published its position (the heartbeat:
             it stops when the rank is gone; 0 in what the main thread writes itself).
         between: True when the rank is between two actions (between runs, in a collective
-            such as the losses' broadcast): ``index`` actions are done and ``action`` is
+            such as sharing the losses): ``index`` actions are done and ``action`` is
             the next one, not begun (issue 47: "action 3547/15120 (1F5) in collective
             1181" read as if the rank were inside 1F5).
     """
