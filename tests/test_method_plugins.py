@@ -214,3 +214,32 @@ def test_a_checkpoint_from_before_hooks_stores_t2_under_t2_and_still_resumes(one
     assert part1.losses + part2.losses == straight.losses
     for got, want in zip(resumed_stages, straight_stages):
         assert all(torch.equal(a, b) for a, b in zip(got.parameters(), want.parameters()))
+
+
+@pytest.mark.slow
+def test_a_method_running_a_builders_order_in_another_weight_mode_runs_distributed():
+    """``fixture-stash`` runs pipedream's order in the ``async`` weight mode. The
+    distributed executor validates every schedule it is given, and validation refused a
+    ``pipedream`` schedule in any mode but ``stash``; a registered method's pairing is
+    allowed now. Its dist run, short (2 steps) and long (a periodic schedule, 21 steps), is
+    bitwise the local run."""
+    from pipemare_lite import fit
+    from pipemare_lite.engine.distributed.launch import launch
+    from pipemare_lite.training.dist_fit import fit_worker
+
+    load_plugins([PLUGIN])
+    data = load("digits")
+    for batch_size in (512, 64):  # 2 and 21 steps of the 1348-sample training split
+        settings = dict(FIT, method="fixture-stash", batch_size=batch_size)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            local = fit(mlp(**MODEL), data, **settings).to_dict()
+        finally:
+            torch.set_num_threads(threads)
+        launched = launch(fit_worker, 2, timeout=120, imports=[PLUGIN], args=(
+            dict(settings, model=(mlp, MODEL), data=(load, {"name": "digits"})),))
+        assert len(local["loss"]) == len(data.x_train) // batch_size
+        for history in launched:
+            for key in SAME:
+                assert history[key] == local[key], (batch_size, key)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from pipemare_lite.deprecation import accepts_old_fields, renamed_keywords
-from pipemare_lite.schedules.names import weight_mode_of
+from pipemare_lite.schedules.names import METHOD_WEIGHT_MODES, weight_mode_of
 from pipemare_lite.schedules.weight_modes import get_weight_mode
 from pipemare_lite.spelling import did_you_mean
 
@@ -190,9 +190,12 @@ def register_method(name: str, *, schedule: str, weight_mode: str | None = None,
     if weight_mode is None:
         raise ValueError(f"method {name!r}: schedule {schedule!r} declares no weight mode; "
                          "give weight_mode= (sync, stash, 2bw or async)")
-    METHODS[name] = MethodSpec(name, schedule, weight_mode, options or MethodOptions(),
-                               description, hooks, module)
-    return METHODS[name]
+    spec = MethodSpec(name, schedule, weight_mode, options or MethodOptions(), description,
+                      hooks, module)  # (checks the weight mode)
+    if weight_mode != weight_mode_of(schedule):  # validation accepts the pairing from now on
+        METHOD_WEIGHT_MODES.setdefault(schedule, set()).add(weight_mode)
+    METHODS[name] = spec
+    return spec
 
 
 # the book's methods, from the one table (each runs its schedule's weight mode)

@@ -35,6 +35,10 @@ BUILTIN_WEIGHT_MODES: dict[str, str] = {name: mode.name for name, mode in NAMED_
 BUILTIN_WEIGHT_MODES.update({alias: BUILTIN_WEIGHT_MODES[name] for alias, name in ALIASES.items()})
 #: registered name -> its weight mode's name (filled by register_schedule)
 REGISTERED_WEIGHT_MODES: dict[str, str] = {}
+#: name -> the other weight modes a registered method runs its order in (filled by
+#: :func:`pipemare_lite.methods.register_method`: ``fixture-stash`` runs pipedream's order
+#: in the ``async`` mode, with hooks that stash)
+METHOD_WEIGHT_MODES: dict[str, set[str]] = {}
 
 
 def known_names(*, builtin: bool = False) -> tuple[str, ...]:
@@ -47,3 +51,13 @@ def known_names(*, builtin: bool = False) -> tuple[str, ...]:
 def weight_mode_of(name: str) -> str | None:
     """The weight mode schedules called ``name`` must have (None: any, e.g. "custom")."""
     return BUILTIN_WEIGHT_MODES.get(name) or REGISTERED_WEIGHT_MODES.get(name)
+
+
+def weight_modes_allowed(name: str) -> tuple[str, ...]:
+    """Every weight mode a schedule called ``name`` may run in: its own
+    (:func:`weight_mode_of`), then those registered methods pair its order with, sorted
+    (empty: any, e.g. "custom")."""
+    own = weight_mode_of(name)
+    if own is None:
+        return ()
+    return (own, *sorted(METHOD_WEIGHT_MODES.get(name, set()) - {own}))

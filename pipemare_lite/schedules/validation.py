@@ -144,10 +144,10 @@ def validate(schedule: Schedule) -> Schedule:
     s = schedule
     check_sizes(s.name, s.num_ranks, s.num_microbatches, s.num_minibatches, s.chunks,
                 s.warmup)
-    expected_mode = names.weight_mode_of(s.name)
-    if expected_mode and s.weight_mode != expected_mode:
+    allowed = names.weight_modes_allowed(s.name)  # its own, and registered methods' pairings
+    if allowed and s.weight_mode not in allowed:
         raise ScheduleError(f"{s.name}: weight_mode={s.weight_mode!r} does not match the schedule; "
-                            f"allowed: {expected_mode!r}")
+                            f"allowed: {', '.join(map(repr, allowed))}")
     fixed = FIXED_CHUNKS.get(s.name)
     if fixed is not None and s.chunks != fixed:
         raise ScheduleError(f"{s.name}: {s.num_virtual_stages} virtual stages on {s.num_ranks} "
