@@ -270,3 +270,20 @@ def test_init_from_env_joins_a_one_rank_job_with_one_thread():
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", "1", "gloo", "1"]
+
+
+def test_settings_every_rank_refuses_at_set_up_are_one_line_and_exit_2(capsys):
+    """``train --executor dist --epochs 100000`` (past a schedule's limit once multiplied by
+    the steps per epoch) was refused by both launched ranks with both tracebacks, about 44
+    lines; now the launch says it once, as the local executor does, and exits 2."""
+    from pipemare_lite.cli import main
+
+    options = ["train", "--method", "1f1b", "--stages", "2", "--epochs", "100000",
+               "--no-progress"]
+    with hard_time_limit(120):
+        assert main([*options, "--executor", "dist"]) == 2
+    dist_err = capsys.readouterr().err.strip().splitlines()
+    assert main(options) == 2
+    local_err = capsys.readouterr().err.strip().splitlines()
+    assert dist_err == local_err and len(local_err) == 1, (dist_err, local_err)
+    assert "epochs=100000 x 42 steps per epoch" in local_err[0]

@@ -237,6 +237,8 @@ def test_t1_lowers_early_learning_rates_of_stale_stages(small_data):
         (dict(chunks=2), "chunks=2 needs method 'interleaved'"),
         (dict(eval_every=0), "eval_every must be a positive integer"),
         (dict(method="interleaved", chunks=0), "chunks must be a positive integer"),
+        (dict(epochs=10**6), r"epochs=1000000 x \d+ steps per epoch = \d+ steps, more than a "
+                             r"schedule runs .*; allowed here: epochs <= \d+"),
     ],
 )
 def test_bad_arguments_fail_early_with_clear_messages(kwargs, message, small_data):

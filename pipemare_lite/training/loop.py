@@ -92,6 +92,7 @@ from torch import nn
 
 from pipemare_lite.files import check_writable
 from pipemare_lite.schedules.repeat import long_schedule, materialized
+from pipemare_lite.schedules.validation import LIMITS, ScheduleError
 from pipemare_lite.training import run_schedule
 from pipemare_lite.training.batches import (
     BatchMicrobatches,
@@ -423,6 +424,12 @@ class TrainingRun:
         method, num_stages, n = config["method"], config["num_stages"], config["num_microbatches"]
         self.steps_per_epoch = _num_samples(data, config["batch_size"]) // config["batch_size"]
         self.total_steps = config["epochs"] * self.steps_per_epoch
+        most = LIMITS["num_minibatches"][1]  # one minibatch per step: say it in epochs
+        if self.total_steps > most:
+            raise ScheduleError(
+                f"epochs={config['epochs']} x {self.steps_per_epoch} steps per epoch = "
+                f"{self.total_steps} steps, more than a schedule runs (num_minibatches "
+                f"allowed: 1..{most}); allowed here: epochs <= {most // self.steps_per_epoch}")
         # bad schedule options fail here, before the (possibly long) schedule is built
         scheduler_factory = self._lr_schedule_factory(lr_schedule)
         options = (MethodOptions if method is None else partial(method_options, method))(

@@ -698,9 +698,22 @@ def _launch_ranks(args: argparse.Namespace, prog: str) -> int:
                        op_timeout=args.op_timeout, num_threads=getattr(args, "threads", 1),
                        imports=tuple(getattr(args, "plugin", None) or ()))
     except LaunchError as exc:
+        refusals = {text.split("\n", 1)[0] for text in exc.errors.values()}
+        if (len(refusals) == 1 and len(exc.errors) == args.stages
+                and next(iter(refusals)).startswith(f"{RefusedSettings.__name__}: ")):
+            # every rank refused the same settings before its first action: bad input
+            reason = next(iter(refusals)).split(": ", 1)[1]
+            print(f"{prog}: error: {reason}", file=sys.stderr)
+            return 2
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     return codes[0]
+
+
+class RefusedSettings(ValueError):
+    """A launched rank refused the command's settings while it set up its run (before its
+    first action), as every rank does alike: :func:`_launch_ranks` then says it in one line
+    and exits 2, as bad input does, instead of every rank's traceback."""
 
 
 def _train_rank(info, args: argparse.Namespace, prog: str) -> int:
@@ -709,6 +722,8 @@ def _train_rank(info, args: argparse.Namespace, prog: str) -> int:
     A refused checkpoint (:class:`~pipemare_lite.training.checkpoint.CheckpointError`: other
     settings, another format, another model) is refused alike by every rank, which reads
     the same file: rank 0 says it in one line and every rank exits 2, as bad input does.
+    Settings refused while the run is set up (``--epochs`` too long for the schedule's
+    limits, say) raise :class:`RefusedSettings`.
     """
     from pipemare_lite.training.checkpoint import CheckpointError
 
@@ -716,6 +731,10 @@ def _train_rank(info, args: argparse.Namespace, prog: str) -> int:
         return run_from_args(args, prog=prog)
     except CheckpointError as exc:
         return _refused_checkpoint(exc, info.rank, prog)
+    except INPUT_ERRORS as exc:
+        if info.board.position.index >= 0:  # during the run: that rank's failure
+            raise
+        raise RefusedSettings(str(exc)) from exc
 
 
 def _refused_checkpoint(exc: Exception, rank: int, prog: str) -> int:
