@@ -127,6 +127,13 @@ def test_divergence_report_uses_one_step_number_when_forwards_ran_ahead():
     assert set(re.findall(r"\bstep (\d+)", text)) == {"7"}
 
 
+def test_a_flushed_step_found_as_it_ended_is_not_said_computed_ahead():
+    # sync 1F1B: step 9's loss is read once step 9 has ended, its update done (9 updates)
+    text = divergence_report(17, float("nan"), 2, 4, 9, [0], 2)
+    assert "(number 2 of 2 in step 9); non-finite weights" in text
+    assert "computed ahead" not in text
+
+
 def test_history_imports_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None\n"  # any 'import torch' now fails

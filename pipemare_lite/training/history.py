@@ -398,7 +398,8 @@ def divergence_report(
     (the global, 0-indexed microbatch number) belongs to step ``m // N + 1``; the epoch (from
     1) is that step's. In an asynchronous pipeline forwards run ahead of the updates, so a
     loss may turn non-finite in a step later than the last completed one: the sentence then
-    also says how many updates every stage had made (the steps whose updates completed).
+    also says how many updates every stage had made (the steps whose updates completed);
+    not when the step's own update is done too (a flushed step: found as it ended).
     ``non_finite_stages`` are the stages whose
     weights hold a NaN or inf (none: the loss itself overflowed on the last stage).
     """
@@ -407,7 +408,7 @@ def divergence_report(
     position = microbatch % num_microbatches + 1
     what = (f"loss {loss} on microbatch {microbatch} "
             f"(number {position} of {num_microbatches} in step {step})")
-    if completed_steps != step - 1:
+    if completed_steps < step - 1:  # (a flushed step's own update may be done: not ahead)
         what += f", computed ahead: every stage had made only {completed_steps} updates"
     if non_finite_stages:
         where = f"non-finite weights on stage(s) {', '.join(map(str, non_finite_stages))}"
