@@ -94,6 +94,25 @@ from pipemare_lite.schedules.comm_plan import RECEIVES_AHEAD, RollingPlan
 from pipemare_lite.schedules.repeat import schedule_key
 from pipemare_lite.schedules.validation import validate
 
+# Messages a run stopped before its end (a divergence, stop_after_updates) leaves in flight
+# would match the next executor's in the same process group: the same tags (each seq counts
+# from 0), and a posted receive or send cannot be taken back. So once an executor closes
+# unfinished, the next one (on every rank alike: runs stop alike) moves its messages and
+# collectives to a fresh group, made by dist.new_group (about a millisecond with gloo).
+_STOPPED_EARLY: set[int] = set()  # default groups (ids) whose last executor stopped early
+_FRESH: dict[int, object] = {}  # default group (id) -> the group executors use now
+
+
+def executor_group():
+    """The process group a new :class:`DistributedExecutor` communicates in: the default
+    one (None), or a fresh one once an executor of this job closed before the end of its
+    schedule (then collective: every rank makes its executors in the same order)."""
+    key = id(dist.group.WORLD)
+    if key in _STOPPED_EARLY:
+        _STOPPED_EARLY.discard(key)
+        _FRESH[key] = dist.new_group()
+    return _FRESH.get(key)
+
 
 class LossesAhead:
     """Which microbatches' losses each run of the last stage's rank computes, read from the
@@ -247,8 +266,9 @@ class DistributedExecutor:
         self._upcoming: Action | None = None  # the action at `position`, once read
         # a rolling plan: this rank's messages as it goes (flat memory); the shape probe gives
         # the transport its messages' shapes, at the first run
+        self.group = executor_group()  # the default group unless a run stopped early before
         self.transport = P2PTransport(
-            RollingPlan(schedule, self.rank), self.rank,
+            RollingPlan(schedule, self.rank), self.rank, group=self.group,
             waiter=faults.Waiter(self.board, op_timeout, polling=self.backend != "gloo"),
             backend=self.backend, device=self.device,
             # receives each rank posts per peer before it needs them
@@ -358,6 +378,8 @@ class DistributedExecutor:
         :meth:`pipemare_lite.engine.distributed.faults.Waiter.close`).
         """
         self.transport.waiter.close(wait=0.0 if self._failed else 5.0)
+        if not self.finished and dist.is_initialized():  # its messages may still be in flight
+            _STOPPED_EARLY.add(id(dist.group.WORLD))
 
     def __enter__(self) -> DistributedExecutor:
         return self
@@ -431,12 +453,13 @@ class DistributedExecutor:
         data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8).to(device)
         size = torch.tensor([data.numel()], dtype=torch.long, device=device)
         sizes = [torch.zeros_like(size) for _ in range(world)]
-        self._collective(what, lambda: dist.all_gather(sizes, size, async_op=True))
+        self._collective(what, lambda: dist.all_gather(sizes, size, self.group, async_op=True))
         lengths = [int(n.item()) for n in sizes]
         padded = torch.zeros(max(lengths), dtype=torch.uint8, device=device)
         padded[:data.numel()] = data
         parts = [torch.empty_like(padded) for _ in range(world)]
-        self._collective(f"{what} (data)", lambda: dist.all_gather(parts, padded, async_op=True))
+        self._collective(f"{what} (data)", lambda: dist.all_gather(parts, padded, self.group,
+                                                           async_op=True))
         return [pickle.loads(part[:n].cpu().numpy().tobytes()) for part, n in zip(parts, lengths)]
 
     # ------------------------------------------------------------------ shapes
@@ -470,7 +493,8 @@ class DistributedExecutor:
                     for key, meta in current.items()}]
             with faults.communication(f"the shape broadcast of stage {s} from rank {owner}"):
                 dist.broadcast_object_list(
-                    box, src=owner, device=self.device if self.backend == "nccl" else None)
+                    box, src=owner, group=self.group,
+                    device=self.device if self.backend == "nccl" else None)
             current = box[0]
             table.update(((s, key), meta) for key, meta in current.items())
         self.transport.shapes = table
@@ -538,7 +562,7 @@ class DistributedExecutor:
         device = self.device if self.backend == "nccl" else torch.device("cpu")
         vector = UnreadLosses.health(run, stages, device)  # this rank's stages, zeros else
         self._collective("sharing the stages' health",
-                         lambda: dist.all_reduce(vector, async_op=True))
+                         lambda: dist.all_reduce(vector, group=self.group, async_op=True))
         return UnreadLosses.read_health(vector, stages)
 
     def _receive_losses_early(self, count: int) -> tuple | None:
@@ -598,7 +622,8 @@ class DistributedExecutor:
         values = (values_on_src().to(device, torch.float64) if self.rank == src else
                   torch.empty(count, dtype=torch.float64, device=device))
         return values, self._post_collective(
-            "sharing the losses", lambda: dist.broadcast(values, src, async_op=True),
+            "sharing the losses",
+            lambda: dist.broadcast(values, src, self.group, async_op=True),
             early=early)
 
     def _broadcast_losses(self, values_on_src: Callable, count: int) -> list[float]:
@@ -638,7 +663,7 @@ class DistributedExecutor:
             self.probe_shapes(microbatches)
         if self._origin is None:
             self._collective("the barrier before the first run",
-                             lambda: dist.barrier(async_op=True))
+                             lambda: dist.barrier(self.group, async_op=True))
             self._origin = time.perf_counter()  # common: everyone just left the barrier
 
     def _run(self, microbatches: Sequence, stop_after_updates: int | None,

@@ -90,6 +90,9 @@ class P2PTransport:
         verbose: print every posted send and receive and every completed wait: the text
             trace of the communication, for debugging (the distributed executor's
             ``p2p_verbose`` argument).
+        group: the process group its messages go through (None: the default group; the
+            executor gives a fresh one after a run stopped early, see
+            :func:`~pipemare_lite.engine.distributed.executor.executor_group`).
         posted: a list to which every posted operation is appended as a string in
             PyTorch's spelling (``"0SEND_F3"``, ``"1RECV_F3"``, see
             :mod:`pipemare_lite.schedules.comm_rows`), in posting order, each action's
@@ -103,9 +106,10 @@ class P2PTransport:
 
     def __init__(self, plan: CommPlan | RollingPlan, rank: int, *, waiter, backend: str = "gloo",
                  device="cpu", receives_ahead: int = 0, verbose: bool = False,
-                 posted: list | None = None) -> None:
+                 posted: list | None = None, group=None) -> None:
         self.plan = plan
         self.rank = rank
+        self.group = group  # the process group of its messages (None: the default one)
         self.shapes: dict | None = None  # from the shape probe
         self.compute_device = torch.device(device)
         self.device = torch.device(placement.message_device(backend, device))
@@ -168,7 +172,7 @@ class P2PTransport:
             verb = "post send" if op.src == self.rank else "post recv"
             print(f"[rank {self.rank}] {verb} {op}", flush=True)
         if op.src == self.rank:
-            work = dist.isend(tensor, dst=op.dst, tag=tag)
+            work = dist.isend(tensor, dst=op.dst, group=self.group, tag=tag)
             if self.waiter.polling:  # NCCL: is_completed() tells, the waiter polls it
                 self.waiter.reap(work, tensor, str(op), peer=op.dst)
                 return
@@ -181,7 +185,8 @@ class P2PTransport:
             shape, dtype = self.meta(op)
             buffer = torch.empty(shape, dtype=dtype, device=self.device,
                                  pin_memory=self.pinned)
-            self._recv_work[op.key] = (dist.irecv(buffer, src=op.src, tag=tag), buffer)
+            work = dist.irecv(buffer, src=op.src, group=self.group, tag=tag)
+            self._recv_work[op.key] = (work, buffer)
 
     def send(self, message: Message, tensor) -> None:
         """Post the send of ``tensor`` (non-blocking) after any earlier ops on the pair."""
@@ -278,14 +283,14 @@ class P2PTransport:
     def post_losses_receive(self, src: int, count: int, run: int) -> tuple:
         """Post the receive of run ``run``'s ``count`` losses from ``src`` (before the run)."""
         values = torch.empty(count, dtype=torch.float64)
-        return values, dist.irecv(values, src=src, tag=self._losses_tag(run))
+        return values, dist.irecv(values, src=src, group=self.group, tag=self._losses_tag(run))
 
     def send_losses(self, values: torch.Tensor, run: int) -> None:
         """Send run ``run``'s losses (float64, CPU) to every other rank and wait until each
         has them: each posted its receive when it began the run, so these sends are matched
         (:meth:`~.faults.Waiter.wait_here`)."""
         tag = self._losses_tag(run)
-        works = [(r, dist.isend(values, dst=r, tag=tag))
+        works = [(r, dist.isend(values, dst=r, group=self.group, tag=tag))
                  for r in range(dist.get_world_size()) if r != self.rank]
         for r, work in works:
             self.waiter.wait_here(work, f"the losses of run {run} to reach rank {r}", peer=r)
