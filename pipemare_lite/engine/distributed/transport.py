@@ -287,8 +287,9 @@ class P2PTransport:
 
     def send_losses(self, values: torch.Tensor, run: int) -> None:
         """Send run ``run``'s losses (float64, CPU) to every other rank and wait until each
-        has them: each posted its receive when it began the run, so these sends are matched
-        (:meth:`~.faults.Waiter.wait_here`)."""
+        has them (:meth:`~.faults.Waiter.wait_here`): each rank posts its receive as it
+        begins the run, needing nothing more from this one by then (the previous run's
+        losses are sent), so each wait ends once that rank got there."""
         tag = self._losses_tag(run)
         works = [(r, dist.isend(values, dst=r, group=self.group, tag=tag))
                  for r in range(dist.get_world_size()) if r != self.rank]
