@@ -13,6 +13,12 @@ engine takes a shortcut through torch's internals for each, here and nowhere els
 - loops of ``a - b``, ``a * s``, ``a.add_(b)`` over a stage's tensors (T2's buffer): the
   shortcut is ``torch._foreach_sub`` / ``_mul`` / ``_mul_`` / ``_add_``, one kernel per list.
 
+One more thing of torch's own is kept here: its ``FutureWarning`` that
+``isinstance(treespec, LeafSpec)`` is deprecated, which torch 2.13 raises inside itself when
+``torch.export`` traces a module or a traced module is deep-copied. It is about torch's
+code, not the caller's, so :func:`torch_pytree_warning_ignored` and :func:`copy_module`
+hide that one warning and no other.
+
 A shortcut is taken only when torch's version is in :data:`CHECKED_TORCH` (the versions
 whose internals these calls were read against) and every private name resolves; otherwise,
 or with the environment variable ``PIPEMARE_PUBLIC_TORCH=1`` at import, or after
@@ -23,8 +29,11 @@ says). Copying the engine? Copy the public calls: they are correct everywhere.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import os
 import re
+import warnings
 
 import torch
 
@@ -149,3 +158,19 @@ def foreach_add_(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
         return
     for x, y in zip(a, b):
         x.add_(y)
+
+
+# ----------------------------------------------------------------------- torch's own warning
+@contextlib.contextmanager
+def torch_pytree_warning_ignored():
+    """Within it, torch's own ``FutureWarning: isinstance(treespec, LeafSpec) is deprecated``
+    is not shown (see the module docstring); every other warning is."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec", category=FutureWarning)
+        yield
+
+
+def copy_module(module: torch.nn.Module) -> torch.nn.Module:
+    """``copy.deepcopy(module)``, without torch's pytree warning for a traced module."""
+    with torch_pytree_warning_ignored():
+        return copy.deepcopy(module)

@@ -61,6 +61,34 @@ def test_a_failing_worker_is_named_and_nothing_is_left():
     assert_ended(error.pids.values())
 
 
+LEAK_SCRIPT = """
+import pipemare_lite as pml
+
+def bars(info):  # a progress bar in a rank, as fit() shows on rank 0
+    from tqdm import tqdm
+    for _ in tqdm(range(3), disable=True):
+        pass
+    return info.rank
+
+if __name__ == "__main__":
+    print(pml.launch(bars, 2, timeout=120))
+"""
+
+
+def test_a_rank_with_a_progress_bar_leaves_no_semaphore_behind(tmp_path):
+    """tqdm's default lock is a multiprocessing semaphore, which a rank's os._exit never
+    unregistered: Python's resource tracker warned of leaked semaphores at the launcher's
+    exit. A rank's tqdm takes a thread lock instead."""
+    script = tmp_path / "bars.py"
+    script.write_text(LEAK_SCRIPT, encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=150, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[0, 1]"
+    assert "leaked semaphore" not in done.stderr, done.stderr[-3000:]
+
+
 def test_the_launch_timeout_stops_every_rank():
     start = time.monotonic()
     with pytest.raises(LaunchError, match="timed out after 2 s") as info:

@@ -8,13 +8,13 @@ job with one process per rank
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from torch import nn
 
 from pipemare_lite.schedules.actions import Schedule
+from pipemare_lite.torch_compat import copy_module
 
 if TYPE_CHECKING:
     from pipemare_lite.engine.distributed.executor import DistributedExecutor
@@ -71,7 +71,7 @@ def dist_executor(schedule: Schedule, stage_modules: Sequence[nn.Module], *, los
     stage_modules = list(stage_modules)
     # fit() evaluates the model where it was built (CPU); on a GPU the rank trains copies of
     # its stages and the gather writes the weights back into the originals
-    own = {s: (copy.deepcopy(module) if info.device.type != "cpu" else module)
+    own = {s: (copy_module(module) if info.device.type != "cpu" else module)
            for s, module in enumerate(stage_modules) if schedule.rank_of(s) == info.rank}
     return DistributedExecutor(
         schedule, own, loss_fn=loss_fn, optimizer_factory=optimizer_factory,

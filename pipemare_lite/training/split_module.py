@@ -26,11 +26,12 @@ is refused by :class:`SplitError` naming the submodule where tracing failed.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
+
+from pipemare_lite.torch_compat import torch_pytree_warning_ignored
 
 
 class SplitError(ValueError):
@@ -213,8 +214,7 @@ def split_module(model: nn.Module, num_stages: int, split_points, sample: torch.
                          f"(one microbatch; fit() passes its first), got {type(sample).__name__}")
     spec = _split_spec(model, num_stages, split_points)
     try:
-        with warnings.catch_warnings():  # torch 2.13's own pytree deprecation, not the user's
-            warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)
+        with torch_pytree_warning_ignored():  # torch's own deprecation, not the user's
             pipe = pipeline(model, (sample,), split_spec=spec)
     except Exception as exc:  # torch raises RuntimeError around export's many error types
         where = _failing_module(model, exc)

@@ -165,6 +165,7 @@ def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
     board = faults.StatusBoard(rank, world_size, faults.signed(store, secret),
                                launcher_pid=launcher_pid).start()
     code = 0
+    _thread_lock_for_progress_bars()
     try:
         info = _join(backend, rank, world_size, rank, world_size, op_timeout, num_threads,
                      board, store)
@@ -179,6 +180,18 @@ def _child_main(rank: int, world_size: int, addr: str, port: int, backend: str,
     # os._exit: no atexit hooks, no joins on communication threads that may hang after a
     # failure; everything worth keeping is already in the result file and the store.
     os._exit(code)
+
+
+def _thread_lock_for_progress_bars() -> None:
+    """Give tqdm a thread lock in this rank. Its default is a multiprocessing lock (a named
+    semaphore), which only a normal exit unregisters; a rank ends with ``os._exit``, and
+    Python's resource tracker then warned of "leaked semaphore objects" when the launcher
+    exited. A rank's bars are written by its own threads only."""
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
 
 
 def _connect_while_launcher_lives(addr: str, port: int, launcher_pid: int, patience=60.0):

@@ -8,12 +8,12 @@ its module on meta tensors (no compute, no randomness consumed); :class:`Distrib
 
 from __future__ import annotations
 
-import copy
-
 import torch
 import torch.utils._pytree as pytree
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from pipemare_lite.torch_compat import copy_module
 
 
 class _MetaProbe(TorchDispatchMode):
@@ -48,12 +48,12 @@ def probe_output_meta(module: nn.Module, shape: tuple, dtype: torch.dtype, *,
     where = f"{name}: its forward failed in the shape probe on a {shape} {dtype} input"
     try:
         try:
-            ghost = copy.deepcopy(module).to("meta")
+            ghost = copy_module(module).to("meta")
             with torch.no_grad(), _MetaProbe():
                 out = ghost(torch.empty(shape, dtype=dtype, device="meta"))
         except NotImplementedError:
             where += " (run on zeros, as meta tensors could not)"
-            ghost = copy.deepcopy(module).cpu()
+            ghost = copy_module(module).cpu()
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
                 out = ghost(torch.zeros(shape, dtype=dtype))
     except Exception as exc:  # the stage's own error: named, with the original as the cause
