@@ -17,7 +17,8 @@ light and torch-free)::
 ``eval_data`` batches or a function ``model -> dict``. README's "The engine alone" shows a
 residual network on a regression, trained locally and with one process per stage.
 
-Train:     fit, FitConfig, History, DivergenceError, partition, PartitionedModel,
+Train:     fit, FitConfig, History, DivergenceError, partition, PartitionedModel
+Models:    mlp, small_resnet, tiny_transformer (the book's; seeded builders),
            register_model (a model for the command line's --model, from a --plugin)
 Data:      Dataset, digits, signals, sequence_task (the book's data), microbatches
 Schedule:  build_schedule, register_schedule, Schedule, Action, validate, ScheduleError
@@ -61,6 +62,9 @@ _FRONT_DOOR = {
     "DivergenceError": "pipemare_lite.training.history",
     "partition": "pipemare_lite.training.partition",
     "PartitionedModel": "pipemare_lite.training.partition",
+    "mlp": "pipemare_lite.training.models",
+    "small_resnet": "pipemare_lite.training.models",
+    "tiny_transformer": "pipemare_lite.training.models",
     "register_model": "pipemare_lite.training.models",
     "Dataset": "pipemare_lite.training.datasets",
     "digits": "pipemare_lite.training.datasets",
