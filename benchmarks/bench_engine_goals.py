@@ -91,7 +91,7 @@ def cpu_seconds(fn, *args, **kwargs) -> float:
 def train_goal(repeats: int) -> None:
     """fit(1f1b) / plain loop per epoch at both widths of ``bench_train.py``."""
     import torch
-    from bench_train import SIZES, pipelined, plain_loop
+    from bench_train import SIZES, hand_staged_loop, pipelined, plain_loop
 
     from pipemare_lite.training.datasets import digits
 
@@ -100,14 +100,18 @@ def train_goal(repeats: int) -> None:
     pipelined(data, *SIZES[0])  # warm-up: imports, allocator
     for (width, batch), goal in zip(SIZES, (1.5, 1.1)):
         ratios = {level: [] for level in levels()}
+        by_hand = []  # the same stages run by hand: the floor the cut alone sets
         for _ in range(repeats):  # the levels alternate with the plain loop
             for level, found in ratios.items():
                 found.append(pipelined(data, width, batch, level)
                              / plain_loop(data, width, batch))
+            by_hand.append(hand_staged_loop(data, width, batch) / plain_loop(data, width, batch))
         for level, found in ratios.items():
             row(f"fit / plain loop, width {width} {label(level)}", statistics.median(found),
                 goal, "x",
                 f"median of {repeats} pairs (range {min(found):.2f}-{max(found):.2f})")
+        row("  ... the same stages by hand / plain loop", statistics.median(by_hand), goal, "x",
+            f"no engine: what the cut alone costs (range {min(by_hand):.2f}-{max(by_hand):.2f})")
 
 
 def executor_goal(repeats: int) -> None:
@@ -140,6 +144,10 @@ def executor_goal(repeats: int) -> None:
         executor_run(partition(copy.deepcopy(model), P), level)  # warm-up
     gaps = {level: [] for level in chosen}
     ordered_gaps = {level: [] for level in chosen}
+    # what each part of the fullest level adds to the cheapest: one Recording flag on at a
+    # time, against the cheapest level in the same repeat (code with recording levels only)
+    parts = recording_parts() if "full" in chosen else {}
+    part_costs = {name: [] for name in parts}
     for _ in range(repeats):
         hand = cpu_seconds(hand_staged_epoch, partition(copy.deepcopy(model), P), mbs, N, K, 0.01)
         ordered = cpu_seconds(hand_in_schedule_order, schedule, partition(copy.deepcopy(model), P),
@@ -148,6 +156,11 @@ def executor_goal(repeats: int) -> None:
             piped = executor_run(partition(copy.deepcopy(model), P), level)
             gaps[level].append((piped - hand) / actions * 1e6)
             ordered_gaps[level].append((piped - ordered) / actions * 1e6)
+        if parts:
+            cheapest = executor_run(partition(copy.deepcopy(model), P), "losses")
+            for name, one_flag in parts.items():
+                with_it = executor_run(partition(copy.deepcopy(model), P), one_flag)
+                part_costs[name].append((with_it - cheapest) / actions * 1e6)
     for level in chosen:
         goal = 40.0 if level == "full" else 20.0
         row(f"executor overhead per action (1F1B, P=4) {label(level)}",
@@ -156,6 +169,20 @@ def executor_goal(repeats: int) -> None:
         # the same, against a hand loop in 1F1B's own order: the order's cost left out
         row("  ... against a hand loop in 1F1B's order", statistics.median(ordered_gaps[level]),
             goal, "us", f"CPU, median of {repeats} triples")
+    for name, costs in part_costs.items():
+        print(f"{f'  [full] = [losses] + ... {name}':50} {statistics.median(costs):10.3f} us "
+              f"per action more than [losses] (range {min(costs):.1f} to {max(costs):.1f})",
+              flush=True)
+
+
+def recording_parts() -> dict:
+    """``{flag: the cheapest Recording with only that flag on}`` for each flag of
+    :class:`~pipemare_lite.engine.recording.Recording` (what ``full`` adds to ``losses``)."""
+    from pipemare_lite.engine.recording import RECORDINGS
+
+    cheapest = RECORDINGS["losses"]
+    return {f.name: dataclasses.replace(cheapest, **{f.name: True})
+            for f in dataclasses.fields(cheapest) if not getattr(cheapest, f.name)}
 
 
 def schedules_goal(repeats: int) -> None:

@@ -4,9 +4,11 @@ Both train the same MLP on the digits for the same epochs, batch size and microb
 the plain loop runs the whole model on one device with gradient accumulation; fit() cuts
 it into P stages and runs the 1F1B schedule on the local executor (which adds schedule
 bookkeeping, saved-tensor hooks and per-action timing). Goal: fit() <= 1.5x the plain loop
-per epoch. Prints the times and the ratio; asserts nothing (timings are not tests).
-Times are CPU seconds of this process (``time.process_time``, one torch thread), so a
-busy machine shared with other jobs disturbs them less than wall-clock time.
+per epoch. Beside them, the same stages run by hand in stage order (no engine): the part of
+the ratio that cutting the model into stages costs by itself. Prints the times and the
+ratio; asserts nothing (timings are not tests). Times are CPU seconds of this process
+(``time.process_time``, one torch thread), so a busy machine shared with other jobs
+disturbs them less than wall-clock time.
 
     .venv/bin/python benchmarks/bench_train.py
 """
@@ -23,6 +25,7 @@ from pipemare_lite.training.data_feed import epoch_order
 from pipemare_lite.training.datasets import digits, microbatches
 from pipemare_lite.training.evaluation import evaluate
 from pipemare_lite.training.models import mlp
+from pipemare_lite.training.partition import partition
 
 EPOCHS, N, P, LR = 3, 4, 4, 0.05
 #: (hidden width, batch size): a small model where per-action overhead dominates, and a
@@ -44,6 +47,35 @@ def plain_loop(data, width: int, batch: int) -> float:
                 (F.cross_entropy(model(x), y) / N).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+    return (time.process_time() - start) / EPOCHS
+
+
+def hand_staged_loop(data, width: int, batch: int) -> float:
+    """Seconds per epoch of the same stages as fit() cuts, run by hand in stage order on the
+    same minibatches: detached between stages, one backward per stage, one optimizer per
+    stage. What cutting the model into stages costs by itself, without the engine: the
+    floor under fit() / plain loop."""
+    stages = partition(mlp(64, width, P, 10, seed=0), P)
+    optimizers = [torch.optim.SGD(s.parameters(), lr=LR) for s in stages]
+    steps = len(data.x_train) // batch
+    start = time.process_time()
+    for epoch in range(EPOCHS):
+        order = epoch_order(len(data.x_train), 0, epoch)
+        for k in range(steps):
+            idx = order[k * batch : (k + 1) * batch]
+            for x, y in microbatches(data.x_train[idx], data.y_train[idx], N):
+                inputs, outputs = [], []
+                for i, stage in enumerate(stages):
+                    x = x.detach().requires_grad_(i > 0)
+                    inputs.append(x)
+                    x = stage(x)
+                    outputs.append(x)
+                (F.cross_entropy(x, y) / N).backward()
+                for i in range(P - 2, -1, -1):
+                    outputs[i].backward(inputs[i + 1].grad)
+            for optimizer in optimizers:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
     return (time.process_time() - start) / EPOCHS
 
 
@@ -78,9 +110,11 @@ def main() -> None:
     print(f"mlp depth {P}, N={N}, P={P}, {EPOCHS} epochs of digits, 1 thread, best of 3")
     for width, batch in SIZES:
         plain = min(plain_loop(data, width, batch) for _ in range(3))
+        hand = min(hand_staged_loop(data, width, batch) for _ in range(3))
         piped = min(pipelined(data, width, batch) for _ in range(3))
         print(
             f"width {width:5d}, batch {batch:4d}: plain {plain * 1e3:8.1f} ms/epoch, "
+            f"stages by hand {hand * 1e3:8.1f} ({hand / plain:4.2f}x), "
             f"fit(1f1b) {piped * 1e3:8.1f} ms/epoch, ratio {piped / plain:5.2f}x "
             "(goal <= 1.5x)"
         )
