@@ -281,6 +281,24 @@ def test_failure_reports_land_in_the_store():
     assert claim_abort(store, "rank 0 failed too") == read_abort(store)
 
 
+def test_a_failure_reads_as_a_sentence_wherever_the_rank_was():
+    """Before, or between two actions, the position read "rank 1 failed at before its
+    first action"; each place now takes its own word."""
+    def abort_after(where) -> str:
+        store = dist.HashStore()
+        board = StatusBoard(1, 2, store)
+        where(board)
+        board.fail(ValueError("bad"))
+        return read_abort(store)
+
+    assert abort_after(lambda b: None) == \
+        "rank 1 failed before its first action (setup): ValueError: bad"
+    assert abort_after(lambda b: b.at(5, 20, "1F2", "in collective 3", between=True)) == \
+        "rank 1 failed with 5/20 actions done (next 1F2), in collective 3: ValueError: bad"
+    assert abort_after(lambda b: b.at(5, 20, "1F2")) == \
+        "rank 1 failed at action 5/20 (1F2) compute: ValueError: bad"
+
+
 class BrokenWork:
     """A Work whose wait fails the way the transport fails when a peer is gone."""
 
@@ -302,7 +320,7 @@ def test_an_error_is_an_echo_by_where_it_came_from_not_by_its_words():
         store = dist.HashStore()
         board = StatusBoard(1, 3, store)
         board.fail(RuntimeError(text))
-        assert read_abort(store).startswith("rank 1 failed at")
+        assert read_abort(store).startswith("rank 1 failed before its first action")
         assert not faults.is_communication_error_text(read_failures(store, 3)[1])
     # what the transport raises while waiting for a message is the echo of a peer's failure,
     # whatever the library's words

@@ -45,6 +45,21 @@ def test_register_model_refuses_the_books_names_and_non_functions():
         register_model("mine", 3)
 
 
+def test_an_unknown_model_names_the_allowed_ones_and_the_plugin_way(capsys):
+    """A plugin's model named without its ``--plugin`` (or mistyped) was argparse's bare
+    "invalid choice"; now one line says what is allowed and how a user's model comes in."""
+    from pipemare_lite.cli import main as cli
+
+    for command in ("train", "sweep"):
+        extra = ["--methods", "1f1b"] if command == "sweep" else ["--method", "1f1b",
+                                                                   "--no-progress"]
+        assert cli([command, *extra, "--model", "resnt"]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert line == (f"pipemare-lite {command}: error: unknown model 'resnt'; allowed: "
+                        f"{', '.join(sorted(MODELS))}, or a model that a --plugin module "
+                        "registers with pml.register_model. Did you mean 'resnet'?")
+
+
 @pytest.mark.slow
 def test_torchrun_trains_a_plugin_model_bitwise_as_the_local_run(tmp_path):
     command = [

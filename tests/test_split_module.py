@@ -132,6 +132,15 @@ def test_bad_split_points_are_refused_naming_the_choices():
         partition(model, 2, balance=["block9"], sample=sample)
     with pytest.raises(SplitError, match="3 stages need 2 split points .* got 1"):
         partition(model, 3, balance=["block2"], sample=sample)
+    # one point in the singular, and fit's keyword named
+    with pytest.raises(SplitError, match=r"2 stages need 1 split point \(the submodule where "
+                                         r"stage 1 begins: fit's balance=\[\.\.\.\]\), got 0"):
+        partition(model, 2, balance=[], sample=sample)
+    # a nested name: the message shows how one reads and suggests the close one
+    with pytest.raises(SplitError) as error:
+        partition(model, 2, balance=["block1.a."], sample=sample)
+    assert "(a submodule inside one is named with dots, e.g. 'block1.a')" in str(error.value)
+    assert "Did you mean 'block1.a'" in str(error.value)
     with pytest.raises(SplitError, match="needs a sample input tensor"):
         partition(model, 2, balance=["block2"])
     assert partition(model, 1) == [model]

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
+from pipemare_lite.spelling import did_you_mean
 from pipemare_lite.torch_compat import torch_pytree_warning_ignored
 
 
@@ -69,17 +70,24 @@ def _split_spec(model: nn.Module, num_stages: int, split_points) -> dict:
                          f"{{name: SplitPoint}}, got {split_points!r}")
     known = dict(model.named_modules())
     children = ", ".join(name for name, _ in model.named_children())
+    nested = next((name for name in known if "." in name), None)
+    if nested is not None:  # a stage may begin inside a child: say how such a name reads
+        children += f" (a submodule inside one is named with dots, e.g. {nested!r})"
     for name, point in spec.items():
         if not isinstance(name, str) or not name or name not in known:
             raise SplitError(f"split point {name!r} is no submodule of {type(model).__name__}; "
-                             f"its children: {children}")
+                             f"its children: {children}."
+                             + did_you_mean(name, [n for n in known if n]))
         if not isinstance(point, SplitPoint):
             raise SplitError(f"split point {name!r}: {point!r} is no "
                              "torch.distributed.pipelining.SplitPoint (BEGINNING or END)")
     if len(spec) != num_stages - 1:
-        raise SplitError(f"{num_stages} stages need {num_stages - 1} split points (the "
-                         f"submodules where stages 1..{num_stages - 1} begin), got {len(spec)}: "
-                         f"{list(spec)}; {type(model).__name__}'s children: {children}")
+        need = num_stages - 1
+        which = ("1 split point (the submodule where stage 1 begins" if need == 1 else
+                 f"{need} split points (the submodules where stages 1..{need} begin")
+        raise SplitError(f"{num_stages} stages need {which}: fit's balance=[...]), got "
+                         f"{len(spec)}: {list(spec)}; {type(model).__name__}'s children: "
+                         f"{children}")
     return spec
 
 

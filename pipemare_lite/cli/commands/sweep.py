@@ -35,8 +35,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a fit() keyword, e.g. --set lr=0.02,0.05 (several values: a grid axis) or --set "
         "lr_schedule=cosine; values are read as JSON where they parse (numbers, true, null), "
         "else as text; repeatable")
-    parser.add_argument("--model", choices=sorted(MODELS), default="mlp",
-                        help="model (or one a --plugin registers)")
+    parser.add_argument("--model", default="mlp", metavar="NAME",
+                        help=f"model, one of: {', '.join(sorted(MODELS))} (or one a --plugin "
+                        "module registers with pml.register_model)")
     parser.add_argument("--dataset", default=None,
                         help="digits, signals, reverse, sort (default: the model's, as train)")
     parser.add_argument("--width", type=int, default=64, help="hidden width / channels")

@@ -37,6 +37,7 @@ from pipemare_lite.cli import INPUT_ERRORS
 from pipemare_lite.files import json_ready
 from pipemare_lite.plugins import ENV_VAR as PLUGINS_ENV
 from pipemare_lite.plugins import load_plugins
+from pipemare_lite.spelling import did_you_mean
 
 #: model name -> dataset it trains on by default.
 DEFAULT_DATASET = {"mlp": "digits", "resnet": "digits", "transformer": "reverse"}
@@ -96,9 +97,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--weight-mode", default=None, choices=WEIGHT_MODES,
                         help="a --schedule CSV file: what its backwards read (default: derived "
                         "when it flushes)")
-    parser.add_argument("--model", choices=sorted(MODELS), default="mlp",
-                        help="model (or one a --plugin registers with "
-                        "pipemare_lite.training.models.register_model)")
+    parser.add_argument("--model", default="mlp", metavar="NAME",
+                        help=f"model, one of: {', '.join(sorted(MODELS))} (or one a --plugin "
+                        "module registers with pml.register_model)")
     parser.add_argument(
         "--dataset",
         default=None,
@@ -225,8 +226,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                         "free cores make a run many times slower")
     parser.add_argument("--record", choices=("losses", "history", "full"), default="history",
                         help="what the engine records: history (the history's update norms "
-                        "and peak bytes) or losses (cheapest: neither); never changes what "
-                        "is trained")
+                        "and peak bytes), losses (cheapest: neither) or full (also every "
+                        "action's times and weight version and every forward's saved "
+                        "tensors, as the chapters draw them; slowest); never changes what is "
+                        "trained")
     parser.add_argument("--loss-reads-every", type=_loss_reads, default=1, metavar="K|end",
                         help="read the training losses from their device every K steps (one "
                         "host read, one device sync, per K steps) or only at evaluations, "
@@ -405,8 +408,12 @@ def build_model_and_data(
     """
     import torch
 
-    from pipemare_lite.training.models import MODEL_PLUGINS
+    from pipemare_lite.training.models import MODEL_PLUGINS, MODELS
 
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; allowed: {', '.join(sorted(MODELS))}, or a "
+                         "model that a --plugin module registers with pml.register_model."
+                         + did_you_mean(name, MODELS))
     if name in MODEL_PLUGINS:  # a user's model from a --plugin module: it sizes itself
         plugin = MODEL_PLUGINS[name]
         data = _load_data(dataset or plugin.dataset, seed)

@@ -489,7 +489,11 @@ class StatusBoard:
 
     def fail(self, exc: BaseException) -> None:
         """Report this rank's failure: ``failed/<rank>``, the position, and ``abort``."""
-        where = self.position.describe(rank=False)  # "rank 1 failed at action 4/9 (1B1) ..."
+        # "rank 1 failed at action 4/9 (1B1) compute", "... failed with 5/20 actions done
+        # (next 1F2), in collective 3", "... failed before its first action (setup)"
+        where = self.position.describe(rank=False)
+        if self.position.index >= 0:
+            where = ("with " if self.position.between else "at ") + where
         text = f"{type(exc).__name__}: {exc}"
         self.note(f"failed: {text}")
         if self.store is None:
@@ -505,7 +509,7 @@ class StatusBoard:
                             f"per-operation timeout ({_where_is(self.store, exc.peer)}): "
                             f"rank {self.rank} {text}")
             elif not is_communication_error(exc):
-                claim_abort(self.store, f"rank {self.rank} failed at {where}: {text}")
+                claim_abort(self.store, f"rank {self.rank} failed {where}: {text}")
 
     def finish(self) -> None:
         """Mark this rank done (unless it failed: that stays its last word) and stop the
