@@ -48,21 +48,28 @@ def plain_epoch(model, mbs, N, K, lr):
     return time.perf_counter() - start
 
 
+def staged_forward_backward(stages, x, t, N) -> None:
+    """One microbatch through the stages by hand: detached between stages, then one
+    backward per stage from the last (its loss / N) to the first, as the pipeline's numbers
+    require."""
+    inputs, outputs = [], []
+    for i, stage in enumerate(stages):
+        x = x.detach().requires_grad_(i > 0)
+        inputs.append(x)
+        x = stage(x)
+        outputs.append(x)
+    torch.autograd.backward(nn.functional.cross_entropy(x, t) / N)
+    for i in range(len(stages) - 2, -1, -1):
+        torch.autograd.backward(outputs[i], inputs[i + 1].grad)
+
+
 def hand_staged_epoch(stages, mbs, N, K, lr):
-    """The stages run one after the other by hand, as the pipeline's numbers require."""
+    """The stages run one after the other by hand (:func:`staged_forward_backward`)."""
     optimizers = [torch.optim.SGD(s.parameters(), lr=lr, momentum=0.9) for s in stages]
     start = time.perf_counter()
     for k in range(K):
         for x, t in mbs[k * N:(k + 1) * N]:
-            inputs, outputs = [], []
-            for i, stage in enumerate(stages):
-                x = x.detach().requires_grad_(i > 0)
-                inputs.append(x)
-                x = stage(x)
-                outputs.append(x)
-            torch.autograd.backward(nn.functional.cross_entropy(x, t) / N)
-            for i in range(len(stages) - 2, -1, -1):
-                torch.autograd.backward(outputs[i], inputs[i + 1].grad)
+            staged_forward_backward(stages, x, t, N)
         for optimizer in optimizers:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

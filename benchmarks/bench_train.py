@@ -19,6 +19,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from bench_executor import staged_forward_backward
 
 from pipemare_lite import fit
 from pipemare_lite.training.data_feed import epoch_order
@@ -33,49 +34,43 @@ EPOCHS, N, P, LR = 3, 4, 4, 0.05
 SIZES = ((128, 64), (1024, 256))
 
 
-def plain_loop(data, width: int, batch: int) -> float:
-    """Seconds per epoch of one-device gradient accumulation over the same minibatches."""
-    model = mlp(64, width, P, 10, seed=0)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
+def steps_of(data, batch: int):
+    """Each step's microbatches, epoch after epoch, in fit()'s order of the samples."""
     steps = len(data.x_train) // batch
-    start = time.process_time()
     for epoch in range(EPOCHS):
         order = epoch_order(len(data.x_train), 0, epoch)
         for k in range(steps):
             idx = order[k * batch : (k + 1) * batch]
-            for x, y in microbatches(data.x_train[idx], data.y_train[idx], N):
-                (F.cross_entropy(model(x), y) / N).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            yield microbatches(data.x_train[idx], data.y_train[idx], N)
+
+
+def plain_loop(data, width: int, batch: int) -> float:
+    """Seconds per epoch of one-device gradient accumulation over the same minibatches."""
+    model = mlp(64, width, P, 10, seed=0)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    start = time.process_time()
+    for step in steps_of(data, batch):
+        for x, y in step:
+            (F.cross_entropy(model(x), y) / N).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
     return (time.process_time() - start) / EPOCHS
 
 
 def hand_staged_loop(data, width: int, batch: int) -> float:
     """Seconds per epoch of the same stages as fit() cuts, run by hand in stage order on the
-    same minibatches: detached between stages, one backward per stage, one optimizer per
-    stage. What cutting the model into stages costs by itself, without the engine: the
-    floor under fit() / plain loop."""
+    same minibatches (``bench_executor.staged_forward_backward``, one optimizer per stage):
+    what cutting the model into stages costs by itself, without the engine, the floor under
+    fit() / plain loop."""
     stages = partition(mlp(64, width, P, 10, seed=0), P)
     optimizers = [torch.optim.SGD(s.parameters(), lr=LR) for s in stages]
-    steps = len(data.x_train) // batch
     start = time.process_time()
-    for epoch in range(EPOCHS):
-        order = epoch_order(len(data.x_train), 0, epoch)
-        for k in range(steps):
-            idx = order[k * batch : (k + 1) * batch]
-            for x, y in microbatches(data.x_train[idx], data.y_train[idx], N):
-                inputs, outputs = [], []
-                for i, stage in enumerate(stages):
-                    x = x.detach().requires_grad_(i > 0)
-                    inputs.append(x)
-                    x = stage(x)
-                    outputs.append(x)
-                (F.cross_entropy(x, y) / N).backward()
-                for i in range(P - 2, -1, -1):
-                    outputs[i].backward(inputs[i + 1].grad)
-            for optimizer in optimizers:
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+    for step in steps_of(data, batch):
+        for x, y in step:
+            staged_forward_backward(stages, x, y, N)
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
     return (time.process_time() - start) / EPOCHS
 
 
