@@ -93,6 +93,7 @@ MODULE_CHAPTERS: dict[str, str] = {
     "pipemare_lite.book.site.project": "-",
     "pipemare_lite.book.site.sources": "-",
     "pipemare_lite.cli": "-",
+    "pipemare_lite.cli.__main__": "-",
     "pipemare_lite.cli.commands": "-",
     "pipemare_lite.cli.commands.assign": "-",
     "pipemare_lite.cli.commands.book": "-",

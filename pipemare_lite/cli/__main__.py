@@ -5,4 +5,5 @@ import sys
 
 from pipemare_lite.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (docs, tests) must not exit
+    sys.exit(main())

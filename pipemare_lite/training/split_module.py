@@ -69,7 +69,7 @@ def _split_spec(model: nn.Module, num_stages: int, split_points) -> dict:
         raise SplitError(f"split points must be a list of submodule names or a dict "
                          f"{{name: SplitPoint}}, got {split_points!r}")
     known = dict(model.named_modules())
-    children = ", ".join(name for name, _ in model.named_children())
+    children = ", ".join(name for name, _ in model.named_children()) or "none"
     nested = next((name for name in known if "." in name), None)
     if nested is not None:  # a stage may begin inside a child: say how such a name reads
         children += f" (a submodule inside one is named with dots, e.g. {nested!r})"
