@@ -286,18 +286,71 @@ finish(info)
 """
 
 
-def test_init_from_env_joins_a_one_rank_job_with_one_thread():
+def _free_port() -> int:
     import socket
 
     with socket.socket() as s:  # a free loopback port, picked now
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    done = subprocess.run([sys.executable, "-c", INIT_FROM_ENV], env=env, capture_output=True,
-                          text=True, timeout=120)
+        return s.getsockname()[1]
+
+
+def _by_hand(rank: int, world_size: int, port: int) -> dict:
+    """The environment torch's env:// convention gives a rank started by hand (no torchrun)."""
+    return dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+
+
+def test_init_from_env_joins_a_one_rank_job_with_one_thread():
+    """Without torchrun, rank 0 hosts the store: it took 40-80 s (two 30 s client connects
+    to a store nobody had started) and printed torch's connection errors."""
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", INIT_FROM_ENV], env=_by_hand(0, 1, _free_port()),
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", "1", "gloo", "1"]
+    assert "timed out" not in done.stderr, done.stderr[-2000:]
+    assert time.monotonic() - began < 25  # seconds: an interpreter start and a join
+
+
+BY_HAND = """
+import torch, torch.distributed as dist
+from pipemare_lite.engine.distributed.launch import finish, init_from_env
+info = init_from_env(op_timeout=20.0)
+x = torch.tensor([float(info.rank + 1)])
+dist.all_reduce(x)
+print(info.rank, info.world_size, x.item())
+finish(info)
+"""
+
+
+def test_ranks_started_by_hand_form_a_group_on_rank_0s_store():
+    port = _free_port()
+    ranks = [subprocess.Popen([sys.executable, "-c", BY_HAND], env=_by_hand(r, 2, port),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (1, 0)]  # rank 1 first: it waits for rank 0's store
+    try:
+        outputs = [p.communicate(timeout=120) for p in ranks]
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in ranks] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert sorted(out.split() for out, _ in outputs) == [["0", "2", "3.0"], ["1", "2", "3.0"]]
+
+
+def test_rank_0_by_hand_on_a_taken_port_says_so():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        done = subprocess.run([sys.executable, "-c", INIT_FROM_ENV],
+                              env=_by_hand(0, 1, taken.getsockname()[1]),
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "rank 0 hosts the job's store there (no torchrun), but cannot listen" in done.stderr
 
 
 def test_settings_every_rank_refuses_at_set_up_are_one_line_and_exit_2(capsys):

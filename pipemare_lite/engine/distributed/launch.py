@@ -350,14 +350,14 @@ def _result_dir() -> str:
     return tempfile.mkdtemp(prefix=f"{RESULT_DIR_PREFIX}{os.getpid()}-")
 
 
-def _listen(address: str) -> socket.socket:
-    """A listening socket on ``address`` and a free port the OS picks.
+def _listen(address: str, port: int = 0) -> socket.socket:
+    """A listening socket on ``address`` and ``port`` (0: a free port the OS picks).
 
     Handed to the store (``master_listen_fd``): by itself a TCPStore listens on every
     interface, whatever host name it is given; this way loopback means loopback.
     """
     family, kind, proto, _, sockaddr = socket.getaddrinfo(
-        address, 0, type=socket.SOCK_STREAM)[0]
+        address, port, type=socket.SOCK_STREAM)[0]
     listener = socket.socket(family, kind, proto)
     listener.bind(sockaddr)
     listener.listen(128)
@@ -550,7 +550,10 @@ def init_from_env(
     """Join a job started by ``torchrun``: read its environment, init the process group.
 
     Introduced in chapter 11. Connects a second client to torchrun's store
-    (``MASTER_ADDR``/``MASTER_PORT``) for the side channel; returns this rank's
+    (``MASTER_ADDR``/``MASTER_PORT``) for the side channel. Ranks started by hand with the
+    same variables (torch's ``env://`` convention: ``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``, ``MASTER_PORT``) work too: rank 0 then hosts the store on that address
+    and port, and the others connect to it. Returns this rank's
     :class:`RankInfo`. Call :func:`finish` at the end. ``num_threads`` is set with
     ``torch.set_num_threads`` as :func:`launch` does (one thread: bitwise-reproducible CPU
     sums, and P processes do not fight over the cores); None leaves torch's default.
@@ -573,10 +576,19 @@ def init_from_env(
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    try:
-        store = connect_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), 30)
-    except Exception:  # no side channel: per-operation timeouts still apply
-        store = None
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    # torchrun's agent hosts the job's store at MASTER_PORT. Variables set by hand (torch's
+    # env:// convention) mean that rank 0 hosts it: it used to connect as a client first
+    # and waited twice 30 s for a store nobody had started. By hand, every rank then forms
+    # its group on that store, as launch()'s ranks do.
+    by_hand = not under_torchrun.under_torchrun()
+    if by_hand:
+        store = _host_or_reach_store(addr, port, rank)
+    else:
+        try:
+            store = connect_store(addr, port, 30)
+        except Exception:  # no side channel: per-operation timeouts still apply
+            store = None
     # torchrun's store listens on every interface, unauthenticated: sign the side channel
     secret = faults.torchrun_secret() if under_torchrun.under_torchrun() else (
         os.environ.get(faults.TOKEN_ENV, "").encode() or None)
@@ -588,7 +600,7 @@ def init_from_env(
               f"{faults.TOKEN_ENV} to the same secret on every machine", file=sys.stderr)
     board = faults.StatusBoard(rank, world_size, faults.signed(store, secret))
     info = _join(choose_backend(local_world_size, backend), rank, world_size, local_rank,
-                 local_world_size, op_timeout, num_threads, board)
+                 local_world_size, op_timeout, num_threads, board, store if by_hand else None)
     if local_rank == 0 and not os.environ.get(faults.TOKEN_ENV):
         faults.forget_torchrun_secret()  # every rank read it before the group formed
     # under torchrun: exit with the agent (our parent) and say which rank was lost or where
@@ -600,6 +612,28 @@ def init_from_env(
     # a flaky SIGABRT of rank 0 under load after its work was done).
     atexit.register(finish, info)
     return info
+
+
+def _host_or_reach_store(addr: str, port: int, rank: int):
+    """The job's store when no torchrun started the ranks: rank 0 hosts it on
+    ``addr:port`` (listening on that address only), the other ranks connect to it; a clear
+    error when the port is taken or rank 0's store cannot be reached."""
+    if rank == 0:
+        try:
+            listener = _listen(addr, port)
+        except OSError as exc:
+            raise ValueError(f"MASTER_ADDR={addr} MASTER_PORT={port}: rank 0 hosts the job's "
+                             f"store there (no torchrun), but cannot listen: {exc}; allowed: "
+                             "a free port on an address of this machine") from exc
+        return dist.TCPStore(addr, port, is_master=True, wait_for_workers=False,
+                             timeout=datetime.timedelta(seconds=60),
+                             master_listen_fd=listener.detach())
+    try:
+        return connect_store(addr, port, 60)
+    except Exception as exc:
+        raise RuntimeError(f"rank {rank}: rank 0's store at {addr}:{port} did not answer "
+                           f"within 60 s ({type(exc).__name__}); start rank 0 with the same "
+                           "MASTER_ADDR and MASTER_PORT, or start the job with torchrun") from exc
 
 
 def finish(info: RankInfo) -> None:
