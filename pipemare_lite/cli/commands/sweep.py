@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the sweep's options."""
-    from pipemare_lite.training.models import MODELS
+    from pipemare_lite.cli.commands.train import model_help
 
     parser.add_argument(
         "--methods", nargs="+", default=None, metavar="METHOD[:KEY=VALUE,...]",
@@ -35,9 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a fit() keyword, e.g. --set lr=0.02,0.05 (several values: a grid axis) or --set "
         "lr_schedule=cosine; values are read as JSON where they parse (numbers, true, null), "
         "else as text; repeatable")
-    parser.add_argument("--model", default="mlp", metavar="NAME",
-                        help=f"model, one of: {', '.join(sorted(MODELS))} (or one a --plugin "
-                        "module registers with pml.register_model)")
+    parser.add_argument("--model", default="mlp", metavar="NAME", help=model_help())
     parser.add_argument("--dataset", default=None,
                         help="digits, signals, reverse, sort (default: the model's, as train)")
     parser.add_argument("--width", type=int, default=64, help="hidden width / channels")

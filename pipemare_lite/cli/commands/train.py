@@ -69,7 +69,6 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     from pipemare_lite.training.config import DIVERGENCE_ACTIONS
     from pipemare_lite.training.executors import EXECUTORS
     from pipemare_lite.training.lr_schedules import LR_SCHEDULES
-    from pipemare_lite.training.models import MODELS
     from pipemare_lite.training.optimizers import OPTIMIZERS
 
     parser.formatter_class = _DefaultsHelpFormatter
@@ -97,9 +96,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--weight-mode", default=None, choices=WEIGHT_MODES,
                         help="a --schedule CSV file: what its backwards read (default: derived "
                         "when it flushes)")
-    parser.add_argument("--model", default="mlp", metavar="NAME",
-                        help=f"model, one of: {', '.join(sorted(MODELS))} (or one a --plugin "
-                        "module registers with pml.register_model)")
+    parser.add_argument("--model", default="mlp", metavar="NAME", help=model_help())
     parser.add_argument(
         "--dataset",
         default=None,
@@ -392,6 +389,14 @@ def check_model_size(name: str, model) -> None:
             f"more than the limit of {limit / 2**30:,.1f} GiB (half of this machine's memory); "
             "use a smaller --width or fewer --layers"
         )
+
+
+def model_help() -> str:
+    """``--model``'s help (``train``, ``sweep``): the book's models and the plugin way."""
+    from pipemare_lite.training.models import MODELS
+
+    return (f"model, one of: {', '.join(sorted(MODELS))} (or one a --plugin module registers "
+            "with pml.register_model)")
 
 
 def build_model_and_data(

@@ -590,7 +590,7 @@ def init_from_env(
         except Exception:  # no side channel: per-operation timeouts still apply
             store = None
     # torchrun's store listens on every interface, unauthenticated: sign the side channel
-    secret = faults.torchrun_secret() if under_torchrun.under_torchrun() else (
+    secret = faults.torchrun_secret() if not by_hand else (
         os.environ.get(faults.TOKEN_ENV, "").encode() or None)
     under_torchrun.SECRET = secret
     if secret is None and rank == 0 and world_size > 1:
